@@ -1,0 +1,200 @@
+"""Layer maps g(m): which teacher layer each student layer learns from.
+
+Layer indices follow HF's ``hidden_states`` tuple: 0 is the embedding output and 1..M
+(student) or 1..N (teacher) are the transformer layers, so a pair (m, n) matches
+``student.hidden_states[m]`` with ``teacher.hidden_states[n]``. The attention of layer m
+(1-based) is ``attentions[m - 1]``; :attr:`LayerMap.attention_pairs` gives those indices.
+
+Methods (M student layers, N teacher layers):
+  - uniform: g(m) = m * N / M, g(0) = 0 (TinyBERT; N % M == 0). TinyBERT4 from 12: 3m.
+  - top:     g(m) = N - M + m, g(0) = 0.
+  - bottom:  g(m) = m.
+  - explicit: g(1..M) given as a list, g(0) = 0.
+  - skip:    BERT-PKD-Skip, student layers 1..M-1 only, g(m) = m * N / M
+             (12 -> 6: teacher 2, 4, 6, 8, 10, i.e. the reference's 0-based {1,3,5,7,9}).
+  - last:    BERT-PKD-Last, student layers 1..M-1 only, g(m) = N - M + m
+             (12 -> 6: teacher 7..11, the reference's 0-based {6..10}).
+PKD leaves the last student layer out: it is covered by the logit KD term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kdbert.errors import KdbertError
+
+
+@dataclass(frozen=True)
+class LayerMap:
+    """(student_layer, teacher_layer) pairs; index 0 is the embedding output."""
+
+    pairs: tuple[tuple[int, int], ...]
+
+    @property
+    def student_layers(self) -> tuple[int, ...]:
+        return tuple(s for s, _ in self.pairs)
+
+    @property
+    def teacher_layers(self) -> tuple[int, ...]:
+        return tuple(t for _, t in self.pairs)
+
+    @property
+    def attention_pairs(self) -> tuple[tuple[int, int], ...]:
+        """0-based indices into the ``attentions`` tuples; the embedding pair has none."""
+        return tuple((s - 1, t - 1) for s, t in self.pairs if s > 0)
+
+    def validate(
+        self,
+        student_layers: int,
+        teacher_layers: int,
+        student_heads: int | None = None,
+        teacher_heads: int | None = None,
+        needs_attention: bool = False,
+        head_average: bool = False,
+    ) -> LayerMap:
+        """Check the map against models of these depths; return self or raise KdbertError.
+
+        Indices must lie in 0..M (student) and 0..N (teacher), and both sides must be
+        strictly increasing. When attention is distilled, head counts must match unless
+        ``head_average`` is set.
+        """
+        if not self.pairs:
+            raise KdbertError("layer map is empty; map at least one student layer")
+        for i, (s, t) in enumerate(self.pairs):
+            for side, layer, depth, prev in (
+                ("student", s, student_layers, self.pairs[i - 1][0] if i else None),
+                ("teacher", t, teacher_layers, self.pairs[i - 1][1] if i else None),
+            ):
+                where = f"layer map pair {s} -> {t}"
+                if not 0 <= layer <= depth:
+                    raise KdbertError(
+                        f"{where}: {side} layer {layer} is out of range; the {side} has "
+                        f"{depth} layers (use 0 for embeddings, 1..{depth})"
+                    )
+                if prev is not None and layer <= prev:
+                    raise KdbertError(
+                        f"{where}: {side} layer {layer} does not come after {prev}; "
+                        f"{side} layers must be strictly increasing"
+                    )
+        if needs_attention and any(s > 0 and t == 0 for s, t in self.pairs):
+            raise KdbertError(
+                "layer map pairs a student transformer layer with the teacher's embeddings, "
+                "which have no attention; map it to a teacher layer >= 1"
+            )
+        if (
+            needs_attention
+            and not head_average
+            and student_heads is not None
+            and teacher_heads is not None
+            and student_heads != teacher_heads
+        ):
+            raise KdbertError(
+                f"student has {student_heads} attention heads, teacher has {teacher_heads}: "
+                "attention distillation needs equal counts; set head_average or drop the "
+                "attention loss"
+            )
+        return self
+
+    def table(self) -> str:
+        """Printable two-column table, 'emb' for the embedding output."""
+
+        def name(layer: int) -> str:
+            return "emb" if layer == 0 else str(layer)
+
+        lines = ["student -> teacher"]
+        lines += [f"{name(s):>7} -> {name(t)}" for s, t in self.pairs]
+        return "\n".join(lines)
+
+
+def _ratio(m: int, n: int, method: str) -> int:
+    if m < 1 or n % m != 0:
+        raise KdbertError(
+            f"{method} layer map needs the teacher depth to be a multiple of the student "
+            f"depth, got teacher {n} and student {m}; use 'explicit' with a list of "
+            f"{m} teacher layers instead"
+        )
+    return n // m
+
+
+def _check_depths(m: int, n: int, method: str) -> None:
+    if not 1 <= m <= n:
+        raise KdbertError(
+            f"{method} layer map needs 1 <= student layers <= teacher layers, got student "
+            f"{m} and teacher {n}"
+        )
+
+
+def uniform(m: int, n: int) -> LayerMap:
+    """g(m) = m * N / M for m = 0..M (TinyBERT)."""
+    k = _ratio(m, n, "uniform")
+    return LayerMap(tuple((i, i * k) for i in range(m + 1))).validate(m, n)
+
+
+def top(m: int, n: int) -> LayerMap:
+    """g(0) = 0, g(m) = N - M + m: the student learns from the teacher's last M layers."""
+    _check_depths(m, n, "top")
+    return LayerMap(((0, 0),) + tuple((i, n - m + i) for i in range(1, m + 1))).validate(m, n)
+
+
+def bottom(m: int, n: int) -> LayerMap:
+    """g(m) = m: the student learns from the teacher's first M layers."""
+    _check_depths(m, n, "bottom")
+    return LayerMap(tuple((i, i) for i in range(m + 1))).validate(m, n)
+
+
+def explicit(teacher_layers: list[int], n: int) -> LayerMap:
+    """g(0) = 0 and g(i) = teacher_layers[i - 1] for i = 1..len(teacher_layers)."""
+    layers = list(teacher_layers)
+    if not layers:
+        raise KdbertError("explicit layer map is empty; give one teacher layer per student layer")
+    pairs = ((0, 0),) + tuple((i, int(t)) for i, t in enumerate(layers, start=1))
+    return LayerMap(pairs).validate(len(layers), n)
+
+
+def _pkd_check(m: int, n: int, method: str) -> None:
+    _check_depths(m, n, method)
+    if m < 2:
+        raise KdbertError(
+            f"PKD-{method} needs a student with at least 2 layers (its last layer is left to "
+            "the logit loss), got 1"
+        )
+
+
+def pkd_skip(m: int, n: int) -> LayerMap:
+    """BERT-PKD-Skip: g(m) = m * N / M for student layers 1..M-1."""
+    _pkd_check(m, n, "skip")
+    k = _ratio(m, n, "skip")
+    return LayerMap(tuple((i, i * k) for i in range(1, m))).validate(m, n)
+
+
+def pkd_last(m: int, n: int) -> LayerMap:
+    """BERT-PKD-Last: g(m) = N - M + m for student layers 1..M-1."""
+    _pkd_check(m, n, "last")
+    return LayerMap(tuple((i, n - m + i) for i in range(1, m))).validate(m, n)
+
+
+_BUILDERS = {
+    "uniform": uniform, "top": top, "bottom": bottom, "skip": pkd_skip, "last": pkd_last,
+    "explicit": explicit,
+}
+
+
+def resolve(method: str, m: int, n: int, explicit: list[int] | None = None) -> LayerMap:
+    """Build the layer map named ``method`` for an M-layer student and N-layer teacher."""
+    if method not in _BUILDERS:
+        raise KdbertError(f"unknown layer map {method!r}; choose one of {', '.join(_BUILDERS)}")
+    if method == "explicit":
+        if explicit is None:
+            raise KdbertError("layer map 'explicit' needs a list of teacher layers, one per student layer")
+        if len(explicit) != m:
+            raise KdbertError(
+                f"explicit layer map has {len(explicit)} teacher layers but the student has "
+                f"{m} layers; give exactly one teacher layer per student layer"
+            )
+        return _BUILDERS["explicit"](explicit, n)
+    if explicit is not None:
+        raise KdbertError(
+            f"a list of teacher layers was given with layer map {method!r}; use 'explicit' "
+            "or drop the list"
+        )
+    return _BUILDERS[method](m, n)
