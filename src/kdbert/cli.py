@@ -119,6 +119,88 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_distill_task(args) -> int:
+    from kdbert.distill import distill_task
+
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "distill_command")}
+    report = distill_task(task_options(args), options, args.output_dir, resume=args.resume, overwrite=args.overwrite)
+    print(format_metrics(f"distill {args.method} {args.task} -> {args.output_dir}", report["dev_metrics"]))
+    print(f"wall time: {report['wall_seconds']:.0f}s; report: {Path(args.output_dir) / 'distill_report.json'}")
+    return 0
+
+
+def cmd_distill_general(args) -> int:
+    from kdbert.distill import distill_general
+
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "distill_command")}
+    report = distill_general(options, args.output_dir, resume=args.resume, overwrite=args.overwrite)
+    print(f"general student -> {args.output_dir} ({report['wall_seconds']:.0f}s)")
+    return 0
+
+
+def add_distill_task_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", choices=["tinybert", "kd", "pkd", "distilbert"], default="tinybert",
+                   help="tinybert: intermediate-layer then prediction-layer stages; kd: Hinton soft targets; "
+                        "pkd: BERT-PKD patient loss; distilbert: DistilBERT (D), logit distillation while "
+                        "fine-tuning a DistilBERT student")
+    p.add_argument("--teacher", required=True, help="teacher fine-tuned on the task (HF folder)")
+    p.add_argument("--student", default=None,
+                   help="student: a preset (tinybert4, tinybert6), an HF folder (e.g. a general-distilled "
+                        "student), or none with --student-layers")
+    p.add_argument("--student-layers", help="build the student from these teacher layers (0-based, e.g. 0,1,2) "
+                                            "or the first K layers (an integer), as BERT-PKD does")
+    m = p.add_argument_group("layer mapping")
+    m.add_argument("--layer-map", choices=["uniform", "top", "bottom", "skip", "last", "explicit"],
+                   help="student -> teacher layer map g(m) (default: uniform for tinybert, skip for pkd)")
+    m.add_argument("--teacher-layers", help="explicit map: teacher layer (1-based) for each student layer, "
+                                            "e.g. 3,6,9,12")
+    k = p.add_argument_group("losses")
+    k.add_argument("--temperature", type=float, help="softmax temperature (default: the method's)")
+    k.add_argument("--alpha", type=float, help="kd/pkd/distilbert: weight of the soft-target term; the hard-label "
+                                               "term gets 1 - alpha")
+    k.add_argument("--beta", type=float, help="pkd: weight of the patient loss")
+    k.add_argument("--kd-loss", choices=["kl", "mse"], help="kd: KL on softened probabilities or MSE on logits")
+    k.add_argument("--patience-reduction", choices=["mean", "sum"],
+                   help="pkd: 'mean' as the reference code (beta ~500), 'sum' as the paper")
+    k.add_argument("--attention-reduction", choices=["tinybert-reference", "masked-mean"],
+                   help="tinybert: attention-loss reduction (reference: zero masked scores, mean over all entries)")
+    k.add_argument("--head-average", action="store_true",
+                   help="tinybert: average attention over heads (allows different head counts)")
+    k.add_argument("--hidden-projection", choices=["per-layer", "shared"],
+                   help="tinybert: one W_h per matched layer (default) or one shared")
+    k.add_argument("--no-embedding-loss", action="store_true", help="ablation: drop the embedding loss")
+    k.add_argument("--no-attention-loss", action="store_true", help="ablation: drop the attention loss")
+    k.add_argument("--no-hidden-loss", action="store_true", help="ablation: drop the hidden-state loss")
+    k.add_argument("--no-prediction-loss", action="store_true",
+                   help="ablation: train the prediction stage on gold labels only")
+    k.add_argument("--skip-intermediate", action="store_true", help="tinybert: run the prediction stage only")
+    s = p.add_argument_group("stages (default: the method's per-task preset)")
+    s.add_argument("--intermediate-epochs", type=float, help="tinybert: epochs of the intermediate-layer stage")
+    s.add_argument("--intermediate-lr", type=float, help="tinybert: learning rate of the intermediate stage")
+    s.add_argument("--intermediate-max-steps", type=int, help="tinybert: optimiser steps of the intermediate stage")
+
+
+def add_distill_general_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", choices=["tinybert", "distilbert"], default="tinybert",
+                   help="tinybert: embedding + attention + hidden losses; distilbert: MLM KL + MLM + cosine")
+    p.add_argument("--teacher", default="default",
+                   help="pre-trained (not fine-tuned) teacher; distilbert needs one with an MLM head "
+                        "(see `kdbert mlm-head`)")
+    p.add_argument("--student", default=None, help="tinybert: preset or config folder (default tinybert4); "
+                                                   "distilbert: a folder from `kdbert init-student`")
+    p.add_argument("--corpus", nargs="+", required=True, help="text files or folders (.txt/.gz, WikiExtractor ok)")
+    p.add_argument("--max-sequences", type=int, help="use at most N packed sequences")
+    p.add_argument("--layer-map", choices=["uniform", "top", "bottom", "explicit"], help="tinybert: layer map")
+    p.add_argument("--teacher-layers", help="tinybert explicit map, e.g. 3,6,9,12")
+    p.add_argument("--temperature", type=float, help="distilbert: temperature (default 2)")
+    p.add_argument("--alpha-ce", type=float, help="distilbert: weight of the KL term (default 5)")
+    p.add_argument("--alpha-mlm", type=float, help="distilbert: weight of the MLM term (default 2)")
+    p.add_argument("--alpha-cos", type=float, help="distilbert: weight of the cosine term (default 1)")
+    p.add_argument("--attention-reduction", choices=["tinybert-reference", "masked-mean"], help="tinybert")
+    p.add_argument("--hidden-projection", choices=["per-layer", "shared"], help="tinybert")
+    p.add_argument("--head-average", action="store_true", help="tinybert: average attention over heads")
+
+
 def format_metrics(title: str, metrics: dict | None) -> str:
     if not metrics:
         return f"{title}: no evaluation"
@@ -160,36 +242,78 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write the rows as JSON here")
     p.set_defaults(func=cmd_bench)
 
+    p = sub.add_parser("distill", help="distil a teacher into a student (task or general distillation)",
+                       description="Knowledge distillation: `distill task` on a task, `distill general` on raw text.")
+    dsub = p.add_subparsers(dest="distill_command", required=True, metavar="STAGE")
+    q = dsub.add_parser("task", help="task-specific distillation from a fine-tuned teacher",
+                        description="Distil a fine-tuned teacher into a student on a task and save the best "
+                                    "student with distill_report.json.")
+    add_distill_task_arguments(q)
+    add_task_arguments(q)
+    add_optim_arguments(q)
+    add_run_arguments(q)
+    q.set_defaults(func=cmd_distill_task)
+    q = dsub.add_parser("general", help="general distillation on raw text from a pre-trained teacher",
+                        description="General (pre-training stage) distillation on a text corpus; the result "
+                                    "is the starting student of task distillation.")
+    add_distill_general_arguments(q)
+    add_optim_arguments(q)
+    add_run_arguments(q)
+    q.set_defaults(func=cmd_distill_general)
+
     return parser
 
 
+RECIPE_DIR = Path(__file__).parent / "recipes"
+
+
+def _find_config_flag(argv: list[str]) -> tuple[int, Path] | None:
+    """Locate ``--config FILE`` or ``--recipe NAME`` (a packaged preset, e.g. tinybert/rte)."""
+    for flag in ("--config", "--recipe"):
+        if flag in argv:
+            index = argv.index(flag)
+            if index + 1 >= len(argv):
+                raise KdbertError(f"{flag} needs a value")
+            value = argv[index + 1]
+            path = Path(value)
+            if flag == "--recipe" and not path.is_file():
+                path = RECIPE_DIR / f"{value.removesuffix('.yaml')}.yaml"
+                if not path.is_file():
+                    known = sorted(str(p.relative_to(RECIPE_DIR).with_suffix("")) for p in RECIPE_DIR.rglob("*.yaml"))
+                    raise KdbertError(f"--recipe {value}: no such preset; known presets: {', '.join(known)}")
+            if not path.is_file():
+                raise KdbertError(f"{flag} {path} does not exist")
+            return index, path
+    return None
+
+
 def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """Load ``--config FILE`` (YAML) as defaults of the chosen subcommand's options."""
-    if "--config" not in argv:
+    """Load ``--config FILE`` / ``--recipe NAME`` (YAML) as defaults of the chosen command's
+    options; options given on the command line override the file."""
+    found = _find_config_flag(argv)
+    if found is None:
         return
     import yaml
 
-    index = argv.index("--config")
-    if index + 1 >= len(argv):
-        raise KdbertError("--config needs a YAML file path")
-    path = Path(argv[index + 1])
-    if not path.is_file():
-        raise KdbertError(f"--config {path} does not exist")
+    index, path = found
     values = yaml.safe_load(path.read_text()) or {}
     if not isinstance(values, dict):
         raise KdbertError(f"{path}: expected a mapping of option names to values")
     del argv[index:index + 2]
-    command = next((a for a in argv if not a.startswith("-")), None)
-    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    if command not in subparsers.choices:
-        raise KdbertError("--config comes after a COMMAND, e.g. `kdbert finetune --config FILE`")
-    target = subparsers.choices[command]
+    target, words = parser, [a for a in argv if not a.startswith("-")]
+    while True:
+        subparsers = [a for a in target._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subparsers:
+            break
+        if not words or words[0] not in subparsers[0].choices:
+            raise KdbertError("--config/--recipe come after the command, e.g. `kdbert finetune --config FILE`")
+        target = subparsers[0].choices[words.pop(0)]
     known = {action.dest for action in target._actions}
     defaults = {}
     for key, value in values.items():
         dest = str(key).replace("-", "_")
         if dest not in known:
-            raise KdbertError(f"{path}: unknown option '{key}' for `kdbert {command}`; see `kdbert {command} --help`")
+            raise KdbertError(f"{path}: unknown option '{key}'; see `kdbert ... --help` for the command's options")
         defaults[dest] = value
     target.set_defaults(**defaults)
     for action in target._actions:
