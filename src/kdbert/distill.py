@@ -85,7 +85,8 @@ def distill_task(task: TaskOptions, options: dict, output_dir: str, resume: bool
     if student_path and Path(str(student_path)).is_dir():
         check_same_vocabulary(tokenizer, load_tokenizer(student_path), student_path)
     max_seq_len = options.get("max_seq_len") or spec.max_seq_len
-    train_set = encode_examples(tokenizer, data.train, max_seq_len)
+    rows = data.train[: options["max_train_examples"]] if options.get("max_train_examples") else data.train
+    train_set = encode_examples(tokenizer, rows, max_seq_len)
     context = DistillContext(teacher, student, tokenizer, spec, train_set, options, seed)
     plan = recipe.build_task_plan(context)
     run = RunConfig(str(out), seed=seed, mixed_precision=options.get("mixed_precision", "no"),
