@@ -1,0 +1,40 @@
+"""Shared helpers of the benchmark scripts: machine facts and a JSON results store."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+RESULTS_DIR = Path(__file__).parent / "results"
+
+
+def machine_info() -> dict:
+    """Where and when a figure was measured."""
+    return {
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()} {os.cpu_count()} CPU cores"
+        + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no GPU"),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+
+
+def load_results(name: str) -> dict:
+    path = RESULTS_DIR / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_result(name: str, key: str, result: dict) -> None:
+    """Add ``result`` under ``key`` to ``results/<name>.json`` (atomic rewrite)."""
+    RESULTS_DIR.mkdir(exist_ok=True)
+    results = load_results(name)
+    results[key] = result
+    path = RESULTS_DIR / f"{name}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
+    os.replace(tmp, path)

