@@ -138,6 +138,16 @@ def cmd_distill_general(args) -> int:
     return 0
 
 
+def cmd_init_student(args) -> int:
+    from kdbert.recipes.distilbert import init_student
+
+    report = init_student(args.teacher, args.output_dir, layers=args.layers, layer_choice=args.layer_choice,
+                          overwrite=args.overwrite)
+    print(f"DistilBERT student from teacher layers {report['layers']} ({report['parameters']:,} parameters) "
+          f"-> {report['output_dir']}")
+    return 0
+
+
 def add_distill_task_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=["tinybert", "kd", "pkd", "distilbert"], default="tinybert",
                    help="tinybert: intermediate-layer then prediction-layer stages; kd: Hinton soft targets; "
@@ -196,6 +206,9 @@ def add_distill_general_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha-ce", type=float, help="distilbert: weight of the KL term (default 5)")
     p.add_argument("--alpha-mlm", type=float, help="distilbert: weight of the MLM term (default 2)")
     p.add_argument("--alpha-cos", type=float, help="distilbert: weight of the cosine term (default 1)")
+    p.add_argument("--mlm-smoothing", type=float,
+                   help="distilbert: mask rare tokens more often, with probability ~ count^-S (reference 0.7; "
+                        "default: uniform)")
     p.add_argument("--attention-reduction", choices=["tinybert-reference", "masked-mean"], help="tinybert")
     p.add_argument("--hidden-projection", choices=["per-layer", "shared"], help="tinybert")
     p.add_argument("--head-average", action="store_true", help="tinybert: average attention over heads")
@@ -260,6 +273,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_optim_arguments(q)
     add_run_arguments(q)
     q.set_defaults(func=cmd_distill_general)
+
+    p = sub.add_parser("init-student", help="initialise a DistilBERT student from a BERT teacher's layers",
+                       description="Build a DistilBertForMaskedLM from a BERT teacher's embeddings, chosen layers "
+                                   "and MLM head (when it has one) and save it with the tokenizer.")
+    p.add_argument("--from", dest="teacher", required=True, help="BERT teacher folder (with an MLM head ideally)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--layers", help="0-based teacher layers to copy, e.g. 0,2,4")
+    g.add_argument("--layer-choice", choices=["every-other", "hf-bert-base"],
+                   help="every-other (default, the paper) or hf-bert-base ([0,2,4,7,9,11], HF's release)")
+    p.add_argument("--output-dir", required=True, help="where the student folder goes")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
+    p.set_defaults(func=cmd_init_student)
 
     return parser
 

@@ -168,7 +168,6 @@ def fit_mlm_head(
         optimizer.zero_grad(set_to_none=True)
         losses.append(loss.item())
     after = evaluate(model, eval_batches)
-    model.requires_grad_(True)
 
     tail = losses[-max(1, steps // 10):]
     report = {

@@ -177,6 +177,7 @@ class Trainer:
         self.evaluator = evaluator
         self.tokenizer = tokenizer
         self.out = Path(run.output_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
         self.accelerator = Accelerator(
             mixed_precision=run.mixed_precision,
             cpu=run.cpu,
@@ -322,13 +323,13 @@ class Trainer:
         if (save_every and step % save_every == 0) or end_of_epoch or step == total:
             self._save_checkpoint(optimizer, scheduler)
 
-    @staticmethod
-    def _check_finite(loss, terms, stage_name):
+    def _check_finite(self, loss, terms, stage_name):
         if torch.isfinite(loss):
             return
         bad = [name for name, value in terms.items() if not torch.isfinite(value)]
         raise KdbertError(
-            f"stage '{stage_name}': the loss became {float(loss)} (non-finite term(s): {', '.join(bad)}); "
+            f"stage '{stage_name}', step {self.state['step'] + 1}: the loss became {float(loss.detach())} "
+            f"(non-finite term(s): {', '.join(bad)}); "
             "lower the learning rate, check the inputs, or train in fp32"
         )
 
