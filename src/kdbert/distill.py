@@ -78,12 +78,13 @@ def distill_task(task: TaskOptions, options: dict, output_dir: str, resume: bool
     tokenizer = load_tokenizer(teacher_path)
     identity = {"command": "distill task", "method": method, "task": task.task, "train_file": task.train_file,
                 **{k: v for k, v in options.items() if k not in ("resume", "overwrite", "func", "no_progress")}}
-    out = prepare_output_dir(output_dir, identity, resume, overwrite)
     set_seed(seed)
     student = recipe.initial_student(teacher, spec, options)
     student_path = options.get("student")
     if student_path and Path(str(student_path)).is_dir():
         check_same_vocabulary(tokenizer, load_tokenizer(student_path), student_path)
+    # after the student is accepted: a refused input must not leave a run marker behind
+    out = prepare_output_dir(output_dir, identity, resume, overwrite)
     max_seq_len = options.get("max_seq_len") or spec.max_seq_len
     rows = data.train[: options["max_train_examples"]] if options.get("max_train_examples") else data.train
     train_set = encode_examples(tokenizer, rows, max_seq_len)
