@@ -350,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()  # keep HF's load reports out of the CLI's output
+    hf_logging.set_verbosity_error()  # keep HF load reports and save progress bars out of the output
+    hf_logging.disable_progress_bar()
     parser = build_parser()
     try:
         _apply_config_file(parser, argv)

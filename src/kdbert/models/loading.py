@@ -71,16 +71,17 @@ def load_sequence_classifier(name_or_path: str | None, num_labels: int, new_head
     if not new_head_ok:
         check_classifier_head(path, config, num_labels)
     problem_type = "regression" if num_labels == 1 else "single_label_classification"
-    if new_head_ok and config.num_labels != num_labels:
+    new_head = new_head_ok and config.num_labels != num_labels
+    if new_head:
         config.num_labels = num_labels
         config.id2label = {i: str(i) for i in range(num_labels)}
         config.label2id = {str(i): i for i in range(num_labels)}
     config.problem_type = problem_type
     try:
         return AutoModelForSequenceClassification.from_pretrained(
-            path, config=config, trust_remote_code=trust_remote_code
+            path, config=config, trust_remote_code=trust_remote_code, ignore_mismatched_sizes=new_head
         )
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RuntimeError) as exc:
         raise KdbertError(f"could not load {path} as a sequence classifier: {str(exc).splitlines()[0]}") from None
 
 

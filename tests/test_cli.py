@@ -1,0 +1,117 @@
+"""The command line: end-to-end runs on tiny models and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SHARED_GLUE, save_tiny_classifier
+from transformers import AutoModelForSequenceClassification, BertModel
+
+from kdbert.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_finetune_evaluate_and_bench_end_to_end(tmp_path, capsys, tiny_classifier_dir, glue_dir):
+    out = tmp_path / "ft"
+    code, stdout, _ = run_cli(capsys, "finetune", "--model", tiny_classifier_dir, "--task", "mrpc", "--data-dir",
+                              glue_dir, "--output-dir", out, "--max-steps", 6, "--batch-size", 8, "--no-progress")
+    assert code == 0 and "accuracy=" in stdout and "f1=" in stdout
+    model = AutoModelForSequenceClassification.from_pretrained(out)
+    assert model.config.num_labels == 2
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics) == {"accuracy", "f1", "score"}
+
+    code, stdout, _ = run_cli(capsys, "evaluate", "--model", out, "--task", "mrpc", "--data-dir", glue_dir)
+    assert code == 0
+    assert json.loads((out / "eval_mrpc.json").read_text()) == pytest.approx(metrics)
+
+    code, stdout, _ = run_cli(capsys, "bench", "--model", out, "--compare", tiny_classifier_dir, "--seq-len", 16,
+                              "--runs", 3, "--output", tmp_path / "bench.json")
+    assert code == 0 and "Speedup" in stdout
+    rows = json.loads((tmp_path / "bench.json").read_text())
+    assert len(rows) == 2 and rows[0]["speedup"] == pytest.approx(1.0)
+
+
+def test_finetune_regression_and_own_csv(tmp_path, capsys, tiny_tokenizer, glue_dir):
+    model = save_tiny_classifier(tmp_path / "reg", tiny_tokenizer, num_labels=1)
+    code, stdout, _ = run_cli(capsys, "finetune", "--model", model, "--task", "stsb", "--data-dir", glue_dir,
+                              "--output-dir", tmp_path / "stsb", "--max-steps", 3, "--no-progress")
+    assert code == 0 and "pearson=" in stdout and "spearman=" in stdout
+    csv = tmp_path / "mine.csv"
+    csv.write_text("review,stars\n" + "\n".join(f"the cat sat {i},{'abc'[i % 3]}" for i in range(30)) + "\n")
+    code, stdout, _ = run_cli(capsys, "finetune", "--model", model, "--task", csv, "--text-columns", "review",
+                              "--label-column", "stars", "--output-dir", tmp_path / "own", "--max-steps", 2,
+                              "--no-progress")
+    assert code == 0 and "macro_f1=" in stdout
+    assert AutoModelForSequenceClassification.from_pretrained(tmp_path / "own").config.num_labels == 3
+
+
+def test_config_file_sets_options_and_command_line_wins(tmp_path, capsys, tiny_classifier_dir, glue_dir):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"task: rte\ndata-dir: {glue_dir}\nmax_steps: 2\nbatch_size: 4\nlearning_rate: 0.5\n")
+    out = tmp_path / "cfg"
+    code, _, err = run_cli(capsys, "finetune", "--config", config, "--model", tiny_classifier_dir,
+                           "--output-dir", out, "--learning-rate", "0.001", "--no-progress")
+    assert code == 0, err
+    saved = json.loads((out / "run_config.json").read_text())
+    assert saved["max_steps"] == 2 and saved["learning_rate"] == 0.001 and saved["batch_size"] == 4
+    config.write_text("tsak: rte\n")
+    code, _, err = run_cli(capsys, "finetune", "--config", config, "--output-dir", out)
+    assert code == 2 and "unknown option 'tsak'" in err
+
+
+def _assert_one_line_error(code, err, *fragments):
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kdbert: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_bad_input_gives_one_line_errors(tmp_path, capsys, tiny_classifier_dir, tiny_tokenizer, glue_dir):
+    common = ["--model", tiny_classifier_dir, "--output-dir", tmp_path / "o", "--max-steps", 1, "--no-progress"]
+    _assert_one_line_error(*run_cli(capsys, "finetune", "--task", "rte", "--data-dir", tmp_path / "none",
+                                    *common)[::2], "does not exist", "--data-dir")
+    _assert_one_line_error(*run_cli(capsys, "finetune", "--task", "rtee", "--data-dir", glue_dir, *common)[::2],
+                           "unknown task 'rtee'")
+    bad = glue_dir / "RTE" / "dev.tsv"
+    bad.write_text(bad.read_text().replace("entailment", "entails", 1))
+    _assert_one_line_error(*run_cli(capsys, "finetune", "--task", "rte", "--data-dir", glue_dir, *common)[::2],
+                           "RTE/dev.tsv:2", "label 'entails'")
+    _assert_one_line_error(*run_cli(capsys, "evaluate", "--model", tmp_path / "missing", "--task", "mrpc",
+                                    "--data-dir", glue_dir)[::2], "does not exist")
+    bare = tmp_path / "bare"
+    BertModel(AutoModelForSequenceClassification.from_pretrained(tiny_classifier_dir).config).save_pretrained(bare)
+    _assert_one_line_error(*run_cli(capsys, "evaluate", "--model", bare, "--task", "mrpc", "--data-dir",
+                                    glue_dir)[::2], "not a fine-tuned sequence-classification model")
+    three = save_tiny_classifier(tmp_path / "three", tiny_tokenizer, num_labels=3)
+    _assert_one_line_error(*run_cli(capsys, "evaluate", "--model", three, "--task", "mrpc", "--data-dir",
+                                    glue_dir)[::2], "3 output(s) but the task needs 2")
+    out = tmp_path / "taken"
+    args = ["finetune", "--model", tiny_classifier_dir, "--task", "mrpc", "--data-dir", glue_dir, "--output-dir",
+            out, "--max-steps", 1, "--no-progress"]
+    assert run_cli(capsys, *args)[0] == 0
+    _assert_one_line_error(*run_cli(capsys, *args[:-3], "--max-steps", 2, "--no-progress")[::2],
+                           "already holds a run", "--overwrite")
+    assert run_cli(capsys, *args[:-3], "--max-steps", 2, "--no-progress", "--overwrite")[0] == 0
+
+
+@pytest.mark.teacher
+@pytest.mark.skipif(not SHARED_GLUE.is_dir(), reason="../shared/data/glue_data not present")
+def test_real_teacher_finetunes_and_evaluates_on_real_rte(tmp_path, capsys):
+    out = tmp_path / "teacher"
+    code, stdout, err = run_cli(capsys, "finetune", "--task", "rte", "--data-dir", SHARED_GLUE, "--output-dir", out,
+                                "--max-steps", 2, "--batch-size", 8, "--max-train-examples", 16, "--max-seq-len", 64,
+                                "--no-progress")
+    assert code == 0, err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 30.0 < metrics["accuracy"] < 70.0  # two steps: near chance, but a real evaluation of 277 rows
+    model = AutoModelForSequenceClassification.from_pretrained(out)
+    assert model.config.hidden_size == 384 and model.config.num_hidden_layers == 6
+    assert model.config.id2label == {0: "entailment", 1: "not_entailment"}

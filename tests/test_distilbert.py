@@ -1,0 +1,264 @@
+"""DistilBERT recipe: init-student, dynamic masking, the triple loss against losses.*, refusals, and
+tiny end-to-end runs of `init-student`, `distill general --method distilbert` and
+`distill task --method distilbert`."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import save_tiny_classifier, sentence, tiny_bert_config, write_glue_task
+from torch import nn
+from transformers import (
+    BertForMaskedLM,
+    BertForSequenceClassification,
+    BertModel,
+    DistilBertForMaskedLM,
+    DistilBertForSequenceClassification,
+)
+
+from kdbert import cli, losses
+from kdbert.data.batching import PaddingCollator, encode_examples
+from kdbert.data.glue import load_glue_dir
+from kdbert.data.tasks import GLUE_TASKS
+from kdbert.errors import KdbertError
+from kdbert.models.students import init_distilbert_student
+from kdbert.recipes import distilbert
+from kdbert.recipes.base import DistillContext
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, tiny_tokenizer):
+    root = tmp_path_factory.mktemp("distilbert")
+    torch.manual_seed(0)
+    config = tiny_bert_config(tiny_tokenizer, num_hidden_layers=4)
+    mlm = BertForMaskedLM(config)
+    mlm.save_pretrained(root / "mlm-teacher")
+    tiny_tokenizer.save_pretrained(root / "mlm-teacher")
+    BertModel(config).save_pretrained(root / "bare-teacher")
+    tiny_tokenizer.save_pretrained(root / "bare-teacher")
+    finetuned = save_tiny_classifier(root / "finetuned", tiny_tokenizer, num_hidden_layers=4, seed=2)
+    glue = root / "glue_data"
+    write_glue_task(glue, "SST-2", n_train=24, n_dev=8)
+    rng = random.Random(0)
+    docs = ["\n".join(". ".join(sentence(rng).capitalize() for _ in range(3)) + "." for _ in range(4))
+            for _ in range(12)]
+    (root / "corpus.txt").write_text("\n\n".join(docs) + "\n")
+    return {"root": root, "mlm": root / "mlm-teacher", "bare": root / "bare-teacher", "finetuned": finetuned,
+            "glue": glue, "corpus": root / "corpus.txt", "tokenizer": tiny_tokenizer}
+
+
+def special_ids(tokenizer):
+    return torch.tensor(sorted(set(tokenizer.all_special_ids)))
+
+
+# ----------------------------------------------------------------------------- init-student
+def test_init_student_cli(env, tmp_path, capsys):
+    out = tmp_path / "student"
+    assert cli.main(["init-student", "--from", str(env["mlm"]), "--layers", "0,2", "--output-dir", str(out)]) == 0
+    assert "teacher layers [0, 2]" in capsys.readouterr().out
+    student = DistilBertForMaskedLM.from_pretrained(out)
+    teacher = BertForMaskedLM.from_pretrained(env["mlm"])
+    assert student.config.n_layers == 2
+    torch.testing.assert_close(student.distilbert.transformer.layer[1].ffn.lin1.weight,
+                               teacher.bert.encoder.layer[2].intermediate.dense.weight)
+    torch.testing.assert_close(student.vocab_transform.weight, teacher.cls.predictions.transform.dense.weight)
+    assert (out / "tokenizer_config.json").is_file()
+    report = json.loads((out / distilbert.INIT_REPORT).read_text())
+    assert report["layers"] == [0, 2] and report["mlm_head_copied"] is True
+    # a teacher without an MLM head works too (BertModel); every other layer by default
+    bare_out = tmp_path / "from-bare"
+    assert cli.main(["init-student", "--from", str(env["bare"]), "--output-dir", str(bare_out)]) == 0
+    assert DistilBertForMaskedLM.from_pretrained(bare_out).config.n_layers == 2
+    assert json.loads((bare_out / distilbert.INIT_REPORT).read_text())["mlm_head_copied"] is False
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layers", "0,4"], "out of range"),
+    (["--layers", "2,1"], "strictly increasing"),
+    (["--layers", "x"], "not a comma-separated list"),
+    (["--layer-choice", "hf-bert-base"], "out of range"),  # [0,2,4,7,9,11] needs a 12-layer teacher
+])
+def test_init_student_bad_layers(env, tmp_path, capsys, args, message):
+    code = cli.main(["init-student", "--from", str(env["mlm"]), "--output-dir", str(tmp_path / "s"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_init_student_refuses_non_empty_dir(env, tmp_path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "x").write_text("x")
+    with pytest.raises(KdbertError, match="not empty"):
+        distilbert.init_student(str(env["mlm"]), str(tmp_path / "s"))
+    distilbert.init_student(str(env["mlm"]), str(tmp_path / "s"), overwrite=True)
+    assert not (tmp_path / "s" / "x").exists()
+
+
+# ----------------------------------------------------------------------------- masking
+def test_masking_spares_special_and_pad_and_masks_15_percent(env):
+    tok = env["tokenizer"]
+    rng = random.Random(1)
+    rows = [tok(sentence(rng, 5, 30))["input_ids"] for _ in range(64)]
+    collate = distilbert.MlmCollator(tok.pad_token_id, distilbert.DynamicMasker(tok))
+    features = [{"input_ids": r} for r in rows]
+    torch.manual_seed(0)
+    batch = collate(features)
+    original = PaddingCollator(tok.pad_token_id)(features)["input_ids"]
+    chosen = batch["labels"] != -100
+    eligible = batch["attention_mask"].bool() & ~torch.isin(original, special_ids(tok))
+    assert not (chosen & ~eligible).any()  # never a special token or padding
+    assert int(chosen.sum()) == math.ceil(0.15 * int(eligible.sum()))
+    torch.testing.assert_close(batch["labels"][chosen], original[chosen])
+    assert torch.equal(batch["input_ids"][~chosen], original[~chosen])  # only chosen positions change
+    masked = batch["input_ids"][chosen]
+    share_mask = float((masked == tok.mask_token_id).float().mean())
+    assert 0.7 < share_mask < 0.9
+    assert not torch.isin(batch["input_ids"][chosen & (batch["input_ids"] != tok.mask_token_id)],
+                          special_ids(tok)).any()  # random replacements are ordinary tokens
+    # seeded: the same generator state gives the same masks
+    torch.manual_seed(0)
+    assert torch.equal(collate(features)["labels"], batch["labels"])
+
+
+def test_rare_token_weighting(env):
+    tok = env["tokenizer"]
+    common, rare = tok.convert_tokens_to_ids(["the", "cat"])
+    sequences = [[tok.cls_token_id] + [common] * 9 + [rare] + [tok.sep_token_id]] * 20
+    weights = distilbert.token_weights(sequences, len(tok), 0.7)
+    assert weights[rare] == pytest.approx(20 ** -0.7) and weights[common] == pytest.approx(180 ** -0.7)
+    masker = distilbert.DynamicMasker(tok, weights=weights)
+    ids = torch.tensor(sequences)
+    generator = torch.Generator().manual_seed(0)
+    hits = sum(int((masker(ids, torch.ones_like(ids), generator)[1] == rare).sum()) for _ in range(30))
+    uniform = distilbert.DynamicMasker(tok)
+    base = sum(int((uniform(ids, torch.ones_like(ids), generator)[1] == rare).sum()) for _ in range(30))
+    assert hits > 2 * base
+
+
+# ----------------------------------------------------------------------------- general loss
+def test_general_terms_equal_hand_assembly(env):
+    tok = env["tokenizer"]
+    teacher = BertForMaskedLM.from_pretrained(env["mlm"]).eval()
+    student = init_distilbert_student(teacher, [0, 2]).eval()
+    with torch.no_grad():  # make the student differ from the teacher
+        for p in student.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    rng = random.Random(2)
+    features = [{"input_ids": tok(sentence(rng, 3, 12))["input_ids"]} for _ in range(5)]
+    torch.manual_seed(3)
+    batch = distilbert.MlmCollator(tok.pad_token_id, distilbert.DynamicMasker(tok))(features)
+    loss = distilbert.general_loss_settings({"alpha_ce": 5.0, "alpha_mlm": 2.0, "alpha_cos": 1.0, "temperature": 3})
+    terms = distilbert.general_loss_fn(loss)(nn.ModuleDict({"student": student}), {"teacher": teacher}, batch)
+    assert set(terms) == {"ce", "mlm", "cos"}
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    s = student(**inputs, output_hidden_states=True)
+    t = teacher(**inputs, output_hidden_states=True)
+    mask = batch["attention_mask"]
+    torch.testing.assert_close(terms["ce"], 5.0 * losses.kl_div_loss(s.logits, t.logits, 3.0, mask=mask))
+    torch.testing.assert_close(terms["mlm"], 2.0 * losses.masked_lm_cross_entropy(s.logits, batch["labels"]))
+    torch.testing.assert_close(terms["cos"], 1.0 * losses.cosine_hidden_loss(s.hidden_states[-1],
+                                                                               t.hidden_states[-1], mask))
+    # defaults are the reference run's
+    assert distilbert.general_loss_settings({}) == distilbert.GeneralLoss(2.0, 5.0, 2.0, 1.0)
+    only_mlm = distilbert.general_loss_settings({"alpha_ce": 0, "alpha_cos": 0})
+    assert not only_mlm.uses_teacher
+    with pytest.raises(KdbertError, match="all 0"):
+        distilbert.general_loss_settings({"alpha_ce": 0, "alpha_cos": 0, "alpha_mlm": 0})
+
+
+def test_general_refuses_teacher_without_mlm_head(env, tmp_path, capsys):
+    with pytest.raises(KdbertError, match="no MLM head.*kdbert mlm-head"):
+        distilbert.run_general({"teacher": str(env["bare"]), "corpus": [str(env["corpus"])]}, str(tmp_path / "g"))
+    code = cli.main(["distill", "general", "--method", "distilbert", "--teacher", str(env["finetuned"]),
+                     "--corpus", str(env["corpus"]), "--output-dir", str(tmp_path / "g")])
+    assert code == 2 and "kdbert mlm-head" in capsys.readouterr().err
+    assert not (tmp_path / "g").exists()
+    with pytest.raises(KdbertError, match="not DistilBERT.*init-student"):
+        distilbert.run_general({"teacher": str(env["mlm"]), "student": str(env["finetuned"]),
+                                "corpus": [str(env["corpus"])]}, str(tmp_path / "g"))
+    with pytest.raises(KdbertError, match="--max-seq-len 100"):
+        distilbert.run_general({"teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 100},
+                               str(tmp_path / "g"))
+
+
+# ----------------------------------------------------------------------------- task time
+def test_task_student_refusals(env):
+    teacher = BertForSequenceClassification.from_pretrained(env["finetuned"])
+    spec = GLUE_TASKS["sst2"]
+    with pytest.raises(KdbertError, match="needs --student"):
+        distilbert.initial_student(teacher, spec, {})
+    with pytest.raises(KdbertError, match="not DistilBERT.*kdbert init-student"):
+        distilbert.initial_student(teacher, spec, {"student": str(env["finetuned"])})
+    with pytest.raises(KdbertError, match="--student-layers is a"):
+        distilbert.initial_student(teacher, spec, {"student_layers": "2"})
+
+
+def test_task_terms_and_plain_finetuning(env, tmp_path):
+    tok = env["tokenizer"]
+    distilbert.init_student(str(env["mlm"]), str(tmp_path / "init"), layers="0,1")
+    teacher = BertForSequenceClassification.from_pretrained(env["finetuned"]).eval()
+    spec = GLUE_TASKS["sst2"]
+    train = encode_examples(tok, load_glue_dir(spec, env["glue"]).train, 32)
+    batch = PaddingCollator(tok.pad_token_id)([train[i] for i in range(6)])
+    for alpha, names in ((None, {"soft", "hard"}), (0.0, {"hard"})):
+        options = {"student": str(tmp_path / "init"), "alpha": alpha}
+        student = distilbert.initial_student(teacher, spec, options).eval()
+        assert isinstance(student, DistilBertForSequenceClassification) and student.config.num_labels == 2
+        plan = distilbert.build_task_plan(DistillContext(teacher, student, tok, spec, train, options))
+        terms = plan.stages[0].loss_fn(nn.ModuleDict(plan.modules), plan.frozen, batch)
+        assert set(terms) == names
+        s = student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        if alpha is None:  # defaults alpha 0.5, T 2
+            t = teacher(**{k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}).logits
+            torch.testing.assert_close(terms["soft"], 0.5 * losses.kl_div_loss(s, t, 2.0))
+            torch.testing.assert_close(terms["hard"], 0.5 * F.cross_entropy(s, batch["labels"]))
+        else:
+            assert plan.frozen == {} and plan.report["plain_finetuning"]
+            torch.testing.assert_close(terms["hard"], F.cross_entropy(s, batch["labels"]))
+
+
+# ----------------------------------------------------------------------------- end to end
+def test_end_to_end_general_then_task(env, tmp_path, capsys):
+    init = tmp_path / "init"
+    assert cli.main(["init-student", "--from", str(env["mlm"]), "--layer-choice", "every-other",
+                     "--output-dir", str(init)]) == 0
+    general = tmp_path / "general"
+    code = cli.main(["distill", "general", "--recipe", "distilbert/general", "--teacher", str(env["mlm"]),
+                     "--student", str(init), "--corpus", str(env["corpus"]), "--max-seq-len", "32",
+                     "--batch-size", "4", "--max-steps", "3", "--output-dir", str(general), "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads((general / distilbert.GENERAL_REPORT).read_text())
+    assert report["method"] == "distilbert" and report["wall_seconds"] >= 0 and report["sequences"] > 4
+    assert report["masking"]["mlm_smoothing"] == 0.7 and report["loss"]["alpha_ce"] == 5
+    assert {"ce", "mlm", "cos"} <= set(report["stage_losses"]["general"][-1])
+    student = DistilBertForMaskedLM.from_pretrained(general)
+    assert student.config.n_layers == 2
+    assert not torch.equal(student.distilbert.transformer.layer[0].ffn.lin1.weight,
+                           DistilBertForMaskedLM.from_pretrained(init).distilbert.transformer.layer[0].ffn.lin1.weight)
+
+    task = tmp_path / "task"
+    code = cli.main(["distill", "task", "--recipe", "distilbert/task", "--task", "sst2", "--data-dir",
+                     str(env["glue"]), "--teacher", str(env["finetuned"]), "--student", str(general),
+                     "--output-dir", str(task), "--max-steps", "3", "--batch-size", "8", "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads((task / "distill_report.json").read_text())
+    assert report["method"] == "distilbert" and report["loss"]["alpha"] == 0.5
+    assert {"soft", "hard"} <= set(report["stage_losses"]["distilbert"][-1])
+    model = DistilBertForSequenceClassification.from_pretrained(task)
+    assert model.config.num_labels == 2
+
+
+def test_general_without_student_uses_every_other_layer(env, tmp_path):
+    report = distilbert.run_general({"teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 24,
+                                     "batch_size": 4, "max_steps": 1, "max_sequences": 8, "alpha_cos": 0.0,
+                                     "no_progress": True}, str(tmp_path / "g"))
+    assert report["student_init"] == "every other teacher layer [0, 2]" and report["sequences"] == 8
+    assert "cos" not in report["stage_losses"]["general"][-1]
+    assert DistilBertForMaskedLM.from_pretrained(tmp_path / "g").config.n_layers == 2

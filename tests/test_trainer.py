@@ -1,0 +1,130 @@
+"""The shared trainer: resume after a kill, NaN stop, checkpoints, output-dir safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import BertConfig, BertForSequenceClassification
+
+from kdbert.data.batching import EncodedDataset, PaddingCollator
+from kdbert.errors import KdbertError
+from kdbert.trainer import RunConfig, Stage, StageConfig, Trainer, prepare_output_dir
+
+
+def finetune_command(model_dir, glue_dir, out, *extra):
+    return [sys.executable, "-m", "kdbert.cli", "finetune", "--model", str(model_dir), "--task", "rte",
+            "--data-dir", str(glue_dir), "--output-dir", str(out), "--max-steps", "160", "--batch-size", "4",
+            "--eval-every", "8", "--learning-rate", "1e-3", "--no-progress", *extra]
+
+
+def test_resume_after_kill_matches_uninterrupted_run(tmp_path, tiny_classifier_dir, glue_dir):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    straight = tmp_path / "straight"
+    subprocess.run(finetune_command(tiny_classifier_dir, glue_dir, straight), check=True, env=env,
+                   capture_output=True)
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(finetune_command(tiny_classifier_dir, glue_dir, killed), env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((killed / "checkpoints").glob("checkpoint-*[0-9]")):
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed / "train_report.json").exists(), "the run finished before it could be killed"
+
+    subprocess.run(finetune_command(tiny_classifier_dir, glue_dir, killed, "--resume"), check=True, env=env,
+                   capture_output=True)
+    a = json.loads((straight / "metrics.json").read_text())
+    b = json.loads((killed / "metrics.json").read_text())
+    assert a == b
+    weights_a = load_file(straight / "model.safetensors")
+    weights_b = load_file(killed / "model.safetensors")
+    for name in weights_a:
+        torch.testing.assert_close(weights_a[name], weights_b[name], rtol=0, atol=1e-6)
+    history = [json.loads(line) for line in (killed / "log.jsonl").read_text().splitlines()]
+    assert history[-1]["step"] == 160
+
+
+def _toy_stage(loss_fn, n=12, **config):
+    features = [{"input_ids": [2, 5 + i % 7, 3], "labels": i % 2} for i in range(n)]
+    return Stage(StageConfig("toy", **config), loss_fn, EncodedDataset(features))
+
+
+def _linear_modules():
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=8, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return {"student": BertForSequenceClassification(config)}
+
+
+def _loss_on_inputs(parts, frozen, batch):
+    logits = parts["student"](input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return {"ce": torch.nn.functional.cross_entropy(logits, batch["labels"])}
+
+
+def test_non_finite_loss_names_step_and_term(tmp_path):
+    def exploding(parts, frozen, batch):
+        good = _loss_on_inputs(parts, frozen, batch)["ce"]
+        return {"ce": good, "attention": good * float("nan")}
+
+    trainer = Trainer(_linear_modules(), [_toy_stage(exploding, batch_size=4, evaluate=False)],
+                      RunConfig(str(tmp_path), progress=False), PaddingCollator(0))
+    with pytest.raises(KdbertError, match=r"stage 'toy', step 1: the loss became nan \(non-finite term\(s\): attention\)"):
+        trainer.train()
+
+
+def test_constant_schedule_and_checkpoint_rotation(tmp_path):
+    lrs = []
+
+    def recording(parts, frozen, batch):
+        return _loss_on_inputs(parts, frozen, batch)
+
+    stage = _toy_stage(recording, batch_size=4, epochs=3, schedule="constant", learning_rate=0.01, evaluate=False)
+    trainer = Trainer(_linear_modules(), [stage], RunConfig(str(tmp_path), progress=False, log_every=1,
+                                                            keep_checkpoints=2), PaddingCollator(0))
+    trainer.train()
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    lrs = {r["lr"] for r in records if "lr" in r}
+    assert lrs == {0.01} and len(records) == 9  # 12 rows / 4 per batch * 3 epochs
+    checkpoints = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert checkpoints == ["checkpoint-s0-0000006", "checkpoint-s0-0000009"]
+    assert not list(tmp_path.rglob("*.tmp"))
+    assert (tmp_path / "model.safetensors").exists() or (tmp_path / "best").exists()
+
+
+def test_gradient_accumulation_equals_a_big_batch(tmp_path):
+    def run(folder, batch_size, grad_accum):
+        stage = _toy_stage(_loss_on_inputs, n=8, batch_size=batch_size, grad_accum=grad_accum, max_steps=1,
+                           evaluate=False, schedule="constant", learning_rate=0.1, max_grad_norm=0.0)
+        trainer = Trainer(_linear_modules(), [stage], RunConfig(str(folder), progress=False,
+                                                                group_by_length=False), PaddingCollator(0))
+        trainer.train()
+        return trainer.student.classifier.weight.detach().clone()
+
+    torch.testing.assert_close(run(tmp_path / "a", 8, 1), run(tmp_path / "b", 4, 2))
+
+
+def test_output_dir_holding_another_run_is_refused(tmp_path):
+    out = tmp_path / "run"
+    prepare_output_dir(out, {"task": "rte", "lr": 1}, resume=False, overwrite=False)
+    with pytest.raises(KdbertError, match="already holds a run; pass --resume .* --overwrite"):
+        prepare_output_dir(out, {"task": "rte", "lr": 1}, resume=False, overwrite=False)
+    with pytest.raises(KdbertError, match=r"different settings \(lr\)"):
+        prepare_output_dir(out, {"task": "rte", "lr": 2}, resume=True, overwrite=False)
+    prepare_output_dir(out, {"task": "rte", "lr": 2}, resume=False, overwrite=True)
+    assert json.loads((out / "run_config.json").read_text())["lr"] == 2
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(KdbertError, match="is not empty"):
+        prepare_output_dir(other, {}, resume=False, overwrite=False)
