@@ -71,6 +71,15 @@ def _write_glue(root: Path, n_train=24, n_dev=8) -> Path:
     return root
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors: one thread is faster than several contending on a shared CPU."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("tinybert")
@@ -346,8 +355,11 @@ def test_general_then_task_distillation(env, tmp_path):
     assert json.loads((general / "config.json").read_text())["architectures"] == ["BertModel"]
     assert _run_cli(args + ["--resume"]) == 0  # already finished: resumes to the end
     out = tmp_path / "task"
-    assert _run_cli(_task_args(env, out, env["root"] / "teacher", "--student", general)) == 0
+    assert _run_cli(_task_args(env, out, env["root"] / "teacher", "--student", general, "--hidden-projection",
+                              "shared")) == 0
     student = AutoModelForSequenceClassification.from_pretrained(out)
+    task_report = json.loads((out / "distill_report.json").read_text())
+    assert task_report["projections"]["loaded_from_student"] == ["shared"]  # the general stage's fit_dense
     assert (student.config.hidden_size, student.config.num_hidden_layers) == (24, 2)
 
 

@@ -162,7 +162,10 @@ def initial_student(teacher, spec, options: dict):
         raise KdbertError(f"--student {path}: the folder has no config.json; pass a folder saved with save_pretrained")
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    config = AutoConfig.from_pretrained(path)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise KdbertError(f"--student {path}: could not read its config.json: {str(exc).splitlines()[0]}") from None
     _check_vocab(path, getattr(config, "vocab_size", None), teacher.config.vocab_size)
     extra = {}
     if spec.labels is not None:
@@ -257,6 +260,30 @@ def build_projections(spec: IntermediateSpec, d_student: int, d_teacher: int, in
             nn.init.zeros_(linear.bias)
             projections[name] = linear
     return projections
+
+
+def load_saved_projections(projections: nn.ModuleDict, folder) -> list[str]:
+    """Copy same-named, same-shaped projections saved next to a student (``projections.safetensors``
+    of a general-distilled student) into ``projections``; returns the names loaded.
+
+    The reference v1 code keeps ``fit_dense`` inside the student, so task distillation starts
+    from the general stage's projection; this does the same when the modes match.
+    """
+    path = Path(str(folder)) / "projections.safetensors"
+    if not path.is_file():
+        return []
+    from safetensors.torch import load_file
+
+    saved = {k.removeprefix("projections."): v for k, v in load_file(str(path)).items() if k.startswith("projections.")}
+    loaded = []
+    with torch.no_grad():
+        for name, module in projections.items():
+            weight, bias = saved.get(f"{name}.weight"), saved.get(f"{name}.bias")
+            if weight is not None and bias is not None and weight.shape == module.weight.shape:
+                module.weight.copy_(weight)
+                module.bias.copy_(bias)
+                loaded.append(name)
+    return loaded
 
 
 def intermediate_terms(student_trace, teacher_trace, projections: nn.ModuleDict, spec: IntermediateSpec) -> dict:
@@ -371,11 +398,15 @@ def build_task_plan(ctx: DistillContext) -> Plan:
         ispec, report["layer_map"] = _intermediate_spec(options, ctx.student, ctx.teacher, terms_on)
         projections = build_projections(ispec, ctx.student.config.hidden_size, ctx.teacher.config.hidden_size,
                                          ctx.student.config.initializer_range, seed=ctx.seed)
+        student_folder = options.get("student")
+        loaded = load_saved_projections(projections, student_folder) if student_folder and Path(
+            str(student_folder)).is_dir() else []
         train_modules = ("student",)
         if len(projections):
             modules["projections"] = projections
             train_modules = ("student", "projections")
-        report["projections"] = _projection_report(projections, ispec.projection)
+        report["projections"] = {**_projection_report(projections, ispec.projection),
+                                 "loaded_from_student": loaded}
         config = StageConfig(
             "intermediate",
             epochs=float(_option(options, "intermediate_epochs", defaults["intermediate_epochs"])),
