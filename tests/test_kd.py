@@ -22,6 +22,15 @@ from kdbert.recipes import kd
 from kdbert.recipes.base import DistillContext
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one thread is faster than several contending on a shared CPU."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, tiny_tokenizer):
     root = tmp_path_factory.mktemp("kd")
@@ -118,6 +127,10 @@ def test_student_from_teacher_layers(env):
                                   num_attention_heads=2, intermediate_size=8)
     student = kd.initial_student(teacher, spec, {"student": str(folder)})
     assert student.config.hidden_size == 8 and student.config.num_labels == 2
+    # a preset: random init with the teacher's vocabulary
+    student = kd.initial_student(teacher, spec, {"student": "tinybert4"})
+    assert (student.config.hidden_size, student.config.num_hidden_layers) == (312, 4)
+    assert student.config.vocab_size == teacher.config.vocab_size
 
 
 @pytest.mark.parametrize("options, message", [
