@@ -378,6 +378,7 @@ def _human(n: float) -> str:
 # (header, row key, formatter); a column is shown when at least one row has its key.
 _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("Model", "name", str),
+    ("Dev score", "dev_score", lambda v: f"{v:.2f}"),
     ("Params", "params_total", _human),
     ("Non-emb params", "params_non_embedding", _human),
     ("FLOPs/example", "flops_per_example", _human),

@@ -214,6 +214,14 @@ def add_distill_general_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-average", action="store_true", help="tinybert: average attention over heads")
 
 
+def cmd_quickstart(args) -> int:
+    from kdbert.quickstart import run_quickstart
+
+    run_quickstart(task_options(args), args.output_dir, budget=args.budget, method=args.method,
+                   student_layers=args.student_layers, seed=args.seed, progress=not args.no_progress)
+    return 0
+
+
 def format_metrics(title: str, metrics: dict | None) -> str:
     if not metrics:
         return f"{title}: no evaluation"
@@ -254,6 +262,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=30, help="timed runs for latency")
     p.add_argument("--output", help="write the rows as JSON here")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("quickstart", help="the main job: fine-tune the default teacher, distil a student, "
+                                          "compare them (about 10 min on 2 CPU cores)",
+                       description="Fine-tune the packaged teacher on a task, distil a student, evaluate and bench "
+                                   "both, and print a teacher-vs-student table. Rerun to continue an interrupted run.")
+    add_task_arguments(p)
+    p.set_defaults(task="sst2")
+    for action in p._actions:
+        if action.dest == "task":
+            action.required = False
+    p.add_argument("--output-dir", default="runs/quickstart", help="where the teacher, student and summary go")
+    p.add_argument("--budget", choices=["short", "full"], default="short",
+                   help="short: a 6000-row subset, one epoch per stage (~10 min on 2 cores); full: per-task defaults")
+    p.add_argument("--method", choices=["tinybert", "kd", "pkd"], default="tinybert", help="distillation method")
+    p.add_argument("--student-layers", default="0,2,4", help="teacher layers (0-based) the student starts from")
+    p.add_argument("--seed", type=int, default=42, help="random seed")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=cmd_quickstart)
 
     p = sub.add_parser("distill", help="distil a teacher into a student (task or general distillation)",
                        description="Knowledge distillation: `distill task` on a task, `distill general` on raw text.")
