@@ -271,3 +271,36 @@ def test_general_without_student_uses_every_other_layer(env, tmp_path):
     assert report["student_init"] == "every other teacher layer [0, 2]" and report["sequences"] == 8
     assert "cos" not in report["stage_losses"]["general"][-1]
     assert DistilBertForMaskedLM.from_pretrained(tmp_path / "g").config.n_layers == 2
+
+
+def test_general_resume_matches_uninterrupted_run(env, tmp_path, monkeypatch):
+    from kdbert.trainer import Trainer
+
+    options = {"teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 24, "batch_size": 4,
+               "max_steps": 4, "max_sequences": 16, "save_every": 1, "no_progress": True, "seed": 7}
+    distilbert.run_general(dict(options), str(tmp_path / "full"))
+
+    save = Trainer._save_checkpoint
+
+    def save_then_stop(self, *args):
+        save(self, *args)
+        if self.state["step"] == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "_save_checkpoint", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        distilbert.run_general(dict(options), str(tmp_path / "cut"))
+    monkeypatch.setattr(Trainer, "_save_checkpoint", save)
+    step, steps_run = Trainer._optimizer_step, []
+
+    def counted_step(self, *args):
+        steps_run.append(self.state["step"] + 1)
+        step(self, *args)
+
+    monkeypatch.setattr(Trainer, "_optimizer_step", counted_step)
+    distilbert.run_general(dict(options), str(tmp_path / "cut"), resume=True)
+    assert steps_run == [3, 4]  # continued from the step-2 checkpoint
+    full = DistilBertForMaskedLM.from_pretrained(tmp_path / "full").state_dict()
+    resumed = DistilBertForMaskedLM.from_pretrained(tmp_path / "cut").state_dict()
+    for name, value in full.items():
+        torch.testing.assert_close(resumed[name], value, msg=name)
