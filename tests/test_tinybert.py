@@ -117,7 +117,7 @@ def _batch(ctx):
     return PaddingCollator(ctx.tokenizer.pad_token_id, ctx.spec.is_regression)([ctx.train_set[i] for i in range(6)])
 
 
-def _run_cli(args, capsys=None) -> int:
+def _run_cli(args) -> int:
     return cli.main([str(a) for a in args])
 
 
