@@ -115,3 +115,19 @@ def test_real_teacher_finetunes_and_evaluates_on_real_rte(tmp_path, capsys):
     model = AutoModelForSequenceClassification.from_pretrained(out)
     assert model.config.hidden_size == 384 and model.config.num_hidden_layers == 6
     assert model.config.id2label == {0: "entailment", 1: "not_entailment"}
+
+
+def test_quickstart_runs_the_whole_path_and_resumes(tmp_path, capsys, tiny_tokenizer, glue_dir):
+    teacher = save_tiny_classifier(tmp_path / "base", tiny_tokenizer, num_hidden_layers=4, hidden_dropout_prob=0.0)
+    args = ["quickstart", "--task", "sst2", "--data-dir", glue_dir, "--model", teacher, "--output-dir",
+            tmp_path / "qs", "--student-layers", "0,2", "--max-train-examples", 16, "--no-progress"]
+    code, stdout, err = run_cli(capsys, *args)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "qs" / "summary.json").read_text())
+    teacher_row, student_row = summary["rows"]
+    assert teacher_row["speedup"] == pytest.approx(1.0)
+    assert student_row["params_non_embedding"] < teacher_row["params_non_embedding"]
+    assert "Dev score" in stdout and "keeps" in stdout
+    assert json.loads((tmp_path / "qs" / "student-tinybert" / "distill_report.json").read_text())["method"] == "tinybert"
+    code, stdout, _ = run_cli(capsys, *args)  # finished steps are skipped, not redone
+    assert code == 0 and "fine-tuning the teacher" not in stdout and "distilling" not in stdout

@@ -218,7 +218,8 @@ def cmd_quickstart(args) -> int:
     from kdbert.quickstart import run_quickstart
 
     run_quickstart(task_options(args), args.output_dir, budget=args.budget, method=args.method,
-                   student_layers=args.student_layers, seed=args.seed, progress=not args.no_progress)
+                   student_layers=args.student_layers, seed=args.seed, progress=not args.no_progress,
+                   model=args.model, max_train_examples=args.max_train_examples)
     return 0
 
 
@@ -274,8 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
             action.required = False
     p.add_argument("--output-dir", default="runs/quickstart", help="where the teacher, student and summary go")
     p.add_argument("--budget", choices=["short", "full"], default="short",
-                   help="short: a 6000-row subset, one epoch per stage (~10 min on 2 cores); full: per-task defaults")
+                   help="short: a 4000-row subset, one epoch per stage (~10 min on 2 cores); full: per-task defaults")
     p.add_argument("--method", choices=["tinybert", "kd", "pkd"], default="tinybert", help="distillation method")
+    p.add_argument("--model", default="default", help="teacher to fine-tune (default: the packaged all-MiniLM-L6-v2)")
+    p.add_argument("--max-train-examples", type=int, help="training rows per stage (overrides the budget's subset)")
     p.add_argument("--student-layers", default="0,2,4", help="teacher layers (0-based) the student starts from")
     p.add_argument("--seed", type=int, default=42, help="random seed")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")

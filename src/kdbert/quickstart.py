@@ -25,7 +25,7 @@ from kdbert.data.load import TaskOptions
 from kdbert.distill import distill_task
 from kdbert.finetune import FinetuneConfig, finetune
 
-SHORT_BUDGET = {"max_train_examples": 6000, "epochs": 1}
+SHORT_BUDGET = {"max_train_examples": 4000, "epochs": 1}
 
 
 def _finished(folder: Path) -> dict | None:
@@ -34,17 +34,24 @@ def _finished(folder: Path) -> dict | None:
 
 
 def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", method: str = "tinybert",
-                   student_layers: str = "0,2,4", seed: int = 42, progress: bool = True, log=print) -> dict:
-    """Run the main job; returns the summary rows (also written to ``output_dir``)."""
+                   student_layers: str = "0,2,4", seed: int = 42, progress: bool = True, model: str = "default",
+                   max_train_examples: int | None = None, log=print) -> dict:
+    """Run the main job; returns the summary rows (also written to ``output_dir``).
+
+    ``model`` is the teacher to fine-tune (default: the packaged all-MiniLM-L6-v2);
+    ``max_train_examples`` overrides the budget's training subset.
+    """
     out = Path(output_dir)
     short = budget == "short"
+    limits = dict(SHORT_BUDGET) if short else {}
+    if max_train_examples:
+        limits["max_train_examples"] = max_train_examples
     teacher_dir, student_dir = out / "teacher", out / f"student-{method}"
 
     teacher_metrics = _finished(teacher_dir)
     if teacher_metrics is None:
         log(f"[1/3] fine-tuning the teacher on {task.task} -> {teacher_dir}")
-        config = FinetuneConfig(output_dir=str(teacher_dir), seed=seed, progress=progress,
-                                **(SHORT_BUDGET if short else {}))
+        config = FinetuneConfig(output_dir=str(teacher_dir), model=model, seed=seed, progress=progress, **limits)
         teacher_metrics = finetune(task, config, resume=(teacher_dir / "run_config.json").exists())["best_metrics"]
 
     student_metrics = _finished(student_dir)
@@ -53,7 +60,9 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", me
         options = {"method": method, "teacher": str(teacher_dir), "student_layers": student_layers, "seed": seed,
                    "no_progress": not progress}
         if short:
-            options.update(max_train_examples=SHORT_BUDGET["max_train_examples"], epochs=1, intermediate_epochs=1)
+            options.update(epochs=1, intermediate_epochs=1)
+        if limits.get("max_train_examples"):
+            options["max_train_examples"] = limits["max_train_examples"]
         report = distill_task(task, options, str(student_dir), resume=(student_dir / "run_config.json").exists())
         student_metrics = report["dev_metrics"]
 
