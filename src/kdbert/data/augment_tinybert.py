@@ -150,9 +150,9 @@ class TinyBertAugmenter:
         """Same algorithm and outputs as :meth:`augment`, one MLM forward per masked word."""
         return self._augment(list(texts), 1)
 
-    def candidates(self, text: str, batch_size: int | None = None) -> list[tuple[str, list[str]]]:
+    def candidates(self, text: str) -> list[tuple[str, list[str]]]:
         """``(word, candidates)`` for each replaceable word of ``text`` that has candidates."""
-        words = self._candidate_words([text], batch_size or self.batch_size)[0]
+        words = self._candidate_words([text], self.batch_size)[0]
         return [(text[w.start:w.end], w.candidates) for w in words]
 
     def close(self) -> None:
