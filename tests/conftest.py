@@ -15,6 +15,9 @@ from transformers import BertConfig, BertForSequenceClassification, BertTokenize
 
 SHARED_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue_data"
 
+# Tiny models run fastest on one thread, and one thread cannot oversubscribe a shared machine.
+torch.set_num_threads(1)
+
 WORDS = ("the a cat dog sat on mat ran fast slow big small red blue happy sad man woman child "
          "plays reads sees house car tree park good bad is was not very".split())
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

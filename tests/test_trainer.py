@@ -53,6 +53,8 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, tiny_classifier_d
         torch.testing.assert_close(weights_a[name], weights_b[name], rtol=0, atol=1e-6)
     history = [json.loads(line) for line in (killed / "log.jsonl").read_text().splitlines()]
     assert history[-1]["step"] == 160
+    steps = [(r["step"], "eval" in r) for r in history]
+    assert len(steps) == len(set(steps)), "records of the killed run past its checkpoint must be dropped"
 
 
 def _toy_stage(loss_fn, n=12, **config):

@@ -204,6 +204,8 @@ class Trainer:
         """Run all stages (from the latest checkpoint with ``resume``); returns the final report."""
         torch.manual_seed(self.run.seed)
         checkpoint = self._latest_checkpoint() if resume else None
+        if checkpoint is not None:
+            self._truncate_log()
         start = time.time()
         for index, stage in enumerate(self.stages):
             if checkpoint is not None and index < self.state["stage"]:
@@ -414,6 +416,19 @@ class Trainer:
             return None
         self.state = json.loads((found[-1] / "trainer_state.json").read_text())
         return found[-1]
+
+    def _truncate_log(self) -> None:
+        """Drop log records written after the checkpoint we resume from (they will be redone)."""
+        log = self.out / "log.jsonl"
+        if not log.exists() or not self.accelerator.is_main_process:
+            return
+        order = {stage.config.name: i for i, stage in enumerate(self.stages)}
+        position = (self.state["stage"], self.state["step"])
+        kept = [line for line in log.read_text().splitlines()
+                if (order.get(json.loads(line).get("stage"), -1), json.loads(line).get("step", 0)) <= position]
+        tmp = log.with_name(log.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, log)
 
     def _load_checkpoint(self, path: Path, optimizer, scheduler) -> None:
         load_model(self.accelerator.unwrap_model(self.modules), str(path / "modules.safetensors"),

@@ -1,0 +1,99 @@
+"""Distil the fine-tuned teacher into students with every method and record dev scores.
+
+    python benchmarks/distill_glue.py --task sst2 --budget cpu --variants kd pkd-skip --seeds 42
+
+Needs the teacher from ``benchmarks/teacher_glue.py`` (``runs/teacher-<task>``). Variants:
+
+- TinyBERT issue (student ``tinybert4``, 4 layers x 312): ``tinybert4-finetune`` (no
+  distillation: gold labels only), ``tinybert-task`` (task distillation only),
+  ``tinybert-general-task`` (from the general student of ``--general-student``),
+  ``tinybert-general-task-aug`` (plus ``--aug-file``, the task's train_aug.tsv).
+- PKD/KD issue (3 layers x 384, initialised from teacher layers 1-3): ``l3-finetune``, ``kd``,
+  ``pkd-skip``, ``pkd-last``; and ``distilbert-d`` (a DistilBERT student initialised from teacher
+  layers 0, 2, 4, distilled while fine-tuning), ``distilbert-general-d`` (from ``--distilbert-general``).
+
+Budgets: ``cpu`` = first ``--max-train-examples`` rows (default 4000), 2 epochs per stage;
+``paper`` = the methods' own per-task defaults on the whole training set (GPU-sized).
+Results: ``benchmarks/results/distill.json``; each run resumes if interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import load_results, machine_info, save_result  # noqa: E402
+
+from kdbert.data.load import TaskOptions  # noqa: E402
+from kdbert.distill import distill_task  # noqa: E402
+
+VARIANTS = {
+    "tinybert4-finetune": {"method": "tinybert", "student": "tinybert4", "skip_intermediate": True,
+                           "no_prediction_loss": True, "learning_rate": 1e-4},
+    "tinybert-task": {"method": "tinybert", "student": "tinybert4"},
+    "tinybert-general-task": {"method": "tinybert", "student": "{general_student}"},
+    "tinybert-general-task-aug": {"method": "tinybert", "student": "{general_student}", "train_file": "{aug_file}"},
+    "l3-finetune": {"method": "kd", "student_layers": "3", "alpha": 0.0},
+    "kd": {"method": "kd", "student_layers": "3"},
+    "pkd-skip": {"method": "pkd", "student_layers": "3", "layer_map": "skip"},
+    "pkd-last": {"method": "pkd", "student_layers": "3", "layer_map": "last"},
+    "distilbert-d": {"method": "distilbert", "student": "{distilbert_student}"},
+    "distilbert-general-d": {"method": "distilbert", "student": "{distilbert_general}"},
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--data-dir", default="../shared/data/glue_data")
+    parser.add_argument("--budget", choices=["cpu", "paper"], default="cpu")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[42])
+    parser.add_argument("--max-train-examples", type=int, default=4000)
+    parser.add_argument("--epochs", type=float, default=2.0, help="cpu budget: epochs per stage")
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--general-student", default="runs/general-tinybert4")
+    parser.add_argument("--distilbert-student", default="runs/distilbert-init")
+    parser.add_argument("--distilbert-general", default="runs/general-distilbert")
+    parser.add_argument("--aug-file", help="augmented training file (default runs/aug-<task>/train_aug.tsv)")
+    args = parser.parse_args()
+    teacher = Path(args.runs_dir) / f"teacher-{args.task}"
+    if not (teacher / "metrics.json").exists():
+        sys.exit(f"no fine-tuned teacher at {teacher}: run benchmarks/teacher_glue.py --tasks {args.task} first")
+    paths = {"general_student": args.general_student, "distilbert_student": args.distilbert_student,
+             "distilbert_general": args.distilbert_general,
+             "aug_file": args.aug_file or f"{args.runs_dir}/aug-{args.task}/train_aug.tsv"}
+    done = load_results("distill")
+    for variant in args.variants:
+        for seed in args.seeds:
+            key = f"{args.task}/{variant}/{args.budget}/seed{seed}"
+            if key in done:
+                print(f"{key}: done already ({done[key]['metrics']['score']:.2f})")
+                continue
+            options = {k: v.format(**paths) if isinstance(v, str) else v for k, v in VARIANTS[variant].items()}
+            train_file = options.pop("train_file", None)
+            options.update(teacher=str(teacher), seed=seed, no_progress=True)
+            if args.budget == "cpu":
+                options.update(max_train_examples=args.max_train_examples, epochs=args.epochs,
+                               intermediate_epochs=args.epochs)
+            if train_file and args.budget == "cpu":
+                # the augmented file covers the same originals; spend the same number of steps on it
+                steps = math.ceil(args.epochs * args.max_train_examples / 32)
+                options.update(max_train_examples=None, max_steps=steps, intermediate_max_steps=steps)
+            out = Path(args.runs_dir) / f"distill-{args.task}-{variant}-s{seed}"
+            task = TaskOptions(args.task, data_dir=args.data_dir, train_file=train_file)
+            report = distill_task(task, options, str(out), resume=(out / "run_config.json").exists())
+            result = {"task": args.task, "variant": variant, "seed": seed, "budget": args.budget,
+                      "metrics": report["dev_metrics"], "wall_seconds": report["wall_seconds"],
+                      "output_dir": str(out), "options": {k: v for k, v in options.items() if k != "no_progress"},
+                      "command": f"python benchmarks/distill_glue.py --task {args.task} --budget {args.budget} "
+                                 f"--variants {variant} --seeds {seed}", **machine_info()}
+            save_result("distill", key, result)
+            print(f"{key}: {report['dev_metrics']} in {report['wall_seconds']:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
