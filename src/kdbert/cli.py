@@ -223,6 +223,32 @@ def cmd_quickstart(args) -> int:
     return 0
 
 
+def cmd_mlm_head(args) -> int:
+    from kdbert.mlm_head import fit_mlm_head
+    from kdbert.models.loading import resolve_model_path
+
+    out = Path(args.output_dir)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise KdbertError(f"output dir {out} is not empty; choose another --output-dir or pass --overwrite")
+    report = fit_mlm_head(resolve_model_path(args.encoder), args.corpus, out, unfreeze_top_layers=args.unfreeze_top_layers,
+                          steps=args.steps, batch_size=args.batch_size, lr=args.learning_rate,
+                          max_seq_len=args.max_seq_len, seed=args.seed, eval_sequences=args.eval_sequences)
+    print(json.dumps({k: v for k, v in report.items() if not isinstance(v, (list, dict))}, indent=2))
+    return 0
+
+
+def cmd_augment(args) -> int:
+    from kdbert.augment import augment_task
+
+    result = augment_task(task_options(args), args.mlm, args.word_vectors, args.output, p=args.p, n_aug=args.n_aug,
+                          top_k=args.top_k, seed=args.seed, batch_size=args.batch_size,
+                          num_workers=args.num_workers, max_rows=args.max_rows, max_words=args.max_words)
+    print(f"augmented {result['input_rows']} rows ({', '.join(map(str, result['columns']))}) -> "
+          f"{result['output_rows']} rows in {result['output']} ({result['seconds']:.0f}s, "
+          f"{result['sentences_per_second']:.1f} sentences/s)")
+    return 0
+
+
 def format_metrics(title: str, metrics: dict | None) -> str:
     if not metrics:
         return f"{title}: no evaluation"
@@ -283,6 +309,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=42, help="random seed")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=cmd_quickstart)
+
+    p = sub.add_parser("mlm-head", help="fit a masked-LM head on an encoder without one (for augmentation, "
+                                        "DistilBERT's KL term)",
+                       description="Fit a BERT MLM head (transform + LayerNorm + decoder tied to the word embeddings) "
+                                   "on a frozen encoder over a corpus; save an HF BertForMaskedLM folder and its "
+                                   "held-out masked-token accuracy.")
+    p.add_argument("--encoder", default="default", help="encoder folder or hub id (default: the packaged teacher)")
+    p.add_argument("--corpus", nargs="+", required=True, help="text files or folders (.txt/.gz, WikiExtractor ok)")
+    p.add_argument("--output-dir", required=True, help="where the BertForMaskedLM folder goes")
+    p.add_argument("--unfreeze-top-layers", type=int, default=0,
+                   help="also train the top N encoder layers (better predictions for augmentation)")
+    p.add_argument("--steps", type=int, default=300, help="optimiser steps")
+    p.add_argument("--batch-size", type=int, default=32, help="sequences per step")
+    p.add_argument("--learning-rate", type=float, default=1e-3, help="peak learning rate")
+    p.add_argument("--max-seq-len", type=int, default=128, help="tokens per packed sequence")
+    p.add_argument("--eval-sequences", type=int, default=256, help="held-out sequences for the accuracy report")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
+    p.set_defaults(func=cmd_mlm_head)
+
+    p = sub.add_parser("augment", help="TinyBERT data augmentation of a task's training file",
+                       description="Write train_aug.tsv in the task's format: MLM candidates for single-piece "
+                                   "words, word-vector neighbours for multi-piece words (TinyBERT, Alg. 1).")
+    add_task_arguments(p)
+    p.add_argument("--mlm", required=True, help="BertForMaskedLM folder (e.g. from `kdbert mlm-head`) or hub id")
+    p.add_argument("--word-vectors", required=True, help="GloVe-format text file (.txt or .gz)")
+    p.add_argument("--output", help="output file (default: train_aug.tsv, or .jsonl for JSONL input)")
+    p.add_argument("--p", type=float, default=0.4, help="probability of replacing each candidate word (p_t)")
+    p.add_argument("--n-aug", type=int, default=20, help="augmented versions tried per sentence (N_a)")
+    p.add_argument("--top-k", type=int, default=15, help="candidates per word (K)")
+    p.add_argument("--max-words", type=int, default=100000, help="word vectors loaded (first N of the file)")
+    p.add_argument("--max-rows", type=int, help="augment only the first N training rows")
+    p.add_argument("--batch-size", type=int, default=64, help="MLM queries per forward pass")
+    p.add_argument("--num-workers", type=int, default=1, help="worker processes")
+    p.add_argument("--seed", type=int, default=42, help="random seed (output is identical for any batch size "
+                                                         "or worker count)")
+    p.set_defaults(func=cmd_augment)
 
     p = sub.add_parser("distill", help="distil a teacher into a student (task or general distillation)",
                        description="Knowledge distillation: `distill task` on a task, `distill general` on raw text.")

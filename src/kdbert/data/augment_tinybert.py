@@ -309,7 +309,7 @@ def _format_rows(rows: list[dict], header: list[str], jsonl: bool) -> str:
 
 
 def augment_file_rows(rows: list[dict], columns_to_augment: list[str], out_path: str | os.PathLike,
-                      augmenter: TinyBertAugmenter, chunk_size: int = 256) -> int:
+                      augmenter: TinyBertAugmenter, chunk_size: int = 256, write_header: bool = True) -> int:
     """Augment ``rows`` and write them to ``out_path`` (``.jsonl``, else TSV with a header); resumable.
 
     Each input row is written once unchanged, then once per augmented version of each column in
@@ -319,6 +319,7 @@ def augment_file_rows(rows: list[dict], columns_to_augment: list[str], out_path:
     and bytes done (written atomically). A rerun with the same rows and settings truncates the
     partial file to the recorded size and continues; at the end the partial file is renamed to
     ``out_path`` and the progress file removed. Returns the number of rows written.
+    ``write_header=False`` writes no header line (GLUE's CoLA files have none).
     """
     out_path = Path(out_path)
     partial, progress_path = Path(f"{out_path}.partial"), Path(f"{out_path}.progress.json")
@@ -340,7 +341,7 @@ def augment_file_rows(rows: list[dict], columns_to_augment: list[str], out_path:
         state = saved
     else:
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text("" if jsonl else "\t".join(header) + "\n")
+        partial.write_text("\t".join(header) + "\n" if write_header and not jsonl else "")
         state["bytes"] = partial.stat().st_size
     with open(partial, "r+b") as handle:
         handle.truncate(state["bytes"])

@@ -1,0 +1,62 @@
+"""`kdbert augment` and `kdbert mlm-head` on tiny models: the augmented file reads back as the task."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from conftest import WORDS, tiny_bert_config
+from transformers import BertForMaskedLM
+
+from kdbert.cli import main
+from kdbert.data.load import TaskOptions, load_task
+
+
+def _tiny_mlm(folder, tokenizer):
+    torch.manual_seed(0)
+    BertForMaskedLM(tiny_bert_config(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _glove(path):
+    lines = [f"{w} " + " ".join(f"{((i * 7 + j) % 11) / 10:.2f}" for j in range(4)) for i, w in enumerate(WORDS)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_augmented_cola_and_rte_files_read_back_in_the_task_format(tmp_path, tiny_tokenizer, glue_dir, capsys):
+    mlm, glove = _tiny_mlm(tmp_path / "mlm", tiny_tokenizer), _glove(tmp_path / "glove.txt")
+    for task, folder in (("cola", "CoLA"), ("rte", "RTE")):
+        out = tmp_path / f"{task}_aug.tsv"
+        code = main(["augment", "--task", task, "--data-dir", str(glue_dir), "--mlm", str(mlm), "--word-vectors",
+                     str(glove), "--output", str(out), "--n-aug", "3", "--max-rows", "10"])
+        assert code == 0, capsys.readouterr().err
+        data = load_task(TaskOptions(task, data_dir=str(glue_dir), train_file=str(out)))
+        originals = load_task(TaskOptions(task, data_dir=str(glue_dir))).train[:10]
+        assert len(data.train) > len(originals)
+        assert {ex.label for ex in data.train} <= {ex.label for ex in originals} | {0, 1}
+        assert all(ex in data.train for ex in originals)
+    assert "sentences/s" in capsys.readouterr().out
+
+
+def test_augmented_file_with_wrong_columns_is_refused(tmp_path, glue_dir, capsys):
+    bad = tmp_path / "bad_aug.tsv"
+    bad.write_text("index\tsentence1\tlabel\n0\ta cat\tentailment\n")
+    code = main(["finetune", "--task", "rte", "--data-dir", str(glue_dir), "--train-file", str(bad),
+                 "--output-dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "bad_aug.tsv:1: header lacks column(s) ['sentence2']" in err
+
+
+def test_mlm_head_command_writes_a_masked_lm_and_report(tmp_path, tiny_tokenizer, capsys):
+    encoder = _tiny_mlm(tmp_path / "enc", tiny_tokenizer)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(" ".join(WORDS[i:i + 12]) + " ." for i in range(0, 20)) * 20)
+    out = tmp_path / "head"
+    code = main(["mlm-head", "--encoder", str(encoder), "--corpus", str(corpus), "--output-dir", str(out),
+                 "--steps", "2", "--batch-size", "4", "--eval-sequences", "4", "--max-seq-len", "16"])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads((out / "mlm_head_report.json").read_text())
+    assert BertForMaskedLM.from_pretrained(out).config.vocab_size == len(tiny_tokenizer)
+    assert any("top" in key for key in json.dumps(report).split('"'))
