@@ -8,6 +8,7 @@ that produced it; nothing is typed in by hand.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -59,11 +60,113 @@ def bench_section() -> list[str]:
             format_table(rows), "", f"Command: `{first['command']}`", ""]
 
 
+TINYBERT_VARIANTS = [("tinybert4-finetune", "tinybert4 fine-tuned, no distillation"),
+                     ("tinybert-task", "TinyBERT task distillation only"),
+                     ("tinybert-general-task", "general + task distillation"),
+                     ("tinybert-general-task-aug", "general + task + augmentation")]
+PKD_VARIANTS = [("l3-finetune", "3 layers x 384, fine-tuned only"), ("kd", "KD (Hinton)"),
+                ("pkd-skip", "PKD-Skip"), ("pkd-last", "PKD-Last"), ("distilbert-d", "DistilBERT (D)"),
+                ("distilbert-general-d", "DistilBERT (D) after general distillation")]
+
+
+def _mean_std(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    mean = sum(values) / len(values)
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return f"{mean:.1f} ± {std:.1f} (n={len(values)})"
+
+
+def distill_section(title: str, intro: str, variants: list[tuple[str, str]]) -> list[str]:
+    results = load_results("distill")
+    teachers = {r["task"]: r for r in load_results("teacher_glue").values()}
+    names = {name for name, _ in variants}
+    rows = [r for r in results.values() if r["variant"] in names]
+    if not rows:
+        return []
+    tasks = [t for t in TASK_ORDER if any(r["task"] == t for r in rows)]
+    lines = [f"## {title}", "", intro, "", "| model | " + " | ".join(tasks) + " |",
+             "|---|" + "---|" * len(tasks)]
+    lines.append("| teacher (all-MiniLM-L6-v2) | " + " | ".join(
+        f"{teachers[t]['metrics']['score']:.1f}" if t in teachers else "-" for t in tasks) + " |")
+    for name, label in variants:
+        cells = []
+        for task in tasks:
+            scores = [r["metrics"]["score"] for r in rows if r["variant"] == name and r["task"] == task]
+            if scores and task in teachers:
+                kept = 100 * (sum(scores) / len(scores)) / teachers[task]["metrics"]["score"]
+                cells.append(f"{_mean_std(scores)} ({kept:.0f}%)")
+            else:
+                cells.append(_mean_std(scores) if scores else "-")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    budgets = sorted({json.dumps({k: v for k, v in r["options"].items() if k in BUDGET_KEYS}, sort_keys=True)
+                      for r in rows})
+    example = rows[0]
+    lines += ["", "Dev score (the task's metric, mean of its metrics), and in brackets the share of the teacher's "
+              "score kept. Budgets (options that differ from the method defaults):", ""]
+    lines += [f"- `{b}`" for b in budgets]
+    lines += ["", f"Machine: {example['machine']}; date {example['date']}. Command per cell: "
+              f"`python benchmarks/distill_glue.py --task TASK --budget {example['budget']} --variants VARIANT "
+              "--seeds SEED`; wall time per run is in `benchmarks/results/distill.json`.", ""]
+    return lines
+
+
+BUDGET_KEYS = ("max_train_examples", "epochs", "intermediate_epochs", "max_steps", "intermediate_max_steps")
+
+
+def tinybert_section() -> list[str]:
+    return distill_section(
+        "TinyBERT (issue: TinyBERT, complete)",
+        "Student `tinybert4` (4 layers, hidden 312, FFN 1200, 12 heads) distilled from the fine-tuned teacher; "
+        "the layer map for 4 student layers over 6 teacher layers is 1->2, 2->3, 3->5, 4->6 (rounded uniform). "
+        "The general student comes from `kdbert distill general` on a slice of the shared Wikipedia corpus, "
+        "and augmentation from `kdbert augment` with the MLM head fitted with 2 unfrozen layers (below).",
+        TINYBERT_VARIANTS)
+
+
+def pkd_section() -> list[str]:
+    return distill_section(
+        "KD, BERT-PKD and DistilBERT (issue: DistilBERT, BERT-PKD and classic KD)",
+        "Students of the teacher's width (hidden 384) with 3 layers: KD / PKD start from teacher layers 1-3; "
+        "DistilBERT students start from teacher layers 1, 3, 5 (every other layer, `kdbert init-student`).",
+        PKD_VARIANTS)
+
+
+def mlm_head_section() -> list[str]:
+    results = load_results("mlm_head")
+    if not results:
+        return []
+    lines = ["## MLM head on the default teacher (`kdbert mlm-head`)", "",
+             "all-MiniLM-L6-v2 ships without an MLM head; augmentation and DistilBERT's KL term need one. "
+             "Held-out masked-token accuracy (15% masking, 256 held-out sequences of 128 tokens):", "",
+             "| unfrozen top layers | trainable params | steps x batch | top-1 | top-15 | wall time | machine | date |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(results.values(), key=lambda r: r["unfreeze_top_layers"]):
+        lines.append(f"| {r['unfreeze_top_layers']} | {r['trainable_parameters']:,} | {r['steps']} x {r['batch_size']} "
+                     f"| {100 * r['top1']:.1f}% | {100 * r['top15']:.1f}% | {r['wall_time_s'] / 60:.0f} min "
+                     f"| {r['machine']} | {r['date']} |")
+    lines += ["", "Wall times were taken while other jobs shared the 2 cores (2 torch threads each), so they overstate the cost. "
+              "Command: `python benchmarks/mlm_head.py --unfreeze 0 2` (each row's `kdbert mlm-head` command is "
+              "in `benchmarks/results/mlm_head.json`).", ""]
+    return lines
+
+
+def augment_section() -> list[str]:
+    path = Path(__file__).parent / "results" / "augment_throughput.json"
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    return ["## Augmentation throughput", "", "```", json.dumps(data, indent=2), "```", "",
+            "Command: `python benchmarks/augment_throughput.py runs/mlm-k2 --out "
+            "benchmarks/results/augment_throughput.json`.", ""]
+
+
 def main() -> None:
     lines = ["# kdbert benchmarks", "",
              "Generated by `python benchmarks/report.py` from `benchmarks/results/*.json`. "
              "Each section names the command that produced it; rerun it to reproduce.", ""]
-    for section in (teacher_section, bench_section):
+    for section in (teacher_section, bench_section, tinybert_section, pkd_section, mlm_head_section,
+                    augment_section):
         lines += section()
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines))
     print(f"wrote {ROOT / 'BENCHMARKS.md'}")
