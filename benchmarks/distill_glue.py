@@ -77,12 +77,15 @@ def main() -> None:
             train_file = options.pop("train_file", None)
             options.update(teacher=str(teacher), seed=seed, no_progress=True)
             if args.budget == "cpu":
-                options.update(max_train_examples=args.max_train_examples, epochs=args.epochs,
-                               intermediate_epochs=args.epochs)
+                options.update(max_train_examples=args.max_train_examples, epochs=args.epochs)
+                if options["method"] == "tinybert" and not options.get("skip_intermediate"):
+                    options["intermediate_epochs"] = args.epochs
             if train_file and args.budget == "cpu":
                 # the augmented file covers the same originals; spend the same number of steps on it
                 steps = math.ceil(args.epochs * args.max_train_examples / 32)
                 options.update(max_train_examples=None, max_steps=steps, intermediate_max_steps=steps)
+                options.pop("intermediate_epochs", None)
+                options.pop("epochs", None)
             out = Path(args.runs_dir) / f"distill-{args.task}-{variant}-s{seed}"
             task = TaskOptions(args.task, data_dir=args.data_dir, train_file=train_file)
             report = distill_task(task, options, str(out), resume=(out / "run_config.json").exists())
