@@ -31,15 +31,6 @@ from kdbert.recipes import distilbert
 from kdbert.recipes.base import DistillContext
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is faster than several contending on a shared CPU."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, tiny_tokenizer):
     root = tmp_path_factory.mktemp("distilbert")
