@@ -36,22 +36,28 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="*", help="subset of the budget's tasks")
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--model", default="default")
+    parser.add_argument("--learning-rate", type=float, help="override the task default (a tuning run)")
+    parser.add_argument("--epochs", type=float, help="override the budget's epochs (a tuning run)")
     args = parser.parse_args()
+    tuning = {k: v for k, v in (("learning_rate", args.learning_rate), ("epochs", args.epochs)) if v is not None}
     done = load_results("teacher_glue")
     for task, overrides in BUDGETS[args.budget].items():
         if args.tasks and task not in args.tasks:
             continue
-        key = f"{task}/{args.budget}"
+        overrides = {**overrides, **tuning}
+        suffix = "".join(f"-{k}{v:g}" for k, v in sorted(tuning.items()))
+        key = f"{task}/{args.budget}{suffix}"
         if key in done:
             print(f"{key}: done already ({done[key]['metrics']})")
             continue
-        out = Path(args.runs_dir) / f"teacher-{task}"
+        out = Path(args.runs_dir) / f"teacher-{task}{suffix}"
         config = FinetuneConfig(output_dir=str(out), model=args.model, progress=False, **overrides)
         resume = (out / "run_config.json").exists()
         report = finetune(TaskOptions(task, data_dir=args.data_dir), config, resume=resume)
         result = {"task": task, "budget": args.budget, "overrides": overrides, "metrics": report["best_metrics"],
                   "train_seconds": report["train_seconds"], "output_dir": str(out),
-                  "command": f"python benchmarks/teacher_glue.py --budget {args.budget} --tasks {task}",
+                  "command": f"python benchmarks/teacher_glue.py --budget {args.budget} --tasks {task}"
+                             + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in sorted(tuning.items())),
                   "hyperparameters": {k: report["config"][k] for k in ("epochs", "learning_rate", "batch_size",
                                                                        "max_seq_len")},
                   **machine_info()}
