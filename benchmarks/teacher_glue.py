@@ -54,7 +54,7 @@ def main() -> None:
         config = FinetuneConfig(output_dir=str(out), model=args.model, progress=False, **overrides)
         resume = (out / "run_config.json").exists()
         report = finetune(TaskOptions(task, data_dir=args.data_dir), config, resume=resume)
-        result = {"task": task, "budget": args.budget, "overrides": overrides, "metrics": report["best_metrics"],
+        result = {"task": task, "budget": args.budget, "overrides": overrides, "tuning": bool(tuning), "metrics": report["best_metrics"],
                   "train_seconds": report["train_seconds"], "output_dir": str(out),
                   "command": f"python benchmarks/teacher_glue.py --budget {args.budget} --tasks {task}"
                              + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in sorted(tuning.items())),
