@@ -1,0 +1,60 @@
+"""General distillation runs that the task-distillation benchmarks start from.
+
+    python benchmarks/general_distill.py --method tinybert distilbert
+
+``tinybert``: a ``tinybert4`` student from the default teacher on 3,200 packed sequences of 128
+tokens of the shared Wikipedia corpus, one epoch at batch 32 (``runs/general-tinybert4``).
+``distilbert``: the DistilBERT student from ``kdbert init-student`` (``runs/distilbert-init``)
+with the teacher plus its fitted MLM head (``runs/mlm-k0``) on 1,600 sequences of 64 tokens,
+batch 16 (``runs/general-distilbert``). These are CPU budgets, far below the papers' (TinyBERT:
+3 epochs of English Wikipedia at batch 256). ``--record-only`` records finished runs.
+Results: ``benchmarks/results/general.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine_info, save_result  # noqa: E402
+
+from kdbert.cli import main as kdbert_main  # noqa: E402
+
+CORPUS = "../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz"
+RUNS = {
+    "tinybert": ["distill", "general", "--method", "tinybert", "--corpus", CORPUS, "--max-sequences", "3200",
+                 "--batch-size", "32", "--epochs", "1", "--output-dir", "runs/general-tinybert4", "--no-progress"],
+    "distilbert": ["distill", "general", "--method", "distilbert", "--teacher", "runs/mlm-k0", "--student",
+                   "runs/distilbert-init", "--corpus", CORPUS, "--max-sequences", "1600", "--batch-size", "16",
+                   "--max-seq-len", "64", "--epochs", "1", "--output-dir", "runs/general-distilbert",
+                   "--no-progress"],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--method", nargs="+", choices=sorted(RUNS), default=sorted(RUNS))
+    parser.add_argument("--record-only", action="store_true")
+    args = parser.parse_args()
+    for method in args.method:
+        argv = RUNS[method]
+        out = Path(argv[argv.index("--output-dir") + 1])
+        if not args.record_only:
+            resume = ["--resume"] if (out / "run_config.json").exists() else []
+            if kdbert_main(argv + resume) != 0:
+                sys.exit(f"general distillation ({method}) failed")
+        report = json.loads((out / "general_report.json").read_text())
+        losses = report["stage_losses"]["general"]
+        result = {"method": method, "output_dir": str(out), "wall_seconds": report["wall_seconds"],
+                  "steps": losses[-1]["step"], "first_loss": losses[0], "last_loss": losses[-1],
+                  "command": "kdbert " + " ".join(argv), **machine_info()}
+        save_result("general", method, result)
+        print(method, f"{result['steps']} steps, loss {losses[0]['loss']:.3f} -> {losses[-1]['loss']:.3f}, "
+                      f"{result['wall_seconds'] / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
