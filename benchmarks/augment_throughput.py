@@ -1,21 +1,30 @@
 """Throughput of TinyBERT augmentation: batched (1 and 2 worker processes) vs one MLM call per word.
 
-    python benchmarks/augment_throughput.py MLM_DIR [--task RTE] [--n 50] [--out results.json]
+    python benchmarks/augment_throughput.py MLM_DIR [--task RTE] [--n 50] [--bf16] [--out results.json]
 
 MLM_DIR is a BertForMaskedLM folder, e.g. written by ``kdbert.mlm_head.fit_mlm_head`` for the
 default teacher. Sentences are the first N texts of the task's train.tsv (for pair tasks both
-columns, row by row). Each mode gets a short warm-up first; worker start-up is timed apart.
-Prints sentences/s per mode and the speedup over one-at-a-time, checks the outputs agree, and
-writes everything to a JSON file.
+columns, row by row). Modes run interleaved, slice by slice (``--slice`` sentences), so that
+background load on a shared machine hits all of them alike; each mode gets a warm-up first and
+worker start-up is timed apart. Prints sentences/s per mode, the speedup over one-at-a-time and
+how many sentences' outputs equal one-at-a-time's, and writes it all to a JSON file.
+This process uses ``--threads`` torch threads (default 1, so 1 worker = 1 core); its CPU seconds
+are recorded too, a measure of work that background load barely changes.
 
-``reference_style_mlm`` times only the MLM calls the reference script makes for the same words:
-one full ``BertForMaskedLM`` forward per masked word, with vocabulary logits at every position
-(kdbert's one-at-a-time mode projects only the masked position).
+Modes:
+- ``one_at_a_time``: kdbert's algorithm, one MLM forward per masked word (batch size 1).
+- ``batched_1_worker`` / ``batched_2_workers``: all mask queries batched, in this process or in
+  2 spawned processes (1 torch thread each).
+- ``batched_1_worker_bf16`` (``--bf16``): batched with a bfloat16 copy of the model (fast on
+  CPUs with AMX); its candidates differ slightly from float32, so outputs are compared only.
+- ``reference_style_mlm``: only the MLM calls the reference script makes for the same words, one
+  full ``BertForMaskedLM`` forward with vocabulary logits at every position per masked word.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import datetime
 import json
@@ -56,65 +65,80 @@ def reference_style_mlm(model, tokenizer, top_k: int, texts: list[str]) -> None:
                 model(input_ids=seq, token_type_ids=types).logits[0, pos + 1].topk(top_k)
 
 
-def timed(fn, texts):
-    start = time.perf_counter()
-    out = fn(texts)
-    return out, time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mlm_dir")
     parser.add_argument("--task", default="RTE", choices=sorted(TEXT_COLUMNS))
     parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--slice", type=int, default=10, help="sentences per interleaved slice")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads in this process")
+    parser.add_argument("--bf16", action="store_true", help="also time a bfloat16 copy of the model, batched")
     parser.add_argument("--glove", default=str(DATA / "glove" / "glove.6B.50d.txt.gz"))
     parser.add_argument("--glue-dir", default=str(DATA / "glue_data"))
     parser.add_argument("--out", default="augment_throughput.json")
     args = parser.parse_args()
 
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
     texts = read_sentences(Path(args.glue_dir), args.task, args.n)
-    warmup = texts[:2]
     model = BertForMaskedLM.from_pretrained(args.mlm_dir)
     tokenizer = AutoTokenizer.from_pretrained(args.mlm_dir)
     start = time.perf_counter()
     vectors = load_word_vectors(args.glove)
     glove_s = time.perf_counter() - start
 
-    def augmenter(**kw):
-        return TinyBertAugmenter(model, tokenizer, vectors, batch_size=args.batch_size, **kw)
+    single = TinyBertAugmenter(model, tokenizer, vectors, batch_size=args.batch_size)
+    pooled = TinyBertAugmenter(model, tokenizer, vectors, batch_size=args.batch_size, num_workers=2)
+    modes = {
+        "one_at_a_time": single.augment_one_at_a_time,
+        "batched_1_worker": single.augment,
+        "batched_2_workers": pooled.augment,
+        "reference_style_mlm": lambda t: reference_style_mlm(model, tokenizer, single.top_k, t),
+    }
+    if args.bf16:
+        fast = TinyBertAugmenter(copy.deepcopy(model).to(torch.bfloat16), tokenizer, vectors, batch_size=args.batch_size)
+        modes["batched_1_worker_bf16"] = fast.augment
+    warmups = {}
+    for name, fn in modes.items():
+        start = time.perf_counter()
+        fn(texts[:2])
+        warmups[name] = time.perf_counter() - start
+    seconds, cpu_seconds = dict.fromkeys(modes, 0.0), dict.fromkeys(modes, 0.0)
+    outputs = {name: [] for name in modes}
+    for begin in range(0, len(texts), args.slice):
+        for name, fn in modes.items():
+            start, cpu_start = time.perf_counter(), time.process_time()
+            out = fn(texts[begin:begin + args.slice])
+            seconds[name] += time.perf_counter() - start
+            cpu_seconds[name] += time.process_time() - cpu_start
+            outputs[name] += out or []
+    pooled.close()
 
-    results, outputs = {}, {}
-    single = augmenter()
-    n_words = sum(len(single.candidates(t)) for t in texts)
-    for name, fn in [("one_at_a_time", single.augment_one_at_a_time), ("batched_1_worker", single.augment)]:
-        fn(warmup)
-        outputs[name], seconds = timed(fn, texts)
-        results[name] = {"seconds": round(seconds, 2), "sentences_per_s": round(len(texts) / seconds, 2)}
-    with augmenter(num_workers=2) as pooled:
-        _, startup = timed(pooled.augment, warmup)
-        outputs["batched_2_workers"], seconds = timed(pooled.augment, texts)
-    results["batched_2_workers"] = {"seconds": round(seconds, 2), "sentences_per_s": round(len(texts) / seconds, 2),
-                                    "startup_and_warmup_s": round(startup, 2)}
-    reference_style_mlm(model, tokenizer, single.top_k, warmup)
-    _, reference_s = timed(lambda t: reference_style_mlm(model, tokenizer, single.top_k, t), texts)
-    vs_reference = round(reference_s / results["batched_1_worker"]["seconds"], 2)
-    print(f"reference-style MLM calls alone: {reference_s:.2f} s; batched (1 worker) is x{vs_reference:.2f} faster")
-    base = results["one_at_a_time"]["seconds"]
-    for name, row in results.items():
-        row["speedup"] = round(base / row["seconds"], 2)
-        row["outputs_identical_to_one_at_a_time"] = outputs[name] == outputs["one_at_a_time"]
-        print(f"{name:18s} {row['sentences_per_s']:8.2f} sentences/s  speedup x{row['speedup']:.2f}  "
-              f"identical={row['outputs_identical_to_one_at_a_time']}")
+    results = {}
+    for name in modes:
+        row = {"seconds": round(seconds[name], 2), "sentences_per_s": round(len(texts) / seconds[name], 2),
+               "cpu_seconds_this_process": round(cpu_seconds[name], 2),
+               "speedup_vs_one_at_a_time": round(seconds["one_at_a_time"] / seconds[name], 2),
+               "speedup_vs_reference_style_mlm": round(seconds["reference_style_mlm"] / seconds[name], 2)}
+        if name != "reference_style_mlm":
+            same = sum(a == b for a, b in zip(outputs[name], outputs["one_at_a_time"], strict=True))
+            row["sentences_identical_to_one_at_a_time"] = f"{same}/{len(texts)}"
+        results[name] = row
+        print(f"{name:22s} {row['sentences_per_s']:7.2f} sentences/s  x{row['speedup_vs_one_at_a_time']:.2f} vs "
+              f"one-at-a-time  x{row['speedup_vs_reference_style_mlm']:.2f} vs reference-style  "
+              f"identical {row.get('sentences_identical_to_one_at_a_time', '-')}")
+    results["batched_2_workers"]["startup_and_warmup_s"] = round(warmups["batched_2_workers"], 2)
 
     report = {
-        "task": args.task, "sentences": len(texts), "replaceable_words_with_candidates": n_words,
+        "task": args.task, "sentences": len(texts), "slice": args.slice, "batch_size": args.batch_size,
+        "replaceable_words_with_candidates": sum(len(single.candidates(t)) for t in texts),
         "augmented_versions": sum(len(o) - 1 for o in outputs["one_at_a_time"]),
-        "batch_size": args.batch_size, "n_aug": single.n_aug, "top_k": single.top_k, "p": single.p,
-        "glove_load_s": round(glove_s, 2), "results": results, "mlm_dir": args.mlm_dir,
-        "reference_style_mlm_s": round(reference_s, 2), "batched_1_worker_speedup_vs_reference_style": vs_reference,
-        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-                    "platform": platform.platform(), "processor": platform.processor()},
+        "n_aug": single.n_aug, "top_k": single.top_k, "p": single.p, "glove_load_s": round(glove_s, 2),
+        "results": results, "mlm_dir": args.mlm_dir,
+        "load_average_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "machine": {"cpus": os.cpu_count(), "torch_threads": args.threads, "torch": torch.__version__,
+                    "platform": platform.platform()},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")

@@ -1,0 +1,47 @@
+"""Time the main job (`kdbert quickstart`) and record its teacher-vs-student table.
+
+    python benchmarks/quickstart.py            # runs it into runs/quickstart (skips finished steps)
+
+``--record-only`` records a finished run; its wall time is then the span between the first and
+the last file the run wrote. Results: ``benchmarks/results/quickstart.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine_info, save_result  # noqa: E402
+
+from kdbert.cli import main as kdbert_main  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default="sst2")
+    parser.add_argument("--data-dir", default="../shared/data/glue_data")
+    parser.add_argument("--output-dir", default="runs/quickstart")
+    parser.add_argument("--record-only", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.output_dir)
+    command = ["quickstart", "--task", args.task, "--data-dir", args.data_dir, "--output-dir", str(out), "--no-progress"]
+    if args.record_only:
+        files = [p.stat().st_mtime for p in out.rglob("*") if p.is_file()]
+        seconds = max(files) - min(files)
+    else:
+        started = time.time()
+        if kdbert_main(command) != 0:
+            sys.exit("quickstart failed")
+        seconds = time.time() - started
+    summary = json.loads((out / "summary.json").read_text())
+    save_result("quickstart", args.task, {**summary, "wall_seconds": round(seconds), "command": "kdbert " + " ".join(command),
+                                          **machine_info()})
+    print(f"quickstart {args.task}: {seconds / 60:.1f} min, student keeps {summary['retained_percent']:.1f}%")
+
+
+if __name__ == "__main__":
+    main()
