@@ -80,6 +80,7 @@ def test_output_count_and_original_first(model, tokenizer, vectors):
         assert versions[0] == text
         assert 1 <= len(versions) <= 9 and len(set(versions)) == len(versions)
     assert out[0][1:] and out[4] == [""] and out[5] == ["the of and"]
+    assert make(model, tokenizer, vectors).augment([SENTENCES[0]] * 2) == [out[0]] * 2
 
 
 def test_stop_words_and_non_alphabetic_tokens_unchanged(model, tokenizer, vectors):

@@ -27,11 +27,15 @@ For each sentence:
    The output therefore has 1 to ``n_aug + 1`` strings. (The reference joins lower-cased tokens
    with spaces, so its "unchanged" attempts usually differ from the original and are kept.)
 
-Speed: the reference runs one MLM forward per masked word. Here all mask queries of all input
-sentences are sorted by length and run ``batch_size`` at a time, and the vocabulary projection
-runs only at the mask position. ``augment_one_at_a_time`` runs the identical computation with
-batch size 1, for benchmarks. ``num_workers > 1`` spreads sentences over spawned processes
-(one torch thread each).
+Speed: the reference runs one MLM forward per masked word. Here all mask queries of all
+distinct input sentences are sorted by length and run ``batch_size`` at a time, and the
+vocabulary projection runs only at the mask position. ``augment_one_at_a_time`` runs the
+identical computation with batch size 1, for benchmarks. ``num_workers > 1`` spreads sentences
+over spawned processes (one torch thread each). On CPU the encoder's matrix products dominate,
+so batching mainly saves per-call overhead (large for short sentences and multi-threaded
+torch, small for long sentences); a bfloat16 copy of the model is about 2x faster again on CPUs
+with AMX, with slightly different candidates (``benchmarks/augment_throughput.py`` measures all
+of this).
 """
 
 from __future__ import annotations
@@ -172,7 +176,9 @@ class TinyBertAugmenter:
 
     # -- algorithm --------------------------------------------------------------------------
     def _augment(self, texts: list[str], batch_size: int) -> list[list[str]]:
-        return [self._sample(text, words) for text, words in zip(texts, self._candidate_words(texts, batch_size))]
+        unique = list(dict.fromkeys(texts))  # repeated texts (e.g. MNLI premises) are analysed once
+        words = dict(zip(unique, self._candidate_words(unique, batch_size)))
+        return [self._sample(text, words[text]) for text in texts]
 
     def _candidate_words(self, texts: list[str], batch_size: int) -> list[list[_Word]]:
         """Steps 1-3: the replaceable words of each text with their candidates (empty ones dropped)."""
