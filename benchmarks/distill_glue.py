@@ -9,7 +9,7 @@ Needs the teacher from ``benchmarks/teacher_glue.py`` (``runs/teacher-<task>``).
   ``tinybert-general-task`` (from the general student of ``--general-student``),
   ``tinybert-general-task-aug`` (plus ``--aug-file``, the task's train_aug.tsv).
 - PKD/KD issue (3 layers x 384, initialised from teacher layers 1-3): ``l3-finetune``, ``kd``,
-  ``pkd-skip``, ``pkd-last``; and ``distilbert-d`` (a DistilBERT student initialised from teacher
+  ``pkd-skip``, ``pkd-last``, ``tinybert-l3`` (TinyBERT task distillation into that student); and ``distilbert-d`` (a DistilBERT student initialised from teacher
   layers 0, 2, 4, distilled while fine-tuning), ``distilbert-general-d`` (from ``--distilbert-general``).
 
 TinyBERT's prediction stage runs at 1e-4 here, the rate of the fine-tuning baseline, not the
@@ -41,6 +41,7 @@ VARIANTS = {
     "tinybert-general-task": {"method": "tinybert", "student": "{general_student}", "learning_rate": 1e-4},
     "tinybert-general-task-aug": {"method": "tinybert", "student": "{general_student}", "train_file": "{aug_file}",
                                   "learning_rate": 1e-4},
+    "tinybert-l3": {"method": "tinybert", "student_layers": "3", "learning_rate": 1e-4},
     "l3-finetune": {"method": "kd", "student_layers": "3", "alpha": 0.0},
     "kd": {"method": "kd", "student_layers": "3"},
     "pkd-skip": {"method": "pkd", "student_layers": "3", "layer_map": "skip"},

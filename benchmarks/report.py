@@ -68,7 +68,7 @@ TINYBERT_VARIANTS = [("tinybert4-finetune", "tinybert4 fine-tuned, no distillati
                      ("tinybert-general-task", "general + task distillation"),
                      ("tinybert-general-task-aug", "general + task + augmentation")]
 PKD_VARIANTS = [("l3-finetune", "3 layers x 384, fine-tuned only"), ("kd", "KD (Hinton)"),
-                ("pkd-skip", "PKD-Skip"), ("pkd-last", "PKD-Last"), ("distilbert-d", "DistilBERT (D)"),
+                ("pkd-skip", "PKD-Skip"), ("pkd-last", "PKD-Last"), ("tinybert-l3", "TinyBERT task distillation"), ("distilbert-d", "DistilBERT (D)"),
                 ("distilbert-general-d", "DistilBERT (D) after general distillation")]
 
 
