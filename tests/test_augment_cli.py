@@ -60,3 +60,28 @@ def test_mlm_head_command_writes_a_masked_lm_and_report(tmp_path, tiny_tokenizer
     report = json.loads((out / "mlm_head_report.json").read_text())
     assert BertForMaskedLM.from_pretrained(out).config.vocab_size == len(tiny_tokenizer)
     assert any("top" in key for key in json.dumps(report).split('"'))
+
+
+def test_general_then_augment_then_task_distillation(tmp_path, tiny_tokenizer, glue_dir, capsys):
+    """The whole TinyBERT path on tiny random models: general -> augment -> two-phase task."""
+    from conftest import save_tiny_classifier
+
+    mlm, glove = _tiny_mlm(tmp_path / "mlm", tiny_tokenizer), _glove(tmp_path / "glove.txt")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(" ".join(WORDS[i:i + 10]) + " ." for i in range(0, 25)) * 4)
+    student_config = tmp_path / "student-config"
+    tiny_bert_config(tiny_tokenizer, hidden_size=8, num_attention_heads=4, intermediate_size=16).save_pretrained(
+        student_config)
+    general, aug, task_out = tmp_path / "general", tmp_path / "rte_aug.tsv", tmp_path / "task"
+    steps = ["--max-steps", "2", "--no-progress"]
+    assert main(["distill", "general", "--teacher", str(mlm), "--student", str(student_config), "--corpus",
+                 str(corpus), "--max-seq-len", "16", "--batch-size", "4", "--output-dir", str(general), *steps]) == 0
+    assert main(["augment", "--task", "rte", "--data-dir", str(glue_dir), "--mlm", str(mlm), "--word-vectors",
+                 str(glove), "--output", str(aug), "--n-aug", "2", "--max-rows", "8"]) == 0
+    teacher = save_tiny_classifier(tmp_path / "teacher", tiny_tokenizer)
+    assert main(["distill", "task", "--method", "tinybert", "--teacher", str(teacher), "--student", str(general),
+                 "--task", "rte", "--data-dir", str(glue_dir), "--train-file", str(aug), "--intermediate-max-steps",
+                 "2", "--output-dir", str(task_out), *steps]) == 0, capsys.readouterr().err
+    report = json.loads((task_out / "distill_report.json").read_text())
+    assert [s["name"] for s in report["stages"]] == ["intermediate", "prediction"]
+    assert set(report["dev_metrics"]) == {"accuracy", "score"}

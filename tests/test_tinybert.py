@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import SHARED_GLUE
 from torch import nn
 from transformers import (
     AutoModelForSequenceClassification,
@@ -360,3 +361,21 @@ def test_bare_teacher_refused_before_training(env, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "not a fine-tuned sequence-classification model" in err and "Traceback" not in err
     assert not (out / "checkpoints").exists()
+
+
+@pytest.mark.teacher
+@pytest.mark.skipif(not SHARED_GLUE.is_dir(), reason="../shared/data/glue_data not present")
+def test_tinybert_on_the_real_teacher_and_rte(tmp_path, teacher_path):
+    """Integration: the packaged teacher (briefly fine-tuned) distilled into tinybert4 on real RTE rows."""
+    teacher = tmp_path / "teacher"
+    common = ["--task", "rte", "--data-dir", str(SHARED_GLUE), "--max-train-examples", "8", "--batch-size", "4",
+              "--max-seq-len", "32", "--no-progress"]
+    assert _run_cli(["finetune", "--model", teacher_path, "--output-dir", teacher, "--max-steps", "1", *common]) == 0
+    out = tmp_path / "student"
+    assert _run_cli(["distill", "task", "--method", "tinybert", "--teacher", teacher, "--student", "tinybert4",
+                     "--intermediate-max-steps", "1", "--max-steps", "1", "--output-dir", out, *common]) == 0
+    report = json.loads((out / "distill_report.json").read_text())
+    assert report["layer_map"]["pairs"][1:] == [[1, 2], [2, 3], [3, 5], [4, 6]]
+    assert 0.0 <= report["dev_metrics"]["accuracy"] <= 100.0
+    student = AutoModelForSequenceClassification.from_pretrained(out)
+    assert (student.config.hidden_size, student.config.num_hidden_layers) == (312, 4)
