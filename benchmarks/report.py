@@ -114,7 +114,8 @@ def distill_section(title: str, intro: str, variants: list[tuple[str, str]]) -> 
     return lines
 
 
-BUDGET_KEYS = ("max_train_examples", "epochs", "intermediate_epochs", "max_steps", "intermediate_max_steps")
+BUDGET_KEYS = ("max_train_examples", "epochs", "intermediate_epochs", "max_steps", "intermediate_max_steps",
+               "learning_rate")
 
 
 def tinybert_section() -> list[str]:
