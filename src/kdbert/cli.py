@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from kdbert.errors import KdbertError
+from kdbert.io import write_json
 
 
 # ----------------------------------------------------------------------------- shared options
@@ -100,7 +101,7 @@ def cmd_evaluate(args) -> int:
     print(format_metrics(f"evaluate {args.task}: {args.model}", metrics))
     output = Path(args.output) if args.output else Path(path) / f"eval_{data.spec.name}.json"
     if Path(path).is_dir() or args.output:
-        output.write_text(json.dumps(metrics, indent=2))
+        write_json(output, metrics)
         print(f"saved {output}")
     return 0
 
@@ -114,7 +115,7 @@ def cmd_bench(args) -> int:
         rows = compare(rows, baseline_index=0)
     print(format_table(rows))
     if args.output:
-        Path(args.output).write_text(json.dumps(rows, indent=2))
+        write_json(Path(args.output), rows)
         print(f"saved {args.output}")
     return 0
 

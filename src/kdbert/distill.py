@@ -19,6 +19,7 @@ from transformers import set_seed
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
+from kdbert.io import write_json
 from kdbert.evaluate import TaskEvaluator
 from kdbert.models.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
 from kdbert.recipes.base import DistillContext
@@ -105,7 +106,7 @@ def distill_task(task: TaskOptions, options: dict, output_dir: str, resume: bool
         "best_step": train_report["best_step"], "eval_history": train_report["history"],
         "wall_seconds": round(time.time() - started, 1),
     }
-    (out / "distill_report.json").write_text(json.dumps(report, indent=2, default=str))
+    write_json(out / "distill_report.json", report)
     return report
 
 

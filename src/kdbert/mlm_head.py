@@ -24,10 +24,8 @@ head. :func:`fit_mlm_head` adds one and trains it on a raw corpus:
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -35,6 +33,7 @@ import torch
 
 from kdbert.data.corpus import pack_sequences
 from kdbert.errors import KdbertError
+from kdbert.io import save_hf_folder
 
 REPORT_NAME = "mlm_head_report.json"
 
@@ -87,20 +86,6 @@ def evaluate(model, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
         hits15 += (top == labels[:, None]).any(-1).sum().item()
         total += labels.numel()
     return {"top1": hits1 / max(total, 1), "top15": hits15 / max(total, 1), "masked_tokens": total}
-
-
-def _write_atomically(model, tokenizer, report: dict, out_dir: Path) -> None:
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
-    old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
-    if out_dir.exists():
-        os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def fit_mlm_head(
@@ -179,5 +164,5 @@ def fit_mlm_head(
         "final_train_loss": sum(tail) / len(tail) if all(map(math.isfinite, tail)) else None,
         "wall_time_s": round(time.perf_counter() - start, 1), "torch_threads": torch.get_num_threads(),
     }
-    _write_atomically(model, tokenizer, report, Path(out_dir))
+    save_hf_folder(model, tokenizer, Path(out_dir), {REPORT_NAME: report})
     return report

@@ -24,6 +24,7 @@ from kdbert.bench import bench_model, compare, format_table
 from kdbert.data.load import TaskOptions
 from kdbert.distill import distill_task
 from kdbert.finetune import FinetuneConfig, finetune
+from kdbert.io import write_json
 
 SHORT_BUDGET = {"max_train_examples": 4000, "epochs": 1}
 
@@ -78,7 +79,7 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", me
              f"teacher dev: {_describe(teacher_metrics)}", f"student dev: {_describe(student_metrics)}",
              f"student keeps {retained:.1f}% of the teacher's score", "", table, ""]
     (out / "summary.md").write_text("\n".join(lines))
-    (out / "summary.json").write_text(json.dumps({"rows": rows, "retained_percent": retained}, indent=2))
+    write_json(out / "summary.json", {"rows": rows, "retained_percent": retained})
     log("\n".join(lines))
     return {"rows": rows, "retained_percent": retained}
 

@@ -39,6 +39,7 @@ from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
 from kdbert.data.batching import EncodedDataset, epoch_order
 from kdbert.errors import KdbertError
+from kdbert.io import replace_dir, write_json
 
 LossFn = Callable[[nn.ModuleDict, dict, dict], dict]
 
@@ -107,25 +108,6 @@ class _StageModule(nn.Module):
         return self._loss_fn(self.parts, self._frozen, batch)
 
 
-def _write_json(path: Path, data) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-    os.replace(tmp, path)
-
-
-def _replace_dir(tmp: Path, final: Path) -> None:
-    """Atomically put directory ``tmp`` at ``final`` (removing an older ``final``)."""
-    if final.exists():
-        old = final.with_name(final.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
-
-
 def prepare_output_dir(output_dir: str | Path, identity: dict, resume: bool, overwrite: bool) -> Path:
     """Refuse an output dir that holds another run unless ``resume`` or ``overwrite``."""
     out = Path(output_dir)
@@ -152,7 +134,7 @@ def prepare_output_dir(output_dir: str | Path, identity: dict, resume: bool, ove
     elif out.exists() and overwrite:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_json(marker, identity)
+    write_json(marker, identity)
     return out
 
 
@@ -364,8 +346,8 @@ class Trainer:
         if extras:
             save_model(nn.ModuleDict(extras), str(tmp / "projections.safetensors"))
         if metrics is not None:
-            _write_json(tmp / "metrics.json", metrics)
-        _replace_dir(tmp, final)
+            write_json(tmp / "metrics.json", metrics)
+        replace_dir(tmp, final)
 
     def _log(self, record: dict) -> None:
         if not self.accelerator.is_main_process:
@@ -403,8 +385,8 @@ class Trainer:
                     "cpu_rng": torch.get_rng_state(),
                     "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
                    tmp / "optimizer.pt")
-        _write_json(tmp / "trainer_state.json", self.state)
-        _replace_dir(tmp, root / name)
+        write_json(tmp / "trainer_state.json", self.state)
+        replace_dir(tmp, root / name)
         for old in sorted(p for p in root.glob("checkpoint-*") if not p.name.endswith((".tmp", ".old")))[
                 :-self.run.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
@@ -454,5 +436,5 @@ class Trainer:
                   "best_step": self.state["best_step"], "history": self.state["history"],
                   "train_seconds": round(seconds, 1),
                   "stages": [asdict(s.config) for s in self.stages]}
-        _write_json(self.out / "train_report.json", report)
+        write_json(self.out / "train_report.json", report)
         return report

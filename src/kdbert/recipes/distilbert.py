@@ -50,8 +50,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -62,6 +60,7 @@ import torch
 from kdbert.data.batching import EncodedDataset
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
+from kdbert.io import save_hf_folder
 from kdbert.losses import cosine_hidden_loss, kl_div_loss, masked_lm_cross_entropy
 from kdbert.models import students
 from kdbert.models.loading import load_tokenizer, resolve_model_path
@@ -149,19 +148,6 @@ def _layers_option(layers) -> list[int] | None:
                           "such as 0,2,4") from None
 
 
-def _save_folder(model, tokenizer, report: dict, report_name: str, out: Path) -> None:
-    """Write an HF folder (+ tokenizer + report) to ``out`` atomically."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / report_name).write_text(json.dumps(report, indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
-
-
 # ----------------------------------------------------------------------------- init-student
 def init_student(teacher: str, output_dir: str, layers=None, layer_choice: str | None = None,
                  overwrite: bool = False) -> dict:
@@ -195,7 +181,7 @@ def init_student(teacher: str, output_dir: str, layers=None, layer_choice: str |
     tokenizer = load_tokenizer(path)
     report = {"teacher": path, "teacher_layers": depth, "layers": chosen, "mlm_head_copied": has_mlm_head(model.config),
               "parameters": sum(p.numel() for p in student.parameters())}
-    _save_folder(student, tokenizer, report, INIT_REPORT, out)
+    save_hf_folder(student, tokenizer, out, {INIT_REPORT: report})
     return {"output_dir": str(out), **report}
 
 
