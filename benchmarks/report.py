@@ -118,22 +118,51 @@ BUDGET_KEYS = ("max_train_examples", "epochs", "intermediate_epochs", "max_steps
                "learning_rate")
 
 
+def _verdict(baseline: str, variants: list[str], target_percent: float | None = None) -> list[str]:
+    """Lines saying, per task, whether each variant beats ``baseline`` (and reaches the target)."""
+    results = load_results("distill")
+    teachers = {r["task"]: r for r in load_results("teacher_glue").values() if not r.get("tuning")}
+    lines = []
+    for task in TASK_ORDER:
+        def mean(variant):
+            scores = [r["metrics"]["score"] for r in results.values() if r["task"] == task and r["variant"] == variant]
+            return sum(scores) / len(scores) if scores else None
+        base = mean(baseline)
+        if base is None:
+            continue
+        beaten = [v for v in variants if mean(v) is not None and mean(v) > base]
+        missed = [v for v in variants if mean(v) is not None and mean(v) <= base]
+        text = f"- {task}: beat `{baseline}` ({base:.1f}): {', '.join(beaten) or 'none'}; did not: {', '.join(missed) or 'none'}."
+        if target_percent and task in teachers:
+            best = max((mean(v) for v in variants if mean(v) is not None), default=None)
+            if best is not None:
+                kept = 100 * best / teachers[task]["metrics"]["score"]
+                text += f" Best kept {kept:.0f}% of the teacher (target {target_percent:.0f}%: " + \
+                        ("met)." if kept >= target_percent else "NOT met).")
+        lines.append(text)
+    return lines + [""] if lines else []
+
+
 def tinybert_section() -> list[str]:
-    return distill_section(
+    lines = distill_section(
         "TinyBERT (issue: TinyBERT, complete)",
         "Student `tinybert4` (4 layers, hidden 312, FFN 1200, 12 heads) distilled from the fine-tuned teacher; "
         "the layer map for 4 student layers over 6 teacher layers is 1->2, 2->3, 3->5, 4->6 (rounded uniform). "
         "The general student comes from `kdbert distill general` on a slice of the shared Wikipedia corpus, "
         "and augmentation from `kdbert augment` with the MLM head fitted with 2 unfrozen layers (below).",
         TINYBERT_VARIANTS)
+    return lines + _verdict("tinybert4-finetune", ["tinybert-task", "tinybert-general-task",
+                                                   "tinybert-general-task-aug"], target_percent=96)
 
 
 def pkd_section() -> list[str]:
-    return distill_section(
+    lines = distill_section(
         "KD, BERT-PKD and DistilBERT (issue: DistilBERT, BERT-PKD and classic KD)",
         "Students of the teacher's width (hidden 384) with 3 layers: KD / PKD start from teacher layers 1-3; "
         "DistilBERT students start from teacher layers 1, 3, 5 (every other layer, `kdbert init-student`).",
         PKD_VARIANTS)
+    return lines + _verdict("l3-finetune", ["kd", "pkd-skip", "pkd-last", "tinybert-l3"]) + \
+        _verdict("kd", ["pkd-skip", "pkd-last"])
 
 
 def mlm_head_section() -> list[str]:
