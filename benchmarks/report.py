@@ -189,8 +189,8 @@ def quickstart_section() -> list[str]:
     lines = []
     for task, r in results.items():
         lines += [f"## The main job: `{r['command']}`", "",
-                  f"Wall time {r['wall_seconds'] / 60:.1f} min on {r['machine']} ({r['date']}), with one torch thread "
-                  "while other benchmark jobs shared the machine. The student keeps "
+                  f"Wall time {r['wall_seconds'] / 60:.1f} min on {r['machine']} ({r['date']}), "
+                  f"{r['rows'][0]['threads']} torch thread(s), nothing else running. The student keeps "
                   f"{r['retained_percent']:.1f}% of the teacher's dev score.", "",
                   format_table(r["rows"]), "", "Command: `python benchmarks/quickstart.py`.", ""]
     return lines
