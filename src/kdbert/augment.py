@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kdbert.data.augment_tinybert import TinyBertAugmenter, augment_file_rows, load_word_vectors
 from kdbert.data.custom import read_rows
-from kdbert.data.glue import _open_text, _split_file, resolve_glue_dir
+from kdbert.data.glue import open_text, split_file, resolve_glue_dir
 from kdbert.data.load import TaskOptions, is_data_file
 from kdbert.data.tasks import GLUE_TASKS, canonical_task_name
 from kdbert.errors import KdbertError
@@ -31,8 +31,8 @@ def task_rows(task: TaskOptions) -> tuple[list[dict], list[str], bool, str]:
     if name is None:
         raise KdbertError(f"unknown task '{task.task}'; use a GLUE task name or a .csv/.tsv/.jsonl file")
     spec = GLUE_TASKS[name]
-    path = _split_file(resolve_glue_dir(task.data_dir) / spec.glue_folder, "train")
-    with _open_text(path) as handle:
+    path = split_file(resolve_glue_dir(task.data_dir) / spec.glue_folder, "train")
+    with open_text(path) as handle:
         lines = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
     columns = [spec.file_columns[field] for field in spec.text_fields]
     if isinstance(columns[0], int):  # CoLA: no header; columns are positions

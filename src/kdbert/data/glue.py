@@ -51,7 +51,7 @@ def resolve_glue_dir(data_dir: str | os.PathLike | None) -> Path:
     return path
 
 
-def _split_file(task_dir: Path, split: str) -> Path:
+def split_file(task_dir: Path, split: str) -> Path:
     for candidate in (task_dir / f"{split}.tsv", task_dir / f"{split}.tsv.gz"):
         if candidate.is_file():
             return candidate
@@ -61,7 +61,7 @@ def _split_file(task_dir: Path, split: str) -> Path:
     )
 
 
-def _open_text(path: Path):
+def open_text(path: Path):
     if path.suffix == ".gz":
         return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
     return open(path, encoding="utf-8-sig", newline="")
@@ -87,7 +87,7 @@ def read_glue_tsv(spec: TaskSpec, path: Path) -> list[Example]:
     """Read one GLUE split file of ``spec`` into examples, checking every row."""
     columns = spec.file_columns
     examples = []
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         positional = isinstance(columns["label"], int)
         header = None
@@ -135,7 +135,7 @@ def load_glue_dir(spec: TaskSpec, data_dir: str | os.PathLike | None, splits=Non
             "or pass another --data-dir"
         )
     wanted = splits or ("train",) + spec.dev_splits
-    loaded = {split: read_glue_tsv(spec, _split_file(task_dir, split)) for split in wanted}
+    loaded = {split: read_glue_tsv(spec, split_file(task_dir, split)) for split in wanted}
     train = loaded.pop("train", [])
     return TaskData(spec, train, loaded)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdbert.data.custom import SUPPORTED_SUFFIXES, load_custom_task
-from kdbert.data.glue import TaskData, load_glue_dir, load_glue_hf
+from kdbert.data.glue import TaskData, load_glue_dir, load_glue_hf, read_glue_tsv
 from kdbert.data.tasks import GLUE_TASKS, canonical_task_name
 from kdbert.errors import KdbertError
 
@@ -61,8 +61,6 @@ def load_task(options: TaskOptions, seed: int = 42) -> TaskData:
     else:
         raise KdbertError(f"unknown --data-source '{options.source}'; use 'dir' or 'hf'")
     if options.train_file:
-        from kdbert.data.glue import read_glue_tsv
-
         path = Path(options.train_file)
         if not path.is_file():
             raise KdbertError(f"--train-file {path} does not exist")
