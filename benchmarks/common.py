@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import fcntl
 import json
 import os
 import platform
@@ -30,11 +31,17 @@ def load_results(name: str) -> dict:
 
 
 def save_result(name: str, key: str, result: dict) -> None:
-    """Add ``result`` under ``key`` to ``results/<name>.json`` (atomic rewrite)."""
+    """Add ``result`` under ``key`` to ``results/<name>.json`` (atomic rewrite).
+
+    A lock file serialises the read-modify-write, so benchmark jobs running side by side
+    never drop each other's rows.
+    """
     RESULTS_DIR.mkdir(exist_ok=True)
-    results = load_results(name)
-    results[key] = result
     path = RESULTS_DIR / f"{name}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    with open(RESULTS_DIR / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = load_results(name)
+        results[key] = result
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
+        os.replace(tmp, path)
