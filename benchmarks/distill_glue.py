@@ -16,7 +16,9 @@ TinyBERT's prediction stage runs at 1e-4 here, the rate of the fine-tuning basel
 paper's 3e-5 (tuned for BERT-base-sized general students; at 3e-5 a 4000-row, 2-epoch run stayed
 at chance on SST-2).
 
-Budgets: ``cpu`` = first ``--max-train-examples`` rows (default 4000), 2 epochs per stage;
+Budgets: ``cpu`` = first ``--max-train-examples`` rows (default 4000), 2 epochs per stage,
+optionally one ``--learning-rate`` for every stage (CoLA runs use all 8551 rows at 1e-4: at its
+fine-tuning default of 3e-5 on 4000 rows every 3-layer student predicted one class, MCC 0);
 ``paper`` = the methods' own per-task defaults on the whole training set (GPU-sized).
 Results: ``benchmarks/results/distill.json``; each run resumes if interrupted.
 """
@@ -60,6 +62,8 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[42])
     parser.add_argument("--max-train-examples", type=int, default=4000)
     parser.add_argument("--epochs", type=float, default=2.0, help="cpu budget: epochs per stage")
+    parser.add_argument("--learning-rate", type=float,
+                        help="cpu budget: learning rate of every stage (default: the method's per-task default)")
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--general-student", default="runs/general-tinybert4")
     parser.add_argument("--distilbert-student", default="runs/distilbert-init")
@@ -84,6 +88,8 @@ def main() -> None:
             options.update(teacher=str(teacher), seed=seed, no_progress=True)
             if args.budget == "cpu":
                 options.update(max_train_examples=args.max_train_examples, epochs=args.epochs)
+                if args.learning_rate is not None:
+                    options["learning_rate"] = args.learning_rate
                 if options["method"] == "tinybert" and not options.get("skip_intermediate"):
                     options["intermediate_epochs"] = args.epochs
             if train_file and args.budget == "cpu":

@@ -160,6 +160,10 @@ def add_distill_task_arguments(p: argparse.ArgumentParser) -> None:
                         "student), or none with --student-layers")
     p.add_argument("--student-layers", help="build the student from these teacher layers (0-based, e.g. 0,1,2) "
                                             "or the first K layers (an integer), as BERT-PKD does")
+    p.add_argument("--student-init", choices=["random", "teacher-weights"],
+                   help="preset student's weights: random (default, as the papers) or selected from the teacher's "
+                        "(weight selection: the uniform layer map, evenly spaced units; for students no wider "
+                        "than the teacher, when no general-distilled student exists)")
     m = p.add_argument_group("layer mapping")
     m.add_argument("--layer-map", choices=["uniform", "top", "bottom", "skip", "last", "explicit"],
                    help="student -> teacher layer map g(m) (default: uniform for tinybert, skip for pkd)")
@@ -199,6 +203,9 @@ def add_distill_general_arguments(p: argparse.ArgumentParser) -> None:
                         "(see `kdbert mlm-head`)")
     p.add_argument("--student", default=None, help="tinybert: preset or config folder (default tinybert4); "
                                                    "distilbert: a folder from `kdbert init-student`")
+    p.add_argument("--student-init", choices=["random", "teacher-weights"],
+                   help="tinybert: the preset student's starting weights, random (default, the paper) or selected "
+                        "from the teacher's (see `distill task --help`)")
     p.add_argument("--corpus", nargs="+", required=True, help="text files or folders (.txt/.gz, WikiExtractor ok)")
     p.add_argument("--max-sequences", type=int, help="use at most N packed sequences")
     p.add_argument("--layer-map", choices=["uniform", "top", "bottom", "explicit"], help="tinybert: layer map")
@@ -317,6 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "on a frozen encoder over a corpus; save an HF BertForMaskedLM folder and its "
                                    "held-out masked-token accuracy.")
     p.add_argument("--encoder", default="default", help="encoder folder or hub id (default: the packaged teacher)")
+    p.add_argument("--student-init", choices=["random", "teacher-weights"],
+                   help="tinybert: the preset student's starting weights, random (default, the paper) or selected "
+                        "from the teacher's (see `distill task --help`)")
     p.add_argument("--corpus", nargs="+", required=True, help="text files or folders (.txt/.gz, WikiExtractor ok)")
     p.add_argument("--output-dir", required=True, help="where the BertForMaskedLM folder goes")
     p.add_argument("--unfreeze-top-layers", type=int, default=0,

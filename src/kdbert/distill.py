@@ -99,6 +99,7 @@ def distill_task(task: TaskOptions, options: dict, output_dir: str, resume: bool
     train_report = trainer.train(resume=resume)
     report = {
         "method": method, "task": spec.name, "teacher": teacher_path, "options": identity,
+        "student_init": getattr(student, "kdbert_init", options.get("student")),
         **plan.report,
         "stages": train_report["stages"],
         "stage_losses": stage_losses(out / "log.jsonl"),

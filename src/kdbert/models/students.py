@@ -7,6 +7,7 @@ transformers alone, no kdbert needed.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Callable
 
 import torch
@@ -248,3 +249,117 @@ def init_distilbert_student(
             student.vocab_projector.weight.copy_(head.decoder.weight)
             student.vocab_projector.bias.copy_(head.bias)
     return student
+
+
+# ----------------------------------------------------------------------------- weight selection
+STUDENT_INITS = ("random", "teacher-weights")
+
+
+def evenly_spaced(count: int, size: int) -> torch.Tensor:
+    """``count`` indices spread evenly over ``range(size)``: floor(i * size / count), i < count."""
+    return torch.arange(count) * size // count
+
+
+def _selection_layers(student_depth: int, teacher_depth: int) -> list[int]:
+    """0-based teacher layer for each student layer: the uniform map ceil(m*N/M) - 1."""
+    return [math.ceil(m * teacher_depth / student_depth) - 1 for m in range(1, student_depth + 1)]
+
+
+@torch.no_grad()
+def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel) -> dict:
+    """Initialise a narrower/shallower BERT ``student`` in place from the teacher's weights.
+
+    Weight selection (Xu et al., 2024, "Initializing Models with Larger Ones"), an option
+    beyond the TinyBERT paper for users without a general-distilled student: every student
+    tensor is a sub-tensor of the matching teacher tensor, picked consistently so the student
+    computes a slice of the teacher's residual stream.
+
+    - layers: student layer m (1-based) copies teacher layer g(m) = ceil(m*N/M), the uniform
+      map its hidden states are distilled towards;
+    - hidden units H = evenly_spaced(d_s, d_t), used for every residual-stream dimension
+      (embedding columns, LayerNorms, the rows of attention output and FFN output, pooler);
+    - attention: heads evenly_spaced(h_s, h_t), and within each head dims
+      evenly_spaced(d_s/h_s, d_t/h_t) of the query/key/value rows;
+    - FFN units evenly_spaced(i_s, i_t).
+
+    The classifier (if any) keeps its fresh initialisation. Each student size must be at most
+    the teacher's. Returns what was selected, for reports.
+    """
+    s_bert, t_bert = _bert_of(student), _bert_of(teacher)
+    sc, tc = s_bert.config, t_bert.config
+    s_head_dim, t_head_dim = sc.hidden_size // sc.num_attention_heads, tc.hidden_size // tc.num_attention_heads
+    sizes = {"num_hidden_layers": (sc.num_hidden_layers, tc.num_hidden_layers),
+             "hidden_size": (sc.hidden_size, tc.hidden_size),
+             "num_attention_heads": (sc.num_attention_heads, tc.num_attention_heads),
+             "head size": (s_head_dim, t_head_dim),
+             "intermediate_size": (sc.intermediate_size, tc.intermediate_size),
+             "vocab_size": (sc.vocab_size, tc.vocab_size)}
+    for name, (s, t) in sizes.items():
+        if s > t:
+            raise KdbertError(f"--student-init teacher-weights needs a student no larger than the teacher, but the "
+                              f"student's {name} is {s} > the teacher's {t}; use --student-init random")
+    if sc.vocab_size != tc.vocab_size:
+        raise KdbertError(f"--student-init teacher-weights needs the teacher's vocabulary ({tc.vocab_size} tokens), "
+                          f"the student has {sc.vocab_size}")
+    hidden = evenly_spaced(sc.hidden_size, tc.hidden_size)
+    heads = evenly_spaced(sc.num_attention_heads, tc.num_attention_heads)
+    head_dims = evenly_spaced(s_head_dim, t_head_dim)
+    attention = (heads[:, None] * t_head_dim + head_dims[None, :]).reshape(-1)
+    ffn = evenly_spaced(sc.intermediate_size, tc.intermediate_size)
+    layers = _selection_layers(sc.num_hidden_layers, tc.num_hidden_layers)
+
+    def take(dst: nn.Module, src: nn.Module, rows: torch.Tensor | None, cols: torch.Tensor | None = None) -> None:
+        weight = src.weight
+        if rows is not None:
+            weight = weight[rows]
+        if cols is not None:
+            weight = weight[:, cols]
+        dst.weight.copy_(weight)
+        if getattr(src, "bias", None) is not None:
+            dst.bias.copy_(src.bias if rows is None else src.bias[rows])
+
+    se, te = s_bert.embeddings, t_bert.embeddings
+    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        dst, src = getattr(se, name), getattr(te, name)
+        dst.weight.copy_(src.weight[: dst.weight.shape[0], hidden])
+    take(se.LayerNorm, te.LayerNorm, hidden)
+    for s_layer, t_index in zip(s_bert.encoder.layer, layers):
+        t_layer = t_bert.encoder.layer[t_index]
+        for name in ("query", "key", "value"):
+            take(getattr(s_layer.attention.self, name), getattr(t_layer.attention.self, name), attention, hidden)
+        take(s_layer.attention.output.dense, t_layer.attention.output.dense, hidden, attention)
+        take(s_layer.attention.output.LayerNorm, t_layer.attention.output.LayerNorm, hidden)
+        take(s_layer.intermediate.dense, t_layer.intermediate.dense, ffn, hidden)
+        take(s_layer.output.dense, t_layer.output.dense, hidden, ffn)
+        take(s_layer.output.LayerNorm, t_layer.output.LayerNorm, hidden)
+    if s_bert.pooler is not None and t_bert.pooler is not None:
+        take(s_bert.pooler.dense, t_bert.pooler.dense, hidden, hidden)
+    return {"student_init": "teacher-weights", "teacher_layers": [i + 1 for i in layers],
+            "hidden_units": f"{sc.hidden_size} of {tc.hidden_size}",
+            "heads": f"{sc.num_attention_heads} of {tc.num_attention_heads} ({s_head_dim} of {t_head_dim} dims each)",
+            "ffn_units": f"{sc.intermediate_size} of {tc.intermediate_size}"}
+
+
+def apply_student_init(student: PreTrainedModel, teacher: PreTrainedModel, init: str | None) -> str:
+    """Apply ``--student-init`` to a freshly built preset student; returns a description.
+
+    ``random`` (default, the papers) keeps the random weights; ``teacher-weights`` runs
+    :func:`select_teacher_weights`.
+    """
+    init = init or "random"
+    if init not in STUDENT_INITS:
+        raise KdbertError(f"--student-init {init!r} is unknown; use one of {', '.join(STUDENT_INITS)}")
+    if init == "random":
+        return "random"
+    picked = select_teacher_weights(student, teacher)
+    return f"teacher-weights (layers {','.join(map(str, picked['teacher_layers']))}, {picked['hidden_units']} units)"
+
+
+def refuse_student_init_without_preset(options: dict) -> None:
+    """``--student-init`` only shapes a preset student; refuse it with a folder or --student-layers."""
+    if options.get("student_init") not in (None, "random") and (
+        options.get("student_layers") not in (None, "")
+        or (options.get("student") not in (None, "") and options.get("student") not in PRESETS)
+    ):
+        raise KdbertError("--student-init applies to a preset student (--student tinybert4 / tinybert6); a folder "
+                          "or --student-layers already brings its weights, so drop --student-init")

@@ -382,6 +382,9 @@ def run_general(options: dict, output_dir: str, resume: bool = False, overwrite:
 
     started = time.time()
     seed = options.get("seed", 42)
+    if options.get("student_init") not in (None, "random"):
+        raise KdbertError("--student-init is a tinybert option; DistilBERT students start from teacher layers "
+                          "(`kdbert init-student`): drop it or use --method tinybert")
     loss = general_loss_settings(options)
     smoothing = options.get("mlm_smoothing")
     if smoothing is not None:

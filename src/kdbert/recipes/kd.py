@@ -59,6 +59,7 @@ METHOD_OPTIONS = {
     "layer_map": ("tinybert", "pkd"),
     "teacher_layers": ("tinybert", "pkd"),
     "student_layers": ("tinybert", "kd", "pkd"),
+    "student_init": ("tinybert", "kd", "pkd"),
     "attention_reduction": ("tinybert",),
     "head_average": ("tinybert",),
     "hidden_projection": ("tinybert",),
@@ -256,13 +257,16 @@ def resolve_student(teacher, spec: TaskSpec, options: dict, default_layers: list
     if student_opt and layers_opt not in (None, ""):
         raise KdbertError("give either --student (a folder or preset) or --student-layers (teacher layers), "
                           "not both")
+    students.refuse_student_init_without_preset(options)
     seed = options.get("seed", 42)
+    init = None
     if student_opt:
         name = str(student_opt)
         if name in students.PRESETS:
             config = students.student_config(name, teacher.config, spec.num_labels)
             student = students.build_student(config, "regression" if spec.is_regression else "classification",
                                              seed=seed)
+            init = f"{name}, {students.apply_student_init(student, teacher, options.get('student_init'))}"
         else:
             path = resolve_model_path(name)
             student = load_sequence_classifier(path, spec.num_labels, new_head_ok=True)
@@ -275,7 +279,7 @@ def resolve_student(teacher, spec: TaskSpec, options: dict, default_layers: list
         student = students.init_from_teacher_layers(teacher, layers, spec.num_labels, seed=seed)
     _label_names(student, teacher)
     # a plain attribute (not in the config, so never saved) for the report
-    student.kdbert_init = f"teacher layers {layers}" if not student_opt else str(student_opt)
+    student.kdbert_init = f"teacher layers {layers}" if not student_opt else (init or str(student_opt))
     return student
 
 

@@ -141,6 +141,7 @@ def initial_student(teacher, spec, options: dict):
     seed = _option(options, "seed", 42)
     name = options.get("student")
     num_labels = spec.num_labels
+    students.refuse_student_init_without_preset(options)
     if options.get("student_layers") not in (None, ""):
         if name not in (None, ""):
             raise KdbertError("give either --student or --student-layers, not both")
@@ -152,7 +153,9 @@ def initial_student(teacher, spec, options: dict):
         if spec.labels is not None:
             config.id2label = dict(enumerate(spec.labels))
             config.label2id = {label: i for i, label in enumerate(spec.labels)}
-        return students.build_student(config, "regression" if spec.is_regression else "classification", seed)
+        student = students.build_student(config, "regression" if spec.is_regression else "classification", seed)
+        student.kdbert_init = f"{name}, {students.apply_student_init(student, teacher, options.get('student_init'))}"
+        return student
     path = Path(str(name)).expanduser()
     if not path.is_dir():
         raise KdbertError(
@@ -444,8 +447,10 @@ def build_task_plan(ctx: DistillContext) -> Plan:
 
 
 # ----------------------------------------------------------------------------- general distillation
-def _general_student(options: dict, teacher_config, seed: int):
-    """A randomly initialised bare ``BertModel`` student from a preset or a config folder."""
+def _general_student(options: dict, teacher, seed: int):
+    """A bare ``BertModel`` student from a preset or a config folder: randomly initialised, or
+    selected from the teacher's weights with ``student_init="teacher-weights"``."""
+    teacher_config = teacher.config
     name = _option(options, "student", GENERAL_DEFAULTS["student"])
     if name in students.PRESETS:
         config = students.student_config(name, teacher_config, num_labels=2)
@@ -459,7 +464,9 @@ def _general_student(options: dict, teacher_config, seed: int):
         config = BertConfig.from_pretrained(path)
         _check_vocab(path, config.vocab_size, teacher_config.vocab_size)
     config.architectures = None
-    return students.build_student(config, seed=seed).bert
+    student = students.build_student(config, seed=seed).bert
+    student.kdbert_init = students.apply_student_init(student, teacher, options.get("student_init"))
+    return student
 
 
 def _load_general_teacher(name: str):
@@ -510,7 +517,7 @@ def run_general(options: dict, output_dir: str, resume: bool = False, overwrite:
                 **{k: v for k, v in options.items() if k not in ("resume", "overwrite", "func", "no_progress")}}
     out = prepare_output_dir(output_dir, identity, resume, overwrite)
     set_seed(seed)
-    student = _general_student(options, teacher.config, seed)
+    student = _general_student(options, teacher, seed)
     ispec, map_report = _intermediate_spec(options, student, teacher,
                                            {"embedding": True, "attention": True, "hidden": True})
     projections = build_projections(ispec, student.config.hidden_size, teacher.config.hidden_size,
@@ -537,7 +544,7 @@ def run_general(options: dict, output_dir: str, resume: bool = False, overwrite:
     train_report = trainer.train(resume=resume)
     report = {
         "method": "tinybert", "teacher": teacher_path, "options": identity,
-        "student": {"source": _option(options, "student", GENERAL_DEFAULTS["student"]),
+        "student": {"source": _option(options, "student", GENERAL_DEFAULTS["student"]), "init": student.kdbert_init,
                     "num_hidden_layers": student.config.num_hidden_layers, "hidden_size": student.config.hidden_size,
                     "parameters": sum(p.numel() for p in student.parameters())},
         "corpus": [str(c) for c in corpus], "sequences": len(sequences), "max_seq_len": max_seq_len,

@@ -1,0 +1,116 @@
+"""Weight selection (`--student-init teacher-weights`): which teacher entries a narrower,
+shallower student receives, the identity case, and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_bert_config
+from transformers import BertForSequenceClassification, BertModel
+
+from kdbert.data.tasks import GLUE_TASKS
+from kdbert.errors import KdbertError
+from kdbert.models import students
+from kdbert.recipes import distilbert, kd, tinybert
+
+
+def _teacher(tokenizer):
+    torch.manual_seed(0)
+    # hidden 48 = 12 heads x 4 dims, FFN 64, 4 layers
+    config = tiny_bert_config(tokenizer, hidden_size=48, num_attention_heads=12, intermediate_size=64,
+                              num_hidden_layers=4)
+    return BertForSequenceClassification(config).eval()
+
+
+def _narrow_student(tokenizer, **kw):
+    torch.manual_seed(1)
+    values = dict(hidden_size=24, num_attention_heads=12, intermediate_size=32, num_hidden_layers=2)
+    values.update(kw)
+    return BertForSequenceClassification(tiny_bert_config(tokenizer, **values)).eval()
+
+
+def test_evenly_spaced_indices():
+    assert students.evenly_spaced(3, 12).tolist() == [0, 4, 8]
+    assert students.evenly_spaced(4, 4).tolist() == [0, 1, 2, 3]
+    picked = students.evenly_spaced(312, 384)
+    assert len(set(picked.tolist())) == 312 and picked[0] == 0 and picked[-1] < 384
+    assert bool((picked[1:] > picked[:-1]).all())
+
+
+def test_narrow_student_receives_hand_picked_teacher_entries(tiny_tokenizer):
+    teacher, student = _teacher(tiny_tokenizer), _narrow_student(tiny_tokenizer)
+    fresh_classifier = student.classifier.weight.clone()
+    picked = students.select_teacher_weights(student, teacher)
+    # 2 of 4 layers: g(m) = ceil(m * 4 / 2) -> teacher layers 2 and 4 (1-based)
+    assert picked["teacher_layers"] == [2, 4]
+    s, t = student.bert, teacher.bert
+    # hidden units 0,2,4,...; per head dims 0 and 2 of 4; FFN units 0,2,4,...
+    # attention row 1 = head 0 dim 2 -> teacher row 2; row 2 = head 1 dim 0 -> teacher row 4
+    sq, tq = s.encoder.layer[0].attention.self.query, t.encoder.layer[1].attention.self.query
+    assert sq.weight[1, 3] == tq.weight[2, 6] and sq.weight[2, 0] == tq.weight[4, 0]
+    assert sq.bias[3] == tq.bias[6]  # row 3 = head 1 dim 2 -> 4 + 2
+    so, to = s.encoder.layer[1].output.dense, t.encoder.layer[3].output.dense
+    assert so.weight[5, 7] == to.weight[10, 14] and so.bias[5] == to.bias[10]
+    sa, ta = s.encoder.layer[1].attention.output.dense, t.encoder.layer[3].attention.output.dense
+    assert sa.weight[4, 3] == ta.weight[8, 6]
+    assert s.encoder.layer[0].output.LayerNorm.weight[11] == t.encoder.layer[1].output.LayerNorm.weight[22]
+    torch.testing.assert_close(s.embeddings.word_embeddings.weight[:, 5], t.embeddings.word_embeddings.weight[:, 10])
+    assert s.pooler.dense.weight[2, 3] == t.pooler.dense.weight[4, 6]
+    torch.testing.assert_close(student.classifier.weight, fresh_classifier)  # the classifier stays fresh
+
+
+def test_same_shape_student_computes_the_teacher(tiny_tokenizer):
+    teacher = _teacher(tiny_tokenizer)
+    student = _narrow_student(tiny_tokenizer, hidden_size=48, intermediate_size=64, num_hidden_layers=4)
+    students.select_teacher_weights(student, teacher)
+    ids = torch.tensor([[2, 7, 8, 9, 3, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        ours = student.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+        theirs = teacher.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_refusals(tiny_tokenizer):
+    teacher = _teacher(tiny_tokenizer)
+    with pytest.raises(KdbertError, match="hidden_size is 96 > the teacher's 48"):
+        students.select_teacher_weights(_narrow_student(tiny_tokenizer, hidden_size=96), teacher)
+    with pytest.raises(KdbertError, match="num_hidden_layers is 5 > the teacher's 4"):
+        students.select_teacher_weights(_narrow_student(tiny_tokenizer, num_hidden_layers=5), teacher)
+    with pytest.raises(KdbertError, match="--student-init 'copy' is unknown"):
+        students.apply_student_init(_narrow_student(tiny_tokenizer), teacher, "copy")
+    spec = GLUE_TASKS["rte"]
+    for recipe in (tinybert, kd):
+        with pytest.raises(KdbertError, match="--student-init applies to a preset student"):
+            recipe.initial_student(teacher, spec, {"student_layers": "2", "student_init": "teacher-weights"})
+    with pytest.raises(KdbertError, match="hidden_size is 312 > the teacher.s 48"):
+        tinybert.initial_student(teacher, spec, {"student": "tinybert4", "student_init": "teacher-weights"})
+    with pytest.raises(KdbertError, match="--student-init is a tinybert option"):
+        distilbert.run_general({"student_init": "teacher-weights", "corpus": ["x"]}, "unused")
+
+
+def test_general_student_from_teacher_weights(tiny_tokenizer, tmp_path):
+    teacher = BertModel(tiny_bert_config(tiny_tokenizer, hidden_size=48, num_attention_heads=12,
+                                         intermediate_size=64, num_hidden_layers=4))
+    tiny_bert_config(tiny_tokenizer, hidden_size=24, num_attention_heads=12, intermediate_size=32,
+                     num_hidden_layers=2).save_pretrained(tmp_path / "cfg")
+    student = tinybert._general_student({"student": str(tmp_path / "cfg"), "student_init": "teacher-weights"},
+                                        teacher, seed=0)
+    assert student.kdbert_init.startswith("teacher-weights (layers 2,4")
+    torch.testing.assert_close(student.embeddings.position_embeddings.weight,
+                               teacher.embeddings.position_embeddings.weight[:, ::2])
+    random_student = tinybert._general_student({"student": str(tmp_path / "cfg")}, teacher, seed=0)
+    assert random_student.kdbert_init == "random"
+
+
+def test_tinybert4_from_the_real_teacher(teacher_path):
+    teacher = BertForSequenceClassification.from_pretrained(teacher_path, num_labels=2).eval()
+    spec = GLUE_TASKS["sst2"]
+    for recipe in (tinybert, kd):
+        student = recipe.initial_student(teacher, spec, {"student": "tinybert4", "student_init": "teacher-weights",
+                                                         "seed": 3})
+        assert student.config.hidden_size == 312 and student.config.num_hidden_layers == 4
+        assert student.kdbert_init == "tinybert4, teacher-weights (layers 2,3,5,6, 312 of 384 units)"
+        hidden = students.evenly_spaced(312, 384)
+        torch.testing.assert_close(student.bert.embeddings.word_embeddings.weight,
+                                   teacher.bert.embeddings.word_embeddings.weight[:, hidden])
