@@ -7,7 +7,9 @@ Needs the teacher from ``benchmarks/teacher_glue.py`` (``runs/teacher-<task>``).
 - TinyBERT issue (student ``tinybert4``, 4 layers x 312): ``tinybert4-finetune`` (no
   distillation: gold labels only), ``tinybert-task`` (task distillation only),
   ``tinybert-general-task`` (from the general student of ``--general-student``),
-  ``tinybert-general-task-aug`` (plus ``--aug-file``, the task's train_aug.tsv).
+  ``tinybert-general-task-aug`` (plus ``--aug-file``, the task's train_aug.tsv). Beyond the paper:
+  ``tinybert4-ws-finetune`` and ``tinybert-ws-task``, the same student initialised by weight
+  selection from the teacher (``--student-init teacher-weights``) instead of randomly.
 - PKD/KD issue (3 layers x 384, initialised from teacher layers 1-3): ``l3-finetune``, ``kd``,
   ``pkd-skip``, ``pkd-last``, ``tinybert-l3`` (TinyBERT task distillation into that student); and ``distilbert-d`` (a DistilBERT student initialised from teacher
   layers 0, 2, 4, distilled while fine-tuning), ``distilbert-general-d`` (from ``--distilbert-general``).
@@ -43,6 +45,10 @@ VARIANTS = {
     "tinybert-general-task": {"method": "tinybert", "student": "{general_student}", "learning_rate": 1e-4},
     "tinybert-general-task-aug": {"method": "tinybert", "student": "{general_student}", "train_file": "{aug_file}",
                                   "learning_rate": 1e-4},
+    "tinybert4-ws-finetune": {"method": "tinybert", "student": "tinybert4", "student_init": "teacher-weights",
+                              "skip_intermediate": True, "no_prediction_loss": True, "learning_rate": 1e-4},
+    "tinybert-ws-task": {"method": "tinybert", "student": "tinybert4", "student_init": "teacher-weights",
+                         "learning_rate": 1e-4},
     "tinybert-l3": {"method": "tinybert", "student_layers": "3", "learning_rate": 1e-4},
     "l3-finetune": {"method": "kd", "student_layers": "3", "alpha": 0.0},
     "kd": {"method": "kd", "student_layers": "3"},

@@ -66,7 +66,9 @@ TINYBERT_VARIANTS = [("tinybert4-finetune", "tinybert4 fine-tuned, no distillati
                      ("tinybert-task-lr3e-5", "TinyBERT task distillation, paper's prediction lr 3e-5"),
                      ("tinybert-task", "TinyBERT task distillation only"),
                      ("tinybert-general-task", "general + task distillation"),
-                     ("tinybert-general-task-aug", "general + task + augmentation")]
+                     ("tinybert-general-task-aug", "general + task + augmentation"),
+                     ("tinybert4-ws-finetune", "tinybert4 from teacher weights, fine-tuned, no distillation"),
+                     ("tinybert-ws-task", "tinybert4 from teacher weights + TinyBERT task distillation")]
 PKD_VARIANTS = [("l3-finetune", "3 layers x 384, fine-tuned only"), ("kd", "KD (Hinton)"),
                 ("pkd-skip", "PKD-Skip"), ("pkd-last", "PKD-Last"), ("tinybert-l3", "TinyBERT task distillation"), ("distilbert-d", "DistilBERT (D)"),
                 ("distilbert-general-d", "DistilBERT (D) after general distillation")]
@@ -88,26 +90,40 @@ def distill_section(title: str, intro: str, variants: list[tuple[str, str]]) -> 
     if not rows:
         return []
     tasks = [t for t in TASK_ORDER if any(r["task"] == t for r in rows)]
-    lines = [f"## {title}", "", intro, "", "| model | " + " | ".join(tasks) + " |",
-             "|---|" + "---|" * len(tasks)]
+    lines = [f"## {title}", "", intro, "", "| model | " + " | ".join(tasks) + " | average (kept) |",
+             "|---|" + "---|" * (len(tasks) + 1)]
+    teacher_scores = [teachers[t]["metrics"]["score"] for t in tasks if t in teachers]
+    teacher_average = sum(teacher_scores) / len(teacher_scores) if len(teacher_scores) == len(tasks) else None
     lines.append("| teacher (all-MiniLM-L6-v2) | " + " | ".join(
-        f"{teachers[t]['metrics']['score']:.1f}" if t in teachers else "-" for t in tasks) + " |")
+        f"{teachers[t]['metrics']['score']:.1f}" if t in teachers else "-" for t in tasks) + " | "
+        + (f"{teacher_average:.1f}" if teacher_average is not None else "-") + " |")
     for name, label in variants:
-        cells = []
+        cells, means = [], []
         for task in tasks:
             scores = [r["metrics"]["score"] for r in rows if r["variant"] == name and r["task"] == task]
+            if scores:
+                means.append(sum(scores) / len(scores))
             if scores and task in teachers:
-                kept = 100 * (sum(scores) / len(scores)) / teachers[task]["metrics"]["score"]
+                kept = 100 * means[-1] / teachers[task]["metrics"]["score"]
                 cells.append(f"{_mean_std(scores)} ({kept:.0f}%)")
             else:
                 cells.append(_mean_std(scores) if scores else "-")
+        if teacher_average is not None and len(means) == len(tasks):
+            average = sum(means) / len(means)
+            cells.append(f"{average:.1f} ({100 * average / teacher_average:.0f}%)")
+        else:
+            cells.append("-")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    budgets = sorted({json.dumps({k: v for k, v in r["options"].items() if k in BUDGET_KEYS}, sort_keys=True)
-                      for r in rows})
+    budgets: dict[str, list[str]] = {}
+    for r in rows:
+        budget = json.dumps({k: v for k, v in r["options"].items() if k in BUDGET_KEYS}, sort_keys=True)
+        if r["task"] not in budgets.setdefault(budget, []):
+            budgets[budget].append(r["task"])
     example = rows[0]
     lines += ["", "Dev score (the task's metric, mean of its metrics), and in brackets the share of the teacher's "
-              "score kept. Budgets (options that differ from the method defaults):", ""]
-    lines += [f"- `{b}`" for b in budgets]
+              "score kept; the average column only where a row covers every task. Budgets (options that differ "
+              "from the method defaults) and the tasks that used them:", ""]
+    lines += [f"- `{b}`: {', '.join(sorted(t, key=TASK_ORDER.index))}" for b, t in sorted(budgets.items())]
     lines += ["", f"Machine: {example['machine']}; date {example['date']}. Command per cell: "
               f"`python benchmarks/distill_glue.py --task TASK --budget {example['budget']} --variants VARIANT "
               "--seeds SEED`; wall time per run is in `benchmarks/results/distill.json`.", ""]
@@ -152,7 +168,8 @@ def tinybert_section() -> list[str]:
         "and augmentation from `kdbert augment` with the MLM head fitted with 2 unfrozen layers (below).",
         TINYBERT_VARIANTS)
     return lines + _verdict("tinybert4-finetune", ["tinybert-task", "tinybert-general-task",
-                                                   "tinybert-general-task-aug"], target_percent=96)
+                                                   "tinybert-general-task-aug"], target_percent=96) + \
+        _verdict("tinybert4-ws-finetune", ["tinybert-ws-task"], target_percent=96)
 
 
 def pkd_section() -> list[str]:
