@@ -9,7 +9,9 @@ Needs the teacher from ``benchmarks/teacher_glue.py`` (``runs/teacher-<task>``).
   ``tinybert-general-task`` (from the general student of ``--general-student``),
   ``tinybert-general-task-aug`` (plus ``--aug-file``, the task's train_aug.tsv). Beyond the paper:
   ``tinybert4-ws-finetune`` and ``tinybert-ws-task``, the same student initialised by weight
-  selection from the teacher (``--student-init teacher-weights``) instead of randomly.
+  selection from the teacher (``--student-init teacher-weights``) instead of randomly, and
+  ``tinybert-ws-general-task(-aug)`` from the general student distilled from that initialisation
+  (``--general-ws-student``).
 - PKD/KD issue (3 layers x 384, initialised from teacher layers 1-3): ``l3-finetune``, ``kd``,
   ``pkd-skip``, ``pkd-last``, ``tinybert-l3`` (TinyBERT task distillation into that student); and ``distilbert-d`` (a DistilBERT student initialised from teacher
   layers 0, 2, 4, distilled while fine-tuning), ``distilbert-general-d`` (from ``--distilbert-general``).
@@ -49,6 +51,9 @@ VARIANTS = {
                               "skip_intermediate": True, "no_prediction_loss": True, "learning_rate": 1e-4},
     "tinybert-ws-task": {"method": "tinybert", "student": "tinybert4", "student_init": "teacher-weights",
                          "learning_rate": 1e-4},
+    "tinybert-ws-general-task": {"method": "tinybert", "student": "{general_ws_student}", "learning_rate": 1e-4},
+    "tinybert-ws-general-task-aug": {"method": "tinybert", "student": "{general_ws_student}",
+                                     "train_file": "{aug_file}", "learning_rate": 1e-4},
     "tinybert-l3": {"method": "tinybert", "student_layers": "3", "learning_rate": 1e-4},
     "l3-finetune": {"method": "kd", "student_layers": "3", "alpha": 0.0},
     "kd": {"method": "kd", "student_layers": "3"},
@@ -72,6 +77,7 @@ def main() -> None:
                         help="cpu budget: learning rate of every stage (default: the method's per-task default)")
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--general-student", default="runs/general-tinybert4")
+    parser.add_argument("--general-ws-student", default="runs/general-tinybert4-ws")
     parser.add_argument("--distilbert-student", default="runs/distilbert-init")
     parser.add_argument("--distilbert-general", default="runs/general-distilbert")
     parser.add_argument("--aug-file", help="augmented training file (default runs/aug-<task>/train_aug.tsv)")
@@ -79,7 +85,8 @@ def main() -> None:
     teacher = Path(args.runs_dir) / f"teacher-{args.task}"
     if not (teacher / "metrics.json").exists():
         sys.exit(f"no fine-tuned teacher at {teacher}: run benchmarks/teacher_glue.py --tasks {args.task} first")
-    paths = {"general_student": args.general_student, "distilbert_student": args.distilbert_student,
+    paths = {"general_student": args.general_student, "general_ws_student": args.general_ws_student,
+             "distilbert_student": args.distilbert_student,
              "distilbert_general": args.distilbert_general,
              "aug_file": args.aug_file or f"{args.runs_dir}/aug-{args.task}/train_aug.tsv"}
     done = load_results("distill")

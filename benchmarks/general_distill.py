@@ -4,6 +4,8 @@
 
 ``tinybert``: a ``tinybert4`` student from the default teacher on 3,200 packed sequences of 128
 tokens of the shared Wikipedia corpus, one epoch at batch 32 (``runs/general-tinybert4``).
+``tinybert-ws``: the same from a student initialised by weight selection from the teacher
+(``--student-init teacher-weights``) on 4,800 sequences (``runs/general-tinybert4-ws``).
 ``distilbert``: the DistilBERT student from ``kdbert init-student`` (``runs/distilbert-init``)
 with the teacher plus its fitted MLM head (``runs/mlm-k0``) on 1,600 sequences of 64 tokens,
 batch 16 (``runs/general-distilbert``). These are CPU budgets, far below the papers' (TinyBERT:
@@ -27,6 +29,9 @@ CORPUS = "../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz"
 RUNS = {
     "tinybert": ["distill", "general", "--method", "tinybert", "--corpus", CORPUS, "--max-sequences", "3200",
                  "--batch-size", "32", "--epochs", "1", "--output-dir", "runs/general-tinybert4", "--no-progress"],
+    "tinybert-ws": ["distill", "general", "--method", "tinybert", "--student-init", "teacher-weights", "--corpus",
+                    CORPUS, "--max-sequences", "4800", "--batch-size", "32", "--epochs", "1", "--output-dir",
+                    "runs/general-tinybert4-ws", "--no-progress"],
     "distilbert": ["distill", "general", "--method", "distilbert", "--teacher", "runs/mlm-k0", "--student",
                    "runs/distilbert-init", "--corpus", CORPUS, "--max-sequences", "1600", "--batch-size", "16",
                    "--max-seq-len", "64", "--epochs", "1", "--output-dir", "runs/general-distilbert",
