@@ -295,3 +295,20 @@ def test_general_resume_matches_uninterrupted_run(env, tmp_path, monkeypatch):
     resumed = DistilBertForMaskedLM.from_pretrained(tmp_path / "cut").state_dict()
     for name, value in full.items():
         torch.testing.assert_close(resumed[name], value, msg=name)
+
+
+def test_task_distillation_on_a_pair_regression_task(env, tmp_path, capsys):
+    """STS-B: sentence pairs (DistilBERT has no segment embeddings) and MSE to teacher and gold."""
+    write_glue_task(env["glue"], "STS-B", n_train=24, n_dev=8)
+    teacher = save_tiny_classifier(tmp_path / "teacher", env["tokenizer"], num_labels=1, num_hidden_layers=4)
+    init = tmp_path / "init"
+    assert cli.main(["init-student", "--from", str(teacher), "--output-dir", str(init)]) == 0
+    task = tmp_path / "task"
+    code = cli.main(["distill", "task", "--method", "distilbert", "--task", "stsb", "--data-dir", str(env["glue"]),
+                     "--teacher", str(teacher), "--student", str(init), "--output-dir", str(task),
+                     "--max-steps", "2", "--batch-size", "8", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads((task / "distill_report.json").read_text())
+    assert report["loss"]["kd_loss"] == "mse" and report["loss"]["regression"]
+    assert {"pearson", "spearman", "score"} == set(report["dev_metrics"])
+    assert DistilBertForSequenceClassification.from_pretrained(task).config.num_labels == 1
