@@ -136,27 +136,49 @@ BUDGET_KEYS = ("max_train_examples", "epochs", "intermediate_epochs", "max_steps
                "learning_rate")
 
 
+def _stats(scores: list[float]) -> tuple[float, float | None]:
+    """Mean and sample std (None for a single run)."""
+    mean = sum(scores) / len(scores)
+    if len(scores) < 2:
+        return mean, None
+    return mean, (sum((v - mean) ** 2 for v in scores) / (len(scores) - 1)) ** 0.5
+
+
 def _verdict(baseline: str, variants: list[str], target_percent: float | None = None) -> list[str]:
-    """Lines saying, per task, whether each variant beats ``baseline`` (and reaches the target)."""
+    """Per task: each variant's difference from ``baseline``, marked as within noise when it is
+    smaller than the larger of the two stds (3 seeds), and whether the best reaches the target."""
     results = load_results("distill")
     teachers = {r["task"]: r for r in load_results("teacher_glue").values() if not r.get("tuning")}
     lines = []
     for task in TASK_ORDER:
-        def mean(variant):
+        def stats(variant):
             scores = [r["metrics"]["score"] for r in results.values() if r["task"] == task and r["variant"] == variant]
-            return sum(scores) / len(scores) if scores else None
-        base = mean(baseline)
+            return _stats(scores) if scores else None
+        base = stats(baseline)
         if base is None:
             continue
-        beaten = [v for v in variants if mean(v) is not None and mean(v) > base]
-        missed = [v for v in variants if mean(v) is not None and mean(v) <= base]
-        text = f"- {task}: beat `{baseline}` ({base:.1f}): {', '.join(beaten) or 'none'}; did not: {', '.join(missed) or 'none'}."
+        parts, means = [], []
+        for variant in variants:
+            other = stats(variant)
+            if other is None:
+                continue
+            means.append(other[0])
+            delta = other[0] - base[0]
+            stds = [sd for sd in (base[1], other[1]) if sd is not None]
+            if not stds:
+                note = "one seed"
+            elif abs(delta) <= max(stds):
+                note = "within 1 std"
+            else:
+                note = "beyond 1 std"
+            parts.append(f"{variant} {delta:+.1f} ({note})")
+        if not parts:
+            continue
+        text = f"- {task}, against `{baseline}` ({base[0]:.1f}): " + "; ".join(parts) + "."
         if target_percent and task in teachers:
-            best = max((mean(v) for v in variants if mean(v) is not None), default=None)
-            if best is not None:
-                kept = 100 * best / teachers[task]["metrics"]["score"]
-                text += f" Best kept {kept:.0f}% of the teacher (target {target_percent:.0f}%: " + \
-                        ("met)." if kept >= target_percent else "NOT met).")
+            kept = 100 * max(means) / teachers[task]["metrics"]["score"]
+            text += f" Best kept {kept:.0f}% of the teacher (target {target_percent:.0f}%: " + \
+                    ("met)." if kept >= target_percent else "NOT met).")
         lines.append(text)
     return lines + [""] if lines else []
 
