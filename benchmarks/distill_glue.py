@@ -21,8 +21,10 @@ paper's 3e-5 (tuned for BERT-base-sized general students; at 3e-5 a 4000-row, 2-
 at chance on SST-2).
 
 Budgets: ``cpu`` = first ``--max-train-examples`` rows (default 4000), 2 epochs per stage,
-optionally one ``--learning-rate`` for every stage (CoLA runs use all 8551 rows at 1e-4: at its
+optionally one ``--learning-rate`` for every stage. CoLA runs use all 8551 rows at 1e-4 (at its
 fine-tuning default of 3e-5 on 4000 rows every 3-layer student predicted one class, MCC 0);
+STS-B runs use all 5749 rows for 3 epochs (at 4000 rows x 2 epochs the regression had not
+converged: dev Pearson 10 for one seed, 52 for another);
 ``paper`` = the methods' own per-task defaults on the whole training set (GPU-sized).
 Results: ``benchmarks/results/distill.json``; each run resumes if interrupted.
 """
