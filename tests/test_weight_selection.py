@@ -114,3 +114,14 @@ def test_tinybert4_from_the_real_teacher(teacher_path):
         hidden = students.evenly_spaced(312, 384)
         torch.testing.assert_close(student.bert.embeddings.word_embeddings.weight,
                                    teacher.bert.embeddings.word_embeddings.weight[:, hidden])
+
+
+def test_cpu_recipe_sets_weight_selection():
+    from kdbert import cli
+
+    parser = cli.build_parser()
+    argv = ["distill", "task", "--recipe", "tinybert/cpu", "--task", "sst2", "--teacher", "t", "--output-dir", "o"]
+    cli._apply_config_file(parser, argv)
+    args = parser.parse_args(argv)
+    assert (args.method, args.student, args.student_init, args.max_train_examples, args.intermediate_epochs,
+            args.epochs, args.learning_rate) == ("tinybert", "tinybert4", "teacher-weights", 4000, 2, 2, 1e-4)
