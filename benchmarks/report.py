@@ -189,7 +189,11 @@ def tinybert_section() -> list[str]:
         "Student `tinybert4` (4 layers, hidden 312, FFN 1200, 12 heads) distilled from the fine-tuned teacher; "
         "the layer map for 4 student layers over 6 teacher layers is 1->2, 2->3, 3->5, 4->6 (rounded uniform). "
         "The general student comes from `kdbert distill general` on a slice of the shared Wikipedia corpus, "
-        "and augmentation from `kdbert augment` with the MLM head fitted with 2 unfrozen layers (below).",
+        "and augmentation from `kdbert augment` with the MLM head fitted with 2 unfrozen layers (below). "
+        "The first rows follow the paper (randomly initialised student): at this budget they stay at chance, "
+        "so they were run on SST-2 only. The rows 'from teacher weights' go beyond the paper: the same "
+        "student initialised by weight selection from the teacher (`--student-init teacher-weights`, "
+        "`--recipe tinybert/cpu`), and their general stage starts from that initialisation too.",
         TINYBERT_VARIANTS)
     return lines + _verdict("tinybert4-finetune", ["tinybert-task", "tinybert-general-task",
                                                    "tinybert-general-task-aug"], target_percent=96) + \
