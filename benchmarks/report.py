@@ -77,11 +77,8 @@ PKD_VARIANTS = [("l3-finetune", "3 layers x 384, fine-tuned only"), ("kd", "KD (
 
 
 def _mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.1f}"
-    mean = sum(values) / len(values)
-    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
-    return f"{mean:.1f} ± {std:.1f} (n={len(values)})"
+    mean, std = _stats(values)
+    return f"{mean:.1f}" if std is None else f"{mean:.1f} ± {std:.1f} (n={len(values)})"
 
 
 def distill_section(title: str, intro: str, variants: list[tuple[str, str]]) -> list[str]:

@@ -292,8 +292,7 @@ def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel) -
              "hidden_size": (sc.hidden_size, tc.hidden_size),
              "num_attention_heads": (sc.num_attention_heads, tc.num_attention_heads),
              "head size": (s_head_dim, t_head_dim),
-             "intermediate_size": (sc.intermediate_size, tc.intermediate_size),
-             "vocab_size": (sc.vocab_size, tc.vocab_size)}
+             "intermediate_size": (sc.intermediate_size, tc.intermediate_size)}
     for name, (s, t) in sizes.items():
         if s > t:
             raise KdbertError(f"--student-init teacher-weights needs a student no larger than the teacher, but the "
