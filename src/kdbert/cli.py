@@ -324,9 +324,6 @@ def build_parser() -> argparse.ArgumentParser:
                                    "on a frozen encoder over a corpus; save an HF BertForMaskedLM folder and its "
                                    "held-out masked-token accuracy.")
     p.add_argument("--encoder", default="default", help="encoder folder or hub id (default: the packaged teacher)")
-    p.add_argument("--student-init", choices=["random", "teacher-weights"],
-                   help="tinybert: the preset student's starting weights, random (default, the paper) or selected "
-                        "from the teacher's (see `distill task --help`)")
     p.add_argument("--corpus", nargs="+", required=True, help="text files or folders (.txt/.gz, WikiExtractor ok)")
     p.add_argument("--output-dir", required=True, help="where the BertForMaskedLM folder goes")
     p.add_argument("--unfreeze-top-layers", type=int, default=0,
