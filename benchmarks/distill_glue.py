@@ -11,7 +11,9 @@ Needs the teacher from ``benchmarks/teacher_glue.py`` (``runs/teacher-<task>``).
   ``tinybert4-ws-finetune`` and ``tinybert-ws-task``, the same student initialised by weight
   selection from the teacher (``--student-init teacher-weights``) instead of randomly, and
   ``tinybert-ws-general-task(-aug)`` from the general student distilled from that initialisation
-  (``--general-ws-student``).
+  (``--general-ws-student``). The augmented variants fit STS-B's prediction stage to the
+  teacher's scores (``--regression-target teacher``): an augmented row carries the gold score of
+  the sentence it came from. ``tinybert-ws-general-task-aug-gold`` keeps the paper's gold targets.
 - PKD/KD issue (3 layers x 384, initialised from teacher layers 1-3): ``l3-finetune``, ``kd``,
   ``pkd-skip``, ``pkd-last``, ``tinybert-l3`` (TinyBERT task distillation into that student); and ``distilbert-d`` (a DistilBERT student initialised from teacher
   layers 0, 2, 4, distilled while fine-tuning), ``distilbert-general-d`` (from ``--distilbert-general``).
@@ -48,14 +50,16 @@ VARIANTS = {
     "tinybert-task": {"method": "tinybert", "student": "tinybert4", "learning_rate": 1e-4},
     "tinybert-general-task": {"method": "tinybert", "student": "{general_student}", "learning_rate": 1e-4},
     "tinybert-general-task-aug": {"method": "tinybert", "student": "{general_student}", "train_file": "{aug_file}",
-                                  "learning_rate": 1e-4},
+                                  "learning_rate": 1e-4, "regression_target": "teacher"},
     "tinybert4-ws-finetune": {"method": "tinybert", "student": "tinybert4", "student_init": "teacher-weights",
                               "skip_intermediate": True, "no_prediction_loss": True, "learning_rate": 1e-4},
     "tinybert-ws-task": {"method": "tinybert", "student": "tinybert4", "student_init": "teacher-weights",
                          "learning_rate": 1e-4},
     "tinybert-ws-general-task": {"method": "tinybert", "student": "{general_ws_student}", "learning_rate": 1e-4},
     "tinybert-ws-general-task-aug": {"method": "tinybert", "student": "{general_ws_student}",
-                                     "train_file": "{aug_file}", "learning_rate": 1e-4},
+                                     "train_file": "{aug_file}", "learning_rate": 1e-4, "regression_target": "teacher"},
+    "tinybert-ws-general-task-aug-gold": {"method": "tinybert", "student": "{general_ws_student}",
+                                          "train_file": "{aug_file}", "learning_rate": 1e-4},
     "tinybert-l3": {"method": "tinybert", "student_layers": "3", "learning_rate": 1e-4},
     "l3-finetune": {"method": "kd", "student_layers": "3", "alpha": 0.0},
     "kd": {"method": "kd", "student_layers": "3"},

@@ -70,7 +70,9 @@ TINYBERT_VARIANTS = [("tinybert4-finetune", "tinybert4 fine-tuned, no distillati
                      ("tinybert4-ws-finetune", "tinybert4 from teacher weights, fine-tuned, no distillation"),
                      ("tinybert-ws-task", "tinybert4 from teacher weights + TinyBERT task distillation"),
                      ("tinybert-ws-general-task", "tinybert4 from teacher weights + general + task"),
-                     ("tinybert-ws-general-task-aug", "tinybert4 from teacher weights + general + task + augmentation")]
+                     ("tinybert-ws-general-task-aug", "tinybert4 from teacher weights + general + task + augmentation"),
+                     ("tinybert-ws-general-task-aug-gold",
+                      "the same, STS-B prediction stage on gold scores (the paper's target)")]
 PKD_VARIANTS = [("l3-finetune", "3 layers x 384, fine-tuned only"), ("kd", "KD (Hinton)"),
                 ("pkd-skip", "PKD-Skip"), ("pkd-last", "PKD-Last"), ("tinybert-l3", "TinyBERT task distillation"), ("distilbert-d", "DistilBERT (D)"),
                 ("distilbert-general-d", "DistilBERT (D) after general distillation")]
@@ -212,7 +214,10 @@ def tinybert_section() -> list[str]:
         "The first rows follow the paper (randomly initialised student): at this budget they stay at chance, "
         "so they were run on SST-2 only. The rows 'from teacher weights' go beyond the paper: the same "
         "student initialised by weight selection from the teacher (`--student-init teacher-weights`, "
-        "`--recipe tinybert/cpu`), and their general stage starts from that initialisation too.",
+        "`--recipe tinybert/cpu`), and their general stage starts from that initialisation too. "
+        "The augmentation rows fit STS-B's prediction stage to the teacher's scores (`--regression-target "
+        "teacher`): an augmented pair keeps the gold score of the pair it came from, which is then wrong; the "
+        "last row shows the paper's gold-score target on the same data.",
         TINYBERT_VARIANTS)
     return lines + _verdict("tinybert4-finetune", ["tinybert-task", "tinybert-general-task",
                                                    "tinybert-general-task-aug"], target_percent=96) + \

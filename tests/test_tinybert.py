@@ -278,6 +278,23 @@ def test_prediction_stage_losses(env):
     assert "gold" in plan.report["prediction_target"]
 
 
+def test_regression_target_teacher_matches_the_teachers_scores(env):
+    ctx = _context(env, {"regression_target": "teacher"}, task="stsb")
+    plan = tinybert.build_task_plan(ctx)
+    ctx.student.eval()
+    batch = _batch(ctx)
+    got = plan.stages[-1].loss_fn(nn.ModuleDict(plan.modules), plan.frozen, batch)["prediction"]
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():
+        student_scores = ctx.student(**inputs).logits[:, 0]
+        teacher_scores = ctx.teacher(**inputs).logits[:, 0]
+    expected = sum((s - t) ** 2 for s, t in zip(student_scores.tolist(), teacher_scores.tolist())) / len(teacher_scores)
+    assert got.item() == pytest.approx(expected, rel=1e-5)
+    assert plan.report["prediction_target"] == "teacher scores (MSE)"
+    with pytest.raises(KdbertError, match="--regression-target 'labels'"):
+        tinybert.build_task_plan(_context(env, {"regression_target": "labels"}, task="stsb"))
+
+
 def test_intermediate_stage_has_constant_lr(env, tmp_path):
     ctx = _context(env, {"intermediate_max_steps": 3, "batch_size": 2})
     plan = tinybert.build_task_plan(ctx)

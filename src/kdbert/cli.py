@@ -183,6 +183,10 @@ def add_distill_task_arguments(p: argparse.ArgumentParser) -> None:
                    help="tinybert: average attention over heads (allows different head counts)")
     k.add_argument("--hidden-projection", choices=["per-layer", "shared"],
                    help="tinybert: one W_h per matched layer (default) or one shared")
+    k.add_argument("--regression-target", choices=["gold", "teacher"],
+                   help="tinybert, regression tasks (STS-B): prediction-stage MSE to the gold score (default, "
+                        "the paper) or to the teacher's score (use it with an augmented --train-file, whose "
+                        "rows carry the original sentence's gold score)")
     k.add_argument("--no-embedding-loss", action="store_true", help="ablation: drop the embedding loss")
     k.add_argument("--no-attention-loss", action="store_true", help="ablation: drop the attention loss")
     k.add_argument("--no-hidden-loss", action="store_true", help="ablation: drop the hidden-state loss")

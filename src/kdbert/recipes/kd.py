@@ -63,6 +63,7 @@ METHOD_OPTIONS = {
     "attention_reduction": ("tinybert",),
     "head_average": ("tinybert",),
     "hidden_projection": ("tinybert",),
+    "regression_target": ("tinybert",),
     "no_embedding_loss": ("tinybert",),
     "no_attention_loss": ("tinybert",),
     "no_hidden_loss": ("tinybert",),

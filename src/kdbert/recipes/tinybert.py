@@ -321,19 +321,27 @@ def intermediate_loss(spec: IntermediateSpec):
     return loss_fn
 
 
-def prediction_loss(regression: bool, temperature: float, gold_only: bool):
-    """``loss_fn`` of stage 2: soft CE to the teacher, MSE to gold (regression), or the task loss."""
+REGRESSION_TARGETS = ("gold", "teacher")
+
+
+def prediction_loss(regression: bool, temperature: float, gold_only: bool, regression_target: str = "gold"):
+    """``loss_fn`` of stage 2: soft CE to the teacher, or the task loss (``gold_only``); for
+    regression, MSE to the gold score (the reference) or, with ``regression_target="teacher"``,
+    to the teacher's predicted score (what augmented rows need: their gold score is the
+    original sentence's)."""
 
     def loss_fn(parts, frozen, batch):
         student = parts["student"]
         if gold_only:
             return {"task": task_loss(student, batch, regression)}
         logits = student(**model_inputs(student, batch)).logits
-        if regression:
+        if regression and regression_target == "gold":
             return {"prediction": losses.regression_mse(logits, batch["labels"])}
         teacher = frozen["teacher"]
         with torch.no_grad():
             teacher_logits = teacher(**model_inputs(teacher, batch)).logits
+        if regression:
+            return {"prediction": losses.regression_mse(logits, teacher_logits.squeeze(-1))}
         return {"prediction": losses.soft_cross_entropy(logits, teacher_logits, temperature)}
 
     return loss_fn
@@ -379,8 +387,8 @@ def build_task_plan(ctx: DistillContext) -> Plan:
     intermediate_lr, intermediate_max_steps (stage 1); epochs, learning_rate, max_steps,
     warmup_ratio, eval_every (stage 2); batch_size, grad_accum, weight_decay (both stages);
     temperature; layer_map, teacher_layers, attention_reduction, head_average,
-    hidden_projection; ablations no_embedding_loss, no_attention_loss, no_hidden_loss,
-    no_prediction_loss, skip_intermediate.
+    hidden_projection; regression_target (gold or teacher); ablations no_embedding_loss,
+    no_attention_loss, no_hidden_loss, no_prediction_loss, skip_intermediate.
     """
     options, spec = ctx.options, ctx.spec
     defaults = task_defaults(spec.name)
@@ -390,6 +398,9 @@ def build_task_plan(ctx: DistillContext) -> Plan:
     terms_on = {t: not options.get(f"no_{t}_loss") for t in INTERMEDIATE_TERMS}
     run_intermediate = any(terms_on.values()) and not options.get("skip_intermediate")
     gold_only = bool(options.get("no_prediction_loss"))
+    regression_target = _option(options, "regression_target", "gold")
+    if regression_target not in REGRESSION_TARGETS:
+        raise KdbertError(f"--regression-target {regression_target!r}: choose one of {', '.join(REGRESSION_TARGETS)}")
     shared = dict(batch_size=int(_option(options, "batch_size", defaults["batch_size"])),
                   grad_accum=int(_option(options, "grad_accum", 1)),
                   weight_decay=float(_option(options, "weight_decay", 0.01)))
@@ -426,11 +437,14 @@ def build_task_plan(ctx: DistillContext) -> Plan:
         learning_rate=float(_option(options, "learning_rate", defaults["learning_rate"])),
         schedule="linear", warmup_ratio=float(_option(options, "warmup_ratio", 0.1)),
         eval_every=options.get("eval_every"), evaluate=True, train_modules=("student",), **shared)
-    stages.append(Stage(prediction, prediction_loss(spec.is_regression, temperature, gold_only), ctx.train_set))
+    stages.append(Stage(prediction, prediction_loss(spec.is_regression, temperature, gold_only, regression_target),
+                        ctx.train_set))
 
     if gold_only:
         prediction_terms = ["task"]
         prediction_target = "gold labels (cross-entropy)" if not spec.is_regression else "gold scores (MSE)"
+    elif spec.is_regression and regression_target == "teacher":
+        prediction_terms, prediction_target = ["prediction"], "teacher scores (MSE)"
     elif spec.is_regression:
         prediction_terms, prediction_target = ["prediction"], "gold scores (MSE), as the reference"
     else:
