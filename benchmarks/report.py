@@ -311,7 +311,7 @@ def augment_section() -> list[str]:
     lines = ["## Augmentation throughput (`kdbert augment`)", "",
              "Sentences per second (speedup over one MLM call per word). Reference-style = the reference's calls: "
              "one full forward per masked word with vocabulary logits at every position. float32 modes give "
-             "identical outputs; bf16 changes some candidates.", "",
+             "identical outputs; bf16 (`kdbert augment --dtype bfloat16`) changes some candidates.", "",
              "| setting | " + " | ".join(label for _, label in modes) + " | machine | date |",
              "|---|" + "---|" * (len(modes) + 2)]
     for r in runs.values():

@@ -1,5 +1,6 @@
 """TinyBERT augmentation on a tiny random BertForMaskedLM, a tiny vocab and a tiny GloVe file."""
 
+import copy
 import gzip
 import json
 
@@ -178,3 +179,25 @@ def test_augment_file_rows_pairs_and_resume(model, tokenizer, vectors, tmp_path)
 
     with pytest.raises(KdbertError, match="row 1 has no column 'sentence2'"):
         augment_file_rows([rows[0], {"sentence1": "x"}], ["sentence1", "sentence2"], out, augmenter)
+
+
+def test_resume_refuses_a_run_of_another_precision(model, tokenizer, vectors, tmp_path):
+    rows = [{"sentence": text, "label": "1"} for text in SENTENCES]
+    out = tmp_path / "train_aug.tsv"
+    fast = make(copy.deepcopy(model).to(torch.bfloat16), tokenizer, vectors)
+    real = fast.augment
+    calls = {"n": 0}
+
+    def dying(texts):
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise KeyboardInterrupt
+        return real(texts)
+
+    fast.augment = dying
+    with pytest.raises(KeyboardInterrupt):
+        augment_file_rows(rows, ["sentence"], out, fast, chunk_size=2)
+    with pytest.raises(KdbertError, match="belongs to a run with other rows or settings"):
+        augment_file_rows(rows, ["sentence"], out, make(model, tokenizer, vectors), chunk_size=2)
+    fast.augment = real
+    assert augment_file_rows(rows, ["sentence"], out, fast, chunk_size=2) > len(rows)

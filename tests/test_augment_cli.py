@@ -85,3 +85,14 @@ def test_general_then_augment_then_task_distillation(tmp_path, tiny_tokenizer, g
     report = json.loads((task_out / "distill_report.json").read_text())
     assert [s["name"] for s in report["stages"]] == ["intermediate", "prediction"]
     assert set(report["dev_metrics"]) == {"accuracy", "score"}
+
+
+
+def test_bfloat16_augmentation_writes_the_task_format(tmp_path, tiny_tokenizer, glue_dir, capsys):
+    mlm, glove = _tiny_mlm(tmp_path / "mlm", tiny_tokenizer), _glove(tmp_path / "glove.txt")
+    out = tmp_path / "rte_aug.tsv"
+    code = main(["augment", "--task", "rte", "--data-dir", str(glue_dir), "--mlm", str(mlm), "--word-vectors",
+                 str(glove), "--output", str(out), "--n-aug", "3", "--max-rows", "6", "--device", "cpu",
+                 "--dtype", "bfloat16"])
+    assert code == 0, capsys.readouterr().err
+    assert len(load_task(TaskOptions("rte", data_dir=str(glue_dir), train_file=str(out))).train) > 6

@@ -12,6 +12,8 @@ import csv
 import time
 from pathlib import Path
 
+import torch
+
 from kdbert.data.augment_tinybert import TinyBertAugmenter, augment_file_rows, load_word_vectors
 from kdbert.data.custom import read_rows
 from kdbert.data.glue import open_text, split_file, resolve_glue_dir
@@ -19,6 +21,9 @@ from kdbert.data.load import TaskOptions, is_data_file
 from kdbert.data.tasks import GLUE_TASKS, canonical_task_name
 from kdbert.errors import KdbertError
 from kdbert.mlm_head import load_mlm_model
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def task_rows(task: TaskOptions) -> tuple[list[dict], list[str], bool, str]:
@@ -46,8 +51,16 @@ def task_rows(task: TaskOptions) -> tuple[list[dict], list[str], bool, str]:
 
 def augment_task(task: TaskOptions, mlm_model: str, word_vectors: str, output: str | None = None,
                  p: float = 0.4, n_aug: int = 20, top_k: int = 15, seed: int = 42, batch_size: int = 64,
-                 num_workers: int = 1, max_rows: int | None = None, max_words: int = 100000) -> dict:
-    """Augment ``task``'s training rows; returns counts, output path and throughput."""
+                 num_workers: int = 1, max_rows: int | None = None, max_words: int = 100000,
+                 dtype: str = "float32", device: str | None = None) -> dict:
+    """Augment ``task``'s training rows; returns counts, output path and throughput.
+
+    ``dtype`` ``"bfloat16"`` runs the MLM in bfloat16 (about 2x faster on CPUs with AMX, and on
+    GPUs; some candidates differ from float32). ``device`` defaults to ``cuda`` when available.
+    """
+    if dtype not in DTYPES:
+        raise KdbertError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     rows, columns, has_header, suffix = task_rows(task)
     if max_rows:
         rows = rows[:max_rows]
@@ -55,6 +68,7 @@ def augment_task(task: TaskOptions, mlm_model: str, word_vectors: str, output: s
         base = Path(task.task).parent if is_data_file(task.task) else Path(".")
         output = str(base / f"train_aug{suffix}")
     model, tokenizer = load_mlm_model(mlm_model)
+    model = model.to(device=device, dtype=DTYPES[dtype])
     vectors = load_word_vectors(word_vectors, max_words=max_words)
     started = time.time()
     with TinyBertAugmenter(model, tokenizer, vectors, p=p, n_aug=n_aug, top_k=top_k, seed=seed,
@@ -62,4 +76,5 @@ def augment_task(task: TaskOptions, mlm_model: str, word_vectors: str, output: s
         written = augment_file_rows(rows, columns, output, augmenter, write_header=has_header)
     seconds = time.time() - started
     return {"output": output, "input_rows": len(rows), "output_rows": written, "columns": columns,
+            "dtype": dtype, "device": device,
             "seconds": round(seconds, 1), "sentences_per_second": round(len(rows) * len(columns) / max(seconds, 1e-9), 2)}

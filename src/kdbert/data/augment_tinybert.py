@@ -35,7 +35,7 @@ over spawned processes (one torch thread each). On CPU the encoder's matrix prod
 so batching mainly saves per-call overhead (large for short sentences and multi-threaded
 torch, small for long sentences); a bfloat16 copy of the model is about 2x faster again on CPUs
 with AMX, with slightly different candidates (``benchmarks/augment_throughput.py`` measures all
-of this).
+of this). The model may sit on a GPU (inputs follow it; one process then).
 """
 
 from __future__ import annotations
@@ -238,6 +238,7 @@ class TinyBertAugmenter:
                 word.candidates = []
         seqs.sort(key=lambda q: len(q[0]))
         base = getattr(self.model, self.model.base_model_prefix)
+        device = next(self.model.parameters()).device
         for b in range(0, len(seqs), batch_size):
             chunk = seqs[b:b + batch_size]
             width = len(chunk[-1][0])
@@ -248,10 +249,11 @@ class TinyBertAugmenter:
                 ids[row, :len(seq)] = torch.tensor(seq)
                 types[row, first_len:len(seq)] = 1
                 mask[row, :len(seq)] = 1
-            hidden = base(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
-            at_mask = hidden[torch.arange(len(chunk)), torch.tensor([q[2] for q in chunk])]
-            logits = self.model.cls(at_mask).masked_fill(self.excluded, float("-inf"))
-            top = logits.topk(self.top_k, dim=-1).indices.sort(dim=-1).values
+            hidden = base(input_ids=ids.to(device), attention_mask=mask.to(device),
+                          token_type_ids=types.to(device)).last_hidden_state
+            at_mask = hidden[torch.arange(len(chunk), device=device), torch.tensor([q[2] for q in chunk], device=device)]
+            logits = self.model.cls(at_mask).float().masked_fill(self.excluded.to(device), float("-inf"))
+            top = logits.topk(self.top_k, dim=-1).indices.sort(dim=-1).values.cpu()
             for (_, _, _, word), row in zip(chunk, top.tolist()):
                 word.candidates = [self.vocab[j] for j in row]
 
@@ -278,6 +280,9 @@ class TinyBertAugmenter:
 
     # -- multi-process ----------------------------------------------------------------------
     def _augment_in_workers(self, texts: list[str]) -> list[list[str]]:
+        if next(self.model.parameters()).device.type != "cpu":
+            raise KdbertError("num_workers > 1 runs CPU worker processes; with a GPU model use num_workers=1 "
+                              "and a larger batch_size")
         if self._pool is None:
             state = {**self.__getstate__(), "num_workers": 1, "_neighbours": {}}
             self._pool = ProcessPoolExecutor(self.num_workers, mp_context=torch.multiprocessing.get_context("spawn"),
@@ -305,6 +310,9 @@ def _worker_augment(texts: list[str]) -> list[list[str]]:
 def _fingerprint(rows: list[dict], columns: list[str], augmenter: TinyBertAugmenter) -> str:
     digest = hashlib.blake2b(json.dumps(rows, sort_keys=True).encode("utf-8"), digest_size=16).hexdigest()
     settings = [augmenter.p, augmenter.n_aug, augmenter.top_k, augmenter.seed]
+    dtype = next(augmenter.model.parameters()).dtype
+    if dtype != torch.float32:  # other precisions pick slightly different candidates
+        settings.append(str(dtype))
     return json.dumps({"rows": digest, "columns": columns, "settings": settings})
 
 
