@@ -225,7 +225,7 @@ def tinybert_section() -> list[str]:
                                            "tinybert-ws-general-task-aug"], target_percent=96) + \
         _average_target(["tinybert-ws-task", "tinybert-ws-general-task", "tinybert-ws-general-task-aug"], 96) + [
             "Where the gap is and what budget would close it: most of the shortfall is CoLA (an MCC of 26 for the "
-            "teacher, about 70% of it kept) and MRPC / STS-B (about 93%). These runs give each stage 2 epochs (STS-B 3) "
+            "teacher, about two thirds of it kept) and MRPC / STS-B (92-94%). These runs give each stage 2 epochs (STS-B 3) "
             "over at most 4000-8551 original rows, and the augmented rows the same number of steps. The paper runs "
             "the intermediate stage for 10-50 epochs over the augmented set (about 17-40x the originals here), i.e. "
             "on CoLA about 230k intermediate steps against our 535, with a BERT-base MLM for augmentation (our MLM "
