@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -86,6 +87,8 @@ def main() -> None:
     parser.add_argument("--general-ws-student", default="runs/general-tinybert4-ws")
     parser.add_argument("--distilbert-student", default="runs/distilbert-init")
     parser.add_argument("--distilbert-general", default="runs/general-distilbert")
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="keep each finished run's checkpoints/ (resume state; deleted by default)")
     parser.add_argument("--aug-file", help="augmented training file (default runs/aug-<task>/train_aug.tsv)")
     args = parser.parse_args()
     teacher = Path(args.runs_dir) / f"teacher-{args.task}"
@@ -129,6 +132,8 @@ def main() -> None:
                       "command": f"python benchmarks/distill_glue.py --task {args.task} --budget {args.budget} "
                                  f"--variants {variant} --seeds {seed}", **machine_info()}
             save_result("distill", key, result)
+            if not args.keep_checkpoints:  # resume state of a finished run: ~400 MB each, 50 GB a table
+                shutil.rmtree(out / "checkpoints", ignore_errors=True)
             print(f"{key}: {report['dev_metrics']} in {report['wall_seconds']:.0f}s")
 
 
