@@ -139,6 +139,19 @@ def test_workers_match_single_process(model, tokenizer, vectors):
         assert augmenter.augment(SENTENCES) == reference
 
 
+def _killed_after(augment, calls: int):
+    """``augment`` that raises KeyboardInterrupt on its call number ``calls + 1`` (a killed run)."""
+    done = {"n": 0}
+
+    def dying(texts):
+        done["n"] += 1
+        if done["n"] > calls:
+            raise KeyboardInterrupt
+        return augment(texts)
+
+    return dying
+
+
 def test_augment_file_rows_pairs_and_resume(model, tokenizer, vectors, tmp_path):
     rows = [{"index": str(i), "sentence1": a, "sentence2": b, "label": "x"}
             for i, (a, b) in enumerate(zip(SENTENCES, SENTENCES[1:] + SENTENCES[:1]))]
@@ -157,16 +170,8 @@ def test_augment_file_rows_pairs_and_resume(model, tokenizer, vectors, tmp_path)
 
     # A run killed after its first chunk (plus a torn write) resumes to the same file.
     resumed = tmp_path / "resumed" / "train_aug.tsv"
-    calls = {"n": 0}
     real = augmenter.augment
-
-    def dying(texts):
-        calls["n"] += 1
-        if calls["n"] > 2:
-            raise KeyboardInterrupt
-        return real(texts)
-
-    augmenter.augment = dying
+    augmenter.augment = _killed_after(real, calls=2)
     with pytest.raises(KeyboardInterrupt):
         augment_file_rows(rows, ["sentence1", "sentence2"], resumed, augmenter, chunk_size=2)
     partial = resumed.with_name("train_aug.tsv.partial")
@@ -186,15 +191,7 @@ def test_resume_refuses_a_run_of_another_precision(model, tokenizer, vectors, tm
     out = tmp_path / "train_aug.tsv"
     fast = make(copy.deepcopy(model).to(torch.bfloat16), tokenizer, vectors)
     real = fast.augment
-    calls = {"n": 0}
-
-    def dying(texts):
-        calls["n"] += 1
-        if calls["n"] > 1:
-            raise KeyboardInterrupt
-        return real(texts)
-
-    fast.augment = dying
+    fast.augment = _killed_after(real, calls=1)
     with pytest.raises(KeyboardInterrupt):
         augment_file_rows(rows, ["sentence"], out, fast, chunk_size=2)
     with pytest.raises(KdbertError, match="belongs to a run with other rows or settings"):
