@@ -1,13 +1,15 @@
 """Throughput of TinyBERT augmentation: batched (1 and 2 worker processes) vs one MLM call per word.
 
-    python benchmarks/augment_throughput.py MLM_DIR [--task RTE] [--n 50] [--bf16] [--out results.json]
+    python benchmarks/augment_throughput.py MLM_DIR [--task RTE] [--n 50] [--threads 2] [--bf16]
 
 MLM_DIR is a BertForMaskedLM folder, e.g. written by ``kdbert.mlm_head.fit_mlm_head`` for the
 default teacher. Sentences are the first N texts of the task's train.tsv (for pair tasks both
 columns, row by row). Modes run interleaved, slice by slice (``--slice`` sentences), so that
 background load on a shared machine hits all of them alike; each mode gets a warm-up first and
 worker start-up is timed apart. Prints sentences/s per mode, the speedup over one-at-a-time and
-how many sentences' outputs equal one-at-a-time's, and writes it all to a JSON file.
+how many sentences' outputs equal one-at-a-time's, and records it all in ``--out`` (default
+benchmarks/results/augment_throughput.json) under the key ``TASK_N_tTHREADS``, replacing an
+earlier result with that key.
 This process uses ``--threads`` torch threads (default 1, so 1 worker = 1 core); its CPU seconds
 are recorded too, a measure of work that background load barely changes.
 
@@ -15,8 +17,9 @@ Modes:
 - ``one_at_a_time``: kdbert's algorithm, one MLM forward per masked word (batch size 1).
 - ``batched_1_worker`` / ``batched_2_workers``: all mask queries batched, in this process or in
   2 spawned processes (1 torch thread each).
-- ``batched_1_worker_bf16`` (``--bf16``): batched with a bfloat16 copy of the model (fast on
-  CPUs with AMX); its candidates differ slightly from float32, so outputs are compared only.
+- ``batched_1_worker_bf16`` / ``batched_2_workers_bf16`` (``--bf16``): the same with a bfloat16
+  copy of the model (fast on CPUs with AMX); its candidates differ slightly from float32, so
+  outputs are compared only.
 - ``reference_style_mlm``: only the MLM calls the reference script makes for the same words, one
   full ``BertForMaskedLM`` forward with vocabulary logits at every position per masked word.
 """
@@ -76,7 +79,8 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="also time a bfloat16 copy of the model, batched")
     parser.add_argument("--glove", default=str(DATA / "glove" / "glove.6B.50d.txt.gz"))
     parser.add_argument("--glue-dir", default=str(DATA / "glue_data"))
-    parser.add_argument("--out", default="augment_throughput.json")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "augment_throughput.json"),
+                        help="JSON file of results; this run replaces the entry with its key")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -97,8 +101,11 @@ def main() -> None:
         "reference_style_mlm": lambda t: reference_style_mlm(model, tokenizer, single.top_k, t),
     }
     if args.bf16:
-        fast = TinyBertAugmenter(copy.deepcopy(model).to(torch.bfloat16), tokenizer, vectors, batch_size=args.batch_size)
+        bf16_model = copy.deepcopy(model).to(torch.bfloat16)
+        fast = TinyBertAugmenter(bf16_model, tokenizer, vectors, batch_size=args.batch_size)
+        fast_pooled = TinyBertAugmenter(bf16_model, tokenizer, vectors, batch_size=args.batch_size, num_workers=2)
         modes["batched_1_worker_bf16"] = fast.augment
+        modes["batched_2_workers_bf16"] = fast_pooled.augment
     warmups = {}
     for name, fn in modes.items():
         start = time.perf_counter()
@@ -114,6 +121,8 @@ def main() -> None:
             cpu_seconds[name] += time.process_time() - cpu_start
             outputs[name] += out or []
     pooled.close()
+    if args.bf16:
+        fast_pooled.close()
 
     results = {}
     for name in modes:
@@ -125,10 +134,12 @@ def main() -> None:
             same = sum(a == b for a, b in zip(outputs[name], outputs["one_at_a_time"], strict=True))
             row["sentences_identical_to_one_at_a_time"] = f"{same}/{len(texts)}"
         results[name] = row
-        print(f"{name:22s} {row['sentences_per_s']:7.2f} sentences/s  x{row['speedup_vs_one_at_a_time']:.2f} vs "
+        print(f"{name:24s} {row['sentences_per_s']:7.2f} sentences/s  x{row['speedup_vs_one_at_a_time']:.2f} vs "
               f"one-at-a-time  x{row['speedup_vs_reference_style_mlm']:.2f} vs reference-style  "
               f"identical {row.get('sentences_identical_to_one_at_a_time', '-')}")
-    results["batched_2_workers"]["startup_and_warmup_s"] = round(warmups["batched_2_workers"], 2)
+    for name in modes:
+        if "2_workers" in name:
+            results[name]["startup_and_warmup_s"] = round(warmups[name], 2)
 
     report = {
         "task": args.task, "sentences": len(texts), "slice": args.slice, "batch_size": args.batch_size,
@@ -141,8 +152,14 @@ def main() -> None:
                     "platform": platform.platform()},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    out = Path(args.out)
+    recorded = json.loads(out.read_text()) if out.is_file() else {}
+    key = f"{args.task.lower().replace('-', '')}_{len(texts)}_t{args.threads}"
+    recorded[key] = report
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, out)
+    print(f"recorded {key} in {out}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ Needs the teacher from ``benchmarks/teacher_glue.py`` (``runs/teacher-<task>``).
   ``tinybert-ws-general-task(-aug)`` from the general student distilled from that initialisation
   (``--general-ws-student``). The augmented variants fit STS-B's prediction stage to the
   teacher's scores (``--regression-target teacher``): an augmented row carries the gold score of
-  the sentence it came from. ``tinybert-ws-general-task-aug-gold`` keeps the paper's gold targets.
+  the sentence it came from. ``tinybert-ws-general-task-aug-gold`` keeps the paper's gold targets;
+  ``tinybert-ws-general-task-aug-x4`` gets 4x the steps on the augmented file (at the cpu budget
+  the other augmented variants get the steps of the runs on the original rows).
 - PKD/KD issue (3 layers x 384, initialised from teacher layers 1-3): ``l3-finetune``, ``kd``,
   ``pkd-skip``, ``pkd-last``, ``tinybert-l3`` (TinyBERT task distillation into that student); and ``distilbert-d`` (a DistilBERT student initialised from teacher
   layers 0, 2, 4, distilled while fine-tuning), ``distilbert-general-d`` (from ``--distilbert-general``).
@@ -61,6 +63,9 @@ VARIANTS = {
                                      "train_file": "{aug_file}", "learning_rate": 1e-4, "regression_target": "teacher"},
     "tinybert-ws-general-task-aug-gold": {"method": "tinybert", "student": "{general_ws_student}",
                                           "train_file": "{aug_file}", "learning_rate": 1e-4},
+    "tinybert-ws-general-task-aug-x4": {"method": "tinybert", "student": "{general_ws_student}",
+                                        "train_file": "{aug_file}", "learning_rate": 1e-4,
+                                        "regression_target": "teacher", "aug_step_factor": 4},
     "tinybert-l3": {"method": "tinybert", "student_layers": "3", "learning_rate": 1e-4},
     "l3-finetune": {"method": "kd", "student_layers": "3", "alpha": 0.0},
     "kd": {"method": "kd", "student_layers": "3"},
@@ -107,6 +112,7 @@ def main() -> None:
                 continue
             options = {k: v.format(**paths) if isinstance(v, str) else v for k, v in VARIANTS[variant].items()}
             train_file = options.pop("train_file", None)
+            aug_step_factor = options.pop("aug_step_factor", 1)
             options.update(teacher=str(teacher), seed=seed, no_progress=True)
             if args.budget == "cpu":
                 options.update(max_train_examples=args.max_train_examples, epochs=args.epochs)
@@ -118,7 +124,8 @@ def main() -> None:
                 options.pop("learning_rate", None)
             if train_file and args.budget == "cpu":
                 # the augmented file covers the same originals; spend the same number of steps on it
-                steps = math.ceil(args.epochs * args.max_train_examples / 32)
+                # (times the variant's aug_step_factor)
+                steps = math.ceil(aug_step_factor * args.epochs * args.max_train_examples / 32)
                 options.update(max_train_examples=None, max_steps=steps, intermediate_max_steps=steps)
                 options.pop("intermediate_epochs", None)
                 options.pop("epochs", None)

@@ -72,7 +72,8 @@ TINYBERT_VARIANTS = [("tinybert4-finetune", "tinybert4 fine-tuned, no distillati
                      ("tinybert-ws-general-task", "tinybert4 from teacher weights + general + task"),
                      ("tinybert-ws-general-task-aug", "tinybert4 from teacher weights + general + task + augmentation"),
                      ("tinybert-ws-general-task-aug-gold",
-                      "the same, STS-B prediction stage on gold scores (the paper's target)")]
+                      "the same, STS-B prediction stage on gold scores (the paper's target)"),
+                     ("tinybert-ws-general-task-aug-x4", "the same as the augmentation row, 4x the steps")]
 PKD_VARIANTS = [("l3-finetune", "3 layers x 384, fine-tuned only"), ("kd", "KD (Hinton)"),
                 ("pkd-skip", "PKD-Skip"), ("pkd-last", "PKD-Last"), ("tinybert-l3", "TinyBERT task distillation"), ("distilbert-d", "DistilBERT (D)"),
                 ("distilbert-general-d", "DistilBERT (D) after general distillation")]
@@ -99,6 +100,8 @@ def distill_section(title: str, intro: str, variants: list[tuple[str, str]]) -> 
         f"{teachers[t]['metrics']['score']:.1f}" if t in teachers else "-" for t in tasks) + " | "
         + (f"{teacher_average:.1f}" if teacher_average is not None else "-") + " |")
     for name, label in variants:
+        if not any(r["variant"] == name for r in rows):
+            continue
         cells, means = [], []
         for task in tasks:
             scores = [r["metrics"]["score"] for r in rows if r["variant"] == name and r["task"] == task]
@@ -315,29 +318,44 @@ def augment_section() -> list[str]:
     if not path.exists():
         return []
     runs = json.loads(path.read_text())
-    modes = [("one_at_a_time", "one MLM call per word"), ("batched_1_worker", "batched"),
-             ("batched_2_workers", "batched, 2 workers"), ("reference_style_mlm", "reference-style calls"),
-             ("batched_1_worker_bf16", "batched, bf16")]
+    modes = [("reference_style_mlm", "reference-style calls"), ("one_at_a_time", "one MLM call per word"),
+             ("batched_1_worker", "batched"), ("batched_2_workers", "batched, 2 workers"),
+             ("batched_1_worker_bf16", "batched, bf16"), ("batched_2_workers_bf16", "batched, bf16, 2 workers")]
     lines = ["## Augmentation throughput (`kdbert augment`)", "",
-             "Sentences per second (speedup over one MLM call per word). Reference-style = the reference's calls: "
-             "one full forward per masked word with vocabulary logits at every position. float32 modes give "
-             "identical outputs; bf16 (`kdbert augment --dtype bfloat16`) changes some candidates.", "",
-             "| setting | " + " | ".join(label for _, label in modes) + " | machine | date |",
-             "|---|" + "---|" * (len(modes) + 2)]
+             "Sentences per second (speedup over the reference-style run). Reference-style = only the MLM calls "
+             "the reference script makes, one sentence at a time: one full forward per masked word with "
+             "vocabulary logits at every position (its uncached GloVe searches are left out, so the speedups are "
+             "lower bounds). 'One MLM call per word' is kdbert's algorithm at batch size 1. float32 modes give "
+             "identical outputs; bf16 (`kdbert augment --dtype bfloat16`) changes some candidates (column "
+             "'bf16 same'). The 1-minute load average before / after shows whether the machine was shared.", "",
+             "| setting | " + " | ".join(label for _, label in modes) + " | bf16 same | load | machine | date |",
+             "|---|" + "---|" * (len(modes) + 4)]
+    best = []
     for r in runs.values():
         cells = []
         for key, _ in modes:
             m = r["results"].get(key)
-            cells.append(f"{m['sentences_per_s']:.2f}/s ({m['speedup_vs_one_at_a_time']:.2f}x)" if m else "-")
+            cells.append(f"{m['sentences_per_s']:.2f}/s ({m['speedup_vs_reference_style_mlm']:.2f}x)" if m else "-")
+        bf16 = r["results"].get("batched_1_worker_bf16", {}).get("sentences_identical_to_one_at_a_time", "-")
+        fp32_best = max(r["results"][k]["speedup_vs_reference_style_mlm"]
+                        for k in ("batched_1_worker", "batched_2_workers"))
+        best.append((fp32_best, max(m["speedup_vs_reference_style_mlm"] for m in r["results"].values()), r))
         machine = r["machine"]
+        load = "/".join(f"{x:.1f}" for x in r["load_average_1min_before_after"])
         setting = f"{r['task']}, {r['sentences']} sentences, {machine['torch_threads']} thread(s)"
-        lines.append(f"| {setting} | " + " | ".join(cells) + f" | x86_64 {machine['cpus']} CPU cores, no GPU | "
-                     f"{r['date'][:10]} |")
-    lines += ["", "The issue's target, 8x the reference's throughput, is not reached on this CPU in float32: "
-              "the encoder's matrix products dominate, and batching removes only per-call overhead. Measured on a "
-              "shared, loaded machine (timings swung up to 5x between repeats).", "",
-              "Command: `python benchmarks/augment_throughput.py runs/mlm-k2 --task SST-2 --n 50 --threads 2 --bf16 "
-              "--out FILE` (and `--task RTE --n 30`).", ""]
+        lines.append(f"| {setting} | " + " | ".join(cells) + f" | {bf16} | {load} | x86_64 {machine['cpus']} "
+                     f"CPU cores, no GPU | {r['date'][:10]} |")
+    fp32_lo, fp32_hi = min(b[0] for b in best), max(b[0] for b in best)
+    any_lo, any_hi = min(b[1] for b in best), max(b[1] for b in best)
+    verdict = "met" if any_lo >= 8 else ("met in some settings" if any_hi >= 8 else "not met")
+    lines += ["", f"The issue's target, 8x the reference's throughput: {verdict}. Best float32 mode (identical "
+              f"output): {fp32_lo:.1f}-{fp32_hi:.1f}x; best of all modes: {any_lo:.1f}-{any_hi:.1f}x. On CPU the "
+              "encoder's matrix products dominate: batching removes per-call overhead (large for short sentences "
+              "and multi-threaded torch), the vocabulary projection at the mask position only saves about half of "
+              "the reference's work, 2 worker processes use both cores, and bfloat16 uses the CPU's AMX units.", "",
+              "Command: `python benchmarks/augment_throughput.py runs/mlm-k2 --task SST-2 --n 50 --threads 2 --bf16` "
+              "(and `--task RTE --n 30`, and `--threads 1`); each run replaces its entry in "
+              "`benchmarks/results/augment_throughput.json`.", ""]
     return lines
 
 
