@@ -10,7 +10,7 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
 from kdbert.data.augment_tinybert import (
-    STOP_WORDS, TinyBertAugmenter, augment_file_rows, load_word_vectors,
+    STOP_WORDS, TinyBertAugmenter, _length_batches, augment_file_rows, load_word_vectors,
 )
 from kdbert.errors import KdbertError
 
@@ -128,9 +128,24 @@ def test_deterministic_across_batch_sizes_and_one_at_a_time(model, tokenizer, ve
     reference = make(model, tokenizer, vectors, batch_size=64).augment(SENTENCES)
     assert make(model, tokenizer, vectors, batch_size=1).augment(SENTENCES) == reference
     assert make(model, tokenizer, vectors, batch_size=3).augment(SENTENCES) == reference
+    assert make(model, tokenizer, vectors, batch_tokens=40).augment(SENTENCES) == reference
     assert make(model, tokenizer, vectors).augment_one_at_a_time(SENTENCES) == reference
     assert make(model, tokenizer, vectors).augment(SENTENCES[::-1]) == reference[::-1]
     assert make(model, tokenizer, vectors, seed=7).augment(SENTENCES) != reference
+
+
+def test_length_batches_cap_queries_and_padded_tokens():
+    seqs = [([0] * n,) for n in (2, 3, 3, 5, 9, 30)]
+    sizes = [[len(q[0]) for q in b] for b in _length_batches(seqs, batch_size=3, batch_tokens=10)]
+    # 2,3,3 -> 3 items at width 3 = 9 tokens; 5 alone (2 x 9 > 10 with the next); 30 > 10 gets its own batch
+    assert sizes == [[2, 3, 3], [5], [9], [30]]
+    sizes = [[len(q[0]) for q in b] for b in _length_batches(seqs, batch_size=2, batch_tokens=1000)]
+    assert sizes == [[2, 3], [3, 5], [9, 30]]
+
+
+def test_invalid_settings_are_refused(model, tokenizer, vectors):
+    with pytest.raises(KdbertError, match="batch_tokens=0"):
+        make(model, tokenizer, vectors, batch_tokens=0)
 
 
 def test_workers_match_single_process(model, tokenizer, vectors):

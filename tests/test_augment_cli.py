@@ -96,3 +96,11 @@ def test_bfloat16_augmentation_writes_the_task_format(tmp_path, tiny_tokenizer, 
                  "--dtype", "bfloat16"])
     assert code == 0, capsys.readouterr().err
     assert len(load_task(TaskOptions("rte", data_dir=str(glue_dir), train_file=str(out))).train) > 6
+
+
+def test_batch_tokens_option_defaults_to_the_library_default():
+    from kdbert.cli import build_parser
+    from kdbert.data.augment_tinybert import BATCH_TOKENS
+
+    args = build_parser().parse_args(["augment", "--task", "rte", "--mlm", "m", "--word-vectors", "g"])
+    assert args.batch_tokens == BATCH_TOKENS

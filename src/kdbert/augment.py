@@ -14,7 +14,9 @@ from pathlib import Path
 
 import torch
 
-from kdbert.data.augment_tinybert import TinyBertAugmenter, augment_file_rows, load_word_vectors
+from kdbert.data.augment_tinybert import (
+    BATCH_TOKENS, TinyBertAugmenter, augment_file_rows, load_word_vectors,
+)
 from kdbert.data.custom import read_rows
 from kdbert.data.glue import open_text, split_file, resolve_glue_dir
 from kdbert.data.load import TaskOptions, is_data_file
@@ -51,12 +53,16 @@ def task_rows(task: TaskOptions) -> tuple[list[dict], list[str], bool, str]:
 
 def augment_task(task: TaskOptions, mlm_model: str, word_vectors: str, output: str | None = None,
                  p: float = 0.4, n_aug: int = 20, top_k: int = 15, seed: int = 42, batch_size: int = 64,
-                 num_workers: int = 1, max_rows: int | None = None, max_words: int = 100000,
+                 batch_tokens: int = BATCH_TOKENS, num_workers: int = 1, max_rows: int | None = None,
+                 max_words: int = 100000,
                  dtype: str = "float32", device: str | None = None) -> dict:
     """Augment ``task``'s training rows; returns counts, output path and throughput.
 
-    ``dtype`` ``"bfloat16"`` runs the MLM in bfloat16 (about 2x faster on CPUs with AMX, and on
-    GPUs; some candidates differ from float32). ``device`` defaults to ``cuda`` when available.
+    ``dtype`` ``"bfloat16"`` runs the MLM in bfloat16 (about 2-3x faster on CPUs with AMX, and on
+    GPUs; some candidates differ from float32, and, since rounding depends on the batch, between
+    batch sizes and worker counts; a rerun with the same settings is identical). ``device``
+    defaults to ``cuda`` when available. ``num_workers > 1`` spawns processes: a script that
+    calls this must do so under ``if __name__ == "__main__":``.
     """
     if dtype not in DTYPES:
         raise KdbertError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
@@ -72,7 +78,7 @@ def augment_task(task: TaskOptions, mlm_model: str, word_vectors: str, output: s
     vectors = load_word_vectors(word_vectors, max_words=max_words)
     started = time.time()
     with TinyBertAugmenter(model, tokenizer, vectors, p=p, n_aug=n_aug, top_k=top_k, seed=seed,
-                           batch_size=batch_size, num_workers=num_workers) as augmenter:
+                           batch_size=batch_size, batch_tokens=batch_tokens, num_workers=num_workers) as augmenter:
         written = augment_file_rows(rows, columns, output, augmenter, write_header=has_header)
     seconds = time.time() - started
     return {"output": output, "input_rows": len(rows), "output_rows": written, "columns": columns,

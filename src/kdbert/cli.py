@@ -254,7 +254,7 @@ def cmd_augment(args) -> int:
 
     result = augment_task(task_options(args), args.mlm, args.word_vectors, args.output, p=args.p, n_aug=args.n_aug,
                           top_k=args.top_k, seed=args.seed, batch_size=args.batch_size,
-                          num_workers=args.num_workers, max_rows=args.max_rows, max_words=args.max_words,
+                          batch_tokens=args.batch_tokens, num_workers=args.num_workers, max_rows=args.max_rows, max_words=args.max_words,
                           dtype=args.dtype, device=args.device)
     print(f"augmented {result['input_rows']} rows ({', '.join(map(str, result['columns']))}) -> "
           f"{result['output_rows']} rows in {result['output']} ({result['seconds']:.0f}s, "
@@ -354,13 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=15, help="candidates per word (K)")
     p.add_argument("--max-words", type=int, default=100000, help="word vectors loaded (first N of the file)")
     p.add_argument("--max-rows", type=int, help="augment only the first N training rows")
-    p.add_argument("--batch-size", type=int, default=64, help="MLM queries per forward pass")
+    p.add_argument("--batch-size", type=int, default=64, help="most MLM queries per forward pass")
+    p.add_argument("--batch-tokens", type=int, default=2048,
+                   help="most padded tokens per forward pass (long inputs get smaller batches; faster on CPU)")
     p.add_argument("--num-workers", type=int, default=1, help="worker processes")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                   help="MLM precision: bfloat16 is ~2x faster on CPUs with AMX and on GPUs; some candidates differ")
+                   help="MLM precision: bfloat16 is ~2-3x faster on CPUs with AMX and on GPUs; some candidates "
+                        "differ, also between batch sizes / worker counts")
     p.add_argument("--device", help="where the MLM runs (default: cuda when available, else cpu)")
-    p.add_argument("--seed", type=int, default=42, help="random seed (output is identical for any batch size "
-                                                         "or worker count)")
+    p.add_argument("--seed", type=int, default=42, help="random seed (in float32 the output is identical for any "
+                                                         "batch size or worker count)")
     p.set_defaults(func=cmd_augment)
 
     p = sub.add_parser("distill", help="distil a teacher into a student (task or general distillation)",

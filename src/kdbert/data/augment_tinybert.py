@@ -28,14 +28,17 @@ For each sentence:
    with spaces, so its "unchanged" attempts usually differ from the original and are kept.)
 
 Speed: the reference runs one MLM forward per masked word. Here all mask queries of all
-distinct input sentences are sorted by length and run ``batch_size`` at a time, and the
-vocabulary projection runs only at the mask position. ``augment_one_at_a_time`` runs the
+distinct input sentences are sorted by length and run in batches of at most ``batch_size``
+queries and ``batch_tokens`` padded tokens (large batches of long inputs are slower per query on
+CPU: they fall out of cache), and the vocabulary projection runs only at the mask position. ``augment_one_at_a_time`` runs the
 identical computation with batch size 1, for benchmarks. ``num_workers > 1`` spreads sentences
 over spawned processes (one torch thread each). On CPU the encoder's matrix products dominate,
 so batching mainly saves per-call overhead (large for short sentences and multi-threaded
 torch, small for long sentences); a bfloat16 copy of the model is about 2x faster again on CPUs
-with AMX, with slightly different candidates (``benchmarks/augment_throughput.py`` measures all
-of this). The model may sit on a GPU (inputs follow it; one process then).
+with AMX, with slightly different candidates that also depend on how queries fall into batches
+(``benchmarks/augment_throughput.py`` measures all of this). The model may sit on a GPU (inputs
+follow it; one process then). Worker processes are spawned, so a script using ``num_workers > 1``
+must call it under ``if __name__ == "__main__":``.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ shouldn't wasn wasn't weren weren't won won't wouldn wouldn't 's 're
 """.split())
 
 _ALPHA = re.compile(r"[a-z]+")
+BATCH_TOKENS = 2048  # default padded tokens per MLM batch; see benchmarks/augment_throughput.py
 
 
 def load_word_vectors(path: str | os.PathLike, max_words: int = 100000) -> tuple[list[str], np.ndarray]:
@@ -110,6 +114,20 @@ class _Word:
     candidates: list[str] | None = None
 
 
+def _length_batches(seqs: list, batch_size: int, batch_tokens: int):
+    """Split ``seqs`` (sorted by ``len(seq[0])``, ascending) into runs of at most ``batch_size``
+    items whose padded size, items x longest length, stays within ``batch_tokens`` (a single
+    longer item still gets a batch of its own)."""
+    batch: list = []
+    for item in seqs:
+        if batch and (len(batch) == batch_size or (len(batch) + 1) * len(item[0]) > batch_tokens):
+            yield batch
+            batch = []
+        batch.append(item)
+    if batch:
+        yield batch
+
+
 def _text_seed(seed: int, text: str) -> list[int]:
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
     return [seed, *np.frombuffer(digest, dtype=np.uint32).tolist()]
@@ -122,19 +140,19 @@ class TinyBertAugmenter:
     """
 
     def __init__(self, mlm_model, tokenizer, word_vectors, p: float = 0.4, n_aug: int = 20, top_k: int = 15,
-                 seed: int = 42, batch_size: int = 64, num_workers: int = 1):
+                 seed: int = 42, batch_size: int = 64, batch_tokens: int = BATCH_TOKENS, num_workers: int = 1):
         if not getattr(tokenizer, "is_fast", False):
             raise KdbertError("TinyBertAugmenter needs a fast tokenizer; load it with AutoTokenizer.from_pretrained")
-        if not 0 <= p <= 1 or n_aug < 1 or top_k < 1 or batch_size < 1 or num_workers < 1:
-            raise KdbertError(f"need 0<=p<=1 and n_aug, top_k, batch_size, num_workers >= 1 "
+        if not 0 <= p <= 1 or min(n_aug, top_k, batch_size, batch_tokens, num_workers) < 1:
+            raise KdbertError(f"need 0<=p<=1 and n_aug, top_k, batch_size, batch_tokens, num_workers >= 1 "
                               f"(got p={p}, n_aug={n_aug}, top_k={top_k}, batch_size={batch_size}, "
-                              f"num_workers={num_workers})")
+                              f"batch_tokens={batch_tokens}, num_workers={num_workers})")
         self.model = mlm_model.eval()
         self.tokenizer = tokenizer
         self.words, self.vectors = word_vectors
         self.word_index = {w: i for i, w in enumerate(self.words)}
         self.p, self.n_aug, self.top_k, self.seed = p, n_aug, top_k, seed
-        self.batch_size, self.num_workers = batch_size, num_workers
+        self.batch_size, self.batch_tokens, self.num_workers = batch_size, batch_tokens, num_workers
         vocab = tokenizer.convert_ids_to_tokens(list(range(mlm_model.config.vocab_size)))
         self.excluded = torch.tensor([t is None or t.startswith("##") or (t.startswith("[") and t.endswith("]"))
                                       for t in vocab])
@@ -225,7 +243,7 @@ class TinyBertAugmenter:
 
     @torch.inference_mode()
     def _fill_mlm_candidates(self, input_ids: list[list[int]], queries: list, batch_size: int) -> None:
-        """Run every ``[CLS] masked [SEP] sentence [SEP]`` query, ``batch_size`` at a time, by length."""
+        """Run every ``[CLS] masked [SEP] sentence [SEP]`` query, shortest first, in batches (see module doc)."""
         tok = self.tokenizer
         seqs = []
         for i, pos, word in queries:
@@ -239,8 +257,7 @@ class TinyBertAugmenter:
         seqs.sort(key=lambda q: len(q[0]))
         base = getattr(self.model, self.model.base_model_prefix)
         device = next(self.model.parameters()).device
-        for b in range(0, len(seqs), batch_size):
-            chunk = seqs[b:b + batch_size]
+        for chunk in _length_batches(seqs, batch_size, self.batch_tokens):
             width = len(chunk[-1][0])
             ids = torch.full((len(chunk), width), tok.pad_token_id)
             types = torch.zeros_like(ids)
