@@ -349,10 +349,16 @@ def augment_section() -> list[str]:
                      f"CPU cores, no GPU | {r['date'][:10]} |")
     fp32_lo, fp32_hi = min(b[0] for b in best), max(b[0] for b in best)
     any_lo, any_hi = min(b[1] for b in best), max(b[1] for b in best)
-    verdict = "met" if any_lo >= 8 else ("met in some settings" if any_hi >= 8 else "not met")
-    lines += ["", f"The issue's target, 8x the reference's throughput: {verdict}. Best float32 mode (identical "
-              f"output): {fp32_lo:.1f}-{fp32_hi:.1f}x; best of all modes: {any_lo:.1f}-{any_hi:.1f}x. On CPU the "
-              "encoder's matrix products dominate: batching removes per-call overhead (large for short sentences "
+    if fp32_lo >= 8:
+        verdict = "met in float32"
+    elif any_lo >= 8:
+        verdict = "met only with the bfloat16 MLM, in every setting; not in float32"
+    else:
+        verdict = "met in some settings" if any_hi >= 8 else "not met"
+    lines += ["", f"The issue's target, 8x the reference's throughput: {verdict}. Best float32 mode (output identical "
+              f"to one-at-a-time): {fp32_lo:.1f}-{fp32_hi:.1f}x; best of all modes: {any_lo:.1f}-{any_hi:.1f}x. "
+              "The baseline tokenises with a fast tokenizer where the reference uses a Python one, so it flatters "
+              "the reference. On CPU the ""encoder's matrix products dominate: batching removes per-call overhead (large for short sentences "
               "and multi-threaded torch), the vocabulary projection at the mask position only saves about half of "
               "the reference's MLM work, cached word-vector searches and one tokenizer call per sentence remove the "
               "rest of its overhead, 2 worker processes use both cores (worth it for calls of 100+ sentences; "
