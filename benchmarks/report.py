@@ -254,8 +254,7 @@ def tinybert_section() -> list[str]:
             "equal steps, augmentation replaces passes over the original rows with perturbed copies: it fell "
             "behind general + task on CoLA and STS-B. With 4x the steps (list above) it passed general + task "
             "on CoLA (within one std; 4x the wall time, about 25 min a run here) and closed most of the gap on "
-            "STS-B: the "
-            "augmented data needs the longer budget the paper gives it. "
+            "STS-B: the augmented data needs the longer budget the paper gives it. "
             "`python benchmarks/distill_glue.py --budget paper --task T --variants tinybert-ws-general-task-aug` "
             "runs the paper's per-task budget; it needs a GPU (on these 2 cores CoLA alone would take about a day).",
             ""]
