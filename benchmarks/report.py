@@ -246,8 +246,8 @@ def tinybert_section() -> list[str]:
         _augmentation_steps(["tinybert4-ws-finetune", "tinybert-ws-general-task", "tinybert-ws-general-task-aug",
                              "tinybert-ws-general-task-aug-x4"]) + [
             "Where the gap is and what budget would close it: most of the shortfall is CoLA (an MCC of 26 for the "
-            "teacher, about two thirds of it kept) and MRPC / STS-B (92-94%). These runs give each stage 2 epochs (STS-B 3) "
-            "over at most 4000-8551 original rows, and the augmented rows the same number of steps. The paper runs "
+            "teacher, about two thirds of it kept) and MRPC / STS-B (92-94%). These runs give each stage 2 epochs "
+            "(STS-B 3) over at most 4000-8551 original rows, and the augmented rows the same number of steps. The paper runs "
             "the intermediate stage for 10-50 epochs over the augmented set (about 17-40x the originals here), i.e. "
             "on CoLA about 230k intermediate steps against our 535, with a BERT-base MLM for augmentation (our MLM "
             "head predicts the masked token 20% of the time, so augmented rows drift further from the task). At "
@@ -361,7 +361,8 @@ def augment_section() -> list[str]:
             m = r["results"].get(key)
             cells.append(f"{m['sentences_per_s']:.1f}/s ({m['speedup_vs_reference_style']:.1f}x)" if m else "-")
         bf16 = r["results"].get("batched_1_worker_bf16", {}).get("sentences_identical_to_one_at_a_time", "-")
-        fp32_best = max(r["results"][k]["speedup_vs_reference_style"] for k in ("batched_1_worker", "batched_2_workers"))
+        fp32_best = max(r["results"][k]["speedup_vs_reference_style"]
+                        for k in ("batched_1_worker", "batched_2_workers"))
         best.append((fp32_best, max(m["speedup_vs_reference_style"] for m in r["results"].values())))
         machine = r["machine"]
         load = "/".join(f"{x:.1f}" for x in r["load_average_1min_before_after"])
@@ -379,13 +380,13 @@ def augment_section() -> list[str]:
     lines += ["", f"The issue's target, 8x the reference's throughput: {verdict}. Best float32 mode (output identical "
               f"to one-at-a-time): {fp32_lo:.1f}-{fp32_hi:.1f}x; best of all modes: {any_lo:.1f}-{any_hi:.1f}x. "
               "The baseline tokenises with a fast tokenizer where the reference uses a Python one, so it flatters "
-              "the reference. On CPU the ""encoder's matrix products dominate: batching removes per-call overhead (large for short sentences "
-              "and multi-threaded torch), the vocabulary projection at the mask position only saves about half of "
+              "the reference. On CPU the encoder's matrix products dominate: batching removes per-call overhead "
+              "(large for short sentences and multi-threaded torch), the vocabulary projection at the mask position only saves about half of "
               "the reference's MLM work, cached word-vector searches and one tokenizer call per sentence remove the "
               "rest of its overhead, 2 worker processes use both cores (worth it for calls of 100+ sentences; "
               "`kdbert augment` sends 256 rows per call), and bfloat16 uses the CPU's AMX units.", "",
-              "Command: `python benchmarks/augment_throughput.py runs/mlm-k2 --task SST-2 --n 200 --slice 100 --threads 2 "
-              "--bf16` (and `--task RTE --n 60 --slice 30`, and `--threads 1`); each run replaces its entry in "
+              "Command: `python benchmarks/augment_throughput.py runs/mlm-k2 --task SST-2 --n 200 --slice 100 "
+              "--threads 2 --bf16` (and `--task RTE --n 60 --slice 30`, and `--threads 1`); each run replaces its entry in "
               "`benchmarks/results/augment_throughput.json`.", ""]
     return lines
 

@@ -54,8 +54,7 @@ def task_rows(task: TaskOptions) -> tuple[list[dict], list[str], bool, str]:
 def augment_task(task: TaskOptions, mlm_model: str, word_vectors: str, output: str | None = None,
                  p: float = 0.4, n_aug: int = 20, top_k: int = 15, seed: int = 42, batch_size: int = 64,
                  batch_tokens: int = BATCH_TOKENS, num_workers: int = 1, max_rows: int | None = None,
-                 max_words: int = 100000,
-                 dtype: str = "float32", device: str | None = None) -> dict:
+                 max_words: int = 100000, dtype: str = "float32", device: str | None = None) -> dict:
     """Augment ``task``'s training rows; returns counts, output path and throughput.
 
     ``dtype`` ``"bfloat16"`` runs the MLM in bfloat16 (about 2-3x faster on CPUs with AMX, and on

@@ -254,8 +254,8 @@ def cmd_augment(args) -> int:
 
     result = augment_task(task_options(args), args.mlm, args.word_vectors, args.output, p=args.p, n_aug=args.n_aug,
                           top_k=args.top_k, seed=args.seed, batch_size=args.batch_size,
-                          batch_tokens=args.batch_tokens, num_workers=args.num_workers, max_rows=args.max_rows, max_words=args.max_words,
-                          dtype=args.dtype, device=args.device)
+                          batch_tokens=args.batch_tokens, num_workers=args.num_workers, max_rows=args.max_rows,
+                          max_words=args.max_words, dtype=args.dtype, device=args.device)
     print(f"augmented {result['input_rows']} rows ({', '.join(map(str, result['columns']))}) -> "
           f"{result['output_rows']} rows in {result['output']} ({result['seconds']:.0f}s, "
           f"{result['sentences_per_second']:.1f} sentences/s)")

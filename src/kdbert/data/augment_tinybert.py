@@ -30,8 +30,8 @@ For each sentence:
 Speed: the reference runs one MLM forward per masked word. Here all mask queries of all
 distinct input sentences are sorted by length and run in batches of at most ``batch_size``
 queries and ``batch_tokens`` padded tokens (large batches of long inputs are slower per query on
-CPU: they fall out of cache), and the vocabulary projection runs only at the mask position. ``augment_one_at_a_time`` runs the
-identical computation with batch size 1, for benchmarks. ``num_workers > 1`` spreads sentences
+CPU: they fall out of cache), and the vocabulary projection runs only at the mask position.
+``augment_one_at_a_time`` runs the identical computation with batch size 1, for benchmarks. ``num_workers > 1`` spreads sentences
 over spawned processes (one torch thread each). On CPU the encoder's matrix products dominate,
 so batching mainly saves per-call overhead (large for short sentences and multi-threaded
 torch, small for long sentences); a bfloat16 copy of the model is about 2x faster again on CPUs
