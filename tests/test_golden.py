@@ -1,0 +1,183 @@
+"""Golden values: every method and stage type, run from the command line on tiny random models
+(CPU, float32, one thread), must give the loss terms of its first optimiser step and the
+weights after 5 steps pinned in ``golden_values.json``.
+
+These pin *behaviour*, not code: a refactor of the training core must reproduce them to 1e-6.
+To regenerate after a deliberate change of behaviour (say so in the commit message)::
+
+    KDBERT_REGENERATE_GOLDEN=1 python -m pytest tests/test_golden.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import save_tiny_classifier, sentence, tiny_bert_config, write_glue_task
+from safetensors.torch import load_file
+from transformers import BertForMaskedLM, BertModel
+
+from kdbert import cli
+from kdbert.trainer import Trainer
+
+GOLDEN = Path(__file__).with_name("golden_values.json")
+REGENERATE = os.environ.get("KDBERT_REGENERATE_GOLDEN") == "1"
+STEPS = 5
+TOLERANCE = 1e-6
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, tiny_tokenizer):
+    root = tmp_path_factory.mktemp("golden")
+    torch.manual_seed(0)
+    config = tiny_bert_config(tiny_tokenizer, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                              intermediate_size=48)
+    BertForMaskedLM(config).save_pretrained(root / "mlm-teacher")
+    tiny_tokenizer.save_pretrained(root / "mlm-teacher")
+    torch.manual_seed(1)
+    BertModel(config).save_pretrained(root / "bare-teacher")
+    tiny_tokenizer.save_pretrained(root / "bare-teacher")
+    shape = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=48)
+    save_tiny_classifier(root / "teacher-rte", tiny_tokenizer, num_labels=2, seed=2, **shape)
+    save_tiny_classifier(root / "teacher-stsb", tiny_tokenizer, num_labels=1, seed=3, **shape)
+    torch.manual_seed(4)
+    BertModel(tiny_bert_config(tiny_tokenizer, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                               intermediate_size=24)).save_pretrained(root / "narrow-student")
+    tiny_tokenizer.save_pretrained(root / "narrow-student")
+    tiny_bert_config(tiny_tokenizer, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=24).save_pretrained(root / "narrow-config")
+    glue = root / "glue_data"
+    write_glue_task(glue, "RTE", n_train=40, n_dev=8)
+    write_glue_task(glue, "STS-B", n_train=40, n_dev=8)
+    rng = random.Random(0)
+    docs = ["\n".join(". ".join(sentence(rng).capitalize() for _ in range(3)) + "." for _ in range(4))
+            for _ in range(30)]
+    (root / "corpus.txt").write_text("\n\n".join(docs) + "\n")
+    assert cli.main(["init-student", "--from", str(root / "mlm-teacher"), "--output-dir",
+                     str(root / "distilbert-student")]) == 0
+    return root
+
+
+def _task(env, method, task, *extra):
+    teacher = env / ("teacher-stsb" if task == "stsb" else "teacher-rte")
+    return ["distill", "task", "--method", method, "--task", task, "--data-dir", str(env / "glue_data"),
+            "--teacher", str(teacher), "--batch-size", "8", "--max-steps", str(STEPS), "--seed", "7", *extra]
+
+
+def _general(env, method, *extra):
+    return ["distill", "general", "--method", method, "--corpus", str(env / "corpus.txt"), "--max-seq-len", "24",
+            "--batch-size", "4", "--max-steps", str(STEPS), "--seed", "7", *extra]
+
+
+CASES = {
+    "finetune": lambda e: ["finetune", "--model", str(e / "teacher-rte"), "--task", "rte", "--data-dir",
+                           str(e / "glue_data"), "--batch-size", "8", "--max-steps", str(STEPS), "--seed", "7"],
+    "kd": lambda e: _task(e, "kd", "rte", "--student-layers", "2"),
+    "kd-stsb": lambda e: _task(e, "kd", "stsb", "--student-layers", "2"),
+    "kd-mse-finetune": lambda e: _task(e, "kd", "rte", "--student-layers", "0,3", "--kd-loss", "mse",
+                                       "--alpha", "0.4"),
+    "pkd-skip": lambda e: _task(e, "pkd", "rte", "--student-layers", "2", "--layer-map", "skip"),
+    "pkd-last-sum": lambda e: _task(e, "pkd", "rte", "--student-layers", "3", "--layer-map", "last",
+                                    "--patience-reduction", "sum"),
+    "distilbert-task": lambda e: _task(e, "distilbert", "rte", "--student", str(e / "distilbert-student")),
+    "tinybert-task": lambda e: _task(e, "tinybert", "rte", "--student", str(e / "narrow-student"),
+                                     "--intermediate-max-steps", str(STEPS)),
+    "tinybert-task-shared-masked": lambda e: _task(
+        e, "tinybert", "rte", "--student", str(e / "narrow-student"), "--intermediate-max-steps", str(STEPS),
+        "--hidden-projection", "shared", "--attention-reduction", "masked-mean", "--no-embedding-loss"),
+    "tinybert-task-stsb-teacher": lambda e: _task(
+        e, "tinybert", "stsb", "--student", str(e / "narrow-student"), "--intermediate-max-steps", str(STEPS),
+        "--regression-target", "teacher", "--no-attention-loss"),
+    "tinybert-gold-only": lambda e: _task(e, "tinybert", "rte", "--student-layers", "2", "--skip-intermediate",
+                                          "--no-prediction-loss"),
+    "tinybert-general": lambda e: _general(e, "tinybert", "--teacher", str(e / "bare-teacher"), "--student",
+                                           str(e / "narrow-config")),
+    "distilbert-general": lambda e: _general(e, "distilbert", "--teacher", str(e / "mlm-teacher"), "--student",
+                                             str(e / "distilbert-student"), "--mlm-smoothing", "0.7"),
+}
+
+
+def _checksum(path: Path) -> dict:
+    """Per-tensor sums of the student (keyed by HF name) and, name-independently, of other modules."""
+    tensors = load_file(str(path))
+    student = {k.removeprefix("student."): float(v.double().sum()) for k, v in sorted(tensors.items())
+               if k.startswith("student.")}
+    others = sorted(float(v.double().sum()) for k, v in tensors.items() if not k.startswith("student."))
+    return {"student": student, "student_abs": sum(float(v.double().abs().sum()) for k, v in tensors.items()
+                                                   if k.startswith("student.")), "others": others}
+
+
+def _observe(out: Path) -> dict:
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    first = {}
+    for record in records:
+        if "loss" in record and record["stage"] not in first:
+            first[record["stage"]] = {k: v for k, v in record.items() if k not in ("time", "stage", "epoch")}
+    checkpoints = {}
+    for folder in sorted((out / "checkpoints").glob("checkpoint-*")):
+        checkpoints[folder.name] = _checksum(folder / "modules.safetensors")
+    return {"first_step": first, "checkpoints": checkpoints}
+
+
+def _run(args, out: Path, monkeypatch) -> dict:
+    original = Trainer.__init__
+
+    def init(self, *a, **k):
+        original(self, *a, **k)
+        self.run.log_every = 1  # every step's loss terms in log.jsonl
+
+    monkeypatch.setattr(Trainer, "__init__", init)
+    assert cli.main([*args, "--output-dir", str(out), "--no-progress"]) == 0
+    return _observe(out)
+
+
+def _mlm_head(env, out: Path) -> dict:
+    assert cli.main(["mlm-head", "--encoder", str(env / "bare-teacher"), "--corpus", str(env / "corpus.txt"),
+                     "--output-dir", str(out), "--steps", str(STEPS), "--batch-size", "4", "--max-seq-len", "24",
+                     "--eval-sequences", "4", "--seed", "7", "--unfreeze-top-layers", "1"]) == 0
+    report = json.loads((out / "mlm_head_report.json").read_text())
+    tensors = load_file(str(out / "model.safetensors"))
+    return {"final_train_loss": report["final_train_loss"], "eval_before": report["eval_before"],
+            "eval_after": report["eval_after"],
+            "weights": {k: float(v.double().sum()) for k, v in sorted(tensors.items())}}
+
+
+def _flatten(value, prefix=""):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _flatten(item, f"{prefix}/{key}")
+    elif isinstance(value, list):
+        yield f"{prefix}#len", len(value)
+        for i, item in enumerate(value):
+            yield from _flatten(item, f"{prefix}[{i}]")
+    else:
+        yield prefix, value
+
+
+def _compare(name: str, got: dict) -> None:
+    stored = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    if REGENERATE:
+        stored[name] = got
+        GOLDEN.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
+        return
+    assert name in stored, f"no golden values for {name}; regenerate with KDBERT_REGENERATE_GOLDEN=1"
+    expected, actual = dict(_flatten(stored[name])), dict(_flatten(got))
+    assert expected.keys() == actual.keys(), sorted(set(expected) ^ set(actual))
+    for key, value in expected.items():
+        if isinstance(value, float):
+            assert actual[key] == pytest.approx(value, rel=TOLERANCE, abs=TOLERANCE), key
+        else:
+            assert actual[key] == value, key
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_training_run(name, env, tmp_path, monkeypatch):
+    _compare(name, _run(CASES[name](env), tmp_path / name, monkeypatch))
+
+
+def test_golden_mlm_head(env, tmp_path):
+    _compare("mlm-head", _mlm_head(env, tmp_path / "mlm-head"))
