@@ -18,7 +18,8 @@ from kdbert.data.augment_tinybert import (
     BATCH_TOKENS, TinyBertAugmenter, augment_file_rows, load_word_vectors,
 )
 from kdbert.data.custom import read_rows
-from kdbert.data.glue import open_text, split_file, resolve_glue_dir
+from kdbert.data.glue import split_file, resolve_glue_dir
+from kdbert.data.textfile import open_text
 from kdbert.data.load import TaskOptions, is_data_file
 from kdbert.data.tasks import GLUE_TASKS, canonical_task_name
 from kdbert.errors import KdbertError

@@ -95,7 +95,7 @@ def cmd_evaluate(args) -> int:
 
     data = load_task(task_options(args))
     path = resolve_model_path(args.model)
-    model = load_sequence_classifier(path, data.spec.num_labels, new_head_ok=False)
+    model = load_sequence_classifier(path, data.spec.num_labels, new_head_ok=False, labels=data.spec.labels)
     tokenizer = load_tokenizer(path)
     metrics = TaskEvaluator(data, tokenizer, args.max_seq_len, args.batch_size)(model)
     print(format_metrics(f"evaluate {args.task}: {args.model}", metrics))

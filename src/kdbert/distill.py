@@ -75,7 +75,7 @@ def distill_task(task: TaskOptions, options: dict, output_dir: str, resume: bool
     if not options.get("teacher"):
         raise KdbertError("--teacher is required: a model fine-tuned on the task (see `kdbert finetune`)")
     teacher_path = resolve_model_path(options["teacher"])
-    teacher = load_sequence_classifier(teacher_path, spec.num_labels, new_head_ok=False)
+    teacher = load_sequence_classifier(teacher_path, spec.num_labels, new_head_ok=False, labels=spec.labels)
     tokenizer = load_tokenizer(teacher_path)
     identity = {"command": "distill task", "method": method, "task": task.task, "train_file": task.train_file,
                 **{k: v for k, v in options.items() if k not in ("resume", "overwrite", "func", "no_progress")}}

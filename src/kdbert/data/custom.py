@@ -8,22 +8,16 @@ Pearson and Spearman. The dev set is a separate file or a seeded held-out fracti
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import random
 from pathlib import Path
 
 from kdbert.data.glue import Example, TaskData, parse_label
 from kdbert.data.tasks import TaskSpec
+from kdbert.data.textfile import open_text
 from kdbert.errors import KdbertError
 
 SUPPORTED_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json")
-
-
-def _open(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return open(path, encoding="utf-8-sig", newline="")
 
 
 def _format_of(path: Path) -> str:
@@ -42,7 +36,7 @@ def read_rows(path: str | Path) -> list[tuple[int, dict]]:
         raise KdbertError(f"data file {path} does not exist; check the path")
     kind = _format_of(path)
     rows = []
-    with _open(path) as handle:
+    with open_text(path) as handle:
         if kind in (".jsonl", ".json"):
             for line_no, line in enumerate(handle, start=1):
                 if not line.strip():

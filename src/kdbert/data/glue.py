@@ -8,12 +8,12 @@ a bad row raises :class:`KdbertError` naming the file and line.
 from __future__ import annotations
 
 import csv
-import gzip
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from kdbert.data.tasks import GLUE_TASKS, TaskSpec
+from kdbert.data.textfile import open_text
 from kdbert.errors import KdbertError
 
 GLUE_DIR_ENV = "KDBERT_GLUE_DIR"
@@ -59,12 +59,6 @@ def split_file(task_dir: Path, split: str) -> Path:
         f"missing {task_dir / (split + '.tsv')} (or .tsv.gz); download the task's GLUE files "
         f"into {task_dir} or use a different --data-dir"
     )
-
-
-def open_text(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return open(path, encoding="utf-8-sig", newline="")
 
 
 def parse_label(spec: TaskSpec, raw: str, where: str) -> int | float:

@@ -8,8 +8,9 @@ unless the caller asks for it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+import torch
 
 from kdbert.errors import KdbertError
 
@@ -55,11 +56,12 @@ def load_tokenizer(name_or_path: str | None, trust_remote_code: bool = False):
 
 
 def load_sequence_classifier(name_or_path: str | None, num_labels: int, new_head_ok: bool = True,
-                             trust_remote_code: bool = False):
+                             trust_remote_code: bool = False, labels: tuple[str, ...] | None = None):
     """Load ``AutoModelForSequenceClassification`` with ``num_labels`` outputs.
 
     ``new_head_ok=False`` (a teacher for distillation, a model to evaluate) requires the folder
-    to hold a trained classifier with exactly ``num_labels`` outputs.
+    to hold a trained classifier with exactly ``num_labels`` outputs; with the task's ``labels``
+    its label names are checked too (:func:`align_label_order`).
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
@@ -78,11 +80,14 @@ def load_sequence_classifier(name_or_path: str | None, num_labels: int, new_head
         config.label2id = {str(i): i for i in range(num_labels)}
     config.problem_type = problem_type
     try:
-        return AutoModelForSequenceClassification.from_pretrained(
+        model = AutoModelForSequenceClassification.from_pretrained(
             path, config=config, trust_remote_code=trust_remote_code, ignore_mismatched_sizes=new_head
         )
     except (OSError, ValueError, RuntimeError) as exc:
         raise KdbertError(f"could not load {path} as a sequence classifier: {str(exc).splitlines()[0]}") from None
+    if not new_head_ok and labels is not None:
+        align_label_order(model, labels, path)
+    return model
 
 
 def check_classifier_head(path: str, config, num_labels: int) -> None:
@@ -100,6 +105,56 @@ def check_classifier_head(path: str, config, num_labels: int) -> None:
         )
 
 
-def read_json(path: Path) -> dict:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+def _named_labels(config) -> list[str] | None:
+    """The model's label names in output order, or None when they are HF's placeholders
+    (``LABEL_0``...) or bare output indices, which say nothing about the order."""
+    names = [str(config.id2label[i]) for i in range(config.num_labels)]
+    if all(name in (f"LABEL_{i}", str(i)) for i, name in enumerate(names)):
+        return None
+    return names
+
+
+def align_label_order(model, labels: tuple[str, ...], path: str) -> None:
+    """Make ``model``'s outputs follow the task's label order, or refuse it.
+
+    A fine-tuned model from elsewhere may name the same labels in another order (published MNLI
+    checkpoints differ); matching the count alone would silently misalign every prediction. When
+    the model's names are the task's names (case-insensitive) in another order, the rows of its
+    final classifier layer are permuted into the task's order (and ``id2label`` with them), and
+    a line says so. Names that are the task's only in part are refused. Models without names, or
+    with names for a task whose labels are bare numbers ('0', '1'), cannot be checked: accepted.
+    """
+    names = _named_labels(model.config)
+    if names is None or all(label.isdigit() for label in labels):
+        return
+    wanted = [label.lower() for label in labels]
+    have = [name.lower() for name in names]
+    if have == wanted:
+        return
+    if sorted(have) != sorted(wanted):
+        raise KdbertError(
+            f"{path} names its labels {names} but the task's labels are {list(labels)}; use a model "
+            "fine-tuned on this task (or fix id2label in its config.json if only the names differ)"
+        )
+    order = [have.index(label) for label in wanted]
+    head = _final_classifier_layer(model, len(labels), path)
+    with torch.no_grad():
+        head.weight.copy_(head.weight[order])
+        if head.bias is not None:
+            head.bias.copy_(head.bias[order])
+    model.config.id2label = dict(enumerate(labels))
+    model.config.label2id = {label: i for i, label in enumerate(labels)}
+    print(f"{path}: outputs were ordered {names}; reordered to the task's {list(labels)}")
+
+
+def _final_classifier_layer(model, num_labels: int, path: str):
+    """The one ``nn.Linear`` of the classification head that produces the ``num_labels`` logits."""
+    candidates = [module for name, module in model.named_modules()
+                  if isinstance(module, torch.nn.Linear) and module.out_features == num_labels
+                  and ("classifier" in name or name.endswith("out_proj"))]
+    if len(candidates) != 1:
+        raise KdbertError(
+            f"{path} orders its labels differently from the task and its classifier layer could not be "
+            "found to reorder them; reorder id2label and the classifier rows, or fine-tune on this task"
+        )
+    return candidates[0]

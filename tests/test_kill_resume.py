@@ -1,0 +1,174 @@
+"""``kill -9`` at several points of every stage kind, then ``--resume``: the run ends with the
+same weights and metrics as an uninterrupted one, and no half-written file is ever visible.
+
+Each run is killed five times, each time a seeded random delay after it wrote its next
+checkpoint (or, for augmentation, its next chunk), so the kills land before, during and between
+saves; the outcome is what is asserted, wherever the kill landed. Runs are forked from the test
+process (torch already imported) so that 28 runs take seconds, not minutes of interpreter start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import WORDS, save_tiny_classifier, tiny_bert_config, write_glue_task
+from safetensors.torch import load_file
+from transformers import BertForMaskedLM
+
+from kdbert.cli import main
+
+KILLS = 5
+
+
+def cli(*args) -> list[str]:
+    return [str(a) for a in args]
+
+
+def _quiet_main(argv: list[str]) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os._exit(main(argv))
+
+
+def start(argv: list[str]) -> multiprocessing.Process:
+    """``kdbert ARGV`` in a forked child process."""
+    process = multiprocessing.get_context("fork").Process(target=_quiet_main, args=(argv,))
+    process.start()
+    return process
+
+
+def run(argv: list[str]) -> None:
+    with contextlib.redirect_stdout(open(os.devnull, "w")):
+        assert main(argv) == 0
+
+
+def progress_marks(out: Path) -> int:
+    """How far a run has got, as seen on disk: checkpoints written, or augmented chunks."""
+    checkpoints = out / "checkpoints"
+    saved = len(list(checkpoints.glob("checkpoint-*[0-9]"))) if checkpoints.is_dir() else 0
+    log = out / "log.jsonl"
+    records = len(log.read_text().splitlines()) if log.is_file() else 0
+    partial = [p for p in out.parent.glob(out.name + "*") if p != out]
+    return saved + records + sum(p.stat().st_size for p in partial if p.is_file())
+
+
+def assert_nothing_half_written(out: Path) -> None:
+    """Every file a reader would open is whole: JSON parses, safetensors load."""
+    if not out.exists():
+        return
+    for path in out.rglob("*"):
+        if ".tmp" in path.name or path.name.endswith(".old") or any(".tmp" in p.name for p in path.parents):
+            continue
+        if path.suffix == ".json" and path.is_file():
+            json.loads(path.read_text())
+        if path.suffix == ".safetensors" and path.is_file():
+            load_file(path)
+
+
+def kill_repeatedly_then_finish(command: list[str], out: Path, resume_flag: str | None = "--resume") -> None:
+    """Start, kill -9 once the run has moved on, resume, ... ``KILLS`` times; then finish it."""
+    rng = random.Random(str(out))
+    kills = 0
+    for kill in range(KILLS):
+        process = start(command + ([resume_flag] if kill and resume_flag else []))
+        before = progress_marks(out)
+        deadline = time.time() + 120
+        while time.time() < deadline and process.is_alive() and progress_marks(out) == before:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.1))
+        if not process.is_alive():
+            break
+        os.kill(process.pid, signal.SIGKILL)
+        process.join()
+        kills += 1
+        assert_nothing_half_written(out)
+    assert kills == KILLS, f"the run finished after {kills} kills: give it more steps"
+    process = start(command + ([resume_flag] if resume_flag else []))
+    process.join()
+    assert process.exitcode == 0
+    assert_nothing_half_written(out)
+
+
+def assert_same_run(straight: Path, resumed: Path, weights: str = "model.safetensors", metrics: str | None = None):
+    a, b = load_file(straight / weights), load_file(resumed / weights)
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6, msg=name)
+    if metrics:
+        assert json.loads((straight / metrics).read_text())["dev_metrics"] == \
+            json.loads((resumed / metrics).read_text())["dev_metrics"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tiny_tokenizer):
+    root = tmp_path_factory.mktemp("kill")
+    torch.manual_seed(0)
+    BertForMaskedLM(tiny_bert_config(tiny_tokenizer)).save_pretrained(root / "mlm")
+    tiny_tokenizer.save_pretrained(root / "mlm")
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n\n".join(" ".join(WORDS[i:i + 12]) + " ." for i in range(0, 20)) * 6)
+    glove = root / "glove.txt"
+    glove.write_text("\n".join(f"{w} " + " ".join(f"{((i * 7 + j) % 11) / 10:.2f}" for j in range(4))
+                               for i, w in enumerate(WORDS)) + "\n")
+    tiny_bert_config(tiny_tokenizer, hidden_size=8, num_attention_heads=4, intermediate_size=16).save_pretrained(
+        root / "student-config")
+    write_glue_task(root / "glue", "RTE", n_train=600)  # augmentation writes 256 rows per chunk
+    return {"teacher": save_tiny_classifier(root / "teacher", tiny_tokenizer, hidden_size=32, num_hidden_layers=4),
+            "mlm": root / "mlm", "corpus": corpus, "glove": glove, "student": root / "student-config",
+            "glue": root / "glue"}
+
+
+def run_both(tmp_path, command_for, **kw):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run(command_for(straight))
+    kill_repeatedly_then_finish(command_for(resumed), resumed, **kw)
+    return straight, resumed
+
+
+def test_finetuning_killed_five_times(tmp_path, models, glue_dir):
+    def command(out):
+        return cli("finetune", "--model", models["teacher"], "--task", "rte", "--data-dir", glue_dir, "--output-dir",
+                   out, "--max-steps", "60", "--batch-size", "4", "--eval-every", "6", "--learning-rate", "1e-3",
+                   "--no-progress")
+    straight, resumed = run_both(tmp_path, command)
+    assert_same_run(straight, resumed)
+    assert json.loads((straight / "metrics.json").read_text()) == json.loads((resumed / "metrics.json").read_text())
+
+
+def test_tinybert_two_stages_killed_five_times(tmp_path, models, glue_dir):
+    def command(out):
+        return cli("distill", "task", "--method", "tinybert", "--teacher", models["teacher"], "--student-layers", "0,2",
+                   "--task", "rte", "--data-dir", glue_dir, "--output-dir", out, "--intermediate-max-steps", "24",
+                   "--max-steps", "24", "--batch-size", "4", "--eval-every", "6", "--no-progress")
+    straight, resumed = run_both(tmp_path, command)
+    assert_same_run(straight, resumed, metrics="distill_report.json")
+    assert_same_run(straight, resumed, weights="projections.safetensors")
+
+
+def test_general_distillation_killed_five_times(tmp_path, models):
+    def command(out):
+        return cli("distill", "general", "--teacher", models["mlm"], "--student", models["student"], "--corpus",
+                   models["corpus"], "--max-seq-len", "16", "--batch-size", "4", "--max-steps", "30",
+                   "--eval-every", "5", "--output-dir", out, "--no-progress")
+    straight, resumed = run_both(tmp_path, command)
+    assert_same_run(straight, resumed)
+
+
+def test_augmentation_killed_five_times(tmp_path, models):
+    def command(out):
+        return cli("augment", "--task", "rte", "--data-dir", models["glue"], "--mlm", models["mlm"], "--word-vectors",
+                   models["glove"], "--output", out, "--n-aug", "3", "--batch-size", "2")
+    straight, resumed = tmp_path / "straight.tsv", tmp_path / "resumed.tsv"
+    run(command(straight))
+    kill_repeatedly_then_finish(command(resumed), resumed, resume_flag=None)
+    assert resumed.read_text() == straight.read_text()
