@@ -511,3 +511,38 @@ def mlm_distillation_loss(
     soft = -(F.softmax(teacher_logits[selected], dim=-1) * log_q).sum(dim=-1).mean()
     hard = masked_lm_cross_entropy(student_logits, labels)
     return ground_truth_ratio * hard + (1.0 - ground_truth_ratio) * soft
+
+
+def bilstm_distill_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    alpha: float = 0.0,
+) -> torch.Tensor:
+    """Distilled BiLSTM objective (Tang et al. 2019, eq. 2-3).
+
+    ``L = (1 - alpha) * L_distill + alpha * L_hard``, with
+    ``L_distill = (1/N) sum_n ||z_s,n - z_t,n||_2^2``, the squared L2 distance between the
+    student's and the teacher's logits (the paper's form: summed over the C outputs, averaged
+    over the batch; :func:`logit_mse` is the same divided by C), and ``L_hard`` the mean
+    cross-entropy to gold class ids (classification, ``labels`` (N,) long) or the mean squared
+    error to gold scores (regression: C = 1, ``labels`` (N,) float). Regression distillation is
+    therefore the squared error to the teacher's score.
+
+    Shapes: logits (N, C). ``alpha`` 0 (the default: the distillation term alone, as the paper trains;
+    the castorini/d-bert code adds the cross-entropy) needs no labels.
+    """
+    _check_same_shape("bilstm_distill_loss", student_logits, teacher_logits,
+                      "student and teacher need the same number of labels")
+    if not 0.0 <= alpha <= 1.0:
+        raise KdbertError(f"--alpha must be between 0 and 1 (got {alpha})")
+    distill = (student_logits - teacher_logits).pow(2).sum(dim=-1).mean()
+    if alpha == 0.0:
+        return distill
+    if labels is None:
+        raise KdbertError("--alpha > 0 mixes in the gold labels, but the batch has none; use labelled data or --alpha 0")
+    if student_logits.shape[-1] == 1 and labels.is_floating_point():
+        hard = regression_mse(student_logits, labels)
+    else:
+        hard = F.cross_entropy(student_logits, labels)
+    return (1.0 - alpha) * distill + alpha * hard

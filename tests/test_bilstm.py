@@ -1,0 +1,183 @@
+"""The BiLSTM student: it is a real BiLSTM, padding never matters, siamese pairs, folder roundtrip, ONNX,
+and its distillation loss pinned to hand-computed values."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from kdbert.data.words import Vocab
+from kdbert.errors import KdbertError
+from kdbert.losses import bilstm_distill_loss
+from kdbert.models.bilstm import BiLSTMConfig, build_bilstm, is_bilstm_folder, load_bilstm, save_bilstm
+
+V, E, H, F = 12, 4, 3, 5
+
+
+def tiny(pair=False, num_labels=2, **kw):
+    return build_bilstm(BiLSTMConfig(vocab_size=V, num_labels=num_labels, pair=pair, embedding_dim=E, hidden_size=H,
+                                     fc_size=F, **kw), seed=0).eval()
+
+
+def padded(rows, width=None, junk=0):
+    """Right-padded (ids, mask) of id lists; ``junk`` fills the padding with non-pad ids."""
+    width = width or max(map(len, rows))
+    ids = torch.full((len(rows), width), junk)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = torch.tensor(row)
+        mask[i, :len(row)] = 1
+    return ids, mask
+
+
+ROWS = [[2, 3, 4, 5, 6], [7, 8], [9]]
+
+
+def test_parameter_count_is_one_shared_encoder():
+    lstm = 4 * H * (E + H) + 2 * 4 * H  # weights and both bias vectors of one direction
+    single = V * E + 2 * lstm + (2 * H * F + F) + (F * 2 + 2)
+    assert sum(p.numel() for p in tiny().parameters()) == single == 311
+    assert sum(p.numel() for p in tiny(pair=True).parameters()) == single + 6 * H * F == 401
+
+
+def test_encoder_equals_torch_bidirectional_lstm_on_packed_sequences():
+    model = tiny()
+    reference = nn.LSTM(E, H, batch_first=True, bidirectional=True)
+    with torch.no_grad():
+        for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+            getattr(reference, name).copy_(getattr(model.forward_lstm, name))
+            getattr(reference, name + "_reverse").copy_(getattr(model.backward_lstm, name))
+        ids, mask = padded(ROWS)
+        packed = nn.utils.rnn.pack_padded_sequence(model.embeddings(ids), mask.sum(1), batch_first=True,
+                                                   enforce_sorted=False)
+        _, (h_n, _) = reference(packed)
+        torch.testing.assert_close(model.encode(ids, mask), torch.cat([h_n[0], h_n[1]], dim=-1), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_padding_never_changes_the_outputs(pair):
+    model = tiny(pair=pair)
+    with torch.no_grad():
+        alone = []
+        for i, row in enumerate(ROWS):
+            inputs = padded([row]) + (padded([ROWS[-1 - i]]) if pair else ())
+            alone.append(model(*inputs).logits)
+        inputs = padded(ROWS, width=9, junk=11) + (padded(ROWS[::-1], width=7, junk=5) if pair else ())
+        batched = model(*inputs).logits
+    torch.testing.assert_close(batched, torch.cat(alone), rtol=0, atol=1e-6)
+
+
+def test_siamese_features_and_head():
+    model = tiny(pair=True, num_labels=3)
+    a, b = padded(ROWS), padded([[4, 4], [2, 3, 5], [6]])
+    with torch.no_grad():
+        h1, h2 = model.encode(*a), model.encode(*b)
+        features = model.features(*a, *b)
+        torch.testing.assert_close(features, torch.cat([h1, h2, h1 * h2, (h1 - h2).abs()], dim=-1), rtol=0, atol=0)
+        expected = model.classifier(torch.relu(model.fc(features)))
+        torch.testing.assert_close(model(*a, *b).logits, expected, rtol=0, atol=0)
+    assert features.shape == (3, 8 * H)
+    with pytest.raises(KdbertError, match="reads sentence pairs; pass input_ids_b"):
+        model(*a)
+    with pytest.raises(KdbertError, match="reads one sentence"):
+        tiny()(*a, *b)
+
+
+def test_regression_has_one_output_and_frozen_embeddings_get_no_gradient():
+    model = tiny(num_labels=1, freeze_embeddings=True).train()
+    logits = model(*padded(ROWS)).logits
+    assert logits.shape == (3, 1)
+    logits.sum().backward()
+    assert model.embeddings.weight.grad is None and model.fc.weight.grad is not None
+
+
+def test_embeddings_come_from_the_given_matrix_with_a_zero_pad_row():
+    matrix = torch.arange(V * E, dtype=torch.float32).reshape(V, E)
+    model = build_bilstm(BiLSTMConfig(vocab_size=V, num_labels=2, embedding_dim=E, hidden_size=H), matrix)
+    assert torch.equal(model.embeddings.weight.detach(), matrix)
+    with pytest.raises(KdbertError, match=r"embedding matrix \(3, 4\) does not fit the student's \(12, 4\)"):
+        model.set_embeddings(torch.zeros(3, E))
+
+
+def test_save_load_roundtrip_is_exact_and_checked(tmp_path):
+    model = tiny(pair=True, num_labels=3)
+    vocab = Vocab(["[PAD]", "[UNK]", *[f"w{i}" for i in range(V - 2)]])
+    save_bilstm(model, vocab, tmp_path / "student", reports={"report.json": {"score": 1}})
+    assert sorted(p.name for p in (tmp_path / "student").iterdir()) == [
+        "config.json", "model.safetensors", "report.json", "vocab.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["student"]  # no temporary folder left
+    loaded, loaded_vocab = load_bilstm(tmp_path / "student")
+    assert loaded.config == model.config and loaded_vocab == vocab and is_bilstm_folder(tmp_path / "student")
+    inputs = padded(ROWS) + padded(ROWS[::-1])
+    with torch.no_grad():
+        assert torch.equal(loaded(*inputs).logits, model(*inputs).logits)
+    config = json.loads((tmp_path / "student" / "config.json").read_text())
+    (tmp_path / "student" / "config.json").write_text(json.dumps({**config, "hidden_size": 4}))
+    with pytest.raises(KdbertError, match="model.safetensors: the weights do not fit config.json"):
+        load_bilstm(tmp_path / "student")
+    (tmp_path / "student" / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
+    with pytest.raises(KdbertError, match="model_type is 'bert', not 'kdbert-bilstm'"):
+        load_bilstm(tmp_path / "student")
+    with pytest.raises(KdbertError, match="the vocabulary has 3 words but the student 12"):
+        save_bilstm(model, Vocab(["[PAD]", "[UNK]", "a"]), tmp_path / "other")
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_onnx_export_matches_torch_on_other_shapes(tmp_path, pair):
+    ort = pytest.importorskip("onnxruntime")
+    model = tiny(pair=pair)
+
+    class Logits(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask, input_ids_b=None, attention_mask_b=None):
+            return self.inner(input_ids, attention_mask, input_ids_b, attention_mask_b).logits
+
+    names = ["input_ids", "attention_mask"] + (["input_ids_b", "attention_mask_b"] if pair else [])
+    example = padded(ROWS) + (padded(ROWS[::-1]) if pair else ())
+    axes = {name: {0: "batch", 1: "length_b" if name.endswith("_b") else "length"} for name in names}
+    path = tmp_path / "bilstm.onnx"
+    torch.onnx.export(Logits(model), example, str(path), input_names=names, output_names=["logits"],
+                      dynamic_axes=axes, dynamo=False)
+    session = ort.InferenceSession(str(path))
+    other = padded([[3, 1, 4, 1, 5, 9, 2, 6], [5], [3, 5], [8, 9, 7]], junk=2)
+    inputs = other + (padded([[2], [7, 1, 8, 2, 8, 1, 8, 2, 8, 4], [5, 9], [10]]) if pair else ())
+    got = session.run(None, {name: t.numpy() for name, t in zip(names, inputs)})[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(*inputs).logits.numpy(), rtol=0, atol=1e-4)
+
+
+# --------------------------------------------------------------------------- loss
+def test_distill_loss_is_the_squared_l2_distance_per_example():
+    student = torch.tensor([[1.0, 2.0], [0.0, 0.0]], requires_grad=True)
+    teacher = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    loss = bilstm_distill_loss(student, teacher)  # ((1 + 4) + (1 + 1)) / 2
+    assert loss.item() == pytest.approx(3.5, abs=1e-7)
+    loss.backward()  # d/dz_s = 2 (z_s - z_t) / N
+    assert student.grad.tolist() == [[1.0, 2.0], [-1.0, -1.0]]
+
+
+def test_distill_loss_mixes_hard_labels_with_alpha():
+    student = torch.tensor([[1.0, 2.0], [0.0, 0.0]])
+    teacher = torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    ce = (math.log(1 + math.exp(-1)) + math.log(2)) / 2  # CE([1, 2], 1) and CE([0, 0], 0)
+    got = bilstm_distill_loss(student, teacher, torch.tensor([1, 0]), alpha=0.5)
+    assert got.item() == pytest.approx(0.5 * 3.5 + 0.5 * ce, abs=1e-6)  # 2.0016022
+    with pytest.raises(KdbertError, match="batch has none"):
+        bilstm_distill_loss(student, teacher, alpha=0.5)
+    with pytest.raises(KdbertError, match="--alpha must be between 0 and 1"):
+        bilstm_distill_loss(student, teacher, torch.tensor([1, 0]), alpha=1.5)
+    with pytest.raises(KdbertError, match="same number of labels"):
+        bilstm_distill_loss(student, teacher[:, :1])
+
+
+def test_regression_distills_the_teacher_score_and_mixes_the_gold_score():
+    student, teacher = torch.tensor([[1.0], [3.0]]), torch.tensor([[2.0], [2.0]])
+    assert bilstm_distill_loss(student, teacher).item() == pytest.approx(1.0)  # (1 + 1) / 2
+    gold = torch.tensor([1.5, 2.5])  # gold MSE: (0.25 + 0.25) / 2
+    assert bilstm_distill_loss(student, teacher, gold, alpha=0.2).item() == pytest.approx(0.8 * 1.0 + 0.2 * 0.25)
