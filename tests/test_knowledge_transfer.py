@@ -1,6 +1,7 @@
 """MobileBERT strategies as data: the stage lists for a 3-layer student, validation, lr groups."""
 
 import pytest
+import torch
 from transformers import BertConfig, BertForMaskedLM
 
 from kdbert.errors import KdbertError
@@ -163,3 +164,82 @@ def test_teacher_needs_an_mlm_head():
     require_mlm_head(BertConfig(architectures=["BertForMaskedLM"]), "x")
     require_mlm_head(BertForMaskedLM(BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1,
                                                 num_attention_heads=2, intermediate_size=8)), "x")
+
+
+def stage_loss(stage, student_trace, teacher_trace, mlm_labels):
+    """The weighted sum of a stage's terms, calling each match as its docstring says."""
+    from kdbert import losses
+
+    total = 0.0
+    for match in stage.matches:
+        loss = getattr(losses, match.loss)
+        if match.feature == "mlm_logits":
+            args = (student_trace.logits, teacher_trace.logits, mlm_labels)
+        elif match.feature == "hidden":
+            args = (student_trace.hidden_states[match.student_layer], teacher_trace.hidden_states[match.teacher_layer],
+                    student_trace.attention_mask)
+        else:
+            args = (student_trace.attention_scores[match.student_layer - 1],
+                    teacher_trace.attention_scores[match.teacher_layer - 1], student_trace.attention_mask)
+        value = loss(*args, **dict(match.options))
+        assert torch.isfinite(value), match
+        total = total + match.weight * value
+    return total
+
+
+def test_generated_matches_run_on_traces_of_a_student_and_its_teacher(tiny_tokenizer):
+    from conftest import tiny_bert_config
+
+    from kdbert.models.mobilebert import init_from_teacher
+    from kdbert.models.trace import trace
+
+    torch.manual_seed(0)
+    teacher = BertForMaskedLM(tiny_bert_config(tiny_tokenizer)).eval()  # 2 layers, hidden 16, 4 heads
+    student = build_mobilebert(mobilebert_config("mobilebert-matched", teacher.config), head="masked-lm")
+    report = init_from_teacher(student, teacher)
+    assert "mobilebert.embeddings.position_embeddings.weight" in report["copied"]
+    stages = plan(feature_widths(student), feature_widths(teacher), TransferConfig(strategy="auxiliary"))
+    batch = {"input_ids": torch.randint(5, len(tiny_tokenizer), (2, 6)),
+             "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])}
+    labels = torch.full((2, 6), -100)
+    labels[0, 2], labels[1, 1] = 7, 9
+    with torch.no_grad():
+        teacher_trace = trace(teacher, batch)
+    total = stage_loss(stages[0], trace(student, batch), teacher_trace, labels)
+    total.backward()
+    grads = {n: p.grad for n, p in student.named_parameters()}
+    assert grads["mobilebert.encoder.layer.0.attention.self.query.weight"].abs().sum() > 0
+    assert grads["cls.predictions.transform.dense.weight"].abs().sum() > 0
+
+
+@pytest.mark.teacher
+def test_matched_student_against_the_packaged_teacher(teacher_path):
+    from transformers import AutoConfig, BertModel
+
+    from kdbert.models.trace import trace
+
+    teacher = BertModel.from_pretrained(teacher_path).eval()
+    with pytest.raises(KdbertError, match="kdbert mlm-head"):
+        require_mlm_head(AutoConfig.from_pretrained(teacher_path), teacher_path)
+    student = build_mobilebert(mobilebert_config("mobilebert-matched", teacher.config))
+    stages = plan(feature_widths(student), feature_widths(teacher), TransferConfig())
+    assert [s.name for s in stages] == [f"layer-{i}" for i in range(1, 7)] + ["pretrain-distill"]
+    batch = {"input_ids": torch.tensor([[101, 7592, 2088, 2003, 102, 0]]), "attention_mask": torch.tensor([[1] * 5 + [0]])}
+    with torch.no_grad():
+        teacher_trace = trace(teacher, batch)
+    student_trace = trace(student, batch)
+    assert student_trace.hidden_states[6].shape == teacher_trace.hidden_states[6].shape == (1, 6, 384)
+    assert student_trace.attention_scores[5].shape == teacher_trace.attention_scores[5].shape == (1, 12, 6, 6)
+    stage_loss(stages[5], student_trace, teacher_trace, None).backward()
+    assert student.mobilebert.encoder.layer[5].attention.self.query.weight.grad.abs().sum() > 0
+
+
+def test_width_bridge_says_direct_or_projection():
+    from kdbert.knowledge_transfer import width_bridge
+
+    assert width_bridge(widths(), TEACHER, [(1, 1)]) == (
+        "direct transfer: student inter-block width 384 = the teacher's; the teacher (a bert) plays IB-BERT's role")
+    assert width_bridge(widths(hidden_size=512), TEACHER, [(1, 1), (2, 2)]).startswith(
+        "learned projection 512->384 on the feature maps (a deviation from the paper")
+    ib = widths("ib-bert-matched")
+    assert "(an IB-BERT)" in width_bridge(widths(hidden_size=512), ib, [(1, 1)])

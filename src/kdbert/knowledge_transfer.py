@@ -24,12 +24,17 @@ factors divided by the number of transferred layers L (:class:`TransferWeights`)
 The pre-training distillation term is ``mlm_distillation_loss`` (weight 1). Hidden-state
 indices follow HF's ``hidden_states`` (0 is the embedding output, never transferred: the
 official code transfers layers 1..L); attention indices are 1-based layers too.
+
+What a stage here does not carry, and the official runs used: LAMB at lr 1.5e-3, constant during
+layer-wise transfer with a warm-up at the start of each layer's phase, then 10k warm-up steps and
+linear decay for pre-training distillation; weight decay 0.01; gradient clipping 1.0; batch 2048
+of 512 tokens; no dropout in the student.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kdbert import mapping
 from kdbert.errors import KdbertError
@@ -75,8 +80,11 @@ class Match:
     """One distillation term: ``weight * loss(student feature, teacher feature, **options)``.
 
     ``feature`` is ``"hidden"`` (``hidden_states[layer]``), ``"attention_scores"`` (pre-softmax
-    scores of 1-based ``layer``) or ``"mlm_logits"`` (layers None). ``loss`` names a function of
-    :mod:`kdbert.losses`. ``projection`` asks for a learned student -> teacher width map.
+    scores of 1-based ``layer``, ``attention_scores[layer - 1]`` of a trace) or ``"mlm_logits"``
+    (layers None). ``loss`` names a function of :mod:`kdbert.losses`, called as
+    ``loss(student feature, teacher feature, attention_mask, **options)`` for layer features and
+    ``loss(student logits, teacher logits, mlm_labels, **options)`` for MLM logits.
+    ``projection`` asks for a learned student -> teacher width map (passed as ``projection=``).
     """
 
     feature: str
@@ -235,6 +243,22 @@ def layer_pairs(student: FeatureWidths, teacher: FeatureWidths, config: Transfer
     return pairs
 
 
+def width_bridge(student: FeatureWidths, teacher: FeatureWidths, pairs: list[tuple[int, int]]) -> str:
+    """One line saying how student and teacher widths meet, for a run to print before training.
+
+    Either directly (the teacher, an IB-BERT or a BERT of the student's inter-block width, plays
+    IB-BERT's role) or through learned projections (a deviation from the paper).
+    """
+    widths = sorted({(student.hidden[s], teacher.hidden[t]) for s, t in pairs})
+    kind = "an IB-BERT" if teacher.model_type == "mobilebert" else f"a {teacher.model_type}"
+    if all(d_s == d_t for d_s, d_t in widths):
+        return (f"direct transfer: student inter-block width {widths[0][0]} = the teacher's; the teacher "
+                f"({kind}) plays IB-BERT's role")
+    maps = ", ".join(f"{d_s}->{d_t}" for d_s, d_t in widths)
+    return (f"learned projection {maps} on the feature maps (a deviation from the paper, which distils from an "
+            "IB-BERT teacher of the student's width)")
+
+
 def require_mlm_head(teacher, teacher_name: str) -> None:
     """Refuse a teacher (model or config) without a masked-LM head.
 
@@ -294,10 +318,11 @@ def _pretrain_stage(config: TransferConfig) -> Stage:
 def progressive_stages(pairs: list[tuple[int, int]], config: TransferConfig) -> list[Stage]:
     """One stage per student layer, then pre-training distillation (if pretrain_steps > 0).
 
-    Stage l matches layer l only (weights factor / L, as the official gate), trains layer l at
+    Stage l matches layer l only (weights factor / L, as the TF1 gate), trains layer l at
     ``current_lr_multiplier``, and layers 1..l-1 at ``previous_lr_multiplier`` (``official``) or
     not at all (``frozen``). Embeddings not copied from the teacher count as layer 0: they
-    train at the current multiplier in stage 1, as an earlier layer afterwards.
+    train at the current multiplier in stage 1, as an earlier layer afterwards. (The TF2 code
+    weights stage l's terms by factor / l instead of factor / L; only the scale differs.)
     """
     total, current, previous = len(pairs), config.current_lr_multiplier, config.previous_lr_multiplier
     train_embeddings = not config.embeddings_from_teacher
@@ -336,11 +361,6 @@ _GENERATORS = {"progressive": progressive_stages, "joint": joint_stages, "auxili
 def plan(student: FeatureWidths, teacher: FeatureWidths, config: TransferConfig) -> list[Stage]:
     """Validate the pair under ``config`` (:func:`layer_pairs`) and generate its stages."""
     return _GENERATORS[config.strategy](layer_pairs(student, teacher, config), config)
-
-
-def with_steps(stages: list[Stage], steps: int) -> list[Stage]:
-    """The same stages with every length set to ``steps`` (for smoke runs)."""
-    return [replace(stage, steps=steps) for stage in stages]
 
 
 # ----------------------------------------------------------------------------- applying and printing

@@ -122,6 +122,7 @@ def _teacher_shape(teacher_config: PretrainedConfig, preset: str) -> dict:
         return dict(
             _MOBILEBERT, num_hidden_layers=layers, hidden_size=width, intra_bottleneck_size=intra,
             num_attention_heads=heads, intermediate_size=intra * 4, classifier_activation=True,
+            embedding_size=min(_MOBILEBERT["embedding_size"], width),
         )
     return dict(
         num_hidden_layers=layers, hidden_size=IB_BERT_INTER_BLOCK_SIZE, intra_bottleneck_size=width,
