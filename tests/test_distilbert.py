@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import save_tiny_classifier, sentence, tiny_bert_config, write_glue_task
+from conftest import method_config, save_tiny_classifier, sentence, stage_terms, tiny_bert_config, write_glue_task
 from torch import nn
 from transformers import (
     BertForMaskedLM,
@@ -28,6 +28,8 @@ from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
 from kdbert.models.students import init_distilbert_student
 from kdbert.recipes import distilbert
+from kdbert.distill import distill_general
+from kdbert.matching import MatchLoss
 from kdbert.recipes.base import DistillContext
 
 
@@ -152,8 +154,10 @@ def test_general_terms_equal_hand_assembly(env):
     features = [{"input_ids": tok(sentence(rng, 3, 12))["input_ids"]} for _ in range(5)]
     torch.manual_seed(3)
     batch = distilbert.MlmCollator(tok.pad_token_id, distilbert.DynamicMasker(tok))(features)
-    loss = distilbert.general_loss_settings({"alpha_ce": 5.0, "alpha_mlm": 2.0, "alpha_cos": 1.0, "temperature": 3})
-    terms = distilbert.general_loss_fn(loss)(nn.ModuleDict({"student": student}), {"teacher": teacher}, batch)
+    config = method_config("distilbert", {"alpha_ce": 5.0, "alpha_mlm": 2.0, "alpha_cos": 1.0, "temperature": 3},
+                           general=True)
+    terms = MatchLoss(distilbert.general_matches(config))(nn.ModuleDict({"student": student}), {"teacher": teacher},
+                                                          batch)
     assert set(terms) == {"ce", "mlm", "cos"}
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     s = student(**inputs, output_hidden_states=True)
@@ -164,25 +168,26 @@ def test_general_terms_equal_hand_assembly(env):
     torch.testing.assert_close(terms["cos"], 1.0 * losses.cosine_hidden_loss(s.hidden_states[-1],
                                                                                t.hidden_states[-1], mask))
     # defaults are the reference run's
-    assert distilbert.general_loss_settings({}) == distilbert.GeneralLoss(2.0, 5.0, 2.0, 1.0)
-    only_mlm = distilbert.general_loss_settings({"alpha_ce": 0, "alpha_cos": 0})
-    assert not only_mlm.uses_teacher
+    defaults = method_config("distilbert", general=True)
+    assert (defaults.temperature, defaults.alpha_ce, defaults.alpha_mlm, defaults.alpha_cos) == (2.0, 5.0, 2.0, 1.0)
+    only_mlm = method_config("distilbert", {"alpha_ce": 0, "alpha_cos": 0}, general=True)
+    assert not MatchLoss(distilbert.general_matches(only_mlm)).uses_teacher
     with pytest.raises(KdbertError, match="all 0"):
-        distilbert.general_loss_settings({"alpha_ce": 0, "alpha_cos": 0, "alpha_mlm": 0})
+        method_config("distilbert", {"alpha_ce": 0, "alpha_cos": 0, "alpha_mlm": 0}, general=True)
 
 
 def test_general_refuses_teacher_without_mlm_head(env, tmp_path, capsys):
     with pytest.raises(KdbertError, match="no MLM head.*kdbert mlm-head"):
-        distilbert.run_general({"teacher": str(env["bare"]), "corpus": [str(env["corpus"])]}, str(tmp_path / "g"))
+        distill_general({"method": "distilbert", "teacher": str(env["bare"]), "corpus": [str(env["corpus"])]}, str(tmp_path / "g"))
     code = cli.main(["distill", "general", "--method", "distilbert", "--teacher", str(env["finetuned"]),
                      "--corpus", str(env["corpus"]), "--output-dir", str(tmp_path / "g")])
     assert code == 2 and "kdbert mlm-head" in capsys.readouterr().err
     assert not (tmp_path / "g").exists()
     with pytest.raises(KdbertError, match="not DistilBERT.*init-student"):
-        distilbert.run_general({"teacher": str(env["mlm"]), "student": str(env["finetuned"]),
+        distill_general({"method": "distilbert", "teacher": str(env["mlm"]), "student": str(env["finetuned"]),
                                 "corpus": [str(env["corpus"])]}, str(tmp_path / "g"))
     with pytest.raises(KdbertError, match="--max-seq-len 100"):
-        distilbert.run_general({"teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 100},
+        distill_general({"method": "distilbert", "teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 100},
                                str(tmp_path / "g"))
 
 
@@ -191,11 +196,11 @@ def test_task_student_refusals(env):
     teacher = BertForSequenceClassification.from_pretrained(env["finetuned"])
     spec = GLUE_TASKS["sst2"]
     with pytest.raises(KdbertError, match="needs --student"):
-        distilbert.initial_student(teacher, spec, {})
+        distilbert.initial_student(teacher, spec, method_config("distilbert"))
     with pytest.raises(KdbertError, match="not DistilBERT.*kdbert init-student"):
-        distilbert.initial_student(teacher, spec, {"student": str(env["finetuned"])})
+        distilbert.initial_student(teacher, spec, method_config("distilbert", {"student": str(env["finetuned"])}))
     with pytest.raises(KdbertError, match="--student-layers is a"):
-        distilbert.initial_student(teacher, spec, {"student_layers": "2"})
+        method_config("distilbert", {"student_layers": "2"})
 
 
 def test_task_terms_and_plain_finetuning(env, tmp_path):
@@ -207,10 +212,12 @@ def test_task_terms_and_plain_finetuning(env, tmp_path):
     batch = PaddingCollator(tok.pad_token_id)([train[i] for i in range(6)])
     for alpha, names in ((None, {"soft", "hard"}), (0.0, {"hard"})):
         options = {"student": str(tmp_path / "init"), "alpha": alpha}
-        student = distilbert.initial_student(teacher, spec, options).eval()
+        config = method_config("distilbert", options)
+        initial = distilbert.initial_student(teacher, spec, config)
+        student = initial.model.eval()
         assert isinstance(student, DistilBertForSequenceClassification) and student.config.num_labels == 2
-        plan = distilbert.build_task_plan(DistillContext(teacher, student, tok, spec, train, options))
-        terms = plan.stages[0].loss_fn(nn.ModuleDict(plan.modules), plan.frozen, batch)
+        plan = distilbert.build_task_plan(DistillContext(teacher, initial, tok, spec, train, config))
+        terms = stage_terms(plan, batch)
         assert set(terms) == names
         s = student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         if alpha is None:  # defaults alpha 0.5, T 2
@@ -256,7 +263,7 @@ def test_end_to_end_general_then_task(env, tmp_path, capsys):
 
 
 def test_general_without_student_uses_every_other_layer(env, tmp_path):
-    report = distilbert.run_general({"teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 24,
+    report = distill_general({"method": "distilbert", "teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 24,
                                      "batch_size": 4, "max_steps": 1, "max_sequences": 8, "alpha_cos": 0.0,
                                      "no_progress": True}, str(tmp_path / "g"))
     assert report["student_init"] == "every other teacher layer [0, 2]" and report["sequences"] == 8
@@ -267,9 +274,10 @@ def test_general_without_student_uses_every_other_layer(env, tmp_path):
 def test_general_resume_matches_uninterrupted_run(env, tmp_path, monkeypatch):
     from kdbert.trainer import Trainer
 
-    options = {"teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 24, "batch_size": 4,
+    options = {"method": "distilbert", "teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 24,
+               "batch_size": 4,
                "max_steps": 4, "max_sequences": 16, "save_every": 1, "no_progress": True, "seed": 7}
-    distilbert.run_general(dict(options), str(tmp_path / "full"))
+    distill_general(dict(options), str(tmp_path / "full"))
 
     save = Trainer._save_checkpoint
 
@@ -280,7 +288,7 @@ def test_general_resume_matches_uninterrupted_run(env, tmp_path, monkeypatch):
 
     monkeypatch.setattr(Trainer, "_save_checkpoint", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
-        distilbert.run_general(dict(options), str(tmp_path / "cut"))
+        distill_general(dict(options), str(tmp_path / "cut"))
     monkeypatch.setattr(Trainer, "_save_checkpoint", save)
     step, steps_run = Trainer._optimizer_step, []
 
@@ -289,7 +297,7 @@ def test_general_resume_matches_uninterrupted_run(env, tmp_path, monkeypatch):
         step(self, *args)
 
     monkeypatch.setattr(Trainer, "_optimizer_step", counted_step)
-    distilbert.run_general(dict(options), str(tmp_path / "cut"), resume=True)
+    distill_general(dict(options), str(tmp_path / "cut"), resume=True)
     assert steps_run == [3, 4]  # continued from the step-2 checkpoint
     full = DistilBertForMaskedLM.from_pretrained(tmp_path / "full").state_dict()
     resumed = DistilBertForMaskedLM.from_pretrained(tmp_path / "cut").state_dict()

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import save_tiny_classifier, write_glue_task
+from conftest import method_config, save_tiny_classifier, stage_terms, write_glue_task
 from torch import nn
 from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
 
@@ -42,18 +42,19 @@ def load_teacher(path, num_labels=2):
 def plan_and_batch(env, options, task="sst2"):
     spec = GLUE_TASKS[task]
     teacher = load_teacher(env["regression_teacher" if spec.is_regression else "teacher"], spec.num_labels)
-    student = kd.initial_student(teacher, spec, options)
+    config = method_config("kd", options, task)
+    student = kd.initial_student(teacher, spec, config)
     data = load_glue_dir(spec, env["glue"])
     train = encode_examples(env["tokenizer"], data.train, 32)
-    plan = kd.build_task_plan(DistillContext(teacher, student, env["tokenizer"], spec, train, options))
+    plan = kd.build_task_plan(DistillContext(teacher, student, env["tokenizer"], spec, train, config))
+    student = student.model
     batch = PaddingCollator(env["tokenizer"].pad_token_id, spec.is_regression)([train[i] for i in range(6)])
     student.eval()
     return plan, batch, teacher, student
 
 
 def run_loss(plan, batch):
-    stage = plan.stages[0]
-    return stage.loss_fn(nn.ModuleDict(plan.modules), plan.frozen, batch)
+    return stage_terms(plan, batch)
 
 
 def logits(model, batch):
@@ -68,7 +69,8 @@ def test_kl_terms_equal_hand_assembly(env):
     s, t = logits(student, batch), logits(teacher, batch)
     torch.testing.assert_close(terms["soft"], 0.3 * losses.kl_div_loss(s, t, 3.0))
     torch.testing.assert_close(terms["hard"], 0.7 * F.cross_entropy(s, batch["labels"]))
-    torch.testing.assert_close(sum(terms.values()), losses.hinton_kd_loss(s, t, batch["labels"], 0.3, 3.0))
+    torch.testing.assert_close(sum(terms.values()), 0.3 * losses.kl_div_loss(s, t, 3.0)
+                               + 0.7 * F.cross_entropy(s, batch["labels"]))
     # the teacher is frozen, the student gets gradients
     sum(terms.values()).backward()
     assert all(p.grad is None for p in teacher.parameters())
@@ -92,8 +94,8 @@ def test_mse_and_regression_terms(env):
 
 def test_defaults_and_zero_weights(env):
     plan, batch, *_ = plan_and_batch(env, {})
-    assert plan.report["loss"]["alpha"] == kd.DEFAULT_ALPHA == 0.7
-    assert plan.report["loss"]["temperature"] == kd.DEFAULT_TEMPERATURE == 20.0
+    assert plan.report["loss"]["alpha"] == kd.KDConfig.alpha == 0.7
+    assert plan.report["loss"]["temperature"] == kd.KDConfig.temperature == 20.0
     config = plan.stages[0].config
     assert (config.epochs, config.learning_rate, config.batch_size) == TASK_DEFAULTS["sst2"]
     assert plan.report["student_layers"] == 2  # half of the 4-layer teacher
@@ -108,7 +110,7 @@ def test_student_from_teacher_layers(env):
     spec = GLUE_TASKS["sst2"]
     teacher = load_teacher(env["teacher"])
     for option, layers in (("3", [0, 1, 2]), ("1,3", [1, 3])):
-        student = kd.initial_student(teacher, spec, {"student_layers": option})
+        student = kd.initial_student(teacher, spec, method_config("kd", {"student_layers": option})).model
         assert student.config.num_hidden_layers == len(layers)
         for i, layer in enumerate(layers):
             torch.testing.assert_close(student.bert.encoder.layer[i].output.dense.weight,
@@ -116,10 +118,10 @@ def test_student_from_teacher_layers(env):
     # an HF folder (here a smaller BERT of the same vocabulary) is loaded as the student
     folder = save_tiny_classifier(env["root"] / "small", env["tokenizer"], num_hidden_layers=1, hidden_size=8,
                                   num_attention_heads=2, intermediate_size=8)
-    student = kd.initial_student(teacher, spec, {"student": str(folder)})
+    student = kd.initial_student(teacher, spec, method_config("kd", {"student": str(folder)})).model
     assert student.config.hidden_size == 8 and student.config.num_labels == 2
     # a preset: random init with the teacher's vocabulary
-    student = kd.initial_student(teacher, spec, {"student": "tinybert4"})
+    student = kd.initial_student(teacher, spec, method_config("kd", {"student": "tinybert4"})).model
     assert (student.config.hidden_size, student.config.num_hidden_layers) == (312, 4)
     assert student.config.vocab_size == teacher.config.vocab_size
 
@@ -131,21 +133,25 @@ def test_student_from_teacher_layers(env):
     ({"student_layers": "0,1,2,3,3"}, "only 4"),
     ({"student_layers": "a"}, "not an integer K"),
     ({"student_layers": "2", "student": "tinybert4"}, "not both"),
-    ({"alpha": 1.5}, "--alpha 1.5 is out of range"),
+    ({"alpha": 1.5}, r"--alpha must be a number in \[0, 1\] \(got 1.5\)"),
+    ({"alpha": float("nan")}, r"--alpha must be a number in \[0, 1\] \(got nan\)"),
     ({"temperature": 0}, "--temperature"),
-    ({"kd_loss": "l1"}, "--kd-loss"),
+    ({"kd_loss": "l1"}, "--kd-loss 'l1' is unknown"),
     ({"beta": 100.0}, "--beta is a pkd option"),
     ({"head_average": True}, "--head-average is a tinybert option"),
-    ({"batch_size": 0}, "--batch-size"),
+    ({"batch_size": 0}, r"--batch-size must be a positive integer \(got 0\)"),
+    ({"epochs": 0}, r"--epochs must be a positive number of epochs"),
+    ({"learning_rate": 3.0}, r"--learning-rate must be a learning rate in \(0, 1\] \(got 3.0\)"),
 ])
 def test_bad_inputs_refused(env, options, message):
     with pytest.raises(KdbertError, match=message):
-        kd.initial_student(load_teacher(env["teacher"]), GLUE_TASKS["sst2"], options)
+        kd.initial_student(load_teacher(env["teacher"]), GLUE_TASKS["sst2"], method_config("kd", options))
 
 
 def test_kd_loss_kl_refused_for_regression(env):
     with pytest.raises(KdbertError, match="regression"):
-        kd.initial_student(load_teacher(env["regression_teacher"], 1), GLUE_TASKS["stsb"], {"kd_loss": "kl"})
+        kd.initial_student(load_teacher(env["regression_teacher"], 1), GLUE_TASKS["stsb"],
+                           method_config("kd", {"kd_loss": "kl"}, "stsb"))
 
 
 def test_end_to_end_cli(env, tmp_path, capsys):

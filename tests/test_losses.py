@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from kdbert import losses
+from kdbert.matching import LOSSES, hard_label_loss
 from kdbert.errors import KdbertError
 
 LN2, LN3 = math.log(2.0), math.log(3.0)
@@ -118,14 +119,18 @@ def test_kl_div_loss_token_mask_divides_by_selected_tokens():
         losses.kl_div_loss(s, h, 2.0, mask=torch.zeros(1, 3))
 
 
-def test_hinton_kd_loss_total():
+def test_classic_kd_from_the_loss_table():
     # T=2: teacher/T = [ln3/2, 0] -> [sqrt3, 1]/(sqrt3+1); student uniform; label 0.
     r3 = math.sqrt(3.0)
     p = [r3 / (r3 + 1), 1 / (r3 + 1)]
     alpha, temp = 0.25, 2.0
     expected = alpha * temp**2 * kl(p, [0.5, 0.5]) + (1 - alpha) * LN2
-    got = losses.hinton_kd_loss(t([[0, 0]]), t([[LN3, 0]]), torch.tensor([0]), alpha, temp)
+    s, batch = t([[0, 0]]), {"attention_mask": torch.ones(1, 1)}
+    got = (alpha * LOSSES["kl_div"](s, t([[LN3, 0]]), batch, temperature=temp)
+           + (1 - alpha) * LOSSES["hard_label"](s, torch.tensor([0]), batch))
     assert got.item() == pytest.approx(expected)
+    # float labels mean a regression target: MSE of the single output
+    assert hard_label_loss(t([[1.0], [3.0]]), t([2.0, 2.0])).item() == pytest.approx(1.0)
 
 
 def test_logit_mse():
@@ -198,8 +203,7 @@ def _grad_cases():
          lambda s: losses.attention_mse(s + ext, att, mask, reduction="masked-mean")),
         ("soft_cross_entropy", (2, 3), lambda s: losses.soft_cross_entropy(s, c3)),
         ("kl_div_loss", (2, 3, 5), lambda s: losses.kl_div_loss(s, v5, 2.0, mask)),
-        ("hinton_kd_loss", (2, 3),
-         lambda s: losses.hinton_kd_loss(s, c3, torch.tensor([0, 2]), 0.5, 3.0)),
+        ("hard_label_loss", (2, 3), lambda s: hard_label_loss(s, torch.tensor([0, 2]))),
         ("logit_mse", (2, 3), lambda s: losses.logit_mse(s, c3)),
         ("patience_loss", (2, 2, 4), lambda s: losses.patience_loss(s, cls, "sum")),
         ("cosine_hidden_loss", (2, 3, 4), lambda s: losses.cosine_hidden_loss(s, h4, mask)),

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import save_tiny_classifier, write_glue_task
+from conftest import method_config, save_tiny_classifier, stage_terms, write_glue_task
 from torch import nn
 from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
 
@@ -41,9 +41,11 @@ def load_teacher(env):
 
 def plan_and_batch(env, options):
     teacher = load_teacher(env)
-    student = pkd.initial_student(teacher, SPEC, options)
+    config = method_config("pkd", options)
+    student = pkd.initial_student(teacher, SPEC, config)
     train = encode_examples(env["tokenizer"], load_glue_dir(SPEC, env["glue"]).train, 32)
-    plan = pkd.build_task_plan(DistillContext(teacher, student, env["tokenizer"], SPEC, train, options))
+    plan = pkd.build_task_plan(DistillContext(teacher, student, env["tokenizer"], SPEC, train, config))
+    student = student.model
     batch = PaddingCollator(env["tokenizer"].pad_token_id)([train[i] for i in range(6)])
     student.eval()
     return plan, batch, teacher, student
@@ -60,7 +62,7 @@ def cls(out, layers):
 
 def test_default_student_is_first_half_of_teacher(env):
     teacher = load_teacher(env)
-    student = pkd.initial_student(teacher, SPEC, {})
+    student = pkd.initial_student(teacher, SPEC, method_config("pkd")).model
     assert student.config.num_hidden_layers == 3 and student.config.hidden_size == 16
     for i in range(3):
         torch.testing.assert_close(student.bert.encoder.layer[i].attention.self.query.weight,
@@ -83,7 +85,7 @@ def test_layer_maps(env, options, pairs):
 def test_terms_equal_hand_assembly_with_mapped_layers(env):
     options = {"alpha": 0.6, "temperature": 5.0, "beta": 100.0}
     plan, batch, teacher, student = plan_and_batch(env, options)
-    terms = plan.stages[0].loss_fn(nn.ModuleDict(plan.modules), plan.frozen, batch)
+    terms = stage_terms(plan, batch)
     assert set(terms) == {"soft", "hard", "patience"}
     s, t = outputs(student, batch), outputs(teacher, batch)
     torch.testing.assert_close(terms["soft"], 0.6 * losses.kl_div_loss(s.logits, t.logits, 5.0))
@@ -100,12 +102,12 @@ def test_reference_defaults_and_beta_rescaling(env):
     plan, batch, *_ = plan_and_batch(env, {})
     loss = plan.report["loss"]
     assert (loss["alpha"], loss["temperature"], loss["beta"], loss["patience_reduction"]) == (0.7, 10.0, 500.0, "mean")
-    mean_terms = plan.stages[0].loss_fn(nn.ModuleDict(plan.modules), plan.frozen, batch)
+    mean_terms = stage_terms(plan, batch)
     plan, batch, *_ = plan_and_batch(env, {"patience_reduction": "sum"})
     # sum = mean * d * n_layers, so the default beta is 500 / (16 * 2) and the loss is unchanged
     assert plan.report["loss"]["beta"] == pytest.approx(500 / 32)
     assert plan.report["loss"]["beta_mean_form"] == pytest.approx(500)
-    sum_terms = plan.stages[0].loss_fn(nn.ModuleDict(plan.modules), plan.frozen, batch)
+    sum_terms = stage_terms(plan, batch)
     torch.testing.assert_close(sum_terms["patience"], mean_terms["patience"])
 
 
@@ -115,26 +117,26 @@ def test_reference_defaults_and_beta_rescaling(env):
     ({"student_layers": "3,1"}, "strictly increasing"),
     ({"student_layers": "1"}, "at least 2 layers"),
     ({"student_layers": "4"}, "multiple of the student depth"),
-    ({"layer_map": "uniform"}, "not a PKD map"),
+    ({"layer_map": "uniform"}, "--layer-map 'uniform' is unknown; use one of skip, last, explicit"),
     ({"layer_map": "explicit"}, "needs --teacher-layers"),
     ({"layer_map": "explicit", "teacher_layers": "2,4,6"}, "give 2 teacher layers"),
     ({"layer_map": "explicit", "teacher_layers": "4,2"}, "strictly increasing"),
     ({"layer_map": "explicit", "teacher_layers": "0,2"}, "1-based"),
     ({"layer_map": "skip", "teacher_layers": "2,4"}, "needs --layer-map explicit"),
-    ({"patience_reduction": "max"}, "--patience-reduction"),
-    ({"beta": -1}, "--beta"),
+    ({"patience_reduction": "max"}, "--patience-reduction 'max' is unknown"),
+    ({"beta": -1}, r"--beta must be a finite number >= 0 \(got -1\)"),
     ({"head_average": True}, "tinybert option"),
 ])
 def test_bad_inputs_refused(env, options, message):
     with pytest.raises(KdbertError, match=message):
-        pkd.initial_student(load_teacher(env), SPEC, options)
+        pkd.initial_student(load_teacher(env), SPEC, method_config("pkd", options))
 
 
 def test_student_of_another_width_refused(env):
     with pytest.raises(KdbertError, match="teacher's hidden size 16.*has 8"):
-        pkd.initial_student(load_teacher(env), SPEC, {"student": str(env["narrow"])})
+        pkd.initial_student(load_teacher(env), SPEC, method_config("pkd", {"student": str(env["narrow"])}))
     with pytest.raises(KdbertError, match="hidden size"):
-        pkd.initial_student(load_teacher(env), SPEC, {"student": "tinybert4"})
+        pkd.initial_student(load_teacher(env), SPEC, method_config("pkd", {"student": "tinybert4"}))
 
 
 def test_end_to_end_cli(env, tmp_path, capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import SHARED_GLUE
+from conftest import SHARED_GLUE, initial_student, method_config, stage_terms
 from torch import nn
 from transformers import (
     AutoModelForSequenceClassification,
@@ -27,7 +27,7 @@ from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
 from kdbert.models.trace import trace
 from kdbert.recipes import tinybert
-from kdbert.recipes.base import DistillContext
+from kdbert.recipes.base import DistillContext, Student
 from kdbert.trainer import RunConfig, Trainer
 
 WORDS = "the a cat dog sat on mat ran fast big small red blue man woman child sees house car tree park".split()
@@ -101,8 +101,9 @@ def _context(env, options=None, task="rte", student=None, teacher=None):
             torch.manual_seed(0)
             teacher = BertForSequenceClassification(_config(env["tok"], num_labels=1)).eval()
     student = student if student is not None else _student(env["tok"], num_labels)
-    return DistillContext(teacher, student, env["tok"], spec, encode_examples(env["tok"], rows, 32),
-                          dict(options or {}), seed=3)
+    config = method_config("tinybert", {"seed": 3, **(options or {})}, task)
+    return DistillContext(teacher, Student(student, "test"), env["tok"], spec, encode_examples(env["tok"], rows, 32),
+                          config, seed=3)
 
 
 def _batch(ctx):
@@ -118,7 +119,7 @@ def test_presets_agree_with_defaults_table_and_load_with_recipe_flag():
     for task in tinybert.TASK_DEFAULTS:
         values = yaml.safe_load((RECIPES / f"{task}.yaml").read_text())
         assert values.pop("method") == "tinybert" and values.pop("task") == task
-        assert values == tinybert.task_defaults(task), task
+        assert values == {k: v for k, v in tinybert.task_defaults(task).items()}, task
     general = yaml.safe_load((RECIPES / "general.yaml").read_text())
     assert general.pop("method") == "tinybert"
     assert general == tinybert.GENERAL_DEFAULTS
@@ -185,18 +186,25 @@ def _linears(plan):
     return [] if projections is None else [m for m in projections.modules() if isinstance(m, nn.Linear)]
 
 
+def _built(ctx):
+    """The plan with its stages' projections created from a first batch, as the trainer does."""
+    plan = tinybert.build_task_plan(ctx)
+    stage_terms(plan, _batch(ctx))
+    return plan
+
+
 def test_projection_counts_per_layer_vs_shared(env):
-    per_layer = tinybert.build_task_plan(_context(env))
+    per_layer = _built(_context(env))
     assert sorted(per_layer.modules["projections"].keys()) == ["embeddings", "layer_1", "layer_2"]
     assert all(lin.weight.shape == (48, 24) for lin in _linears(per_layer))
-    assert per_layer.stages[0].config.train_modules == ("student", "projections")
-    shared = tinybert.build_task_plan(_context(env, {"hidden_projection": "shared"}))
+    assert per_layer.stages[0].config.train == ("student.*", "projections.*")
+    shared = _built(_context(env, {"hidden_projection": "shared"}))
     assert list(shared.modules["projections"].keys()) == ["shared"] and len(_linears(shared)) == 1
-    assert len(_linears(tinybert.build_task_plan(_context(env, {"no_embedding_loss": True})))) == 2
-    attention_only = tinybert.build_task_plan(_context(env, {"no_embedding_loss": True, "no_hidden_loss": True}))
+    assert len(_linears(_built(_context(env, {"no_embedding_loss": True})))) == 2
+    attention_only = _built(_context(env, {"no_embedding_loss": True, "no_hidden_loss": True}))
     assert "projections" not in attention_only.modules
-    assert attention_only.stages[0].config.train_modules == ("student",)
-    assert per_layer.report["projections"]["count"] == 3 and shared.report["projections"]["count"] == 1
+    assert attention_only.stages[0].config.train == ("student.*",)
+    assert per_layer.stages[0].loss_fn.projection_names == ["embeddings", "layer_1", "layer_2"]
 
 
 @pytest.mark.parametrize("switches, intermediate, prediction", [
@@ -214,8 +222,7 @@ def test_ablation_switches_remove_exactly_the_named_terms(env, switches, interme
     names = [s.config.name for s in plan.stages]
     assert names == (["intermediate", "prediction"] if intermediate else ["prediction"])
     batch = _batch(ctx)
-    parts = nn.ModuleDict(plan.modules)
-    keys = [sorted(stage.loss_fn(parts, plan.frozen, batch)) for stage in plan.stages]
+    keys = [sorted(stage_terms(plan, batch, i)) for i in range(len(plan.stages))]
     assert keys[-1] == sorted(prediction)
     if intermediate:
         assert keys[0] == sorted(intermediate)
@@ -228,12 +235,11 @@ def test_ablation_switches_remove_exactly_the_named_terms(env, switches, interme
 def test_intermediate_loss_equals_hand_assembly(env, options):
     ctx = _context(env, options)
     plan = tinybert.build_task_plan(ctx)
-    ctx.student.eval()
+    ctx.student.model.eval()
     batch = _batch(ctx)
     assert batch["attention_mask"].min() == 0  # padding present: the reductions matter
-    parts = nn.ModuleDict(plan.modules)
-    terms = plan.stages[0].loss_fn(parts, plan.frozen, batch)
-    s, t = trace(ctx.student, batch), trace(ctx.teacher, batch)
+    terms = stage_terms(plan, batch)
+    s, t = trace(ctx.student.model, batch), trace(ctx.teacher, batch)
     proj = plan.modules["projections"]
     shared = options.get("hidden_projection") == "shared"
     reduction = options.get("attention_reduction", "tinybert-reference")
@@ -250,29 +256,29 @@ def test_intermediate_loss_equals_hand_assembly(env, options):
     for name in expected:
         torch.testing.assert_close(terms[name], expected[name])
     sum(terms.values()).backward()
-    assert ctx.student.bert.embeddings.word_embeddings.weight.grad is not None
+    assert ctx.student.model.bert.embeddings.word_embeddings.weight.grad is not None
     assert all(p.grad is not None for p in proj.parameters())
 
 
 def test_prediction_stage_losses(env):
     ctx = _context(env, {"temperature": 2.0})
     plan = tinybert.build_task_plan(ctx)
-    ctx.student.eval()
+    ctx.student.model.eval()
     batch = _batch(ctx)
-    got = plan.stages[-1].loss_fn(nn.ModuleDict(plan.modules), plan.frozen, batch)["prediction"]
+    got = stage_terms(plan, batch, -1)["prediction"]
     with torch.no_grad():
         t_logits = ctx.teacher(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                token_type_ids=batch["token_type_ids"]).logits
-    s_logits = ctx.student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+    s_logits = ctx.student.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                            token_type_ids=batch["token_type_ids"]).logits
     torch.testing.assert_close(got, losses.soft_cross_entropy(s_logits, t_logits, 2.0))
     # STS-B: MSE to the gold scores, the teacher is not consulted
     ctx = _context(env, task="stsb")
     plan = tinybert.build_task_plan(ctx)
-    ctx.student.eval()
+    ctx.student.model.eval()
     batch = _batch(ctx)
-    got = plan.stages[-1].loss_fn(nn.ModuleDict(plan.modules), {}, batch)
-    logits = ctx.student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+    got = stage_terms(plan, batch, -1)
+    logits = ctx.student.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                          token_type_ids=batch["token_type_ids"]).logits
     torch.testing.assert_close(got["prediction"], losses.regression_mse(logits, batch["labels"]))
     assert "gold" in plan.report["prediction_target"]
@@ -281,12 +287,12 @@ def test_prediction_stage_losses(env):
 def test_regression_target_teacher_matches_the_teachers_scores(env):
     ctx = _context(env, {"regression_target": "teacher"}, task="stsb")
     plan = tinybert.build_task_plan(ctx)
-    ctx.student.eval()
+    ctx.student.model.eval()
     batch = _batch(ctx)
-    got = plan.stages[-1].loss_fn(nn.ModuleDict(plan.modules), plan.frozen, batch)["prediction"]
+    got = stage_terms(plan, batch, -1)["prediction"]
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
     with torch.no_grad():
-        student_scores = ctx.student(**inputs).logits[:, 0]
+        student_scores = ctx.student.model(**inputs).logits[:, 0]
         teacher_scores = ctx.teacher(**inputs).logits[:, 0]
     expected = sum((s - t) ** 2 for s, t in zip(student_scores.tolist(), teacher_scores.tolist())) / len(teacher_scores)
     assert got.item() == pytest.approx(expected, rel=1e-5)
@@ -300,7 +306,7 @@ def test_intermediate_stage_has_constant_lr(env, tmp_path):
     plan = tinybert.build_task_plan(ctx)
     config = plan.stages[0].config
     assert (config.schedule, config.warmup_ratio, config.evaluate) == ("constant", 0.0, False)
-    run = RunConfig(str(tmp_path), seed=0, log_every=1, progress=False, cpu=True)
+    run = RunConfig(str(tmp_path), seed=0, log_every=1, progress=False)
     Trainer(plan.modules, plan.stages[:1], run, PaddingCollator(ctx.tokenizer.pad_token_id),
             frozen=plan.frozen).train()
     records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
@@ -310,24 +316,24 @@ def test_intermediate_stage_has_constant_lr(env, tmp_path):
 # ----------------------------------------------------------------------------- students
 def test_initial_student_sources(env, tmp_path):
     spec = GLUE_TASKS["rte"]
-    default = tinybert.initial_student(env["teacher"], spec, {"student": None, "seed": 5})
+    default = initial_student("tinybert", env["teacher"], spec, {"student": None, "seed": 5})
     assert default.config.num_hidden_layers == 4 and default.config.hidden_size == 312
     assert default.config.vocab_size == env["teacher"].config.vocab_size
-    again = tinybert.initial_student(env["teacher"], spec, {"student": "tinybert4", "seed": 5})
+    again = initial_student("tinybert", env["teacher"], spec, {"student": "tinybert4", "seed": 5})
     torch.testing.assert_close(default.classifier.weight, again.classifier.weight)
-    layers = tinybert.initial_student(env["teacher"], spec, {"student_layers": "1,3"})
+    layers = initial_student("tinybert", env["teacher"], spec, {"student_layers": "1,3"})
     torch.testing.assert_close(layers.bert.encoder.layer[0].output.dense.weight,
                                env["teacher"].bert.encoder.layer[1].output.dense.weight)
-    assert tinybert.initial_student(env["teacher"], spec, {"student_layers": "2"}).config.num_hidden_layers == 2
+    assert initial_student("tinybert", env["teacher"], spec, {"student_layers": "2"}).config.num_hidden_layers == 2
     with pytest.raises(KdbertError, match="not both"):
-        tinybert.initial_student(env["teacher"], spec, {"student": "tinybert4", "student_layers": "2"})
+        initial_student("tinybert", env["teacher"], spec, {"student": "tinybert4", "student_layers": "2"})
     with pytest.raises(KdbertError, match="--student nope"):
-        tinybert.initial_student(env["teacher"], spec, {"student": "nope"})
+        initial_student("tinybert", env["teacher"], spec, {"student": "nope"})
     other = _tokenizer(tmp_path / "other", extra=7)
     torch.manual_seed(0)
     BertModel(_config(other)).save_pretrained(tmp_path / "other")
     with pytest.raises(KdbertError, match="--student .*vocabulary"):
-        tinybert.initial_student(env["teacher"], spec, {"student": str(tmp_path / "other")})
+        initial_student("tinybert", env["teacher"], spec, {"student": str(tmp_path / "other")})
 
 
 # ----------------------------------------------------------------------------- end to end

@@ -7,6 +7,7 @@ import torch
 from conftest import tiny_bert_config
 from transformers import BertForSequenceClassification, BertModel
 
+from kdbert.errors import KdbertError
 from kdbert.models.trace import MASKED_SCORE, trace
 
 
@@ -62,7 +63,9 @@ def test_bare_encoder_and_no_attention_mode(tiny_tokenizer):
     model = BertModel(tiny_bert_config(tiny_tokenizer)).eval()
     batch = {"input_ids": torch.randint(5, len(tiny_tokenizer), (1, 5))}
     result = trace(model, batch, with_attention=False)
-    assert result.logits is None and result.attention_scores == ()
+    assert result.logits is None and result.attention_scores is None
+    with pytest.raises(KdbertError, match=r"the student \(BertModel\) recorded no logits"):
+        result.require("logits", "student")
     assert result.attention_mask.tolist() == [[1] * 5]
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_bert_config
+from conftest import initial_student, method_config, tiny_bert_config
 from transformers import BertForSequenceClassification, BertModel
 
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
 from kdbert.models import students
-from kdbert.recipes import distilbert, kd, tinybert
+from kdbert.distill import distill_general
+from kdbert.recipes import kd, tinybert
 
 
 def _teacher(tokenizer):
@@ -80,13 +81,13 @@ def test_refusals(tiny_tokenizer):
     with pytest.raises(KdbertError, match="--student-init 'copy' is unknown"):
         students.apply_student_init(_narrow_student(tiny_tokenizer), teacher, "copy")
     spec = GLUE_TASKS["rte"]
-    for recipe in (tinybert, kd):
+    for method in ("tinybert", "kd"):
         with pytest.raises(KdbertError, match="--student-init applies to a preset student"):
-            recipe.initial_student(teacher, spec, {"student_layers": "2", "student_init": "teacher-weights"})
+            initial_student(method, teacher, spec, {"student_layers": "2", "student_init": "teacher-weights"})
     with pytest.raises(KdbertError, match="hidden_size is 312 > the teacher.s 48"):
-        tinybert.initial_student(teacher, spec, {"student": "tinybert4", "student_init": "teacher-weights"})
+        initial_student("tinybert", teacher, spec, {"student": "tinybert4", "student_init": "teacher-weights"})
     with pytest.raises(KdbertError, match="--student-init is a tinybert option"):
-        distilbert.run_general({"student_init": "teacher-weights", "corpus": ["x"]}, "unused")
+        distill_general({"method": "distilbert", "student_init": "teacher-weights", "corpus": ["x"]}, "unused")
 
 
 def test_general_student_from_teacher_weights(tiny_tokenizer, tmp_path):
@@ -94,23 +95,27 @@ def test_general_student_from_teacher_weights(tiny_tokenizer, tmp_path):
                                          intermediate_size=64, num_hidden_layers=4))
     tiny_bert_config(tiny_tokenizer, hidden_size=24, num_attention_heads=12, intermediate_size=32,
                      num_hidden_layers=2).save_pretrained(tmp_path / "cfg")
-    student = tinybert._general_student({"student": str(tmp_path / "cfg"), "student_init": "teacher-weights"},
-                                        teacher, seed=0)
-    assert student.kdbert_init.startswith("teacher-weights (layers 2,4")
+    config = method_config("tinybert", {"student": str(tmp_path / "cfg"), "student_init": "teacher-weights",
+                                        "seed": 0}, general=True)
+    built = tinybert.general_student(teacher, tiny_tokenizer, config)
+    student = built.model
+    assert built.origin.startswith("teacher-weights (layers 2,4")
     torch.testing.assert_close(student.embeddings.position_embeddings.weight,
                                teacher.embeddings.position_embeddings.weight[:, ::2])
-    random_student = tinybert._general_student({"student": str(tmp_path / "cfg")}, teacher, seed=0)
-    assert random_student.kdbert_init == "random"
+    config = method_config("tinybert", {"student": str(tmp_path / "cfg"), "seed": 0}, general=True)
+    assert tinybert.general_student(teacher, tiny_tokenizer, config).origin == "random"
 
 
 def test_tinybert4_from_the_real_teacher(teacher_path):
     teacher = BertForSequenceClassification.from_pretrained(teacher_path, num_labels=2).eval()
     spec = GLUE_TASKS["sst2"]
     for recipe in (tinybert, kd):
-        student = recipe.initial_student(teacher, spec, {"student": "tinybert4", "student_init": "teacher-weights",
-                                                         "seed": 3})
+        config = method_config(recipe.Config.method, {"student": "tinybert4", "student_init": "teacher-weights",
+                                                      "seed": 3})
+        built = recipe.initial_student(teacher, spec, config)
+        student = built.model
         assert student.config.hidden_size == 312 and student.config.num_hidden_layers == 4
-        assert student.kdbert_init == "tinybert4, teacher-weights (layers 2,3,5,6, 312 of 384 units)"
+        assert built.origin == "tinybert4, teacher-weights (layers 2,3,5,6, 312 of 384 units)"
         hidden = students.evenly_spaced(312, 384)
         torch.testing.assert_close(student.bert.embeddings.word_embeddings.weight,
                                    teacher.bert.embeddings.word_embeddings.weight[:, hidden])

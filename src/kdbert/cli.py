@@ -123,8 +123,8 @@ def cmd_bench(args) -> int:
 def cmd_distill_task(args) -> int:
     from kdbert.distill import distill_task
 
-    options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "distill_command")}
-    report = distill_task(task_options(args), options, args.output_dir, resume=args.resume, overwrite=args.overwrite)
+    report = distill_task(task_options(args), distill_options(args), args.output_dir, resume=args.resume,
+                          overwrite=args.overwrite)
     print(format_metrics(f"distill {args.method} {args.task} -> {args.output_dir}", report["dev_metrics"]))
     print(f"wall time: {report['wall_seconds']:.0f}s; report: {Path(args.output_dir) / 'distill_report.json'}")
     return 0
@@ -133,8 +133,7 @@ def cmd_distill_task(args) -> int:
 def cmd_distill_general(args) -> int:
     from kdbert.distill import distill_general
 
-    options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "distill_command")}
-    report = distill_general(options, args.output_dir, resume=args.resume, overwrite=args.overwrite)
+    report = distill_general(distill_options(args), args.output_dir, resume=args.resume, overwrite=args.overwrite)
     print(f"general student -> {args.output_dir} ({report['wall_seconds']:.0f}s)")
     return 0
 
@@ -149,81 +148,57 @@ def cmd_init_student(args) -> int:
     return 0
 
 
-def add_distill_task_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", choices=["tinybert", "kd", "pkd", "distilbert"], default="tinybert",
-                   help="tinybert: intermediate-layer then prediction-layer stages; kd: Hinton soft targets; "
-                        "pkd: BERT-PKD patient loss; distilbert: DistilBERT (D), logit distillation while "
-                        "fine-tuning a DistilBERT student")
-    p.add_argument("--teacher", required=True, help="teacher fine-tuned on the task (HF folder)")
-    p.add_argument("--student", default=None,
-                   help="student: a preset (tinybert4, tinybert6), an HF folder (e.g. a general-distilled "
-                        "student), or none with --student-layers")
-    p.add_argument("--student-layers", help="build the student from these teacher layers (0-based, e.g. 0,1,2) "
-                                            "or the first K layers (an integer), as BERT-PKD does")
-    p.add_argument("--student-init", choices=["random", "teacher-weights"],
-                   help="preset student's weights: random (default, as the papers) or selected from the teacher's "
-                        "(weight selection: the uniform layer map, evenly spaced units; for students no wider "
-                        "than the teacher, when no general-distilled student exists)")
-    m = p.add_argument_group("layer mapping")
-    m.add_argument("--layer-map", choices=["uniform", "top", "bottom", "skip", "last", "explicit"],
-                   help="student -> teacher layer map g(m) (default: uniform for tinybert, skip for pkd)")
-    m.add_argument("--teacher-layers", help="explicit map: teacher layer (1-based) for each student layer, "
-                                            "e.g. 3,6,9,12")
-    k = p.add_argument_group("losses")
-    k.add_argument("--temperature", type=float, help="softmax temperature (default: the method's)")
-    k.add_argument("--alpha", type=float, help="kd/pkd/distilbert: weight of the soft-target term; the hard-label "
-                                               "term gets 1 - alpha")
-    k.add_argument("--beta", type=float, help="pkd: weight of the patient loss")
-    k.add_argument("--kd-loss", choices=["kl", "mse"], help="kd: KL on softened probabilities or MSE on logits")
-    k.add_argument("--patience-reduction", choices=["mean", "sum"],
-                   help="pkd: 'mean' as the reference code (beta ~500), 'sum' as the paper")
-    k.add_argument("--attention-reduction", choices=["tinybert-reference", "masked-mean"],
-                   help="tinybert: attention-loss reduction (reference: zero masked scores, mean over all entries)")
-    k.add_argument("--head-average", action="store_true",
-                   help="tinybert: average attention over heads (allows different head counts)")
-    k.add_argument("--hidden-projection", choices=["per-layer", "shared"],
-                   help="tinybert: one W_h per matched layer (default) or one shared")
-    k.add_argument("--regression-target", choices=["gold", "teacher"],
-                   help="tinybert, regression tasks (STS-B): prediction-stage MSE to the gold score (default, "
-                        "the paper) or to the teacher's score (use it with an augmented --train-file, whose "
-                        "rows carry the original sentence's gold score)")
-    k.add_argument("--no-embedding-loss", action="store_true", help="ablation: drop the embedding loss")
-    k.add_argument("--no-attention-loss", action="store_true", help="ablation: drop the attention loss")
-    k.add_argument("--no-hidden-loss", action="store_true", help="ablation: drop the hidden-state loss")
-    k.add_argument("--no-prediction-loss", action="store_true",
-                   help="ablation: train the prediction stage on gold labels only")
-    k.add_argument("--skip-intermediate", action="store_true", help="tinybert: run the prediction stage only")
-    s = p.add_argument_group("stages (default: the method's per-task preset)")
-    s.add_argument("--intermediate-epochs", type=float, help="tinybert: epochs of the intermediate-layer stage")
-    s.add_argument("--intermediate-lr", type=float, help="tinybert: learning rate of the intermediate stage")
-    s.add_argument("--intermediate-max-steps", type=int, help="tinybert: optimiser steps of the intermediate stage")
+TASK_DESTS = ("task", "data_dir", "data_source", "train_file", "text_columns", "label_column", "dev_file",
+              "dev_fraction", "regression")
+PLUMBING = ("func", "command", "distill_command", "output_dir", "resume", "overwrite")
 
 
-def add_distill_general_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", choices=["tinybert", "distilbert"], default="tinybert",
-                   help="tinybert: embedding + attention + hidden losses; distilbert: MLM KL + MLM + cosine")
-    p.add_argument("--teacher", default="default",
-                   help="pre-trained (not fine-tuned) teacher; distilbert needs one with an MLM head "
-                        "(see `kdbert mlm-head`)")
-    p.add_argument("--student", default=None, help="tinybert: preset or config folder (default tinybert4); "
-                                                   "distilbert: a folder from `kdbert init-student`")
-    p.add_argument("--student-init", choices=["random", "teacher-weights"],
-                   help="tinybert: the preset student's starting weights, random (default, the paper) or selected "
-                        "from the teacher's (see `distill task --help`)")
-    p.add_argument("--corpus", nargs="+", required=True, help="text files or folders (.txt/.gz, WikiExtractor ok)")
-    p.add_argument("--max-sequences", type=int, help="use at most N packed sequences")
-    p.add_argument("--layer-map", choices=["uniform", "top", "bottom", "explicit"], help="tinybert: layer map")
-    p.add_argument("--teacher-layers", help="tinybert explicit map, e.g. 3,6,9,12")
-    p.add_argument("--temperature", type=float, help="distilbert: temperature (default 2)")
-    p.add_argument("--alpha-ce", type=float, help="distilbert: weight of the KL term (default 5)")
-    p.add_argument("--alpha-mlm", type=float, help="distilbert: weight of the MLM term (default 2)")
-    p.add_argument("--alpha-cos", type=float, help="distilbert: weight of the cosine term (default 1)")
-    p.add_argument("--mlm-smoothing", type=float,
-                   help="distilbert: mask rare tokens more often, with probability ~ count^-S (reference 0.7; "
-                        "default: uniform)")
-    p.add_argument("--attention-reduction", choices=["tinybert-reference", "masked-mean"], help="tinybert")
-    p.add_argument("--hidden-projection", choices=["per-layer", "shared"], help="tinybert")
-    p.add_argument("--head-average", action="store_true", help="tinybert: average attention over heads")
+def distill_options(args) -> dict:
+    """The ``distill`` options of a parsed command line: everything but the task and plumbing."""
+    return {k: v for k, v in vars(args).items() if k not in TASK_DESTS + PLUMBING}
+
+
+def add_method_arguments(p: argparse.ArgumentParser, general: bool) -> None:
+    """``--method`` and every registered method's own options, generated from the config dataclasses
+    (:mod:`kdbert.methods`): help, group and type from each field's metadata, choices the union over
+    the methods that share the option. Options every command has (``--epochs``...) are added by
+    :func:`add_optim_arguments` / :func:`add_run_arguments`."""
+    from dataclasses import fields
+
+    from kdbert.config import TrainOptions
+    from kdbert.methods import METHODS, config_class, general_methods, option_owners
+
+    names = general_methods() if general else list(METHODS)
+    p.add_argument("--method", choices=names, default="tinybert",
+                   help="; ".join(f"{n}: {METHODS[n].help}" for n in names))
+    owners = option_owners(general)
+    common = {f.name for f in fields(TrainOptions)}
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    done: set[str] = set()
+    for name in names:
+        for f in fields(config_class(name, general)):
+            meta = f.metadata
+            if f.name in common or f.name in done or not meta:
+                continue
+            done.add(f.name)
+            if meta["type"] is list and f.name != "corpus":
+                p.set_defaults(**{f.name: None})  # set by YAML recipes only (e.g. stages)
+                continue
+            users = owners[f.name]
+            help_text = meta["help"] + ("" if len(users) == len(names) else f" [{'/'.join(users)}]")
+            group = groups.setdefault(meta["group"], p.add_argument_group(meta["group"]))
+            kwargs: dict = {"help": help_text, "default": None}
+            if meta["type"] is bool:
+                kwargs["action"] = "store_true"
+            elif meta["type"] is list:
+                kwargs["nargs"] = "+"
+            else:
+                kwargs["type"] = meta["type"]
+                choices = [c for u in users for c in (config_class(u, general).__dataclass_fields__[f.name]
+                                                      .metadata.get("choices") or ())]
+                if choices:
+                    kwargs["choices"] = list(dict.fromkeys(choices))
+            group.add_argument("--" + f.name.replace("_", "-"), **kwargs)
 
 
 def cmd_quickstart(args) -> int:
@@ -372,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = dsub.add_parser("task", help="task-specific distillation from a fine-tuned teacher",
                         description="Distil a fine-tuned teacher into a student on a task and save the best "
                                     "student with distill_report.json.")
-    add_distill_task_arguments(q)
+    add_method_arguments(q, general=False)
     add_task_arguments(q)
     add_optim_arguments(q)
     add_run_arguments(q)
@@ -380,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = dsub.add_parser("general", help="general distillation on raw text from a pre-trained teacher",
                         description="General (pre-training stage) distillation on a text corpus; the result "
                                     "is the starting student of task distillation.")
-    add_distill_general_arguments(q)
+    add_method_arguments(q, general=True)
     add_optim_arguments(q)
     add_run_arguments(q)
     q.set_defaults(func=cmd_distill_general)
@@ -444,7 +419,7 @@ def _apply_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> None
         if not words or words[0] not in subparsers[0].choices:
             raise KdbertError("--config/--recipe come after the command, e.g. `kdbert finetune --config FILE`")
         target = subparsers[0].choices[words.pop(0)]
-    known = {action.dest for action in target._actions}
+    known = {action.dest for action in target._actions} | set(target._defaults)
     defaults = {}
     for key, value in values.items():
         dest = str(key).replace("-", "_")

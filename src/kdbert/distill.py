@@ -1,113 +1,145 @@
-"""Task distillation front: one function for every method (``tinybert``, ``kd``, ``pkd``,
-``distilbert``), each a recipe module that returns a :class:`~kdbert.recipes.base.Plan`.
+"""The one distillation front: task and general distillation for every registered method.
 
-The front does what all methods share: load the task and the fine-tuned teacher (refused when
-it has no classifier for the task's label count), check the student shares the teacher's
-vocabulary, build the initial student, run the recipe's stages with the shared trainer, and
-write ``distill_report.json`` (config, layer map, per-stage losses, dev metrics, wall time).
+The front does what all methods share and all the I/O: read the options into the method's typed
+config (:func:`kdbert.methods.method_config`), load the task or corpus, the teacher and its
+tokenizer, check the student's vocabulary, prepare the output folder (after every input has been
+accepted, so a refused input leaves no run marker behind), ask the recipe for its
+:class:`~kdbert.recipes.base.Plan`, run it with the shared trainer and write the report
+(``distill_report.json`` / ``general_report.json``: config, layer map, per-stage losses, dev
+metrics, projections, wall time). Recipes only build students and plans.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from transformers import set_seed
 
 from kdbert.data.batching import PaddingCollator, encode_examples
+from kdbert.data.corpus import corpus_files, pack_sequences
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
-from kdbert.io import write_json
 from kdbert.evaluate import TaskEvaluator
-from kdbert.models.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
-from kdbert.recipes.base import DistillContext
+from kdbert.io import write_json
+from kdbert.methods import method_config, recipe
+from kdbert.models.loading import check_vocabulary, load_sequence_classifier, load_tokenizer, resolve_model_path
+from kdbert.recipes.base import DistillContext, Plan
 from kdbert.trainer import RunConfig, Trainer, prepare_output_dir
 
-GENERAL_METHODS = {"tinybert": "kdbert.recipes.tinybert", "distilbert": "kdbert.recipes.distilbert"}
 
-TASK_METHODS = {
-    "tinybert": "kdbert.recipes.tinybert",
-    "kd": "kdbert.recipes.kd",
-    "pkd": "kdbert.recipes.pkd",
-    "distilbert": "kdbert.recipes.distilbert",
-}
+def _config(options, general: bool):
+    if is_dataclass(options):
+        return options
+    return method_config(options.get("method") or "tinybert", options, general=general)
 
 
-def recipe_module(method: str):
-    if method not in TASK_METHODS:
-        raise KdbertError(f"unknown --method '{method}'; use one of {sorted(TASK_METHODS)}")
-    return importlib.import_module(TASK_METHODS[method])
+def _identity(command: str, config, **extra) -> dict:
+    """What a resumed run must share with the original (the marker ``run_config.json``)."""
+    values = {k: v for k, v in asdict(config).items() if k != "no_progress"}
+    return {"command": command, "method": config.method, **extra, **values}
 
 
-def distill_general(options: dict, output_dir: str, resume: bool = False, overwrite: bool = False) -> dict:
-    """General distillation on raw text; ``recipes.<method>.run_general`` does the method's work."""
-    method = options.get("method", "tinybert")
-    if method not in GENERAL_METHODS:
-        raise KdbertError(f"unknown general --method '{method}'; use one of {sorted(GENERAL_METHODS)}")
-    module = importlib.import_module(GENERAL_METHODS[method])
-    return module.run_general(options, output_dir, resume=resume, overwrite=overwrite)
+def _run_config(out: Path, config, save_every: int | None = None) -> RunConfig:
+    return RunConfig(str(out), seed=config.seed, mixed_precision=config.mixed_precision,
+                     keep_checkpoints=config.keep_checkpoints, save_every=save_every,
+                     progress=not config.no_progress)
 
 
-def check_same_vocabulary(teacher_tokenizer, student_tokenizer, student_path: str) -> None:
-    """Refuse a student whose tokenizer vocabulary differs from the teacher's."""
-    if teacher_tokenizer.get_vocab() != student_tokenizer.get_vocab():
-        raise KdbertError(
-            f"student {student_path} uses a different vocabulary from the teacher's; distil into a student "
-            "built with the teacher's tokenizer (a preset, or --student-layers)"
-        )
+def projection_report(plan: Plan, trainer: Trainer) -> dict | None:
+    """Projections the stages created (names, parameters) and those loaded from the student folder."""
+    projections = trainer.modules["projections"] if "projections" in trainer.modules else None
+    if projections is None:
+        return None
+    loaded = [n for s in plan.stages for n in getattr(s.loss_fn, "loaded_projections", [])]
+    return {"count": len(projections), "names": list(projections.keys()),
+            "parameters": sum(p.numel() for p in projections.parameters()), "loaded_from_student": loaded}
 
 
-def distill_task(task: TaskOptions, options: dict, output_dir: str, resume: bool = False,
-                 overwrite: bool = False) -> dict:
-    """Distil ``options['teacher']`` into a student on ``task`` with ``options['method']``.
+def _train(plan: Plan, run: RunConfig, collator, tokenizer, resume: bool, evaluator=None) -> tuple[dict, dict]:
+    trainer = Trainer(plan.modules, plan.stages, run, collator, frozen=plan.frozen, evaluator=evaluator,
+                      tokenizer=tokenizer)
+    train_report = trainer.train(resume=resume)
+    report = dict(plan.report)
+    projections = projection_report(plan, trainer)
+    if projections is not None or "projections" in report:
+        report["projections"] = {**(report.get("projections") or {}), **(projections or {"count": 0})}
+    report["matches"] = {name: [m.describe() for m in matches] for name, matches in plan.matches.items()}
+    return train_report, report
 
-    ``options`` holds the CLI's distill options (see ``kdbert distill task --help``); the
-    recipe reads its own. Returns the report also written to ``distill_report.json``.
+
+def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = False, overwrite: bool = False) -> dict:
+    """Distil ``teacher`` into a student on ``task`` with the options' ``method`` (default tinybert).
+
+    ``options``: a method config (:mod:`kdbert.methods`) or a dict of its option names (the CLI's
+    ``distill task`` options). Returns the report also written to ``distill_report.json``.
     """
     started = time.time()
-    method = options.get("method", "tinybert")
-    recipe = recipe_module(method)
-    seed = options.get("seed", 42)
-    data = load_task(task, seed=seed)
+    config = _config(options, general=False)
+    data = load_task(task, seed=config.seed)
     spec = data.spec
-    if not options.get("teacher"):
+    config = config.resolved(spec.name)
+    if not config.teacher:
         raise KdbertError("--teacher is required: a model fine-tuned on the task (see `kdbert finetune`)")
-    teacher_path = resolve_model_path(options["teacher"])
+    teacher_path = resolve_model_path(config.teacher)
     teacher = load_sequence_classifier(teacher_path, spec.num_labels, new_head_ok=False, labels=spec.labels)
     tokenizer = load_tokenizer(teacher_path)
-    identity = {"command": "distill task", "method": method, "task": task.task, "train_file": task.train_file,
-                **{k: v for k, v in options.items() if k not in ("resume", "overwrite", "func", "no_progress")}}
-    set_seed(seed)
-    student = recipe.initial_student(teacher, spec, options)
-    student_path = options.get("student")
-    if student_path and Path(str(student_path)).is_dir():
-        check_same_vocabulary(tokenizer, load_tokenizer(student_path), student_path)
-    # after the student is accepted: a refused input must not leave a run marker behind
+    if config.student and Path(str(config.student)).is_dir():
+        check_vocabulary(config.student, teacher, tokenizer)
+    set_seed(config.seed)
+    student = recipe(config.method).initial_student(teacher, spec, config)
+    max_seq_len = config.max_seq_len or spec.max_seq_len
+    rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
+    context = DistillContext(teacher, student, tokenizer, spec, encode_examples(tokenizer, rows, max_seq_len),
+                             config, config.seed)
+    plan = recipe(config.method).build_task_plan(context)
+    identity = _identity("distill task", _config(options, general=False), task=task.task, train_file=task.train_file)
     out = prepare_output_dir(output_dir, identity, resume, overwrite)
-    max_seq_len = options.get("max_seq_len") or spec.max_seq_len
-    rows = data.train[: options["max_train_examples"]] if options.get("max_train_examples") else data.train
-    train_set = encode_examples(tokenizer, rows, max_seq_len)
-    context = DistillContext(teacher, student, tokenizer, spec, train_set, options, seed)
-    plan = recipe.build_task_plan(context)
-    run = RunConfig(str(out), seed=seed, mixed_precision=options.get("mixed_precision", "no"),
-                    keep_checkpoints=options.get("keep_checkpoints", 2),
-                    progress=not options.get("no_progress", False))
-    trainer = Trainer(plan.modules, plan.stages, run, PaddingCollator(tokenizer.pad_token_id, spec.is_regression),
-                      frozen=plan.frozen, evaluator=TaskEvaluator(data, tokenizer, max_seq_len), tokenizer=tokenizer)
-    train_report = trainer.train(resume=resume)
+    train_report, plan_report = _train(plan, _run_config(out, config), PaddingCollator(tokenizer.pad_token_id,
+                                       spec.is_regression), tokenizer, resume, TaskEvaluator(data, tokenizer, max_seq_len))
     report = {
-        "method": method, "task": spec.name, "teacher": teacher_path, "options": identity,
-        "student_init": getattr(student, "kdbert_init", options.get("student")),
-        **plan.report,
-        "stages": train_report["stages"],
-        "stage_losses": stage_losses(out / "log.jsonl"),
+        "method": config.method, "task": spec.name, "teacher": teacher_path, "options": identity,
+        "student_init": student.origin, **plan_report,
+        "stages": train_report["stages"], "stage_losses": stage_losses(out / "log.jsonl"),
         "dev_metrics": train_report["best_metrics"], "best_stage": train_report["best_stage"],
         "best_step": train_report["best_step"], "eval_history": train_report["history"],
         "wall_seconds": round(time.time() - started, 1),
     }
     write_json(out / "distill_report.json", report)
+    return report
+
+
+def distill_general(options, output_dir: str, resume: bool = False, overwrite: bool = False) -> dict:
+    """General (pre-training) distillation on raw text with the options' ``method`` (tinybert or
+    distilbert); writes the student folder and ``general_report.json`` and returns the report."""
+    started = time.time()
+    config = _config(options, general=True)
+    method = recipe(config.method, general=True)
+    if not config.corpus:
+        raise KdbertError("--corpus is required: text files or folders to distil on")
+    corpus = corpus_files([config.corpus] if isinstance(config.corpus, (str, Path)) else config.corpus)
+    teacher, teacher_path = method.general_teacher(config)
+    tokenizer = load_tokenizer(teacher_path)
+    set_seed(config.seed)
+    student = method.general_student(teacher, tokenizer, config)
+    max_seq_len = method.general_max_seq_len(config, teacher, student)
+    identity = _identity("distill general", config)
+    out = prepare_output_dir(output_dir, identity, resume, overwrite)
+    sequences = pack_sequences(tokenizer, corpus, max_seq_len, config.max_sequences, config.seed,
+                               cache_path=out / "packed_corpus.safetensors")
+    dataset, collator, data_report = method.general_data(sequences, tokenizer, teacher, config)
+    plan = method.build_general_plan(DistillContext(teacher, student, tokenizer, None, dataset, config, config.seed))
+    train_report, plan_report = _train(plan, _run_config(out, config, config.save_every), collator, tokenizer, resume)
+    report = {
+        "method": config.method, "teacher": teacher_path, "options": identity, "student_init": student.origin,
+        "corpus": [str(c) for c in corpus], "sequences": len(sequences), "max_seq_len": max_seq_len,
+        **plan_report, **data_report,
+        "stages": train_report.get("stages"), "stage_losses": stage_losses(out / "log.jsonl"),
+        "train_seconds": train_report.get("train_seconds"), "wall_seconds": round(time.time() - started, 1),
+    }
+    write_json(out / "general_report.json", report)
     return report
 
 

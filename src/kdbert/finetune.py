@@ -1,6 +1,6 @@
 """Fine-tuning a model (the teacher, or a student without distillation) on a task.
 
-Fine-tuning is a one-stage recipe whose loss is the model's own task loss (cross-entropy, or
+Fine-tuning is a one-stage recipe whose one match is the hard-label task loss (cross-entropy, or
 MSE for regression), run by the shared :class:`~kdbert.trainer.Trainer`.
 
 Per-task defaults suit the packaged all-MiniLM-L6-v2 (a small model that under-trains at
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import torch.nn.functional as F
 from transformers import set_seed
 
+from kdbert.config import TrainOptions, option
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.evaluate import TaskEvaluator
+from kdbert.matching import Match, MatchLoss
 from kdbert.models.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
-from kdbert.models.trace import model_inputs
 from kdbert.trainer import RunConfig, Stage, StageConfig, Trainer, prepare_output_dir
 
 # epochs, learning rate, batch size per task (for small (~20M-parameter) BERT-family models).
@@ -33,33 +33,13 @@ FALLBACK_DEFAULTS = (3, 1e-4, 32)
 
 
 @dataclass
-class FinetuneConfig:
-    """Options of :func:`finetune` (``None`` = the task's default)."""
+class FinetuneConfig(TrainOptions):
+    """Options of :func:`finetune` (``None`` = the task's default); checked like every command's."""
 
-    output_dir: str
-    model: str | None = None
-    epochs: float | None = None
-    max_steps: int | None = None
-    learning_rate: float | None = None
-    batch_size: int | None = None
-    max_seq_len: int | None = None
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    grad_accum: int = 1
-    eval_every: int | None = None
-    max_train_examples: int | None = None
-    seed: int = 42
-    mixed_precision: str = "no"
-    keep_checkpoints: int = 2
+    output_dir: str = option(".", "where the model, metrics, logs and checkpoints go", group="models")
+    model: str | None = option(None, "HF hub id or local folder (default: the packaged all-MiniLM-L6-v2)",
+                               group="models")
     progress: bool = True
-
-
-def task_loss(model, batch, regression: bool):
-    """Cross-entropy on class ids, or MSE of the single output to the gold score."""
-    logits = model(**model_inputs(model, batch)).logits
-    if regression:
-        return F.mse_loss(logits.squeeze(-1), batch["labels"])
-    return F.cross_entropy(logits, batch["labels"])
 
 
 def resolved_hyperparameters(task_name: str, config: FinetuneConfig) -> tuple[float, float, int]:
@@ -72,6 +52,7 @@ def resolved_hyperparameters(task_name: str, config: FinetuneConfig) -> tuple[fl
 def finetune(task: TaskOptions, config: FinetuneConfig, resume: bool = False, overwrite: bool = False) -> dict:
     """Fine-tune ``config.model`` on ``task``; writes an HF folder with ``metrics.json`` to
     ``config.output_dir`` and returns the training report (best dev metrics included)."""
+    config.check()
     data = load_task(task, seed=config.seed)
     spec = data.spec
     epochs, lr, batch_size = resolved_hyperparameters(spec.name, config)
@@ -94,7 +75,7 @@ def finetune(task: TaskOptions, config: FinetuneConfig, resume: bool = False, ov
         StageConfig("finetune", epochs=epochs, max_steps=config.max_steps, learning_rate=lr,
                     warmup_ratio=config.warmup_ratio, weight_decay=config.weight_decay, batch_size=batch_size,
                     grad_accum=config.grad_accum, eval_every=config.eval_every),
-        lambda parts, frozen, batch: {"task": task_loss(parts["student"], batch, spec.is_regression)},
+        MatchLoss([Match("task", "logits", "hard_label", target="labels")]),
         train_set,
     )
     run = RunConfig(str(out), seed=config.seed, mixed_precision=config.mixed_precision,

@@ -202,26 +202,6 @@ def kl_div_loss(
     return temperature**2 * F.kl_div(log_q, p, reduction="batchmean")
 
 
-def hinton_kd_loss(
-    student_logits: torch.Tensor,
-    teacher_logits: torch.Tensor,
-    labels: torch.Tensor,
-    alpha: float,
-    temperature: float,
-) -> torch.Tensor:
-    """Classic KD (Hinton et al.; BERT-PKD's L_DS + L_CE).
-
-    ``alpha * T^2 * KL(softmax(z_t/T) || softmax(z_s/T)) + (1 - alpha) * CE(z_s, y)``
-
-    Shapes: logits (N, C), labels (N,) class indices. KL is ``batchmean`` (see
-    :func:`kl_div_loss`), CE is the mean over the batch. Returns the total. PKD's reference
-    defaults are alpha 0.95, T 10 (its ``kd.cls`` preset: alpha 0.7, T 10).
-    """
-    soft = kl_div_loss(student_logits, teacher_logits, temperature)
-    hard = F.cross_entropy(student_logits, labels)
-    return alpha * soft + (1.0 - alpha) * hard
-
-
 def logit_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
     """MSE between logits (Distilled BiLSTM; DistilBERT's optional alpha_mse term).
 

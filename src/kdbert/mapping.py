@@ -173,6 +173,18 @@ def pkd_last(m: int, n: int) -> LayerMap:
     return LayerMap(tuple((i, n - m + i) for i in range(1, m))).validate(m, n)
 
 
+def parse_layers(value, option: str, expected: str = "a comma-separated list of integers, e.g. 3,6,9,12") -> list[int]:
+    """``"0,2,4"`` (or a list) -> ``[0, 2, 4]``; a one-line error naming ``option`` otherwise."""
+    parts = list(value) if isinstance(value, (list, tuple)) else [p.strip() for p in str(value).split(",") if p.strip()]
+    try:
+        layers = [int(p) for p in parts]
+    except (TypeError, ValueError):
+        raise KdbertError(f"{option} {value!r} is not {expected}") from None
+    if not layers:
+        raise KdbertError(f"{option} is empty; give {expected}")
+    return layers
+
+
 _BUILDERS = {
     "uniform": uniform, "top": top, "bottom": bottom, "skip": pkd_skip, "last": pkd_last,
     "explicit": explicit,

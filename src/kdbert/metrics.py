@@ -6,8 +6,7 @@
 - ``macro_f1``: unweighted mean of per-class F1 (users' classification data)
 - ``pearson`` / ``spearman``: STS-B and users' regression data
 
-A task's *score* is the mean of its metrics (MNLI: over both dev splits); the GLUE average is
-the mean of task scores. Metrics are reported in percent (x100), as in the papers.
+A task's *score* is the mean of its metrics (MNLI: over both dev splits); Metrics are reported in percent (x100), as in the papers.
 """
 
 from __future__ import annotations
@@ -52,8 +51,3 @@ def task_score(metrics: dict[str, float], metric_names, dev_splits) -> float:
 def split_prefix(split: str, dev_splits) -> str:
     """Key prefix for a split's metrics: none for a single dev split, 'dev_matched/' for MNLI's."""
     return "" if len(dev_splits) == 1 else f"{split}/"
-
-
-def glue_average(scores: dict[str, float]) -> float:
-    """GLUE average: mean over tasks of each task's score (itself the mean of its metrics)."""
-    return float(np.mean(list(scores.values())))

@@ -2,7 +2,9 @@
 :class:`Stage` objects run by :class:`Trainer`; a method never has its own loop.
 
 A stage names its training data, a loss function returning *named, already weighted* loss
-terms (the total is their sum), which modules train, and its optimiser schedule. The trainer
+terms (the total is their sum; :class:`kdbert.matching.MatchLoss` builds one from a list of
+matches), which parameters train (name patterns, each with a learning-rate multiplier), and its
+optimiser schedule. The trainer
 runs the stages in order with ``accelerate`` (CPU, one GPU or DDP; bf16/fp16 autocast),
 gradient accumulation, linear warmup/decay or a constant rate, gradient clipping, periodic
 evaluation keeping the best student, JSONL + TensorBoard logs, a progress bar, and atomic
@@ -20,12 +22,13 @@ Output directory::
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -51,7 +54,10 @@ class StageConfig:
     ``epochs`` may be fractional; ``max_steps`` (optimiser steps), when set, wins. ``schedule``
     is "linear" (warmup then linear decay to 0) or "constant" (TinyBERT's intermediate stage).
     ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
-    ``train_modules`` names the entries of the trainer's module dict that this stage updates.
+    ``train`` selects the parameters this stage updates by name in the trainer's module dict
+    (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
+    entry is a glob pattern, or a :class:`ParamGroup` with a learning-rate multiplier; the first
+    pattern a parameter matches decides its group, and parameters matching none are frozen.
     """
 
     name: str
@@ -66,13 +72,34 @@ class StageConfig:
     max_grad_norm: float = 1.0
     evaluate: bool = True
     eval_every: int | None = None
-    train_modules: tuple[str, ...] = ("student",)
+    train: tuple = ("student.*",)
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """Parameters whose name matches ``pattern`` (glob), trained at ``lr_scale`` x the stage's rate.
+
+    "Layer 3 at 3x, earlier layers at 0.3x, the rest frozen" is
+    ``(ParamGroup("student.*.layer.3.*", 3.0), ParamGroup("student.*.layer.[0-2].*", 0.3))``.
+    """
+
+    pattern: str
+    lr_scale: float = 1.0
+
+
+def param_groups(train: tuple) -> list[ParamGroup]:
+    return [g if isinstance(g, ParamGroup) else ParamGroup(str(g)) for g in train]
 
 
 @dataclass
 class Stage:
     """A stage: its settings, its loss ``loss_fn(modules, frozen, batch) -> {term: tensor}``
-    and its training data."""
+    and its training data.
+
+    A loss with a ``setup(modules, frozen, batch)`` method (e.g. :class:`~kdbert.matching.MatchLoss`
+    creating projections from the widths it sees) gets the stage's first batch before the
+    optimiser is built.
+    """
 
     config: StageConfig
     loss_fn: LossFn
@@ -91,8 +118,11 @@ class RunConfig:
     keep_checkpoints: int = 2
     group_by_length: bool = True
     progress: bool = True
-    cpu: bool = False
-    identity: dict = field(default_factory=dict)
+
+
+def to_device(batch: dict, device) -> dict:
+    """Move a batch's tensors (nested per-model dicts included) to ``device``."""
+    return {k: to_device(v, device) if isinstance(v, dict) else v.to(device) for k, v in batch.items()}
 
 
 class _StageModule(nn.Module):
@@ -162,7 +192,6 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.accelerator = Accelerator(
             mixed_precision=run.mixed_precision,
-            cpu=run.cpu,
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
         )
         self.device = self.accelerator.device
@@ -191,6 +220,7 @@ class Trainer:
         start = time.time()
         for index, stage in enumerate(self.stages):
             if checkpoint is not None and index < self.state["stage"]:
+                self._setup(stage)  # its projections are in the checkpoint
                 continue
             self._run_stage(index, stage, checkpoint if checkpoint and index == self.state["stage"] else None)
             checkpoint = None
@@ -201,17 +231,44 @@ class Trainer:
 
     # ----------------------------------------------------------------- one stage
     def _trainable_parameters(self, config: StageConfig):
-        for name in config.train_modules:
-            if name not in self.modules:
-                raise KdbertError(f"stage '{config.name}' trains unknown module '{name}'")
-        for name, module in self.modules.items():
-            module.requires_grad_(name in config.train_modules)
-        decay, no_decay = [], []
+        """AdamW groups: per :class:`ParamGroup`, decayed weights and undecayed biases/LayerNorms."""
+        groups = param_groups(config.train)
+        chosen: dict[int, list[tuple[str, nn.Parameter]]] = {}
         for name, param in self.modules.named_parameters():
-            if not param.requires_grad:
-                continue
-            (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
-        return [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            index = next((i for i, g in enumerate(groups) if fnmatch.fnmatchcase(name, g.pattern)), None)
+            param.requires_grad_(index is not None)
+            if index is not None:
+                chosen.setdefault(index, []).append((name, param))
+        for i, group in enumerate(groups):
+            if i not in chosen:
+                raise KdbertError(f"stage '{config.name}': no parameter matches '{group.pattern}'")
+        result = []
+        for i in sorted(chosen):
+            decay = [p for n, p in chosen[i] if not (p.ndim < 2 or "LayerNorm" in n or "layer_norm" in n)]
+            no_decay = [p for n, p in chosen[i] if p.ndim < 2 or "LayerNorm" in n or "layer_norm" in n]
+            lr = config.learning_rate * groups[i].lr_scale
+            result += [{"params": decay, "weight_decay": config.weight_decay, "lr": lr},
+                       {"params": no_decay, "weight_decay": 0.0, "lr": lr}]
+        return self._merge_equal_rates(result)
+
+    @staticmethod
+    def _merge_equal_rates(groups: list[dict]) -> list[dict]:
+        """One decay and one no-decay group per learning rate, parameters in module order."""
+        merged: dict[tuple, dict] = {}
+        for group in groups:
+            key = (group["lr"], group["weight_decay"])
+            merged.setdefault(key, {**group, "params": []})["params"] += group["params"]
+        return list(merged.values())
+
+    def _setup(self, stage: Stage) -> None:
+        """Give a loss with a ``setup`` method the stage's first batch (RNG untouched)."""
+        setup = getattr(stage.loss_fn, "setup", None)
+        if setup is None or len(stage.dataset) == 0:
+            return
+        with torch.random.fork_rng(devices=[]):
+            rows = range(min(len(stage.dataset), stage.config.batch_size))
+            batch = to_device(self.collator([stage.dataset[i] for i in rows]), self.device)
+            setup(self.modules, self.frozen, batch)
 
     def _batches_per_epoch(self, dataset, config) -> list[list[int]]:
         order = epoch_order(dataset.lengths, config.batch_size, self.run.seed, self.state["epoch"],
@@ -235,6 +292,7 @@ class Trainer:
         config = stage.config
         if len(stage.dataset) == 0:
             raise KdbertError(f"stage '{config.name}' has no training rows")
+        self._setup(stage)
         groups = self._trainable_parameters(config)
         optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
         total = self._total_steps(stage)
@@ -257,8 +315,7 @@ class Trainer:
             position = self.state["batch_in_epoch"]
             terms_sum, micro = {}, 0
             while position < len(batches) and self.state["step"] < total:
-                batch = self.collator([stage.dataset[i] for i in batches[position]])
-                batch = {k: v.to(self.device) for k, v in batch.items()}
+                batch = to_device(self.collator([stage.dataset[i] for i in batches[position]]), self.device)
                 position += 1
                 micro += 1
                 boundary = micro == config.grad_accum or position == len(batches)

@@ -165,7 +165,3 @@ def hf_label_to_id(spec: TaskSpec, hf_names: list[str], hf_id: int) -> int:
     if spec.labels == ("0", "1"):
         return hf_id
     return spec.labels.index(name)
-
-
-def glue_task_names() -> list[str]:
-    return sorted(GLUE_TASKS)

@@ -158,3 +158,37 @@ def _final_classifier_layer(model, num_labels: int, path: str):
             "found to reorder them; reorder id2label and the classifier rows, or fine-tune on this task"
         )
     return candidates[0]
+
+
+def check_vocabulary(path: str, teacher, teacher_tokenizer=None, option: str = "--student") -> None:
+    """Refuse a student folder whose vocabulary is not the teacher's: by size from its config,
+    and token by token when the folder has a tokenizer and ``teacher_tokenizer`` is given."""
+    from transformers import AutoConfig
+
+    try:
+        size = getattr(AutoConfig.from_pretrained(path), "vocab_size", None)
+    except (OSError, ValueError) as exc:
+        raise KdbertError(f"{option} {path}: could not read its config.json: {str(exc).splitlines()[0]}") from None
+    same = size == teacher.config.vocab_size
+    if same and teacher_tokenizer is not None and any(
+            (Path(path) / name).is_file() for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json")):
+        same = load_tokenizer(path).get_vocab() == teacher_tokenizer.get_vocab()
+    if not same:
+        raise KdbertError(
+            f"{option} {path} uses a different vocabulary from the teacher's ({size} tokens, the teacher "
+            f"{teacher.config.vocab_size}); distil into a student that shares the teacher's tokenizer (a preset, "
+            "--student-layers, or a student made from this teacher)")
+
+
+def load_encoder(name_or_path: str | None, option: str = "--teacher"):
+    """A pre-trained BERT-family encoder (``AutoModel``) and its resolved path."""
+    from transformers import AutoModel
+
+    path = resolve_model_path(name_or_path)
+    try:
+        model = AutoModel.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise KdbertError(f"{option} {path}: could not load it as an encoder: {str(exc).splitlines()[0]}") from None
+    if getattr(model.config, "num_hidden_layers", None) is None:
+        raise KdbertError(f"{option} {path}: not a BERT-family encoder (no num_hidden_layers in its config)")
+    return model, path

@@ -8,8 +8,9 @@ Three entry points:
     ``[0, 2, 4, 7, 9, 11]`` with ``--layer-choice hf-bert-base``, or ``--layers 0,2,4``. The MLM
     head is copied when the teacher has one (``BertForMaskedLM``/``BertForPreTraining``).
 
-:func:`run_general` (``kdbert distill general --method distilbert``)
-    Pre-training distillation on raw text, one stage run by the shared trainer (resumable)::
+:func:`build_general_plan` (``kdbert distill general --method distilbert``)
+    Pre-training distillation on raw text, one stage of three matches run by the shared trainer
+    (resumable)::
 
         L = alpha_ce * T^2 * KL(teacher MLM || student MLM)   over every non-pad token (batchmean)
           + alpha_mlm * CE_mlm                                  over the masked tokens
@@ -48,45 +49,89 @@ Task time, "DistilBERT (D)" (``distill task --method distilbert``)
 
 from __future__ import annotations
 
-import json
 import math
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from kdbert.config import NON_NEGATIVE, POSITIVE_INT, UNIT, TrainOptions, in_range, option, override
 from kdbert.data.batching import EncodedDataset
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
 from kdbert.io import save_hf_folder
-from kdbert.losses import cosine_hidden_loss, kl_div_loss, masked_lm_cross_entropy
+from kdbert.mapping import parse_layers
+from kdbert.matching import Match
 from kdbert.models import students
-from kdbert.models.loading import load_tokenizer, resolve_model_path
-from kdbert.models.trace import trace
-from kdbert.recipes import kd
-from kdbert.recipes.base import DistillContext, Plan
-from kdbert.trainer import RunConfig, Stage, Trainer, prepare_output_dir
+from kdbert.models.loading import check_vocabulary, load_tokenizer, resolve_model_path
+from kdbert.recipes.base import (
+    DistillContext,
+    Plan,
+    Student,
+    check_kd_loss,
+    label_names,
+    logit_matches,
+    student_description,
+    teacher_if_needed,
+)
+from kdbert.recipes.kd import TEMPERATURE, LogitKDConfig, kd_report
+from kdbert.recipes.stages import task_stage
 
-TASK_ALPHA = 0.5
-TASK_TEMPERATURE = 2.0
-
-GENERAL_TEMPERATURE = 2.0
-GENERAL_ALPHA_CE = 5.0
-GENERAL_ALPHA_MLM = 2.0
-GENERAL_ALPHA_COS = 1.0
-GENERAL_EPOCHS = 1.0
-GENERAL_LEARNING_RATE = 1e-4
-GENERAL_BATCH_SIZE = 32
-GENERAL_MAX_SEQ_LEN = 128
-GENERAL_MAX_GRAD_NORM = 5.0
 GENERAL_SAVE_EVERY = 200  # optimiser steps between checkpoints (there is no evaluation to tie them to)
 MASK_PROB = 0.15
 MASK_SPLIT = (0.8, 0.1, 0.1)  # [MASK], random token, unchanged
+GENERAL_MAX_SEQ_LEN = 128
 
 INIT_REPORT = "init_student_report.json"
 GENERAL_REPORT = "general_report.json"
+
+
+@dataclass
+class DistilBertConfig(LogitKDConfig):
+    """DistilBERT (D): task distillation into a DistilBERT student (alpha 0.5, T 2)."""
+
+    method = "distilbert"
+    alpha: float = override(LogitKDConfig, "alpha", 0.5)
+    temperature: float = override(LogitKDConfig, "temperature", 2.0)
+
+
+@dataclass
+class DistilBertGeneralConfig(TrainOptions):
+    """DistilBERT general distillation (module docstring); CPU-sized optimisation defaults."""
+
+    method = "distilbert"
+    teacher: str | None = option(None, "pre-trained BERT teacher with an MLM head (see `kdbert mlm-head`)",
+                                 group="models")
+    student: str | None = option(None, "a folder from `kdbert init-student` (default: every other teacher layer)",
+                                 group="models")
+    corpus: list | None = option(None, "text files or folders", type=list, group="models")
+    max_sequences: int | None = option(None, "use at most N packed sequences", in_range(1, 10**12, int), int, "models")
+    temperature: float = option(2.0, "distilbert: temperature (default 2)", TEMPERATURE, float, "losses")
+    alpha_ce: float = option(5.0, "distilbert: weight of the KL term (default 5)", NON_NEGATIVE, float, "losses")
+    alpha_mlm: float = option(2.0, "distilbert: weight of the MLM term (default 2)", NON_NEGATIVE, float, "losses")
+    alpha_cos: float = option(1.0, "distilbert: weight of the cosine term (default 1)", NON_NEGATIVE, float, "losses")
+    mlm_smoothing: float | None = option(None, "distilbert: mask rare tokens more often, with probability ~ "
+                                               "count^-S (reference 0.7; default: uniform)", UNIT, float, "losses")
+    save_every: int | None = option(GENERAL_SAVE_EVERY, "checkpoint every N optimiser steps", POSITIVE_INT, int,
+                                    "models")
+    epochs: float | None = override(TrainOptions, "epochs", 1.0)
+    learning_rate: float | None = override(TrainOptions, "learning_rate", 1e-4)
+    batch_size: int | None = override(TrainOptions, "batch_size", 32)
+
+    max_grad_norm = 5.0  # the reference's gradient clipping
+
+    def check(self) -> None:
+        super().check()
+        if not (self.alpha_ce or self.alpha_mlm or self.alpha_cos):
+            raise KdbertError("--alpha-ce, --alpha-mlm and --alpha-cos are all 0; give at least one a positive weight")
+
+    @property
+    def uses_teacher(self) -> bool:
+        return self.alpha_ce > 0 or self.alpha_cos > 0
+
+
+Config, GeneralConfig = DistilBertConfig, DistilBertGeneralConfig
 
 
 # ----------------------------------------------------------------------------- loading
@@ -136,18 +181,6 @@ def _refuse_non_distilbert(path: str, config, what: str) -> None:
             "general --method distilbert`)")
 
 
-def _layers_option(layers) -> list[int] | None:
-    if layers in (None, ""):
-        return None
-    if isinstance(layers, (list, tuple)):
-        return [int(x) for x in layers]
-    try:
-        return [int(x) for x in str(layers).split(",") if x.strip()]
-    except ValueError:
-        raise KdbertError(f"--layers {layers!r} is not a comma-separated list of 0-based teacher layers "
-                          "such as 0,2,4") from None
-
-
 # ----------------------------------------------------------------------------- init-student
 def init_student(teacher: str, output_dir: str, layers=None, layer_choice: str | None = None,
                  overwrite: bool = False) -> dict:
@@ -167,7 +200,8 @@ def init_student(teacher: str, output_dir: str, layers=None, layer_choice: str |
         raise KdbertError(f"--output-dir {out} is not empty; choose another or pass --overwrite")
     model, path = load_bert_teacher(teacher, need_mlm_head=False, option="--from")
     depth = model.config.num_hidden_layers
-    chosen = _layers_option(layers)
+    chosen = None if layers in (None, "") else parse_layers(layers, "--layers", "a comma-separated list of "
+                                                                                 "0-based teacher layers such as 0,2,4")
     if chosen is None:
         choice = students.DISTILBERT_LAYER_CHOICES[layer_choice or "every-other"]
         chosen = choice(depth) if callable(choice) else list(choice)
@@ -186,14 +220,12 @@ def init_student(teacher: str, output_dir: str, layers=None, layer_choice: str |
 
 
 # ----------------------------------------------------------------------------- task time: DistilBERT (D)
-def initial_student(teacher, spec: TaskSpec, options: dict):
+def initial_student(teacher, spec: TaskSpec, config: DistilBertConfig) -> Student:
     """``DistilBertForSequenceClassification`` from the ``--student`` DistilBERT folder (fresh classifier)."""
     from transformers import DistilBertForSequenceClassification
 
-    kd.refuse_foreign_options(options, "distilbert")
-    kd.logit_kd_settings(options, spec, TASK_ALPHA, TASK_TEMPERATURE)
-    kd.task_stage_config("distilbert", spec, options)
-    name = options.get("student")
+    check_kd_loss(config.kd_loss, spec)
+    name = config.student
     if not name:
         raise KdbertError("--method distilbert needs --student: a DistilBERT folder from `kdbert init-student` "
                           "or `kdbert distill general --method distilbert`")
@@ -201,30 +233,28 @@ def initial_student(teacher, spec: TaskSpec, options: dict):
         raise KdbertError(f"--student {name} is a BERT preset; --method distilbert needs a DistilBERT folder "
                           "from `kdbert init-student`")
     path = resolve_model_path(name)
-    config = _config(path)
-    _refuse_non_distilbert(path, config, "--method distilbert")
+    _refuse_non_distilbert(path, _config(path), "--method distilbert")
+    check_vocabulary(path, teacher)
     problem_type = "regression" if spec.is_regression else "single_label_classification"
-    try:
-        student = DistilBertForSequenceClassification.from_pretrained(
-            path, num_labels=spec.num_labels, problem_type=problem_type, ignore_mismatched_sizes=True)
-    except (OSError, ValueError) as exc:
-        raise KdbertError(f"could not load --student {path} as DistilBERT: {str(exc).splitlines()[0]}") from None
-    if teacher.config.num_labels == spec.num_labels:
-        student.config.id2label = dict(teacher.config.id2label)
-        student.config.label2id = dict(teacher.config.label2id)
-    student.kdbert_init = path
-    return student
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        try:
+            model = DistilBertForSequenceClassification.from_pretrained(
+                path, num_labels=spec.num_labels, problem_type=problem_type, ignore_mismatched_sizes=True)
+        except (OSError, ValueError) as exc:
+            raise KdbertError(f"could not load --student {path} as DistilBERT: {str(exc).splitlines()[0]}") from None
+    label_names(model, spec, teacher)
+    return Student(model, path)
 
 
 def build_task_plan(ctx: DistillContext) -> Plan:
-    """One stage ``distilbert`` with :func:`kdbert.recipes.kd.kd_loss_fn` (alpha 0.5, T 2 by default)."""
-    kd.refuse_foreign_options(ctx.options, "distilbert")
-    logit_kd = kd.logit_kd_settings(ctx.options, ctx.spec, TASK_ALPHA, TASK_TEMPERATURE)
-    stage = Stage(kd.task_stage_config("distilbert", ctx.spec, ctx.options), kd.kd_loss_fn(logit_kd), ctx.train_set)
-    report = {"loss": asdict(logit_kd), "plain_finetuning": logit_kd.alpha == 0,
-              **kd.student_description(ctx.student, ctx.options)}
-    return Plan({"student": ctx.student}, {"teacher": ctx.teacher} if logit_kd.uses_teacher else {}, [stage],
-                report=report)
+    """One stage ``distilbert``: KD's matches (alpha 0.5, T 2 by default)."""
+    config, spec = ctx.config, ctx.spec
+    matches = logit_matches(config.alpha, config.temperature, check_kd_loss(config.kd_loss, spec), spec.is_regression)
+    stages = [task_stage("distilbert", config, matches, ctx)]
+    report = {"loss": kd_report(config, spec), "plain_finetuning": config.alpha == 0,
+              **student_description(ctx.student)}
+    return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages, report=report)
 
 
 # ----------------------------------------------------------------------------- masking
@@ -295,142 +325,70 @@ class MlmCollator:
 
 
 # ----------------------------------------------------------------------------- general distillation
-@dataclass(frozen=True)
-class GeneralLoss:
-    """Weights of DistilBERT's triple loss."""
-
-    temperature: float = GENERAL_TEMPERATURE
-    alpha_ce: float = GENERAL_ALPHA_CE
-    alpha_mlm: float = GENERAL_ALPHA_MLM
-    alpha_cos: float = GENERAL_ALPHA_COS
-
-    @property
-    def uses_teacher(self) -> bool:
-        return self.alpha_ce > 0 or self.alpha_cos > 0
-
-
-def general_loss_settings(options: dict) -> GeneralLoss:
-    settings = GeneralLoss(
-        temperature=kd.number_option(options, "temperature", GENERAL_TEMPERATURE, 0.0, None, low_open=True),
-        alpha_ce=kd.number_option(options, "alpha_ce", GENERAL_ALPHA_CE),
-        alpha_mlm=kd.number_option(options, "alpha_mlm", GENERAL_ALPHA_MLM),
-        alpha_cos=kd.number_option(options, "alpha_cos", GENERAL_ALPHA_COS),
-    )
-    if not (settings.alpha_ce or settings.alpha_mlm or settings.alpha_cos):
-        raise KdbertError("--alpha-ce, --alpha-mlm and --alpha-cos are all 0; give at least one a positive weight")
-    return settings
+def general_matches(config: DistilBertGeneralConfig) -> list[Match]:
+    """DistilBERT's triple loss as matches (zero-weight terms left out): ``ce`` the token-level
+    KL over non-pad tokens, ``mlm`` the masked-LM cross-entropy, ``cos`` the last hidden layer."""
+    matches = []
+    if config.alpha_ce > 0:
+        matches.append(Match("ce", "mlm_logits", "token_kl_div", config.alpha_ce,
+                             options={"temperature": config.temperature}))
+    if config.alpha_mlm > 0:
+        matches.append(Match("mlm", "mlm_logits", "masked_lm_cross_entropy", config.alpha_mlm, target="labels"))
+    if config.alpha_cos > 0:
+        matches.append(Match("cos", "hidden", "cosine", config.alpha_cos, student_layer=-1, teacher_layer=-1))
+    return matches
 
 
-def general_loss_terms(student_trace, teacher_trace, batch: dict, loss: GeneralLoss) -> dict[str, torch.Tensor]:
-    """``{"ce", "mlm", "cos"}`` already weighted; zero-weight terms are left out."""
-    mask = batch["attention_mask"]
-    terms = {}
-    if loss.alpha_ce > 0:
-        terms["ce"] = loss.alpha_ce * kl_div_loss(student_trace.logits, teacher_trace.logits, loss.temperature,
-                                                  mask=mask)
-    if loss.alpha_mlm > 0:
-        terms["mlm"] = loss.alpha_mlm * masked_lm_cross_entropy(student_trace.logits, batch["labels"])
-    if loss.alpha_cos > 0:
-        terms["cos"] = loss.alpha_cos * cosine_hidden_loss(student_trace.hidden_states[-1],
-                                                           teacher_trace.hidden_states[-1], mask)
-    return terms
+def general_teacher(config: DistilBertGeneralConfig):
+    """The pre-trained BERT teacher, which needs an MLM head (the KL and MLM terms are over its vocabulary)."""
+    return load_bert_teacher(config.teacher, need_mlm_head=True)
 
 
-def general_loss_fn(loss: GeneralLoss):
-    def fn(parts, frozen, batch):
-        s = trace(parts["student"], batch, with_attention=False)
-        t = None
-        if loss.uses_teacher:
-            with torch.no_grad():
-                t = trace(frozen["teacher"], batch, with_attention=False)
-        return general_loss_terms(s, t, batch, loss)
-
-    return fn
-
-
-def _general_student(teacher, tokenizer, options: dict):
-    """``(student, description)``: the ``--student`` DistilBertForMaskedLM folder or every other teacher layer."""
+def general_student(teacher, tokenizer, config: DistilBertGeneralConfig) -> Student:
+    """The ``--student`` DistilBertForMaskedLM folder, or every other teacher layer."""
     from transformers import DistilBertForMaskedLM
 
-    from kdbert.distill import check_same_vocabulary
-
-    name = options.get("student")
-    if not name:
+    if config.student is None:
         layers = students.DISTILBERT_LAYER_CHOICES["every-other"](teacher.config.num_hidden_layers)
-        return students.init_distilbert_student(teacher, layers), f"every other teacher layer {layers}"
-    path = resolve_model_path(name)
-    config = _config(path)
-    _refuse_non_distilbert(path, config, "DistilBERT general distillation")
-    if "DistilBertForMaskedLM" not in (config.architectures or []):
-        raise KdbertError(f"--student {path} has no DistilBERT MLM head (architectures: {config.architectures}); "
+        return Student(students.init_distilbert_student(teacher, layers), f"every other teacher layer {layers}")
+    path = resolve_model_path(config.student)
+    model_config = _config(path)
+    _refuse_non_distilbert(path, model_config, "DistilBERT general distillation")
+    if "DistilBertForMaskedLM" not in (model_config.architectures or []):
+        raise KdbertError(f"--student {path} has no DistilBERT MLM head (architectures: {model_config.architectures}); "
                           "make the student with `kdbert init-student`")
-    if config.vocab_size != teacher.config.vocab_size:
-        raise KdbertError(f"--student {path} has a vocabulary of {config.vocab_size} but the teacher's has "
-                          f"{teacher.config.vocab_size}; make the student from this teacher with `kdbert init-student`")
-    if any((Path(path) / f).is_file() for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json")):
-        check_same_vocabulary(tokenizer, load_tokenizer(path), path)
-    return DistilBertForMaskedLM.from_pretrained(path), path
+    check_vocabulary(path, teacher, tokenizer)
+    return Student(DistilBertForMaskedLM.from_pretrained(path), path)
 
 
-def run_general(options: dict, output_dir: str, resume: bool = False, overwrite: bool = False) -> dict:
-    """DistilBERT general distillation (module docstring); returns the report written to
-    ``general_report.json`` (``wall_seconds`` included)."""
-    from transformers import set_seed
-
-    from kdbert.data.corpus import corpus_files, pack_sequences
-    from kdbert.distill import stage_losses
-
-    started = time.time()
-    seed = options.get("seed", 42)
-    if options.get("student_init") not in (None, "random"):
-        raise KdbertError("--student-init is a tinybert option; DistilBERT students start from teacher layers "
-                          "(`kdbert init-student`): drop it or use --method tinybert")
-    loss = general_loss_settings(options)
-    smoothing = options.get("mlm_smoothing")
-    if smoothing is not None:
-        smoothing = kd.number_option(options, "mlm_smoothing", 0.7, 0.0, 1.0)
-    config = kd.stage_config("general", options, GENERAL_EPOCHS, GENERAL_LEARNING_RATE, GENERAL_BATCH_SIZE,
-                             evaluate=False, max_grad_norm=GENERAL_MAX_GRAD_NORM)
-    if not options.get("corpus"):
-        raise KdbertError("--corpus is required: text files or folders to distil on")
-    corpus = corpus_files(options["corpus"])
-    teacher, teacher_path = load_bert_teacher(options.get("teacher"), need_mlm_head=True)
-    tokenizer = load_tokenizer(teacher_path)
-    set_seed(seed)
-    student, student_init = _general_student(teacher, tokenizer, options)
-    if loss.alpha_cos > 0 and student.config.dim != teacher.config.hidden_size:
-        raise KdbertError(f"the student's width {student.config.dim} differs from the teacher's "
-                          f"{teacher.config.hidden_size}; the cosine term needs equal widths: set --alpha-cos 0 "
-                          "or use a student from `kdbert init-student`")
-    limit = min(teacher.config.max_position_embeddings, student.config.max_position_embeddings)
-    max_seq_len = options.get("max_seq_len") or min(GENERAL_MAX_SEQ_LEN, limit)
+def general_max_seq_len(config: DistilBertGeneralConfig, teacher, student: Student) -> int:
+    limit = min(teacher.config.max_position_embeddings, student.model.config.max_position_embeddings)
+    max_seq_len = config.max_seq_len or min(GENERAL_MAX_SEQ_LEN, limit)
     if not 3 <= max_seq_len <= limit:
         raise KdbertError(f"--max-seq-len {max_seq_len} is out of range; the models take 3..{limit} tokens")
+    return max_seq_len
 
-    identity = {"command": "distill general", "method": "distilbert",
-                **{k: v for k, v in options.items() if k not in ("resume", "overwrite", "func", "no_progress")}}
-    out = prepare_output_dir(output_dir, identity, resume, overwrite)
-    sequences = pack_sequences(tokenizer, corpus, max_seq_len, options.get("max_sequences"), seed,
-                               cache_path=out / "corpus_cache.safetensors")
+
+def general_data(sequences: list[list[int]], tokenizer, teacher, config: DistilBertGeneralConfig):
+    """``(dataset, collator, report)``: packed sequences, masked per batch (:class:`MlmCollator`)."""
+    smoothing = config.mlm_smoothing
     weights = token_weights(sequences, teacher.config.vocab_size, smoothing) if smoothing is not None else None
-    masker = DynamicMasker(tokenizer, MASK_PROB, weights)
-    dataset = EncodedDataset([{"input_ids": s} for s in sequences])
-    run = RunConfig(str(out), seed=seed, mixed_precision=options.get("mixed_precision") or "no",
-                    keep_checkpoints=options.get("keep_checkpoints") or 2,
-                    save_every=options.get("save_every") or GENERAL_SAVE_EVERY,
-                    progress=not options.get("no_progress", False))
-    trainer = Trainer({"student": student}, [Stage(config, general_loss_fn(loss), dataset)], run,
-                      MlmCollator(tokenizer.pad_token_id, masker),
-                      frozen={"teacher": teacher} if loss.uses_teacher else {}, tokenizer=tokenizer)
-    train_report = trainer.train(resume=resume)
-    report = {
-        "method": "distilbert", "teacher": teacher_path, "student_init": student_init, "options": identity,
-        "loss": asdict(loss),
-        "masking": {"mask_prob": MASK_PROB, "split_mask_random_keep": list(MASK_SPLIT), "mlm_smoothing": smoothing},
-        "sequences": len(sequences), "tokens": sum(len(s) for s in sequences), "max_seq_len": max_seq_len,
-        "student_parameters": sum(p.numel() for p in student.parameters()),
-        "stages": train_report.get("stages"), "stage_losses": stage_losses(out / "log.jsonl"),
-        "train_seconds": train_report.get("train_seconds"), "wall_seconds": round(time.time() - started, 1),
-    }
-    (out / GENERAL_REPORT).write_text(json.dumps(report, indent=2, default=str))
-    return report
+    collator = MlmCollator(tokenizer.pad_token_id, DynamicMasker(tokenizer, MASK_PROB, weights))
+    report = {"masking": {"mask_prob": MASK_PROB, "split_mask_random_keep": list(MASK_SPLIT),
+                          "mlm_smoothing": smoothing}, "tokens": sum(len(s) for s in sequences)}
+    return EncodedDataset([{"input_ids": s} for s in sequences]), collator, report
+
+
+def build_general_plan(ctx: DistillContext) -> Plan:
+    """One stage ``general`` (no evaluation; gradient clipping 5.0 as the reference)."""
+    config = ctx.config
+    if config.alpha_cos > 0 and ctx.student.model.config.dim != ctx.teacher.config.hidden_size:
+        raise KdbertError(f"the student's width {ctx.student.model.config.dim} differs from the teacher's "
+                          f"{ctx.teacher.config.hidden_size}; the cosine term needs equal widths: set --alpha-cos 0 "
+                          "or use a student from `kdbert init-student`")
+    stages = [task_stage("general", config, general_matches(config), ctx, evaluate=False,
+                         max_grad_norm=config.max_grad_norm, eval_every=None)]
+    report = {"loss": {"temperature": config.temperature, "alpha_ce": config.alpha_ce,
+                       "alpha_mlm": config.alpha_mlm, "alpha_cos": config.alpha_cos},
+              "student_parameters": sum(p.numel() for p in ctx.student.model.parameters())}
+    return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages, report=report)

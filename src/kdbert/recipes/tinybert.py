@@ -11,8 +11,11 @@ Task distillation is two stages run by the shared trainer (:func:`build_task_pla
 2. ``prediction``: soft cross-entropy to the teacher's logits (temperature T, default 1), or
    MSE to the *gold* score for regression (STS-B), linear schedule, evaluated on dev.
 
-General distillation (:func:`run_general`) is stage 1 on raw text from a pre-trained teacher;
-its result (a bare ``BertModel`` folder) is the starting student of task distillation.
+Both stages are match lists (:func:`intermediate_matches`, :func:`prediction_matches`).
+General distillation (:func:`build_general_plan`) is stage 1 on raw text from a pre-trained
+teacher; its result (a bare ``BertModel`` folder) is the starting student of task distillation.
+A recipe YAML may replace the stages with a plan written as data (``stages:``, see
+:mod:`kdbert.recipes.stages`).
 
 Differences from the reference code (huawei-noah TinyBERT), on purpose:
   - the per-task defaults (intermediate epochs, max_seq_len) ARE applied; the reference
@@ -25,24 +28,21 @@ Differences from the reference code (huawei-noah TinyBERT), on purpose:
 
 from __future__ import annotations
 
-import json
 import math
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-from torch import nn
-
-from kdbert import losses
+from kdbert.config import EPOCHS, LEARNING_RATE, POSITIVE_INT, MethodConfig, TrainOptions, in_range, option, override
 from kdbert.data.batching import EncodedDataset, PaddingCollator
+from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
-from kdbert.finetune import task_loss
-from kdbert.mapping import LayerMap, resolve
+from kdbert.mapping import LayerMap, parse_layers, resolve
+from kdbert.matching import Match
 from kdbert.models import students
-from kdbert.models.trace import model_inputs, trace
-from kdbert.recipes.base import DistillContext, Plan
-from kdbert.trainer import RunConfig, Stage, StageConfig, Trainer, prepare_output_dir
+from kdbert.models.loading import check_vocabulary, load_encoder
+from kdbert.models.students import STUDENT_INITS
+from kdbert.recipes.base import DistillContext, Plan, Student, resolve_student
+from kdbert.recipes.stages import stages_from_data, task_stage
 
 # ----------------------------------------------------------------------------- defaults
 # Settings every GLUE task shares (paper + reference code): intermediate stage lr 5e-5,
@@ -86,6 +86,7 @@ LAYER_MAPS = ("uniform", "top", "bottom", "explicit")
 ATTENTION_REDUCTIONS = ("tinybert-reference", "masked-mean")
 PROJECTIONS = ("per-layer", "shared")
 INTERMEDIATE_TERMS = ("embedding", "attention", "hidden")
+REGRESSION_TARGETS = ("gold", "teacher")
 
 
 def task_defaults(task_name: str) -> dict:
@@ -93,94 +94,106 @@ def task_defaults(task_name: str) -> dict:
     return {**COMMON_TASK_DEFAULTS, **TASK_DEFAULTS.get(task_name, FALLBACK_TASK_DEFAULTS)}
 
 
-def _option(options: dict, key: str, default):
-    value = options.get(key)
-    return default if value is None else value
+
+def task_defaults(task_name: str) -> dict:
+    """The TinyBERT defaults of a task (GLUE name; anything else gets the fallback)."""
+    return {**COMMON_TASK_DEFAULTS, **TASK_DEFAULTS.get(task_name, FALLBACK_TASK_DEFAULTS)}
+
+
+# ----------------------------------------------------------------------------- options
+@dataclass
+class IntermediateOptions:
+    """What stage 1 (and general distillation) matches, and how."""
+
+    layer_map: str | None = option(None, "student -> teacher layer map g(m) (default: uniform for tinybert, skip "
+                                         "for pkd)", group="layer mapping", choices=LAYER_MAPS)
+    teacher_layers: str | None = option(None, "explicit map: teacher layer (1-based) for each student layer, e.g. "
+                                              "3,6,9,12", group="layer mapping")
+    attention_reduction: str = option("tinybert-reference", "tinybert: attention-loss reduction (reference: zero "
+                                      "masked scores, mean over all entries)", group="losses",
+                                      choices=ATTENTION_REDUCTIONS)
+    head_average: bool = option(False, "tinybert: average attention over heads (allows different head counts)",
+                                type=bool, group="losses")
+    hidden_projection: str = option("per-layer", "tinybert: one W_h per matched layer (default) or one shared",
+                                    group="losses", choices=PROJECTIONS)
+    student_init: str | None = option(None, "preset student's weights: random (default, as the papers) or selected "
+                                            "from the teacher's (weight selection)", group="student",
+                                      choices=STUDENT_INITS)
+
+
+@dataclass
+class TinyBertConfig(IntermediateOptions, MethodConfig):
+    """TinyBERT task distillation; ``None`` fields take the task's defaults (:func:`task_defaults`)."""
+
+    method = "tinybert"
+    student_layers: str | None = option(None, "build the student from these teacher layers (0-based, e.g. 0,1,2) "
+                                              "or the first K layers (an integer), as BERT-PKD does", group="student")
+    temperature: float | None = option(None, "softmax temperature (default: the method's)",
+                                       in_range(0, 1e4, low_open=True), float, "losses")
+    regression_target: str = option("gold", "tinybert, regression tasks (STS-B): prediction-stage MSE to the gold "
+                                    "score (default, the paper) or to the teacher's score (use it with an augmented "
+                                    "--train-file, whose rows carry the original sentence's gold score)",
+                                    group="losses", choices=REGRESSION_TARGETS)
+    no_embedding_loss: bool = option(False, "ablation: drop the embedding loss", type=bool, group="losses")
+    no_attention_loss: bool = option(False, "ablation: drop the attention loss", type=bool, group="losses")
+    no_hidden_loss: bool = option(False, "ablation: drop the hidden-state loss", type=bool, group="losses")
+    no_prediction_loss: bool = option(False, "ablation: train the prediction stage on gold labels only", type=bool,
+                                      group="losses")
+    skip_intermediate: bool = option(False, "tinybert: run the prediction stage only", type=bool, group="stages")
+    intermediate_epochs: float | None = option(None, "tinybert: epochs of the intermediate-layer stage", EPOCHS,
+                                               float, "stages")
+    intermediate_lr: float | None = option(None, "tinybert: learning rate of the intermediate stage", LEARNING_RATE,
+                                           float, "stages")
+    intermediate_max_steps: int | None = option(None, "tinybert: optimiser steps of the intermediate stage",
+                                                POSITIVE_INT, int, "stages")
+    stages: list | None = option(None, "a stage plan written as data (recipe YAML), replacing TinyBERT's two "
+                                       "stages; see kdbert.recipes.stages", type=list, group="plan")
+
+    def task_defaults(self, task: str) -> dict:
+        return task_defaults(task)
+
+    @property
+    def terms_on(self) -> dict[str, bool]:
+        return {t: not getattr(self, f"no_{t}_loss") for t in INTERMEDIATE_TERMS}
+
+
+@dataclass
+class TinyBertGeneralConfig(IntermediateOptions, TrainOptions):
+    """TinyBERT general distillation (paper: 3 epochs, batch 256, lr 1e-4, sequences of 128)."""
+
+    method = "tinybert"
+    teacher: str | None = option("default", "pre-trained (not fine-tuned) teacher", group="models")
+    student: str | None = option(DEFAULT_STUDENT, "tinybert: preset or config folder (default tinybert4)", group="models")
+    corpus: list | None = option(None, "text files or folders", type=list, group="models")
+    max_sequences: int | None = option(None, "use at most N packed sequences", in_range(1, 10**12, int), int, "models")
+    epochs: float | None = override(TrainOptions, "epochs", GENERAL_DEFAULTS["epochs"])
+    learning_rate: float | None = override(TrainOptions, "learning_rate", GENERAL_DEFAULTS["learning_rate"])
+    batch_size: int | None = override(TrainOptions, "batch_size", GENERAL_DEFAULTS["batch_size"])
+    max_seq_len: int | None = override(TrainOptions, "max_seq_len", GENERAL_DEFAULTS["max_seq_len"])
+    save_every: int | None = option(None, "checkpoint every N optimiser steps (default: at the end of each epoch)",
+                                    POSITIVE_INT, int, "models")
+
+    @property
+    def terms_on(self) -> dict[str, bool]:
+        return dict.fromkeys(INTERMEDIATE_TERMS, True)
+
+
+Config, GeneralConfig = TinyBertConfig, TinyBertGeneralConfig
 
 
 # ----------------------------------------------------------------------------- students
-def _parse_ints(text, option: str) -> list[int]:
-    if isinstance(text, (list, tuple)):
-        values = list(text)
-    else:
-        values = [part.strip() for part in str(text).split(",") if part.strip()]
-    try:
-        return [int(v) for v in values]
-    except (TypeError, ValueError):
-        raise KdbertError(f"{option} {text!r}: expected comma-separated integers, e.g. 3,6,9,12") from None
-
-
-def _student_layers(text) -> list[int]:
-    """``"0,1,2"`` -> those 0-based teacher layers; a single integer ``"3"`` -> the first 3."""
-    values = _parse_ints(text, "--student-layers")
-    if not values:
-        raise KdbertError("--student-layers is empty; give 0-based teacher layers (0,1,2) or a count (3)")
-    is_count = len(values) == 1 and "," not in str(text)
-    if is_count and values[0] < 1:
-        raise KdbertError(f"--student-layers {text}: a layer count must be at least 1")
-    return list(range(values[0])) if is_count else values
-
-
-def _check_vocab(path, vocab_size: int, teacher_vocab: int) -> None:
-    if vocab_size != teacher_vocab:
-        raise KdbertError(
-            f"--student {path} has a vocabulary of {vocab_size} tokens but the teacher's has {teacher_vocab}; "
-            "distil into a student that shares the teacher's tokenizer (a preset, --student-layers, or a "
-            "general-distilled student of this teacher)"
-        )
-
-
-def initial_student(teacher, spec, options: dict):
+def initial_student(teacher, spec: TaskSpec, config: TinyBertConfig) -> Student:
     """The student task distillation starts from (a ``...ForSequenceClassification``).
 
-    ``options["student"]``: a preset (tinybert4, tinybert6; default tinybert4) built on the
-    teacher's vocabulary, or an HF folder (e.g. from :func:`run_general`) loaded with a fresh
-    classifier for the task. ``options["student_layers"]`` instead copies teacher layers
-    (``"0,1,2"``, or ``"3"`` for the first three). Random parts are seeded by ``options["seed"]``.
+    ``config.student``: a preset (tinybert4, tinybert6; default tinybert4) built on the
+    teacher's vocabulary, or an HF folder (e.g. from general distillation) loaded with a fresh
+    classifier for the task. ``config.student_layers`` instead copies teacher layers
+    (``"0,1,2"``, or ``"3"`` for the first three). Random parts are seeded by ``config.seed``.
     """
-    seed = _option(options, "seed", 42)
-    name = options.get("student")
-    num_labels = spec.num_labels
-    students.refuse_student_init_without_preset(options)
-    if options.get("student_layers") not in (None, ""):
-        if name not in (None, ""):
-            raise KdbertError("give either --student or --student-layers, not both")
-        return students.init_from_teacher_layers(teacher, _student_layers(options["student_layers"]),
-                                                 num_labels, seed=seed)
-    name = name or DEFAULT_STUDENT
-    if name in students.PRESETS:
-        config = students.student_config(name, teacher.config, num_labels)
-        if spec.labels is not None:
-            config.id2label = dict(enumerate(spec.labels))
-            config.label2id = {label: i for i, label in enumerate(spec.labels)}
-        student = students.build_student(config, "regression" if spec.is_regression else "classification", seed)
-        student.kdbert_init = f"{name}, {students.apply_student_init(student, teacher, options.get('student_init'))}"
-        return student
-    path = Path(str(name)).expanduser()
-    if not path.is_dir():
-        raise KdbertError(
-            f"--student {name}: not a preset ({', '.join(students.PRESETS)}) nor an existing model folder"
-        )
-    if not (path / "config.json").is_file():
-        raise KdbertError(f"--student {path}: the folder has no config.json; pass a folder saved with save_pretrained")
-    from transformers import AutoConfig, AutoModelForSequenceClassification
-
-    try:
-        config = AutoConfig.from_pretrained(path)
-    except (OSError, ValueError) as exc:
-        raise KdbertError(f"--student {path}: could not read its config.json: {str(exc).splitlines()[0]}") from None
-    _check_vocab(path, getattr(config, "vocab_size", None), teacher.config.vocab_size)
-    extra = {}
-    if spec.labels is not None:
-        extra = dict(id2label=dict(enumerate(spec.labels)), label2id={label: i for i, label in enumerate(spec.labels)})
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        try:
-            return AutoModelForSequenceClassification.from_pretrained(
-                path, num_labels=num_labels, ignore_mismatched_sizes=True,
-                problem_type="regression" if spec.is_regression else "single_label_classification", **extra)
-        except (OSError, ValueError) as exc:
-            raise KdbertError(f"--student {path}: could not load it as a classifier: {str(exc).splitlines()[0]}") from None
+    if config.student and config.student not in students.PRESETS and not Path(str(config.student)).expanduser().is_dir():
+        raise KdbertError(f"--student {config.student}: not a preset ({', '.join(students.PRESETS)}) nor an "
+                          "existing model folder")
+    return resolve_student(teacher, spec, config, default_preset=None if config.student_layers else DEFAULT_STUDENT)
 
 
 # ----------------------------------------------------------------------------- layer map
@@ -189,15 +202,15 @@ def _rounded_uniform(m: int, n: int) -> list[int]:
     return [math.ceil(i * n / m) for i in range(1, m + 1)]
 
 
-def resolve_layer_map(options: dict, m: int, n: int) -> tuple[LayerMap, str]:
-    """The layer map from ``layer_map`` / ``teacher_layers`` options and its description.
+def resolve_layer_map(config, m: int, n: int) -> tuple[LayerMap, str]:
+    """The layer map from the ``layer_map`` / ``teacher_layers`` options and its description.
 
     No choice means ``uniform``; when the teacher depth is not a multiple of the student's,
     that default becomes the rounded uniform map ceil(m*N/M) (an explicit map, announced).
     """
-    method = options.get("layer_map")
-    teacher_layers = options.get("teacher_layers")
-    explicit = _parse_ints(teacher_layers, "--teacher-layers") if teacher_layers not in (None, "") else None
+    method = config.layer_map
+    teacher_layers = config.teacher_layers
+    explicit = parse_layers(teacher_layers, "--teacher-layers") if teacher_layers not in (None, "") else None
     if method is None:
         if explicit is not None:
             method = "explicit"
@@ -220,354 +233,172 @@ def resolve_layer_map(options: dict, m: int, n: int) -> tuple[LayerMap, str]:
     return resolve(method, m, n, explicit=explicit), method
 
 
-# ----------------------------------------------------------------------------- intermediate loss
-@dataclass(frozen=True)
-class IntermediateSpec:
-    """What stage 1 (and general distillation) matches."""
+# ----------------------------------------------------------------------------- matches
+def intermediate_matches(layer_map: LayerMap, terms_on: dict, projection: str, reduction: str,
+                         head_average: bool) -> list[Match]:
+    """Stage 1's matches (all weights 1, as the paper and reference)::
 
-    layer_map: LayerMap
-    embedding: bool = True
-    attention: bool = True
-    hidden: bool = True
-    projection: str = "per-layer"
-    attention_reduction: str = "tinybert-reference"
-    head_average: bool = False
+        embedding = MSE(E_s W_e, E_t);  attention = sum_m MSE(A_s^m, A_t^g(m));  hidden = sum_m MSE(H_s^m W_h, H_t^g(m))
 
-    @property
-    def terms(self) -> list[str]:
-        return [t for t in INTERMEDIATE_TERMS if getattr(self, t)]
-
-
-def projection_name(student_layer: int, mode: str) -> str:
-    """Key of the projection applied to ``student.hidden_states[student_layer]``."""
-    if mode == "shared":
-        return "shared"
-    return "embeddings" if student_layer == 0 else f"layer_{student_layer}"
-
-
-def build_projections(spec: IntermediateSpec, d_student: int, d_teacher: int, init_std: float = 0.02,
-                      seed: int = 0) -> nn.ModuleDict:
-    """Learnable d_s -> d_t maps: W_e and one W_h per matched layer, or one shared (v1 ``fit_dense``,
-    applied to the embeddings too). Initialised as BERT weights (normal(0, init_std), zero bias)."""
-    names = []
-    if spec.embedding:
-        names.append(projection_name(0, spec.projection))
-    if spec.hidden:
-        names += [projection_name(s, spec.projection) for s, _ in spec.layer_map.pairs if s > 0]
-    projections = nn.ModuleDict()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for name in dict.fromkeys(names):
-            linear = nn.Linear(d_student, d_teacher)
-            nn.init.normal_(linear.weight, std=init_std)
-            nn.init.zeros_(linear.bias)
-            projections[name] = linear
-    return projections
-
-
-def load_saved_projections(projections: nn.ModuleDict, folder) -> list[str]:
-    """Copy same-named, same-shaped projections saved next to a student (``projections.safetensors``
-    of a general-distilled student) into ``projections``; returns the names loaded.
-
-    The reference v1 code keeps ``fit_dense`` inside the student, so task distillation starts
-    from the general stage's projection; this does the same when the modes match.
+    ``projection`` "per-layer" gives one W per matched pair, "shared" one for all (v1's ``fit_dense``).
     """
-    path = Path(str(folder)) / "projections.safetensors"
-    if not path.is_file():
-        return []
-    from safetensors.torch import load_file
-
-    saved = {k.removeprefix("projections."): v for k, v in load_file(str(path)).items() if k.startswith("projections.")}
-    loaded = []
-    with torch.no_grad():
-        for name, module in projections.items():
-            weight, bias = saved.get(f"{name}.weight"), saved.get(f"{name}.bias")
-            if weight is not None and bias is not None and weight.shape == module.weight.shape:
-                module.weight.copy_(weight)
-                module.bias.copy_(bias)
-                loaded.append(name)
-    return loaded
+    proj = "linear" if projection == "per-layer" else "shared"
+    layers = [(s, t) for s, t in layer_map.pairs if s > 0]
+    matches = []
+    if terms_on["embedding"]:
+        matches.append(Match("embedding", "embeddings", "hidden_mse", student_layer=0, teacher_layer=0, projection=proj))
+    if terms_on["attention"]:
+        matches += [Match("attention", "attention_scores", "attention_mse", student_layer=s, teacher_layer=t,
+                          options={"reduction": reduction, "head_average": head_average}) for s, t in layers]
+    if terms_on["hidden"]:
+        matches += [Match("hidden", "hidden", "hidden_mse", student_layer=s, teacher_layer=t, projection=proj)
+                    for s, t in layers]
+    return matches
 
 
-def intermediate_terms(student_trace, teacher_trace, projections: nn.ModuleDict, spec: IntermediateSpec) -> dict:
-    """Stage-1 loss terms from two traces (all weights 1, as the paper and reference)."""
-    terms = {}
-    if spec.embedding:
-        terms["embedding"] = losses.hidden_mse(student_trace.hidden_states[0], teacher_trace.hidden_states[0],
-                                               projections[projection_name(0, spec.projection)])
-    if spec.attention:
-        terms["attention"] = sum(
-            losses.attention_mse(student_trace.attention_scores[s], teacher_trace.attention_scores[t],
-                                 student_trace.attention_mask, spec.attention_reduction, spec.head_average)
-            for s, t in spec.layer_map.attention_pairs)
-    if spec.hidden:
-        terms["hidden"] = sum(
-            losses.hidden_mse(student_trace.hidden_states[s], teacher_trace.hidden_states[t],
-                              projections[projection_name(s, spec.projection)])
-            for s, t in spec.layer_map.pairs if s > 0)
-    return terms
+def prediction_matches(regression: bool, temperature: float, gold_only: bool, regression_target: str) -> list[Match]:
+    """Stage 2: soft CE to the teacher, or the task loss (``gold_only``); for regression, MSE to
+    the gold score (the reference) or, with ``regression_target="teacher"``, to the teacher's
+    predicted score (what augmented rows need: their gold score is the original sentence's)."""
+    if gold_only:
+        return [Match("task", "logits", "hard_label", target="labels")]
+    if regression:
+        return [Match("prediction", "logits", "regression_mse", target="labels" if regression_target == "gold"
+                      else "teacher")]
+    return [Match("prediction", "logits", "soft_cross_entropy", options={"temperature": temperature})]
 
 
-def intermediate_loss(spec: IntermediateSpec):
-    """``loss_fn(parts, frozen, batch)`` of stage 1: traces the teacher (no grad) and the student."""
-
-    def loss_fn(parts, frozen, batch):
-        with torch.no_grad():
-            teacher_trace = trace(frozen["teacher"], batch, with_attention=spec.attention)
-        student_trace = trace(parts["student"], batch, with_attention=spec.attention)
-        projections = parts["projections"] if "projections" in parts else nn.ModuleDict()
-        return intermediate_terms(student_trace, teacher_trace, projections, spec)
-
-    return loss_fn
-
-
-REGRESSION_TARGETS = ("gold", "teacher")
-
-
-def prediction_loss(regression: bool, temperature: float, gold_only: bool, regression_target: str = "gold"):
-    """``loss_fn`` of stage 2: soft CE to the teacher, or the task loss (``gold_only``); for
-    regression, MSE to the gold score (the reference) or, with ``regression_target="teacher"``,
-    to the teacher's predicted score (what augmented rows need: their gold score is the
-    original sentence's)."""
-
-    def loss_fn(parts, frozen, batch):
-        student = parts["student"]
-        if gold_only:
-            return {"task": task_loss(student, batch, regression)}
-        logits = student(**model_inputs(student, batch)).logits
-        if regression and regression_target == "gold":
-            return {"prediction": losses.regression_mse(logits, batch["labels"])}
-        teacher = frozen["teacher"]
-        with torch.no_grad():
-            teacher_logits = teacher(**model_inputs(teacher, batch)).logits
-        if regression:
-            return {"prediction": losses.regression_mse(logits, teacher_logits.squeeze(-1))}
-        return {"prediction": losses.soft_cross_entropy(logits, teacher_logits, temperature)}
-
-    return loss_fn
-
-
-def _intermediate_spec(options: dict, student, teacher, terms_on: dict, log=print) -> tuple[IntermediateSpec, dict]:
-    """Resolve and validate the layer map and the stage-1 options; print the map's table."""
-    reduction = _option(options, "attention_reduction", "tinybert-reference")
-    if reduction not in ATTENTION_REDUCTIONS:
-        raise KdbertError(f"--attention-reduction {reduction}: use one of {', '.join(ATTENTION_REDUCTIONS)}")
-    projection = _option(options, "hidden_projection", "per-layer")
-    if projection not in PROJECTIONS:
-        raise KdbertError(f"--hidden-projection {projection}: use one of {', '.join(PROJECTIONS)}")
-    head_average = bool(options.get("head_average"))
+def _layer_map(config, student, teacher, log=print) -> tuple[LayerMap, dict]:
+    """Resolve and validate the layer map against both models; print its table."""
     s_cfg, t_cfg = student.config, teacher.config
     m, n = s_cfg.num_hidden_layers, t_cfg.num_hidden_layers
-    layer_map, method = resolve_layer_map(options, m, n)
+    layer_map, method = resolve_layer_map(config, m, n)
+    terms_on = config.terms_on
     h_s, h_t = s_cfg.num_attention_heads, t_cfg.num_attention_heads
-    if terms_on["attention"] and not head_average and h_s != h_t:
+    if terms_on["attention"] and not config.head_average and h_s != h_t:
         raise KdbertError(f"the student has {h_s} attention heads and the teacher {h_t}: the attention loss needs "
                           "equal counts; pass --head-average or --no-attention-loss")
-    layer_map.validate(m, n, h_s, h_t, needs_attention=terms_on["attention"], head_average=head_average)
+    layer_map.validate(m, n, h_s, h_t, needs_attention=terms_on["attention"], head_average=config.head_average)
     if terms_on["embedding"] and layer_map.pairs[0] != (0, 0):
         raise KdbertError("the TinyBERT layer map must start with embeddings -> embeddings (0 -> 0)")
     log(f"TinyBERT layer map ({method}, student {m} layers, teacher {n}):\n{layer_map.table()}")
-    spec = IntermediateSpec(layer_map, projection=projection, attention_reduction=reduction,
-                            head_average=head_average, **terms_on)
     report = {"method": method, "pairs": [list(p) for p in layer_map.pairs],
               "attention_pairs": [list(p) for p in layer_map.attention_pairs], "table": layer_map.table()}
-    return spec, report
+    return layer_map, report
 
 
-def _projection_report(projections: nn.ModuleDict, mode: str) -> dict:
-    return {"mode": mode, "count": len(projections), "names": list(projections.keys()),
-            "parameters": sum(p.numel() for p in projections.parameters())}
+def _intermediate_stage(name: str, config, ctx, layer_map: LayerMap, projections_from=None, **settings):
+    matches = intermediate_matches(layer_map, config.terms_on, config.hidden_projection, config.attention_reduction,
+                                   config.head_average)
+    train = ("student.*", "projections.*") if any(m.projection for m in matches) else ("student.*",)
+    return task_stage(name, config, matches, ctx, projections_from=projections_from, evaluate=False, train=train,
+                      eval_every=None, **settings)
 
 
 # ----------------------------------------------------------------------------- task plan
 def build_task_plan(ctx: DistillContext) -> Plan:
-    """TinyBERT task distillation: [intermediate, prediction] (see the module docstring).
+    """TinyBERT task distillation: [intermediate, prediction] (see the module docstring), or the
+    config's ``stages`` plan written as data.
 
-    Options (argparse dest names; None = the task's TinyBERT default): intermediate_epochs,
-    intermediate_lr, intermediate_max_steps (stage 1); epochs, learning_rate, max_steps,
-    warmup_ratio, eval_every (stage 2); batch_size, grad_accum, weight_decay (both stages);
-    temperature; layer_map, teacher_layers, attention_reduction, head_average,
-    hidden_projection; regression_target (gold or teacher); ablations no_embedding_loss,
-    no_attention_loss, no_hidden_loss, no_prediction_loss, skip_intermediate.
+    Options (None = the task's TinyBERT default): intermediate_epochs, intermediate_lr,
+    intermediate_max_steps (stage 1); epochs, learning_rate, max_steps, warmup_ratio, eval_every
+    (stage 2); batch_size, grad_accum, weight_decay (both stages); temperature; layer_map,
+    teacher_layers, attention_reduction, head_average, hidden_projection; regression_target;
+    ablations no_embedding_loss, no_attention_loss, no_hidden_loss, no_prediction_loss,
+    skip_intermediate.
     """
-    options, spec = ctx.options, ctx.spec
-    defaults = task_defaults(spec.name)
-    temperature = float(_option(options, "temperature", defaults["temperature"]))
-    if temperature <= 0:
-        raise KdbertError(f"--temperature {temperature}: must be positive")
-    terms_on = {t: not options.get(f"no_{t}_loss") for t in INTERMEDIATE_TERMS}
-    run_intermediate = any(terms_on.values()) and not options.get("skip_intermediate")
-    gold_only = bool(options.get("no_prediction_loss"))
-    regression_target = _option(options, "regression_target", "gold")
-    if regression_target not in REGRESSION_TARGETS:
-        raise KdbertError(f"--regression-target {regression_target!r}: choose one of {', '.join(REGRESSION_TARGETS)}")
-    shared = dict(batch_size=int(_option(options, "batch_size", defaults["batch_size"])),
-                  grad_accum=int(_option(options, "grad_accum", 1)),
-                  weight_decay=float(_option(options, "weight_decay", 0.01)))
-
-    modules: dict[str, nn.Module] = {"student": ctx.student}
-    stages: list[Stage] = []
+    config, spec, student = ctx.config, ctx.spec, ctx.student.model
+    terms_on = config.terms_on
+    run_intermediate = any(terms_on.values()) and not config.skip_intermediate
     report: dict = {"layer_map": None, "projections": None}
+    if config.stages:
+        layer_map, report["layer_map"] = _layer_map(config, student, ctx.teacher)
+        stages = stages_from_data(config.stages, config, ctx, layer_map, int(student.config.num_hidden_layers))
+        report.update(stage_plan="recipe", phases={s.config.name: asdict(s.config) for s in stages})
+        return Plan({"student": student}, {"teacher": ctx.teacher}, stages, report)
+    stages = []
     if run_intermediate:
-        ispec, report["layer_map"] = _intermediate_spec(options, ctx.student, ctx.teacher, terms_on)
-        projections = build_projections(ispec, ctx.student.config.hidden_size, ctx.teacher.config.hidden_size,
-                                         ctx.student.config.initializer_range, seed=ctx.seed)
-        student_folder = options.get("student")
-        loaded = load_saved_projections(projections, student_folder) if student_folder and Path(
-            str(student_folder)).is_dir() else []
-        train_modules = ("student",)
-        if len(projections):
-            modules["projections"] = projections
-            train_modules = ("student", "projections")
-        report["projections"] = {**_projection_report(projections, ispec.projection),
-                                 "loaded_from_student": loaded}
-        config = StageConfig(
-            "intermediate",
-            epochs=float(_option(options, "intermediate_epochs", defaults["intermediate_epochs"])),
-            max_steps=options.get("intermediate_max_steps"),
-            learning_rate=float(_option(options, "intermediate_lr", defaults["intermediate_lr"])),
-            schedule="constant", warmup_ratio=0.0, evaluate=False, train_modules=train_modules, **shared)
-        stages.append(Stage(config, intermediate_loss(ispec), ctx.train_set))
-        report["attention_reduction"] = ispec.attention_reduction if ispec.attention else None
-        report["head_average"] = ispec.head_average
-    prediction = StageConfig(
-        "prediction",
-        epochs=float(_option(options, "epochs", defaults["epochs"])),
-        max_steps=options.get("max_steps"),
-        learning_rate=float(_option(options, "learning_rate", defaults["learning_rate"])),
-        schedule="linear", warmup_ratio=float(_option(options, "warmup_ratio", 0.1)),
-        eval_every=options.get("eval_every"), evaluate=True, train_modules=("student",), **shared)
-    stages.append(Stage(prediction, prediction_loss(spec.is_regression, temperature, gold_only, regression_target),
-                        ctx.train_set))
+        layer_map, report["layer_map"] = _layer_map(config, student, ctx.teacher)
+        folder = config.student if config.student and Path(str(config.student)).is_dir() else None
+        stages.append(_intermediate_stage("intermediate", config, ctx, layer_map, folder, epochs=config.intermediate_epochs,
+                                          max_steps=config.intermediate_max_steps,
+                                          learning_rate=config.intermediate_lr, schedule="constant", warmup_ratio=0.0))
+        report["projections"] = {"mode": config.hidden_projection}
+        report["attention_reduction"] = config.attention_reduction if terms_on["attention"] else None
+        report["head_average"] = config.head_average
+    gold_only = config.no_prediction_loss
+    stages.append(task_stage("prediction", config, prediction_matches(
+        spec.is_regression, config.temperature, gold_only, config.regression_target), ctx))
 
     if gold_only:
         prediction_terms = ["task"]
         prediction_target = "gold labels (cross-entropy)" if not spec.is_regression else "gold scores (MSE)"
-    elif spec.is_regression and regression_target == "teacher":
+    elif spec.is_regression and config.regression_target == "teacher":
         prediction_terms, prediction_target = ["prediction"], "teacher scores (MSE)"
     elif spec.is_regression:
         prediction_terms, prediction_target = ["prediction"], "gold scores (MSE), as the reference"
     else:
-        prediction_terms, prediction_target = ["prediction"], f"teacher soft cross-entropy, T={temperature:g}"
+        prediction_terms, prediction_target = ["prediction"], f"teacher soft cross-entropy, T={config.temperature:g}"
     report.update({
         "loss_terms": {"intermediate": [t for t, on in terms_on.items() if on] if run_intermediate else [],
                        "prediction": prediction_terms},
         "prediction_target": prediction_target,
-        "temperature": temperature,
+        "temperature": config.temperature,
         "phases": {s.config.name: asdict(s.config) for s in stages},
-        "task_defaults": defaults,
+        "task_defaults": task_defaults(spec.name),
     })
-    return Plan(modules=modules, frozen={"teacher": ctx.teacher}, stages=stages, report=report)
+    return Plan(modules={"student": student}, frozen={"teacher": ctx.teacher}, stages=stages, report=report)
 
 
 # ----------------------------------------------------------------------------- general distillation
-def _general_student(options: dict, teacher, seed: int):
+def general_teacher(config: TinyBertGeneralConfig):
+    """The pre-trained teacher, as a bare encoder."""
+    return load_encoder(config.teacher)
+
+
+def general_student(teacher, tokenizer, config: TinyBertGeneralConfig) -> Student:
     """A bare ``BertModel`` student from a preset or a config folder: randomly initialised, or
     selected from the teacher's weights with ``student_init="teacher-weights"``."""
-    teacher_config = teacher.config
-    name = _option(options, "student", GENERAL_DEFAULTS["student"])
+    from transformers import BertConfig
+
+    name = config.student
     if name in students.PRESETS:
-        config = students.student_config(name, teacher_config, num_labels=2)
+        model_config = students.student_config(name, teacher.config, num_labels=2)
     else:
         path = Path(str(name)).expanduser()
         if not (path / "config.json").is_file():
             raise KdbertError(f"--student {name}: not a preset ({', '.join(students.PRESETS)}) nor a folder "
                               "with a config.json")
-        from transformers import BertConfig
-
-        config = BertConfig.from_pretrained(path)
-        _check_vocab(path, config.vocab_size, teacher_config.vocab_size)
-    config.architectures = None
-    student = students.build_student(config, seed=seed).bert
-    student.kdbert_init = students.apply_student_init(student, teacher, options.get("student_init"))
-    return student
+        check_vocabulary(str(path), teacher)
+        model_config = BertConfig.from_pretrained(path)
+    model_config.architectures = None
+    model = students.build_student(model_config, seed=config.seed).bert
+    return Student(model, students.apply_student_init(model, teacher, config.student_init))
 
 
-def _load_general_teacher(name: str):
-    from transformers import AutoModel
-
-    from kdbert.models.loading import resolve_model_path
-
-    path = resolve_model_path(name)
-    try:
-        teacher = AutoModel.from_pretrained(path)
-    except (OSError, ValueError) as exc:
-        raise KdbertError(f"--teacher {path}: could not load it as an encoder: {str(exc).splitlines()[0]}") from None
-    if getattr(teacher.config, "num_hidden_layers", None) is None:
-        raise KdbertError(f"--teacher {path}: not a BERT-family encoder (no num_hidden_layers in its config)")
-    return teacher, path
+def general_max_seq_len(config: TinyBertGeneralConfig, teacher, student: Student) -> int:
+    if config.max_seq_len > teacher.config.max_position_embeddings:
+        raise KdbertError(f"--max-seq-len {config.max_seq_len} exceeds the teacher's "
+                          f"{teacher.config.max_position_embeddings} positions; use a smaller value")
+    return config.max_seq_len
 
 
-def run_general(options: dict, output_dir: str, resume: bool = False, overwrite: bool = False) -> dict:
-    """TinyBERT general distillation on raw text; writes a bare ``BertModel`` student + tokenizer,
-    ``projections.safetensors`` and ``general_report.json`` to ``output_dir``.
+def general_data(sequences: list[list[int]], tokenizer, teacher, config: TinyBertGeneralConfig):
+    """``(dataset, collator, report)``: packed sequences as single-segment BERT inputs."""
+    rows = [{"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)} for ids in sequences]
+    return EncodedDataset(rows), PaddingCollator(tokenizer.pad_token_id), {}
 
-    Options: teacher ("default" = the packaged model), student (preset or config folder,
-    default tinybert4), corpus (paths), max_sequences (or max_train_examples), max_seq_len (128),
-    layer_map, teacher_layers, attention_reduction, hidden_projection, head_average, epochs (3),
-    max_steps, learning_rate (1e-4), batch_size (256), grad_accum, warmup_ratio, weight_decay,
-    seed, mixed_precision, keep_checkpoints, no_progress. Resumable with ``resume``.
-    """
-    from transformers import set_seed
 
-    from kdbert.data.corpus import pack_sequences
-    from kdbert.distill import stage_losses
-    from kdbert.models.loading import load_tokenizer
-
-    started = time.time()
-    seed = _option(options, "seed", 42)
-    corpus = options.get("corpus")
-    if not corpus:
-        raise KdbertError("--corpus is required: text files or folders to distil on")
-    corpus = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
-    max_seq_len = int(_option(options, "max_seq_len", GENERAL_DEFAULTS["max_seq_len"]))
-    max_sequences = options.get("max_sequences") or options.get("max_train_examples")
-    teacher, teacher_path = _load_general_teacher(_option(options, "teacher", "default"))
-    if max_seq_len > teacher.config.max_position_embeddings:
-        raise KdbertError(f"--max-seq-len {max_seq_len} exceeds the teacher's {teacher.config.max_position_embeddings} "
-                          "positions; use a smaller value")
-    tokenizer = load_tokenizer(teacher_path)
-    identity = {"command": "distill general", "method": "tinybert",
-                **{k: v for k, v in options.items() if k not in ("resume", "overwrite", "func", "no_progress")}}
-    out = prepare_output_dir(output_dir, identity, resume, overwrite)
-    set_seed(seed)
-    student = _general_student(options, teacher, seed)
-    ispec, map_report = _intermediate_spec(options, student, teacher,
-                                           {"embedding": True, "attention": True, "hidden": True})
-    projections = build_projections(ispec, student.config.hidden_size, teacher.config.hidden_size,
-                                    student.config.initializer_range, seed=seed)
-    sequences = pack_sequences(tokenizer, corpus, max_seq_len=max_seq_len, max_sequences=max_sequences, seed=seed,
-                               cache_path=out / "packed_corpus.safetensors")
-    dataset = EncodedDataset([{"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)}
-                              for ids in sequences])
-    config = StageConfig(
-        "general",
-        epochs=float(_option(options, "epochs", GENERAL_DEFAULTS["epochs"])),
-        max_steps=options.get("max_steps"),
-        learning_rate=float(_option(options, "learning_rate", GENERAL_DEFAULTS["learning_rate"])),
-        schedule="linear", warmup_ratio=float(_option(options, "warmup_ratio", 0.1)),
-        weight_decay=float(_option(options, "weight_decay", 0.01)),
-        batch_size=int(_option(options, "batch_size", GENERAL_DEFAULTS["batch_size"])),
-        grad_accum=int(_option(options, "grad_accum", 1)),
-        evaluate=False, train_modules=("student", "projections"))
-    run = RunConfig(str(out), seed=seed, mixed_precision=_option(options, "mixed_precision", "no"),
-                    keep_checkpoints=_option(options, "keep_checkpoints", 2),
-                    progress=not options.get("no_progress", False))
-    trainer = Trainer({"student": student, "projections": projections}, [Stage(config, intermediate_loss(ispec), dataset)],
-                      run, PaddingCollator(tokenizer.pad_token_id), frozen={"teacher": teacher}, tokenizer=tokenizer)
-    train_report = trainer.train(resume=resume)
-    report = {
-        "method": "tinybert", "teacher": teacher_path, "options": identity,
-        "student": {"source": _option(options, "student", GENERAL_DEFAULTS["student"]), "init": student.kdbert_init,
-                    "num_hidden_layers": student.config.num_hidden_layers, "hidden_size": student.config.hidden_size,
-                    "parameters": sum(p.numel() for p in student.parameters())},
-        "corpus": [str(c) for c in corpus], "sequences": len(sequences), "max_seq_len": max_seq_len,
-        "layer_map": map_report, "loss_terms": ispec.terms,
-        "attention_reduction": ispec.attention_reduction, "head_average": ispec.head_average,
-        "projections": _projection_report(projections, ispec.projection),
-        "stages": train_report.get("stages"), "stage_losses": stage_losses(out / "log.jsonl"),
-        "train_seconds": train_report.get("train_seconds"),
-        "wall_seconds": round(time.time() - started, 1),
-    }
-    (out / "general_report.json").write_text(json.dumps(report, indent=2, default=str))
-    return report
+def build_general_plan(ctx: DistillContext) -> Plan:
+    """One stage ``general``: stage 1's matches on raw text (linear schedule, no evaluation)."""
+    config, student = ctx.config, ctx.student.model
+    layer_map, map_report = _layer_map(config, student, ctx.teacher)
+    stages = [_intermediate_stage("general", config, ctx, layer_map)]
+    report = {"student": {"source": config.student, "init": ctx.student.origin,
+                          "num_hidden_layers": student.config.num_hidden_layers,
+                          "hidden_size": student.config.hidden_size,
+                          "parameters": sum(p.numel() for p in student.parameters())},
+              "layer_map": map_report, "loss_terms": list(INTERMEDIATE_TERMS),
+              "attention_reduction": config.attention_reduction, "head_average": config.head_average,
+              "projections": {"mode": config.hidden_projection}}
+    return Plan({"student": student}, {"teacher": ctx.teacher}, stages, report=report)
