@@ -6,10 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kdbert.data.augment_bilstm import (
-    BiLSTMAugmenter, NltkTagger, PosCandidates, TaggedText, augment_rows, synthesize,
-)
+from kdbert.data.augment_bilstm import BiLSTMAugmenter, PosCandidates, TaggedText, augment_rows, synthesize
 from kdbert.data.augment_tinybert import text_seed
+from kdbert.data.pos_tagging import NltkTagger
 from kdbert.data.teacher_logits import teacher_view
 from kdbert.data.words import MASK_TOKEN, Vocab, word_spans
 from kdbert.errors import KdbertError
@@ -218,13 +217,30 @@ def test_jsonl_and_headerless_outputs(tmp_path):
         augment_rows(rows, ["a", "b", "c"], tmp_path / "x.tsv", make())
 
 
-@pytest.mark.skipif(not NLTK_DATA.is_dir(), reason="needs the offline nltk_data folder")
-def test_nltk_tagger_tags_penn_treebank_offline():
-    tagger = NltkTagger(NLTK_DATA)
-    assert tagger([["The", "cat", "sat", "on", "the", "mat", "."]]) == [["DT", "NN", "VBD", "IN", "DT", "NN", "."]]
-    assert tagger.name.endswith("averaged_perceptron_tagger_eng")
+@pytest.fixture(scope="module")
+def nltk_tagger():
+    if not NLTK_DATA.is_dir():
+        pytest.skip("needs the offline nltk_data folder")
+    with NltkTagger(NLTK_DATA, num_workers=2) as tagger:
+        yield tagger
+
+
+def test_nltk_tagger_tags_penn_treebank_offline(nltk_tagger):
+    assert nltk_tagger([["The", "cat", "sat", "on", "the", "mat", "."]]) == [["DT", "NN", "VBD", "IN", "DT", "NN", "."]]
+    assert nltk_tagger.name.endswith("averaged_perceptron_tagger_eng")
 
 
 def test_missing_nltk_data_is_a_one_line_error(tmp_path):
     with pytest.raises(KdbertError, match="is not a folder"):
         NltkTagger(tmp_path / "nope")
+
+
+def test_tagging_in_worker_processes_gives_the_same_tags(nltk_tagger):
+    sentences = [["The", "cat", "sat", "on", "the", "mat", str(i), "."] for i in range(500)]
+    sentences += [["Dogs", "run", "fast", "in", "parks", "."]] * 500
+    in_workers = nltk_tagger(sentences)  # 1000 sentences: the smallest batch sent to workers
+    nltk_tagger.num_workers = 1
+    try:
+        assert in_workers == nltk_tagger(sentences)
+    finally:
+        nltk_tagger.num_workers = 2

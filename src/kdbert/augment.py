@@ -98,17 +98,18 @@ def augment_task_bilstm(task: TaskOptions, output: str | None = None, p_mask: fl
                         p_ng: float = 0.25, n_iter: int = 20, ngram_mode: str = "keep", max_n: int = 5,
                         seed: int = 42, nltk_data: str | None = None, max_rows: int | None = None,
                         teacher: str | None = None, max_seq_len: int | None = None,
-                        batch_size: int = 64, device: str | None = None) -> dict:
+                        batch_size: int = 64, device: str | None = None, num_workers: int = 1) -> dict:
     """The distilled BiLSTM's augmentation of ``task``'s training rows (defaults: the paper's
     settings); returns counts, output path and throughput.
 
     POS candidates come from all of the task's training rows, also with ``max_rows`` (which
-    limits the rows augmented). With ``teacher`` (a model fine-tuned on the task), its logits on
+    limits the rows augmented). ``num_workers`` processes tag the texts (the slow part). With ``teacher`` (a model fine-tuned on the task), its logits on
     every output row are computed and stored beside the output
     (:func:`kdbert.data.teacher_logits.label_with_teacher`), with ``max_seq_len`` defaulting to
     the task's.
     """
-    from kdbert.data.augment_bilstm import BiLSTMAugmenter, NltkTagger, augment_rows
+    from kdbert.data.augment_bilstm import BiLSTMAugmenter, augment_rows
+    from kdbert.data.pos_tagging import NltkTagger
 
     rows, columns, has_header, suffix = task_rows(task)
     if len(columns) not in (1, 2):
@@ -119,12 +120,13 @@ def augment_task_bilstm(task: TaskOptions, output: str | None = None, p_mask: fl
     output = output or default_output(task, suffix)
     started = time.time()
     texts = [str(row[c]) for row in rows for c in columns if c in row]
-    augmenter = BiLSTMAugmenter.from_texts(texts, NltkTagger(nltk_data), p_mask=p_mask, p_pos=p_pos, p_ng=p_ng,
-                                           n_iter=n_iter, ngram_mode=ngram_mode, max_n=max_n, seed=seed)
-    tagged = time.time()
     chosen = rows[:max_rows] if max_rows else rows
-    written = augment_rows(chosen, columns, output, augmenter, write_header=has_header)
-    finished = time.time()
+    with NltkTagger(nltk_data, num_workers) as tagger:
+        augmenter = BiLSTMAugmenter.from_texts(texts, tagger, p_mask=p_mask, p_pos=p_pos, p_ng=p_ng, n_iter=n_iter,
+                                               ngram_mode=ngram_mode, max_n=max_n, seed=seed)
+        tagged = time.time()
+        written = augment_rows(chosen, columns, output, augmenter, write_header=has_header)
+        finished = time.time()
     result = {"output": output, "input_rows": len(chosen), "output_rows": written, "columns": columns,
               "tagging_seconds": round(tagged - started, 1), "seconds": round(finished - started, 1),
               "examples_per_second": round(len(chosen) / max(finished - started, 1e-9), 2)}

@@ -264,7 +264,8 @@ def cmd_augment(args) -> int:
     if args.method == "bilstm":
         options = {name: getattr(args, name) for name in own if getattr(args, name) is not None}
         result = augment_task_bilstm(task_options(args), args.output, seed=args.seed, max_rows=args.max_rows,
-                                     batch_size=args.batch_size, device=args.device, **options)
+                                     batch_size=args.batch_size, device=args.device, num_workers=args.num_workers,
+                                     **options)
         print(f"augmented {result['input_rows']} rows ({', '.join(map(str, result['columns']))}) -> "
               f"{result['output_rows']} rows in {result['output']} ({result['seconds']:.0f}s, "
               f"{result['examples_per_second']:.1f} examples/s)"
@@ -391,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64, help="most MLM queries (bilstm: teacher rows) per forward pass")
     p.add_argument("--batch-tokens", type=int, default=2048,
                    help="most padded tokens per forward pass (long inputs get smaller batches; faster on CPU)")
-    p.add_argument("--num-workers", type=int, default=1, help="worker processes")
+    p.add_argument("--num-workers", type=int, default=1, help="worker processes (bilstm: for POS tagging)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="MLM precision: bfloat16 is ~2-3x faster on CPUs with AMX and on GPUs; some candidates "
                         "differ, also between batch sizes / worker counts")

@@ -44,51 +44,16 @@ import json
 import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from kdbert.data.augment_tinybert import text_seed, write_augmented_rows
+from kdbert.data.pos_tagging import PosTagger
 from kdbert.data.words import MASK_TOKEN, word_spans
 from kdbert.errors import KdbertError
 
 NGRAM_MODES = ("keep", "mask")
-TAGGER_PACKAGE = "averaged_perceptron_tagger_eng"
-
-
-class PosTagger(Protocol):
-    """Tags sentences of words: ``tagger([["The", "cat"]]) -> [["DT", "NN"]]``. ``name``
-    identifies the tagger in the resume fingerprint."""
-
-    name: str
-
-    def __call__(self, sentences: list[list[str]]) -> list[list[str]]: ...
-
-
-class NltkTagger:
-    """NLTK's English averaged perceptron tagger (Penn Treebank tags), loaded without downloading."""
-
-    def __init__(self, nltk_data: str | os.PathLike | None = None):
-        import nltk
-        from nltk.tag.perceptron import PerceptronTagger
-
-        if nltk_data is not None:
-            if not Path(nltk_data).is_dir():
-                raise KdbertError(f"--nltk-data {nltk_data} is not a folder")
-            if str(nltk_data) not in nltk.data.path:
-                nltk.data.path.insert(0, str(nltk_data))
-        try:
-            self._tagger = PerceptronTagger(lang="eng")
-        except (LookupError, OSError):
-            raise KdbertError(
-                f"NLTK's POS tagger ({TAGGER_PACKAGE}) was not found in {nltk_data or 'NLTK data path'}; pass "
-                f"--nltk-data DIR (a folder with taggers/{TAGGER_PACKAGE}/) or install it with "
-                f"`python -m nltk.downloader {TAGGER_PACKAGE}`") from None
-        self.name = f"nltk-{nltk.__version__}-{TAGGER_PACKAGE}"
-
-    def __call__(self, sentences: list[list[str]]) -> list[list[str]]:
-        return [[tag for _, tag in tagged] for tagged in self._tagger.tag_sents(sentences)]
 
 
 @dataclass(frozen=True)
