@@ -3,6 +3,7 @@
 from collections import Counter
 from pathlib import Path
 
+import nltk
 import numpy as np
 import pytest
 
@@ -200,6 +201,9 @@ def test_file_pairs_resume_equals_an_uninterrupted_run(tmp_path):
     assert not resumed.exists() and Path(f"{resumed}.partial").exists()
     with pytest.raises(KdbertError, match="belongs to a run with other rows or settings"):
         augment_rows(ROWS, ["sentence1", "sentence2"], resumed, make(n_iter=5), chunk_size=2)
+    other_candidates = make(texts=["The cat sat on the mat.", "a dog ran under the mat .", "a cat"], n_iter=4)
+    with pytest.raises(KdbertError, match="belongs to a run with other rows or settings"):
+        augment_rows(ROWS, ["sentence1", "sentence2"], resumed, other_candidates, chunk_size=2)
     assert augment_rows(ROWS, ["sentence1", "sentence2"], resumed, make(n_iter=4), chunk_size=2) == n
     assert resumed.read_bytes() == whole.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["resumed.tsv", "whole.tsv"]
@@ -217,6 +221,15 @@ def test_jsonl_and_headerless_outputs(tmp_path):
         augment_rows(rows, ["a", "b", "c"], tmp_path / "x.tsv", make())
 
 
+def test_missing_nltk_data_is_a_one_line_error(tmp_path):
+    with pytest.raises(KdbertError, match="is not a folder"):
+        NltkTagger(tmp_path / "nope")
+    if not any(Path(p, "taggers", "averaged_perceptron_tagger_eng").is_dir() for p in nltk.data.path):
+        with pytest.raises(KdbertError, match="POS tagger .averaged_perceptron_tagger_eng. was not found in .*; "
+                                              "pass --nltk-data DIR"):
+            NltkTagger(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def nltk_tagger():
     if not NLTK_DATA.is_dir():
@@ -228,11 +241,6 @@ def nltk_tagger():
 def test_nltk_tagger_tags_penn_treebank_offline(nltk_tagger):
     assert nltk_tagger([["The", "cat", "sat", "on", "the", "mat", "."]]) == [["DT", "NN", "VBD", "IN", "DT", "NN", "."]]
     assert nltk_tagger.name.endswith("averaged_perceptron_tagger_eng")
-
-
-def test_missing_nltk_data_is_a_one_line_error(tmp_path):
-    with pytest.raises(KdbertError, match="is not a folder"):
-        NltkTagger(tmp_path / "nope")
 
 
 def test_tagging_in_worker_processes_gives_the_same_tags(nltk_tagger):

@@ -79,6 +79,11 @@ class PosCandidates:
             self.cumulative[tag] = np.cumsum([counter[w] for w in words])
             self.position[tag] = {w: i for i, w in enumerate(words)}
 
+    def digest(self) -> str:
+        """A hash of every (tag, word, count): identifies the candidates in resume fingerprints."""
+        table = {tag: [self.words[tag], self.cumulative[tag].tolist()] for tag in sorted(self.words)}
+        return hashlib.blake2b(json.dumps(table).encode("utf-8"), digest_size=16).hexdigest()
+
     @classmethod
     def from_tagged(cls, tagged: Sequence[TaggedText]) -> PosCandidates:
         """Counts of (lowercased word, tag) over ``tagged`` (repeat a text to count it twice)."""
@@ -170,9 +175,10 @@ class BiLSTMAugmenter:
         return augmenter
 
     def settings(self) -> list:
-        """What decides the output besides the data (for resume fingerprints)."""
+        """What decides the output besides the rows augmented (for resume fingerprints): the rules'
+        settings, the tagger and the POS candidates (which come from all training rows)."""
         return [self.p_mask, self.p_pos, self.p_ng, self.n_iter, self.ngram_mode, self.max_n, self.seed,
-                self.tagger.name]
+                self.tagger.name, self.candidates.digest()]
 
     def tag(self, texts: Sequence[str]) -> list[TaggedText]:
         """Words, spans and tags of ``texts``; each distinct text is tagged once (cached)."""
