@@ -1,6 +1,7 @@
 """Teacher logits stored beside a transfer set: computed once, keyed by teacher and text; and
 `kdbert augment --method bilstm` end to end on generated GLUE files."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -106,3 +107,16 @@ def test_augment_refuses_options_of_the_other_method(glue_dir, capsys):
     assert code == 2 and "--p-mask is not an option of --method tinybert" in capsys.readouterr().err
     code = main(["augment", "--task", "rte", "--data-dir", str(glue_dir), "--word-vectors", "g.txt"])
     assert code == 2 and "--method tinybert needs --mlm" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not NLTK_DATA.is_dir(), reason="needs the offline nltk_data folder")
+def test_augment_method_bilstm_on_own_jsonl_data_writes_beside_it(tmp_path, capsys):
+    rows = [{"review": "The film was good.", "stars": "5"}, {"review": "A bad, slow film!", "stars": "1"}]
+    source = tmp_path / "reviews.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code = main(["augment", "--method", "bilstm", "--task", str(source), "--text-columns", "review", "--nltk-data",
+                 str(NLTK_DATA), "--n-iter", "5", "--ngram-mode", "mask", "--seed", "7"])
+    assert code == 0, capsys.readouterr().err
+    written = [json.loads(line) for line in (tmp_path / "train_aug.jsonl").read_text().splitlines()]
+    assert written[0] == rows[0] and rows[1] in written and 2 < len(written) <= 12
+    assert {r["stars"] for r in written} == {"5", "1"} and all(set(r) == {"review", "stars"} for r in written)
