@@ -1,5 +1,5 @@
 """The BiLSTM student: it is a real BiLSTM, padding never matters, siamese pairs, folder roundtrip, ONNX,
-and its distillation loss pinned to hand-computed values."""
+building from data, FLOPs, word-level evaluation, and its distillation loss pinned to hand-computed values."""
 
 import json
 import math
@@ -9,10 +9,15 @@ import pytest
 import torch
 from torch import nn
 
+from kdbert.data.glue import Example, TaskData
+from kdbert.data.tasks import GLUE_TASKS
 from kdbert.data.words import Vocab
 from kdbert.errors import KdbertError
+from kdbert.evaluate_words import WordTaskEvaluator, predict_words
 from kdbert.losses import bilstm_distill_loss
-from kdbert.models.bilstm import BiLSTMConfig, build_bilstm, is_bilstm_folder, load_bilstm, save_bilstm
+from kdbert.models.bilstm import (
+    BiLSTMConfig, bilstm_flops, build_bilstm, init_bilstm, is_bilstm_folder, load_bilstm, save_bilstm,
+)
 
 V, E, H, F = 12, 4, 3, 5
 
@@ -181,3 +186,38 @@ def test_regression_distills_the_teacher_score_and_mixes_the_gold_score():
     assert bilstm_distill_loss(student, teacher).item() == pytest.approx(1.0)  # (1 + 1) / 2
     gold = torch.tensor([1.5, 2.5])  # gold MSE: (0.25 + 0.25) / 2
     assert bilstm_distill_loss(student, teacher, gold, alpha=0.2).item() == pytest.approx(0.8 * 1.0 + 0.2 * 0.25)
+
+
+# --------------------------------------------------------------------------- building and evaluating
+def test_init_bilstm_builds_vocab_and_embeddings_from_the_data_and_vectors(tmp_path):
+    glove = tmp_path / "g.txt"
+    glove.write_text("cat 1 2\nthe 3 4\nunused 5 6\n")
+    model, vocab, report = init_bilstm(["the cat sat", "the dog"], num_labels=2, pair=False, word_vectors=glove,
+                                       hidden_size=H, fc_size=F)
+    assert vocab.words == ["[PAD]", "[UNK]", "the", "cat", "dog", "sat"]
+    assert model.config.embedding_dim == 2 and model.config.vocab_size == 6
+    assert model.embeddings.weight[2:4].tolist() == [[3.0, 4.0], [1.0, 2.0]]
+    assert report["with_vector"] == 2 and report["token_coverage"] == 0.6  # the x2, cat x1 of 5 words
+
+
+def test_flops_formula_counts_both_directions_and_both_sentences():
+    single = BiLSTMConfig(vocab_size=V, num_labels=2, embedding_dim=E, hidden_size=H, fc_size=F)
+    assert bilstm_flops(single, 10) == 2 * 10 * 2 * 4 * H * (E + H) + 2 * 2 * H * F + 2 * F * 2 == 3440
+    pair = BiLSTMConfig(vocab_size=V, num_labels=2, embedding_dim=E, hidden_size=H, fc_size=F, pair=True)
+    assert bilstm_flops(pair, 10) == 2 * 3360 + 2 * 8 * H * F + 2 * F * 2 == 6980
+
+
+def test_word_task_evaluator_scores_predictions_in_the_original_order():
+    vocab = Vocab(["[PAD]", "[UNK]", *[f"w{i}" for i in range(V - 2)]])
+    dev = [Example(("w1 w2 w3",), 1), Example(("w4",), 1), Example(("w5 w6",), 0), Example(("w1 w1 w1 w1",), 1)]
+    data = TaskData(GLUE_TASKS["sst2"], [], {"dev": dev})
+    model = tiny()
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([0.0, 1.0]))  # always class 1
+    assert WordTaskEvaluator(data, vocab, batch_size=3)(model) == {"accuracy": 75.0, "score": 75.0}
+    trained = tiny()
+    dataset = WordTaskEvaluator(data, vocab).splits["dev"]
+    with torch.no_grad():
+        one_by_one = torch.cat([trained(*padded([vocab.encode(ex.texts[0])])).logits for ex in dev]).numpy()
+    np.testing.assert_allclose(predict_words(trained, dataset, batch_size=3), one_by_one, rtol=0, atol=1e-6)

@@ -1,9 +1,14 @@
-"""``kdbert augment``: TinyBERT data augmentation of a task's training file, in the task's format.
+"""``kdbert augment``: data augmentation of a task's training file, in the task's format.
 
 Reads the task's own training file row by row (a GLUE ``train.tsv``, or the user's CSV / TSV /
-JSONL), augments each text column separately with :class:`TinyBertAugmenter`, and writes
-``train_aug.tsv`` (``.jsonl`` for JSONL input) with the same columns, so that it can be passed
-back as ``--train-file`` (GLUE) or ``--task`` (own data). Resumable: a rerun continues a killed run.
+JSONL) and writes ``train_aug.tsv`` (``.jsonl`` for JSONL input) with the same columns, so that
+it can be passed back as ``--train-file`` (GLUE) or ``--task`` (own data). Resumable: a rerun
+continues a killed run. Two methods:
+
+- ``tinybert`` (:func:`augment_task`): each text column separately, with :class:`TinyBertAugmenter`;
+- ``bilstm`` (:func:`augment_task_bilstm`): the distilled BiLSTM's masking / POS / n-gram rules
+  (:mod:`kdbert.data.augment_bilstm`), a pair's columns together; optionally labelled by the
+  teacher right away (the logits are stored beside the output and reused by distillation).
 """
 
 from __future__ import annotations
@@ -52,6 +57,12 @@ def task_rows(task: TaskOptions) -> tuple[list[dict], list[str], bool, str]:
     return [dict(zip(header, line)) for line in body if line], columns, True, ".tsv"
 
 
+def default_output(task: TaskOptions, suffix: str) -> str:
+    """``train_aug.tsv`` (or ``.jsonl``) beside the user's file, or in the working folder for GLUE."""
+    base = Path(task.task).parent if is_data_file(task.task) else Path(".")
+    return str(base / f"train_aug{suffix}")
+
+
 def augment_task(task: TaskOptions, mlm_model: str, word_vectors: str, output: str | None = None,
                  p: float = 0.4, n_aug: int = 20, top_k: int = 15, seed: int = 42, batch_size: int = 64,
                  batch_tokens: int = BATCH_TOKENS, num_workers: int = 1, max_rows: int | None = None,
@@ -70,9 +81,7 @@ def augment_task(task: TaskOptions, mlm_model: str, word_vectors: str, output: s
     rows, columns, has_header, suffix = task_rows(task)
     if max_rows:
         rows = rows[:max_rows]
-    if output is None:
-        base = Path(task.task).parent if is_data_file(task.task) else Path(".")
-        output = str(base / f"train_aug{suffix}")
+    output = output or default_output(task, suffix)
     model, tokenizer = load_mlm_model(mlm_model)
     model = model.to(device=device, dtype=DTYPES[dtype])
     vectors = load_word_vectors(word_vectors, max_words=max_words)
@@ -84,3 +93,74 @@ def augment_task(task: TaskOptions, mlm_model: str, word_vectors: str, output: s
     return {"output": output, "input_rows": len(rows), "output_rows": written, "columns": columns,
             "dtype": dtype, "device": device,
             "seconds": round(seconds, 1), "sentences_per_second": round(len(rows) * len(columns) / max(seconds, 1e-9), 2)}
+
+
+def augment_task_bilstm(task: TaskOptions, output: str | None = None, p_mask: float = 0.1, p_pos: float = 0.1,
+                        p_ng: float = 0.25, n_iter: int = 20, ngram_mode: str = "keep", max_n: int = 5,
+                        seed: int = 42, nltk_data: str | None = None, max_rows: int | None = None,
+                        teacher: str | None = None, max_seq_len: int | None = None,
+                        batch_size: int = 64, device: str | None = None, num_workers: int = 1) -> dict:
+    """The distilled BiLSTM's augmentation of ``task``'s training rows (defaults: the paper's
+    settings); returns counts, output path and throughput.
+
+    POS candidates come from all of the task's training rows, also with ``max_rows`` (which
+    limits the rows augmented). ``num_workers`` processes tag the texts (the slow part). With ``teacher`` (a model fine-tuned on the task), its logits on
+    every output row are computed and stored beside the output
+    (:func:`kdbert.data.teacher_logits.label_with_teacher`), with ``max_seq_len`` defaulting to
+    the task's.
+    """
+    from kdbert.data.augment_bilstm import BiLSTMAugmenter, augment_rows
+    from kdbert.data.pos_tagging import NltkTagger
+
+    rows, columns, has_header, suffix = task_rows(task)
+    if len(columns) not in (1, 2):
+        raise KdbertError(f"--text-columns: BiLSTM augmentation reads one text column or two, got {columns}")
+    missing = [c for c in columns if rows and c not in rows[0]]
+    if missing:
+        raise KdbertError(f"--text-columns: column(s) {missing} not in the training file (it has {sorted(rows[0])})")
+    output = output or default_output(task, suffix)
+    started = time.time()
+    texts = [str(row[c]) for row in rows for c in columns if c in row]
+    chosen = rows[:max_rows] if max_rows else rows
+    with NltkTagger(nltk_data, num_workers) as tagger:
+        augmenter = BiLSTMAugmenter.from_texts(texts, tagger, p_mask=p_mask, p_pos=p_pos, p_ng=p_ng, n_iter=n_iter,
+                                               ngram_mode=ngram_mode, max_n=max_n, seed=seed)
+        tagged = time.time()
+        written = augment_rows(chosen, columns, output, augmenter, write_header=has_header)
+        finished = time.time()
+    result = {"output": output, "input_rows": len(chosen), "output_rows": written, "columns": columns,
+              "tagging_seconds": round(tagged - started, 1), "seconds": round(finished - started, 1),
+              "examples_per_second": round(len(chosen) / max(finished - started, 1e-9), 2)}
+    if teacher is not None:
+        result.update(label_augmented(task, output, columns, has_header, teacher, max_seq_len, batch_size, device))
+    return result
+
+
+def label_augmented(task: TaskOptions, output: str, columns: list[str], has_header: bool, teacher: str,
+                    max_seq_len: int | None, batch_size: int, device: str | None) -> dict:
+    """Store ``teacher``'s logits on every row of the augmented file ``output``."""
+    from kdbert.data.load import load_task
+    from kdbert.data.teacher_logits import label_with_teacher, store_path, teacher_identity
+    from kdbert.models.loading import load_sequence_classifier, load_tokenizer
+
+    spec = load_task(task).spec if is_data_file(task.task) else GLUE_TASKS[canonical_task_name(task.task)]
+    model = load_sequence_classifier(teacher, spec.num_labels, new_head_ok=False)
+    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    tokenizer = load_tokenizer(teacher)
+    max_seq_len = max_seq_len or spec.max_seq_len
+    examples = [tuple(str(row[c]) for c in columns) for row in read_written_rows(output, has_header)]
+    started = time.time()
+    label_with_teacher(model, tokenizer, examples, output, max_seq_len, batch_size, spec.num_labels)
+    return {"teacher_logits": str(store_path(output, teacher_identity(model, tokenizer, max_seq_len))),
+            "teacher_seconds": round(time.time() - started, 1)}
+
+
+def read_written_rows(path: str, has_header: bool) -> list[dict]:
+    """Rows of a file written by augmentation (TSV or JSONL), keyed like :func:`task_rows`' rows."""
+    if path.endswith(".jsonl"):
+        return [row for _, row in read_rows(path)]
+    with open(path, encoding="utf-8", newline="") as handle:
+        lines = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    if has_header:
+        return [dict(zip(lines[0], line)) for line in lines[1:] if line]
+    return [{f"column{i}": value for i, value in enumerate(line)} for line in lines if line]

@@ -224,9 +224,31 @@ def cmd_mlm_head(args) -> int:
     return 0
 
 
-def cmd_augment(args) -> int:
-    from kdbert.augment import augment_task
+BILSTM_AUGMENT_OPTIONS = ("p_mask", "p_pos", "p_ng", "n_iter", "ngram_mode", "max_n", "nltk_data", "teacher")
+TINYBERT_AUGMENT_OPTIONS = ("mlm", "word_vectors")
 
+
+def cmd_augment(args) -> int:
+    from kdbert.augment import augment_task, augment_task_bilstm
+
+    own, foreign = ((BILSTM_AUGMENT_OPTIONS, TINYBERT_AUGMENT_OPTIONS) if args.method == "bilstm"
+                    else (TINYBERT_AUGMENT_OPTIONS, BILSTM_AUGMENT_OPTIONS))
+    given = [name for name in foreign if getattr(args, name) is not None]
+    if given:
+        raise KdbertError(f"--{given[0].replace('_', '-')} is not an option of --method {args.method}; remove it")
+    if args.method == "bilstm":
+        options = {name: getattr(args, name) for name in own if getattr(args, name) is not None}
+        result = augment_task_bilstm(task_options(args), args.output, seed=args.seed, max_rows=args.max_rows,
+                                     batch_size=args.batch_size, device=args.device, num_workers=args.num_workers,
+                                     **options)
+        print(f"augmented {result['input_rows']} rows ({', '.join(map(str, result['columns']))}) -> "
+              f"{result['output_rows']} rows in {result['output']} ({result['seconds']:.0f}s, "
+              f"{result['examples_per_second']:.1f} examples/s)"
+              + (f"; teacher logits in {result['teacher_logits']}" if "teacher_logits" in result else ""))
+        return 0
+    missing = [name for name in own if getattr(args, name) is None]
+    if missing:
+        raise KdbertError(f"--method tinybert needs --{missing[0].replace('_', '-')}")
     result = augment_task(task_options(args), args.mlm, args.word_vectors, args.output, p=args.p, n_aug=args.n_aug,
                           top_k=args.top_k, seed=args.seed, batch_size=args.batch_size,
                           batch_tokens=args.batch_tokens, num_workers=args.num_workers, max_rows=args.max_rows,
@@ -317,22 +339,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
     p.set_defaults(func=cmd_mlm_head)
 
-    p = sub.add_parser("augment", help="TinyBERT data augmentation of a task's training file",
-                       description="Write train_aug.tsv in the task's format: MLM candidates for single-piece "
-                                   "words, word-vector neighbours for multi-piece words (TinyBERT, Alg. 1).")
+    p = sub.add_parser("augment", help="data augmentation of a task's training file (TinyBERT or BiLSTM rules)",
+                       description="Write train_aug.tsv in the task's format. tinybert: MLM candidates for "
+                                   "single-piece words, word-vector neighbours for multi-piece words (TinyBERT, "
+                                   "Alg. 1). bilstm: masking, POS-guided replacement and n-gram sampling "
+                                   "(Tang et al. 2019).")
     add_task_arguments(p)
-    p.add_argument("--mlm", required=True, help="BertForMaskedLM folder (e.g. from `kdbert mlm-head`) or hub id")
-    p.add_argument("--word-vectors", required=True, help="GloVe-format text file (.txt or .gz)")
+    p.add_argument("--method", choices=["tinybert", "bilstm"], default="tinybert", help="augmentation rules")
+    p.add_argument("--mlm", help="tinybert: BertForMaskedLM folder (e.g. from `kdbert mlm-head`) or hub id")
+    p.add_argument("--word-vectors", help="tinybert: GloVe-format text file (.txt or .gz)")
+    p.add_argument("--p-mask", type=float, help="bilstm: probability of masking a word (default 0.1)")
+    p.add_argument("--p-pos", type=float, help="bilstm: probability of a same-POS replacement (default 0.1)")
+    p.add_argument("--p-ng", type=float, help="bilstm: probability of n-gram sampling (default 0.25)")
+    p.add_argument("--n-iter", type=int, help="bilstm: versions drawn per example (default 20)")
+    p.add_argument("--ngram-mode", choices=["keep", "mask"],
+                   help="bilstm: keep only the sampled n-gram (default, the paper) or mask its words")
+    p.add_argument("--max-n", type=int, help="bilstm: longest n-gram (default 5)")
+    p.add_argument("--nltk-data", help="bilstm: folder with NLTK's taggers/averaged_perceptron_tagger_eng "
+                                       "(default: NLTK's search path, e.g. $NLTK_DATA)")
+    p.add_argument("--teacher", help="bilstm: fine-tuned teacher whose logits on the output are stored beside it")
     p.add_argument("--output", help="output file (default: train_aug.tsv, or .jsonl for JSONL input)")
     p.add_argument("--p", type=float, default=0.4, help="probability of replacing each candidate word (p_t)")
     p.add_argument("--n-aug", type=int, default=20, help="augmented versions tried per sentence (N_a)")
     p.add_argument("--top-k", type=int, default=15, help="candidates per word (K)")
     p.add_argument("--max-words", type=int, default=100000, help="word vectors loaded (first N of the file)")
     p.add_argument("--max-rows", type=int, help="augment only the first N training rows")
-    p.add_argument("--batch-size", type=int, default=64, help="most MLM queries per forward pass")
+    p.add_argument("--batch-size", type=int, default=64, help="most MLM queries (bilstm: teacher rows) per forward pass")
     p.add_argument("--batch-tokens", type=int, default=2048,
                    help="most padded tokens per forward pass (long inputs get smaller batches; faster on CPU)")
-    p.add_argument("--num-workers", type=int, default=1, help="worker processes")
+    p.add_argument("--num-workers", type=int, default=1, help="worker processes (bilstm: for POS tagging)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="MLM precision: bfloat16 is ~2-3x faster on CPUs with AMX and on GPUs; some candidates "
                         "differ, also between batch sizes / worker counts")

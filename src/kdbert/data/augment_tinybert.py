@@ -51,6 +51,7 @@ import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -128,7 +129,9 @@ def _length_batches(seqs: list, batch_size: int, batch_tokens: int):
         yield batch
 
 
-def _text_seed(seed: int, text: str) -> list[int]:
+def text_seed(seed: int, text: str) -> list[int]:
+    """Seed words for ``np.random.default_rng``: ``seed`` and a hash of ``text``, so a text's draws do
+    not depend on where or when it is processed."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
     return [seed, *np.frombuffer(digest, dtype=np.uint32).tolist()]
 
@@ -279,7 +282,7 @@ class TinyBertAugmenter:
         out, seen = [text], {text}
         if not words:
             return out
-        rng = np.random.default_rng(_text_seed(self.seed, text))
+        rng = np.random.default_rng(text_seed(self.seed, text))
         sizes = np.array([len(w.candidates) for w in words])
         for _ in range(self.n_aug):
             picks = rng.integers(0, sizes)
@@ -345,24 +348,46 @@ def augment_file_rows(rows: list[dict], columns_to_augment: list[str], out_path:
 
     Each input row is written once unchanged, then once per augmented version of each column in
     ``columns_to_augment`` with the other columns unchanged (the reference writes the original
-    once per column). Rows are processed ``chunk_size`` at a time; each chunk is appended to
+    once per column). See :func:`write_augmented_rows` for resume and the file protocol.
+    Returns the number of rows written.
+    """
+    def expand(chunk: list[dict]) -> list[dict]:
+        versions = {c: augmenter.augment([str(r[c]) for r in chunk]) for c in columns_to_augment}
+        out_rows = []
+        for i, row in enumerate(chunk):
+            out_rows.append(row)
+            out_rows += [{**row, c: text} for c in columns_to_augment for text in versions[c][i][1:]]
+        return out_rows
+
+    fingerprint = _fingerprint(rows, list(columns_to_augment), augmenter)
+    return write_augmented_rows(rows, columns_to_augment, out_path, expand, fingerprint, chunk_size, write_header)
+
+
+def write_augmented_rows(rows: list[dict], columns: list[str], out_path: str | os.PathLike,
+                         expand: Callable[[list[dict]], list[dict]], fingerprint: str, chunk_size: int = 256,
+                         write_header: bool = True) -> int:
+    """Write ``expand(chunk)`` for consecutive chunks of ``rows`` to ``out_path``; resumable.
+
+    ``columns`` must exist in every row (TSV output also refuses values with tabs or newlines).
+    Rows are processed ``chunk_size`` at a time; each chunk's output rows are appended to
     ``out_path + '.partial'`` and fsync'ed, then ``out_path + '.progress.json'`` records the rows
-    and bytes done (written atomically). A rerun with the same rows and settings truncates the
-    partial file to the recorded size and continues; at the end the partial file is renamed to
-    ``out_path`` and the progress file removed. Returns the number of rows written.
-    ``write_header=False`` writes no header line (GLUE's CoLA files have none).
+    and bytes done (written atomically). A rerun with the same ``fingerprint`` (which must
+    identify the rows and every setting that changes the output) truncates the partial file to
+    the recorded size and continues; at the end the partial file is renamed to ``out_path`` and
+    the progress file removed. Returns the number of rows written. The output is ``.jsonl`` when
+    ``out_path`` ends so, else TSV with the first row's keys as header (``write_header=False``
+    writes none: GLUE's CoLA files have none).
     """
     out_path = Path(out_path)
     partial, progress_path = Path(f"{out_path}.partial"), Path(f"{out_path}.progress.json")
     jsonl = out_path.suffix == ".jsonl"
     for index, row in enumerate(rows):
-        missing = [c for c in columns_to_augment if c not in row]
+        missing = [c for c in columns if c not in row]
         if missing:
             raise KdbertError(f"row {index} has no column {missing[0]!r}; columns are {sorted(row)}")
         if not jsonl and any("\t" in str(v) or "\n" in str(v) for v in row.values()):
             raise KdbertError(f"row {index}: a value contains a tab or newline; write to a .jsonl path instead")
     header = list(rows[0]) if rows else []
-    fingerprint = _fingerprint(rows, list(columns_to_augment), augmenter)
     state = {"fingerprint": fingerprint, "rows_done": 0, "rows_written": 0, "bytes": 0}
     if progress_path.is_file() and partial.is_file():
         saved = json.loads(progress_path.read_text())
@@ -378,11 +403,7 @@ def augment_file_rows(rows: list[dict], columns_to_augment: list[str], out_path:
         handle.truncate(state["bytes"])
     for begin in range(state["rows_done"], len(rows), chunk_size):
         chunk = rows[begin:begin + chunk_size]
-        versions = {c: augmenter.augment([str(r[c]) for r in chunk]) for c in columns_to_augment}
-        out_rows = []
-        for i, row in enumerate(chunk):
-            out_rows.append(row)
-            out_rows += [{**row, c: text} for c in columns_to_augment for text in versions[c][i][1:]]
+        out_rows = expand(chunk)
         with open(partial, "ab") as handle:
             handle.write(_format_rows(out_rows, header, jsonl).encode("utf-8"))
             handle.flush()

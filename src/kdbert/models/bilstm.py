@@ -42,13 +42,14 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any, Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from kdbert.data.words import Vocab
+from kdbert.data.words import Vocab, embedding_matrix, read_word_vectors
 from kdbert.errors import KdbertError
 from kdbert.io import replace_dir, write_json
 
@@ -107,6 +108,10 @@ class BiLSTMStudent(nn.Module):
         self.fc = nn.Linear(config.feature_size, config.fc_size)
         self.classifier = nn.Linear(config.fc_size, config.num_labels)
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The word embeddings (the name Hugging Face models use, so size reports find them)."""
+        return self.embeddings
+
     def set_embeddings(self, matrix: torch.Tensor) -> None:
         """Copy an initial embedding matrix (vocab_size, embedding_dim) in, e.g. from word vectors."""
         if tuple(matrix.shape) != tuple(self.embeddings.weight.shape):
@@ -164,6 +169,33 @@ def build_bilstm(config: BiLSTMConfig, embeddings: torch.Tensor | None = None, s
     if embeddings is not None:
         model.set_embeddings(torch.as_tensor(embeddings))
     return model
+
+
+def init_bilstm(texts: Sequence[str], num_labels: int, pair: bool, word_vectors: str | os.PathLike | None = None,
+                min_count: int = 1, embedding_dim: int | None = None, seed: int = 42,
+                **config: Any) -> tuple[BiLSTMStudent, Vocab, dict]:
+    """A new student for a task: its vocabulary from ``texts`` (every text of the training rows,
+    augmented ones included), embeddings from ``word_vectors`` (GloVe / word2vec text) where they
+    have the word, seeded random otherwise. ``embedding_dim`` defaults to the vectors' size (300
+    without vectors). ``config``: the other :class:`BiLSTMConfig` fields. Returns the student,
+    its vocabulary and the embeddings' coverage report (:func:`kdbert.data.words.embedding_matrix`)."""
+    vocab = Vocab.build(texts, min_count=min_count)
+    vectors = None if word_vectors is None else read_word_vectors(word_vectors, vocab.words, embedding_dim)
+    dim = embedding_dim or (vectors.dim if vectors is not None else 300)
+    matrix, report = embedding_matrix(vocab, dim, vectors, seed)
+    model = build_bilstm(BiLSTMConfig(vocab_size=len(vocab), num_labels=num_labels, pair=pair, embedding_dim=dim,
+                                      **config), torch.from_numpy(matrix), seed)
+    return model, vocab, report
+
+
+def bilstm_flops(config: BiLSTMConfig, length: int) -> int:
+    """Multiply-add FLOPs (2 per multiply-add) of one example of ``length`` words (each sentence of
+    a pair), the form ``kdbert bench`` reports for transformers: per word and direction, the LSTM's
+    gate projections ``2 * 4H * (E + H)``; then the ReLU layer ``2 * feature_size * F`` and the
+    output layer ``2 * F * C``. Biases, gate nonlinearities and the embedding lookup are left out."""
+    sentences = 2 if config.pair else 1
+    lstm = sentences * 2 * length * 2 * 4 * config.hidden_size * (config.embedding_dim + config.hidden_size)
+    return lstm + 2 * config.feature_size * config.fc_size + 2 * config.fc_size * config.num_labels
 
 
 def save_bilstm(model: BiLSTMStudent, vocab: Vocab, folder: str | os.PathLike,

@@ -1,0 +1,122 @@
+"""Teacher logits stored beside a transfer set: computed once, keyed by teacher and text; and
+`kdbert augment --method bilstm` end to end on generated GLUE files."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import save_tiny_classifier
+from safetensors.numpy import load_file
+from transformers import BertForSequenceClassification
+
+import kdbert.data.teacher_logits as teacher_logits
+from kdbert.cli import main
+from kdbert.data.load import TaskOptions, load_task
+from kdbert.data.teacher_logits import label_with_teacher, store_path, teacher_identity
+from kdbert.errors import KdbertError
+
+NLTK_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltk_data"
+EXAMPLES = [("the cat sat", "a dog"), ("[MASK] cat is happy", "the dog ran fast"), ("the cat sat", "a dog"),
+            ("red car", "blue")]
+
+
+@pytest.fixture
+def teacher(tmp_path, tiny_tokenizer):
+    folder = save_tiny_classifier(tmp_path / "teacher", tiny_tokenizer, num_labels=3)
+    return BertForSequenceClassification.from_pretrained(folder).eval()
+
+
+def direct(model, tokenizer, examples):
+    with torch.no_grad():
+        return np.stack([model(**tokenizer(*texts, return_tensors="pt")).logits[0].numpy() for texts in examples])
+
+
+def counting(monkeypatch):
+    seen = []
+    run = teacher_logits._run_teacher
+
+    def wrapped(model, tokenizer, examples, max_seq_len, batch_size):
+        seen.extend(examples)
+        return run(model, tokenizer, examples, max_seq_len, batch_size)
+
+    monkeypatch.setattr(teacher_logits, "_run_teacher", wrapped)
+    return seen
+
+
+def test_logits_are_the_teachers_with_its_mask_token_and_computed_once(tmp_path, teacher, tiny_tokenizer, monkeypatch):
+    seen = counting(monkeypatch)
+    data = tmp_path / "train_aug.tsv"
+    got = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32, batch_size=2)
+    np.testing.assert_allclose(got, direct(teacher, tiny_tokenizer, EXAMPLES), rtol=0, atol=1e-5)
+    assert len(seen) == 3  # the repeated example runs once
+    again = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES[::-1], data, max_seq_len=32, batch_size=2)
+    assert np.array_equal(again, got[::-1]) and len(seen) == 3  # reused, in the new order
+    more = EXAMPLES + [("blue house", "a tree")]
+    label_with_teacher(teacher, tiny_tokenizer, more, data, max_seq_len=32)
+    assert seen[3:] == [("blue house", "a tree")]  # a changed file computes only its new rows
+    stored = load_file(str(store_path(data, teacher_identity(teacher, tiny_tokenizer, 32))))
+    assert stored["keys"].shape == (4, 16) and stored["logits"].shape == (4, 3)
+
+
+def test_another_teacher_or_length_never_reads_these_logits(tmp_path, teacher, tiny_tokenizer, monkeypatch):
+    data = tmp_path / "train_aug.tsv"
+    first = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32)
+    other = BertForSequenceClassification.from_pretrained(
+        save_tiny_classifier(tmp_path / "other", tiny_tokenizer, num_labels=3, seed=1)).eval()
+    seen = counting(monkeypatch)
+    second = label_with_teacher(other, tiny_tokenizer, EXAMPLES, data, max_seq_len=32)
+    np.testing.assert_allclose(second, direct(other, tiny_tokenizer, EXAMPLES), rtol=0, atol=1e-5)
+    assert not np.allclose(first, second) and len(seen) == 3
+    label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=16)
+    assert len(seen) == 6
+    assert len(list(tmp_path.glob("train_aug.tsv.teacher-*.safetensors"))) == 3
+
+
+def test_wrong_label_count_and_damaged_store_are_refused(tmp_path, teacher, tiny_tokenizer):
+    with pytest.raises(KdbertError, match="the teacher has 3 output"):
+        label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, tmp_path / "d.tsv", 32, num_labels=2)
+    store_path(tmp_path / "d.tsv", teacher_identity(teacher, tiny_tokenizer, 32)).write_bytes(b"broken")
+    with pytest.raises(KdbertError, match="cannot read the stored teacher logits"):
+        label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, tmp_path / "d.tsv", 32)
+
+
+@pytest.mark.skipif(not NLTK_DATA.is_dir(), reason="needs the offline nltk_data folder")
+def test_augment_method_bilstm_writes_the_task_format_and_stores_teacher_logits(tmp_path, glue_dir, tiny_tokenizer,
+                                                                                 capsys):
+    teacher_dir = save_tiny_classifier(tmp_path / "teacher", tiny_tokenizer, num_labels=2)
+    for task in ("cola", "rte"):
+        out = tmp_path / f"{task}_aug.tsv"
+        code = main(["augment", "--method", "bilstm", "--task", task, "--data-dir", str(glue_dir), "--nltk-data",
+                     str(NLTK_DATA), "--n-iter", "4", "--max-rows", "6", "--output", str(out),
+                     "--teacher", str(teacher_dir)])
+        assert code == 0, capsys.readouterr().err
+        data = load_task(TaskOptions(task, data_dir=str(glue_dir), train_file=str(out)))
+        originals = load_task(TaskOptions(task, data_dir=str(glue_dir))).train[:6]
+        assert len(data.train) > len(originals) and all(ex in data.train for ex in originals)
+        stores = list(tmp_path.glob(f"{task}_aug.tsv.teacher-*.safetensors"))
+        assert len(stores) == 1 and load_file(str(stores[0]))["logits"].shape[1] == 2
+    assert "examples/s); teacher logits in" in capsys.readouterr().out
+
+
+def test_augment_refuses_options_of_the_other_method(glue_dir, capsys):
+    code = main(["augment", "--method", "bilstm", "--task", "rte", "--data-dir", str(glue_dir), "--mlm", "x"])
+    assert code == 2 and "--mlm is not an option of --method bilstm" in capsys.readouterr().err
+    code = main(["augment", "--task", "rte", "--data-dir", str(glue_dir), "--p-mask", "0.2"])
+    assert code == 2 and "--p-mask is not an option of --method tinybert" in capsys.readouterr().err
+    code = main(["augment", "--task", "rte", "--data-dir", str(glue_dir), "--word-vectors", "g.txt"])
+    assert code == 2 and "--method tinybert needs --mlm" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not NLTK_DATA.is_dir(), reason="needs the offline nltk_data folder")
+def test_augment_method_bilstm_on_own_jsonl_data_writes_beside_it(tmp_path, capsys):
+    rows = [{"review": "The film was good.", "stars": "5"}, {"review": "A bad, slow film!", "stars": "1"}]
+    source = tmp_path / "reviews.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code = main(["augment", "--method", "bilstm", "--task", str(source), "--text-columns", "review", "--nltk-data",
+                 str(NLTK_DATA), "--n-iter", "5", "--ngram-mode", "mask", "--seed", "7"])
+    assert code == 0, capsys.readouterr().err
+    written = [json.loads(line) for line in (tmp_path / "train_aug.jsonl").read_text().splitlines()]
+    assert written[0] == rows[0] and rows[1] in written and 2 < len(written) <= 12
+    assert {r["stars"] for r in written} == {"5", "1"} and all(set(r) == {"review", "stars"} for r in written)
