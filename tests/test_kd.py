@@ -164,6 +164,7 @@ def test_end_to_end_cli(env, tmp_path, capsys):
     assert "PKD" not in captured.out
     report = json.loads((out / "distill_report.json").read_text())
     assert report["method"] == "kd" and report["loss"]["alpha"] == 0.7 and report["loss"]["temperature"] == 20
+    assert report["loss"]["kd_reduction"] == "mean"  # the preset is the reference's, reduction included
     assert report["student_init"] == "teacher layers [0, 1]"
     assert {"soft", "hard"} <= set(report["stage_losses"]["kd"][-1])
     assert report["dev_metrics"]["accuracy"] >= 0

@@ -108,6 +108,18 @@ def test_kl_div_loss_batchmean_with_t_squared():
     assert losses.kl_div_loss(s, h, temperature=2.0).item() == pytest.approx(expected)
 
 
+def test_kl_div_loss_reference_mean_divides_by_classes_too():
+    # BERT-PKD's KLDivLoss(reduction="mean"): the same sum over (rows x classes) entries.
+    s = t([[0, 0, 0], [0, 0, 0]])
+    h = t([[2 * LN3, 0, 0], [0, 0, 0]])
+    p = [3 / 5, 1 / 5, 1 / 5]  # softmax([ln3, 0, 0])
+    expected = 2.0**2 * kl(p, [1 / 3] * 3) / (2 * 3)
+    assert losses.kl_div_loss(s, h, 2.0, reduction="mean").item() == pytest.approx(expected)
+    assert losses.kl_div_loss(s, h, 2.0).item() == pytest.approx(expected * 3)
+    with pytest.raises(KdbertError, match="unknown reduction 'sum'"):
+        losses.kl_div_loss(s, h, 2.0, reduction="sum")
+
+
 def test_kl_div_loss_token_mask_divides_by_selected_tokens():
     # (B=1, L=3, V=2); the third token is padding with a large disagreement.
     s = t([[[0, 0], [0, 0], [0, 10]]])

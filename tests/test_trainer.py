@@ -115,6 +115,23 @@ def test_gradient_accumulation_equals_a_big_batch(tmp_path):
     torch.testing.assert_close(run(tmp_path / "a", 8, 1), run(tmp_path / "b", 4, 2))
 
 
+def test_last_partial_accumulation_group_is_a_mean_over_its_own_batches(tmp_path, monkeypatch):
+    """10 rows in batches of 2 with grad_accum 3: groups of 3 and 2 batches. Each batch's loss is
+    the classifier's bias sum (gradient 1 per batch), so every step's gradient must be 1."""
+    grads = []
+    original = Trainer._optimizer_step
+
+    def recording(self, module, optimizer, scheduler, config):
+        grads.append(self.accelerator.unwrap_model(module).parts["student"].classifier.bias.grad.tolist())
+        return original(self, module, optimizer, scheduler, config)
+
+    monkeypatch.setattr(Trainer, "_optimizer_step", recording)
+    stage = _toy_stage(lambda parts, frozen, batch: {"bias": parts["student"].classifier.bias.sum()}, n=10,
+                       batch_size=2, grad_accum=3, epochs=2, evaluate=False, max_grad_norm=0.0)
+    Trainer(_linear_modules(), [stage], RunConfig(str(tmp_path), progress=False), PaddingCollator(0)).train()
+    assert grads == [[1.0, 1.0]] * 4
+
+
 def test_output_dir_holding_another_run_is_refused(tmp_path):
     out = tmp_path / "run"
     prepare_output_dir(out, {"task": "rte", "lr": 1}, resume=False, overwrite=False)

@@ -72,7 +72,8 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {
     "attention_mse": lambda s, t, batch, reduction="tinybert-reference", head_average=False: losses.attention_mse(
         s, t, _mask(batch), reduction, head_average),
     "soft_cross_entropy": lambda s, t, batch, temperature=1.0: losses.soft_cross_entropy(s, t, temperature),
-    "kl_div": lambda s, t, batch, temperature=1.0: losses.kl_div_loss(s, t, temperature),
+    "kl_div": lambda s, t, batch, temperature=1.0, reduction="batchmean": losses.kl_div_loss(
+        s, t, temperature, reduction=reduction),
     "token_kl_div": lambda s, t, batch, temperature=1.0: losses.kl_div_loss(s, t, temperature, mask=_mask(batch)),
     "logit_mse": lambda s, t, batch: losses.logit_mse(s, t),
     "regression_mse": lambda s, t, batch: _regression_to(s, t, batch),

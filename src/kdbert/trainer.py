@@ -315,16 +315,18 @@ class Trainer:
             position = self.state["batch_in_epoch"]
             terms_sum, micro = {}, 0
             while position < len(batches) and self.state["step"] < total:
+                if micro == 0:  # the epoch's last group may hold fewer than grad_accum batches
+                    group_size = min(config.grad_accum, len(batches) - position)
                 batch = to_device(self.collator([stage.dataset[i] for i in batches[position]]), self.device)
                 position += 1
                 micro += 1
-                boundary = micro == config.grad_accum or position == len(batches)
+                boundary = micro == group_size
                 sync = contextlib.nullcontext() if boundary else self.accelerator.no_sync(module)
                 with sync, self.accelerator.autocast():
                     terms = module(batch)
                     loss = sum(terms.values())
                     self._check_finite(loss, terms, config.name)
-                    self.accelerator.backward(loss / config.grad_accum)
+                    self.accelerator.backward(loss / group_size)
                 for name, value in terms.items():
                     terms_sum[name] = terms_sum.get(name, 0.0) + float(value.detach())
                 if boundary:

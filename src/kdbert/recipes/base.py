@@ -87,16 +87,20 @@ def task_training_defaults(task: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- logit distillation
-def logit_matches(alpha: float, temperature: float, kd_loss: str, regression: bool) -> list[Match]:
+def logit_matches(alpha: float, temperature: float, kd_loss: str, regression: bool,
+                  kd_reduction: str = "batchmean") -> list[Match]:
     """Classic KD's two terms (Hinton et al.), each already weighted; zero-weight terms left out::
 
         soft = alpha * (T^2 KL(p_t^T || p_s^T) | MSE(z_s, z_t) for kd_loss mse or regression)
         hard = (1 - alpha) * (CE(z_s, y) | MSE(s, gold) for regression)
+
+    ``kd_reduction`` is the KL's: ``batchmean`` (per example) or ``mean`` (per example and
+    class, the BERT-PKD reference's; :func:`kdbert.losses.kl_div_loss`).
     """
     matches = []
     if alpha > 0:
         loss = "logit_mse" if regression or kd_loss == "mse" else "kl_div"
-        options = {} if loss == "logit_mse" else {"temperature": temperature}
+        options = {} if loss == "logit_mse" else {"temperature": temperature, "reduction": kd_reduction}
         matches.append(Match("soft", "logits", loss, alpha, options=options))
     if alpha < 1:
         matches.append(Match("hard", "logits", "hard_label", 1.0 - alpha, target="labels"))

@@ -71,11 +71,10 @@ from kdbert.recipes.base import (
     Student,
     check_kd_loss,
     label_names,
-    logit_matches,
     student_description,
     teacher_if_needed,
 )
-from kdbert.recipes.kd import TEMPERATURE, LogitKDConfig, kd_report
+from kdbert.recipes.kd import TEMPERATURE, LogitKDConfig, kd_matches, kd_report
 from kdbert.recipes.stages import task_stage
 
 GENERAL_SAVE_EVERY = 200  # optimiser steps between checkpoints (there is no evaluation to tie them to)
@@ -250,7 +249,7 @@ def initial_student(teacher, spec: TaskSpec, config: DistilBertConfig) -> Studen
 def build_task_plan(ctx: DistillContext) -> Plan:
     """One stage ``distilbert``: KD's matches (alpha 0.5, T 2 by default)."""
     config, spec = ctx.config, ctx.spec
-    matches = logit_matches(config.alpha, config.temperature, check_kd_loss(config.kd_loss, spec), spec.is_regression)
+    matches = kd_matches(config, spec)
     stages = [task_stage("distilbert", config, matches, ctx)]
     report = {"loss": kd_report(config, spec), "plain_finetuning": config.alpha == 0,
               **student_description(ctx.student)}

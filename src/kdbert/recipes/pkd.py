@@ -44,12 +44,11 @@ from kdbert.recipes.base import (
     Plan,
     Student,
     check_kd_loss,
-    logit_matches,
     resolve_student,
     student_description,
     teacher_if_needed,
 )
-from kdbert.recipes.kd import KDConfig, kd_report
+from kdbert.recipes.kd import KDConfig, kd_matches, kd_report
 from kdbert.recipes.stages import task_stage
 
 DEFAULT_BETA = 500.0  # for the reference's "mean" reduction
@@ -155,7 +154,7 @@ def build_task_plan(ctx: DistillContext) -> Plan:
     if beta > 0:
         check_width(ctx.student, ctx.teacher)
     print(f"PKD-{method} patient layers\n{pairs.table()}")
-    matches = logit_matches(config.alpha, config.temperature, check_kd_loss(config.kd_loss, spec), spec.is_regression)
+    matches = kd_matches(config, spec)
     stages = [task_stage("pkd", config, matches + patience_matches(pairs, beta, config.patience_reduction), ctx)]
     reduction = config.patience_reduction
     report = {
