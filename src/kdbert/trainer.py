@@ -396,7 +396,11 @@ class Trainer:
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         student = self.accelerator.unwrap_model(self.student)
-        student.save_pretrained(tmp)
+        if hasattr(student, "save_pretrained"):
+            student.save_pretrained(tmp)
+        else:  # a student that is not an HF model: its weights only
+            tmp.mkdir(parents=True)
+            save_model(student, str(tmp / "model.safetensors"))
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(tmp)
         extras = {k: v for k, v in self.modules.items() if k != "student" and any(True for _ in v.parameters())}
