@@ -152,50 +152,60 @@ class WordStudent(nn.Module):
         return self.classifier(pooled)
 
 
+class WordInputs:
+    """A word-level student's own inputs (kdbert.data.batching.ModelInputs): word ids and lengths."""
+
+    def __init__(self, vocabulary: dict[str, int]):
+        self.vocabulary = vocabulary
+
+    def encode(self, examples):
+        return [{"word_ids": [self.vocabulary.get(w, 0) for w in " ".join(e.texts).split()]} for e in examples]
+
+    def collate(self, features):
+        longest = max(len(f["word_ids"]) for f in features)
+        return {"word_ids": torch.tensor([f["word_ids"] + [0] * (longest - len(f["word_ids"])) for f in features]),
+                "lengths": torch.tensor([len(f["word_ids"]) for f in features])}
+
+
 def test_word_level_student_with_its_own_inputs_trains_through_the_trainer(env, tmp_path):
     """Per-model inputs: the teacher reads its token ids, the student its own word ids; the hook
     adapter traces the student; a match on a feature it does not record fails naming its class."""
     from transformers import BertForSequenceClassification
 
+    from kdbert.data.batching import TaskCollator, TokenizerInputs, encode_task
+    from kdbert.data.glue import Example
+    from kdbert.evaluate import TaskEvaluator
+
     register_adapter(WordStudent, HookAdapter({"encoded": "encoder"}))
     teacher = BertForSequenceClassification.from_pretrained(env["teacher"]).eval()
-    tok = env["tokenizer"]
     rng = random.Random(0)
-    texts = [sentence(rng) for _ in range(12)]
-    words = {w: i + 1 for i, w in enumerate(sorted({w for t in texts for w in t.split()}))}
-    rows = [{"teacher": {k: v for k, v in tok(t).items()}, "student": {"word_ids": [words[w] for w in t.split()]},
-             "labels": i % 2} for i, t in enumerate(texts)]
-
-    def collate(features):
-        teacher_side = PaddingCollator(tok.pad_token_id)([f["teacher"] for f in features])
-        longest = max(len(f["student"]["word_ids"]) for f in features)
-        ids = torch.tensor([f["student"]["word_ids"] + [0] * (longest - len(f["student"]["word_ids"]))
-                            for f in features])
-        lengths = torch.tensor([len(f["student"]["word_ids"]) for f in features])
-        return {"teacher": teacher_side, "student": {"word_ids": ids, "lengths": lengths},
-                "labels": torch.tensor([f["labels"] for f in features])}
-
-    from kdbert.data.batching import EncodedDataset
-
-    class Rows(EncodedDataset):
-        @property
-        def lengths(self):
-            return [len(f["student"]["word_ids"]) for f in self.features]
+    examples = [Example((sentence(rng),), i % 2) for i in range(12)]
+    words = {w: i + 1 for i, w in enumerate(sorted({w for e in examples for w in e.texts[0].split()}))}
+    teacher_inputs, student_inputs = TokenizerInputs(env["tokenizer"], 32), WordInputs(words)
+    rows = encode_task(examples, teacher_inputs, student_inputs)
+    assert rows[0]["teacher"]["input_ids"][0] == env["tokenizer"].cls_token_id and "word_ids" in rows[0]["student"]
+    collate = TaskCollator(teacher_inputs, student_inputs)
 
     torch.manual_seed(0)
     student = WordStudent(len(words) + 1)
     matches = [Match("soft", "logits", "logit_mse", 0.5), Match("hard", "logits", "hard_label", 0.5, target="labels")]
-    stage = Stage(StageConfig("kd", max_steps=3, batch_size=4, evaluate=False), MatchLoss(matches), Rows(rows))
+    stage = Stage(StageConfig("kd", max_steps=3, batch_size=4, evaluate=False), MatchLoss(matches), rows)
     before = student.classifier.weight.detach().clone()
     Trainer({"student": student}, [stage], RunConfig(str(tmp_path), progress=False, log_every=1), collate,
             frozen={"teacher": teacher}).train()
     assert not torch.equal(before, student.classifier.weight)
-    batch = collate(rows[:4])
+    assert (tmp_path / "model.safetensors").is_file()  # a non-HF student is saved as its weights
+
+    batch = collate([rows[i] for i in range(4)])
     student_trace = trace(student, batch)
     assert student_trace.features["encoded"].shape == (4, batch["student"]["word_ids"].shape[1], 8)
     with pytest.raises(KdbertError, match=r"the student \(WordStudent\) recorded no hidden_states"):
         MatchLoss([Match("hidden", "hidden", "hidden_mse", student_layer=1, teacher_layer=1)])(
             nn.ModuleDict({"student": student}), {"teacher": teacher}, batch)
+    # the evaluator reads the student's own inputs too
+    data = load_glue_dir(SPEC, env["glue"])
+    metrics = TaskEvaluator(data, env["tokenizer"], inputs=student_inputs)(student.eval())
+    assert set(metrics) == {"accuracy", "score"}
 
 
 def test_a_feature_the_teacher_does_not_record_fails_before_training(env):
