@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdbert.data.tasks import GLUE_TASKS, TaskSpec
+from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
 
 GLUE_DIR_ENV = "KDBERT_GLUE_DIR"
