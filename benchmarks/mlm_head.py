@@ -38,7 +38,8 @@ def main() -> None:
             report = json.loads((out / REPORT_NAME).read_text())
         else:
             report = fit_mlm_head(default_model_path(), args.corpus, out, unfreeze_top_layers=layers,
-                                  steps=args.steps, lr=args.learning_rate)
+                                  steps=args.steps, lr=args.learning_rate,
+                                  resume=(out / "run_config.json").exists())
         result = {k: report[k] for k in ("unfreeze_top_layers", "steps", "batch_size", "lr", "top1", "top15",
                                          "wall_time_s", "trainable_parameters")}
         result.update(machine_info(), output_dir=str(out),

@@ -104,6 +104,32 @@ def test_bad_input_gives_one_line_errors(tmp_path, capsys, tiny_classifier_dir, 
 
 @pytest.mark.teacher
 @pytest.mark.skipif(not SHARED_GLUE.is_dir(), reason="../shared/data/glue_data not present")
+@pytest.mark.parametrize("args, message", [
+    (["distill", "task", "--alpha", "0.5"],
+     "--alpha is a kd/pkd/distilbert option and --method tinybert does not use it; drop it or use --method kd"),
+    (["distill", "task", "--kd-loss", "mse"], "--kd-loss is a kd/pkd/distilbert option and --method tinybert"),
+    (["distill", "task", "--method", "kd", "--intermediate-lr", "1e-4"], "--intermediate-lr is a tinybert option"),
+    (["distill", "task", "--batch-size", "-3"], "--batch-size must be a positive integer (got -3)"),
+    (["distill", "task", "--epochs", "0"], "--epochs must be a positive number of epochs (at most 100000) (got 0.0)"),
+    (["distill", "task", "--learning-rate", "nan"], "--learning-rate must be a learning rate in (0, 1] (got nan)"),
+    (["distill", "task", "--method", "kd", "--temperature", "1e9"], "--temperature must be a positive temperature"),
+    (["finetune", "--batch-size", "-3"], "--batch-size must be a positive integer (got -3)"),
+    (["finetune", "--warmup-ratio", "1"], "--warmup-ratio must be a fraction in [0, 1) (got 1.0)"),
+    (["distill", "general", "--method", "distilbert", "--alpha-ce", "-1", "--corpus", "c.txt"],
+     "--alpha-ce must be a finite number >= 0 (got -1.0)"),
+    (["mlm-head", "--steps", "0", "--corpus", "c.txt"], "--steps must be a positive integer (got 0)"),
+])
+def test_options_are_checked_before_anything_runs(tmp_path, capsys, args, message):
+    """One typed config per method: foreign and out-of-range options are refused in one line,
+    before any data or model is read (the teacher 'missing' is never looked at)."""
+    extra = [] if args[0] in ("mlm-head",) or args[:2] == ["distill", "general"] else ["--task", "rte"]
+    teacher = ["--teacher", "missing"] if args[:2] == ["distill", "task"] else []
+    code = main([*args, *extra, *teacher, "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"kdbert: error: {message}"), err
+    assert not (tmp_path / "out").exists()
+
+
 def test_real_teacher_finetunes_and_evaluates_on_real_rte(tmp_path, capsys):
     out = tmp_path / "teacher"
     code, stdout, err = run_cli(capsys, "finetune", "--task", "rte", "--data-dir", SHARED_GLUE, "--output-dir", out,

@@ -214,12 +214,11 @@ def cmd_mlm_head(args) -> int:
     from kdbert.mlm_head import fit_mlm_head
     from kdbert.models.loading import resolve_model_path
 
-    out = Path(args.output_dir)
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
-        raise KdbertError(f"output dir {out} is not empty; choose another --output-dir or pass --overwrite")
-    report = fit_mlm_head(resolve_model_path(args.encoder), args.corpus, out, unfreeze_top_layers=args.unfreeze_top_layers,
-                          steps=args.steps, batch_size=args.batch_size, lr=args.learning_rate,
-                          max_seq_len=args.max_seq_len, seed=args.seed, eval_sequences=args.eval_sequences)
+    report = fit_mlm_head(resolve_model_path(args.encoder), args.corpus, Path(args.output_dir),
+                          unfreeze_top_layers=args.unfreeze_top_layers, steps=args.steps, batch_size=args.batch_size,
+                          lr=args.learning_rate, max_seq_len=args.max_seq_len, seed=args.seed,
+                          eval_sequences=args.eval_sequences, resume=args.resume, overwrite=args.overwrite,
+                          progress=not args.no_progress)
     print(json.dumps({k: v for k, v in report.items() if not isinstance(v, (list, dict))}, indent=2))
     return 0
 
@@ -336,7 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seq-len", type=int, default=128, help="tokens per packed sequence")
     p.add_argument("--eval-sequences", type=int, default=256, help="held-out sequences for the accuracy report")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
+    p.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace a run already in --output-dir")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=cmd_mlm_head)
 
     p = sub.add_parser("augment", help="data augmentation of a task's training file (TinyBERT or BiLSTM rules)",

@@ -12,7 +12,7 @@ value is checked, and an option of another method refused, the same way whicheve
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, ClassVar
 
 from kdbert.errors import KdbertError
@@ -180,7 +180,3 @@ def build_config(cls, values: dict, owners: dict[str, list[str]] | None = None, 
     config = cls(**kept)
     config.check()
     return config
-
-
-def field_default(f):
-    return None if f.default is MISSING else f.default

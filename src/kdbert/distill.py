@@ -18,7 +18,7 @@ from pathlib import Path
 
 from transformers import set_seed
 
-from kdbert.data.batching import PaddingCollator, encode_examples
+from kdbert.data.batching import TaskCollator, TokenizerInputs, encode_task
 from kdbert.data.corpus import corpus_files, pack_sequences
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
@@ -92,13 +92,18 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     student = recipe(config.method).initial_student(teacher, spec, config)
     max_seq_len = config.max_seq_len or spec.max_seq_len
     rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
-    context = DistillContext(teacher, student, tokenizer, spec, encode_examples(tokenizer, rows, max_seq_len),
+    teacher_inputs = TokenizerInputs(tokenizer, max_seq_len)
+    # a student with inputs of its own (a word vocabulary...) gets them from its recipe
+    make_student_inputs = getattr(recipe(config.method), "student_inputs", None)
+    student_inputs = make_student_inputs(student, config, spec) if make_student_inputs else None
+    context = DistillContext(teacher, student, tokenizer, spec, encode_task(rows, teacher_inputs, student_inputs),
                              config, config.seed)
     plan = recipe(config.method).build_task_plan(context)
     identity = _identity("distill task", _config(options, general=False), task=task.task, train_file=task.train_file)
     out = prepare_output_dir(output_dir, identity, resume, overwrite)
-    train_report, plan_report = _train(plan, _run_config(out, config), PaddingCollator(tokenizer.pad_token_id,
-                                       spec.is_regression), tokenizer, resume, TaskEvaluator(data, tokenizer, max_seq_len))
+    collator = TaskCollator(teacher_inputs, student_inputs, spec.is_regression)
+    evaluator = TaskEvaluator(data, tokenizer, max_seq_len, inputs=student_inputs)
+    train_report, plan_report = _train(plan, _run_config(out, config), collator, tokenizer, resume, evaluator)
     report = {
         "method": config.method, "task": spec.name, "teacher": teacher_path, "options": identity,
         "student_init": student.origin, **plan_report,

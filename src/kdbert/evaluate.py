@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kdbert.data.batching import EncodedDataset, PaddingCollator, encode_examples, sequential_batches
+from kdbert.data.batching import EncodedDataset, ModelInputs, TokenizerInputs, sequential_batches
 from kdbert.data.glue import TaskData
 from kdbert.data.tasks import TaskSpec
 from kdbert.metrics import compute_metrics, split_prefix, task_score
@@ -13,7 +13,7 @@ from kdbert.models.trace import model_inputs
 
 
 @torch.no_grad()
-def predict(model, dataset: EncodedDataset, collator: PaddingCollator, batch_size: int = 64) -> np.ndarray:
+def predict(model, dataset: EncodedDataset, collator, batch_size: int = 64) -> np.ndarray:
     """Logits (N, C) of ``model`` on ``dataset`` in the dataset's order (length-sorted batches)."""
     model.eval()
     device = next(model.parameters()).device
@@ -21,7 +21,8 @@ def predict(model, dataset: EncodedDataset, collator: PaddingCollator, batch_siz
     for indices in sequential_batches(dataset, batch_size):
         batch = collator([dataset[i] for i in indices])
         inputs = model_inputs(model, {k: v.to(device) for k, v in batch.items()})
-        logits = model(**inputs).logits.float().cpu().numpy()
+        output = model(**inputs)
+        logits = (output if torch.is_tensor(output) else output.logits).float().cpu().numpy()
         for row, index in enumerate(indices):
             outputs[index] = logits[row]
     return np.stack(outputs)
@@ -33,18 +34,21 @@ def to_predictions(spec: TaskSpec, logits: np.ndarray) -> np.ndarray:
 
 
 class TaskEvaluator:
-    """Callable ``evaluator(model) -> metrics`` over a task's dev split(s), tokenised once.
+    """Callable ``evaluator(model) -> metrics`` over a task's dev split(s), encoded once with the
+    model's inputs (``inputs``; default: ``tokenizer``'s).
 
     Metrics are in percent, keyed by name (MNLI: ``dev_matched/accuracy`` ...), plus ``score``,
     the mean of the task's metrics, which selects the best checkpoint.
     """
 
-    def __init__(self, data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64):
+    def __init__(self, data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64,
+                 inputs: ModelInputs | None = None):
         self.spec = data.spec
         self.max_seq_len = max_seq_len or data.spec.max_seq_len
-        self.splits = {name: encode_examples(tokenizer, rows, self.max_seq_len) for name, rows in data.dev.items()}
+        inputs = inputs or TokenizerInputs(tokenizer, self.max_seq_len)
+        self.splits = {name: EncodedDataset(inputs.encode(rows)) for name, rows in data.dev.items()}
         self.references = {name: np.array([ex.label for ex in rows]) for name, rows in data.dev.items()}
-        self.collator = PaddingCollator(tokenizer.pad_token_id, data.spec.is_regression)
+        self.collator = inputs.collate
         self.batch_size = batch_size
 
     def __call__(self, model) -> dict[str, float]:

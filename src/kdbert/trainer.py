@@ -52,7 +52,10 @@ class StageConfig:
     """Optimisation settings of one stage.
 
     ``epochs`` may be fractional; ``max_steps`` (optimiser steps), when set, wins. ``schedule``
-    is "linear" (warmup then linear decay to 0) or "constant" (TinyBERT's intermediate stage).
+    is "linear" (warmup from 0, then linear decay to 0), "linear-from-first-step" (the same with the
+    first step at lr / warmup_steps instead of 0, at least one warmup step; ``kdbert mlm-head``) or
+    "constant" (TinyBERT's intermediate stage). ``decay_all`` applies weight decay to biases and
+    LayerNorm weights too.
     ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
     ``train`` selects the parameters this stage updates by name in the trainer's module dict
     (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
@@ -73,6 +76,7 @@ class StageConfig:
     evaluate: bool = True
     eval_every: int | None = None
     train: tuple = ("student.*",)
+    decay_all: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,17 +102,20 @@ class Stage:
 
     A loss with a ``setup(modules, frozen, batch)`` method (e.g. :class:`~kdbert.matching.MatchLoss`
     creating projections from the widths it sees) gets the stage's first batch before the
-    optimiser is built.
+    optimiser is built. ``order(epoch) -> [[row indices of a batch], ...]`` replaces the default
+    length-grouped order, a pure function of (seed, epoch).
     """
 
     config: StageConfig
     loss_fn: LossFn
     dataset: EncodedDataset
+    order: Callable[[int], list[list[int]]] | None = None
 
 
 @dataclass
 class RunConfig:
-    """Settings of a whole run (shared by its stages)."""
+    """Settings of a whole run (shared by its stages). ``reseed=False`` keeps the caller's torch RNG
+    stream instead of seeding it with ``seed`` when training starts."""
 
     output_dir: str
     seed: int = 42
@@ -118,6 +125,7 @@ class RunConfig:
     keep_checkpoints: int = 2
     group_by_length: bool = True
     progress: bool = True
+    reseed: bool = True
 
 
 def to_device(batch: dict, device) -> dict:
@@ -213,7 +221,8 @@ class Trainer:
 
     def train(self, resume: bool = False) -> dict:
         """Run all stages (from the latest checkpoint with ``resume``); returns the final report."""
-        torch.manual_seed(self.run.seed)
+        if self.run.reseed:
+            torch.manual_seed(self.run.seed)
         checkpoint = self._latest_checkpoint() if resume else None
         if checkpoint is not None:
             self._truncate_log()
@@ -231,33 +240,26 @@ class Trainer:
 
     # ----------------------------------------------------------------- one stage
     def _trainable_parameters(self, config: StageConfig):
-        """AdamW groups: per :class:`ParamGroup`, decayed weights and undecayed biases/LayerNorms."""
+        """AdamW groups, parameters in module order: one per (learning rate, decayed or not).
+
+        Biases and LayerNorm weights get no weight decay unless ``config.decay_all``."""
         groups = param_groups(config.train)
-        chosen: dict[int, list[tuple[str, nn.Parameter]]] = {}
+        merged: dict[tuple, dict] = {}
+        used = set()
         for name, param in self.modules.named_parameters():
             index = next((i for i, g in enumerate(groups) if fnmatch.fnmatchcase(name, g.pattern)), None)
             param.requires_grad_(index is not None)
-            if index is not None:
-                chosen.setdefault(index, []).append((name, param))
+            if index is None:
+                continue
+            used.add(index)
+            lr = config.learning_rate * groups[index].lr_scale
+            decay = config.decay_all or not (param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name)
+            group = merged.setdefault((lr, decay), {"params": [], "lr": lr,
+                                                    "weight_decay": config.weight_decay if decay else 0.0})
+            group["params"].append(param)
         for i, group in enumerate(groups):
-            if i not in chosen:
+            if i not in used:
                 raise KdbertError(f"stage '{config.name}': no parameter matches '{group.pattern}'")
-        result = []
-        for i in sorted(chosen):
-            decay = [p for n, p in chosen[i] if not (p.ndim < 2 or "LayerNorm" in n or "layer_norm" in n)]
-            no_decay = [p for n, p in chosen[i] if p.ndim < 2 or "LayerNorm" in n or "layer_norm" in n]
-            lr = config.learning_rate * groups[i].lr_scale
-            result += [{"params": decay, "weight_decay": config.weight_decay, "lr": lr},
-                       {"params": no_decay, "weight_decay": 0.0, "lr": lr}]
-        return self._merge_equal_rates(result)
-
-    @staticmethod
-    def _merge_equal_rates(groups: list[dict]) -> list[dict]:
-        """One decay and one no-decay group per learning rate, parameters in module order."""
-        merged: dict[tuple, dict] = {}
-        for group in groups:
-            key = (group["lr"], group["weight_decay"])
-            merged.setdefault(key, {**group, "params": []})["params"] += group["params"]
         return list(merged.values())
 
     def _setup(self, stage: Stage) -> None:
@@ -270,10 +272,14 @@ class Trainer:
             batch = to_device(self.collator([stage.dataset[i] for i in rows]), self.device)
             setup(self.modules, self.frozen, batch)
 
-    def _batches_per_epoch(self, dataset, config) -> list[list[int]]:
-        order = epoch_order(dataset.lengths, config.batch_size, self.run.seed, self.state["epoch"],
-                            self.run.group_by_length)
-        batches = [order[i:i + config.batch_size] for i in range(0, len(order), config.batch_size)]
+    def _batches_per_epoch(self, stage: Stage) -> list[list[int]]:
+        config = stage.config
+        if stage.order is not None:
+            batches = stage.order(self.state["epoch"])
+        else:
+            order = epoch_order(stage.dataset.lengths, config.batch_size, self.run.seed, self.state["epoch"],
+                                self.run.group_by_length)
+            batches = [order[i:i + config.batch_size] for i in range(0, len(order), config.batch_size)]
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
         per_process = len(batches) // world if world > 1 else len(batches)
         return batches[rank::world][:per_process]
@@ -300,8 +306,13 @@ class Trainer:
             scheduler = get_constant_schedule(optimizer)
         elif config.schedule == "linear":
             scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total), total)
+        elif config.schedule == "linear-from-first-step":
+            warmup = max(1, int(config.warmup_ratio * total))
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(
+                (s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup))))
         else:
-            raise KdbertError(f"stage '{config.name}': unknown schedule '{config.schedule}'; use linear or constant")
+            raise KdbertError(f"stage '{config.name}': unknown schedule '{config.schedule}'; use linear, "
+                              "linear-from-first-step or constant")
         module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
         if checkpoint is not None:
             self._load_checkpoint(checkpoint, optimizer, scheduler)
@@ -311,7 +322,7 @@ class Trainer:
             self.run.progress and self.accelerator.is_main_process), dynamic_ncols=True)
         module.train()
         while self.state["step"] < total:
-            batches = self._batches_per_epoch(stage.dataset, config)
+            batches = self._batches_per_epoch(stage)
             position = self.state["batch_in_epoch"]
             terms_sum, micro = {}, 0
             while position < len(batches) and self.state["step"] < total:
@@ -398,7 +409,11 @@ class Trainer:
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         student = self.accelerator.unwrap_model(self.student)
-        student.save_pretrained(tmp)
+        if hasattr(student, "save_pretrained"):
+            student.save_pretrained(tmp)
+        else:  # a student that is not an HF model: its weights only
+            tmp.mkdir(parents=True)
+            save_model(student, str(tmp / "model.safetensors"))
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(tmp)
         extras = {k: v for k, v in self.modules.items() if k != "student" and any(True for _ in v.parameters())}

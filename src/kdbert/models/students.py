@@ -352,13 +352,3 @@ def apply_student_init(student: PreTrainedModel, teacher: PreTrainedModel, init:
         return "random"
     picked = select_teacher_weights(student, teacher)
     return f"teacher-weights (layers {','.join(map(str, picked['teacher_layers']))}, {picked['hidden_units']} units)"
-
-
-def refuse_student_init_without_preset(options: dict) -> None:
-    """``--student-init`` only shapes a preset student; refuse it with a folder or --student-layers."""
-    if options.get("student_init") not in (None, "random") and (
-        options.get("student_layers") not in (None, "")
-        or (options.get("student") not in (None, "") and options.get("student") not in PRESETS)
-    ):
-        raise KdbertError("--student-init applies to a preset student (--student tinybert4 / tinybert6); a folder "
-                          "or --student-layers already brings its weights, so drop --student-init")

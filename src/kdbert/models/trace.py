@@ -43,7 +43,6 @@ from kdbert.errors import KdbertError
 
 TRACE_IMPLEMENTATION = "kdbert_trace"
 MASKED_SCORE = -10000.0
-ROLES = ("teacher", "student")
 
 _recorder = threading.local()
 
