@@ -481,6 +481,11 @@ def main(argv: list[str] | None = None) -> int:
     except KdbertError as exc:
         print(f"kdbert: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a path option naming a file for a folder, no permission, a full disk...
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"kdbert: error: {where}{exc.strerror or exc}; check the path, its permissions and free space",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -141,6 +141,8 @@ class _StageModule(nn.Module):
 def prepare_output_dir(output_dir: str | Path, identity: dict, resume: bool, overwrite: bool) -> Path:
     """Refuse an output dir that holds another run unless ``resume`` or ``overwrite``."""
     out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise KdbertError(f"--output-dir {out} is a file; give a folder path (new, or a run to --resume)")
     marker = out / "run_config.json"
     if marker.exists():
         if overwrite:
