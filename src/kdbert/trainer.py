@@ -42,7 +42,7 @@ from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
 from kdbert.data.batching import EncodedDataset, epoch_order
 from kdbert.errors import KdbertError
-from kdbert.io import replace_dir, write_json
+from kdbert.io import copy_files_atomically, replace_dir, restore_interrupted, write_json
 
 LossFn = Callable[[nn.ModuleDict, dict, dict], dict]
 
@@ -489,10 +489,10 @@ class Trainer:
         if not self.accelerator.is_main_process:
             return {}
         best = self.out / "best"
+        restore_interrupted(best)
         if not best.exists():
             self._export(best, None)
-        for item in best.iterdir():
-            shutil.copy2(item, self.out / item.name)
+        copy_files_atomically(best, self.out)
         report = {"best_metrics": self.state["best_metrics"], "best_stage": self.state["best_stage"],
                   "best_step": self.state["best_step"], "history": self.state["history"],
                   "train_seconds": round(seconds, 1),
