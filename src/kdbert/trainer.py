@@ -34,6 +34,7 @@ from typing import Callable
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import DistributedDataParallelKwargs, gather_object
 from safetensors.torch import load_model, save_model
 from torch import nn
@@ -200,6 +201,9 @@ class Trainer:
         self.evaluator = evaluator
         self.tokenizer = tokenizer
         self.out = Path(run.output_dir)
+        # accelerate keeps one precision per process: a second run in the same process (the
+        # Python API, tests) with another --mixed-precision would be refused without this reset
+        AcceleratorState._reset_state()
         # cpu=True without a GPU: under torchrun the processes then train together over gloo
         # instead of each training the whole run alone
         self.accelerator = Accelerator(
