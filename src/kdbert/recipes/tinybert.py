@@ -94,12 +94,6 @@ def task_defaults(task_name: str) -> dict:
     return {**COMMON_TASK_DEFAULTS, **TASK_DEFAULTS.get(task_name, FALLBACK_TASK_DEFAULTS)}
 
 
-
-def task_defaults(task_name: str) -> dict:
-    """The TinyBERT defaults of a task (GLUE name; anything else gets the fallback)."""
-    return {**COMMON_TASK_DEFAULTS, **TASK_DEFAULTS.get(task_name, FALLBACK_TASK_DEFAULTS)}
-
-
 # ----------------------------------------------------------------------------- options
 @dataclass
 class IntermediateOptions:
