@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdbert.data.tasks import GLUE_TASKS, TaskSpec
+from kdbert.data.tasks import TaskSpec
 from kdbert.data.textfile import open_text
 from kdbert.errors import KdbertError
 
