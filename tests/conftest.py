@@ -167,3 +167,14 @@ def stage_terms(plan, batch, index: int = 0):
         loss.setup(parts, plan.frozen, batch)
     plan.modules.update(dict(parts.items()))
     return loss(parts, plan.frozen, batch)
+
+
+def evaluate_saved(model_dir, task: str, data_dir, max_seq_len: int | None = None) -> dict:
+    """Dev metrics of the model saved in ``model_dir``, computed afresh (``kdbert evaluate``'s path)."""
+    from kdbert.data.load import TaskOptions, load_task
+    from kdbert.evaluate import TaskEvaluator
+    from kdbert.models.loading import load_sequence_classifier, load_tokenizer
+
+    data = load_task(TaskOptions(task, data_dir=str(data_dir)))
+    model = load_sequence_classifier(str(model_dir), data.spec.num_labels, new_head_ok=False)
+    return TaskEvaluator(data, load_tokenizer(str(model_dir)), max_seq_len)(model)

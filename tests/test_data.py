@@ -14,6 +14,10 @@ from kdbert.data.tasks import GLUE_TASKS, canonical_task_name
 from kdbert.errors import KdbertError
 
 
+def rows_header(glue_dir, folder) -> list[str]:
+    return (glue_dir / folder / "train.tsv").read_text().splitlines()[0].split("\t")
+
+
 @pytest.mark.parametrize("folder", GLUE_FOLDERS)
 def test_every_glue_task_reads_from_generated_files(glue_dir, folder):
     name = canonical_task_name(folder)
@@ -21,12 +25,14 @@ def test_every_glue_task_reads_from_generated_files(glue_dir, folder):
     spec = GLUE_TASKS[name]
     assert len(data.train) == 40
     assert set(data.dev) == set(spec.dev_splits)
-    for example in data.train:
-        assert len(example.texts) == len(spec.text_fields)
-        if spec.is_regression:
-            assert 0.0 <= example.label <= 5.0
-        else:
-            assert example.label in range(spec.num_labels)
+    rows = (glue_dir / folder / "train.tsv").read_text().splitlines()[(0 if folder == "CoLA" else 1):]
+    for example, row in zip(data.train, rows):
+        fields = row.split("\t")
+        assert list(example.texts) == [fields[spec.file_columns[f]] if folder == "CoLA" else
+                                       fields[rows_header(glue_dir, folder).index(spec.file_columns[f])]
+                                       for f in spec.text_fields]
+        label = fields[1] if folder == "CoLA" else fields[rows_header(glue_dir, folder).index(spec.file_columns["label"])]
+        assert example.label == (float(label) if spec.is_regression else spec.labels.index(label))
 
 
 def test_gzipped_files_read_the_same(tmp_path):

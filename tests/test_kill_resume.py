@@ -135,11 +135,12 @@ def run_both(tmp_path, command_for, **kw):
     return straight, resumed
 
 
-def test_finetuning_killed_five_times(tmp_path, models, glue_dir):
+@pytest.mark.parametrize("precision", ["no", "bf16"])
+def test_finetuning_killed_five_times(tmp_path, models, glue_dir, precision):
     def command(out):
         return cli("finetune", "--model", models["teacher"], "--task", "rte", "--data-dir", glue_dir, "--output-dir",
                    out, "--max-steps", "60", "--batch-size", "4", "--eval-every", "6", "--learning-rate", "1e-3",
-                   "--no-progress")
+                   "--mixed-precision", precision, "--no-progress")
     straight, resumed = run_both(tmp_path, command)
     assert_same_run(straight, resumed)
     assert json.loads((straight / "metrics.json").read_text()) == json.loads((resumed / "metrics.json").read_text())

@@ -7,6 +7,7 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, BertModel, BertTokenizerFast
 
 from kdbert.errors import KdbertError
+from kdbert import mlm_head
 from kdbert.mlm_head import REPORT_NAME, fit_mlm_head
 
 WORDS = "the a cat dog sat on mat and ran far away house red blue big small".split()
@@ -44,7 +45,8 @@ def test_frozen_encoder_trains_only_head_and_saves_tied_model(encoder_dir, corpu
     saved = json.loads((tmp_path / "mlm" / REPORT_NAME).read_text())
     assert saved == json.loads(json.dumps(report))
     assert report["steps"] == 4 and report["unfreeze_top_layers"] == 0
-    assert 0 <= report["top1"] <= report["top15"] <= 1 and report["eval_after"]["masked_tokens"] > 0
+    assert (report["top1"], report["top15"]) == (report["eval_after"]["top1"], report["eval_after"]["top15"])
+    assert report["eval_after"]["masked_tokens"] == report["eval_before"]["masked_tokens"] > 0
     assert sorted(report["trainable_names"]) == sorted([
         "cls.predictions.bias", "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
         "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias"])
@@ -78,3 +80,13 @@ def test_bad_inputs(encoder_dir, corpus_file, tmp_path):
         fit(encoder_dir, tmp_path / "missing.txt", tmp_path / "x")
     with pytest.raises(KdbertError, match="no config.json"):
         fit(tmp_path, corpus_file, tmp_path / "x")
+
+
+def test_accuracy_counts_top1_and_top15_hits(monkeypatch):
+    # 3 masked tokens over a vocabulary of 16: token 0 ranked first (top-1 and top-15 hit), token 1
+    # ranked second (top-15 hit only), token 2 ranked last (no hit): top1 1/3, top15 2/3.
+    logits = torch.arange(16.0).flip(0).repeat(3, 1)  # token k ranked k-th in every row
+    labels = torch.tensor([0, 1, 15])
+    monkeypatch.setattr(mlm_head, "masked_logits", lambda model, batch: (logits, labels))
+    result = mlm_head.evaluate(torch.nn.Linear(1, 1), [{}])
+    assert result == {"top1": 1 / 3, "top15": 2 / 3, "masked_tokens": 3}

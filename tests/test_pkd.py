@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import method_config, save_tiny_classifier, stage_terms, write_glue_task
-from torch import nn
 from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
 
 from kdbert import cli, losses

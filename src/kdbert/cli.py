@@ -83,6 +83,8 @@ def cmd_finetune(args) -> int:
         mixed_precision=args.mixed_precision, keep_checkpoints=args.keep_checkpoints, progress=not args.no_progress,
     )
     report = finetune(task_options(args), config, resume=args.resume, overwrite=args.overwrite)
+    if not report:  # a second process of a multi-process run: the main one reports
+        return 0
     print(format_metrics(f"finetune {args.task} -> {args.output_dir}", report["best_metrics"]))
     print(f"train time: {report['train_seconds']:.0f}s")
     return 0
@@ -125,6 +127,8 @@ def cmd_distill_task(args) -> int:
 
     report = distill_task(task_options(args), distill_options(args), args.output_dir, resume=args.resume,
                           overwrite=args.overwrite)
+    if not report:  # a second process of a multi-process run: the main one reports
+        return 0
     print(format_metrics(f"distill {args.method} {args.task} -> {args.output_dir}", report["dev_metrics"]))
     print(f"wall time: {report['wall_seconds']:.0f}s; report: {Path(args.output_dir) / 'distill_report.json'}")
     return 0
@@ -134,6 +138,8 @@ def cmd_distill_general(args) -> int:
     from kdbert.distill import distill_general
 
     report = distill_general(distill_options(args), args.output_dir, resume=args.resume, overwrite=args.overwrite)
+    if not report:
+        return 0
     print(f"general student -> {args.output_dir} ({report['wall_seconds']:.0f}s)")
     return 0
 
@@ -481,6 +487,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except KdbertError as exc:
         print(f"kdbert: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path option naming a file for a folder, no permission, a full disk...
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"kdbert: error: {where}{exc.strerror or exc}; check the path, its permissions and free space",
+              file=sys.stderr)
         return 2
 
 

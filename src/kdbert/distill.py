@@ -27,7 +27,7 @@ from kdbert.io import write_json
 from kdbert.methods import method_config, recipe
 from kdbert.models.loading import check_vocabulary, load_sequence_classifier, load_tokenizer, resolve_model_path
 from kdbert.recipes.base import DistillContext, Plan
-from kdbert.trainer import RunConfig, Trainer, prepare_output_dir
+from kdbert.trainer import RunConfig, Trainer, is_main_process, prepare_output_dir
 
 
 def _config(options, general: bool):
@@ -104,6 +104,8 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     collator = TaskCollator(teacher_inputs, student_inputs, spec.is_regression)
     evaluator = TaskEvaluator(data, tokenizer, max_seq_len, inputs=student_inputs)
     train_report, plan_report = _train(plan, _run_config(out, config), collator, tokenizer, resume, evaluator)
+    if not is_main_process():
+        return {}
     report = {
         "method": config.method, "task": spec.name, "teacher": teacher_path, "options": identity,
         "student_init": student.origin, **plan_report,
@@ -133,10 +135,12 @@ def distill_general(options, output_dir: str, resume: bool = False, overwrite: b
     identity = _identity("distill general", config)
     out = prepare_output_dir(output_dir, identity, resume, overwrite)
     sequences = pack_sequences(tokenizer, corpus, max_seq_len, config.max_sequences, config.seed,
-                               cache_path=out / "packed_corpus.safetensors")
+                               cache_path=out / "packed_corpus.safetensors" if is_main_process() else None)
     dataset, collator, data_report = method.general_data(sequences, tokenizer, teacher, config)
     plan = method.build_general_plan(DistillContext(teacher, student, tokenizer, None, dataset, config, config.seed))
     train_report, plan_report = _train(plan, _run_config(out, config, config.save_every), collator, tokenizer, resume)
+    if not is_main_process():
+        return {}
     report = {
         "method": config.method, "teacher": teacher_path, "options": identity, "student_init": student.origin,
         "corpus": [str(c) for c in corpus], "sequences": len(sequences), "max_seq_len": max_seq_len,

@@ -83,5 +83,7 @@ def finetune(task: TaskOptions, config: FinetuneConfig, resume: bool = False, ov
     trainer = Trainer({"student": model}, [stage], run, PaddingCollator(tokenizer.pad_token_id, spec.is_regression),
                       evaluator=TaskEvaluator(data, tokenizer, max_seq_len), tokenizer=tokenizer)
     report = trainer.train(resume=resume)
+    if not report:  # not the main process of a multi-process run
+        return {}
     report["config"] = {**asdict(config), **identity}
     return report

@@ -22,7 +22,11 @@ def write_json(path: Path, data) -> None:
 
 
 def replace_dir(tmp: Path, final: Path) -> None:
-    """Put the finished directory ``tmp`` at ``final``, replacing an older ``final``."""
+    """Put the finished directory ``tmp`` at ``final``, replacing an older ``final``.
+
+    A folder cannot be swapped in one step: the old one moves to ``final.old`` first. A process
+    killed between the two moves leaves no ``final``; :func:`restore_interrupted` puts the old
+    one back."""
     if final.exists():
         old = final.with_name(final.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
@@ -31,6 +35,24 @@ def replace_dir(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, final)
+
+
+def restore_interrupted(final: Path) -> None:
+    """Undo a :func:`replace_dir` killed half-way: ``final`` missing but ``final.old`` whole."""
+    final = Path(final)
+    old = final.with_name(final.name + ".old")
+    if not final.exists() and old.is_dir():
+        os.replace(old, final)
+
+
+def copy_files_atomically(source: Path, destination: Path) -> None:
+    """Copy every file of folder ``source`` into ``destination``, each under a temporary name
+    first, so a reader never sees a half-copied file (a kill may leave some files copied)."""
+    for item in sorted(Path(source).iterdir()):
+        if item.is_file():
+            tmp = Path(destination) / f".{item.name}.tmp"
+            shutil.copy2(item, tmp)
+            os.replace(tmp, Path(destination) / item.name)
 
 
 def save_hf_folder(model, tokenizer, out: Path, reports: dict[str, dict] | None = None) -> None:

@@ -34,7 +34,8 @@ from typing import Callable
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedDataParallelKwargs
+from accelerate.state import AcceleratorState
+from accelerate.utils import DistributedDataParallelKwargs, gather_object
 from safetensors.torch import load_model, save_model
 from torch import nn
 from tqdm.auto import tqdm
@@ -42,7 +43,7 @@ from transformers import get_constant_schedule, get_linear_schedule_with_warmup
 
 from kdbert.data.batching import EncodedDataset, epoch_order
 from kdbert.errors import KdbertError
-from kdbert.io import replace_dir, write_json
+from kdbert.io import copy_files_atomically, replace_dir, restore_interrupted, write_json
 
 LossFn = Callable[[nn.ModuleDict, dict, dict], dict]
 
@@ -146,9 +147,20 @@ class _StageModule(nn.Module):
         return self._loss_fn(self.parts, self._frozen, batch)
 
 
+def is_main_process() -> bool:
+    """False in the second and later processes of a multi-process run (torchrun sets ``RANK``):
+    only the main process writes run folders, logs, checkpoints and reports."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def prepare_output_dir(output_dir: str | Path, identity: dict, resume: bool, overwrite: bool) -> Path:
-    """Refuse an output dir that holds another run unless ``resume`` or ``overwrite``."""
+    """Refuse an output dir that holds another run unless ``resume`` or ``overwrite``
+    (checked, and the run marker written, by the main process only)."""
     out = Path(output_dir)
+    if not is_main_process():
+        return out
+    if out.exists() and not out.is_dir():
+        raise KdbertError(f"--output-dir {out} is a file; give a folder path (new, or a run to --resume)")
     marker = out / "run_config.json"
     if marker.exists():
         if overwrite:
@@ -197,11 +209,18 @@ class Trainer:
         self.evaluator = evaluator
         self.tokenizer = tokenizer
         self.out = Path(run.output_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
+        # accelerate keeps one precision per process: a second run in the same process (the
+        # Python API, tests) with another --mixed-precision would be refused without this reset
+        AcceleratorState._reset_state()
+        # cpu=True without a GPU: under torchrun the processes then train together over gloo
+        # instead of each training the whole run alone
         self.accelerator = Accelerator(
             mixed_precision=run.mixed_precision,
+            cpu=not torch.cuda.is_available(),
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
         )
+        if self.accelerator.is_main_process:
+            self.out.mkdir(parents=True, exist_ok=True)
         self.device = self.accelerator.device
         self.modules = nn.ModuleDict(modules).to(self.device)
         self.frozen = {}
@@ -273,23 +292,31 @@ class Trainer:
             setup(self.modules, self.frozen, batch)
 
     def _batches_per_epoch(self, stage: Stage) -> list[list[int]]:
+        """This process's batches of the epoch, as row indices.
+
+        With several processes a global batch holds ``batch_size`` rows per process, in the
+        order one process would take ``batch_size x processes`` rows, and each process takes its
+        slice: the averaged gradient is that of the single-process batch. The last, partial
+        global batch is dropped so that every process steps together. A stage with its own batch
+        order (``stage.order``) hands its batches to the processes in turn."""
         config = stage.config
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
         if stage.order is not None:
             batches = stage.order(self.state["epoch"])
-        else:
-            order = epoch_order(stage.dataset.lengths, config.batch_size, self.run.seed, self.state["epoch"],
-                                self.run.group_by_length)
-            batches = [order[i:i + config.batch_size] for i in range(0, len(order), config.batch_size)]
-        world, rank = self.accelerator.num_processes, self.accelerator.process_index
-        per_process = len(batches) // world if world > 1 else len(batches)
-        return batches[rank::world][:per_process]
+            return batches if world == 1 else batches[rank::world][:len(batches) // world]
+        size = config.batch_size * world
+        order = epoch_order(stage.dataset.lengths, size, self.run.seed, self.state["epoch"], self.run.group_by_length)
+        batches = [order[i:i + size] for i in range(0, len(order), size)]
+        if world == 1:
+            return batches
+        return [b[rank * config.batch_size:(rank + 1) * config.batch_size] for b in batches if len(b) == size]
 
     def _total_steps(self, stage: Stage) -> int:
         config = stage.config
         if config.max_steps:
             return config.max_steps
         world = self.accelerator.num_processes
-        batches = math.ceil(len(stage.dataset) / config.batch_size) // world if world > 1 else math.ceil(
+        batches = len(stage.dataset) // (config.batch_size * world) if world > 1 else math.ceil(
             len(stage.dataset) / config.batch_size)
         per_epoch = max(1, math.ceil(batches / config.grad_accum))
         return max(1, math.ceil(config.epochs * per_epoch))
@@ -446,6 +473,9 @@ class Trainer:
 
     def _save_checkpoint(self, optimizer, scheduler) -> None:
         self.accelerator.wait_for_everyone()
+        # every process's random state (dropout differs per process), in process order
+        cpu_rng = gather_object([torch.get_rng_state()])
+        cuda_rng = gather_object([torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []])
         if not self.accelerator.is_main_process:
             return
         root = self._checkpoint_dir()
@@ -455,9 +485,10 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         save_model(self.accelerator.unwrap_model(self.modules), str(tmp / "modules.safetensors"))
+        scaler = self.accelerator.scaler  # fp16 only: its loss scale and growth tracker
         torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "cpu_rng": torch.get_rng_state(),
-                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+                    "cpu_rng": cpu_rng, "cuda_rng": cuda_rng, "processes": self.accelerator.num_processes,
+                    "grad_scaler": scaler.state_dict() if scaler is not None else None},
                    tmp / "optimizer.pt")
         write_json(tmp / "trainer_state.json", self.state)
         replace_dir(tmp, root / name)
@@ -490,11 +521,19 @@ class Trainer:
         load_model(self.accelerator.unwrap_model(self.modules), str(path / "modules.safetensors"),
                    device=str(self.device))
         saved = torch.load(path / "optimizer.pt", weights_only=True)  # our own file; tensors only
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        if saved.get("processes", 1) != world:
+            raise KdbertError(f"{path} was saved by a run of {saved.get('processes', 1)} process(es); resume it with "
+                              f"the same number (this run has {world})")
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
-        torch.set_rng_state(saved["cpu_rng"])
-        if saved["cuda_rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+        if isinstance(saved["cpu_rng"], torch.Tensor):  # saved before random states were kept per process
+            saved["cpu_rng"], saved["cuda_rng"] = [saved["cpu_rng"]], [saved["cuda_rng"]]
+        torch.set_rng_state(saved["cpu_rng"][rank])
+        if saved["cuda_rng"][rank] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"][rank])
+        if self.accelerator.scaler is not None and saved.get("grad_scaler"):
+            self.accelerator.scaler.load_state_dict(saved["grad_scaler"])
 
     # ----------------------------------------------------------------- end
     def _finish(self, seconds: float) -> dict:
@@ -502,10 +541,10 @@ class Trainer:
         if not self.accelerator.is_main_process:
             return {}
         best = self.out / "best"
+        restore_interrupted(best)
         if not best.exists():
             self._export(best, None)
-        for item in best.iterdir():
-            shutil.copy2(item, self.out / item.name)
+        copy_files_atomically(best, self.out)
         report = {"best_metrics": self.state["best_metrics"], "best_stage": self.state["best_stage"],
                   "best_step": self.state["best_step"], "history": self.state["history"],
                   "train_seconds": round(seconds, 1),

@@ -23,7 +23,14 @@ Differences from the reference code (huawei-noah TinyBERT), on purpose:
   - one projection per matched layer by default (the v2 checkpoints), with ``shared`` for the
     v1 code's single ``fit_dense`` (which it also applies to the embeddings: we do the same);
   - the attention loss can use a masked mean instead of the -1e2 threshold trick;
-  - the last partial batch is used, and runs resume from checkpoints.
+  - the last partial batch is used, and runs resume from checkpoints;
+  - general distillation reads the corpus as single-segment packed text (``[CLS] tokens [SEP]``,
+    up to ``max_seq_len``, token types all 0, nothing masked), the input task distillation sees
+    for single sentences. The reference feeds BERT pre-training instances instead
+    (``pregenerate_training_data.py``: two segments ``[CLS] A [SEP] B [SEP]`` with token types 0/1
+    and 15% of tokens masked, 80/10/10), so its student also sees [MASK] tokens and segment B
+    embeddings during general distillation. Neither paper nor code says this matters for the
+    losses (no MLM term is used); ours spends no positions on masked tokens.
 """
 
 from __future__ import annotations
@@ -87,12 +94,6 @@ ATTENTION_REDUCTIONS = ("tinybert-reference", "masked-mean")
 PROJECTIONS = ("per-layer", "shared")
 INTERMEDIATE_TERMS = ("embedding", "attention", "hidden")
 REGRESSION_TARGETS = ("gold", "teacher")
-
-
-def task_defaults(task_name: str) -> dict:
-    """The TinyBERT defaults of a task (GLUE name; anything else gets the fallback)."""
-    return {**COMMON_TASK_DEFAULTS, **TASK_DEFAULTS.get(task_name, FALLBACK_TASK_DEFAULTS)}
-
 
 
 def task_defaults(task_name: str) -> dict:
