@@ -1,0 +1,99 @@
+"""Deployment: PyTorch fp32 vs ONNX Runtime fp32 vs ONNX Runtime int8 for the teacher and students.
+
+    python benchmarks/deploy.py --task sst2 --threads 1
+    python benchmarks/deploy.py --task sst2 --threads 2 --runs 100   # timings on a quiet machine
+
+Each model (``--model NAME=DIR[=TEACHER_NAME]``; default: the SST-2 models of
+``benchmarks/teacher_glue.py``, ``benchmarks/distill_glue.py`` and ``benchmarks/quickstart.py``
+that exist under ``runs/``) is exported once with ``kdbert export --quantize int8`` (parity and
+dev scores of PyTorch, ORT fp32 and ORT int8 go into its ``onnx/export_report.json``), then timed
+in the three runtimes with ``kdbert bench`` (batch-1 latency p50/p90, batch-32 throughput, size,
+efficiency). Rerunning re-times every model and keeps the exports; ``--reexport`` redoes them.
+
+Results: ``benchmarks/results/deploy.json``, one record per model, task and sequence length (a
+rerun replaces it), in the record format of ``kdbert report --results`` plus the full bench rows, the
+machine, date and the 1-minute load average before and after (a load above the thread count
+means other jobs shared the cores and the latencies are inflated). ``benchmarks/report.py``
+renders them and the Pareto plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine_info, save_result  # noqa: E402
+
+from kdbert.bench import bench_model  # noqa: E402
+from kdbert.data.load import TaskOptions  # noqa: E402
+from kdbert.export import export_model  # noqa: E402
+from kdbert.io import read_json  # noqa: E402
+
+
+def default_models(task: str, runs_dir: Path) -> list[tuple[str, Path, str]]:
+    """(name, folder, teacher name) of the benchmark models that exist for ``task``."""
+    candidates = [("teacher", runs_dir / f"teacher-{task}", "teacher"),
+                  ("kd (3 layers)", runs_dir / f"distill-{task}-kd-s42", "teacher"),
+                  ("pkd-skip (3 layers)", runs_dir / f"distill-{task}-pkd-skip-s42", "teacher"),
+                  ("tinybert4 (weight selection, task KD)", runs_dir / f"distill-{task}-tinybert-ws-task-s42",
+                   "teacher"),
+                  ("distilbert (3 layers)", runs_dir / f"distill-{task}-distilbert-d-s42", "teacher")]
+    if task == "sst2":
+        candidates += [("quickstart teacher", runs_dir / "quickstart" / "teacher", "quickstart teacher"),
+                       ("quickstart student (tinybert, 3 layers)", runs_dir / "quickstart" / "student-tinybert",
+                        "quickstart teacher")]
+    return [c for c in candidates if (c[1] / "config.json").is_file()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", default="sst2")
+    parser.add_argument("--data-dir", default="../shared/data/glue_data")
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--model", action="append", default=[],
+                        help="NAME=DIR[=TEACHER_NAME] (default: the benchmark models found under --runs-dir)")
+    parser.add_argument("--seq-len", type=int, help="default: 64 for single-sentence tasks, 128 for pairs")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=50, help="timed batch-1 runs per model and runtime")
+    parser.add_argument("--reexport", action="store_true", help="export again even where an export exists")
+    args = parser.parse_args()
+    task = TaskOptions(args.task, data_dir=args.data_dir)
+    models = ([(m.split("=")[0], Path(m.split("=")[1]), (m.split("=") + ["teacher"])[2]) for m in args.model]
+              or default_models(args.task, Path(args.runs_dir)))
+    if not models:
+        sys.exit(f"no models under {args.runs_dir} for {args.task}: run benchmarks/teacher_glue.py first")
+    seq_len = args.seq_len or (64 if args.task in ("sst2", "cola") else 128)
+    for name, folder, teacher in models:
+        export = folder / "onnx" / "export_report.json"
+        if args.reexport or not export.is_file():
+            print(f"{name}: exporting {folder} (fp32 + int8, dev parity)")
+            export_model(folder, quantize="int8", task=task)
+        report = read_json(export)
+        load_before = os.getloadavg()[0]
+        rows = {runtime: bench_model(path, seq_len=seq_len, threads=args.threads, runs=args.runs, name=name)
+                for runtime, path in (("pytorch", str(folder)), ("onnx_fp32", folder / "onnx" / "model.onnx"),
+                                      ("onnx_int8", folder / "onnx" / "model.int8.onnx"))}
+        load_after = os.getloadavg()[0]
+        metrics = report["dev_metrics"]
+        record = {
+            "name": name, "task": args.task, "teacher": name == teacher, "teacher_name": teacher,
+            "run_dir": str(folder), "score": metrics["pytorch"]["score"],
+            "score_onnx_fp32": metrics["onnx_fp32"]["score"], "score_onnx_int8": metrics["onnx_int8"]["score"],
+            "params": rows["pytorch"]["params_total"], "flops": rows["pytorch"]["flops_per_example"],
+            "seq_len": seq_len, "threads": args.threads, "parity": report["parity"],
+            **{f"latency_{runtime}_ms": row["latency_median_ms"] for runtime, row in rows.items()},
+            "bench": rows, "load_average_1min_before_after": [load_before, load_after],
+            "command": f"python benchmarks/deploy.py --task {args.task} --threads {args.threads} --runs {args.runs}",
+            **machine_info(),
+        }
+        save_result("deploy", f"{args.task}/{name}/seq{seq_len}", record)  # a rerun replaces the timings
+        print(f"{name}: " + ", ".join(f"{rt} {row['latency_median_ms']:.2f} ms" for rt, row in rows.items())
+              + f"; dev {record['score']:.2f} -> int8 {record['score_onnx_int8']:.2f}; "
+              f"load {load_before:.1f}/{load_after:.1f}")
+
+
+if __name__ == "__main__":
+    main()
