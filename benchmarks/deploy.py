@@ -20,6 +20,7 @@ renders them and the Pareto plot.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -30,7 +31,6 @@ from common import machine_info, save_result  # noqa: E402
 from kdbert.bench import bench_model  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
 from kdbert.export import export_model  # noqa: E402
-from kdbert.io import read_json  # noqa: E402
 
 
 def default_models(task: str, runs_dir: Path) -> list[tuple[str, Path, str]]:
@@ -71,7 +71,7 @@ def main() -> None:
         if args.reexport or not export.is_file():
             print(f"{name}: exporting {folder} (fp32 + int8, dev parity)")
             export_model(folder, quantize="int8", task=task)
-        report = read_json(export)
+        report = json.loads(export.read_text())
         load_before = os.getloadavg()[0]
         rows = {runtime: bench_model(path, seq_len=seq_len, threads=args.threads, runs=args.runs, name=name)
                 for runtime, path in (("pytorch", str(folder)), ("onnx_fp32", folder / "onnx" / "model.onnx"),
