@@ -22,8 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import sys
 from pathlib import Path
+
+import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
@@ -31,6 +34,9 @@ from common import machine_info, save_result  # noqa: E402
 from kdbert.bench import bench_model  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
 from kdbert.export import export_model  # noqa: E402
+
+
+RUNTIMES = {"pytorch": ".", "onnx_fp32": "onnx/model.onnx", "onnx_int8": "onnx/model.int8.onnx"}  # path in a run
 
 
 def default_models(task: str, runs_dir: Path) -> list[tuple[str, Path, str]]:
@@ -45,7 +51,17 @@ def default_models(task: str, runs_dir: Path) -> list[tuple[str, Path, str]]:
         candidates += [("quickstart teacher", runs_dir / "quickstart" / "teacher", "quickstart teacher"),
                        ("quickstart student (tinybert, 3 layers)", runs_dir / "quickstart" / "student-tinybert",
                         "quickstart teacher")]
-    return [c for c in candidates if (c[1] / "config.json").is_file()]
+    return [c for c in candidates if (c[1] / "config.json").is_file() or (c[1] / "onnx" / "model.int8.onnx").is_file()]
+
+
+def cpu_model() -> str:
+    """The processor's model name (Linux ``/proc/cpuinfo``), else the platform's machine type."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.machine()
 
 
 def main() -> None:
@@ -59,6 +75,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=int, default=50, help="timed batch-1 runs per model and runtime")
     parser.add_argument("--reexport", action="store_true", help="export again even where an export exists")
+    parser.add_argument("--runtimes", nargs="+", choices=list(RUNTIMES), default=list(RUNTIMES),
+                        help="runtimes to time (onnx_int8 alone needs only each model's onnx/model.int8.onnx and "
+                             "onnx/export_report.json: a copy of them times on another machine)")
     args = parser.parse_args()
     task = TaskOptions(args.task, data_dir=args.data_dir)
     models = ([(m.split("=")[0], Path(m.split("=")[1]), (m.split("=") + ["teacher"])[2]) for m in args.model]
@@ -73,21 +92,21 @@ def main() -> None:
             export_model(folder, quantize="int8", task=task)
         report = json.loads(export.read_text())
         load_before = os.getloadavg()[0]
-        rows = {runtime: bench_model(path, seq_len=seq_len, threads=args.threads, runs=args.runs, name=name)
-                for runtime, path in (("pytorch", str(folder)), ("onnx_fp32", folder / "onnx" / "model.onnx"),
-                                      ("onnx_int8", folder / "onnx" / "model.int8.onnx"))}
+        rows = {runtime: bench_model(str(folder / RUNTIMES[runtime]), seq_len=seq_len, threads=args.threads,
+                                     runs=args.runs, name=name) for runtime in args.runtimes}
         load_after = os.getloadavg()[0]
         metrics = report["dev_metrics"]
         record = {
             "name": name, "task": args.task, "teacher": name == teacher, "teacher_name": teacher,
             "run_dir": str(folder), "score": metrics["pytorch"]["score"],
             "score_onnx_fp32": metrics["onnx_fp32"]["score"], "score_onnx_int8": metrics["onnx_int8"]["score"],
-            "params": rows["pytorch"]["params_total"], "flops": rows["pytorch"]["flops_per_example"],
+            "params": report["params_total"], "flops": report["flops_per_example"][str(seq_len)],
             "seq_len": seq_len, "threads": args.threads, "parity": report["parity"],
             **{f"latency_{runtime}_ms": row["latency_median_ms"] for runtime, row in rows.items()},
             "bench": rows, "load_average_1min_before_after": [load_before, load_after],
-            "command": f"python benchmarks/deploy.py --task {args.task} --threads {args.threads} --runs {args.runs}",
-            **machine_info(),
+            "command": f"python benchmarks/deploy.py --task {args.task} --threads {args.threads} --runs {args.runs}"
+                       + (f" --runtimes {' '.join(args.runtimes)}" if args.runtimes != list(RUNTIMES) else ""),
+            "onnxruntime": onnxruntime.__version__, "cpu_model": cpu_model(), **machine_info(),
         }
         save_result("deploy", f"{args.task}/{name}/seq{seq_len}", record)  # a rerun replaces the timings
         print(f"{name}: " + ", ".join(f"{rt} {row['latency_median_ms']:.2f} ms" for rt, row in rows.items())

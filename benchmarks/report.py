@@ -301,63 +301,73 @@ def _headline(student: dict, teacher: dict) -> tuple[float, float, bool]:
     return speedup, kept, speedup >= 8 and kept >= 97
 
 
+DEPLOY_RUNTIMES = (("pytorch", "PyTorch fp32"), ("onnx_fp32", "ORT fp32"), ("onnx_int8", "ORT int8"))
+
+
+def _deploy_task(task: str, records: list[dict]) -> list[str]:
+    """One task's deployment table (the runtimes its records timed), the headline per student,
+    and the `kdbert report` table and Pareto plot of the models distilled from the benchmark teacher."""
+    by_name = {r["name"]: r for r in records}
+    first = records[0]
+    runtimes = [(rt, label) for rt, label in DEPLOY_RUNTIMES if rt in first["bench"]]
+    lines = [f"### {task}, sequence length {first['seq_len']}, {first['threads']} thread(s): {first['machine']}", "",
+             "| model | params | " + " | ".join(f"{label} ms p50 / p90" for _, label in runtimes)
+             + " | MB int8 | dev PyTorch / ORT fp32 / ORT int8 | max abs logit diff fp32 | "
+             + " | ".join(f"efficiency {label}" for _, label in runtimes) + " | int8 vs int8 teacher | load before / after |",
+             "|---|---|" + "---|" * (2 * len(runtimes) + 5)]
+    verdicts = []
+    for r in records:
+        b = r["bench"]
+        teacher = by_name.get(r["teacher_name"])
+        versus = "-"
+        if not r["teacher"] and teacher:
+            speedup, kept, met = _headline(r, teacher)
+            versus = f"{speedup:.2f}x, {kept:.1f}% kept"
+            verdicts.append(f"- {r['name']}: {speedup:.2f}x faster than the int8 {r['teacher_name']}, keeps "
+                            f"{kept:.1f}% of its int8 dev score ({r['score_onnx_int8']:.2f} vs "
+                            f"{teacher['score_onnx_int8']:.2f}): " + ("target met." if met else "target NOT met."))
+        lines.append(
+            f"| {r['name']} | {r['params'] / 1e6:.1f}M | "
+            + " | ".join(f"{b[rt]['latency_median_ms']:.2f} / {b[rt]['latency_p90_ms']:.2f}" for rt, _ in runtimes)
+            + f" | {b['onnx_int8']['size_mb']:.1f} | "
+            f"{r['score']:.2f} / {r['score_onnx_fp32']:.2f} / {r['score_onnx_int8']:.2f} | "
+            f"{r['parity']['max_abs_logit_diff_fp32']:.1e} | "
+            + " | ".join(f"{100 * b[rt]['efficiency']:.1f}% of {b[rt]['matmul_gflops']:.0f} GFLOP/s"
+                         for rt, _ in runtimes)
+            + f" | {versus} | " + " / ".join(f"{x:.1f}" for x in r["load_average_1min_before_after"]) + " |")
+    lines += ["", "Target (deployment issue): a student that, deployed as int8, is >= 8x faster at batch 1 than the "
+              "teacher deployed the same way and keeps >= 97% of its dev score.", "", *verdicts, ""]
+    table = build_table([r for r in records if r["teacher_name"] == "teacher"])
+    lines += ["`kdbert report --results benchmarks/results/deploy.json` (the models distilled from the benchmark "
+              "teacher):", "", format_markdown(table).rstrip(), ""]
+    png = ROOT / "docs" / f"deploy_pareto_{task}.png"
+    if plot_pareto(table, png, title=f"{task}: dev accuracy against batch-1 latency, ONNX Runtime int8, "
+                                     f"{first['threads']} thread(s)"):
+        lines += [f"![Pareto plot: {task} dev score against ORT int8 latency](docs/{png.name})", ""]
+    lines += [f"{first['date']}, onnxruntime {first['onnxruntime']}, torch {first['torch']}. A 1-minute load "
+              "average above the thread count means other jobs shared the cores while these were timed: the "
+              f"latencies are then inflated and noisy. Command: `{first['command']}`.", ""]
+    return lines
+
+
 def deploy_section() -> list[str]:
     results = load_results("deploy")
     if not results:
         return []
     lines = ["## Deployment: PyTorch fp32, ONNX Runtime fp32 and int8 (`kdbert export`, `kdbert bench`)", "",
              "Each model exported with `kdbert export --quantize int8` (dynamo exporter, dynamic batch and sequence "
-             "axes; int8 = ONNX Runtime `quantize_dynamic`, int8 weights of every matrix product) and timed with "
-             "`kdbert bench` in the three runtimes: batch-1 latency (median / p90), disk size, dev score of each "
-             "runtime on the full dev set, the largest |logit difference| of ORT fp32 against PyTorch on dev, and "
-             "efficiency (FLOPs per example / latency, as a share of the matrix-multiply rate measured in the same "
-             "runtime and precision at bench time). 'vs int8 teacher' compares the int8 student with its teacher "
-             "deployed the same way: distillation's own share of the speedup.", ""]
+             "axes; int8 = ONNX Runtime `quantize_dynamic`: int8 weights of every matrix product and of the "
+             "embeddings, activations quantised per call) and timed with `kdbert bench`: batch-1 latency (median / "
+             "p90), size of the int8 file, dev score of each runtime on the whole dev set, the largest |logit "
+             "difference| of ORT fp32 against PyTorch on dev, and efficiency (FLOPs per example / latency, as a "
+             "share of the matrix-multiply rate measured in the same runtime and precision at bench time). "
+             "'int8 vs int8 teacher' compares the int8 student with its own teacher deployed the same way: "
+             "distillation's own share of the speedup.", ""]
     for task in TASK_ORDER:
-        records = [r for r in results.values() if r["task"] == task]
-        if not records:
-            continue
-        by_name = {r["name"]: r for r in records}
-        first = records[0]
-        lines += [f"### {task}, sequence length {first['seq_len']}, {first['threads']} thread(s)", "",
-                  "| model | params | PyTorch fp32 ms | ORT fp32 ms | ORT int8 ms | MB fp32 / int8 | "
-                  "dev PyTorch / ORT fp32 / ORT int8 | max abs logit diff fp32 | efficiency PyTorch / ORT int8 | "
-                  "int8 vs int8 teacher | load before / after |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        verdicts = []
-        for r in records:
-            b = r["bench"]
-            teacher = by_name.get(r["teacher_name"])
-            versus = "-"
-            if not r["teacher"] and teacher:
-                speedup, kept, met = _headline(r, teacher)
-                versus = f"{speedup:.2f}x, {kept:.1f}% kept"
-                verdicts.append(f"- {r['name']}: {speedup:.2f}x faster than the int8 {r['teacher_name']}, keeps "
-                                f"{kept:.1f}% of its int8 dev score ({r['score_onnx_int8']:.2f} vs "
-                                f"{teacher['score_onnx_int8']:.2f}): " + ("target met." if met else "target NOT met."))
-            lines.append(
-                f"| {r['name']} | {r['params'] / 1e6:.1f}M | "
-                + " | ".join(f"{b[rt]['latency_median_ms']:.2f} / {b[rt]['latency_p90_ms']:.2f}"
-                             for rt in ("pytorch", "onnx_fp32", "onnx_int8"))
-                + f" | {b['onnx_fp32']['size_mb']:.1f} / {b['onnx_int8']['size_mb']:.1f} | "
-                f"{r['score']:.2f} / {r['score_onnx_fp32']:.2f} / {r['score_onnx_int8']:.2f} | "
-                f"{r['parity']['max_abs_logit_diff_fp32']:.1e} | "
-                f"{100 * b['pytorch']['efficiency']:.0f}% / {100 * b['onnx_int8']['efficiency']:.0f}% | {versus} | "
-                + "/".join(f"{x:.1f}" for x in r["load_average_1min_before_after"]) + " |")
-        lines += ["", "The target of the deployment issue: a student that, deployed as int8, is >= 8x faster at "
-                  "batch 1 than the teacher deployed the same way and keeps >= 97% of its dev score.", "", *verdicts,
-                  ""]
-        table = build_table([r for r in records if r["teacher_name"] == "teacher"])
-        lines += ["`kdbert report --results benchmarks/results/deploy.json` on the models distilled from the "
-                  "benchmark teacher:", "", format_markdown(table).rstrip(), ""]
-        png = ROOT / "docs" / f"deploy_pareto_{task}.png"
-        if plot_pareto(table, png, title=f"{task} dev accuracy against batch-1 latency in ONNX Runtime int8 "
-                                                 f"({first['threads']} thread(s))"):
-            lines += [f"![Pareto plot: {task} dev score against ORT int8 latency](docs/{png.name})", ""]
-        lines += [f"Machine: {first['machine']}, {first['date']}. A load average above the thread count means "
-                  "other jobs shared the cores while these were timed: their latencies are inflated and noisy.",
-                  f"Command: `{first['command']}` (exports once, re-times every run; on a quiet machine "
-                  f"`python benchmarks/deploy.py --task {task} --threads 2 --runs 100`).", ""]
+        records = sorted((r for r in results.values() if r["task"] == task),  # each teacher before its students
+                         key=lambda r: (r["teacher_name"] != "teacher", r["teacher_name"], not r["teacher"]))
+        if records:
+            lines += _deploy_task(task, records)
     return lines
 
 
