@@ -9,6 +9,8 @@ that exist under ``runs/``) is exported once with ``kdbert export --quantize int
 dev scores of PyTorch, ORT fp32 and ORT int8 go into its ``onnx/export_report.json``), then timed
 in the three runtimes with ``kdbert bench`` (batch-1 latency p50/p90, batch-32 throughput, size,
 efficiency). Rerunning re-times every model and keeps the exports; ``--reexport`` redoes them.
+``--shape tinybert4`` adds a student preset's architecture with random weights: its speed, where
+no trained student of that shape exists yet (its row has no dev score).
 
 Results: ``benchmarks/results/deploy.json``, one record per model, task and sequence length (a
 rerun replaces it), in the record format of ``kdbert report --results`` plus the full bench rows, the
@@ -64,6 +66,24 @@ def cpu_model() -> str:
     return platform.machine()
 
 
+def shape_folder(preset: str, teacher: Path, runs_dir: Path) -> Path:
+    """``runs_dir/shape-<preset>``: a randomly initialised student preset of ``teacher``'s
+    vocabulary with an int8 export, for timing an architecture that has no trained run yet."""
+    folder = runs_dir / f"shape-{preset}"
+    if not (folder / "onnx" / "export_report.json").is_file():
+        from transformers import AutoConfig, AutoTokenizer
+
+        from kdbert.export import export_classifier
+        from kdbert.models.students import build_student, student_config
+
+        config = AutoConfig.from_pretrained(str(teacher))
+        model = build_student(student_config(preset, config, config.num_labels))
+        tokenizer = AutoTokenizer.from_pretrained(str(teacher))
+        model.save_pretrained(folder)
+        export_classifier(model, tokenizer, folder / "onnx", quantize="int8", source=f"preset {preset}")
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="sst2")
@@ -75,6 +95,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=int, default=50, help="timed batch-1 runs per model and runtime")
     parser.add_argument("--reexport", action="store_true", help="export again even where an export exists")
+    parser.add_argument("--shape", action="append", default=[], metavar="PRESET",
+                        help="also time a student preset's architecture (random weights: speed only, no dev score), "
+                             "e.g. tinybert4")
     parser.add_argument("--runtimes", nargs="+", choices=list(RUNTIMES), default=list(RUNTIMES),
                         help="runtimes to time (onnx_int8 alone needs only each model's onnx/model.int8.onnx and "
                              "onnx/export_report.json: a copy of them times on another machine)")
@@ -85,9 +108,13 @@ def main() -> None:
     if not models:
         sys.exit(f"no models under {args.runs_dir} for {args.task}: run benchmarks/teacher_glue.py first")
     seq_len = args.seq_len or (64 if args.task in ("sst2", "cola") else 128)
+    teacher_dir = next(folder for name, folder, teacher in models if name == "teacher")
+    models += [(f"{preset} architecture (speed only)", shape_folder(preset, teacher_dir, Path(args.runs_dir)),
+                "teacher") for preset in args.shape]
     for name, folder, teacher in models:
         export = folder / "onnx" / "export_report.json"
-        if args.reexport or not export.is_file():
+        speed_only = name.endswith("(speed only)")
+        if not speed_only and (args.reexport or not export.is_file()):
             print(f"{name}: exporting {folder} (fp32 + int8, dev parity)")
             export_model(folder, quantize="int8", task=task)
         report = json.loads(export.read_text())
@@ -96,22 +123,25 @@ def main() -> None:
                                      runs=args.runs, name=name) for runtime in args.runtimes}
         load_after = os.getloadavg()[0]
         metrics = report["dev_metrics"]
+        scores = {key: metrics[runtime]["score"] if metrics else None
+                  for key, runtime in (("score", "pytorch"), ("score_onnx_fp32", "onnx_fp32"),
+                                       ("score_onnx_int8", "onnx_int8"))}
         record = {
             "name": name, "task": args.task, "teacher": name == teacher, "teacher_name": teacher,
-            "run_dir": str(folder), "score": metrics["pytorch"]["score"],
-            "score_onnx_fp32": metrics["onnx_fp32"]["score"], "score_onnx_int8": metrics["onnx_int8"]["score"],
+            "run_dir": str(folder), "speed_only": speed_only, **scores,
             "params": report["params_total"], "flops": report["flops_per_example"][str(seq_len)],
             "seq_len": seq_len, "threads": args.threads, "parity": report["parity"],
             **{f"latency_{runtime}_ms": row["latency_median_ms"] for runtime, row in rows.items()},
             "bench": rows, "load_average_1min_before_after": [load_before, load_after],
             "command": f"python benchmarks/deploy.py --task {args.task} --threads {args.threads} --runs {args.runs}"
+                       + "".join(f" --shape {preset}" for preset in args.shape)
                        + (f" --runtimes {' '.join(args.runtimes)}" if args.runtimes != list(RUNTIMES) else ""),
             "onnxruntime": onnxruntime.__version__, "cpu_model": cpu_model(), **machine_info(),
         }
         save_result("deploy", f"{args.task}/{name}/seq{seq_len}", record)  # a rerun replaces the timings
         print(f"{name}: " + ", ".join(f"{rt} {row['latency_median_ms']:.2f} ms" for rt, row in rows.items())
-              + f"; dev {record['score']:.2f} -> int8 {record['score_onnx_int8']:.2f}; "
-              f"load {load_before:.1f}/{load_after:.1f}")
+              + (f"; dev {record['score']:.2f} -> int8 {record['score_onnx_int8']:.2f}" if metrics else "")
+              + f"; load {load_before:.1f}/{load_after:.1f}")
 
 
 if __name__ == "__main__":
