@@ -238,8 +238,9 @@ def build_table(records: list[dict]) -> dict[str, Any]:
         cells = {}
         for task, scores in task_means(group, "score").items():
             mean, std = mean_std(scores)
+            kept = 100 * mean / teacher_scores[task] if teacher_scores.get(task) else None
             cell = {"mean": mean, "std": std, "n": len(scores), "scores": scores,
-                    "kept": 100 * mean / teacher_scores[task] if teacher_scores.get(task) else None}
+                    "kept": 100.0 if name == teacher else kept}
             int8 = task_means(group, "score_onnx_int8").get(task)
             if int8:
                 cell["mean_onnx_int8"] = mean_std(int8)[0]
@@ -292,8 +293,9 @@ def format_markdown(table: dict) -> str:
     """The table as Markdown: dev score per task (mean ± std, kept %), average, size, speed."""
     tasks, rows = table["tasks"], table["rows"]
     with_int8 = any("mean_onnx_int8" in c for r in rows for c in r["tasks"].values())
+    timed = [(runtime, label) for runtime, label in RUNTIMES if any(r[f"latency_{runtime}_ms"] for r in rows)]
     headers = ["Method", *tasks, "Average (kept)", "Params", "FLOPs/example"]
-    headers += [f"{label} ms (speedup)" for _, label in RUNTIMES]
+    headers += [f"{label} ms (speedup)" for _, label in timed]
     if with_int8:
         headers.append("ORT int8 dev (kept)")
     lines = ["| " + " | ".join(headers) + " |", "|---|" + "---|" * (len(headers) - 1)]
@@ -312,7 +314,7 @@ def format_markdown(table: dict) -> str:
             kept = "" if row["teacher"] or row["average_kept"] is None else f" ({row['average_kept']:.1f}%)"
             cells.append(f"{row['average']:.1f}{kept}")
         cells += [_human(row["params"]), _human(row["flops"])]
-        cells += [_latency_cell(row, runtime) for runtime, _ in RUNTIMES]
+        cells += [_latency_cell(row, runtime) for runtime, _ in timed]
         if with_int8:
             int8 = [c for c in row["tasks"].values() if "mean_onnx_int8" in c]
             if len(int8) == len(tasks):
@@ -325,9 +327,10 @@ def format_markdown(table: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     seq_len = next((r["seq_len"] for r in rows if r.get("seq_len")), None)
     notes = ["", "Dev score: mean ± sample std over seeds (n runs), in brackets the share of the teacher's score "
-             "kept; average over tasks only where a row covers every task. Latency: batch 1, median"
-             + (f", sequence length {seq_len}" if seq_len else "") + "; speedup against the teacher in the same "
-             "runtime."]
+             "kept; average over tasks only where a row covers every task."
+             + (" Latency: batch 1, median" + (f", sequence length {seq_len}" if seq_len else "")
+                + "; speedup against the teacher in the same runtime." if timed else
+                " No latencies: pass --bench to time each method.")]
     if with_int8:
         notes.append("ORT int8 dev: the int8 export's dev score (average over tasks) and its share of the int8 "
                      "teacher's, per task then averaged.")
