@@ -326,7 +326,8 @@ def _deploy_task(task: str, records: list[dict]) -> list[str]:
     lines = [f"### {task}, sequence length {first['seq_len']}, {first['threads']} thread(s): {first['machine']}", "",
              "| model | params | " + " | ".join(f"{label} ms p50 / p90" for _, label in runtimes)
              + " | MB int8 | dev PyTorch / ORT fp32 / ORT int8 | max abs logit diff fp32 | "
-             + " | ".join(f"efficiency {label}" for _, label in runtimes) + " | int8 vs int8 teacher | load before / after |",
+             + " | ".join(f"efficiency {label}" for _, label in runtimes)
+             + " | int8 vs int8 teacher | load before / after |",
              "|---|---|" + "---|" * (2 * len(runtimes) + 5)]
     verdicts = []
     for r in records:

@@ -32,8 +32,10 @@ def write_student(folder, task, score, seed, teacher, method="kd", layers="0,1,2
 @pytest.fixture
 def runs(tmp_path):
     """Teacher 80 (sst2) / 50 (rte); kd seeds 78, 79, 83 on sst2 and 40, 44 on rte; pkd 70 on sst2 only."""
-    sst2, rte = write_teacher(tmp_path / "teacher-sst2", "SST-2", 80.0), write_teacher(tmp_path / "teacher-rte", "rte", 50.0)
-    folders = [write_student(tmp_path / f"kd-sst2-{s}", "sst2", v, s, sst2) for s, v in ((1, 78.0), (2, 79.0), (3, 83.0))]
+    sst2 = write_teacher(tmp_path / "teacher-sst2", "SST-2", 80.0)
+    rte = write_teacher(tmp_path / "teacher-rte", "rte", 50.0)
+    folders = [write_student(tmp_path / f"kd-sst2-{s}", "sst2", v, s, sst2)
+               for s, v in ((1, 78.0), (2, 79.0), (3, 83.0))]
     folders += [write_student(tmp_path / f"kd-rte-{s}", "rte", v, s, rte) for s, v in ((1, 40.0), (2, 44.0))]
     folders.append(write_student(tmp_path / "pkd-sst2", "sst2", 70.0, 1, sst2, method="pkd"))
     return folders

@@ -188,8 +188,8 @@ def quantize_int8(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) ->
     try:
         quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True)
     except Exception as err:  # ORT raises plain exceptions for graphs it cannot handle
-        raise KdbertError(f"ONNX Runtime cannot quantise {fp32_path} to int8: "
-                          f"{(str(err).strip().splitlines() or [type(err).__name__])[0]}; deploy the fp32 model") from None
+        cause = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise KdbertError(f"ONNX Runtime cannot quantise {fp32_path} to int8: {cause}; deploy the fp32 model") from None
     finally:
         root.setLevel(level)
     graph = onnx.load(str(int8_path), load_external_data=False).graph
@@ -242,8 +242,8 @@ class _TorchClassifier:
         return np.stack(outputs)
 
 
-def _parity(model: nn.Module, spec: InputSpec, tokenizer, folder: Path, files: dict[str, Path], task,
-            seq_len: int, batch_size: int) -> tuple[dict, dict]:
+def _parity(model: nn.Module, spec: InputSpec, tokenizer, files: dict[str, Path], task, seq_len: int,
+            batch_size: int) -> tuple[dict, dict]:
     """Logit differences and (with a task) dev metrics of PyTorch and every exported file."""
     from kdbert.evaluate import TaskEvaluator
 
@@ -321,7 +321,7 @@ def export_classifier(model: nn.Module, tokenizer, output_dir: str | os.PathLike
         tokenizer.save_pretrained(tmp)
         if getattr(model, "config", None) is not None and hasattr(model.config, "save_pretrained"):
             model.config.save_pretrained(tmp)
-        parity, metrics = _parity(model, spec, tokenizer, tmp, files, task, max_seq_len, batch_size)
+        parity, metrics = _parity(model, spec, tokenizer, files, task, max_seq_len, batch_size)
         params = count_parameters(model)
         limit = spec.max_positions or max(FLOP_LENGTHS)
         flops = {str(length): count_flops(model, length, inputs=dict(zip(spec.names, _example_inputs(spec, 1, length))))

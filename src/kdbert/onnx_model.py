@@ -143,7 +143,6 @@ def _config_value(folder: Path, key: str):
 
 def _matmul_graph(n: int):
     """An ONNX graph ``Y = X @ W`` with X (n, n) an input and W (n, n) a constant."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     weight = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
