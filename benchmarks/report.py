@@ -339,7 +339,7 @@ def _deploy_task(task: str, records: list[dict]) -> list[str]:
             versus = f"{speedup:.2f}x"
             verdicts.append(f"- {r['name']}: {speedup:.2f}x faster than the int8 {r['teacher_name']} (random "
                             f"weights: speed only). {_best_distilled(task, r['name'].split()[0], teacher)}")
-        elif not r["teacher"] and teacher:
+        elif r["name"] != r["teacher_name"] and teacher:
             speedup, kept, met = _headline(r, teacher)
             versus = f"{speedup:.2f}x, {kept:.1f}% kept"
             verdicts.append(f"- {r['name']}: {speedup:.2f}x faster than the int8 {r['teacher_name']}, keeps "
@@ -385,7 +385,8 @@ def deploy_section() -> list[str]:
              "distillation's own share of the speedup.", ""]
     for task in TASK_ORDER:
         records = sorted((r for r in results.values() if r["task"] == task),  # each teacher before its students
-                         key=lambda r: (r["teacher_name"] != "teacher", r["teacher_name"], not r["teacher"]))
+                         key=lambda r: (r["teacher_name"] != "teacher", r["teacher_name"],
+                                        r["name"] != r["teacher_name"]))
         if records:
             lines += _deploy_task(task, records)
     return lines
