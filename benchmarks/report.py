@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import load_results  # noqa: E402
 
 from kdbert.bench import format_table  # noqa: E402
+from kdbert.report import build_table, format_markdown, format_mean_std, mean_std, plot_pareto  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
@@ -79,11 +80,6 @@ PKD_VARIANTS = [("l3-finetune", "3 layers x 384, fine-tuned only"), ("kd", "KD (
                 ("distilbert-general-d", "DistilBERT (D) after general distillation")]
 
 
-def _mean_std(values: list[float]) -> str:
-    mean, std = _stats(values)
-    return f"{mean:.1f}" if std is None else f"{mean:.1f} ± {std:.1f} (n={len(values)})"
-
-
 def distill_section(title: str, intro: str, variants: list[tuple[str, str]]) -> list[str]:
     results = load_results("distill")
     teachers = {r["task"]: r for r in load_results("teacher_glue").values() if not r.get("tuning")}
@@ -99,22 +95,25 @@ def distill_section(title: str, intro: str, variants: list[tuple[str, str]]) -> 
     lines.append("| teacher (all-MiniLM-L6-v2) | " + " | ".join(
         f"{teachers[t]['metrics']['score']:.1f}" if t in teachers else "-" for t in tasks) + " | "
         + (f"{teacher_average:.1f}" if teacher_average is not None else "-") + " |")
+    # the numbers are `kdbert report`'s (mean, sample std, kept, average); the layout is this page's
+    records = [{"name": "teacher", "teacher": True, "task": t, "score": teachers[t]["metrics"]["score"]}
+               for t in tasks if t in teachers]
+    records += [{"name": r["variant"], "task": r["task"], "score": r["metrics"]["score"]} for r in rows]
+    table = {row["name"]: row for row in build_table(records)["rows"]}
     for name, label in variants:
-        if not any(r["variant"] == name for r in rows):
+        if name not in table:
             continue
-        cells, means = [], []
+        row, cells = table[name], []
         for task in tasks:
-            scores = [r["metrics"]["score"] for r in rows if r["variant"] == name and r["task"] == task]
-            if scores:
-                means.append(sum(scores) / len(scores))
-            if scores and task in teachers:
-                kept = 100 * means[-1] / teachers[task]["metrics"]["score"]
-                cells.append(f"{_mean_std(scores)} ({kept:.0f}%)")
+            cell = row["tasks"].get(task)
+            if cell is None:
+                cells.append("-")
+            elif cell["kept"] is not None:
+                cells.append(f"{format_mean_std(cell['scores'])} ({cell['kept']:.0f}%)")
             else:
-                cells.append(_mean_std(scores) if scores else "-")
-        if teacher_average is not None and len(means) == len(tasks):
-            average = sum(means) / len(means)
-            cells.append(f"{average:.1f} ({100 * average / teacher_average:.0f}%)")
+                cells.append(format_mean_std(cell["scores"]))
+        if teacher_average is not None and row["average"] is not None:
+            cells.append(f"{row['average']:.1f} ({row['average_kept']:.0f}%)")
         else:
             cells.append("-")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -138,14 +137,6 @@ BUDGET_KEYS = ("max_train_examples", "epochs", "intermediate_epochs", "max_steps
                "learning_rate")
 
 
-def _stats(scores: list[float]) -> tuple[float, float | None]:
-    """Mean and sample std (None for a single run)."""
-    mean = sum(scores) / len(scores)
-    if len(scores) < 2:
-        return mean, None
-    return mean, (sum((v - mean) ** 2 for v in scores) / (len(scores) - 1)) ** 0.5
-
-
 def _verdict(baseline: str, variants: list[str], target_percent: float | None = None) -> list[str]:
     """Per task: each variant's difference from ``baseline``, marked as within noise when it is
     smaller than the larger of the two stds (3 seeds), and whether the best reaches the target."""
@@ -155,7 +146,7 @@ def _verdict(baseline: str, variants: list[str], target_percent: float | None = 
     for task in TASK_ORDER:
         def stats(variant):
             scores = [r["metrics"]["score"] for r in results.values() if r["task"] == task and r["variant"] == variant]
-            return _stats(scores) if scores else None
+            return mean_std(scores) if scores else None
         base = stats(baseline)
         if base is None:
             continue
@@ -216,7 +207,8 @@ def _augmentation_steps(variants: list[str]) -> list[str]:
                       for v in variants}
         if not by_variant[variants[-1]]:
             continue
-        lines.append(f"- {task}: " + "; ".join(f"`{v}` {_mean_std(s)}" for v, s in by_variant.items() if s) + ".")
+        lines.append(f"- {task}: " + "; ".join(f"`{v}` {format_mean_std(s)}" for v, s in by_variant.items() if s)
+                     + ".")
     if not lines:
         return []
     return ["Augmentation with more steps (`-x4`: 4x the steps of each stage on the augmented file, everything "
@@ -298,6 +290,105 @@ def quickstart_section() -> list[str]:
                   f"{r['rows'][0]['threads']} torch thread(s), nothing else running. The student keeps "
                   f"{r['retained_percent']:.1f}% of the teacher's dev score.", "",
                   format_table(r["rows"]), "", "Command: `python benchmarks/quickstart.py`.", ""]
+    return lines
+
+
+def _headline(student: dict, teacher: dict) -> tuple[float, float, bool]:
+    """The deployment target: int8 student against the int8 teacher, >= 8x faster at batch 1 and
+    >= 97% of its dev score."""
+    speedup = teacher["latency_onnx_int8_ms"] / student["latency_onnx_int8_ms"]
+    kept = 100 * student["score_onnx_int8"] / teacher["score_onnx_int8"]
+    return speedup, kept, speedup >= 8 and kept >= 97
+
+
+def _best_distilled(task: str, preset: str, teacher: dict) -> str:
+    """The best fp32 dev score of a distilled student of ``preset`` in the distillation tables."""
+    runs = [r for r in load_results("distill").values() if r["task"] == task and r["budget"] == "cpu"
+            and preset in Path(str(r["options"].get("student"))).name]
+    if not runs:
+        return f"No {preset} student of {task} distilled yet."
+    best = max(runs, key=lambda r: r["metrics"]["score"])
+    kept = 100 * best["metrics"]["score"] / teacher["score"]
+    return (f"The best distilled {preset} on {task} in the tables above, `{best['variant']}` (seed {best['seed']}), "
+            f"scores {best['metrics']['score']:.2f} in fp32, {kept:.1f}% of this teacher's {teacher['score']:.2f}: "
+            + ("within" if kept >= 97 else "short of") + " the 97% target before int8.")
+
+
+DEPLOY_RUNTIMES = (("pytorch", "PyTorch fp32"), ("onnx_fp32", "ORT fp32"), ("onnx_int8", "ORT int8"))
+
+
+def _deploy_task(task: str, records: list[dict]) -> list[str]:
+    """One task's deployment table (the runtimes its records timed), the headline per student,
+    and the `kdbert report` table and Pareto plot of the models distilled from the benchmark teacher."""
+    by_name = {r["name"]: r for r in records}
+    first = records[0]
+    runtimes = [(rt, label) for rt, label in DEPLOY_RUNTIMES if rt in first["bench"]]
+    lines = [f"### {task}, sequence length {first['seq_len']}, {first['threads']} thread(s): {first['machine']}", "",
+             "| model | params | " + " | ".join(f"{label} ms p50 / p90" for _, label in runtimes)
+             + " | MB int8 | dev PyTorch / ORT fp32 / ORT int8 | max abs logit diff fp32 | "
+             + " | ".join(f"efficiency {label}" for _, label in runtimes)
+             + " | int8 vs int8 teacher | load before / after |",
+             "|---|---|" + "---|" * (2 * len(runtimes) + 5)]
+    verdicts = []
+    for r in records:
+        b = r["bench"]
+        teacher = by_name.get(r["teacher_name"])
+        versus = "-"
+        if r.get("speed_only") and teacher:
+            speedup = teacher["latency_onnx_int8_ms"] / r["latency_onnx_int8_ms"]
+            versus = f"{speedup:.2f}x"
+            verdicts.append(f"- {r['name']}: {speedup:.2f}x faster than the int8 {r['teacher_name']} (random "
+                            f"weights: speed only). {_best_distilled(task, r['name'].split()[0], teacher)}")
+        elif r["name"] != r["teacher_name"] and teacher:
+            speedup, kept, met = _headline(r, teacher)
+            versus = f"{speedup:.2f}x, {kept:.1f}% kept"
+            verdicts.append(f"- {r['name']}: {speedup:.2f}x faster than the int8 {r['teacher_name']}, keeps "
+                            f"{kept:.1f}% of its int8 dev score ({r['score_onnx_int8']:.2f} vs "
+                            f"{teacher['score_onnx_int8']:.2f}): " + ("target met." if met else "target NOT met."))
+        lines.append(
+            f"| {r['name']} | {r['params'] / 1e6:.1f}M | "
+            + " | ".join(f"{b[rt]['latency_median_ms']:.2f} / {b[rt]['latency_p90_ms']:.2f}" for rt, _ in runtimes)
+            + f" | {b['onnx_int8']['size_mb']:.1f} | "
+            + (" - | " if r.get("speed_only") else
+               f"{r['score']:.2f} / {r['score_onnx_fp32']:.2f} / {r['score_onnx_int8']:.2f} | ")
+            + f"{r['parity']['max_abs_logit_diff_fp32']:.1e} | "
+            + " | ".join(f"{100 * b[rt]['efficiency']:.1f}% of {b[rt]['matmul_gflops']:.0f} GFLOP/s"
+                         for rt, _ in runtimes)
+            + f" | {versus} | " + " / ".join(f"{x:.1f}" for x in r["load_average_1min_before_after"]) + " |")
+    lines += ["", "Target (deployment issue): a student that, deployed as int8, is >= 8x faster at batch 1 than the "
+              "teacher deployed the same way and keeps >= 97% of its dev score.", "", *verdicts, ""]
+    table = build_table([r for r in records if r["teacher_name"] == "teacher" and not r.get("speed_only")])
+    lines += ["`kdbert report --results benchmarks/results/deploy.json` (the models distilled from the benchmark "
+              "teacher):", "", format_markdown(table).rstrip(), ""]
+    png = ROOT / "docs" / f"deploy_pareto_{task}.png"
+    if plot_pareto(table, png, title=f"{task}: dev accuracy against batch-1 latency, ONNX Runtime int8, "
+                                     f"{first['threads']} thread(s)"):
+        lines += [f"![Pareto plot: {task} dev score against ORT int8 latency](docs/{png.name})", ""]
+    lines += [f"{first['date']}, onnxruntime {first['onnxruntime']}, torch {first['torch']}. A 1-minute load "
+              "average above the thread count means other jobs shared the cores while these were timed: the "
+              f"latencies are then inflated and noisy. Command: `{first['command']}`.", ""]
+    return lines
+
+
+def deploy_section() -> list[str]:
+    results = load_results("deploy")
+    if not results:
+        return []
+    lines = ["## Deployment: PyTorch fp32, ONNX Runtime fp32 and int8 (`kdbert export`, `kdbert bench`)", "",
+             "Each model exported with `kdbert export --quantize int8` (dynamo exporter, dynamic batch and sequence "
+             "axes; int8 = ONNX Runtime `quantize_dynamic`: int8 weights of every matrix product and of the "
+             "embeddings, activations quantised per call) and timed with `kdbert bench`: batch-1 latency (median / "
+             "p90), size of the int8 file, dev score of each runtime on the whole dev set, the largest |logit "
+             "difference| of ORT fp32 against PyTorch on dev, and efficiency (FLOPs per example / latency, as a "
+             "share of the matrix-multiply rate measured in the same runtime and precision at bench time). "
+             "'int8 vs int8 teacher' compares the int8 student with its own teacher deployed the same way: "
+             "distillation's own share of the speedup.", ""]
+    for task in TASK_ORDER:
+        records = sorted((r for r in results.values() if r["task"] == task),  # each teacher before its students
+                         key=lambda r: (r["teacher_name"] != "teacher", r["teacher_name"],
+                                        r["name"] != r["teacher_name"]))
+        if records:
+            lines += _deploy_task(task, records)
     return lines
 
 
@@ -468,7 +559,7 @@ def main() -> None:
              "of the issues is not met (TinyBERT's >= 96% of the teacher, PKD >= KD, 8x augmentation "
              "throughput), the section says so. `benchmarks/distill_glue.py --budget paper` runs the papers' "
              "budgets on a GPU.", ""]
-    for section in (quickstart_section, teacher_section, bench_section, tinybert_section, pkd_section, general_section,
+    for section in (quickstart_section, deploy_section, teacher_section, bench_section, tinybert_section, pkd_section, general_section,
                     mlm_head_section, augmented_files_section, augment_section, mobilebert_ops_section,
                     bilstm_augment_section):
         lines += section()

@@ -150,10 +150,17 @@ def test_quickstart_runs_the_whole_path_and_resumes(tmp_path, capsys, tiny_token
     code, stdout, err = run_cli(capsys, *args)
     assert code == 0, err
     summary = json.loads((tmp_path / "qs" / "summary.json").read_text())
-    teacher_row, student_row = summary["rows"]
+    teacher_row, student_row, teacher_int8, student_int8 = summary["rows"]
     assert teacher_row["speedup"] == pytest.approx(1.0)
     assert student_row["params_non_embedding"] < teacher_row["params_non_embedding"]
-    assert "Dev score" in stdout and "keeps" in stdout
+    assert [r["runtime"] for r in summary["rows"]] == ["pytorch fp32"] * 2 + ["onnxruntime int8"] * 2
+    for folder, row in (("teacher", teacher_int8), ("student-tinybert", student_int8)):  # the int8 export's score
+        export = json.loads((tmp_path / "qs" / folder / "onnx" / "export_report.json").read_text())
+        assert row["dev_score"] == export["dev_metrics"]["onnx_int8"]["score"]
+    assert summary["int8_speedup_vs_int8_teacher"] == pytest.approx(
+        teacher_int8["latency_median_ms"] / student_int8["latency_median_ms"])
+    assert "Dev score" in stdout and "keeps" in stdout and "faster than the int8 teacher" in stdout
     assert json.loads((tmp_path / "qs" / "student-tinybert" / "distill_report.json").read_text())["method"] == "tinybert"
     code, stdout, _ = run_cli(capsys, *args)  # finished steps are skipped, not redone
     assert code == 0 and "fine-tuning the teacher" not in stdout and "distilling" not in stdout
+    assert "exporting" not in stdout

@@ -25,6 +25,20 @@ V / P / T = vocabulary / max positions / token types, N = layers, C = labels):
   under ``torch.inference_mode`` in eval mode, with a fixed thread count; we report the median
   and the 90th percentile (nearest rank) over ``runs`` timed passes after ``warmup`` untimed
   ones. **Throughput** is ``batch_size / median latency`` in examples per second.
+
+* **Size** is the model's weight files on disk (``*.safetensors`` / ``*.bin``; an exported model:
+  its ``.onnx`` file), in MB (1e6 bytes).
+
+* **Efficiency** is the share of this machine's matrix-multiply rate the model reaches at batch 1::
+
+      efficiency = (flops_per_example / latency_median) / matmul_rate
+
+  ``matmul_rate`` is measured at bench time in the same runtime, precision and thread count, on
+  one 1024 x 1024 x 1024 product (:func:`torch_matmul_rate`; ONNX Runtime:
+  :func:`kdbert.onnx_model.ort_matmul_rate`).
+
+Paths to an exported model (``kdbert export``: a folder with ``model.onnx`` or an ``.onnx``
+file) are timed in ONNX Runtime (:func:`kdbert.onnx_model.bench_onnx`) and give the same keys.
 """
 
 from __future__ import annotations
@@ -36,6 +50,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +65,8 @@ __all__ = [
     "count_flops",
     "measure_latency",
     "measure_throughput",
+    "time_calls",
+    "torch_matmul_rate",
     "bench_model",
     "compare",
     "format_table",
@@ -159,13 +176,16 @@ if hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
     _EXTRA_FLOP_FORMULAS[torch.ops.aten._scaled_dot_product_flash_attention_for_cpu] = _sdpa_flops
 
 
-def count_flops(model: nn.Module, seq_len: int, batch_size: int = 1) -> int:
+def count_flops(model: nn.Module, seq_len: int, batch_size: int = 1,
+                inputs: dict[str, torch.Tensor] | None = None) -> int:
     """FLOPs of one forward pass, per example, at sequence length ``seq_len``.
 
-    Measured with ``FlopCounterMode`` on a synthetic batch and divided by ``batch_size``.
+    Measured with ``FlopCounterMode`` on a synthetic batch (or on ``inputs``, keyword
+    arguments of ``model`` of shape (batch_size, seq_len), for a model that is not an HF
+    encoder) and divided by ``batch_size``.
     For BERT this is ``N * (L * (8*H*H + 4*H*I) + 4*L*L*H) + 2*H*H + 2*H*C`` (see module doc).
     """
-    batch = _synthetic_batch(model, seq_len, batch_size)
+    batch = inputs if inputs is not None else _synthetic_batch(model, seq_len, batch_size)
     counter = FlopCounterMode(display=False, custom_mapping=_EXTRA_FLOP_FORMULAS)
     with _EvalMode(model), torch.inference_mode(), counter:
         model(**batch)
@@ -179,6 +199,44 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     """Nearest-rank percentile: the smallest value with at least ``q`` of the data at or below."""
     rank = max(1, math.ceil(q * len(sorted_values)))
     return sorted_values[rank - 1]
+
+
+def time_calls(call: Callable[[], object], warmup: int = 5, runs: int = 30) -> dict[str, float]:
+    """Wall-clock times of ``runs`` calls of ``call()`` after ``warmup`` untimed ones.
+
+    Returns ``median_ms``, ``p90_ms`` (nearest rank), ``mean_ms``, ``min_ms`` and ``runs``.
+    """
+    if runs < 1 or warmup < 0:
+        raise KdbertError(f"runs={runs}, warmup={warmup} are invalid; pass runs >= 1 and warmup >= 0")
+    times_ms: list[float] = []
+    for i in range(warmup + runs):
+        start = time.perf_counter()
+        call()
+        if i >= warmup:
+            times_ms.append((time.perf_counter() - start) * 1000.0)
+    times_ms.sort()
+    return {
+        "median_ms": statistics.median(times_ms),
+        "p90_ms": _percentile(times_ms, 0.9),
+        "mean_ms": statistics.fmean(times_ms),
+        "min_ms": times_ms[0],
+        "runs": runs,
+    }
+
+
+@lru_cache(maxsize=None)
+def torch_matmul_rate(threads: int, n: int = 1024) -> float:
+    """FLOP/s of ``torch.mm`` on two fp32 ``n x n`` matrices (``2 n^3`` FLOPs) at ``threads``
+    threads: median of 10 runs after 2 warm-up ones."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=generator), torch.randn(n, n, generator=generator)
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        timing = time_calls(lambda: torch.mm(a, b), warmup=2, runs=10)
+    finally:
+        torch.set_num_threads(previous)
+    return 2 * n**3 / (timing["median_ms"] / 1000.0)
 
 
 def measure_latency(
@@ -203,29 +261,19 @@ def measure_latency(
     cuda = _model_device(model).type == "cuda"
     previous_threads = torch.get_num_threads()
     threads = threads or previous_threads
-    times_ms: list[float] = []
+
+    def forward() -> None:
+        model(**batch)
+        if cuda:
+            torch.cuda.synchronize()
+
     try:
         torch.set_num_threads(threads)
         with _EvalMode(model), torch.inference_mode():
-            for i in range(warmup + runs):
-                start = time.perf_counter()
-                model(**batch)
-                if cuda:
-                    torch.cuda.synchronize()
-                if i >= warmup:
-                    times_ms.append((time.perf_counter() - start) * 1000.0)
+            timing = time_calls(forward, warmup=warmup, runs=runs)
     finally:
         torch.set_num_threads(previous_threads)
-    times_ms.sort()
-    return {
-        "median_ms": statistics.median(times_ms),
-        "p90_ms": _percentile(times_ms, 0.9),
-        "mean_ms": statistics.fmean(times_ms),
-        "min_ms": times_ms[0],
-        "batch_size": batch_size,
-        "runs": runs,
-        "threads": threads,
-    }
+    return {**timing, "batch_size": batch_size, "threads": threads}
 
 
 def measure_throughput(
@@ -279,6 +327,15 @@ def _load_model(path: str) -> nn.Module:
         ) from err
 
 
+def weights_size_mb(path: str) -> float | None:
+    """MB (1e6 bytes) of the weight files (``*.safetensors``, ``*.bin``) in a model folder."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return None
+    files = [f for pattern in ("*.safetensors", "*.bin") for f in folder.glob(pattern)]
+    return sum(f.stat().st_size for f in files) / 1e6 if files else None
+
+
 def _machine() -> str:
     return f"{platform.processor() or platform.machine() or 'unknown'} ({os.cpu_count()} CPUs)"
 
@@ -294,11 +351,19 @@ def bench_model(
 ) -> dict[str, Any]:
     """Benchmark one model (an ``nn.Module`` or a path / hub id) and return a flat row.
 
-    Keys: ``name``, ``params_total``, ``params_non_embedding``, ``flops_per_example``,
+    Keys: ``name``, ``runtime``, ``params_total``, ``params_non_embedding``, ``flops_per_example``,
     ``latency_median_ms`` and ``latency_p90_ms`` (batch 1), ``throughput`` (examples/s at
-    ``throughput_batch_size``), ``throughput_batch_size``, ``seq_len``, ``threads``,
-    ``torch``, ``machine`` and ``cpu_count``.
+    ``throughput_batch_size``), ``throughput_batch_size``, ``size_mb`` (a path only),
+    ``matmul_gflops`` and ``efficiency`` (see module doc), ``seq_len``, ``threads``, ``torch``,
+    ``machine`` and ``cpu_count``. An exported model's path is timed in ONNX Runtime.
     """
+    if not isinstance(model_or_path, nn.Module):
+        from kdbert.onnx_model import bench_onnx, is_onnx_model
+
+        if is_onnx_model(model_or_path):
+            return bench_onnx(model_or_path, seq_len=seq_len, threads=threads, runs=runs, warmup=warmup,
+                              name=name, throughput_batch_size=throughput_batch_size)
+    size_mb = None
     if isinstance(model_or_path, nn.Module):
         model = model_or_path
         config = getattr(model, "config", None)
@@ -307,6 +372,7 @@ def bench_model(
         path = os.fspath(model_or_path)
         model = _load_model(path)
         default_name = Path(path).name or path
+        size_mb = weights_size_mb(path)
     threads = threads or torch.get_num_threads()
     params = count_parameters(model)
     latency = measure_latency(model, seq_len, 1, warmup=warmup, runs=runs, threads=threads)
@@ -314,15 +380,21 @@ def bench_model(
         model, seq_len, throughput_batch_size,
         warmup=min(warmup, 2), runs=max(1, runs // 3), threads=threads,
     )
+    flops = count_flops(model, seq_len)
+    rate = torch_matmul_rate(threads)
     return {
         "name": name or default_name,
+        "runtime": "pytorch fp32",
         "params_total": params["total"],
         "params_non_embedding": params["non_embedding"],
-        "flops_per_example": count_flops(model, seq_len),
+        "flops_per_example": flops,
         "latency_median_ms": latency["median_ms"],
         "latency_p90_ms": latency["p90_ms"],
         "throughput": throughput,
         "throughput_batch_size": throughput_batch_size,
+        "size_mb": size_mb,
+        "matmul_gflops": rate / 1e9,
+        "efficiency": flops / (latency["median_ms"] / 1000.0) / rate,
         "seq_len": seq_len,
         "threads": threads,
         "torch": torch.__version__,
@@ -375,9 +447,10 @@ def _human(n: float) -> str:
     return f"{n:.0f}"
 
 
-# (header, row key, formatter); a column is shown when at least one row has its key.
+# (header, row key, formatter); a column is shown when at least one row has a value for its key.
 _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("Model", "name", str),
+    ("Runtime", "runtime", str),
     ("Dev score", "dev_score", lambda v: f"{v:.2f}"),
     ("Params", "params_total", _human),
     ("Non-emb params", "params_non_embedding", _human),
@@ -385,6 +458,9 @@ _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("Latency p50 (ms)", "latency_median_ms", lambda v: f"{v:.2f}"),
     ("Latency p90 (ms)", "latency_p90_ms", lambda v: f"{v:.2f}"),
     ("Throughput (ex/s)", "throughput", lambda v: f"{v:.1f}"),
+    ("Disk (MB)", "size_mb", lambda v: f"{v:.1f}"),
+    ("Efficiency", "efficiency", lambda v: f"{100 * v:.1f}%"),
+    ("Matmul GFLOP/s", "matmul_gflops", lambda v: f"{v:.0f}"),
     ("Speedup", "speedup", lambda v: f"{v:.2f}x"),
     ("Size", "size_ratio", lambda v: f"{v:.2f}x"),
     ("FLOPs", "flops_ratio", lambda v: f"{v:.2f}x"),
@@ -396,11 +472,11 @@ _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
 def format_table(rows: list[dict[str, Any]]) -> str:
     """A markdown table of ``bench_model`` / ``compare`` rows, padded to line up as plain text.
 
-    Columns no row has are left out; a value a row lacks shows as ``-``.
+    Columns no row has a value for are left out; a value a row lacks shows as ``-``.
     """
     if not rows:
         raise KdbertError("format_table got no rows; pass the output of bench_model or compare")
-    columns = [c for c in _COLUMNS if any(c[1] in row for row in rows)]
+    columns = [c for c in _COLUMNS if any(row.get(c[1]) is not None for row in rows)]
     cells = [[fmt(row[key]) if row.get(key) is not None else "-" for _, key, fmt in columns] for row in rows]
     headers = [header for header, _, _ in columns]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]

@@ -95,13 +95,28 @@ def cmd_evaluate(args) -> int:
     from kdbert.evaluate import TaskEvaluator
     from kdbert.models.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
 
+    from kdbert.onnx_model import OnnxClassifier, is_onnx_model
+
     data = load_task(task_options(args))
-    path = resolve_model_path(args.model)
-    model = load_sequence_classifier(path, data.spec.num_labels, new_head_ok=False, labels=data.spec.labels)
-    tokenizer = load_tokenizer(path)
+    if is_onnx_model(args.model):  # an export of `kdbert export`, run in ONNX Runtime
+        model = OnnxClassifier(args.model)
+        if args.max_seq_len:
+            model.check_seq_len(args.max_seq_len)
+        else:  # the task's length, within the model's limit
+            args.max_seq_len = min(data.spec.max_seq_len, model.max_seq_len or data.spec.max_seq_len)
+        if model.num_labels not in (None, data.spec.num_labels):
+            raise KdbertError(f"{model.file} has {model.num_labels} output(s) but {data.spec.name} needs "
+                              f"{data.spec.num_labels}; use a model fine-tuned on this task")
+        path, tokenizer = str(model.folder), model.tokenizer
+        default_output = model.folder / f"eval_{data.spec.name}_{model.file.stem}.json"
+    else:
+        path = resolve_model_path(args.model)
+        model = load_sequence_classifier(path, data.spec.num_labels, new_head_ok=False, labels=data.spec.labels)
+        tokenizer = load_tokenizer(path)
+        default_output = Path(path) / f"eval_{data.spec.name}.json"
     metrics = TaskEvaluator(data, tokenizer, args.max_seq_len, args.batch_size)(model)
     print(format_metrics(f"evaluate {args.task}: {args.model}", metrics))
-    output = Path(args.output) if args.output else Path(path) / f"eval_{data.spec.name}.json"
+    output = Path(args.output) if args.output else default_output
     if Path(path).is_dir() or args.output:
         write_json(output, metrics)
         print(f"saved {output}")
@@ -119,6 +134,37 @@ def cmd_bench(args) -> int:
     if args.output:
         write_json(Path(args.output), rows)
         print(f"saved {args.output}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from kdbert.export import export_model
+
+    task = task_options(args) if args.task else None
+    report = export_model(args.model, args.output_dir, quantize=args.quantize, task=task,
+                          max_seq_len=args.max_seq_len, batch_size=args.batch_size, overwrite=args.overwrite)
+    out = Path(args.output_dir or Path(args.model) / "onnx")
+    parity = report["parity"]
+    print(f"exported {args.model} -> {out} ({', '.join(f['file'] for f in report['files'].values())})")
+    print(f"parity on {parity['examples']} {parity['source']} rows: max |logit diff| fp32 "
+          f"{parity['max_abs_logit_diff_fp32']:.2e} (tolerance {parity['tolerance']:g})"
+          + (f", int8 {parity['max_abs_logit_diff_int8']:.2e}" if "max_abs_logit_diff_int8" in parity else ""))
+    for runtime, metrics in report["dev_metrics"].items():
+        print(format_metrics(f"  dev {runtime}", metrics))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from kdbert.report import collect_runs, load_records, write_report
+
+    if bool(args.run_dirs) == bool(args.results):
+        raise KdbertError("pass run folders (kdbert report runs/teacher runs/student ...) or --results FILE, "
+                          "not both and not neither")
+    records = load_records(args.results) if args.results else collect_runs(
+        args.run_dirs, bench=args.bench, seq_len=args.seq_len, threads=args.threads)
+    paths = write_report(records, args.output_dir, latency=args.plot_latency)
+    print(Path(paths["markdown"]).read_text())
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
 
 
@@ -288,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="evaluate a fine-tuned classifier on a task's dev split(s)",
                        description="Print and save a fine-tuned model's GLUE metrics on dev.")
-    p.add_argument("--model", required=True, help="fine-tuned HF folder or hub id")
+    p.add_argument("--model", required=True, help="fine-tuned HF folder or hub id, or an export of `kdbert export` "
+                                                  "(its folder or .onnx file, run in ONNX Runtime)")
     add_task_arguments(p)
     p.add_argument("--max-seq-len", type=int, help="token limit (default: the task's)")
     p.add_argument("--batch-size", type=int, default=64, help="evaluation batch size")
@@ -296,14 +343,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("bench", help="size, FLOPs, CPU latency and throughput, optionally against another model",
-                       description="Parameters, FLOPs per example, batch-1 latency and batch-32 throughput.")
-    p.add_argument("--model", required=True, help="HF folder or hub id ('default' = the packaged teacher)")
-    p.add_argument("--compare", help="baseline model (e.g. the teacher) for speedup and size ratios")
+                       description="Parameters, FLOPs per example, batch-1 latency, batch-32 throughput, size on "
+                                   "disk and efficiency (share of the measured matrix-multiply rate), in PyTorch "
+                                   "or, for an exported model, ONNX Runtime.")
+    p.add_argument("--model", required=True, help="HF folder or hub id ('default' = the packaged teacher), or an "
+                                                  "export of `kdbert export` (folder or .onnx file: ONNX Runtime)")
+    p.add_argument("--compare", help="baseline model (e.g. the teacher, PyTorch or ONNX) for speedup and size ratios")
     p.add_argument("--seq-len", type=int, default=128, help="sequence length of the synthetic input")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=int, help="CPU threads of torch / ONNX Runtime (default: torch's)")
     p.add_argument("--runs", type=int, default=30, help="timed runs for latency")
     p.add_argument("--output", help="write the rows as JSON here")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("export", help="export a fine-tuned model to ONNX (optionally int8) with a parity check",
+                       description="Export a fine-tuned classifier to ONNX with dynamic batch and sequence axes, "
+                                   "tokenizer and config beside it, optionally a dynamic int8 copy, and "
+                                   "export_report.json: max |logit difference| against PyTorch and, with --task, "
+                                   "the dev metric of PyTorch, ONNX fp32 and ONNX int8.")
+    p.add_argument("--model", required=True, help="fine-tuned model folder (teacher or student)")
+    p.add_argument("--format", choices=["onnx"], default="onnx", help="export format")
+    p.add_argument("--quantize", choices=["int8"], help="also write model.int8.onnx (ONNX Runtime dynamic int8)")
+    p.add_argument("--output-dir", help="export folder (default: MODEL/onnx)")
+    p.add_argument("--max-seq-len", type=int, help="token limit of the parity rows (default: the task's, else 128)")
+    p.add_argument("--batch-size", type=int, default=64, help="batch size of the parity check")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
+    add_task_arguments(p)
+    for action in p._actions:
+        if action.dest == "task":
+            action.required = False
+            action.help = "check parity and metrics on this task's dev rows (default: synthetic rows, no metric)"
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("report", help="paper-style table (methods x tasks) and Pareto plot of run folders",
+                       description="Mean +/- std over seeds of each method's dev score per task, the share of the "
+                                   "teacher's score kept, parameters, FLOPs, and batch-1 latency and speedup in "
+                                   "PyTorch and ONNX Runtime int8; written as Markdown, CSV and JSON with a "
+                                   "Pareto plot (PNG) of dev score against latency.")
+    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR",
+                   help="finetune / distill run folders (a distilled student's teacher is added automatically)")
+    p.add_argument("--results", help="instead of RUN_DIRs: a JSON file of run records "
+                                     "(e.g. benchmarks/results/deploy.json)")
+    p.add_argument("--output-dir", default="report", help="where report.md/.csv/.json and pareto.png go")
+    p.add_argument("--bench", action="store_true",
+                   help="time each method's first run: PyTorch, and ONNX int8 where RUN_DIR/onnx/model.int8.onnx "
+                        "exists (see `kdbert export`)")
+    p.add_argument("--seq-len", type=int, default=128, help="sequence length of FLOPs and timings")
+    p.add_argument("--threads", type=int, help="CPU threads for timings (default: torch's)")
+    p.add_argument("--plot-latency", choices=["onnx_int8", "pytorch"], default=None,
+                   help="latency axis of the Pareto plot (default: ONNX int8 when every point has it)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("quickstart", help="the main job: fine-tune the default teacher, distil a student, "
                                           "compare them (about 10 min on 2 CPU cores)",

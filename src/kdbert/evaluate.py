@@ -14,7 +14,13 @@ from kdbert.models.trace import model_inputs
 
 @torch.no_grad()
 def predict(model, dataset: EncodedDataset, collator, batch_size: int = 64) -> np.ndarray:
-    """Logits (N, C) of ``model`` on ``dataset`` in the dataset's order (length-sorted batches)."""
+    """Logits (N, C) of ``model`` on ``dataset`` in the dataset's order (length-sorted batches).
+
+    ``model`` is an ``nn.Module`` or an exported model with its own ``predict(dataset,
+    collator, batch_size)`` (:class:`kdbert.onnx_model.OnnxClassifier`).
+    """
+    if not isinstance(model, torch.nn.Module):
+        return model.predict(dataset, collator, batch_size)
     model.eval()
     device = next(model.parameters()).device
     outputs = [None] * len(dataset)
