@@ -11,7 +11,9 @@ from pathlib import Path
 
 import torch
 
-RESULTS_DIR = Path(__file__).parent / "results"
+RESULTS_DIR = Path(os.environ.get("KDBERT_RESULTS_DIR") or Path(__file__).parent / "results")
+"""Where results are read and written: ``benchmarks/results``, or ``$KDBERT_RESULTS_DIR`` (e.g. a
+separate folder for figures measured on another kind of machine, so they never replace these)."""
 
 
 def machine_info() -> dict:
@@ -25,8 +27,8 @@ def machine_info() -> dict:
     }
 
 
-def load_results(name: str) -> dict:
-    path = RESULTS_DIR / f"{name}.json"
+def load_results(name: str, results_dir: str | os.PathLike | None = None) -> dict:
+    path = Path(results_dir or RESULTS_DIR) / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
 
@@ -36,7 +38,7 @@ def save_result(name: str, key: str, result: dict) -> None:
     A lock file serialises the read-modify-write, so benchmark jobs running side by side
     never drop each other's rows.
     """
-    RESULTS_DIR.mkdir(exist_ok=True)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     with open(RESULTS_DIR / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

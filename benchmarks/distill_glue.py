@@ -44,6 +44,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_results, machine_info, save_result  # noqa: E402
 
+from augment_glue import aug_file  # noqa: E402
+
+from kdbert.augment import task_rows  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
 from kdbert.distill import distill_task  # noqa: E402
 
@@ -76,6 +79,24 @@ VARIANTS = {
 }
 
 
+BATCH_SIZE = 32  # kdbert's task-distillation default
+
+
+def equal_steps(epochs: float, rows: int, factor: float = 1) -> int:
+    """Optimiser steps per stage of ``epochs`` over ``rows`` original rows (the last batch of an
+    epoch may be partial), times ``factor``: the budget an augmented run gets at the cpu budget.
+
+    (Runs recorded before 2026-11-23 used ``ceil(epochs * max_train_examples / 32)``, which for
+    MRPC and RTE, with fewer rows than ``--max-train-examples``, gave the augmented runs 250
+    steps against 230 and 156.)"""
+    return math.ceil(factor * epochs * math.ceil(rows / BATCH_SIZE))
+
+
+def original_rows(args) -> int:
+    """Rows of the task's own training file."""
+    return len(task_rows(TaskOptions(args.task, data_dir=args.data_dir))[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True)
@@ -94,7 +115,11 @@ def main() -> None:
     parser.add_argument("--distilbert-general", default="runs/general-distilbert")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each finished run's checkpoints/ (resume state; deleted by default)")
-    parser.add_argument("--aug-file", help="augmented training file (default runs/aug-<task>/train_aug.tsv)")
+    parser.add_argument("--aug-file", help="augmented training file (default: the file of benchmarks/augment_glue.py "
+                                           "--rows AUG_ROWS, runs/aug-<task>[-all]/train_aug.tsv)")
+    parser.add_argument("--aug-rows", choices=["cpu", "all"], default="cpu",
+                        help="which augmented file the *-aug variants read by default: cpu = built from the first "
+                             "rows (the rows recorded on 2026-11-22), all = from the whole training set")
     args = parser.parse_args()
     teacher = Path(args.runs_dir) / f"teacher-{args.task}"
     if not (teacher / "metrics.json").exists():
@@ -102,7 +127,7 @@ def main() -> None:
     paths = {"general_student": args.general_student, "general_ws_student": args.general_ws_student,
              "distilbert_student": args.distilbert_student,
              "distilbert_general": args.distilbert_general,
-             "aug_file": args.aug_file or f"{args.runs_dir}/aug-{args.task}/train_aug.tsv"}
+             "aug_file": args.aug_file or str(aug_file(args.runs_dir, args.task, args.aug_rows))}
     done = load_results("distill")
     for variant in args.variants:
         for seed in args.seeds:
@@ -123,9 +148,8 @@ def main() -> None:
             else:  # the paper's budget: the method's own per-task defaults, learning rate included
                 options.pop("learning_rate", None)
             if train_file and args.budget == "cpu":
-                # the augmented file covers the same originals; spend the same number of steps on it
-                # (times the variant's aug_step_factor)
-                steps = math.ceil(aug_step_factor * args.epochs * args.max_train_examples / 32)
+                # spend the steps of the run on the original rows (times the variant's aug_step_factor)
+                steps = equal_steps(args.epochs, min(args.max_train_examples, original_rows(args)), aug_step_factor)
                 options.update(max_train_examples=None, max_steps=steps, intermediate_max_steps=steps)
                 options.pop("intermediate_epochs", None)
                 options.pop("epochs", None)
