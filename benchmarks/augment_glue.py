@@ -47,8 +47,9 @@ def result_key(task: str, rows: str) -> str:
 
 def build(task: str, rows: str = "cpu", data_dir: str = "../shared/data/glue_data", mlm: str = "runs/mlm-k2",
           runs_dir: str = "runs", word_vectors: str = WORD_VECTORS, num_workers: int = 1, batch_size: int = 64,
-          batch_tokens: int = BATCH_TOKENS, device: str | None = None) -> dict:
-    """Augment ``task`` (resuming an interrupted file) and record the result; returns it."""
+          batch_tokens: int = BATCH_TOKENS, device: str | None = None, record: bool = True) -> dict:
+    """Augment ``task`` (resuming an interrupted file); returns the result, recorded unless
+    ``record`` is false (a file rebuilt as the input of a rerun)."""
     output = aug_file(runs_dir, task, rows)
     output.parent.mkdir(parents=True, exist_ok=True)
     report = augment_task(TaskOptions(task, data_dir=data_dir), mlm, word_vectors, str(output),
@@ -59,7 +60,8 @@ def build(task: str, rows: str = "cpu", data_dir: str = "../shared/data/glue_dat
         command += f" --batch-size {batch_size} --batch-tokens {batch_tokens}"
     result = {"task": task, "rows": rows, **report, "mlm": mlm, "word_vectors": word_vectors,
               "batch_size": batch_size, "batch_tokens": batch_tokens, "command": command, **machine_info()}
-    save_result("augment_glue", result_key(task, rows), result)
+    if record:
+        save_result("augment_glue", result_key(task, rows), result)
     return result
 
 

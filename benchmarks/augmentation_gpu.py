@@ -107,7 +107,8 @@ def is_recorded(step: Step, results_dir: Path) -> bool:
     return path.exists() and step.result[1] in json.loads(path.read_text())
 
 
-def run(steps: list[Step], results_dir: Path, log_dir: Path, jobs: int, deadline: float, env: dict) -> dict:
+def run(steps: list[Step], results_dir: Path, log_dir: Path, jobs: int, deadline: float, env: dict,
+        poll: float = 2.0) -> dict:
     """Run ``steps`` respecting ``needs``, at most ``jobs`` at a time, until done or ``deadline``
     seconds; returns each step's state (done, skipped, failed, stopped, not started)."""
     started = time.time()
@@ -139,7 +140,7 @@ def run(steps: list[Step], results_dir: Path, log_dir: Path, jobs: int, deadline
         if out_of_time and running:
             for name, (proc, _) in running.items():
                 os.killpg(proc.pid, signal.SIGTERM)
-            time.sleep(10)
+            time.sleep(min(10.0, 5 * poll))
             for name, (proc, _) in running.items():
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -150,7 +151,7 @@ def run(steps: list[Step], results_dir: Path, log_dir: Path, jobs: int, deadline
                             or not any(all(state.get(n, "").startswith("done") for n in s.needs)
                                        for s in steps if s.name not in state)):
             break
-        time.sleep(2)
+        time.sleep(poll)
     return {s.name: state.get(s.name, "not started") for s in steps}
 
 

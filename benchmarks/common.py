@@ -47,3 +47,26 @@ def save_result(name: str, key: str, result: dict) -> None:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
         os.replace(tmp, path)
+
+
+def compare_rerun(recorded: float, seed_scores: list[float], rerun: float, tolerance: float) -> dict:
+    """Does a rerun reproduce a recorded score, within the noise the benchmarks state?
+
+    ``seed_scores`` are the recorded scores of every seed of the same figure: with two or more,
+    the noise allowed is their sample standard deviation (BENCHMARKS.md calls a difference
+    "within 1 std" by the same rule); with fewer, it is ``tolerance`` (points), since one seed
+    states no noise. Returns the figures, the noise and its source, and ``reproduced``.
+    """
+    delta = rerun - recorded
+    if len(seed_scores) >= 2:
+        mean = sum(seed_scores) / len(seed_scores)
+        noise = (sum((s - mean) ** 2 for s in seed_scores) / (len(seed_scores) - 1)) ** 0.5
+        source = f"std of the {len(seed_scores)} recorded seeds"
+    else:
+        noise, source = tolerance, "--tolerance (one recorded seed)"
+    reproduced = abs(delta) <= noise
+    summary = (f"recorded {recorded:.2f}, rerun {rerun:.2f} ({delta:+.2f}): "
+               + ("identical" if delta == 0 else "within" if reproduced else "NOT within")
+               + (f" {source} {noise:.2f}" if delta != 0 else ""))
+    return {"recorded": recorded, "rerun": rerun, "delta": delta, "noise": noise, "noise_source": source,
+            "reproduced": reproduced, "summary": summary}
