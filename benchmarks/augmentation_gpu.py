@@ -119,7 +119,8 @@ def run(steps: list[Step], results_dir: Path, log_dir: Path, jobs: int, deadline
         for name, (proc, t0) in list(running.items()):
             if proc.poll() is not None:
                 state[name] = "done" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
-                print(f"[{time.time() - started:6.0f}s] {name}: {state[name]} after {time.time() - t0:.0f}s", flush=True)
+                elapsed = time.time() - started
+                print(f"[{elapsed:6.0f}s] {name}: {state[name]} after {time.time() - t0:.0f}s", flush=True)
                 del running[name]
         out_of_time = time.time() - started > deadline
         if not out_of_time:

@@ -31,7 +31,8 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--corpus", default=CORPUS)
     parser.add_argument("--runs-dir", default="runs")
-    parser.add_argument("--encoder", default="default", help="encoder to fit the head on (default: the packaged teacher)")
+    parser.add_argument("--encoder", default="default",
+                        help="encoder to fit the head on (default: the packaged teacher)")
     parser.add_argument("--record-only", action="store_true")
     args = parser.parse_args()
     for layers in args.unfreeze:
@@ -46,7 +47,8 @@ def main() -> None:
         encoder = "" if args.encoder == "default" else f"--encoder {args.encoder} "
         result.update(machine_info(), output_dir=str(out),
                       command=f"kdbert mlm-head {encoder}--corpus {args.corpus} --output-dir {out} "
-                              f"--unfreeze-top-layers {layers} --steps {report['steps']} --learning-rate {report['lr']}")
+                              f"--unfreeze-top-layers {layers} --steps {report['steps']} "
+                              f"--learning-rate {report['lr']}")
         save_result("mlm_head", f"unfreeze{layers}", result)
         print(f"unfreeze {layers}: top-1 {100 * report['top1']:.1f}%, top-15 {100 * report['top15']:.1f}%")
 

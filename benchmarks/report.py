@@ -49,7 +49,8 @@ def teacher_section() -> list[str]:
     average = sum(r["metrics"]["score"] for r in reference) / len(reference)
     lines += ["", f"Average score over the {len(reference)} reference runs (tuning runs left out): **{average:.1f}**. "
               "One seed each. " + DEV_SELECTION, "",
-              "Command: `python benchmarks/teacher_glue.py --budget cpu` (one task: `--tasks rte`).", ""]
+              "Command: `python benchmarks/teacher_glue.py --budget cpu` (one task: `--tasks rte`; a recorded "
+              "task again, compared with its figure: `--rerun`).", ""]
     return lines
 
 
