@@ -59,7 +59,7 @@ from augment_glue import aug_file  # noqa: E402
 from augment_glue import build as augment  # noqa: E402
 from general_distill import CORPUS  # noqa: E402
 from general_distill import run_argv as general_argv  # noqa: E402
-from teacher_glue import fine_tune  # noqa: E402
+from teacher_glue import fine_tune, recorded_settings  # noqa: E402
 
 from kdbert.augment import task_rows  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
@@ -141,8 +141,9 @@ def build(kind: str, path: str, record: dict, args) -> None:
     augmented file is an input of the rerun, not a new figure."""
     target = Path(path)
     if kind == "teacher" and not (target / "metrics.json").exists():
-        print(f"building the teacher {target} (teacher_glue.py, budget cpu)")
-        fine_tune(record["task"], "cpu", data_dir=args.data_dir, out=target)
+        teacher = load_results("teacher_glue").get(f"{record['task']}/cpu")
+        print(f"building the teacher {target} (teacher_glue.py, budget cpu, recorded settings)")
+        fine_tune(record["task"], "cpu", recorded_settings(teacher) if teacher else None, args.data_dir, out=target)
     elif kind == "general" and not (target / "general_report.json").exists():
         print(f"building the general student {target} (general_distill.py)")
         argv = general_argv(GENERAL_RUNS[target.name], args.corpus, str(target.parent))

@@ -7,7 +7,8 @@ Each task's run goes to ``runs/teacher-<task>`` (resumable: an interrupted task 
 its last checkpoint) and its result to ``benchmarks/results/teacher_glue.json``;
 ``benchmarks/report.py`` turns results into BENCHMARKS.md. A task whose result is recorded is
 skipped, so on a fresh clone the command above only lists the recorded figures; ``--rerun``
-fine-tunes those tasks again into ``runs/rerun/teacher-<task>`` with the recorded budget,
+fine-tunes those tasks again into ``runs/rerun/teacher-<task>`` with the recorded settings
+(epochs, learning rate, batch size, sequence length: not today's defaults),
 compares each dev score with the recorded one (:func:`common.compare_rerun`; one seed, so the
 noise allowed is ``--tolerance``) and records the comparison in ``results/reruns.json``.
 
@@ -36,6 +37,12 @@ BUDGETS = {
 
 def result_key(task: str, budget: str, tuning: dict) -> str:
     return f"{task}/{budget}" + "".join(f"-{k}{v:g}" for k, v in sorted(tuning.items()))
+
+
+def recorded_settings(record: dict) -> dict:
+    """The fine-tuning options a recorded result ran with: its budget's overrides and the
+    hyper-parameters it reports, so that a rerun does not pick up a default changed since."""
+    return {**record["overrides"], **record["hyperparameters"]}
 
 
 def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_dir: str = "../shared/data/glue_data",
@@ -82,7 +89,7 @@ def main() -> None:
                 print(f"{key}: nothing recorded to rerun")
                 continue
             out = Path(args.runs_dir) / "rerun" / Path(done[key]["output_dir"]).name
-            result = fine_tune(task, args.budget, tuning, args.data_dir, out, model=args.model)
+            result = fine_tune(task, args.budget, recorded_settings(done[key]), args.data_dir, out, model=args.model)
             verdict = compare_rerun(done[key]["metrics"]["score"], [], result["metrics"]["score"], args.tolerance)
             save_result("reruns", f"teacher_glue/{key}", {**verdict, "rerun_dir": str(out), **machine_info()})
             print(f"{key}: {verdict['summary']}")

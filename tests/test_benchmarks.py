@@ -96,8 +96,9 @@ def test_distill_rerun_builds_then_compares_with_the_recorded_seeds(results_dir,
 
 
 def test_teacher_glue_skips_a_recorded_task_and_reruns_it_on_request(results_dir, monkeypatch, capsys, tmp_path):
-    common.save_result("teacher_glue", "rte/cpu", {"task": "rte", "metrics": {"score": 57.0},
-                                                   "output_dir": "runs/teacher-rte"})
+    common.save_result("teacher_glue", "rte/cpu", {
+        "task": "rte", "metrics": {"score": 57.0}, "output_dir": "runs/teacher-rte", "overrides": {"epochs": 3},
+        "hyperparameters": {"epochs": 3, "learning_rate": 1e-4, "batch_size": 32, "max_seq_len": 128}})
     trained = []
 
     def fake_fine_tune(task, budget, tuning, data_dir, out=None, runs_dir="runs", model="default"):
@@ -112,7 +113,9 @@ def test_teacher_glue_skips_a_recorded_task_and_reruns_it_on_request(results_dir
     monkeypatch.setattr(sys, "argv", ["teacher_glue.py", "--tasks", "rte", "--rerun", "--runs-dir", runs,
                                       "--tolerance", "1"])
     teacher_glue.main()
-    assert trained == [("rte", "cpu", {}, str(Path(runs) / "rerun" / "teacher-rte"))]
+    # the recorded hyper-parameters, not today's defaults (which may have changed since)
+    assert trained == [("rte", "cpu", {"epochs": 3, "learning_rate": 1e-4, "batch_size": 32, "max_seq_len": 128},
+                        str(Path(runs) / "rerun" / "teacher-rte"))]
     assert "NOT within --tolerance (one recorded seed) 1.00" in capsys.readouterr().out
     assert json.loads((results_dir / "reruns.json").read_text())["teacher_glue/rte/cpu"]["delta"] == pytest.approx(1.5)
     # the recorded figure itself is left as it was
