@@ -22,7 +22,8 @@ the same GPU so that the two rows share numerics:
 Each step is one process running the script named; up to ``--jobs`` run at once (these models
 leave a GPU mostly idle, so runs side by side cost little each), a step starts when the steps it
 needs have finished, and a step whose result is already in ``--results-dir`` is skipped. Every
-step resumes: rerunning the driver continues an interrupted one. ``--deadline SECONDS`` stops
+step but the MLM head (a short fit that starts over) resumes: rerunning the driver continues an
+interrupted one. ``--deadline SECONDS`` stops
 starting steps when that much time has passed and ends the running ones (they resume from their
 last checkpoint next time), so that an outer time limit never cuts a results file in half.
 Results go to ``--results-dir`` (not ``benchmarks/results``: other numerics, other rows);
@@ -52,7 +53,8 @@ VARIANTS = ("tinybert-ws-general-task", "tinybert-ws-general-task-aug", "tinyber
 
 @dataclass
 class Step:
-    """One script run: ``argv`` after ``python``, done when ``done()`` says so, after ``needs``."""
+    """One script run (``argv``), started once the steps named in ``needs`` are done; skipped when
+    its ``result`` key is already recorded."""
 
     name: str
     argv: list[str]
