@@ -11,7 +11,9 @@ from pathlib import Path
 
 import torch
 
-RESULTS_DIR = Path(__file__).parent / "results"
+RESULTS_DIR = Path(os.environ.get("KDBERT_RESULTS_DIR") or Path(__file__).parent / "results")
+"""Where results are read and written: ``benchmarks/results``, or ``$KDBERT_RESULTS_DIR`` (e.g. a
+separate folder for figures measured on another kind of machine, so they never replace these)."""
 
 
 def machine_info() -> dict:
@@ -25,8 +27,8 @@ def machine_info() -> dict:
     }
 
 
-def load_results(name: str) -> dict:
-    path = RESULTS_DIR / f"{name}.json"
+def load_results(name: str, results_dir: str | os.PathLike | None = None) -> dict:
+    path = Path(results_dir or RESULTS_DIR) / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
 
@@ -36,7 +38,7 @@ def save_result(name: str, key: str, result: dict) -> None:
     A lock file serialises the read-modify-write, so benchmark jobs running side by side
     never drop each other's rows.
     """
-    RESULTS_DIR.mkdir(exist_ok=True)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     with open(RESULTS_DIR / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -45,3 +47,26 @@ def save_result(name: str, key: str, result: dict) -> None:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(results, indent=2, sort_keys=True))
         os.replace(tmp, path)
+
+
+def compare_rerun(recorded: float, seed_scores: list[float], rerun: float, tolerance: float) -> dict:
+    """Does a rerun reproduce a recorded score, within the noise the benchmarks state?
+
+    ``seed_scores`` are the recorded scores of every seed of the same figure: with two or more,
+    the noise allowed is their sample standard deviation (BENCHMARKS.md calls a difference
+    "within 1 std" by the same rule); with fewer, it is ``tolerance`` (points), since one seed
+    states no noise. Returns the figures, the noise and its source, and ``reproduced``.
+    """
+    delta = rerun - recorded
+    if len(seed_scores) >= 2:
+        mean = sum(seed_scores) / len(seed_scores)
+        noise = (sum((s - mean) ** 2 for s in seed_scores) / (len(seed_scores) - 1)) ** 0.5
+        source = f"std of the {len(seed_scores)} recorded seeds"
+    else:
+        noise, source = tolerance, "--tolerance (one recorded seed)"
+    reproduced = abs(delta) <= noise
+    summary = (f"recorded {recorded:.2f}, rerun {rerun:.2f} ({delta:+.2f}): "
+               + ("identical" if delta == 0 else "within" if reproduced else "NOT within")
+               + (f" {source} {noise:.2f}" if delta != 0 else ""))
+    return {"recorded": recorded, "rerun": rerun, "delta": delta, "noise": noise, "noise_source": source,
+            "reproduced": reproduced, "summary": summary}

@@ -29,8 +29,19 @@ optionally one ``--learning-rate`` for every stage. CoLA runs use all 8551 rows 
 fine-tuning default of 3e-5 on 4000 rows every 3-layer student predicted one class, MCC 0);
 STS-B runs use all 5749 rows for 3 epochs (at 4000 rows x 2 epochs the regression had not
 converged: dev Pearson 10 for one seed, 52 for another);
-``paper`` = the methods' own per-task defaults on the whole training set (GPU-sized).
+``paper`` = each method's per-task defaults on the whole training set (GPU-sized): for TinyBERT
+the paper's settings (``recipes/tinybert/<task>.yaml``); for KD, PKD and DistilBERT kdbert's own
+fine-tuning defaults (``kdbert.finetune.TASK_DEFAULTS``), not those papers' budgets.
 Results: ``benchmarks/results/distill.json``; each run resumes if interrupted.
+
+A recorded key is skipped, so on a fresh clone the command printed beside a figure only lists
+it. ``--rerun`` runs it again from its recorded options into ``runs/rerun/``, first building
+what it needs at the recorded paths (the teacher, ``runs/general-tinybert4[-ws]``,
+``runs/mlm-k2`` and the augmented file; not DistilBERT's students), and says whether the dev
+score reproduces within the std of the recorded seeds of that figure (``--tolerance`` for a
+one-seed figure); ``results/reruns.json`` keeps the comparison:
+
+    python benchmarks/distill_glue.py --task rte --variants tinybert-ws-task --seeds 42 --rerun
 """
 
 from __future__ import annotations
@@ -42,10 +53,20 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import load_results, machine_info, save_result  # noqa: E402
+from common import compare_rerun, load_results, machine_info, save_result  # noqa: E402
 
+from augment_glue import aug_file  # noqa: E402
+from augment_glue import build as augment  # noqa: E402
+from general_distill import CORPUS  # noqa: E402
+from general_distill import run_argv as general_argv  # noqa: E402
+from teacher_glue import fine_tune, recorded_settings  # noqa: E402
+
+from kdbert.augment import task_rows  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
+from kdbert.cli import main as kdbert_main  # noqa: E402
 from kdbert.distill import distill_task  # noqa: E402
+from kdbert.mlm_head import fit_mlm_head  # noqa: E402
+from kdbert.models.loading import default_model_path  # noqa: E402
 
 VARIANTS = {
     "tinybert4-finetune": {"method": "tinybert", "student": "tinybert4", "skip_intermediate": True,
@@ -76,6 +97,87 @@ VARIANTS = {
 }
 
 
+BATCH_SIZE = 32  # kdbert's task-distillation default
+
+
+def equal_steps(epochs: float, rows: int, factor: float = 1) -> int:
+    """Optimiser steps per stage of ``epochs`` over ``rows`` original rows (the last batch of an
+    epoch may be partial), times ``factor``: the budget an augmented run gets at the cpu budget.
+
+    (Runs recorded before 2026-11-23 used ``ceil(epochs * max_train_examples / 32)``, which for
+    MRPC and RTE, with fewer rows than ``--max-train-examples``, gave the augmented runs 250
+    steps against 230 and 156.)"""
+    return math.ceil(factor * epochs * math.ceil(rows / BATCH_SIZE))
+
+
+def original_rows(args) -> int:
+    """Rows of the task's own training file."""
+    return len(task_rows(TaskOptions(args.task, data_dir=args.data_dir))[0])
+
+
+GENERAL_RUNS = {"general-tinybert4": "tinybert", "general-tinybert4-ws": "tinybert-ws"}
+
+
+def dependencies(record: dict, runs_dir: str = "runs") -> list[tuple[str, str]]:
+    """What a recorded run needs, as ``(kind, path)``: ``teacher``, ``general`` (a general
+    student of ``general_distill.py``), ``mlm`` (``runs/mlm-k2``) and ``aug`` (the augmented file),
+    in build order. A student that is a preset name needs nothing; one this script cannot build
+    (DistilBERT's, whose build command was not recorded) is ``("unbuildable", path)``."""
+    options = record["options"]
+    needs = [("teacher", options["teacher"])]
+    student = options.get("student")
+    if student and ("/" in student or Path(student).exists()):
+        needs.append(("general", student) if Path(student).name in GENERAL_RUNS else ("unbuildable", student))
+    if "train_file" in VARIANTS[record["variant"]]:
+        needs += [("mlm", f"{runs_dir}/mlm-k2"),
+                  ("aug", record.get("train_file") or str(aug_file(runs_dir, record["task"], "cpu")))]
+    return needs
+
+
+def build(kind: str, path: str, record: dict, args) -> None:
+    """Build one dependency of ``record`` at ``path`` unless it is there (see :func:`dependencies`).
+
+    The results files are left as recorded: a rebuilt teacher, general student, MLM head or
+    augmented file is an input of the rerun, not a new figure."""
+    target = Path(path)
+    if kind == "teacher" and not (target / "metrics.json").exists():
+        teacher = load_results("teacher_glue").get(f"{record['task']}/cpu")
+        print(f"building the teacher {target} (teacher_glue.py, budget cpu, recorded settings)")
+        fine_tune(record["task"], "cpu", recorded_settings(teacher) if teacher else None, args.data_dir, out=target)
+    elif kind == "general" and not (target / "general_report.json").exists():
+        print(f"building the general student {target} (general_distill.py)")
+        argv = general_argv(GENERAL_RUNS[target.name], args.corpus, str(target.parent))
+        if kdbert_main(argv + (["--resume"] if (target / "run_config.json").exists() else [])) != 0:
+            sys.exit(f"general distillation into {target} failed")
+    elif kind == "mlm" and not (target / "config.json").exists():
+        print(f"building the MLM head {target} (mlm_head.py --unfreeze 2)")
+        fit_mlm_head(default_model_path(), args.corpus, target, unfreeze_top_layers=2, steps=300, lr=1e-3)
+    elif kind == "aug" and not target.exists():
+        print(f"building the augmented file {target} (augment_glue.py --rows cpu)")
+        augment(record["task"], "cpu", args.data_dir, f"{args.runs_dir}/mlm-k2", args.runs_dir, record=False)
+    elif kind == "unbuildable" and not target.exists():
+        sys.exit(f"{target} is missing and this script cannot build it: build it as benchmarks/general_distill.py "
+                 "describes, then rerun")
+
+
+def rerun(key: str, done: dict, args) -> dict:
+    """Run the recorded ``key`` again with its recorded options into ``<runs>/rerun/``, building
+    what it needs first, and compare its dev score with the record (:func:`common.compare_rerun`)."""
+    record = done[key]
+    for kind, path in dependencies(record, args.runs_dir):
+        build(kind, path, record, args)
+    train_file = dict(dependencies(record, args.runs_dir)).get("aug")
+    out = Path(args.runs_dir) / "rerun" / Path(record["output_dir"]).name
+    task = TaskOptions(record["task"], data_dir=args.data_dir, train_file=train_file)
+    report = distill_task(task, {**record["options"], "no_progress": True}, str(out),
+                          resume=(out / "run_config.json").exists())
+    seeds = [r["metrics"]["score"] for r in done.values()
+             if (r["task"], r["variant"], r["budget"]) == (record["task"], record["variant"], record["budget"])]
+    verdict = compare_rerun(record["metrics"]["score"], seeds, report["dev_metrics"]["score"], args.tolerance)
+    save_result("reruns", f"distill/{key}", {**verdict, "rerun_dir": str(out), **machine_info()})
+    return verdict
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True)
@@ -94,22 +196,43 @@ def main() -> None:
     parser.add_argument("--distilbert-general", default="runs/general-distilbert")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each finished run's checkpoints/ (resume state; deleted by default)")
-    parser.add_argument("--aug-file", help="augmented training file (default runs/aug-<task>/train_aug.tsv)")
+    parser.add_argument("--aug-file", help="augmented training file (default: the file of benchmarks/augment_glue.py "
+                                           "--rows AUG_ROWS, runs/aug-<task>[-all]/train_aug.tsv)")
+    parser.add_argument("--aug-rows", choices=["cpu", "all"], default="cpu",
+                        help="which augmented file the *-aug variants read by default: cpu = built from the first "
+                             "rows (the rows recorded on 2026-11-22), all = from the whole training set")
+    parser.add_argument("--rerun", action="store_true",
+                        help="run recorded keys again with their recorded options (into RUNS_DIR/rerun/), building "
+                             "the teacher, general student, MLM head and augmented file they need, and say whether "
+                             "the dev score reproduces within the recorded seeds' std (or --tolerance)")
+    parser.add_argument("--tolerance", type=float, default=1.0,
+                        help="--rerun of a figure with one recorded seed: largest difference counted as reproduced")
+    parser.add_argument("--corpus", default=CORPUS, help="--rerun: corpus for a general student or MLM head to build")
     args = parser.parse_args()
+    done = load_results("distill")
+    if args.rerun:
+        for variant in args.variants:
+            for seed in args.seeds:
+                key = f"{args.task}/{variant}/{args.budget}/seed{seed}"
+                if key in done:
+                    print(f"{key}: {rerun(key, done, args)['summary']}")
+                elif len(args.variants) == 1:
+                    print(f"{key}: nothing recorded to rerun")
+        return
     teacher = Path(args.runs_dir) / f"teacher-{args.task}"
-    if not (teacher / "metrics.json").exists():
-        sys.exit(f"no fine-tuned teacher at {teacher}: run benchmarks/teacher_glue.py --tasks {args.task} first")
     paths = {"general_student": args.general_student, "general_ws_student": args.general_ws_student,
              "distilbert_student": args.distilbert_student,
              "distilbert_general": args.distilbert_general,
-             "aug_file": args.aug_file or f"{args.runs_dir}/aug-{args.task}/train_aug.tsv"}
-    done = load_results("distill")
+             "aug_file": args.aug_file or str(aug_file(args.runs_dir, args.task, args.aug_rows))}
     for variant in args.variants:
         for seed in args.seeds:
             key = f"{args.task}/{variant}/{args.budget}/seed{seed}"
             if key in done:
-                print(f"{key}: done already ({done[key]['metrics']['score']:.2f})")
+                print(f"{key}: recorded ({done[key]['metrics']['score']:.2f}); --rerun runs it again and compares")
                 continue
+            if not (teacher / "metrics.json").exists():
+                sys.exit(f"no fine-tuned teacher at {teacher}: run benchmarks/teacher_glue.py --tasks {args.task} "
+                         "first (or --rerun a recorded key, which builds it)")
             options = {k: v.format(**paths) if isinstance(v, str) else v for k, v in VARIANTS[variant].items()}
             train_file = options.pop("train_file", None)
             aug_step_factor = options.pop("aug_step_factor", 1)
@@ -120,12 +243,11 @@ def main() -> None:
                     options["learning_rate"] = args.learning_rate
                 if options["method"] == "tinybert" and not options.get("skip_intermediate"):
                     options["intermediate_epochs"] = args.epochs
-            else:  # the paper's budget: the method's own per-task defaults, learning rate included
+            else:  # the methods' per-task defaults (TinyBERT: the paper's; others: kdbert finetune's)
                 options.pop("learning_rate", None)
             if train_file and args.budget == "cpu":
-                # the augmented file covers the same originals; spend the same number of steps on it
-                # (times the variant's aug_step_factor)
-                steps = math.ceil(aug_step_factor * args.epochs * args.max_train_examples / 32)
+                # spend the steps of the run on the original rows (times the variant's aug_step_factor)
+                steps = equal_steps(args.epochs, min(args.max_train_examples, original_rows(args)), aug_step_factor)
                 options.update(max_train_examples=None, max_steps=steps, intermediate_max_steps=steps)
                 options.pop("intermediate_epochs", None)
                 options.pop("epochs", None)
@@ -133,11 +255,17 @@ def main() -> None:
             out = Path(args.runs_dir) / f"distill-{args.task}-{variant}{suffix}-s{seed}"
             task = TaskOptions(args.task, data_dir=args.data_dir, train_file=train_file)
             report = distill_task(task, options, str(out), resume=(out / "run_config.json").exists())
+            budget_args = "".join(f" --{name} {value:g}" for name, value, default in (
+                ("max-train-examples", args.max_train_examples, 4000), ("epochs", args.epochs, 2.0),
+                ("learning-rate", args.learning_rate, None)) if value is not None and value != default)
             result = {"task": args.task, "variant": variant, "seed": seed, "budget": args.budget,
                       "metrics": report["dev_metrics"], "wall_seconds": report["wall_seconds"],
                       "output_dir": str(out), "options": {k: v for k, v in options.items() if k != "no_progress"},
+                      "train_file": train_file,
                       "command": f"python benchmarks/distill_glue.py --task {args.task} --budget {args.budget} "
-                                 f"--variants {variant} --seeds {seed}", **machine_info()}
+                                 f"--variants {variant} --seeds {seed}{budget_args}"
+                                 + (f" --aug-rows {args.aug_rows}" if train_file and args.aug_rows != "cpu" else ""),
+                      **machine_info()}
             save_result("distill", key, result)
             if not args.keep_checkpoints:  # resume state of a finished run: ~400 MB each, 50 GB a table
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)

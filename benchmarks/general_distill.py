@@ -26,26 +26,41 @@ from common import machine_info, save_result  # noqa: E402
 from kdbert.cli import main as kdbert_main  # noqa: E402
 
 CORPUS = "../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz"
-RUNS = {
-    "tinybert": ["distill", "general", "--method", "tinybert", "--corpus", CORPUS, "--max-sequences", "3200",
-                 "--batch-size", "32", "--epochs", "1", "--output-dir", "runs/general-tinybert4", "--no-progress"],
-    "tinybert-ws": ["distill", "general", "--method", "tinybert", "--student-init", "teacher-weights", "--corpus",
-                    CORPUS, "--max-sequences", "4800", "--batch-size", "32", "--epochs", "1", "--output-dir",
-                    "runs/general-tinybert4-ws", "--no-progress"],
-    "distilbert": ["distill", "general", "--method", "distilbert", "--teacher", "runs/mlm-k0", "--student",
-                   "runs/distilbert-init", "--corpus", CORPUS, "--max-sequences", "1600", "--batch-size", "16",
-                   "--max-seq-len", "64", "--epochs", "1", "--output-dir", "runs/general-distilbert",
-                   "--no-progress"],
-}
+
+
+def run_argv(method: str, corpus: str = CORPUS, runs_dir: str = "runs", teacher: str = "default") -> list[str]:
+    """The ``kdbert`` arguments of one general distillation run (output ``<runs_dir>/general-...``);
+    ``teacher`` replaces the packaged teacher of the TinyBERT runs."""
+    common = ["--corpus", corpus, "--epochs", "1", "--no-progress"]
+    if teacher != "default" and method != "distilbert":
+        common += ["--teacher", teacher]
+    if method == "tinybert":
+        return ["distill", "general", "--method", "tinybert", "--max-sequences", "3200", "--batch-size", "32",
+                "--output-dir", f"{runs_dir}/general-tinybert4", *common]
+    if method == "tinybert-ws":
+        return ["distill", "general", "--method", "tinybert", "--student-init", "teacher-weights",
+                "--max-sequences", "4800", "--batch-size", "32", "--output-dir", f"{runs_dir}/general-tinybert4-ws",
+                *common]
+    if method == "distilbert":
+        return ["distill", "general", "--method", "distilbert", "--teacher", f"{runs_dir}/mlm-k0", "--student",
+                f"{runs_dir}/distilbert-init", "--max-sequences", "1600", "--batch-size", "16", "--max-seq-len", "64",
+                "--output-dir", f"{runs_dir}/general-distilbert", *common]
+    raise ValueError(f"unknown general distillation run {method!r}")
+
+
+METHODS = ("distilbert", "tinybert", "tinybert-ws")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--method", nargs="+", choices=sorted(RUNS), default=sorted(RUNS))
+    parser.add_argument("--method", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--corpus", default=CORPUS)
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--teacher", default="default", help="teacher of the TinyBERT runs (default: the packaged one)")
     parser.add_argument("--record-only", action="store_true")
     args = parser.parse_args()
     for method in args.method:
-        argv = RUNS[method]
+        argv = run_argv(method, args.corpus, args.runs_dir, args.teacher)
         out = Path(argv[argv.index("--output-dir") + 1])
         if not args.record_only:
             resume = ["--resume"] if (out / "run_config.json").exists() else []

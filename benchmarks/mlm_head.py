@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
 
 from kdbert.mlm_head import REPORT_NAME, fit_mlm_head  # noqa: E402
-from kdbert.models.loading import default_model_path  # noqa: E402
+from kdbert.models.loading import resolve_model_path  # noqa: E402
 
 CORPUS = "../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz"
 
@@ -30,21 +30,26 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--corpus", default=CORPUS)
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--encoder", default="default",
+                        help="encoder to fit the head on (default: the packaged teacher)")
     parser.add_argument("--record-only", action="store_true")
     args = parser.parse_args()
     for layers in args.unfreeze:
-        out = Path("runs") / f"mlm-k{layers}"
+        out = Path(args.runs_dir) / f"mlm-k{layers}"
         if args.record_only:
             report = json.loads((out / REPORT_NAME).read_text())
         else:
-            report = fit_mlm_head(default_model_path(), args.corpus, out, unfreeze_top_layers=layers,
+            report = fit_mlm_head(resolve_model_path(args.encoder), args.corpus, out, unfreeze_top_layers=layers,
                                   steps=args.steps, lr=args.learning_rate,
                                   resume=(out / "run_config.json").exists())
         result = {k: report[k] for k in ("unfreeze_top_layers", "steps", "batch_size", "lr", "top1", "top15",
                                          "wall_time_s", "trainable_parameters")}
+        encoder = "" if args.encoder == "default" else f"--encoder {args.encoder} "
         result.update(machine_info(), output_dir=str(out),
-                      command=f"kdbert mlm-head --corpus {args.corpus} --output-dir {out} --unfreeze-top-layers "
-                              f"{layers} --steps {report['steps']} --learning-rate {report['lr']}")
+                      command=f"kdbert mlm-head {encoder}--corpus {args.corpus} --output-dir {out} "
+                              f"--unfreeze-top-layers {layers} --steps {report['steps']} "
+                              f"--learning-rate {report['lr']}")
         save_result("mlm_head", f"unfreeze{layers}", result)
         print(f"unfreeze {layers}: top-1 {100 * report['top1']:.1f}%, top-15 {100 * report['top15']:.1f}%")
 

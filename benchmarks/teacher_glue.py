@@ -1,10 +1,16 @@
 """Fine-tune the default teacher on GLUE tasks and record dev metrics and wall time.
 
     python benchmarks/teacher_glue.py --data-dir ../shared/data/glue_data --budget cpu
+    python benchmarks/teacher_glue.py --tasks rte --rerun     # a recorded figure again, compared
 
 Each task's run goes to ``runs/teacher-<task>`` (resumable: an interrupted task continues from
-its last checkpoint, a finished task is skipped) and its result to
-``benchmarks/results/teacher_glue.json``; ``benchmarks/report.py`` turns results into BENCHMARKS.md.
+its last checkpoint) and its result to ``benchmarks/results/teacher_glue.json``;
+``benchmarks/report.py`` turns results into BENCHMARKS.md. A task whose result is recorded is
+skipped, so on a fresh clone the command above only lists the recorded figures; ``--rerun``
+fine-tunes those tasks again into ``runs/rerun/teacher-<task>`` with the recorded settings
+(epochs, learning rate, batch size, sequence length: not today's defaults),
+compares each dev score with the recorded one (:func:`common.compare_rerun`; one seed, so the
+noise allowed is ``--tolerance``) and records the comparison in ``results/reruns.json``.
 
 Budgets: ``full`` uses kdbert's per-task defaults; ``cpu`` fits a 2-core machine (SST-2 on a
 20k-row subset for one epoch, 3 epochs elsewhere) and is stated next to every figure.
@@ -17,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import load_results, machine_info, save_result  # noqa: E402
+from common import compare_rerun, load_results, machine_info, save_result  # noqa: E402
 
 from kdbert.data.load import TaskOptions  # noqa: E402
 from kdbert.finetune import FinetuneConfig, finetune  # noqa: E402
@@ -29,6 +35,35 @@ BUDGETS = {
 }
 
 
+def result_key(task: str, budget: str, tuning: dict) -> str:
+    return f"{task}/{budget}" + "".join(f"-{k}{v:g}" for k, v in sorted(tuning.items()))
+
+
+def recorded_settings(record: dict) -> dict:
+    """The fine-tuning options a recorded result ran with: its budget's overrides and the
+    hyper-parameters it reports, so that a rerun does not pick up a default changed since."""
+    return {**record["overrides"], **record["hyperparameters"]}
+
+
+def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_dir: str = "../shared/data/glue_data",
+              out: str | Path | None = None, runs_dir: str = "runs", model: str = "default") -> dict:
+    """Fine-tune the teacher on ``task`` at ``budget`` (plus ``tuning`` overrides) into ``out``
+    (default ``<runs_dir>/teacher-<task>[-tuning]``), resuming a run left there; returns the result."""
+    tuning = tuning or {}
+    overrides = {**BUDGETS[budget][task], **tuning}
+    suffix = "".join(f"-{k}{v:g}" for k, v in sorted(tuning.items()))
+    out = Path(out or Path(runs_dir) / f"teacher-{task}{suffix}")
+    config = FinetuneConfig(output_dir=str(out), model=model, progress=False, **overrides)
+    resume = (out / "run_config.json").exists()
+    report = finetune(TaskOptions(task, data_dir=data_dir), config, resume=resume)
+    return {"task": task, "budget": budget, "overrides": overrides, "tuning": bool(tuning),
+            "metrics": report["best_metrics"], "train_seconds": report["train_seconds"], "output_dir": str(out),
+            "command": f"python benchmarks/teacher_glue.py --budget {budget} --tasks {task}"
+                       + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in sorted(tuning.items())),
+            "hyperparameters": {k: report["config"][k] for k in ("epochs", "learning_rate", "batch_size", "max_seq_len")},
+            "resumed": resume, **machine_info()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="../shared/data/glue_data")
@@ -38,31 +73,33 @@ def main() -> None:
     parser.add_argument("--model", default="default")
     parser.add_argument("--learning-rate", type=float, help="override the task default (a tuning run)")
     parser.add_argument("--epochs", type=float, help="override the budget's epochs (a tuning run)")
+    parser.add_argument("--rerun", action="store_true",
+                        help="fine-tune recorded tasks again (into RUNS_DIR/rerun/) and compare with the record")
+    parser.add_argument("--tolerance", type=float, default=1.0,
+                        help="--rerun: largest score difference counted as reproduced (points)")
     args = parser.parse_args()
     tuning = {k: v for k, v in (("learning_rate", args.learning_rate), ("epochs", args.epochs)) if v is not None}
     done = load_results("teacher_glue")
-    for task, overrides in BUDGETS[args.budget].items():
+    for task in BUDGETS[args.budget]:
         if args.tasks and task not in args.tasks:
             continue
-        overrides = {**overrides, **tuning}
-        suffix = "".join(f"-{k}{v:g}" for k, v in sorted(tuning.items()))
-        key = f"{task}/{args.budget}{suffix}"
-        if key in done:
-            print(f"{key}: done already ({done[key]['metrics']})")
+        key = result_key(task, args.budget, tuning)
+        if args.rerun:
+            if key not in done:
+                print(f"{key}: nothing recorded to rerun")
+                continue
+            out = Path(args.runs_dir) / "rerun" / Path(done[key]["output_dir"]).name
+            result = fine_tune(task, args.budget, recorded_settings(done[key]), args.data_dir, out, model=args.model)
+            verdict = compare_rerun(done[key]["metrics"]["score"], [], result["metrics"]["score"], args.tolerance)
+            save_result("reruns", f"teacher_glue/{key}", {**verdict, "rerun_dir": str(out), **machine_info()})
+            print(f"{key}: {verdict['summary']}")
             continue
-        out = Path(args.runs_dir) / f"teacher-{task}{suffix}"
-        config = FinetuneConfig(output_dir=str(out), model=args.model, progress=False, **overrides)
-        resume = (out / "run_config.json").exists()
-        report = finetune(TaskOptions(task, data_dir=args.data_dir), config, resume=resume)
-        result = {"task": task, "budget": args.budget, "overrides": overrides, "tuning": bool(tuning), "metrics": report["best_metrics"],
-                  "train_seconds": report["train_seconds"], "output_dir": str(out),
-                  "command": f"python benchmarks/teacher_glue.py --budget {args.budget} --tasks {task}"
-                             + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in sorted(tuning.items())),
-                  "hyperparameters": {k: report["config"][k] for k in ("epochs", "learning_rate", "batch_size",
-                                                                       "max_seq_len")},
-                  **machine_info()}
+        if key in done:
+            print(f"{key}: recorded ({done[key]['metrics']}); --rerun fine-tunes it again and compares")
+            continue
+        result = fine_tune(task, args.budget, tuning, args.data_dir, runs_dir=args.runs_dir, model=args.model)
         save_result("teacher_glue", key, result)
-        print(f"{key}: {report['best_metrics']} in {report['train_seconds']:.0f}s (resumed: {resume})")
+        print(f"{key}: {result['metrics']} in {result['train_seconds']:.0f}s (resumed: {result['resumed']})")
 
 
 if __name__ == "__main__":
