@@ -301,6 +301,33 @@ def quickstart_section() -> list[str]:
     return lines
 
 
+def rerun_section() -> list[str]:
+    """Recorded vs rerun scores after a change of the training core (benchmarks/rerun_check.py)."""
+    results = load_results("rerun")
+    if not results:
+        return []
+    lines = ["## Reruns after the core was rewritten around matches and stages", "",
+             "`tests/test_golden.py` pins, for every method and stage type, the first step's loss terms and the "
+             "weights after 5 steps on tiny models (recorded before the rewrite; they hold to 1e-6). The rows "
+             "below rerun published figures with the rewritten code.", "",
+             "| run | recorded | rerun | difference | commit | machine | date |", "|---|---|---|---|---|---|---|"]
+    for key, r in results.items():
+        if "recorded" in r:
+            recorded, rerun = r["recorded"], r["rerun"]
+            if "score" in recorded:
+                recorded, rerun = {"score": recorded["score"]}, {"score": rerun["score"]}
+            for name in recorded:
+                lines.append(f"| {key} {'' if name == 'score' else name} | {recorded[name]:.4f} | {rerun[name]:.4f} | "
+                             f"{rerun[name] - recorded[name]:+.4f} | {r['commit']} | {r['machine']} | {r['date']} |")
+        else:
+            steps = r["steps_compared"]
+            lines.append(f"| {key}: training losses at {len(steps)} logged steps ({steps[0][0]} {steps[0][1]} to "
+                         f"{steps[-1][0]} {steps[-1][1]}) of `{r['runs'][0]}` vs `{r['runs'][1]}` | | | largest "
+                         f"{r['max_abs_difference']:g} | {r['commit']} | {r['machine']} | {r['date']} |")
+    lines += ["", "Command: `python benchmarks/rerun_check.py` (see its docstring).", ""]
+    return lines
+
+
 def general_section() -> list[str]:
     results = load_results("general")
     if not results:
@@ -401,7 +428,7 @@ def main() -> None:
              "of the issues is not met (TinyBERT's >= 96% of the teacher, PKD >= KD, 8x augmentation "
              "throughput), the section says so. `benchmarks/distill_glue.py --budget paper` runs the papers' "
              "budgets on a GPU.", ""]
-    for section in (quickstart_section, teacher_section, bench_section, tinybert_section, pkd_section, general_section,
+    for section in (quickstart_section, rerun_section, teacher_section, bench_section, tinybert_section, pkd_section, general_section,
                     mlm_head_section, augmented_files_section, augment_section):
         lines += section()
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines))

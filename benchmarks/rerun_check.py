@@ -2,12 +2,15 @@
 
     python benchmarks/rerun_check.py                 # the main job + the RTE KD row (3 seeds)
     python benchmarks/rerun_check.py --skip-quickstart --seeds 42
+    python benchmarks/rerun_check.py --compare-logs NAME RUN_A RUN_B   # training logs step by step
 
 A refactor of the training core must not move the published numbers. This reruns
 ``kdbert quickstart`` (as ``benchmarks/quickstart.py``) and the KD row of the KD/PKD table on RTE
 (as ``benchmarks/distill_glue.py --task rte --budget cpu --variants kd``) into ``runs/rerun/``,
 and records recorded vs rerun dev scores in ``benchmarks/results/rerun.json``. Needs the RTE
-teacher of ``benchmarks/teacher_glue.py`` (``runs/teacher-rte``).
+teacher of ``benchmarks/teacher_glue.py`` (``runs/teacher-rte``). ``--compare-logs`` compares the
+loss records of two runs' ``log.jsonl`` at the steps both logged (e.g. a run of this code against
+one of the code before a change, stopped early), recording the largest difference.
 """
 
 from __future__ import annotations
@@ -62,13 +65,35 @@ def rerun_kd(data_dir: str, runs: Path, seeds: list[int]) -> None:
         print(f"{key}: recorded {result['recorded']['score']:.4f}, rerun {result['rerun']['score']:.4f}")
 
 
+def compare_logs(name: str, first: Path, second: Path) -> None:
+    def losses(run: Path) -> dict:
+        records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+        return {(r["stage"], r["step"]): r for r in records if "loss" in r}
+
+    a, b = losses(first), losses(second)
+    common = sorted(set(a) & set(b), key=lambda k: (k[0] != "intermediate", k[1]))
+    if not common:
+        sys.exit(f"{first} and {second} logged no common step")
+    terms = sorted({k for key in common for k in a[key] if k not in ("time", "stage", "step", "epoch")})
+    worst = max(abs(a[key][t] - b[key][t]) for key in common for t in terms)
+    result = {"runs": [str(first), str(second)], "steps_compared": [list(k) for k in common], "terms": terms,
+              "max_abs_difference": worst, "commit": commit(), **machine_info()}
+    save_result("rerun", name, result)
+    print(f"{name}: {len(common)} logged steps, largest difference {worst:g}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="../shared/data/glue_data")
     parser.add_argument("--runs-dir", default="runs/rerun")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     parser.add_argument("--skip-quickstart", action="store_true")
+    parser.add_argument("--compare-logs", nargs=3, metavar=("NAME", "RUN_A", "RUN_B"))
     args = parser.parse_args()
+    if args.compare_logs:
+        name, first, second = args.compare_logs
+        compare_logs(name, Path(first), Path(second))
+        return
     runs = Path(args.runs_dir)
     if not args.skip_quickstart:
         rerun_quickstart(args.data_dir, runs)
