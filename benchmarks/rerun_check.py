@@ -10,7 +10,8 @@ A refactor of the training core must not move the published numbers. This reruns
 and records recorded vs rerun dev scores in ``benchmarks/results/rerun.json``. Needs the RTE
 teacher of ``benchmarks/teacher_glue.py`` (``runs/teacher-rte``). ``--compare-logs`` compares the
 loss records of two runs' ``log.jsonl`` at the steps both logged (e.g. a run of this code against
-one of the code before a change, stopped early), recording the largest difference.
+one of the code before a change, stopped early), recording the largest difference;
+``--record-quickstart-teacher`` records the teacher of an interrupted main-job rerun.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ from kdbert.data.load import TaskOptions  # noqa: E402
 from kdbert.distill import distill_task  # noqa: E402
 
 
+CODE_COMMIT: list[str] = []  # --code-commit: the commit of the code that produced the runs, when not HEAD
+
+
 def commit() -> str:
+    if CODE_COMMIT:
+        return CODE_COMMIT[0]
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
@@ -47,6 +53,16 @@ def rerun_quickstart(data_dir: str, runs: Path) -> None:
               "wall_seconds": round(time.time() - started), "commit": commit(), **machine_info()}
     save_result("rerun", "quickstart/sst2", result)
     print(f"quickstart: recorded {result['recorded']}, rerun {result['rerun']}")
+
+
+def record_quickstart_teacher(runs: Path) -> None:
+    """Record the rerun's fine-tuned teacher (the first step of the main job) once it has finished."""
+    metrics = json.loads((runs / "quickstart" / "teacher" / "metrics.json").read_text())
+    recorded = load_results("quickstart")["sst2"]["rows"][0]
+    result = {"recorded": {"teacher": recorded["dev_score"]}, "rerun": {"teacher": metrics["score"]},
+              "commit": commit(), **machine_info()}
+    save_result("rerun", "quickstart/sst2/teacher dev", result)
+    print(f"quickstart teacher: recorded {recorded['dev_score']:.4f}, rerun {metrics['score']:.4f}")
 
 
 def rerun_kd(data_dir: str, runs: Path, seeds: list[int]) -> None:
@@ -89,12 +105,20 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     parser.add_argument("--skip-quickstart", action="store_true")
     parser.add_argument("--compare-logs", nargs=3, metavar=("NAME", "RUN_A", "RUN_B"))
+    parser.add_argument("--record-quickstart-teacher", action="store_true",
+                        help="record the finished teacher of an interrupted quickstart rerun")
+    parser.add_argument("--code-commit", help="commit of the code that produced the runs (default: HEAD)")
     args = parser.parse_args()
+    if args.code_commit:
+        CODE_COMMIT.append(args.code_commit)
     if args.compare_logs:
         name, first, second = args.compare_logs
         compare_logs(name, Path(first), Path(second))
         return
     runs = Path(args.runs_dir)
+    if args.record_quickstart_teacher:
+        record_quickstart_teacher(runs)
+        return
     if not args.skip_quickstart:
         rerun_quickstart(args.data_dir, runs)
     rerun_kd(args.data_dir, runs, args.seeds)
