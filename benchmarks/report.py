@@ -309,7 +309,9 @@ def rerun_section() -> list[str]:
     lines = ["## Reruns after the core was rewritten around matches and stages", "",
              "`tests/test_golden.py` pins, for every method and stage type, the first step's loss terms and the "
              "weights after 5 steps on tiny models (recorded before the rewrite; they hold to 1e-6). The rows "
-             "below rerun published figures with the rewritten code.", "",
+             "below rerun published figures with the rewritten code. A run under `before-<commit>` is the same "
+             "command run with the training code of that commit (before the rewrite), at the same time on the same "
+             "machine; its logged losses are compared step by step.", "",
              "| run | recorded | rerun | difference | commit | machine | date |", "|---|---|---|---|---|---|---|"]
     for key, r in results.items():
         if "recorded" in r:
@@ -323,7 +325,8 @@ def rerun_section() -> list[str]:
             steps = r["steps_compared"]
             lines.append(f"| {key}: training losses at {len(steps)} logged steps ({steps[0][0]} {steps[0][1]} to "
                          f"{steps[-1][0]} {steps[-1][1]}) of `{r['runs'][0]}` vs `{r['runs'][1]}` | | | largest "
-                         f"{r['max_abs_difference']:g} | {r['commit']} | {r['machine']} | {r['date']} |")
+                         f"{r['max_abs_difference']:g}{'; ' + r['note'] if r.get('note') else ''} | {r['commit']} | "
+                         f"{r['machine']} | {r['date']} |")
     lines += ["", "Command: `python benchmarks/rerun_check.py` (see its docstring).", ""]
     return lines
 

@@ -81,7 +81,7 @@ def rerun_kd(data_dir: str, runs: Path, seeds: list[int]) -> None:
         print(f"{key}: recorded {result['recorded']['score']:.4f}, rerun {result['rerun']['score']:.4f}")
 
 
-def compare_logs(name: str, first: Path, second: Path) -> None:
+def compare_logs(name: str, first: Path, second: Path, note: str | None = None) -> None:
     def losses(run: Path) -> dict:
         records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
         return {(r["stage"], r["step"]): r for r in records if "loss" in r}
@@ -94,6 +94,8 @@ def compare_logs(name: str, first: Path, second: Path) -> None:
     worst = max(abs(a[key][t] - b[key][t]) for key in common for t in terms)
     result = {"runs": [str(first), str(second)], "steps_compared": [list(k) for k in common], "terms": terms,
               "max_abs_difference": worst, "commit": commit(), **machine_info()}
+    if note:
+        result["note"] = note
     save_result("rerun", name, result)
     print(f"{name}: {len(common)} logged steps, largest difference {worst:g}")
 
@@ -108,12 +110,13 @@ def main() -> None:
     parser.add_argument("--record-quickstart-teacher", action="store_true",
                         help="record the finished teacher of an interrupted quickstart rerun")
     parser.add_argument("--code-commit", help="commit of the code that produced the runs (default: HEAD)")
+    parser.add_argument("--note", help="--compare-logs: a note recorded with the comparison")
     args = parser.parse_args()
     if args.code_commit:
         CODE_COMMIT.append(args.code_commit)
     if args.compare_logs:
         name, first, second = args.compare_logs
-        compare_logs(name, Path(first), Path(second))
+        compare_logs(name, Path(first), Path(second), args.note)
         return
     runs = Path(args.runs_dir)
     if args.record_quickstart_teacher:
