@@ -501,6 +501,35 @@ def deploy_section() -> list[str]:
                                         r["name"] != r["teacher_name"]))
         if records:
             lines += _deploy_task(task, records)
+
+
+def rerun_section() -> list[str]:
+    """Recorded vs rerun scores after a change of the training core (benchmarks/rerun_check.py)."""
+    results = load_results("rerun")
+    if not results:
+        return []
+    lines = ["## Reruns after the core was rewritten around matches and stages", "",
+             "`tests/test_golden.py` pins, for every method and stage type, the first step's loss terms and the "
+             "weights after 5 steps on tiny models (recorded before the rewrite; they hold to 1e-6). The rows "
+             "below rerun published figures with the rewritten code. A run under `before-<commit>` is the same "
+             "command run with the training code of that commit (before the rewrite), at the same time on the same "
+             "machine; its logged losses are compared step by step.", "",
+             "| run | recorded | rerun | difference | commit | machine | date |", "|---|---|---|---|---|---|---|"]
+    for key, r in results.items():
+        if "recorded" in r:
+            recorded, rerun = r["recorded"], r["rerun"]
+            if "score" in recorded:
+                recorded, rerun = {"score": recorded["score"]}, {"score": rerun["score"]}
+            for name in recorded:
+                lines.append(f"| {key} {'' if name == 'score' else name} | {recorded[name]:.4f} | {rerun[name]:.4f} | "
+                             f"{rerun[name] - recorded[name]:+.4f} | {r['commit']} | {r['machine']} | {r['date']} |")
+        else:
+            steps = r["steps_compared"]
+            lines.append(f"| {key}: training losses at {len(steps)} logged steps ({steps[0][0]} {steps[0][1]} to "
+                         f"{steps[-1][0]} {steps[-1][1]}) of `{r['runs'][0]}` vs `{r['runs'][1]}` | | | largest "
+                         f"{r['max_abs_difference']:g}{'; ' + r['note'] if r.get('note') else ''} | {r['commit']} | "
+                         f"{r['machine']} | {r['date']} |")
+    lines += ["", "Command: `python benchmarks/rerun_check.py` (see its docstring).", ""]
     return lines
 
 
@@ -696,7 +725,7 @@ def main() -> None:
              "settings (`recipes/tinybert/<task>.yaml`); for KD, BERT-PKD and DistilBERT they are kdbert's own "
              "fine-tuning defaults (`kdbert finetune --task T`: `kdbert.finetune.TASK_DEFAULTS`), not the budgets "
              "of those papers. No `--budget paper` figure has been recorded yet.", ""]
-    for section in (quickstart_section, deploy_section, teacher_section, bench_section, tinybert_section, augmentation_gpu_section,
+    for section in (quickstart_section, rerun_section, deploy_section, teacher_section, bench_section, tinybert_section, augmentation_gpu_section,
                     pkd_section, general_section, mlm_head_section, augmented_files_section, augment_section,
                     mobilebert_ops_section, bilstm_augment_section, reruns_section):
         lines += section()

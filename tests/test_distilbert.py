@@ -185,7 +185,8 @@ def test_general_terms_equal_hand_assembly(env):
 
 def test_general_refuses_teacher_without_mlm_head(env, tmp_path, capsys):
     with pytest.raises(KdbertError, match="no MLM head.*kdbert mlm-head"):
-        distill_general({"method": "distilbert", "teacher": str(env["bare"]), "corpus": [str(env["corpus"])]}, str(tmp_path / "g"))
+        distill_general({"method": "distilbert", "teacher": str(env["bare"]), "corpus": [str(env["corpus"])]},
+                        str(tmp_path / "g"))
     code = cli.main(["distill", "general", "--method", "distilbert", "--teacher", str(env["finetuned"]),
                      "--corpus", str(env["corpus"]), "--output-dir", str(tmp_path / "g")])
     assert code == 2 and "kdbert mlm-head" in capsys.readouterr().err
@@ -194,7 +195,8 @@ def test_general_refuses_teacher_without_mlm_head(env, tmp_path, capsys):
         distill_general({"method": "distilbert", "teacher": str(env["mlm"]), "student": str(env["finetuned"]),
                                 "corpus": [str(env["corpus"])]}, str(tmp_path / "g"))
     with pytest.raises(KdbertError, match="--max-seq-len 100"):
-        distill_general({"method": "distilbert", "teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 100},
+        distill_general({"method": "distilbert", "teacher": str(env["mlm"]), "corpus": [str(env["corpus"])],
+                         "max_seq_len": 100},
                                str(tmp_path / "g"))
 
 
@@ -271,7 +273,8 @@ def test_end_to_end_general_then_task(env, tmp_path, capsys):
 
 
 def test_general_without_student_uses_every_other_layer(env, tmp_path):
-    report = distill_general({"method": "distilbert", "teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 24,
+    report = distill_general({"method": "distilbert", "teacher": str(env["mlm"]), "corpus": [str(env["corpus"])],
+                              "max_seq_len": 24,
                                      "batch_size": 4, "max_steps": 1, "max_sequences": 8, "alpha_cos": 0.0,
                                      "no_progress": True}, str(tmp_path / "g"))
     assert report["student_init"] == "every other teacher layer [0, 2]" and report["sequences"] == 8

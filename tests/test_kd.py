@@ -177,3 +177,18 @@ def test_end_to_end_cli(env, tmp_path, capsys):
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("kdbert: error:")]
     assert code == 2 and len(errors) == 1 and "--student-layers 0,7" in errors[0]
     assert not (tmp_path / "bad").exists()  # refused before the output dir is marked
+
+
+def test_python_api_takes_the_typed_config(env, tmp_path):
+    """The Python API reads the same dataclass as the command line and YAML recipes."""
+    from kdbert.data.load import TaskOptions
+    from kdbert.distill import distill_task
+
+    config = kd.KDConfig(teacher=str(env["teacher"]), student_layers="2", alpha=0.5, max_steps=2, batch_size=8,
+                         no_progress=True)
+    report = distill_task(TaskOptions("sst2", data_dir=str(env["glue"])), config, str(tmp_path / "out"))
+    assert report["method"] == "kd" and report["loss"]["alpha"] == 0.5
+    assert report["student_init"] == "teacher layers [0, 1]"
+    assert report["matches"]["kd"] == ["soft: 0.5 * kl_div(logits, logits)", "hard: 0.5 * hard_label(logits, labels)"]
+    with pytest.raises(KdbertError, match=r"--alpha must be a number in \[0, 1\] \(got 2\)"):
+        distill_task(TaskOptions("sst2", data_dir=str(env["glue"])), kd.KDConfig(alpha=2), str(tmp_path / "bad"))

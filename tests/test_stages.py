@@ -104,7 +104,8 @@ def test_progressive_example_generates_one_stage_per_layer_with_lr_groups(env, t
         stage_terms(plan, batch, index)
     trainer = Trainer(plan.modules, plan.stages, RunConfig(str(tmp_path), progress=False),
                       PaddingCollator(env["tokenizer"].pad_token_id), frozen=plan.frozen)
-    groups = trainer._trainable_parameters(StageConfig("layer-2", learning_rate=1e-3, train=plan.stages[1].config.train))
+    config = StageConfig("layer-2", learning_rate=1e-3, train=plan.stages[1].config.train)
+    groups = trainer._trainable_parameters(config)
     rates = {id(p): g["lr"] for g in groups for p in g["params"]}
     named = dict(trainer.modules.named_parameters())
     assert rates[id(named["student.bert.encoder.layer.1.output.dense.weight"])] == 1e-3
@@ -215,7 +216,8 @@ def test_a_feature_the_teacher_does_not_record_fails_before_training(env):
     register_adapter(WordStudent, HookAdapter({"encoded": "encoder", "hidden": "encoder"}))
     ids = torch.randint(1, 30, (2, 5))
     batch = {"student": {"word_ids": ids, "lengths": torch.tensor([5, 5])},
-             "teacher": {"input_ids": torch.randint(5, 30, (2, 5)), "attention_mask": torch.ones(2, 5, dtype=torch.long)},
+             "teacher": {"input_ids": torch.randint(5, 30, (2, 5)),
+                         "attention_mask": torch.ones(2, 5, dtype=torch.long)},
              "labels": torch.tensor([0, 1])}
     teacher_trace_match = Match("hidden", "encoded", "hidden_mse", projection="encoded-to-teacher")
     with pytest.raises(KdbertError, match=r"the teacher \(BertModel\) recorded no feature 'encoded'"):

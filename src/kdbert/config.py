@@ -97,7 +97,6 @@ def override(cls, name: str, default):
 class TrainOptions:
     """Options every training command shares (``--epochs``, ``--learning-rate``, ...)."""
 
-    group: ClassVar[str] = "train"
     epochs: float | None = option(None, "training epochs (may be fractional)", EPOCHS, float, "train")
     max_steps: int | None = option(None, "optimiser steps; overrides --epochs", POSITIVE_INT, int, "train")
     learning_rate: float | None = option(None, "peak learning rate", LEARNING_RATE, float, "train")
@@ -148,20 +147,18 @@ def config_fields(cls) -> dict[str, Any]:
     return {f.name: f for f in fields(cls)}
 
 
-def build_config(cls, values: dict, owners: dict[str, list[str]] | None = None, method: str = "",
-                 ignore: frozenset = frozenset()) -> Any:
+def build_config(cls, values: dict, owners: dict[str, list[str]] | None = None, method: str = "") -> Any:
     """``cls(**values)`` after refusing what ``cls`` does not have, then checked.
 
     ``owners`` maps option names of *other* methods to the methods that have them, for the
-    message "--alpha is a kd/pkd option and --method tinybert does not use it"; keys in
-    ``ignore`` (the command line's own plumbing) are dropped. ``None``/``False`` values count as
-    "not given".
+    message "--alpha is a kd/pkd option and --method tinybert does not use it". ``None``/``False``
+    values count as "not given"; ``method`` (the registry key) is not an option of the config.
     """
     known = config_fields(cls)
     kept = {}
     for key, value in values.items():
         key = str(key).replace("-", "_")
-        if key in ignore or key == "method":
+        if key == "method":
             continue
         if key in known:
             if value is not None:

@@ -140,7 +140,8 @@ class Match:
 
         other = "labels" if self.target == "labels" else f"{self.feature}{side(self.teacher_layer)}"
         projected = f" via {self.projection_name}" if self.projection else ""
-        return f"{self.term}: {self.weight:g} * {self.loss}({self.feature}{side(self.student_layer)}{projected}, {other})"
+        student = f"{self.feature}{side(self.student_layer)}{projected}"
+        return f"{self.term}: {self.weight:g} * {self.loss}({student}, {other})"
 
 
 # ----------------------------------------------------------------------------- features

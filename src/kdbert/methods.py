@@ -63,7 +63,7 @@ def option_owners(general: bool = False) -> dict[str, list[str]]:
     return owners
 
 
-def method_config(name: str, values: dict, general: bool = False, ignore: frozenset = frozenset()):
+def method_config(name: str, values: dict, general: bool = False):
     """The typed config of method ``name`` from option ``values`` (CLI, YAML or a Python dict):
     another method's option is refused with a one-line error, every value checked."""
-    return build_config(config_class(name, general), values, option_owners(general), name, ignore)
+    return build_config(config_class(name, general), values, option_owners(general), name)

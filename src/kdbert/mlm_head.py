@@ -137,7 +137,8 @@ def fit_mlm_head(
         [corpus_paths] if isinstance(corpus_paths, (str, os.PathLike)) else corpus_paths)],
         "unfreeze_top_layers": unfreeze_top_layers, "steps": steps, "batch_size": batch_size, "lr": lr,
         "max_seq_len": max_seq_len, "seed": seed, "eval_sequences": eval_sequences}
-    sequences = pack_sequences(tokenizer, corpus_paths, max_seq_len, eval_sequences + steps * batch_size, seed, cache_path)
+    sequences = pack_sequences(tokenizer, corpus_paths, max_seq_len, eval_sequences + steps * batch_size, seed,
+                               cache_path)
     if len(sequences) <= eval_sequences:
         raise KdbertError(
             f"corpus gives {len(sequences)} sequences, not more than eval_sequences={eval_sequences}; "

@@ -111,7 +111,8 @@ class TokenizerInputs:
         return self.padding(features)
 
 
-def encode_task(examples: list[Example], teacher: TokenizerInputs, student: ModelInputs | None = None) -> EncodedDataset:
+def encode_task(examples: list[Example], teacher: TokenizerInputs,
+                student: ModelInputs | None = None) -> EncodedDataset:
     """Training rows: one shared dict (``student=None``: the student reads the teacher's inputs),
     or ``{"teacher", "student", "labels"}`` with each model's own inputs."""
     if student is None:

@@ -130,7 +130,8 @@ def stages_from_data(plan: list, config, ctx, layer_map: LayerMap | None, studen
             raise KdbertError(f"{where}: expected a mapping, got {data!r}")
         unknown = set(data) - STAGE_KEYS
         if unknown:
-            raise KdbertError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use {', '.join(sorted(STAGE_KEYS))}")
+            raise KdbertError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; "
+                              f"use {', '.join(sorted(STAGE_KEYS))}")
         layers = range(1, student_depth + 1) if data.get("for_each_layer") else [None]
         for layer in layers:
             name = str(data.get("name", f"stage{index}")).replace("{l}", str(layer))

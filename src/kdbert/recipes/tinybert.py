@@ -164,7 +164,8 @@ class TinyBertGeneralConfig(IntermediateOptions, TrainOptions):
 
     method = "tinybert"
     teacher: str | None = option("default", "pre-trained (not fine-tuned) teacher", group="models")
-    student: str | None = option(DEFAULT_STUDENT, "tinybert: preset or config folder (default tinybert4)", group="models")
+    student: str | None = option(DEFAULT_STUDENT, "tinybert: preset or config folder (default tinybert4)",
+                                 group="models")
     corpus: list | None = option(None, "text files or folders", type=list, group="models")
     max_sequences: int | None = option(None, "use at most N packed sequences", in_range(1, 10**12, int), int, "models")
     epochs: float | None = override(TrainOptions, "epochs", GENERAL_DEFAULTS["epochs"])
@@ -191,7 +192,8 @@ def initial_student(teacher, spec: TaskSpec, config: TinyBertConfig) -> Student:
     classifier for the task. ``config.student_layers`` instead copies teacher layers
     (``"0,1,2"``, or ``"3"`` for the first three). Random parts are seeded by ``config.seed``.
     """
-    if config.student and config.student not in students.PRESETS and not Path(str(config.student)).expanduser().is_dir():
+    folder = Path(str(config.student)).expanduser()
+    if config.student and config.student not in students.PRESETS and not folder.is_dir():
         raise KdbertError(f"--student {config.student}: not a preset ({', '.join(students.PRESETS)}) nor an "
                           "existing model folder")
     return resolve_student(teacher, spec, config, default_preset=None if config.student_layers else DEFAULT_STUDENT)
@@ -247,7 +249,8 @@ def intermediate_matches(layer_map: LayerMap, terms_on: dict, projection: str, r
     layers = [(s, t) for s, t in layer_map.pairs if s > 0]
     matches = []
     if terms_on["embedding"]:
-        matches.append(Match("embedding", "embeddings", "hidden_mse", student_layer=0, teacher_layer=0, projection=proj))
+        matches.append(Match("embedding", "embeddings", "hidden_mse", student_layer=0, teacher_layer=0,
+                             projection=proj))
     if terms_on["attention"]:
         matches += [Match("attention", "attention_scores", "attention_mse", student_layer=s, teacher_layer=t,
                           options={"reduction": reduction, "head_average": head_average}) for s, t in layers]
@@ -321,7 +324,8 @@ def build_task_plan(ctx: DistillContext) -> Plan:
     if run_intermediate:
         layer_map, report["layer_map"] = _layer_map(config, student, ctx.teacher)
         folder = config.student if config.student and Path(str(config.student)).is_dir() else None
-        stages.append(_intermediate_stage("intermediate", config, ctx, layer_map, folder, epochs=config.intermediate_epochs,
+        stages.append(_intermediate_stage("intermediate", config, ctx, layer_map, folder,
+                                          epochs=config.intermediate_epochs,
                                           max_steps=config.intermediate_max_steps,
                                           learning_rate=config.intermediate_lr, schedule="constant", warmup_ratio=0.0))
         report["projections"] = {"mode": config.hidden_projection}
