@@ -38,7 +38,7 @@ from accelerate.utils import DistributedDataParallelKwargs
 from safetensors.torch import load_model, save_model
 from torch import nn
 from tqdm.auto import tqdm
-from transformers import get_constant_schedule, get_linear_schedule_with_warmup
+from transformers import get_constant_schedule, get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
 from kdbert.data.batching import EncodedDataset, epoch_order
 from kdbert.errors import KdbertError
@@ -52,7 +52,8 @@ class StageConfig:
     """Optimisation settings of one stage.
 
     ``epochs`` may be fractional; ``max_steps`` (optimiser steps), when set, wins. ``schedule``
-    is "linear" (warmup then linear decay to 0) or "constant" (TinyBERT's intermediate stage).
+    is "linear" (warmup then linear decay to 0), "constant" (TinyBERT's intermediate stage) or
+    "constant_warmup" (warmup then constant: MobileBERT's layer-wise phases).
     ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
     ``train`` selects the parameters this stage updates by name in the trainer's module dict
     (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
@@ -298,10 +299,13 @@ class Trainer:
         total = self._total_steps(stage)
         if config.schedule == "constant":
             scheduler = get_constant_schedule(optimizer)
+        elif config.schedule == "constant_warmup":
+            scheduler = get_constant_schedule_with_warmup(optimizer, int(config.warmup_ratio * total))
         elif config.schedule == "linear":
             scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total), total)
         else:
-            raise KdbertError(f"stage '{config.name}': unknown schedule '{config.schedule}'; use linear or constant")
+            raise KdbertError(f"stage '{config.name}': unknown schedule '{config.schedule}'; use linear, constant "
+                              "or constant_warmup")
         module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
         if checkpoint is not None:
             self._load_checkpoint(checkpoint, optimizer, scheduler)
