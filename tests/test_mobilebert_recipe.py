@@ -256,3 +256,22 @@ def test_task_stage_refuses_a_non_mobilebert_student(env, tmp_path, capsys):
                      "--teacher", str(env["finetuned"]), "--student", str(env["finetuned"]), "--output-dir",
                      str(tmp_path / "t"), "--max-steps", "1", "--no-progress"])
     assert code == 2 and "is a 'bert' model; --method mobilebert needs a MobileBERT folder" in capsys.readouterr().err
+
+
+def test_general_student_from_a_config_folder_or_a_trained_folder(env, tmp_path):
+    from kdbert.distill import _config
+    from kdbert.models.mobilebert import build_mobilebert
+    from kdbert.recipes import mobilebert
+
+    teacher = BertForMaskedLM.from_pretrained(env["mlm"])
+    shaped = mobilebert.general_student(teacher, None, _config(options(env, student=str(env["root"] / "two-heads"),
+                                                                        head_average=True), general=True))
+    assert shaped.model.config.num_attention_heads == 2
+    assert torch.equal(shaped.model.mobilebert.embeddings.position_embeddings.weight,
+                       teacher.bert.embeddings.position_embeddings.weight)  # copied from the teacher
+    trained = build_mobilebert(mobilebert_config("mobilebert-matched", env["config"]), "masked-lm", seed=5)
+    trained.save_pretrained(tmp_path / "trained")
+    loaded = mobilebert.general_student(teacher, None, _config(options(env, student=str(tmp_path / "trained")),
+                                                               general=True))
+    for name, value in trained.state_dict().items():
+        torch.testing.assert_close(loaded.model.state_dict()[name], value, msg=name)

@@ -91,8 +91,9 @@ class MobileBertGeneralConfig(TrainOptions):
     method = "mobilebert"
     teacher: str | None = option("default", "pre-trained teacher with an MLM head (`kdbert mlm-head` gives the "
                                             "packaged teacher one)", group="models")
-    student: str | None = option(DEFAULT_STUDENT, f"mobilebert: a preset ({', '.join(STUDENT_PRESETS)}) or a "
-                                                  "MobileBERT folder", group="models")
+    student: str | None = option(DEFAULT_STUDENT, f"mobilebert: a preset ({', '.join(STUDENT_PRESETS)}), a "
+                                                  "MobileBERT config folder (a shape) or a trained MobileBERT folder",
+                                 group="models")
     corpus: list | None = option(None, "text files or folders", type=list, group="models")
     max_sequences: int | None = option(None, "use at most N packed sequences", in_range(1, 10**12, int), int, "models")
     save_every: int | None = option(200, "checkpoint every N optimiser steps", POSITIVE_INT, int, "models")
@@ -219,6 +220,11 @@ def _student_model(teacher, config: MobileBertGeneralConfig) -> Student:
                               "config.json")
         model_config = AutoConfig.from_pretrained(path)
         _refuse_non_mobilebert(str(path), model_config.model_type)
+        if any(path.glob("*.safetensors")):  # a trained MobileBERT: continue from its weights
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(config.seed)
+                model = MobileBertForMaskedLM.from_pretrained(path)
+            return Student(model, f"{path} ({mb.describe(model.config)})")
         model_config.architectures = None
         model = mb.build_mobilebert(model_config, head="masked-lm", seed=config.seed)
         origin = str(path)
