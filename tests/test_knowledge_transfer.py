@@ -66,7 +66,8 @@ PRETRAIN = ("pretrain-distill", 100, "linear", MLM, [("student.*", 1.0)])
 def test_progressive_official_lr_multipliers():
     assert summary(progressive_stages(PAIRS, CONFIG, make_stage)) == [
         ("layer-1", 10, "constant_warmup", layer_terms(1), groups(layers(1), 3.0) + [(EMB, 3.0)]),
-        ("layer-2", 10, "constant_warmup", layer_terms(2), groups(layers(2), 3.0) + [(EMB, 0.3)] + groups(layers(1), 0.3)),
+        ("layer-2", 10, "constant_warmup", layer_terms(2),
+         groups(layers(2), 3.0) + [(EMB, 0.3)] + groups(layers(1), 0.3)),
         ("layer-3", 10, "constant_warmup", layer_terms(3),
          groups(layers(3), 3.0) + [(EMB, 0.3)] + groups(layers(1, 2), 0.3)),
         PRETRAIN,

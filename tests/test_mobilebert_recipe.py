@@ -86,7 +86,8 @@ def test_each_strategy_runs_from_the_cli(env, tmp_path, capsys, strategy):
     expected = LAYER_TERMS | {"mlm"} if strategy == "auxiliary" else LAYER_TERMS
     assert expected <= set(losses_logged[first][-1])
     if strategy != "auxiliary":
-        assert set(losses_logged["pretrain-distill"][-1]) >= {"mlm"} and "mean" not in losses_logged["pretrain-distill"][-1]
+        last = losses_logged["pretrain-distill"][-1]
+        assert "mlm" in last and "mean" not in last
     student = AutoModelForSequenceClassification.from_pretrained(out, num_labels=2)
     assert type(student).__name__ == "MobileBertForSequenceClassification"
 

@@ -196,14 +196,15 @@ def layer_matches(pairs: list[tuple[int, int]], config, total_layers: int) -> li
             if factor > 0:
                 matches.append(Match(term, "hidden", loss, factor / total_layers, s, t, projection=projection))
         if config.attention_weight > 0:
-            matches.append(Match("attention", "attention_scores", "attention_kl", config.attention_weight / total_layers,
-                                 s, t, options={"reduction": config.attention_reduction,
-                                                "head_average": config.head_average}))
+            options = {"reduction": config.attention_reduction, "head_average": config.head_average}
+            matches.append(Match("attention", "attention_scores", "attention_kl",
+                                 config.attention_weight / total_layers, s, t, options=options))
     return matches
 
 
 def pretrain_match(config) -> Match:
-    return Match("mlm", "mlm_logits", "mlm_distillation", 1.0, options={"ground_truth_ratio": config.ground_truth_ratio})
+    return Match("mlm", "mlm_logits", "mlm_distillation", 1.0,
+                 options={"ground_truth_ratio": config.ground_truth_ratio})
 
 
 def _projections(config, layers) -> list[ParamGroup]:
@@ -246,8 +247,9 @@ def joint_stages(pairs: list[tuple[int, int]], config, make_stage: StageFactory,
     """All layers' terms in one stage of L x layer_steps, then pre-training distillation."""
     total = len(pairs)
     groups = ([] if embeddings_from_teacher else [ParamGroup(EMBEDDINGS)]) + layer_groups(range(1, total + 1), 1.0)
-    joint = make_stage("joint", layer_matches(pairs, config, total), tuple(groups + _projections(config, range(1, total + 1))),
-                       config.layer_steps * total, "constant_warmup")
+    groups += _projections(config, range(1, total + 1))
+    joint = make_stage("joint", layer_matches(pairs, config, total), tuple(groups), config.layer_steps * total,
+                       "constant_warmup")
     return [joint] + _pretrain_stage(config, make_stage)
 
 

@@ -66,7 +66,7 @@ from kdbert.recipes.base import (
     teacher_if_needed,
 )
 from kdbert.recipes.distilbert import MASK_PROB, MASK_SPLIT, DynamicMasker, MlmCollator
-from kdbert.recipes.kd import TEMPERATURE, LogitKDConfig, kd_report
+from kdbert.recipes.kd import LogitKDConfig, kd_report
 from kdbert.recipes.stages import task_stage
 
 STUDENT_PRESETS = ("mobilebert-matched", "mobilebert", "mobilebert-tiny", "ib-bert-matched")
