@@ -153,6 +153,8 @@ def main() -> None:
                 result = {"strategy": strategy, "seed": seed, "task": task, "dev_metrics": train["best_metrics"],
                           "finetune_seconds": train["train_seconds"], "finetune_command": "kdbert " + " ".join(argv),
                           "general_command": command, "held_out": held_out(student, teacher, batches),
+                          "settings": {k: getattr(args, k) for k in ("layer_steps", "pretrain_steps", "sequences",
+                                                                    "learning_rate", "finetune_steps")},
                           "teacher_held_out": reference, **machine_info()}
                 if general_report is not None:
                     result.update(general_steps=general_report["total_steps"],
