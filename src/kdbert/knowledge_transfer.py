@@ -1,4 +1,4 @@
-"""MobileBERT knowledge-transfer strategies as data: matches, parameter groups and stages.
+"""MobileBERT knowledge-transfer strategies as data: the core's matches, parameter groups and stages.
 
 MobileBERT (Sun et al., 2020, section 3.6) transfers a teacher layer by layer, then distils its
 masked-LM predictions. Its three strategies differ only in how the same terms are staged:
@@ -11,34 +11,43 @@ masked-LM predictions. Its three strategies differ only in how the same terms ar
   ``distill_util.layer_wise_learning_rate``) or frozen (the paper's text, ``frozen``); later
   layers do not train. Then pre-training distillation.
 
-Each function here returns a list of :class:`Stage` descriptions and trains nothing; a trainer
-turns a stage into loss terms (its :class:`Match` list over a student and a teacher trace) and
-optimiser parameter groups (its :class:`ParamGroup` list over ``named_parameters()``).
+The generators here build :class:`kdbert.matching.Match` lists and
+:class:`kdbert.trainer.ParamGroup` tuples and hand them, with a stage name, a length and a
+schedule, to a ``make_stage`` callable that returns the trainer's
+:class:`~kdbert.trainer.Stage` (:mod:`kdbert.recipes.mobilebert` supplies it); they train
+nothing and read no data. Parameter patterns are globs over the trainer's module names
+(``student.mobilebert.encoder.layer.2.*``).
 
 Layer-wise terms per matched pair (student layer l, teacher layer g(l)), with the official
-factors divided by the number of transferred layers L (:class:`TransferWeights`)::
+factors divided by the number of transferred layers L (options ``--feature-map-weight`` ...)::
 
-    100/L  * feature_map_mse(h_s[l], h_t[g(l)])       5000/L * mean_transfer_loss(...)
-    5/L    * variance_transfer_loss(...)              1/L    * attention_kl(A_s[l], A_t[g(l)])
+    100/L  * feature_map_mse(h_s[l], h_t[g(l)])       5000/L * mean_transfer(...)
+    5/L    * variance_transfer(...)                   1/L    * attention_kl(A_s[l], A_t[g(l)])
 
-The pre-training distillation term is ``mlm_distillation_loss`` (weight 1). Hidden-state
-indices follow HF's ``hidden_states`` (0 is the embedding output, never transferred: the
-official code transfers layers 1..L); attention indices are 1-based layers too.
+The pre-training distillation term is ``mlm_distillation`` (weight 1): masked-LM cross-entropy
+against ``r * one-hot + (1 - r) * teacher distribution``. Hidden-state indices follow HF's
+``hidden_states`` (0 is the embedding output, never transferred: the official code transfers
+layers 1..L); attention indices are 1-based layers too.
 
-What a stage here does not carry, and the official runs used: LAMB at lr 1.5e-3, constant during
-layer-wise transfer with a warm-up at the start of each layer's phase, then 10k warm-up steps and
-linear decay for pre-training distillation; weight decay 0.01; gradient clipping 1.0; batch 2048
-of 512 tokens; no dropout in the student.
+Layer-wise stages use a constant learning rate after a warm-up at the start of each phase, and
+pre-training distillation warm-up then linear decay, as the official runs; those runs used LAMB
+at lr 1.5e-3, batch 2048 of 512 tokens, weight decay 0.01, gradient clipping 1.0 and no dropout
+in the student (kdbert uses AdamW).
+
+The ``config`` these functions read is a :class:`kdbert.recipes.mobilebert.MobileBertGeneralConfig`
+(any object with its attributes works).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import Callable
 
 from kdbert import mapping
 from kdbert.errors import KdbertError
+from kdbert.matching import Match
 from kdbert.models.mobilebert import FeatureWidths
+from kdbert.trainer import ParamGroup, Stage
 
 STRATEGIES = ("progressive", "joint", "auxiliary")
 PREVIOUS_LAYERS = ("official", "frozen")
@@ -54,141 +63,28 @@ PREVIOUS_LAYERS_LR = 0.3
 # Official distill_ground_truth_ratio.
 GROUND_TRUTH_RATIO = 0.5
 
-# Parameter-name patterns of HF MobileBERT models (ForMaskedLM and ForSequenceClassification).
-EMBEDDINGS = r"mobilebert\.embeddings\."
-ALL_PARAMETERS = r".*"
+# Parameter-name globs over the trainer's modules (MobileBertForMaskedLM / ...ForSequenceClassification).
+EMBEDDINGS = "student.mobilebert.embeddings.*"
+STUDENT = "student.*"
+_LAYER = re.compile(r"^student\.mobilebert\.encoder\.layer\.(\d+)\.\*$")
+_PROJECTION = re.compile(r"^projections\.layer_(\d+)\.\*$")
+
+# make_stage(name, matches, train, steps, schedule) -> the trainer's Stage
+StageFactory = Callable[[str, list, tuple, int, str], Stage]
 
 
-def layer_pattern(layers: list[int]) -> str:
-    """Regex matching the parameters of 1-based student layers ``layers``."""
-    indices = "|".join(str(layer - 1) for layer in layers)
-    return rf"mobilebert\.encoder\.layer\.({indices})\."
+def layer_pattern(layer: int) -> str:
+    """Glob of the parameters of 1-based student layer ``layer``."""
+    return f"student.mobilebert.encoder.layer.{layer - 1}.*"
 
 
-@dataclass(frozen=True)
-class TransferWeights:
-    """Factors of the layer-wise terms; each layer's term is weighted factor / L."""
-
-    feature_map: float = FEATURE_MAP_FACTOR
-    mean: float = MEAN_FACTOR
-    variance: float = VARIANCE_FACTOR
-    attention: float = ATTENTION_FACTOR
-
-
-@dataclass(frozen=True)
-class Match:
-    """One distillation term: ``weight * loss(student feature, teacher feature, **options)``.
-
-    ``feature`` is ``"hidden"`` (``hidden_states[layer]``), ``"attention_scores"`` (pre-softmax
-    scores of 1-based ``layer``, ``attention_scores[layer - 1]`` of a trace) or ``"mlm_logits"``
-    (layers None). ``loss`` names a function of :mod:`kdbert.losses`, called as
-    ``loss(student feature, teacher feature, attention_mask, **options)`` for layer features and
-    ``loss(student logits, teacher logits, mlm_labels, **options)`` for MLM logits.
-    ``projection`` asks for a learned student -> teacher width map (passed as ``projection=``).
-    """
-
-    feature: str
-    student_layer: int | None
-    teacher_layer: int | None
-    loss: str
-    weight: float
-    projection: bool = False
-    options: tuple[tuple[str, object], ...] = ()
-
-
-@dataclass(frozen=True)
-class ParamGroup:
-    """Parameters whose name matches ``pattern`` (``re.match``) train at lr x ``lr_multiplier``.
-
-    ``label`` names the group in stage tables.
-    """
-
-    pattern: str
-    lr_multiplier: float
-    label: str = ""
-
-
-def layers_group(layers: list[int], lr_multiplier: float) -> ParamGroup:
-    """The parameters of 1-based student layers ``layers``, labelled for stage tables."""
-    label = ("layer " if len(layers) == 1 else "layers ") + ",".join(map(str, layers))
-    return ParamGroup(layer_pattern(layers), lr_multiplier, label)
-
-
-def embeddings_group(lr_multiplier: float) -> ParamGroup:
-    return ParamGroup(EMBEDDINGS, lr_multiplier, "embeddings")
-
-
-@dataclass(frozen=True)
-class Stage:
-    """A stage: its terms, what trains (first matching group wins; the rest is frozen), its length."""
-
-    name: str
-    matches: tuple[Match, ...]
-    param_groups: tuple[ParamGroup, ...]
-    steps: int
-
-
-@dataclass(frozen=True)
-class TransferConfig:
-    """Options of MobileBERT general distillation.
-
-    Attributes:
-        strategy: ``progressive``, ``joint`` or ``auxiliary``.
-        layer_steps: steps per transferred layer (official: 10,000 per layer, 240,000 in all).
-            Progressive spends them per stage, joint in one stage of L x layer_steps, auxiliary
-            adds L x layer_steps to its single stage, so all three take the same total.
-        pretrain_steps: steps of pre-training distillation.
-        teacher_layers: 1-based teacher layer for each student layer; None for the uniform map
-            g(l) = l * N / M (identity for equal depths).
-        previous_layers: progressive only: ``official`` trains earlier layers at
-            ``previous_lr_multiplier`` (0.3), ``frozen`` freezes them (the paper's text).
-        current_lr_multiplier: progressive only: lr multiplier of the layer in training (3).
-        previous_lr_multiplier: progressive only: lr multiplier of earlier layers (0.3).
-        embeddings_from_teacher: the student's embeddings were all copied from the teacher;
-            they stay frozen during layer-wise transfer (official). Otherwise they train as a
-            layer 0, before layer 1.
-        head_average: average groups of teacher heads to the student's head count.
-        projection: allow a learned projection where the student's inter-block width differs
-            from the teacher's hidden size (a deviation from the paper, which uses an IB-BERT
-            teacher of the student's width instead).
-        weights: factors of the layer-wise terms.
-        ground_truth_ratio: weight of the one-hot target in pre-training distillation.
-        attention_reduction: ``reference`` or ``masked-mean`` (see ``attention_kl``).
-    """
-
-    strategy: str = "progressive"
-    layer_steps: int = 10_000
-    pretrain_steps: int = 500_000
-    teacher_layers: tuple[int, ...] | None = None
-    previous_layers: str = "official"
-    current_lr_multiplier: float = CURRENT_LAYER_LR
-    previous_lr_multiplier: float = PREVIOUS_LAYERS_LR
-    embeddings_from_teacher: bool = False
-    head_average: bool = False
-    projection: bool = False
-    weights: TransferWeights = field(default_factory=TransferWeights)
-    ground_truth_ratio: float = GROUND_TRUTH_RATIO
-    attention_reduction: str = "reference"
-
-    def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise KdbertError(f"--strategy {self.strategy!r} is unknown; use one of {', '.join(STRATEGIES)}")
-        if self.previous_layers not in PREVIOUS_LAYERS:
-            raise KdbertError(
-                f"--previous-layers {self.previous_layers!r} is unknown; use 'official' (train "
-                f"earlier layers at {PREVIOUS_LAYERS_LR}x) or 'frozen'"
-            )
-        if self.layer_steps < 1 or self.pretrain_steps < 0:
-            raise KdbertError(
-                f"layer_steps={self.layer_steps}, pretrain_steps={self.pretrain_steps}: use "
-                "layer_steps >= 1 and pretrain_steps >= 0"
-            )
-        if not 0.0 <= self.ground_truth_ratio <= 1.0:
-            raise KdbertError(f"--ground-truth-ratio {self.ground_truth_ratio} must lie in [0, 1]")
+def layer_groups(layers, lr_scale: float) -> list[ParamGroup]:
+    """One :class:`ParamGroup` per 1-based layer (globs cannot spell 0..23 as one range)."""
+    return [ParamGroup(layer_pattern(layer), lr_scale) for layer in layers]
 
 
 # ----------------------------------------------------------------------------- validation
-def layer_pairs(student: FeatureWidths, teacher: FeatureWidths, config: TransferConfig) -> list[tuple[int, int]]:
+def layer_pairs(student: FeatureWidths, teacher: FeatureWidths, config) -> list[tuple[int, int]]:
     """Check that ``student`` can learn from ``teacher`` under ``config``; return the layer pairs.
 
     Raises a one-line KdbertError, before any training, when the student is deeper than the
@@ -202,7 +98,7 @@ def layer_pairs(student: FeatureWidths, teacher: FeatureWidths, config: Transfer
             f"one teacher layer per student layer; use a student with at most {n} layers "
             f"(e.g. --student mobilebert-matched, or num_hidden_layers={n})"
         )
-    if config.teacher_layers is None:
+    if config.teacher_layers in (None, ""):
         if n % m:
             raise KdbertError(
                 f"the teacher's {n} layers do not spread evenly over the student's {m}; pass "
@@ -210,12 +106,13 @@ def layer_pairs(student: FeatureWidths, teacher: FeatureWidths, config: Transfer
             )
         layer_map = mapping.uniform(m, n)
     else:
-        if len(config.teacher_layers) != m:
+        chosen = mapping.parse_layers(config.teacher_layers, "--teacher-layers")
+        if len(chosen) != m:
             raise KdbertError(
-                f"--teacher-layers lists {len(config.teacher_layers)} layers but the student has {m}; "
+                f"--teacher-layers lists {len(chosen)} layers but the student has {m}; "
                 "give one 1-based teacher layer per student layer"
             )
-        layer_map = mapping.explicit(list(config.teacher_layers), n)
+        layer_map = mapping.explicit(chosen, n)
     pairs = [(s, t) for s, t in layer_map.pairs if s > 0]
     for s, t in pairs:
         d_s, d_t = student.hidden[s], teacher.hidden[t]
@@ -280,42 +177,49 @@ def require_mlm_head(teacher, teacher_name: str) -> None:
 
 
 # ----------------------------------------------------------------------------- stage generators
-def layer_matches(pairs: list[tuple[int, int]], config: TransferConfig, total_layers: int) -> tuple[Match, ...]:
-    """The four layer-wise terms of each pair, weighted factor / ``total_layers``."""
-    w = config.weights
+def uses_mlm(config) -> bool:
+    """Whether the plan has a pre-training distillation term (which needs MLM heads)."""
+    return config.strategy == "auxiliary" or config.pretrain_steps > 0
+
+
+def layer_matches(pairs: list[tuple[int, int]], config, total_layers: int) -> list[Match]:
+    """The four layer-wise terms of each pair, weighted factor / ``total_layers``; logged as
+    ``feature_map``, ``mean``, ``variance`` and ``attention`` (summed over the stage's layers)."""
     hidden_terms = (
-        ("feature_map_mse", w.feature_map, config.projection),
-        ("mean_transfer_loss", w.mean, False),
-        ("variance_transfer_loss", w.variance, False),
+        ("feature_map", "feature_map_mse", config.feature_map_weight, "linear" if config.projection else None),
+        ("mean", "mean_transfer", config.mean_weight, None),
+        ("variance", "variance_transfer", config.variance_weight, None),
     )
-    attention_options = (("head_average", config.head_average), ("reduction", config.attention_reduction))
     matches: list[Match] = []
     for s, t in pairs:
-        for loss, factor, projection in hidden_terms:
-            matches.append(Match("hidden", s, t, loss, factor / total_layers, projection=projection))
-        matches.append(Match("attention_scores", s, t, "attention_kl", w.attention / total_layers,
-                             options=attention_options))
-    return tuple(matches)
+        for term, loss, factor, projection in hidden_terms:
+            if factor > 0:
+                matches.append(Match(term, "hidden", loss, factor / total_layers, s, t, projection=projection))
+        if config.attention_weight > 0:
+            options = {"reduction": config.attention_reduction, "head_average": config.head_average}
+            matches.append(Match("attention", "attention_scores", "attention_kl",
+                                 config.attention_weight / total_layers, s, t, options=options))
+    return matches
 
 
-def pretrain_match(config: TransferConfig) -> Match:
-    return Match("mlm_logits", None, None, "mlm_distillation_loss", 1.0,
-                 options=(("ground_truth_ratio", config.ground_truth_ratio),))
+def pretrain_match(config) -> Match:
+    return Match("mlm", "mlm_logits", "mlm_distillation", 1.0,
+                 options={"ground_truth_ratio": config.ground_truth_ratio})
 
 
-def _all_layers_groups(num_layers: int, config: TransferConfig) -> tuple[ParamGroup, ...]:
-    groups = [layers_group(list(range(1, num_layers + 1)), 1.0)]
-    if not config.embeddings_from_teacher:
-        groups.insert(0, embeddings_group(1.0))
-    return tuple(groups)
+def _projections(config, layers) -> list[ParamGroup]:
+    return [ParamGroup(f"projections.layer_{layer}.*") for layer in layers] if config.projection else []
 
 
-def _pretrain_stage(config: TransferConfig) -> Stage:
-    return Stage("pretrain-distill", (pretrain_match(config),), (ParamGroup(ALL_PARAMETERS, 1.0, "all"),),
-                 config.pretrain_steps)
+def _pretrain_stage(config, make_stage: StageFactory) -> list[Stage]:
+    if not config.pretrain_steps:
+        return []
+    return [make_stage("pretrain-distill", [pretrain_match(config)], (ParamGroup(STUDENT),), config.pretrain_steps,
+                       "linear")]
 
 
-def progressive_stages(pairs: list[tuple[int, int]], config: TransferConfig) -> list[Stage]:
+def progressive_stages(pairs: list[tuple[int, int]], config, make_stage: StageFactory,
+                       embeddings_from_teacher: bool = False) -> list[Stage]:
     """One stage per student layer, then pre-training distillation (if pretrain_steps > 0).
 
     Stage l matches layer l only (weights factor / L, as the TF1 gate), trains layer l at
@@ -325,59 +229,82 @@ def progressive_stages(pairs: list[tuple[int, int]], config: TransferConfig) -> 
     weights stage l's terms by factor / l instead of factor / L; only the scale differs.)
     """
     total, current, previous = len(pairs), config.current_lr_multiplier, config.previous_lr_multiplier
-    train_embeddings = not config.embeddings_from_teacher
     stages = []
     for index, pair in enumerate(pairs, start=1):
-        groups = [layers_group([index], current)]
-        if train_embeddings and index == 1:
-            groups.append(embeddings_group(current))
+        groups = layer_groups([index], current) + _projections(config, [index])
+        if not embeddings_from_teacher and index == 1:
+            groups.append(ParamGroup(EMBEDDINGS, current))
         if config.previous_layers == "official" and index > 1:
-            groups += [embeddings_group(previous)] if train_embeddings else []
-            groups.append(layers_group(list(range(1, index)), previous))
-        stages.append(Stage(f"layer-{index}", layer_matches([pair], config, total), tuple(groups),
-                            config.layer_steps))
-    return stages + ([_pretrain_stage(config)] if config.pretrain_steps else [])
+            groups += [] if embeddings_from_teacher else [ParamGroup(EMBEDDINGS, previous)]
+            groups += layer_groups(range(1, index), previous)
+        stages.append(make_stage(f"layer-{index}", layer_matches([pair], config, total), tuple(groups),
+                                 config.layer_steps, "constant_warmup"))
+    return stages + _pretrain_stage(config, make_stage)
 
 
-def joint_stages(pairs: list[tuple[int, int]], config: TransferConfig) -> list[Stage]:
+def joint_stages(pairs: list[tuple[int, int]], config, make_stage: StageFactory,
+                 embeddings_from_teacher: bool = False) -> list[Stage]:
     """All layers' terms in one stage of L x layer_steps, then pre-training distillation."""
     total = len(pairs)
-    joint = Stage("joint", layer_matches(pairs, config, total), _all_layers_groups(total, config),
-                  config.layer_steps * total)
-    return [joint] + ([_pretrain_stage(config)] if config.pretrain_steps else [])
+    groups = ([] if embeddings_from_teacher else [ParamGroup(EMBEDDINGS)]) + layer_groups(range(1, total + 1), 1.0)
+    groups += _projections(config, range(1, total + 1))
+    joint = make_stage("joint", layer_matches(pairs, config, total), tuple(groups), config.layer_steps * total,
+                       "constant_warmup")
+    return [joint] + _pretrain_stage(config, make_stage)
 
 
-def auxiliary_stages(pairs: list[tuple[int, int]], config: TransferConfig) -> list[Stage]:
-    """One stage: pre-training distillation plus every layer's terms, for the same total steps."""
+def auxiliary_stages(pairs: list[tuple[int, int]], config, make_stage: StageFactory,
+                     embeddings_from_teacher: bool = False) -> list[Stage]:
+    """One stage: pre-training distillation plus every layer's terms, for the same total steps.
+
+    (``embeddings_from_teacher`` is accepted for a uniform signature: everything trains here.)
+    """
     total = len(pairs)
-    matches = (pretrain_match(config), *layer_matches(pairs, config, total))
-    return [Stage("auxiliary", matches, (ParamGroup(ALL_PARAMETERS, 1.0, "all"),),
-                  config.layer_steps * total + config.pretrain_steps)]
+    matches = [pretrain_match(config), *layer_matches(pairs, config, total)]
+    train = (ParamGroup(STUDENT), *_projections(config, range(1, total + 1)))
+    return [make_stage("auxiliary", matches, train, config.layer_steps * total + config.pretrain_steps, "linear")]
 
 
 _GENERATORS = {"progressive": progressive_stages, "joint": joint_stages, "auxiliary": auxiliary_stages}
 
 
-def plan(student: FeatureWidths, teacher: FeatureWidths, config: TransferConfig) -> list[Stage]:
+def plan(student: FeatureWidths, teacher: FeatureWidths, config, make_stage: StageFactory,
+         embeddings_from_teacher: bool = False) -> list[Stage]:
     """Validate the pair under ``config`` (:func:`layer_pairs`) and generate its stages."""
-    return _GENERATORS[config.strategy](layer_pairs(student, teacher, config), config)
+    pairs = layer_pairs(student, teacher, config)
+    return _GENERATORS[config.strategy](pairs, config, make_stage, embeddings_from_teacher)
 
 
-# ----------------------------------------------------------------------------- applying and printing
-def lr_multipliers(parameter_names: list[str], stage: Stage) -> dict[str, float]:
-    """The lr multiplier of each parameter in ``stage`` (first matching group; 0.0 = frozen)."""
-    compiled = [(re.compile(g.pattern), g.lr_multiplier) for g in stage.param_groups]
-    result = {}
-    for name in parameter_names:
-        result[name] = next((m for pattern, m in compiled if pattern.match(name)), 0.0)
-    return result
+# ----------------------------------------------------------------------------- printing
+def group_label(pattern: str) -> str:
+    """A readable name of a parameter glob: ``layer 3``, ``embeddings``, ``projection 2``..."""
+    if pattern == EMBEDDINGS:
+        return "embeddings"
+    if pattern == STUDENT:
+        return "all"
+    for regex, name in ((_LAYER, "layer"), (_PROJECTION, "projection")):
+        found = regex.match(pattern)
+        if found:
+            return f"{name} {int(found.group(1)) + (name == 'layer')}"
+    return pattern
 
 
-def _describe_groups(groups: tuple[ParamGroup, ...]) -> str:
-    return "; ".join(f"{g.label or g.pattern} x{g.lr_multiplier:g}" for g in groups)
+def describe_groups(groups) -> str:
+    """Groups as ``layer 3 x3; embeddings x0.3; layers 1-2 x0.3`` (runs of layers at one rate joined)."""
+    parts: list[list] = []  # [label, scale, first layer, last layer]
+    for group in groups:
+        label = group_label(group.pattern)
+        layer = int(label.split()[1]) if label.startswith("layer ") else None
+        last = parts[-1] if parts else None
+        if layer is not None and last and last[2] is not None and last[1] == group.lr_scale and last[3] == layer - 1:
+            last[3] = layer
+        else:
+            parts.append([label, group.lr_scale, layer, layer])
+    return "; ".join((f"layers {first}-{last}" if first is not None and last != first else label) + f" x{scale:g}"
+                     for label, scale, first, last in parts)
 
 
-def _describe_matches(matches: tuple[Match, ...]) -> str:
+def _describe_matches(matches) -> str:
     layers = sorted({(m.student_layer, m.teacher_layer) for m in matches if m.student_layer is not None})
     parts = []
     if layers:
@@ -388,11 +315,10 @@ def _describe_matches(matches: tuple[Match, ...]) -> str:
 
 
 def stage_table(stages: list[Stage]) -> str:
-    """A plain-text table of ``stages``: name, steps, terms (student<-teacher layers), what trains.
-
-    Parameters not listed under "trains (lr x)" are frozen in that stage.
-    """
-    rows = [("stage", "steps", "terms", "trains (lr x); rest frozen")]
-    rows += [(s.name, str(s.steps), _describe_matches(s.matches), _describe_groups(s.param_groups)) for s in stages]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    """A plain-text table of ``stages``: name, steps, terms (student<-teacher layers), what trains
+    and the schedule. Parameters not listed under "trains (lr x)" are frozen in that stage."""
+    rows = [("stage", "steps", "terms", "trains (lr x); rest frozen", "schedule")]
+    rows += [(s.config.name, str(s.config.max_steps), _describe_matches(s.loss_fn.matches),
+              describe_groups(s.config.train), s.config.schedule) for s in stages]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -34,6 +34,9 @@ METHODS: dict[str, Method] = {m.name: m for m in [
     Method("pkd", "kdbert.recipes.pkd", "BERT-PKD patient loss"),
     Method("distilbert", "kdbert.recipes.distilbert", "DistilBERT: logit distillation while fine-tuning a "
                                                       "DistilBERT student; general: MLM KL + MLM + cosine"),
+    Method("mobilebert", "kdbert.recipes.mobilebert", "MobileBERT: fine-tuning (+ optional logit KD) of a "
+                                                      "MobileBERT student; general: progressive/joint/auxiliary "
+                                                      "layer-wise transfer + MLM distillation"),
 ]}
 
 

@@ -39,7 +39,7 @@ from accelerate.utils import DistributedDataParallelKwargs, gather_object
 from safetensors.torch import load_model, save_model
 from torch import nn
 from tqdm.auto import tqdm
-from transformers import get_constant_schedule, get_linear_schedule_with_warmup
+from transformers import get_constant_schedule, get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
 from kdbert.data.batching import EncodedDataset, epoch_order
 from kdbert.errors import KdbertError
@@ -54,9 +54,10 @@ class StageConfig:
 
     ``epochs`` may be fractional; ``max_steps`` (optimiser steps), when set, wins. ``schedule``
     is "linear" (warmup from 0, then linear decay to 0), "linear-from-first-step" (the same with the
-    first step at lr / warmup_steps instead of 0, at least one warmup step; ``kdbert mlm-head``) or
-    "constant" (TinyBERT's intermediate stage). ``decay_all`` applies weight decay to biases and
-    LayerNorm weights too.
+    first step at lr / warmup_steps instead of 0, at least one warmup step; ``kdbert mlm-head``),
+    "constant" (TinyBERT's intermediate stage) or "constant_warmup" (warmup then constant:
+    MobileBERT's layer-wise phases). ``decay_all`` applies weight decay to biases and LayerNorm
+    weights too.
     ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
     ``train`` selects the parameters this stage updates by name in the trainer's module dict
     (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
@@ -331,6 +332,8 @@ class Trainer:
         total = self._total_steps(stage)
         if config.schedule == "constant":
             scheduler = get_constant_schedule(optimizer)
+        elif config.schedule == "constant_warmup":
+            scheduler = get_constant_schedule_with_warmup(optimizer, int(config.warmup_ratio * total))
         elif config.schedule == "linear":
             scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total), total)
         elif config.schedule == "linear-from-first-step":
@@ -339,7 +342,7 @@ class Trainer:
                 (s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup))))
         else:
             raise KdbertError(f"stage '{config.name}': unknown schedule '{config.schedule}'; use linear, "
-                              "linear-from-first-step or constant")
+                              "linear-from-first-step, constant or constant_warmup")
         module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
         if checkpoint is not None:
             self._load_checkpoint(checkpoint, optimizer, scheduler)

@@ -266,7 +266,8 @@ INIT_PARTS = {
 STUDENT_INIT_PARTS = ("embeddings", "pooler", "classifier", "mlm-head")
 
 
-def _strip(name: str) -> str:
+def strip_prefix(name: str) -> str:
+    """A parameter name without its base-model prefix (``bert.``, ``mobilebert.``, ``distilbert.``)."""
     return _BASE_PREFIX.sub("", name)
 
 
@@ -296,13 +297,13 @@ def init_from_teacher(
     if unknown:
         raise KdbertError(f"unknown init part(s) {', '.join(unknown)}; use {', '.join(INIT_PARTS)}")
     pattern = re.compile("|".join(f"(?:{INIT_PARTS[p]})" for p in parts))
-    teacher_params = {_strip(n): p for n, p in teacher.state_dict().items()}
+    teacher_params = {strip_prefix(n): p for n, p in teacher.state_dict().items()}
     teacher_pooled = any(n.startswith("pooler.dense") for n in teacher_params)
-    student_pooled = any(_strip(n).startswith("pooler.dense") for n, _ in student.named_parameters())
+    student_pooled = any(strip_prefix(n).startswith("pooler.dense") for n, _ in student.named_parameters())
     copied: list[str] = []
     skipped: list[str] = []
     for name, param in student.named_parameters():
-        key = _strip(name)
+        key = strip_prefix(name)
         if not pattern.match(key):
             continue
         source = teacher_params.get(key)

@@ -1,0 +1,168 @@
+"""MobileBERT knowledge-transfer ablation: progressive vs joint vs auxiliary at the same total steps.
+
+    python benchmarks/mobilebert_ablation.py --seeds 42 --tasks mrpc
+
+1. The teacher's MLM head: ``kdbert mlm-head`` on the packaged teacher (head only, 100 steps of
+   16 sequences; ``runs/mlm-mb``), skipped when the folder exists.
+2. For each strategy and seed, ``kdbert distill general --method mobilebert`` of a
+   ``mobilebert-matched`` student (6 layers, inter-block 384 = the teacher's width, 12 heads) on the
+   shared Wikipedia corpus: ``--layer-steps`` per layer + ``--pretrain-steps`` of pre-training
+   distillation, so every strategy takes 6 x layer_steps + pretrain_steps optimiser steps
+   (``runs/mb-<strategy>-s<seed>``).
+3. Each student, and a ``none`` row (the same preset with the teacher's embeddings copied and no
+   general distillation), fine-tuned on each task with ``kdbert finetune`` (plain fine-tuning, the
+   paper's GLUE protocol; ``kdbert distill task --method mobilebert --alpha 0`` trains the same loss)
+   for ``--finetune-steps`` steps (``runs/mb-<strategy>-s<seed>-<task>``).
+4. What general distillation itself reached, on held-out text (the SST-2 dev sentences, never
+   seen in the corpus stage; 15 % of their tokens masked once with a fixed seed): the student's
+   masked-token top-1 accuracy and cross-entropy (the teacher's beside them) and the
+   feature-map distance of the last layer to the teacher's (``feature_map_mse``).
+
+Runs resume when interrupted (rerun the same command). Results: ``benchmarks/results/mobilebert_ablation.json``
+(dev metrics, last training terms, wall times, machine, date and the commands).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import machine_info, save_result  # noqa: E402
+
+from kdbert import losses  # noqa: E402
+from kdbert.cli import main as kdbert_main  # noqa: E402
+
+CORPUS = "../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz"
+GLUE = "../shared/data/glue_data"
+TEACHER = "runs/mlm-mb"
+MLM_HEAD = ["mlm-head", "--corpus", CORPUS, "--output-dir", TEACHER, "--unfreeze-top-layers", "0", "--steps", "100",
+            "--batch-size", "16", "--eval-sequences", "64"]
+STRATEGIES = ("progressive", "joint", "auxiliary")
+
+
+def run(argv: list[str], out: Path, done: str) -> None:
+    """``kdbert argv`` unless ``out/done`` exists; resumes a run left in ``out``."""
+    if (out / done).exists():
+        return
+    resume = ["--resume"] if (out / "run_config.json").exists() else []
+    if kdbert_main(argv + resume) != 0:
+        sys.exit(f"failed: kdbert {' '.join(argv)}")
+
+
+def general_argv(strategy: str, seed: int, args) -> list[str]:
+    return ["distill", "general", "--method", "mobilebert", "--strategy", strategy, "--teacher", TEACHER,
+            "--student", "mobilebert-matched", "--corpus", CORPUS, "--max-sequences", str(args.sequences),
+            "--max-seq-len", "64", "--batch-size", "8", "--layer-steps", str(args.layer_steps), "--pretrain-steps",
+            str(args.pretrain_steps), "--learning-rate", str(args.learning_rate), "--save-every", "20",
+            "--seed", str(seed), "--output-dir", f"runs/mb-{strategy}-s{seed}", "--no-progress"]
+
+
+def untrained_student(seed: int) -> Path:
+    """``mobilebert-matched`` with the teacher's embeddings copied, no general distillation."""
+    from kdbert.models.mobilebert import build_mobilebert, init_from_teacher, mobilebert_config
+
+    out = Path(f"runs/mb-none-s{seed}")
+    if not (out / "config.json").exists():
+        teacher = AutoModelForMaskedLM.from_pretrained(TEACHER)
+        student = build_mobilebert(mobilebert_config("mobilebert-matched", teacher.config), "masked-lm", seed)
+        init_from_teacher(student, teacher)
+        student.save_pretrained(out)
+        AutoTokenizer.from_pretrained(TEACHER).save_pretrained(out)
+    return out
+
+
+@torch.no_grad()
+def held_out(student_dir: Path, teacher, batches: list[dict]) -> dict:
+    """Masked-token top-1 / cross-entropy of a student and its last-layer feature-map distance to the teacher."""
+    student = AutoModelForMaskedLM.from_pretrained(student_dir).eval()
+    hits = total = 0
+    cross_entropy = distance = 0.0
+    for batch in batches:
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        s = student(**inputs, output_hidden_states=True)
+        t = teacher(**inputs, output_hidden_states=True)
+        selected = batch["labels"] != -100
+        hits += int((s.logits[selected].argmax(-1) == batch["labels"][selected]).sum())
+        total += int(selected.sum())
+        cross_entropy += float(torch.nn.functional.cross_entropy(s.logits[selected], batch["labels"][selected],
+                                                                 reduction="sum"))
+        distance += float(losses.feature_map_mse(s.hidden_states[-1], t.hidden_states[-1], batch["attention_mask"],
+                                                 "masked-mean")) * len(batch["input_ids"])
+    return {"top1": hits / total, "cross_entropy": cross_entropy / total,
+            "last_layer_feature_map_mse": distance / sum(len(b["input_ids"]) for b in batches), "masked_tokens": total}
+
+
+def held_out_batches(tokenizer) -> list[dict]:
+    from transformers import DataCollatorForLanguageModeling
+
+    rows = (Path(GLUE) / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:257]
+    encoded = [tokenizer(row.split("\t")[0], truncation=True, max_length=64)["input_ids"] for row in rows]
+    collate = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, seed=1, return_tensors="pt")
+    return [collate([{"input_ids": ids} for ids in encoded[i:i + 32]]) for i in range(0, len(encoded), 32)]
+
+
+def last_terms(report: dict) -> dict:
+    """The last logged training terms of each stage."""
+    return {stage: {k: round(v, 4) for k, v in records[-1].items() if isinstance(v, float) and k != "lr"}
+            for stage, records in report["stage_losses"].items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--strategies", nargs="+", choices=STRATEGIES + ("none",), default=list(STRATEGIES) + ["none"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[42])
+    parser.add_argument("--tasks", nargs="+", default=["mrpc"])
+    parser.add_argument("--layer-steps", type=int, default=10)
+    parser.add_argument("--pretrain-steps", type=int, default=40)
+    parser.add_argument("--sequences", type=int, default=1200)
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--finetune-steps", type=int, default=120)
+    args = parser.parse_args()
+    run(MLM_HEAD, Path(TEACHER), "config.json")
+    head = json.loads((Path(TEACHER) / "mlm_head_report.json").read_text())
+    save_result("mobilebert_ablation", "teacher_mlm_head", {
+        **{k: head[k] for k in ("steps", "batch_size", "unfreeze_top_layers", "top1", "top15", "wall_time_s")},
+        "command": "kdbert " + " ".join(MLM_HEAD), **machine_info()})
+    teacher = AutoModelForMaskedLM.from_pretrained(TEACHER).eval()
+    batches = held_out_batches(AutoTokenizer.from_pretrained(TEACHER))
+    reference = held_out(Path(TEACHER), teacher, batches)
+    for seed in args.seeds:
+        for strategy in args.strategies:
+            general_report, command = None, None
+            if strategy == "none":
+                student = untrained_student(seed)
+            else:
+                argv = general_argv(strategy, seed, args)
+                student = Path(argv[argv.index("--output-dir") + 1])
+                run(argv, student, "general_report.json")
+                general_report = json.loads((student / "general_report.json").read_text())
+                command = "kdbert " + " ".join(argv)
+            for task in args.tasks:
+                out = Path(f"{student}-{task}")
+                argv = ["finetune", "--task", task, "--data-dir", GLUE, "--model", str(student), "--max-steps",
+                        str(args.finetune_steps), "--batch-size", "16", "--learning-rate", "1e-4", "--seed",
+                        str(seed), "--output-dir", str(out), "--no-progress"]
+                run(argv, out, "train_report.json")
+                train = json.loads((out / "train_report.json").read_text())
+                result = {"strategy": strategy, "seed": seed, "task": task, "dev_metrics": train["best_metrics"],
+                          "finetune_seconds": train["train_seconds"], "finetune_command": "kdbert " + " ".join(argv),
+                          "general_command": command, "held_out": held_out(student, teacher, batches),
+                          "settings": {k: getattr(args, k) for k in ("layer_steps", "pretrain_steps", "sequences",
+                                                                    "learning_rate", "finetune_steps")},
+                          "teacher_held_out": reference, **machine_info()}
+                if general_report is not None:
+                    result.update(general_steps=general_report["total_steps"],
+                                  general_seconds=general_report["wall_seconds"],
+                                  stage_table=general_report["stage_table"], last_terms=last_terms(general_report))
+                save_result("mobilebert_ablation", f"{strategy}/s{seed}/{task}", result)
+                print(strategy, seed, task, train["best_metrics"])
+
+
+if __name__ == "__main__":
+    main()
