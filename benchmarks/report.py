@@ -476,9 +476,13 @@ def _deploy_task(task: str, records: list[dict]) -> list[str]:
     if plot_pareto(table, png, title=f"{task}: dev accuracy against batch-1 latency, ONNX Runtime int8, "
                                      f"{first['threads']} thread(s)"):
         lines += [f"![Pareto plot: {task} dev score against ORT int8 latency](docs/{png.name})", ""]
+    over = any(r["bench"][rt]["efficiency"] > 1 for r in records for rt, _ in runtimes)
     lines += [f"{first['date']}, onnxruntime {first['onnxruntime']}, torch {first['torch']}. A 1-minute load "
               "average above the thread count means other jobs shared the cores while these were timed: the "
-              f"latencies are then inflated and noisy. Command: `{first['command']}`.", ""]
+              "latencies are then inflated and noisy"
+              + (", and so is the matrix-multiply rate (an efficiency above 100% means the rate was measured at a "
+                 "busier moment than the model)" if over else "")
+              + f". Command: `{first['command']}`.", ""]
     return lines
 
 
