@@ -507,8 +507,8 @@ def mobilebert_ablation_section() -> list[str]:
                          "the task stage cannot separate the strategies here.")
     lines += ["Closing the gap needs at least ~10K steps per strategy (hours per run on one GPU, not this CPU), an "
               "MLM head fitted longer (`--unfreeze-top-layers 2`, 300+ steps), full fine-tuning (3 epochs) and 3 "
-              "seeds on SST-2 and MRPC. Not measured yet: more seeds, fine-tuning long enough to leave the majority class, and the "
-              "matched student vs the teacher on five tasks x 3 seeds with `kdbert bench` latencies.", ""]
+              "seeds on SST-2 and MRPC. Not measured yet: more seeds, fine-tuning long enough to leave the "
+              "majority class, and the matched student vs the teacher on five tasks x 3 seeds with `kdbert bench` latencies.", ""]
     lines += [f"Commands: `python benchmarks/mobilebert_ablation.py` runs, e.g., `{general['general_command']}` "
               f"and `{general['finetune_command']}`.", ""]
     return lines
