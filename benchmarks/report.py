@@ -716,25 +716,31 @@ def reruns_section() -> list[str]:
 
 
 def _ordering(rows: list[dict]) -> list[str]:
-    """Sentences ranking the strategies by held-out MLM top-1 and by dev score (means over seeds)."""
-    lines = []
+    """Sentences ranking the strategies (means over seeds) by held-out MLM cross-entropy and
+    last-layer distance (lower is better; general distillation, one per student) and by dev score."""
     paper = ["progressive", "joint", "auxiliary"]
-    for what, value in (("held-out MLM top-1", lambda r: 100 * r["held_out"]["top1"]),
-                        ("dev score", lambda r: r["dev_metrics"]["score"])):
-        for task in sorted({r["task"] for r in rows}):
-            means = {}
-            for strategy in paper:
-                values = [value(r) for r in rows if r["strategy"] == strategy and r["task"] == task]
-                if values:
-                    means[strategy] = sum(values) / len(values)
-            if len(means) < 3 or (what == "held-out MLM top-1" and task != min(r["task"] for r in rows)):
-                continue
-            ranked = sorted(means, key=lambda k: -means[k])
-            holds = all(means[a] > means[b] for a, b in zip(paper, paper[1:]))
-            text = " > ".join(f"{k} {means[k]:.1f}" for k in ranked)
-            label = what if what != "dev score" else f"{task} dev score"
-            lines.append(f"- By {label}: {text}. The paper's order progressive > joint > auxiliary "
-                         f"{'holds' if holds else 'does not hold'} here.")
+    first_task = min(r["task"] for r in rows)
+    criteria = [("held-out MLM cross-entropy", first_task, lambda r: r["held_out"]["cross_entropy"], -1, 2),
+                ("last-layer feature-map MSE", first_task, lambda r: r["held_out"]["last_layer_feature_map_mse"],
+                 -1, 3)]
+    criteria += [(f"{task} dev score", task, lambda r: r["dev_metrics"]["score"], 1, 1)
+                 for task in sorted({r["task"] for r in rows})]
+    lines = []
+    for what, task, value, sign, digits in criteria:
+        means = {}
+        for strategy in paper:
+            values = [value(r) for r in rows if r["strategy"] == strategy and r["task"] == task]
+            if values:
+                means[strategy] = round(sum(values) / len(values), digits)
+        if len(means) < 3:
+            continue
+        ranked = sorted(means, key=lambda k: -sign * means[k])
+        text = "".join(("" if i == 0 else (" = " if means[k] == means[ranked[i - 1]] else ", then ")) +
+                       f"{k} {means[k]:g}" for i, k in enumerate(ranked))
+        holds = all(sign * (means[a] - means[b]) > 0 for a, b in zip(paper, paper[1:]))
+        lines.append(f"- By {what} ({'lower' if sign < 0 else 'higher'} is better), best first: {text}. "
+                     f"The paper's order progressive > joint > auxiliary "
+                     f"{'holds' if holds else 'does not hold'} here.")
     return lines + [""]
 
 
@@ -774,7 +780,10 @@ def mobilebert_ablation_section() -> list[str]:
     lines.append(f"At this budget ({general['general_steps']} steps of 8 x 64 tokens, {tokens / 1e3:.0f}K tokens per "
                  "strategy) the comparison says little about the paper's: its ordering comes from 24 x 10K layer-wise "
                  "steps plus 500K pre-training steps at batch 2048 x 512 tokens from an IB-BERT teacher (about "
-                 f"{paper_tokens / tokens:.0e} times as many tokens).")
+                 f"{paper_tokens / tokens:.0e} times as many tokens). Here auxiliary trains every layer and the MLM "
+                 f"term for all {general['general_steps']} steps, while progressive gives each layer "
+                 f"{settings['layer_steps']} steps of its own and joint and progressive leave "
+                 f"{settings['pretrain_steps']} for the MLM term.")
     for task in sorted({r["task"] for r in rows}):
         scores = {round(r["dev_metrics"]["score"], 2) for r in rows if r["task"] == task}
         if len(scores) == 1:
@@ -783,9 +792,9 @@ def mobilebert_ablation_section() -> list[str]:
                          "the task stage cannot separate the strategies here.")
     lines += ["Closing the gap needs at least ~10K steps per strategy (hours per run on one GPU, not this CPU), an "
               "MLM head fitted longer (`--unfreeze-top-layers 2`, 300+ steps), full fine-tuning (3 epochs) and 3 "
-              "seeds on SST-2 and MRPC. Not measured yet: more seeds, SST-2, and the matched student vs the teacher "
-              "on five tasks x 3 seeds with `kdbert bench` latencies.", ""]
-    lines += ["", f"Commands: `python benchmarks/mobilebert_ablation.py` runs, e.g., `{general['general_command']}` "
+              "seeds on SST-2 and MRPC. Not measured yet: more seeds, fine-tuning long enough to leave the "
+              "majority class, and the matched student vs the teacher on five tasks x 3 seeds with `kdbert bench` latencies.", ""]
+    lines += [f"Commands: `python benchmarks/mobilebert_ablation.py` runs, e.g., `{general['general_command']}` "
               f"and `{general['finetune_command']}`.", ""]
     return lines
 
