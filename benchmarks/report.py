@@ -505,6 +505,7 @@ def deploy_section() -> list[str]:
                                         r["name"] != r["teacher_name"]))
         if records:
             lines += _deploy_task(task, records)
+    return lines
 
 
 def rerun_section() -> list[str]:
