@@ -54,6 +54,9 @@ class StageConfig:
     ``epochs`` may be fractional; ``max_steps`` (optimiser steps), when set, wins. ``schedule``
     is "linear" (warmup then linear decay to 0) or "constant" (TinyBERT's intermediate stage).
     ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
+    ``optimizer`` is a key of :data:`OPTIMIZERS`: "adamw" (decoupled weight decay) or
+    "adadelta" (rho 0.95, eps 1e-6; the distilled BiLSTM's, with ``learning_rate`` 1.0 and a
+    constant schedule; weight decay there is an L2 term added to the gradient).
     ``train`` selects the parameters this stage updates by name in the trainer's module dict
     (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
     entry is a glob pattern, or a :class:`ParamGroup` with a learning-rate multiplier; the first
@@ -70,9 +73,16 @@ class StageConfig:
     batch_size: int = 32
     grad_accum: int = 1
     max_grad_norm: float = 1.0
+    optimizer: str = "adamw"
     evaluate: bool = True
     eval_every: int | None = None
     train: tuple = ("student.*",)
+
+
+OPTIMIZERS = {
+    "adamw": lambda groups, lr: torch.optim.AdamW(groups, lr=lr),
+    "adadelta": lambda groups, lr: torch.optim.Adadelta(groups, lr=lr, rho=0.95, eps=1e-6),
+}
 
 
 @dataclass(frozen=True)
@@ -231,7 +241,7 @@ class Trainer:
 
     # ----------------------------------------------------------------- one stage
     def _trainable_parameters(self, config: StageConfig):
-        """AdamW groups: per :class:`ParamGroup`, decayed weights and undecayed biases/LayerNorms."""
+        """Optimiser groups: per :class:`ParamGroup`, decayed weights and undecayed biases/LayerNorms."""
         groups = param_groups(config.train)
         chosen: dict[int, list[tuple[str, nn.Parameter]]] = {}
         for name, param in self.modules.named_parameters():
@@ -294,7 +304,10 @@ class Trainer:
             raise KdbertError(f"stage '{config.name}' has no training rows")
         self._setup(stage)
         groups = self._trainable_parameters(config)
-        optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
+        if config.optimizer not in OPTIMIZERS:
+            raise KdbertError(f"stage '{config.name}': unknown optimizer '{config.optimizer}'; use one of "
+                              f"{', '.join(OPTIMIZERS)}")
+        optimizer = OPTIMIZERS[config.optimizer](groups, config.learning_rate)
         total = self._total_steps(stage)
         if config.schedule == "constant":
             scheduler = get_constant_schedule(optimizer)
