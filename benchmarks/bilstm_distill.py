@@ -9,7 +9,8 @@ Per task, on the first ``--train-rows`` training rows (written to ``runs/bilstm/
 - ``kd_aug``: the same on ``kdbert augment --method bilstm`` of the first ``--aug-rows`` rows
   (``--n-iter`` versions each, the paper's rules otherwise), labelled by the teacher.
 
-All use GloVe 6B 50d, Adadelta (lr 1.0, rho 0.95), batch 50, the best dev epoch. The teacher is
+All use GloVe 6B 50d, batch 50, the best dev epoch and ``--optimizer``: Adadelta (lr 1.0, rho
+0.95; the paper's, default) or AdamW (lr 1e-3, linear schedule; rows keyed ``<variant>-adamw``). The teacher is
 ``runs/teacher-<task>`` (``kdbert finetune``; its dev score is read from its metrics.json).
 Then ``kdbert bench`` compares the ``kd_aug`` student with the teacher (one thread, batch 1).
 Results go to ``benchmarks/results/bilstm_distill.json``; a rerun skips recorded rows and
@@ -39,6 +40,11 @@ NLTK_DATA = ROOT.parent / "shared" / "data" / "nltk_data"
 NAME = "bilstm_distill"
 
 
+def relative(command: list[str]) -> str:
+    """A recorded command line, with this checkout's paths relative to its root."""
+    return "kdbert " + " ".join(command).replace(f"{ROOT}/", "").replace(str(ROOT.parent), "..")
+
+
 def kdbert(*args: str) -> None:
     command = [sys.executable, "-m", "kdbert.cli", *args]
     print("$ kdbert " + " ".join(args), flush=True)
@@ -60,22 +66,30 @@ def subset_file(task: str, data_dir: str, rows: int, folder: Path) -> Path:
     return target
 
 
+def train_loss(report: dict) -> dict:
+    """The first logged training loss and the mean of the last five (every 20 steps)."""
+    losses = [r["loss"] for r in report["stage_losses"]["bilstm"]]
+    return {"first": round(losses[0], 4), "last5": round(sum(losses[-5:]) / len(losses[-5:]), 4)}
+
+
 def run_variant(task: str, variant: str, seed: int, train_file: Path, args, teacher: Path) -> dict:
-    out = ROOT / "runs" / "bilstm" / task / f"{variant}-s{seed}"
+    tag = "" if args.optimizer == "adadelta" else f"-{args.optimizer}"
+    out = ROOT / "runs" / "bilstm" / task / f"{variant}{tag}-s{seed}"
     options = ["distill", "task", "--method", "bilstm", "--task", task, "--data-dir", args.data_dir,
                "--train-file", str(train_file), "--teacher", str(teacher), "--word-vectors", str(args.word_vectors),
-               "--alpha", "0" if variant == "labels" else "1", "--seed", str(seed),
+               "--alpha", "0" if variant == "labels" else "1", "--seed", str(seed), "--optimizer", args.optimizer,
                "--epochs", str(args.aug_epochs if variant == "kd_aug" else args.epochs),
                "--output-dir", str(out), "--no-progress"]
     started = time.time()
     kdbert(*options, *(["--resume"] if (out / "run_config.json").exists() else []))
     report = json.loads((out / "distill_report.json").read_text())
-    return {"task": task, "variant": variant, "seed": seed, "metrics": report["dev_metrics"],
+    return {"task": task, "variant": variant, "seed": seed, "optimizer": args.optimizer, "metrics": report["dev_metrics"],
             "score": report["dev_metrics"]["score"], "best_step": report["best_step"],
+            "train_loss": train_loss(report),
             "train_rows": sum(1 for _ in open(train_file, encoding="utf-8")) - (task != "cola"),
             "epochs": report["options"]["epochs"], "student": report["student"],
             "teacher_logits": report.get("teacher_logits"), "wall_seconds": round(time.time() - started, 1),
-            "command": "kdbert " + " ".join(options), **machine_info()}
+            "command": relative(options), **machine_info()}
 
 
 def main() -> None:
@@ -90,6 +104,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=10)
     parser.add_argument("--aug-epochs", type=float, default=3)
     parser.add_argument("--teacher-dir", default="runs/teacher-{task}")
+    parser.add_argument("--optimizer", choices=["adadelta", "adamw"], default="adadelta")
     parser.add_argument("--no-bench", action="store_true")
     args = parser.parse_args()
     recorded = load_results(NAME)
@@ -107,15 +122,23 @@ def main() -> None:
                                                    "output_rows": sum(1 for _ in open(aug_file)) - (task != "cola"),
                                                    "seconds": round(time.time() - started, 1), **machine_info()})
         teacher_metrics = json.loads((teacher / "metrics.json").read_text())
+        settings = json.loads((teacher / "run_config.json").read_text())
         save_result(NAME, f"{task}/teacher", {"task": task, "teacher": str(teacher.relative_to(ROOT)),
-                                              "metrics": teacher_metrics, "score": teacher_metrics["score"]})
+                                              "metrics": teacher_metrics, "score": teacher_metrics["score"],
+                                              "finetune": {k: settings.get(k) for k in (
+                                                  "max_train_examples", "epochs", "learning_rate", "batch_size",
+                                                  "max_seq_len")}})
         for seed in args.seeds:
             for variant, file in (("labels", train_file), ("kd", train_file), ("kd_aug", aug_file)):
-                key = f"{task}/{variant}/s{seed}"
+                key = f"{task}/{variant}{'' if args.optimizer == 'adadelta' else '-' + args.optimizer}/s{seed}"
                 if key in recorded:
+                    if "train_loss" not in recorded[key]:  # rows recorded before the loss was
+                        tag = "" if args.optimizer == "adadelta" else f"-{args.optimizer}"
+                        report = json.loads((folder / f"{variant}{tag}-s{seed}" / "distill_report.json").read_text())
+                        save_result(NAME, key, {**recorded[key], "train_loss": train_loss(report)})
                     continue
                 save_result(NAME, key, run_variant(task, variant, seed, file, args, teacher))
-        if not args.no_bench and f"{task}/bench" not in recorded:
+        if not args.no_bench and f"{task}/bench" not in recorded and args.optimizer == "adadelta":
             student = ROOT / "runs" / "bilstm" / task / f"kd_aug-s{args.seeds[0]}"
             bench_out = folder / "bench.json"
             seq_len = str(GLUE_TASKS[task].max_seq_len)
@@ -123,7 +146,7 @@ def main() -> None:
                        "--threads", "1", "--output", str(bench_out)]
             kdbert(*options)
             save_result(NAME, f"{task}/bench", {"task": task, "rows": json.loads(bench_out.read_text()),
-                                                "command": "kdbert " + " ".join(options),
+                                                "command": relative(options),
                                                 "load_average": os.getloadavg()[0], **machine_info()})
 
 
