@@ -800,6 +800,76 @@ def mobilebert_ablation_section() -> list[str]:
     return lines
 
 
+def bilstm_distill_section() -> list[str]:
+    results = load_results("bilstm_distill")
+    runs = [{"optimizer": "adadelta", **r} for k, r in results.items() if k.count("/") == 2]
+    if not runs:
+        return []
+    lines = ["## Distilled BiLSTM: labels only vs distilled vs distilled + augmentation (dev)", "",
+             "`kdbert distill task --method bilstm`: one BiLSTM (hidden 150, ReLU 200, GloVe 6B 50d embeddings, "
+             "batch 50, best dev epoch) trained on the gold labels only (`--alpha 0`), fitted to the teacher's "
+             "logits (`--alpha 1`, the paper's loss), and fitted to the teacher's logits on a `kdbert augment "
+             "--method bilstm` file (the paper's rules, fewer versions per row: n_iter below); with the paper's "
+             "Adadelta (lr 1.0, rho 0.95) and with AdamW (lr 1e-3, linear schedule). CPU budget: the first N "
+             "training rows, not the paper's full sets; share = student / teacher score.", "",
+             "| task | optimizer | teacher | labels only | distilled | distilled + aug | "
+             "share kept (distilled + aug) | "
+             "rows (aug rows, n_iter) | epochs (aug) | seeds | date |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    groups = sorted({(r["task"], r["optimizer"]) for r in runs}, key=lambda g: (TASK_ORDER.index(g[0]), g[1]))
+    verdicts = []
+    for task, optimizer in groups:
+        mine = [r for r in runs if r["task"] == task and r["optimizer"] == optimizer]
+        teacher = results[f"{task}/teacher"]["score"]
+        scores = {v: [r["score"] for r in mine if r["variant"] == v] for v in ("labels", "kd", "kd_aug")}
+        by_variant = {r["variant"]: r for r in mine}
+        aug = results.get(f"{task}/augment", {})
+        share = f"{100 * mean_std(scores['kd_aug'])[0] / teacher:.1f}%" if scores["kd_aug"] else "-"
+        seeds = sorted({r["seed"] for r in mine})
+        lines.append(
+            f"| {task} | {optimizer} | {teacher:.1f} | " + " | ".join(format_mean_std(scores[v]) if scores[v] else "-"
+                                                                  for v in ("labels", "kd", "kd_aug"))
+            + f" | {share} | {by_variant['labels']['train_rows'] if 'labels' in by_variant else '-'} "
+            f"({aug.get('output_rows', '-')}, {aug.get('n_iter', '-')}) | "
+            f"{by_variant['labels']['epochs'] if 'labels' in by_variant else '-'} "
+            f"({by_variant['kd_aug']['epochs'] if 'kd_aug' in by_variant else '-'}) | "
+            f"{', '.join(map(str, seeds))} | {mine[0]['date']} |")
+        means = {v: mean_std(scores[v])[0] for v in scores if scores[v]}
+        if "labels" in means and len(means) > 1:
+            gains = "; ".join(f"{name} {means[v] - means['labels']:+.1f} points" for v, name in
+                              (("kd", "distilled"), ("kd_aug", "distilled + augmentation")) if v in means)
+            verdicts.append(f"- {task}, {optimizer}: over the labels-only BiLSTM: {gains}.")
+    lines += [""] + verdicts + [
+        "- Budget against the paper: a subset of the training rows, n_iter 5 instead of 20, a few epochs, GloVe "
+        "50d instead of word2vec 300d, and a teacher fine-tuned on a CPU budget; the absolute scores are far from "
+        "the paper's, and the differences between the columns of one row are the finding."]
+    for key in sorted(k for k in results if k.endswith("/teacher")):
+        teacher = results[key]
+        if teacher.get("finetune"):
+            lines.append(f"- {teacher['task']} teacher: all-MiniLM-L6-v2, `kdbert finetune` with "
+                         + ", ".join(f"{k} {v}" for k, v in teacher["finetune"].items() if v is not None)
+                         + f" (`{teacher['teacher']}`).")
+    losses = [r for r in runs if r.get("train_loss")]
+    if losses:
+        lines += ["", "Training loss, first logged (step 20) -> mean of the last five logged (every 20 steps), seed "
+                  f"{losses[0]['seed']}: " + "; ".join(
+                      f"{r['task']} {r['optimizer']} {r['variant']} {r['train_loss']['first']:.2f} -> "
+                      f"{r['train_loss']['last5']:.2f}" for r in losses if r["seed"] == losses[0]["seed"]) + "."]
+    lines += ["", f"Machine: {runs[0]['machine']}, one thread per run. Command: `OMP_NUM_THREADS=1 python "
+              "benchmarks/bilstm_distill.py --tasks T --seeds S [--optimizer adamw]`; every run's full command is "
+              "in `benchmarks/results/bilstm_distill.json`.", ""]
+    for bench in [r for k, r in results.items() if k.endswith("/bench")]:
+        lines += [f"### BiLSTM vs teacher speed ({bench['task']}, `kdbert bench`)", "",
+                  format_table(bench["rows"]), "",
+                  f"One thread, batch-1 latency and batch-32 throughput at {bench['rows'][0]['seq_len']} tokens "
+                  f"(teacher) / words per sentence (BiLSTM; speed does not depend on the weights); the BiLSTM's "
+                  f"FLOPs from its formula "
+                  f"(`kdbert.models.bilstm.bilstm_flops`). 1-minute load average during the run: "
+                  f"{bench['load_average']:.1f} on 2 cores, so both latencies are inflated and noisy; the ratios "
+                  f"are the figure to read. Command: `{bench['command']}` ({bench['date']}).", ""]
+    return lines
+
+
 def main() -> None:
     lines = ["# kdbert benchmarks", "",
              "Generated by `python benchmarks/report.py` from `benchmarks/results/*.json`. "
@@ -816,7 +886,7 @@ def main() -> None:
              "of those papers. No `--budget paper` figure has been recorded yet.", ""]
     for section in (quickstart_section, rerun_section, deploy_section, teacher_section, bench_section, tinybert_section, augmentation_gpu_section,
                     pkd_section, general_section, mlm_head_section, augmented_files_section, augment_section,
-                    mobilebert_ops_section, mobilebert_ablation_section, bilstm_augment_section,
+                    mobilebert_ops_section, mobilebert_ablation_section, bilstm_augment_section, bilstm_distill_section,
                     reruns_section):
         lines += section()
     (ROOT / "BENCHMARKS.md").write_text("\n".join(lines))

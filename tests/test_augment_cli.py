@@ -98,9 +98,21 @@ def test_bfloat16_augmentation_writes_the_task_format(tmp_path, tiny_tokenizer, 
     assert len(load_task(TaskOptions("rte", data_dir=str(glue_dir), train_file=str(out))).train) > 6
 
 
-def test_batch_tokens_option_defaults_to_the_library_default():
-    from kdbert.cli import build_parser
+def test_batch_tokens_option_defaults_to_the_library_default(monkeypatch):
+    import inspect
+
+    import kdbert.augment
+    from kdbert.cli import main
     from kdbert.data.augment_tinybert import BATCH_TOKENS
 
-    args = build_parser().parse_args(["augment", "--task", "rte", "--mlm", "m", "--word-vectors", "g"])
-    assert args.batch_tokens == BATCH_TOKENS
+    assert inspect.signature(kdbert.augment.augment_task).parameters["batch_tokens"].default == BATCH_TOKENS
+    seen = {}
+
+    def fake_augment_task(task, mlm, vectors, output, **settings):
+        seen.update(settings)
+        return {"input_rows": 0, "columns": [], "output_rows": 0, "output": output, "seconds": 0.0,
+                "sentences_per_second": 0.0}
+
+    monkeypatch.setattr(kdbert.augment, "augment_task", fake_augment_task)
+    assert main(["augment", "--task", "rte", "--mlm", "m", "--word-vectors", "g"]) == 0
+    assert "batch_tokens" not in seen and "p" not in seen  # augment_task's own defaults apply

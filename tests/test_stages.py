@@ -22,7 +22,7 @@ from kdbert.errors import KdbertError
 from kdbert.matching import Match, MatchLoss
 from kdbert.models.trace import HookAdapter, register_adapter, trace
 from kdbert.recipes import tinybert
-from kdbert.recipes.base import DistillContext, Student
+from kdbert.recipes.base import DistillContext
 from kdbert.trainer import ParamGroup, RunConfig, Stage, StageConfig, Trainer
 
 SPEC = GLUE_TASKS["rte"]

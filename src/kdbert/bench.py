@@ -21,6 +21,12 @@ V / P / T = vocabulary / max positions / token types, N = layers, C = labels):
                     + 2 * 2*L*L*H                    (Q @ K^T and scores @ V, all heads)
       whole model     N * per_layer + 2*H*H + 2*H*C  (pooler and classifier see [CLS] only)
 
+* **BiLSTM students** (:mod:`kdbert.models.bilstm`): FlopCounterMode does not count LSTMs, so
+  their FLOPs are :func:`~kdbert.models.bilstm.bilstm_flops` (the same 2-per-multiply-add
+  convention: gate projections per word and direction, ReLU and output layers); ``seq_len`` is
+  then words per sentence (each sentence of a pair model), and the synthetic input is random
+  word ids (two sentences for a pair model).
+
 * **Latency** is the wall-clock time (``time.perf_counter``) of one forward pass of a batch,
   under ``torch.inference_mode`` in eval mode, with a fixed thread count; we report the median
   and the 90th percentile (nearest rank) over ``runs`` timed passes after ``warmup`` untimed
@@ -141,8 +147,11 @@ def _synthetic_batch(model: nn.Module, seq_len: int, batch_size: int) -> dict[st
     input_ids = torch.randint(0, vocab, (batch_size, seq_len), generator=generator)
     input_ids[:, 0], input_ids[:, -1] = cls_id, sep_id
     batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-    if "token_type_ids" in inspect.signature(model.forward).parameters:
+    parameters = inspect.signature(model.forward).parameters
+    if "token_type_ids" in parameters:
         batch["token_type_ids"] = torch.zeros_like(input_ids)
+    if "input_ids_b" in parameters and getattr(config, "pair", False):  # a siamese pair model (BiLSTM)
+        batch["input_ids_b"], batch["attention_mask_b"] = input_ids.flip(0), torch.ones_like(input_ids)
     device = _model_device(model)
     return {k: v.to(device) for k, v in batch.items()}
 
@@ -183,8 +192,13 @@ def count_flops(model: nn.Module, seq_len: int, batch_size: int = 1,
     Measured with ``FlopCounterMode`` on a synthetic batch (or on ``inputs``, keyword
     arguments of ``model`` of shape (batch_size, seq_len), for a model that is not an HF
     encoder) and divided by ``batch_size``.
-    For BERT this is ``N * (L * (8*H*H + 4*H*I) + 4*L*L*H) + 2*H*H + 2*H*C`` (see module doc).
+    For BERT this is ``N * (L * (8*H*H + 4*H*I) + 4*L*L*H) + 2*H*H + 2*H*C`` (see module doc);
+    a BiLSTM student's is :func:`~kdbert.models.bilstm.bilstm_flops` (LSTMs are not counted by torch).
     """
+    from kdbert.models.bilstm import BiLSTMStudent, bilstm_flops
+
+    if isinstance(model, BiLSTMStudent):
+        return bilstm_flops(model.config, seq_len)
     batch = inputs if inputs is not None else _synthetic_batch(model, seq_len, batch_size)
     counter = FlopCounterMode(display=False, custom_mapping=_EXTRA_FLOP_FORMULAS)
     with _EvalMode(model), torch.inference_mode(), counter:
@@ -303,8 +317,14 @@ def _looks_local(path: str) -> bool:
 
 
 def _load_model(path: str) -> nn.Module:
-    """Load ``path`` for sequence classification, falling back to the bare encoder."""
+    """Load ``path`` for sequence classification, falling back to the bare encoder; a BiLSTM
+    student folder with :func:`~kdbert.models.bilstm.load_bilstm`."""
     from transformers import AutoModel, AutoModelForSequenceClassification
+
+    from kdbert.models.bilstm import is_bilstm_folder, load_bilstm
+
+    if is_bilstm_folder(Path(path).expanduser()):
+        return load_bilstm(Path(path).expanduser())[0]
 
     missing = (
         f"model path {path} does not exist; pass a folder saved with save_pretrained or a hub id"

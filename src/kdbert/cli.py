@@ -93,6 +93,7 @@ def cmd_finetune(args) -> int:
 def cmd_evaluate(args) -> int:
     from kdbert.data.load import load_task
     from kdbert.evaluate import TaskEvaluator
+    from kdbert.models.bilstm import is_bilstm_folder
     from kdbert.models.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
 
     from kdbert.onnx_model import OnnxClassifier, is_onnx_model
@@ -109,18 +110,37 @@ def cmd_evaluate(args) -> int:
                               f"{data.spec.num_labels}; use a model fine-tuned on this task")
         path, tokenizer = str(model.folder), model.tokenizer
         default_output = model.folder / f"eval_{data.spec.name}_{model.file.stem}.json"
+        metrics = TaskEvaluator(data, tokenizer, args.max_seq_len, args.batch_size)(model)
     else:
         path = resolve_model_path(args.model)
-        model = load_sequence_classifier(path, data.spec.num_labels, new_head_ok=False, labels=data.spec.labels)
-        tokenizer = load_tokenizer(path)
         default_output = Path(path) / f"eval_{data.spec.name}.json"
-    metrics = TaskEvaluator(data, tokenizer, args.max_seq_len, args.batch_size)(model)
+        if is_bilstm_folder(path):  # a word-level student (`distill task --method bilstm`)
+            metrics = evaluate_bilstm(path, data, args.batch_size)
+        else:
+            model = load_sequence_classifier(path, data.spec.num_labels, new_head_ok=False, labels=data.spec.labels)
+            tokenizer = load_tokenizer(path)
+            metrics = TaskEvaluator(data, tokenizer, args.max_seq_len, args.batch_size)(model)
     print(format_metrics(f"evaluate {args.task}: {args.model}", metrics))
     output = Path(args.output) if args.output else default_output
     if Path(path).is_dir() or args.output:
         write_json(output, metrics)
         print(f"saved {output}")
     return 0
+
+
+def evaluate_bilstm(path: str, data, batch_size: int) -> dict:
+    """Dev metrics of the BiLSTM student folder ``path``, checked against the task's shape."""
+    from kdbert.evaluate_words import WordTaskEvaluator
+    from kdbert.models.bilstm import load_bilstm
+
+    model, vocab = load_bilstm(path)
+    spec = data.spec
+    if model.config.num_labels != spec.num_labels or model.config.pair != spec.is_pair:
+        raise KdbertError(f"{path} is a BiLSTM with {model.config.num_labels} output(s) for "
+                          f"{'sentence pairs' if model.config.pair else 'single sentences'}, but {spec.name} has "
+                          f"{spec.num_labels} output(s) and {'pairs' if spec.is_pair else 'single sentences'}; "
+                          "evaluate it on the task it was distilled for")
+    return WordTaskEvaluator(data, vocab, batch_size)(model)
 
 
 def cmd_bench(args) -> int:
@@ -277,6 +297,7 @@ def cmd_mlm_head(args) -> int:
 
 BILSTM_AUGMENT_OPTIONS = ("p_mask", "p_pos", "p_ng", "n_iter", "ngram_mode", "max_n", "nltk_data", "teacher")
 TINYBERT_AUGMENT_OPTIONS = ("mlm", "word_vectors")
+TINYBERT_AUGMENT_SETTINGS = ("p", "n_aug", "top_k", "max_words", "batch_tokens", "dtype")  # defaults: augment_task's
 
 
 def cmd_augment(args) -> int:
@@ -284,6 +305,8 @@ def cmd_augment(args) -> int:
 
     own, foreign = ((BILSTM_AUGMENT_OPTIONS, TINYBERT_AUGMENT_OPTIONS) if args.method == "bilstm"
                     else (TINYBERT_AUGMENT_OPTIONS, BILSTM_AUGMENT_OPTIONS))
+    if args.method == "bilstm":
+        foreign += TINYBERT_AUGMENT_SETTINGS
     given = [name for name in foreign if getattr(args, name) is not None]
     if given:
         raise KdbertError(f"--{given[0].replace('_', '-')} is not an option of --method {args.method}; remove it")
@@ -300,10 +323,10 @@ def cmd_augment(args) -> int:
     missing = [name for name in own if getattr(args, name) is None]
     if missing:
         raise KdbertError(f"--method tinybert needs --{missing[0].replace('_', '-')}")
-    result = augment_task(task_options(args), args.mlm, args.word_vectors, args.output, p=args.p, n_aug=args.n_aug,
-                          top_k=args.top_k, seed=args.seed, batch_size=args.batch_size,
-                          batch_tokens=args.batch_tokens, num_workers=args.num_workers, max_rows=args.max_rows,
-                          max_words=args.max_words, dtype=args.dtype, device=args.device)
+    settings = {name: getattr(args, name) for name in TINYBERT_AUGMENT_SETTINGS if getattr(args, name) is not None}
+    result = augment_task(task_options(args), args.mlm, args.word_vectors, args.output, seed=args.seed,
+                          batch_size=args.batch_size, num_workers=args.num_workers, max_rows=args.max_rows,
+                          device=args.device, **settings)
     print(f"augmented {result['input_rows']} rows ({', '.join(map(str, result['columns']))}) -> "
           f"{result['output_rows']} rows in {result['output']} ({result['seconds']:.0f}s, "
           f"{result['sentences_per_second']:.1f} sentences/s)")
@@ -454,18 +477,19 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(default: NLTK's search path, e.g. $NLTK_DATA)")
     p.add_argument("--teacher", help="bilstm: fine-tuned teacher whose logits on the output are stored beside it")
     p.add_argument("--output", help="output file (default: train_aug.tsv, or .jsonl for JSONL input)")
-    p.add_argument("--p", type=float, default=0.4, help="probability of replacing each candidate word (p_t)")
-    p.add_argument("--n-aug", type=int, default=20, help="augmented versions tried per sentence (N_a)")
-    p.add_argument("--top-k", type=int, default=15, help="candidates per word (K)")
-    p.add_argument("--max-words", type=int, default=100000, help="word vectors loaded (first N of the file)")
+    p.add_argument("--p", type=float, help="tinybert: probability of replacing each candidate word (p_t, default 0.4)")
+    p.add_argument("--n-aug", type=int, help="tinybert: augmented versions tried per sentence (N_a, default 20)")
+    p.add_argument("--top-k", type=int, help="tinybert: candidates per word (K, default 15)")
+    p.add_argument("--max-words", type=int, help="tinybert: word vectors loaded (first N of the file, default 100000)")
     p.add_argument("--max-rows", type=int, help="augment only the first N training rows")
     p.add_argument("--batch-size", type=int, default=64, help="most MLM queries (bilstm: teacher rows) per forward pass")
-    p.add_argument("--batch-tokens", type=int, default=2048,
-                   help="most padded tokens per forward pass (long inputs get smaller batches; faster on CPU)")
+    p.add_argument("--batch-tokens", type=int,
+                   help="tinybert: most padded tokens per forward pass (default 2048; long inputs get smaller "
+                        "batches; faster on CPU)")
     p.add_argument("--num-workers", type=int, default=1, help="worker processes (bilstm: for POS tagging)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                   help="MLM precision: bfloat16 is ~2-3x faster on CPUs with AMX and on GPUs; some candidates "
-                        "differ, also between batch sizes / worker counts")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"],
+                   help="tinybert: MLM precision (default float32): bfloat16 is ~2-3x faster on CPUs with AMX "
+                        "and on GPUs; some candidates differ, also between batch sizes / worker counts")
     p.add_argument("--device", help="where the MLM runs (default: cuda when available, else cpu)")
     p.add_argument("--seed", type=int, default=42, help="random seed (in float32 the output is identical for any "
                                                          "batch size or worker count)")

@@ -6,7 +6,9 @@ tokenizer, check the student's vocabulary, prepare the output folder (after ever
 accepted, so a refused input leaves no run marker behind), ask the recipe for its
 :class:`~kdbert.recipes.base.Plan`, run it with the shared trainer and write the report
 (``distill_report.json`` / ``general_report.json``: config, layer map, per-stage losses, dev
-metrics, projections, wall time). Recipes only build students and plans.
+metrics, projections, wall time). Recipes only build students and plans; a student that reads
+inputs of its own (the word-level BiLSTM) comes with the recipe's ``task_inputs`` hook, which
+returns its encoded rows, collator and evaluator (:func:`token_inputs` is the default).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from kdbert.evaluate import TaskEvaluator
 from kdbert.io import write_json
 from kdbert.methods import method_config, recipe
 from kdbert.models.loading import check_vocabulary, load_sequence_classifier, load_tokenizer, resolve_model_path
-from kdbert.recipes.base import DistillContext, Plan
+from kdbert.recipes.base import DistillContext, Plan, TaskInputs
 from kdbert.trainer import RunConfig, Trainer, is_main_process, prepare_output_dir
 
 
@@ -70,6 +72,23 @@ def _train(plan: Plan, run: RunConfig, collator, tokenizer, resume: bool, evalua
     return train_report, report
 
 
+def token_inputs(method, teacher, tokenizer, data, rows, max_seq_len: int, config, task: TaskOptions) -> TaskInputs:
+    """The default inputs: ``method.initial_student``; the rows encoded once by the teacher's
+    tokenizer and, when the recipe has a ``student_inputs(student, config, spec)`` hook (a student
+    with inputs of its own), by the student's too; :class:`TaskCollator`, :class:`TaskEvaluator`.
+    A recipe whose student is built from the data itself (the BiLSTM's word vocabulary) provides
+    ``task_inputs`` with this signature instead."""
+    if config.student and Path(str(config.student)).is_dir():
+        check_vocabulary(config.student, teacher, tokenizer)
+    student = method.initial_student(teacher, data.spec, config)
+    teacher_inputs = TokenizerInputs(tokenizer, max_seq_len)
+    make_student_inputs = getattr(method, "student_inputs", None)
+    student_inputs = make_student_inputs(student, config, data.spec) if make_student_inputs else None
+    return TaskInputs(student, encode_task(rows, teacher_inputs, student_inputs),
+                      TaskCollator(teacher_inputs, student_inputs, data.spec.is_regression),
+                      TaskEvaluator(data, tokenizer, max_seq_len, inputs=student_inputs), tokenizer)
+
+
 def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = False, overwrite: bool = False) -> dict:
     """Distil ``teacher`` into a student on ``task`` with the options' ``method`` (default tinybert).
 
@@ -86,29 +105,23 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     teacher_path = resolve_model_path(config.teacher)
     teacher = load_sequence_classifier(teacher_path, spec.num_labels, new_head_ok=False, labels=spec.labels)
     tokenizer = load_tokenizer(teacher_path)
-    if config.student and Path(str(config.student)).is_dir():
-        check_vocabulary(config.student, teacher, tokenizer)
+    method = recipe(config.method)
     set_seed(config.seed)
-    student = recipe(config.method).initial_student(teacher, spec, config)
     max_seq_len = config.max_seq_len or spec.max_seq_len
     rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
-    teacher_inputs = TokenizerInputs(tokenizer, max_seq_len)
-    # a student with inputs of its own (a word vocabulary...) gets them from its recipe
-    make_student_inputs = getattr(recipe(config.method), "student_inputs", None)
-    student_inputs = make_student_inputs(student, config, spec) if make_student_inputs else None
-    context = DistillContext(teacher, student, tokenizer, spec, encode_task(rows, teacher_inputs, student_inputs),
-                             config, config.seed)
-    plan = recipe(config.method).build_task_plan(context)
+    prepare = getattr(method, "task_inputs", token_inputs)
+    inputs = prepare(method, teacher, tokenizer, data, rows, max_seq_len, config, task)
+    context = DistillContext(teacher, inputs.student, tokenizer, spec, inputs.train_set, config, config.seed)
+    plan = method.build_task_plan(context)
     identity = _identity("distill task", _config(options, general=False), task=task.task, train_file=task.train_file)
     out = prepare_output_dir(output_dir, identity, resume, overwrite)
-    collator = TaskCollator(teacher_inputs, student_inputs, spec.is_regression)
-    evaluator = TaskEvaluator(data, tokenizer, max_seq_len, inputs=student_inputs)
-    train_report, plan_report = _train(plan, _run_config(out, config), collator, tokenizer, resume, evaluator)
+    train_report, plan_report = _train(plan, _run_config(out, config), inputs.collator, inputs.saved_with_student,
+                                       resume, inputs.evaluator)
     if not is_main_process():
         return {}
     report = {
         "method": config.method, "task": spec.name, "teacher": teacher_path, "options": identity,
-        "student_init": student.origin, **plan_report,
+        "student_init": inputs.student.origin, **inputs.report, **plan_report,
         "stages": train_report["stages"], "stage_losses": stage_losses(out / "log.jsonl"),
         "dev_metrics": train_report["best_metrics"], "best_stage": train_report["best_stage"],
         "best_step": train_report["best_step"], "eval_history": train_report["history"],

@@ -76,6 +76,7 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {
         s, t, temperature, reduction=reduction),
     "token_kl_div": lambda s, t, batch, temperature=1.0: losses.kl_div_loss(s, t, temperature, mask=_mask(batch)),
     "logit_mse": lambda s, t, batch: losses.logit_mse(s, t),
+    "squared_l2": lambda s, t, batch: losses.bilstm_distill_loss(s, t),  # sum over classes, mean over batch
     "regression_mse": lambda s, t, batch: _regression_to(s, t, batch),
     "hard_label": lambda s, t, batch: hard_label_loss(s, t),
     "patience": lambda s, t, batch, reduction="mean": losses.patience_loss(s, t, reduction),

@@ -3,7 +3,9 @@
 A method is a recipe module registered here. The module provides
 
 - ``Config``: its task-distillation options, a :class:`kdbert.config.MethodConfig` dataclass;
-- ``initial_student(teacher, spec, config) -> Student`` and ``build_task_plan(ctx) -> Plan``;
+- ``initial_student(teacher, spec, config) -> Student`` and ``build_task_plan(ctx) -> Plan``; a
+  student that does not read the teacher's tokens provides ``task_inputs`` instead of
+  ``initial_student`` (:func:`kdbert.distill.token_inputs` is the default);
 - for methods with a general (pre-training) stage, ``GeneralConfig`` and ``general_teacher``,
   ``general_student``, ``general_max_seq_len``, ``general_data`` and ``build_general_plan``.
 
@@ -38,6 +40,10 @@ METHODS: dict[str, Method] = {m.name: m for m in [
                                                       "MobileBERT student; general: progressive/joint/auxiliary "
                                                       "layer-wise transfer + MLM distillation"),
 ]}
+
+# Word-level students (their own vocabulary; the teacher's logits computed once and stored).
+METHODS["bilstm"] = Method("bilstm", "kdbert.recipes.bilstm", "distilled BiLSTM (Tang et al.): a word-level "
+                                                                "BiLSTM fitted to the teacher's stored logits")
 
 
 def recipe(name: str, general: bool = False) -> ModuleType:

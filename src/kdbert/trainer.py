@@ -59,6 +59,9 @@ class StageConfig:
     MobileBERT's layer-wise phases). ``decay_all`` applies weight decay to biases and LayerNorm
     weights too.
     ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
+    ``optimizer`` is a key of :data:`OPTIMIZERS`: "adamw" (decoupled weight decay) or
+    "adadelta" (rho 0.95, eps 1e-6; the distilled BiLSTM's, with ``learning_rate`` 1.0 and a
+    constant schedule; weight decay there is an L2 term added to the gradient).
     ``train`` selects the parameters this stage updates by name in the trainer's module dict
     (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
     entry is a glob pattern, or a :class:`ParamGroup` with a learning-rate multiplier; the first
@@ -75,10 +78,17 @@ class StageConfig:
     batch_size: int = 32
     grad_accum: int = 1
     max_grad_norm: float = 1.0
+    optimizer: str = "adamw"
     evaluate: bool = True
     eval_every: int | None = None
     train: tuple = ("student.*",)
     decay_all: bool = False
+
+
+OPTIMIZERS = {
+    "adamw": lambda groups, lr: torch.optim.AdamW(groups, lr=lr),
+    "adadelta": lambda groups, lr: torch.optim.Adadelta(groups, lr=lr, rho=0.95, eps=1e-6),
+}
 
 
 @dataclass(frozen=True)
@@ -260,7 +270,7 @@ class Trainer:
 
     # ----------------------------------------------------------------- one stage
     def _trainable_parameters(self, config: StageConfig):
-        """AdamW groups, parameters in module order: one per (learning rate, decayed or not).
+        """Optimiser groups, parameters in module order: one per (learning rate, decayed or not).
 
         Biases and LayerNorm weights get no weight decay unless ``config.decay_all``."""
         groups = param_groups(config.train)
@@ -328,7 +338,10 @@ class Trainer:
             raise KdbertError(f"stage '{config.name}' has no training rows")
         self._setup(stage)
         groups = self._trainable_parameters(config)
-        optimizer = torch.optim.AdamW(groups, lr=config.learning_rate)
+        if config.optimizer not in OPTIMIZERS:
+            raise KdbertError(f"stage '{config.name}': unknown optimizer '{config.optimizer}'; use one of "
+                              f"{', '.join(OPTIMIZERS)}")
+        optimizer = OPTIMIZERS[config.optimizer](groups, config.learning_rate)
         total = self._total_steps(stage)
         if config.schedule == "constant":
             scheduler = get_constant_schedule(optimizer)

@@ -101,6 +101,12 @@ class Vocab:
         """One word per line, in id order (``vocab.txt``)."""
         Path(path).write_text("".join(word + "\n" for word in self.words), encoding="utf-8")
 
+    def save_pretrained(self, folder: str | Path) -> None:
+        """``folder/vocab.txt`` (the tokenizer's method name, so the trainer saves a vocabulary
+        beside a word-level student as it saves a tokenizer beside an HF one)."""
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        self.save(Path(folder) / "vocab.txt")
+
     @classmethod
     def load(cls, path: str | Path) -> Vocab:
         path = Path(path)

@@ -108,6 +108,16 @@ class BiLSTMStudent(nn.Module):
         self.fc = nn.Linear(config.feature_size, config.fc_size)
         self.classifier = nn.Linear(config.fc_size, config.num_labels)
 
+    def save_pretrained(self, folder: str | os.PathLike) -> None:
+        """Write ``config.json`` and ``model.safetensors`` into ``folder`` (created if needed), the
+        names Hugging Face models use, so the trainer saves this student like any other;
+        :func:`save_bilstm` adds the vocabulary and makes the write atomic."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / "config.json", asdict(self.config))
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()},
+                  str(folder / "model.safetensors"), metadata={"format": "pt"})
+
     def get_input_embeddings(self) -> nn.Embedding:
         """The word embeddings (the name Hugging Face models use, so size reports find them)."""
         return self.embeddings
@@ -209,11 +219,8 @@ def save_bilstm(model: BiLSTMStudent, vocab: Vocab, folder: str | os.PathLike,
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    write_json(tmp / "config.json", asdict(model.config))
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-              str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    vocab.save(tmp / "vocab.txt")
+    model.save_pretrained(tmp)
+    vocab.save_pretrained(tmp)
     for name, report in (reports or {}).items():
         write_json(tmp / name, report)
     replace_dir(tmp, out)

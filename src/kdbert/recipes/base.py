@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -33,6 +33,29 @@ class Student:
 
     model: nn.Module
     origin: str
+
+
+@dataclass
+class TaskInputs:
+    """What task distillation trains on, from the recipe's ``task_inputs`` hook (a student with
+    its own inputs) or the front's default (an HF student on the teacher's tokenizer).
+
+    Attributes:
+        student: the initial :class:`Student`.
+        train_set: encoded training rows (``train_set.lengths`` orders the batches).
+        collator: features -> batch (the student's inputs, labels, whatever the losses read).
+        evaluator: ``evaluator(student) -> metrics`` on the dev split(s), with ``"score"``.
+        saved_with_student: the teacher's tokenizer or the student's vocabulary: anything with
+            ``save_pretrained(folder)``, written beside the saved student.
+        report: facts for ``distill_report.json`` (vocabulary size, stored teacher logits...).
+    """
+
+    student: Student
+    train_set: EncodedDataset
+    collator: Callable
+    evaluator: Callable
+    saved_with_student: Any
+    report: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -1,0 +1,154 @@
+"""Distilled BiLSTM on GLUE dev: labels only vs distilled vs distilled + augmentation, and speed.
+
+    OMP_NUM_THREADS=1 python benchmarks/bilstm_distill.py --tasks sst2 --seeds 42
+
+Per task, on the first ``--train-rows`` training rows (written to ``runs/bilstm/<task>/``):
+
+- ``labels``: the BiLSTM trained on the gold labels only (``--alpha 0``; the no-KD baseline);
+- ``kd``: the same BiLSTM fitted to the teacher's logits (``--alpha 1``, the paper's loss);
+- ``kd_aug``: the same on ``kdbert augment --method bilstm`` of the first ``--aug-rows`` rows
+  (``--n-iter`` versions each, the paper's rules otherwise), labelled by the teacher.
+
+All use GloVe 6B 50d, batch 50, the best dev epoch and ``--optimizer``: Adadelta (lr 1.0, rho
+0.95; the paper's, default) or AdamW (lr 1e-3, linear schedule; rows keyed ``<variant>-adamw``). The teacher is
+``runs/teacher-<task>`` (``kdbert finetune``; its dev score is read from its metrics.json).
+Then ``kdbert bench`` compares the ``kd_aug`` student with the teacher (one thread, batch 1).
+Results go to ``benchmarks/results/bilstm_distill.json``; a rerun skips recorded rows and
+resumes an interrupted run (``--resume``); the teacher's logits are stored beside each training
+file and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import load_results, machine_info, save_result  # noqa: E402
+
+from kdbert.data.glue import resolve_glue_dir, split_file  # noqa: E402
+from kdbert.data.tasks import GLUE_TASKS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+GLOVE = ROOT.parent / "shared" / "data" / "glove" / "glove.6B.50d.txt.gz"
+NLTK_DATA = ROOT.parent / "shared" / "data" / "nltk_data"
+NAME = "bilstm_distill"
+
+
+def relative(command: list[str]) -> str:
+    """A recorded command line, with this checkout's paths relative to its root."""
+    return "kdbert " + " ".join(command).replace(f"{ROOT}/", "").replace(str(ROOT.parent), "..")
+
+
+def kdbert(*args: str) -> None:
+    command = [sys.executable, "-m", "kdbert.cli", *args]
+    print("$ kdbert " + " ".join(args), flush=True)
+    subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def subset_file(task: str, data_dir: str, rows: int, folder: Path) -> Path:
+    """The header and first ``rows`` rows of the task's train.tsv (CoLA has no header)."""
+    spec = GLUE_TASKS[task]
+    source = split_file(resolve_glue_dir(data_dir) / spec.glue_folder, "train")
+    target = folder / f"train_{rows}.tsv"
+    if not target.exists():
+        lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+        header = 0 if isinstance(spec.file_columns["label"], int) else 1
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text("".join(lines[:header + rows]), encoding="utf-8")
+        os.replace(tmp, target)
+    return target
+
+
+def train_loss(report: dict) -> dict:
+    """The first logged training loss and the mean of the last five (every 20 steps)."""
+    losses = [r["loss"] for r in report["stage_losses"]["bilstm"]]
+    return {"first": round(losses[0], 4), "last5": round(sum(losses[-5:]) / len(losses[-5:]), 4)}
+
+
+def run_variant(task: str, variant: str, seed: int, train_file: Path, args, teacher: Path) -> dict:
+    tag = "" if args.optimizer == "adadelta" else f"-{args.optimizer}"
+    out = ROOT / "runs" / "bilstm" / task / f"{variant}{tag}-s{seed}"
+    options = ["distill", "task", "--method", "bilstm", "--task", task, "--data-dir", args.data_dir,
+               "--train-file", str(train_file), "--teacher", str(teacher), "--word-vectors", str(args.word_vectors),
+               "--alpha", "0" if variant == "labels" else "1", "--seed", str(seed), "--optimizer", args.optimizer,
+               "--epochs", str(args.aug_epochs if variant == "kd_aug" else args.epochs),
+               "--output-dir", str(out), "--no-progress"]
+    started = time.time()
+    kdbert(*options, *(["--resume"] if (out / "run_config.json").exists() else []))
+    report = json.loads((out / "distill_report.json").read_text())
+    return {"task": task, "variant": variant, "seed": seed, "optimizer": args.optimizer, "metrics": report["dev_metrics"],
+            "score": report["dev_metrics"]["score"], "best_step": report["best_step"],
+            "train_loss": train_loss(report),
+            "train_rows": sum(1 for _ in open(train_file, encoding="utf-8")) - (task != "cola"),
+            "epochs": report["options"]["epochs"], "student": report["student"],
+            "teacher_logits": report.get("teacher_logits"), "wall_seconds": round(time.time() - started, 1),
+            "command": relative(options), **machine_info()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", default=["sst2"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[42])
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "glue_data"))
+    parser.add_argument("--word-vectors", default=str(GLOVE))
+    parser.add_argument("--train-rows", type=int, default=8000, help="training rows of labels / kd")
+    parser.add_argument("--aug-rows", type=int, default=8000, help="rows augmented for kd_aug")
+    parser.add_argument("--n-iter", type=int, default=5, help="augmented versions per row (the paper: 20)")
+    parser.add_argument("--epochs", type=float, default=10)
+    parser.add_argument("--aug-epochs", type=float, default=3)
+    parser.add_argument("--teacher-dir", default="runs/teacher-{task}")
+    parser.add_argument("--optimizer", choices=["adadelta", "adamw"], default="adadelta")
+    parser.add_argument("--no-bench", action="store_true")
+    args = parser.parse_args()
+    recorded = load_results(NAME)
+    for task in args.tasks:
+        teacher = ROOT / args.teacher_dir.format(task=task)
+        folder = ROOT / "runs" / "bilstm" / task
+        train_file = subset_file(task, args.data_dir, args.train_rows, folder)
+        aug_file = folder / f"train_aug_{args.aug_rows}_n{args.n_iter}.tsv"
+        if not aug_file.exists():
+            started = time.time()
+            kdbert("augment", "--method", "bilstm", "--task", task, "--data-dir", args.data_dir, "--max-rows",
+                   str(args.aug_rows), "--n-iter", str(args.n_iter), "--nltk-data", str(NLTK_DATA), "--teacher",
+                   str(teacher), "--output", str(aug_file))
+            save_result(NAME, f"{task}/augment", {"task": task, "rows": args.aug_rows, "n_iter": args.n_iter,
+                                                   "output_rows": sum(1 for _ in open(aug_file)) - (task != "cola"),
+                                                   "seconds": round(time.time() - started, 1), **machine_info()})
+        teacher_metrics = json.loads((teacher / "metrics.json").read_text())
+        settings = json.loads((teacher / "run_config.json").read_text())
+        save_result(NAME, f"{task}/teacher", {"task": task, "teacher": str(teacher.relative_to(ROOT)),
+                                              "metrics": teacher_metrics, "score": teacher_metrics["score"],
+                                              "finetune": {k: settings.get(k) for k in (
+                                                  "max_train_examples", "epochs", "learning_rate", "batch_size",
+                                                  "max_seq_len")}})
+        for seed in args.seeds:
+            for variant, file in (("labels", train_file), ("kd", train_file), ("kd_aug", aug_file)):
+                key = f"{task}/{variant}{'' if args.optimizer == 'adadelta' else '-' + args.optimizer}/s{seed}"
+                if key in recorded:
+                    if "train_loss" not in recorded[key]:  # rows recorded before the loss was
+                        tag = "" if args.optimizer == "adadelta" else f"-{args.optimizer}"
+                        report = json.loads((folder / f"{variant}{tag}-s{seed}" / "distill_report.json").read_text())
+                        save_result(NAME, key, {**recorded[key], "train_loss": train_loss(report)})
+                    continue
+                save_result(NAME, key, run_variant(task, variant, seed, file, args, teacher))
+        if not args.no_bench and f"{task}/bench" not in recorded and args.optimizer == "adadelta":
+            student = ROOT / "runs" / "bilstm" / task / f"kd_aug-s{args.seeds[0]}"
+            bench_out = folder / "bench.json"
+            seq_len = str(GLUE_TASKS[task].max_seq_len)
+            options = ["bench", "--model", str(student), "--compare", str(teacher), "--seq-len", seq_len,
+                       "--threads", "1", "--output", str(bench_out)]
+            kdbert(*options)
+            save_result(NAME, f"{task}/bench", {"task": task, "rows": json.loads(bench_out.read_text()),
+                                                "command": relative(options),
+                                                "load_average": os.getloadavg()[0], **machine_info()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""`kdbert distill task --method bilstm`: the distilled BiLSTM on the one front, end to end on tiny
+models (GLUE files, own CSV data, an augmented file), its first-step loss terms against a
+hand computation, the teacher-logit store's reuse and invalidation, and bad input."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import WORDS, save_tiny_classifier, write_glue_task
+from transformers import BertForSequenceClassification
+
+import kdbert.data.teacher_logits as teacher_logits
+from kdbert.cli import main
+from kdbert.data.load import TaskOptions, load_task
+from kdbert.distill import distill_task
+from kdbert.models.bilstm import init_bilstm, is_bilstm_folder, load_bilstm
+
+DIM = 4
+
+
+def write_vectors(path, words=WORDS, dim=DIM):
+    """A tiny GloVe-format file: one deterministic vector per word."""
+    path.write_text("".join(f"{w} " + " ".join(f"{((i + 1) * (j + 3)) % 7 / 10 - 0.3:.2f}" for j in range(dim)) + "\n"
+                            for i, w in enumerate(words)))
+    return path
+
+
+@pytest.fixture
+def env(tmp_path, tiny_tokenizer):
+    root = tmp_path / "glue_data"
+    for task in ("SST-2", "MRPC", "STS-B"):
+        write_glue_task(root, task)
+    return {"root": root, "tmp": tmp_path, "vectors": write_vectors(tmp_path / "vectors.txt"),
+            "teacher2": save_tiny_classifier(tmp_path / "teacher2", tiny_tokenizer),
+            "teacher1": save_tiny_classifier(tmp_path / "teacher1", tiny_tokenizer, num_labels=1),
+            "teacher3": save_tiny_classifier(tmp_path / "teacher3", tiny_tokenizer, num_labels=3)}
+
+
+def cli(env, task, teacher="teacher2", out="out", extra=()):
+    return main(["distill", "task", "--method", "bilstm", "--task", task, "--data-dir", str(env["root"]),
+                 "--teacher", str(env[teacher]), "--word-vectors", str(env["vectors"]), "--hidden-size", "6",
+                 "--fc-size", "5", "--epochs", "2", "--output-dir", str(env["tmp"] / out), "--no-progress", *extra])
+
+
+def options(env, teacher="teacher2", **extra):
+    return {"method": "bilstm", "teacher": str(env[teacher]), "word_vectors": str(env["vectors"]), "hidden_size": 6,
+            "fc_size": 5, "no_progress": True, **extra}
+
+
+def first_step(out):
+    return json.loads((out / "log.jsonl").read_text().splitlines()[0])
+
+
+# ----------------------------------------------------------------------------- end to end
+@pytest.mark.parametrize("task", ["sst2", "mrpc"])
+def test_cli_distils_evaluates_and_benches_a_bilstm_on_glue(env, task, capsys):
+    assert cli(env, task) == 0, capsys.readouterr().err
+    out = env["tmp"] / "out"
+    report = json.loads((out / "distill_report.json").read_text())
+    assert report["method"] == "bilstm" and report["matches"] == {"bilstm": ["distill: 1 * squared_l2(logits, logits)"]}
+    assert report["student"]["config"]["pair"] is (task == "mrpc")
+    assert report["student"]["embeddings"]["with_vector"] > 0
+    assert is_bilstm_folder(out)
+    model, vocab = load_bilstm(out)
+    assert len(vocab) == report["student"]["vocab_size"] and model.config.hidden_size == 6
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(out), "--task", task, "--data-dir", str(env["root"])]) == 0
+    saved = json.loads((out / f"eval_{task}.json").read_text())
+    assert saved == pytest.approx(report["dev_metrics"])
+    assert main(["bench", "--model", str(out), "--compare", str(env["teacher2"]), "--seq-len", "8", "--runs", "2",
+                 "--threads", "1", "--output", str(env["tmp"] / "bench.json")]) == 0
+    teacher_row, student_row = json.loads((env["tmp"] / "bench.json").read_text())
+    e, h, f = DIM, 6, 5
+    sentences, features = (2, 8 * h) if task == "mrpc" else (1, 2 * h)
+    assert student_row["flops_per_example"] == sentences * 2 * 8 * 2 * 4 * h * (e + h) + 2 * features * f + 2 * f * 2
+    assert student_row["params_total"] == sum(p.numel() for p in model.parameters())
+    assert student_row["params_non_embedding"] == student_row["params_total"] - len(vocab) * e
+
+
+def test_cli_on_own_csv_data_and_an_augmented_file_with_stored_logits(env, capsys, monkeypatch):
+    rng = np.random.default_rng(0)
+    rows = [(" ".join(rng.choice(WORDS, 5)), int(rng.integers(0, 2))) for _ in range(30)]
+    data = env["tmp"] / "reviews.csv"
+    data.write_text("review,stars\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    extra = ("--text-columns", "review", "--label-column", "stars")
+    assert main(["distill", "task", "--method", "bilstm", "--task", str(data), "--teacher", str(env["teacher2"]),
+                 "--epochs", "1", "--embedding-dim", "3", "--hidden-size", "4", "--fc-size", "4", "--output-dir",
+                 str(env["tmp"] / "own"), "--no-progress", *extra]) == 0, capsys.readouterr().err
+    assert load_bilstm(env["tmp"] / "own")[0].config.embedding_dim == 3  # random embeddings without vectors
+    assert list(env["tmp"].glob("reviews.csv.teacher-*.safetensors"))  # stored beside the user's file
+    # An augmented file as `kdbert augment --method bilstm --teacher` leaves it: logits already stored.
+    augmented = env["tmp"] / "train_aug.tsv"
+    augmented.write_text("review\tstars\n" + "".join(f"{t}\t{y}\n{'[MASK] ' + t}\t{y}\n" for t, y in rows[:20]))
+    teacher = BertForSequenceClassification.from_pretrained(env["teacher2"])
+    from kdbert.models.loading import load_tokenizer
+
+    texts = [(line.split("\t")[0],) for line in augmented.read_text().splitlines()[1:]]
+    teacher_logits.label_with_teacher(teacher, load_tokenizer(str(env["teacher2"])), texts, augmented, 64)
+    seen = counting(monkeypatch)
+    dev = env["tmp"] / "dev.tsv"
+    dev.write_text("review\tstars\n" + "".join(f"{t}\t{y}\n" for t, y in rows[20:]))
+    assert main(["distill", "task", "--method", "bilstm", "--task", str(augmented), "--dev-file", str(dev),
+                 "--teacher", str(env["teacher2"]), "--word-vectors", str(env["vectors"]), "--epochs", "1",
+                 "--hidden-size", "4", "--fc-size", "4", "--output-dir", str(env["tmp"] / "aug"), "--no-progress",
+                 *extra]) == 0, capsys.readouterr().err
+    assert seen == []  # the teacher did not run again
+    vocab = load_bilstm(env["tmp"] / "aug")[1]
+    assert "[MASK]" not in vocab.index and vocab.encode("[MASK] cat") == [vocab.unk_id, vocab.index["cat"]]
+
+
+# ----------------------------------------------------------------------------- the loss
+def hand_terms(env, task, teacher, alpha):
+    """The first step's terms computed directly: the initial student (rebuilt with the same
+    seed) and the teacher on every training row (one batch)."""
+    from kdbert.models.loading import load_tokenizer
+
+    data = load_task(TaskOptions(task, data_dir=str(env["root"])))
+    student, vocab, _ = init_bilstm([t for ex in data.train for t in ex.texts], data.spec.num_labels,
+                                    data.spec.is_pair, str(env["vectors"]), seed=42, hidden_size=6, fc_size=5)
+    model = BertForSequenceClassification.from_pretrained(env[teacher]).eval()
+    tokenizer = load_tokenizer(str(env[teacher]))
+    sums, hard = [], []
+    with torch.no_grad():
+        for example in data.train:
+            ids = [torch.tensor([vocab.encode(t)]) for t in example.texts]
+            inputs = {"input_ids": ids[0], "attention_mask": torch.ones_like(ids[0])}
+            if len(ids) == 2:
+                inputs.update(input_ids_b=ids[1], attention_mask_b=torch.ones_like(ids[1]))
+            s = student(**inputs).logits[0]
+            t = model(**tokenizer(*example.texts, return_tensors="pt")).logits[0]
+            sums.append(float(((s - t) ** 2).sum()))
+            y = example.label
+            hard.append(float((s[0] - y) ** 2) if data.spec.is_regression else
+                        float(F.cross_entropy(s[None], torch.tensor([y]))))
+    terms = {"distill": alpha * sum(sums) / len(sums)}
+    if alpha < 1:
+        terms["hard"] = (1 - alpha) * sum(hard) / len(hard)
+    return terms
+
+
+@pytest.mark.parametrize("task, teacher, alpha", [("sst2", "teacher2", 0.7), ("stsb", "teacher1", 1.0)])
+def test_first_step_terms_equal_a_hand_computation(env, task, teacher, alpha):
+    out = env["tmp"] / "loss"
+    distill_task(TaskOptions(task, data_dir=str(env["root"])),
+                 options(env, teacher, alpha=alpha, batch_size=64, max_steps=1), str(out))
+    logged = first_step(out)
+    expected = hand_terms(env, task, teacher, alpha)
+    assert {k: logged[k] for k in expected} == pytest.approx(expected, rel=1e-5)
+    assert logged["loss"] == pytest.approx(sum(expected.values()), rel=1e-5)
+
+
+def test_labels_only_never_runs_the_teacher_and_adamw_and_frozen_embeddings(env, monkeypatch):
+    seen = counting(monkeypatch)
+    out = env["tmp"] / "labels"
+    report = distill_task(TaskOptions("sst2", data_dir=str(env["root"])),
+                          options(env, alpha=0.0, optimizer="adamw", freeze_embeddings=True, max_steps=2), str(out))
+    assert seen == [] and "teacher_logits" not in report
+    assert report["matches"] == {"bilstm": ["hard: 1 * hard_label(logits, labels)"]}
+    assert report["stages"][0]["optimizer"] == "adamw" and report["stages"][0]["learning_rate"] == 1e-3
+    initial, _, _ = init_bilstm([t for ex in load_task(TaskOptions("sst2", data_dir=str(env["root"]))).train
+                                 for t in ex.texts], 2, False, str(env["vectors"]), seed=42, hidden_size=6, fc_size=5)
+    trained = load_bilstm(out)[0]
+    assert torch.equal(trained.embeddings.weight, initial.embeddings.weight)
+    assert not torch.equal(trained.classifier.weight, initial.classifier.weight)
+
+
+def test_adadelta_defaults_are_the_papers(env):
+    from kdbert.methods import method_config
+
+    config = method_config("bilstm", {}).resolved("sst2")
+    assert (config.optimizer, config.learning_rate, config.batch_size, config.alpha, config.weight_decay) == \
+        ("adadelta", 1.0, 50, 1.0, 0.0)
+    out = env["tmp"] / "adadelta"
+    report = distill_task(TaskOptions("sst2", data_dir=str(env["root"])), options(env, max_steps=1), str(out))
+    assert report["stages"][0]["optimizer"] == "adadelta" and report["stages"][0]["schedule"] == "constant"
+    optimizer = torch.load(next((out / "checkpoints").iterdir()) / "optimizer.pt", weights_only=True)["optimizer"]
+    assert optimizer["param_groups"][0]["rho"] == 0.95 and optimizer["param_groups"][0]["lr"] == 1.0
+
+
+# ----------------------------------------------------------------------------- the teacher-logit store
+def counting(monkeypatch):
+    seen = []
+    run = teacher_logits._run_teacher
+
+    def wrapped(model, tokenizer, examples, max_seq_len, batch_size):
+        seen.extend(examples)
+        return run(model, tokenizer, examples, max_seq_len, batch_size)
+
+    monkeypatch.setattr(teacher_logits, "_run_teacher", wrapped)
+    return seen
+
+
+def test_teacher_logits_are_stored_once_and_recomputed_only_for_a_new_row_or_teacher(env, tiny_tokenizer,
+                                                                                      monkeypatch):
+    seen = counting(monkeypatch)
+    task = TaskOptions("sst2", data_dir=str(env["root"]))
+    distill_task(task, options(env, max_steps=1), str(env["tmp"] / "a"))
+    assert len(seen) == len({ex.texts for ex in load_task(task).train})
+    distill_task(task, options(env, max_steps=1, seed=7), str(env["tmp"] / "b"))
+    first = len(seen)
+    assert first == len({ex.texts for ex in load_task(task).train})  # reused by another run and seed
+    train = env["root"] / "SST-2" / "train.tsv"
+    with open(train, "a") as handle:
+        handle.write("a brand new red tree\t1\n")
+    distill_task(task, options(env, max_steps=1), str(env["tmp"] / "c"))
+    assert seen[first:] == [("a brand new red tree",)]  # a changed file: only its new row
+    other = save_tiny_classifier(env["tmp"] / "other", tiny_tokenizer, seed=5)
+    distill_task(task, {**options(env, max_steps=1), "teacher": str(other)}, str(env["tmp"] / "d"))
+    assert len(seen) == first + 1 + first + 1  # another teacher never reads the first one's logits
+    assert len(list((env["root"] / "SST-2").glob("train.tsv.teacher-*.safetensors"))) == 2
+
+
+def test_read_only_data_goes_to_the_logits_cache(env, monkeypatch):
+    cache = env["tmp"] / "cache"
+    distill_task(TaskOptions("sst2", data_dir=str(env["root"])), options(env, max_steps=1, logits_cache=str(cache)),
+                 str(env["tmp"] / "cached"))
+    assert len(list(cache.glob("train.tsv.teacher-*.safetensors"))) == 1
+    assert not list((env["root"] / "SST-2").glob("*.safetensors"))
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_bad_input_is_one_line_with_exit_2(env, tmp_path, capsys):
+    def error(*args, task="sst2", teacher="teacher2"):
+        capsys.readouterr()
+        assert cli(env, task, teacher, "bad", args) == 2
+        message = capsys.readouterr().err
+        assert message.startswith("kdbert: error: ") and message.count("\n") == 1
+        assert not (env["tmp"] / "bad").exists()  # nothing written for a refused input
+        return message
+
+    assert "--min-count" in error("--min-count", "1000")  # empty vocabulary
+    binary = tmp_path / "vectors.bin"
+    binary.write_bytes(b"2 4\n\xff\xfe\x00\x01 binary")
+    assert "not UTF-8 text" in error("--word-vectors", str(binary))
+    short = tmp_path / "short.txt"
+    short.write_text("cat 0.1 0.2 0.3 0.4\ndog 0.1 0.2\n")
+    assert "short.txt:2: expected a word and 4 numbers" in error("--word-vectors", str(short))
+    assert "have 4 dimensions but the student's embeddings have 8; set --embedding-dim 4" in error(
+        "--embedding-dim", "8")
+    assert "3 output(s) but the task needs 2" in error(teacher="teacher3")
+    assert "--student does not apply to --method bilstm" in error("--student", "tinybert4")
+    assert "option and --method bilstm does not use it" in error("--temperature", "2")
+    one_column = tmp_path / "mrpc_one.tsv"
+    one_column.write_text("Quality\t#1 ID\t#2 ID\t#1 String\n1\t1\t2\tthe cat sat\n")
+    assert "mrpc_one.tsv" in error("--train-file", str(one_column), task="mrpc")
+
+
+def test_augment_bilstm_refuses_tinybert_settings(env, capsys):
+    code = main(["augment", "--method", "bilstm", "--task", "sst2", "--data-dir", str(env["root"]), "--p", "0.3"])
+    assert code == 2 and "--p is not an option of --method bilstm" in capsys.readouterr().err
+    code = main(["augment", "--method", "bilstm", "--task", "sst2", "--data-dir", str(env["root"]), "--dtype",
+                 "bfloat16"])
+    assert code == 2 and "--dtype is not an option of --method bilstm" in capsys.readouterr().err
