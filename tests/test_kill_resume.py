@@ -85,7 +85,7 @@ def kill_repeatedly_then_finish(command: list[str], out: Path, resume_flag: str 
         deadline = time.time() + 120
         while time.time() < deadline and process.is_alive() and progress_marks(out) == before:
             time.sleep(0.002)
-        time.sleep(rng.uniform(0, 0.1))
+        time.sleep(rng.uniform(0, 0.02))
         if not process.is_alive():
             break
         os.kill(process.pid, signal.SIGKILL)
@@ -122,7 +122,7 @@ def models(tmp_path_factory, tiny_tokenizer):
                                for i, w in enumerate(WORDS)) + "\n")
     tiny_bert_config(tiny_tokenizer, hidden_size=8, num_attention_heads=4, intermediate_size=16).save_pretrained(
         root / "student-config")
-    write_glue_task(root / "glue", "RTE", n_train=600)  # augmentation writes 256 rows per chunk
+    write_glue_task(root / "glue", "RTE", n_train=2400)  # augmentation writes 256 rows per chunk
     return {"teacher": save_tiny_classifier(root / "teacher", tiny_tokenizer, hidden_size=32, num_hidden_layers=4),
             "mlm": root / "mlm", "corpus": corpus, "glove": glove, "student": root / "student-config",
             "glue": root / "glue"}
@@ -139,7 +139,7 @@ def run_both(tmp_path, command_for, **kw):
 def test_finetuning_killed_five_times(tmp_path, models, glue_dir, precision):
     def command(out):
         return cli("finetune", "--model", models["teacher"], "--task", "rte", "--data-dir", glue_dir, "--output-dir",
-                   out, "--max-steps", "60", "--batch-size", "4", "--eval-every", "6", "--learning-rate", "1e-3",
+                   out, "--max-steps", "150", "--batch-size", "4", "--eval-every", "6", "--learning-rate", "1e-3",
                    "--mixed-precision", precision, "--no-progress")
     straight, resumed = run_both(tmp_path, command)
     assert_same_run(straight, resumed)
@@ -149,8 +149,8 @@ def test_finetuning_killed_five_times(tmp_path, models, glue_dir, precision):
 def test_tinybert_two_stages_killed_five_times(tmp_path, models, glue_dir):
     def command(out):
         return cli("distill", "task", "--method", "tinybert", "--teacher", models["teacher"], "--student-layers", "0,2",
-                   "--task", "rte", "--data-dir", glue_dir, "--output-dir", out, "--intermediate-max-steps", "24",
-                   "--max-steps", "24", "--batch-size", "4", "--eval-every", "6", "--no-progress")
+                   "--task", "rte", "--data-dir", glue_dir, "--output-dir", out, "--intermediate-max-steps", "60",
+                   "--max-steps", "60", "--batch-size", "4", "--eval-every", "6", "--no-progress")
     straight, resumed = run_both(tmp_path, command)
     assert_same_run(straight, resumed, metrics="distill_report.json")
     assert_same_run(straight, resumed, weights="projections.safetensors")
@@ -159,7 +159,7 @@ def test_tinybert_two_stages_killed_five_times(tmp_path, models, glue_dir):
 def test_general_distillation_killed_five_times(tmp_path, models):
     def command(out):
         return cli("distill", "general", "--teacher", models["mlm"], "--student", models["student"], "--corpus",
-                   models["corpus"], "--max-seq-len", "16", "--batch-size", "4", "--max-steps", "30",
+                   models["corpus"], "--max-seq-len", "16", "--batch-size", "4", "--max-steps", "150",
                    "--eval-every", "5", "--output-dir", out, "--no-progress")
     straight, resumed = run_both(tmp_path, command)
     assert_same_run(straight, resumed)
