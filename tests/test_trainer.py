@@ -148,3 +148,13 @@ def test_output_dir_holding_another_run_is_refused(tmp_path):
     (other / "notes.txt").write_text("mine")
     with pytest.raises(KdbertError, match="is not empty"):
         prepare_output_dir(other, {}, resume=False, overwrite=False)
+
+
+def test_resume_before_the_first_checkpoint_restarts_the_log(tmp_path):
+    """A run killed before its first checkpoint restarts from step 0: its old records are dropped."""
+    (tmp_path / "log.jsonl").write_text(json.dumps({"stage": "toy", "step": 1, "loss": 9.0}) + "\n")
+    stage = _toy_stage(_loss_on_inputs, batch_size=4, max_steps=2, evaluate=False)
+    Trainer(_linear_modules(), [stage], RunConfig(str(tmp_path), progress=False, log_every=1),
+            PaddingCollator(0)).train(resume=True)
+    steps = [json.loads(line)["step"] for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]

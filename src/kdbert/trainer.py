@@ -254,7 +254,7 @@ class Trainer:
         if self.run.reseed:
             torch.manual_seed(self.run.seed)
         checkpoint = self._latest_checkpoint() if resume else None
-        if checkpoint is not None:
+        if resume:  # records past the checkpoint (all of them without one) will be redone
             self._truncate_log()
         start = time.time()
         for index, stage in enumerate(self.stages):
