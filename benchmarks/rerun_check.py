@@ -90,8 +90,9 @@ def compare_logs(name: str, first: Path, second: Path, note: str | None = None) 
     common = sorted(set(a) & set(b), key=lambda k: (k[0] != "intermediate", k[1]))
     if not common:
         sys.exit(f"{first} and {second} logged no common step")
-    terms = sorted({k for key in common for k in a[key] if k not in ("time", "stage", "step", "epoch")})
-    worst = max(abs(a[key][t] - b[key][t]) for key in common for t in terms)
+    skip = ("time", "stage", "step", "epoch")
+    terms = sorted({k for key in common for k in a[key] if k not in skip})
+    worst = max(abs(a[key][t] - b[key][t]) for key in common for t in a[key] if t not in skip)
     result = {"runs": [str(first), str(second)], "steps_compared": [list(k) for k in common], "terms": terms,
               "max_abs_difference": worst, "commit": commit(), **machine_info()}
     if note:
