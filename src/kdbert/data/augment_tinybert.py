@@ -56,6 +56,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from kdbert.data.worker_pool import OwnsWorkerPool
 from kdbert.errors import KdbertError
 
 STOP_WORDS = frozenset("""
@@ -136,7 +137,7 @@ def text_seed(seed: int, text: str) -> list[int]:
     return [seed, *np.frombuffer(digest, dtype=np.uint32).tolist()]
 
 
-class TinyBertAugmenter:
+class TinyBertAugmenter(OwnsWorkerPool):
     """TinyBERT augmentation with a ``BertForMaskedLM`` and word vectors; see the module docstring.
 
     ``word_vectors`` is the ``(words, matrix)`` pair from :func:`load_word_vectors`.
@@ -179,18 +180,6 @@ class TinyBertAugmenter:
         """``(word, candidates)`` for each replaceable word of ``text`` that has candidates."""
         words = self._candidate_words([text], self.batch_size)[0]
         return [(text[w.start:w.end], w.candidates) for w in words]
-
-    def close(self) -> None:
-        """Shut down the worker processes (started by the first multi-worker call)."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __getstate__(self):
         return {**self.__dict__, "_pool": None}

@@ -11,6 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
+from kdbert.data.worker_pool import OwnsWorkerPool
 from kdbert.errors import KdbertError
 
 TAGGER_PACKAGE = "averaged_perceptron_tagger_eng"
@@ -25,7 +26,7 @@ class PosTagger(Protocol):
     def __call__(self, sentences: list[list[str]]) -> list[list[str]]: ...
 
 
-class NltkTagger:
+class NltkTagger(OwnsWorkerPool):
     """NLTK's English averaged perceptron tagger (Penn Treebank tags), loaded without downloading.
 
     Tagging is pure Python (about 15k words/s per core); ``num_workers > 1`` tags large batches
@@ -55,17 +56,6 @@ class NltkTagger:
         size = -(-len(sentences) // (4 * self.num_workers))
         chunks = [sentences[i:i + size] for i in range(0, len(sentences), size)]
         return [tags for part in self._pool.map(_worker_tag, chunks) for tags in part]
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _load_perceptron(nltk_data):
