@@ -41,13 +41,20 @@ def _quiet_main(argv: list[str]) -> None:
 
 
 def start(argv: list[str]) -> multiprocessing.Process:
-    """``kdbert ARGV`` in a forked child process."""
-    process = multiprocessing.get_context("fork").Process(target=_quiet_main, args=(argv,))
+    """``kdbert ARGV`` in a child process: forked (torch already imported), or spawned where runs
+    use CUDA, which a forked child cannot initialise."""
+    method = "spawn" if torch.cuda.is_available() else "fork"
+    process = multiprocessing.get_context(method).Process(target=_quiet_main, args=(argv,))
     process.start()
     return process
 
 
 def run(argv: list[str]) -> None:
+    if torch.cuda.is_available():  # keep CUDA out of this process, so that later children may use it
+        process = start(argv)
+        process.join()
+        assert process.exitcode == 0
+        return
     with contextlib.redirect_stdout(open(os.devnull, "w")):
         assert main(argv) == 0
 
@@ -135,7 +142,8 @@ def run_both(tmp_path, command_for, **kw):
     return straight, resumed
 
 
-@pytest.mark.parametrize("precision", ["no", "bf16"])
+@pytest.mark.parametrize("precision", ["no", "bf16", pytest.param("fp16", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="fp16 training needs a GPU"))])
 def test_finetuning_killed_five_times(tmp_path, models, glue_dir, precision):
     def command(out):
         return cli("finetune", "--model", models["teacher"], "--task", "rte", "--data-dir", glue_dir, "--output-dir",
