@@ -128,7 +128,7 @@ def dependencies(record: dict, runs_dir: str = "runs") -> list[tuple[str, str]]:
     student = options.get("student")
     if student and ("/" in student or Path(student).exists()):
         needs.append(("general", student) if Path(student).name in GENERAL_RUNS else ("unbuildable", student))
-    if "train_file" in VARIANTS[record["variant"]]:
+    if "train_file" in VARIANTS[record["variant"].split("+")[0]]:
         needs += [("mlm", f"{runs_dir}/mlm-k2"),
                   ("aug", record.get("train_file") or str(aug_file(runs_dir, record["task"], "cpu")))]
     return needs
@@ -169,7 +169,8 @@ def rerun(key: str, done: dict, args) -> dict:
     train_file = dict(dependencies(record, args.runs_dir)).get("aug")
     out = Path(args.runs_dir) / "rerun" / Path(record["output_dir"]).name
     task = TaskOptions(record["task"], data_dir=args.data_dir, train_file=train_file)
-    report = distill_task(task, {**record["options"], "no_progress": True}, str(out),
+    # runs recorded before the mixed_precision option was recorded ran in float32
+    report = distill_task(task, {"mixed_precision": "no", **record["options"], "no_progress": True}, str(out),
                           resume=(out / "run_config.json").exists())
     seeds = [r["metrics"]["score"] for r in done.values()
              if (r["task"], r["variant"], r["budget"]) == (record["task"], record["variant"], record["budget"])]
@@ -208,6 +209,8 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=1.0,
                         help="--rerun of a figure with one recorded seed: largest difference counted as reproduced")
     parser.add_argument("--corpus", default=CORPUS, help="--rerun: corpus for a general student or MLM head to build")
+    parser.add_argument("--mixed-precision", choices=["no", "bf16"], default="no",
+                        help="autocast precision of the runs; bf16 runs are recorded under VARIANT+bf16")
     args = parser.parse_args()
     done = load_results("distill")
     if args.rerun:
@@ -224,9 +227,10 @@ def main() -> None:
              "distilbert_student": args.distilbert_student,
              "distilbert_general": args.distilbert_general,
              "aug_file": args.aug_file or str(aug_file(args.runs_dir, args.task, args.aug_rows))}
+    precision_suffix = "" if args.mixed_precision == "no" else f"+{args.mixed_precision}"
     for variant in args.variants:
         for seed in args.seeds:
-            key = f"{args.task}/{variant}/{args.budget}/seed{seed}"
+            key = f"{args.task}/{variant}{precision_suffix}/{args.budget}/seed{seed}"
             if key in done:
                 print(f"{key}: recorded ({done[key]['metrics']['score']:.2f}); --rerun runs it again and compares")
                 continue
@@ -236,7 +240,7 @@ def main() -> None:
             options = {k: v.format(**paths) if isinstance(v, str) else v for k, v in VARIANTS[variant].items()}
             train_file = options.pop("train_file", None)
             aug_step_factor = options.pop("aug_step_factor", 1)
-            options.update(teacher=str(teacher), seed=seed, no_progress=True)
+            options.update(teacher=str(teacher), seed=seed, no_progress=True, mixed_precision=args.mixed_precision)
             if args.budget == "cpu":
                 options.update(max_train_examples=args.max_train_examples, epochs=args.epochs)
                 if args.learning_rate is not None:
@@ -251,20 +255,21 @@ def main() -> None:
                 options.update(max_train_examples=None, max_steps=steps, intermediate_max_steps=steps)
                 options.pop("intermediate_epochs", None)
                 options.pop("epochs", None)
-            suffix = "" if args.budget == "cpu" else f"-{args.budget}"
+            suffix = ("" if args.budget == "cpu" else f"-{args.budget}") + precision_suffix.replace("+", "-")
             out = Path(args.runs_dir) / f"distill-{args.task}-{variant}{suffix}-s{seed}"
             task = TaskOptions(args.task, data_dir=args.data_dir, train_file=train_file)
             report = distill_task(task, options, str(out), resume=(out / "run_config.json").exists())
             budget_args = "".join(f" --{name} {value:g}" for name, value, default in (
                 ("max-train-examples", args.max_train_examples, 4000), ("epochs", args.epochs, 2.0),
                 ("learning-rate", args.learning_rate, None)) if value is not None and value != default)
-            result = {"task": args.task, "variant": variant, "seed": seed, "budget": args.budget,
+            result = {"task": args.task, "variant": variant + precision_suffix, "seed": seed, "budget": args.budget,
                       "metrics": report["dev_metrics"], "wall_seconds": report["wall_seconds"],
                       "output_dir": str(out), "options": {k: v for k, v in options.items() if k != "no_progress"},
                       "train_file": train_file,
                       "command": f"python benchmarks/distill_glue.py --task {args.task} --budget {args.budget} "
                                  f"--variants {variant} --seeds {seed}{budget_args}"
-                                 + (f" --aug-rows {args.aug_rows}" if train_file and args.aug_rows != "cpu" else ""),
+                                 + (f" --aug-rows {args.aug_rows}" if train_file and args.aug_rows != "cpu" else "")
+                                 + (f" --mixed-precision {args.mixed_precision}" if precision_suffix else ""),
                       **machine_info()}
             save_result("distill", key, result)
             if not args.keep_checkpoints:  # resume state of a finished run: ~400 MB each, 50 GB a table
