@@ -456,8 +456,8 @@ def profile_kdbert(setup: Setup, seq_len: int, precision: str, warmup: int, acti
                 return collator(rows)
 
         trainer.collator = collate
-        prof = profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=warmup, active=active, repeat=1),
-                       record_shapes=False)
+        cycle = schedule(wait=0, warmup=warmup, active=active, repeat=1)
+        prof = profile(activities=[ProfilerActivity.CPU], schedule=cycle, record_shapes=False)
         with step_clock() as times, prof:
             handle = register_optimizer_step_post_hook(lambda *_: prof.step())
             try:

@@ -71,7 +71,8 @@ def test_report_section_renders_the_rows_and_the_targets(tmp_path):
                                                        "attention: 1 * attention_mse(attention_scores[1], "
                                                        "attention_scores[2])"]}},
               "rows": [_row("textbrewer", "fp32", 40.0, 1.0, 1.0, 73.7), _row("kdbert", "fp32", 44.0, 1.1, 1.1, 81.0),
-                       _row("textbrewer", "bf16", 50.0, 1.0, 1.25, 22.2), _row("kdbert", "bf16", 130.0, 2.6, 3.25, 57.6)],
+                       _row("textbrewer", "bf16", 50.0, 1.0, 1.25, 22.2),
+                       _row("kdbert", "bf16", 130.0, 2.6, 3.25, 57.6)],
               "load_average_max": 0.3, "load_average_min": 0.1, "machine": "x86_64 2 CPU cores, no GPU",
               "torch": "2.x", "date": "2026-01-01", "command": "python benchmarks/throughput.py --threads 2"}
     (tmp_path / "throughput.json").write_text(json.dumps({"t2": record}))
