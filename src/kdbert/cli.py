@@ -66,7 +66,8 @@ def add_optim_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
     group.add_argument("--max-seq-len", type=int, help="token limit (default 64 single sentence, 128 pairs)")
     group.add_argument("--warmup-ratio", type=float, default=0.1, help="fraction of steps with linear warmup")
-    group.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on bias/LayerNorm)")
+    group.add_argument("--weight-decay", type=float,
+                       help="weight decay, not on bias/LayerNorm (default: the method's; 0.01, the BiLSTM's 0)")
     group.add_argument("--eval-every", type=int, help="evaluate every N steps (default: each epoch)")
     group.add_argument("--max-train-examples", type=int, help="use only the first N training rows (quick runs)")
 
@@ -78,9 +79,10 @@ def cmd_finetune(args) -> int:
     config = FinetuneConfig(
         output_dir=args.output_dir, model=args.model, epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=args.learning_rate, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
-        warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, grad_accum=args.grad_accum,
+        warmup_ratio=args.warmup_ratio, grad_accum=args.grad_accum,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, seed=args.seed,
         mixed_precision=args.mixed_precision, keep_checkpoints=args.keep_checkpoints, progress=not args.no_progress,
+        **({} if args.weight_decay is None else {"weight_decay": args.weight_decay}),
     )
     report = finetune(task_options(args), config, resume=args.resume, overwrite=args.overwrite)
     if not report:  # a second process of a multi-process run: the main one reports

@@ -25,9 +25,14 @@ BiLSTM on the gold labels alone (the no-distillation baseline) and never runs th
 Augmented rows carry the label of the row they came from, so mix in the hard term only with
 care on augmented data.
 
-Optimiser: Adadelta (lr 1.0, rho 0.95, constant rate), as the paper; ``--optimizer adamw``
-(lr 1e-3, linear warmup and decay) is available. Other defaults: batch 50 (the paper's),
-10 epochs, no weight decay, the best dev epoch kept. The saved student is a BiLSTM folder
+Optimiser: Adadelta (lr 1.0, rho 0.95, eps 1e-6, constant rate, no gradient clipping, no
+weight decay), as the paper; ``--optimizer adamw`` (lr 1e-3, linear warmup and decay, gradient
+norm clipped to 1.0) is available. Adadelta must not be clipped together with weight decay:
+its weight decay is an L2 term added to the gradient *after* clipping, and with the gradient of
+the ~760k parameters (SST-2, GloVe 50d) clipped to norm 1, that term (0.01 ||theta|| = 4.4 at
+the first step) outweighed it: the weights shrank (||theta|| 439 -> 111 in two epochs) and the
+loss rose instead of falling (BENCHMARKS.md). Other defaults: batch 50
+(the paper's), 10 epochs, the best dev epoch kept. The saved student is a BiLSTM folder
 (``config.json``, ``model.safetensors``, ``vocab.txt``) that :func:`kdbert.models.bilstm.load_bilstm`
 reads and ``kdbert evaluate`` / ``kdbert bench`` accept.
 """
@@ -82,12 +87,16 @@ class BiLSTMDistillConfig(MethodConfig):
                           float, "losses")
     optimizer: str = option("adadelta", "adadelta (rho 0.95, constant lr 1.0; the paper's) or adamw (lr 1e-3, "
                                         "linear schedule)", type=str, group="losses", choices=("adadelta", "adamw"))
+    max_grad_norm: float | None = option(None, "clip the gradient's norm to this before each step; 0 = no clipping "
+                                               "(default: none with adadelta, as the paper; 1.0 with adamw)",
+                                         in_range(0, 1e9), float, "losses")
     logits_cache: str | None = option(None, "folder for the teacher's stored logits (default: beside the "
                                             "training file; ~/.cache/kdbert/teacher-logits when that folder is "
                                             "read-only)", group="models")
 
     def task_defaults(self, task: str) -> dict:
-        return {"epochs": 10.0, "batch_size": 50, "learning_rate": OPTIMIZER_RATES[self.optimizer]}
+        return {"epochs": 10.0, "batch_size": 50, "learning_rate": OPTIMIZER_RATES[self.optimizer],
+                "max_grad_norm": 0.0 if self.optimizer == "adadelta" else 1.0}
 
     def check(self) -> None:
         super().check()
@@ -198,7 +207,8 @@ def build_task_plan(ctx: DistillContext) -> Plan:
     matches = bilstm_matches(config.alpha)
     train = TRAINED_WITHOUT_EMBEDDINGS if config.freeze_embeddings else ("student.*",)
     stage = task_stage("bilstm", config, matches, ctx, optimizer=config.optimizer, train=train,
-                       schedule="constant" if config.optimizer == "adadelta" else "linear")
+                       schedule="constant" if config.optimizer == "adadelta" else "linear",
+                       max_grad_norm=config.max_grad_norm or None)
     frozen = {"teacher": StoredTeacherLogits()} if config.alpha > 0 else {}
     return Plan({"student": ctx.student.model}, frozen, [stage],
                 report={"loss": {"alpha": config.alpha, "distill": "squared_l2", "optimizer": config.optimizer,
