@@ -195,9 +195,9 @@ def counting(monkeypatch):
     seen = []
     run = teacher_logits._run_teacher
 
-    def wrapped(model, tokenizer, examples, max_seq_len, batch_size):
+    def wrapped(model, tokenizer, examples, *settings):
         seen.extend(examples)
-        return run(model, tokenizer, examples, max_seq_len, batch_size)
+        return run(model, tokenizer, examples, *settings)
 
     monkeypatch.setattr(teacher_logits, "_run_teacher", wrapped)
     return seen
@@ -261,6 +261,5 @@ def test_bad_input_is_one_line_with_exit_2(env, tmp_path, capsys):
 def test_augment_bilstm_refuses_tinybert_settings(env, capsys):
     code = main(["augment", "--method", "bilstm", "--task", "sst2", "--data-dir", str(env["root"]), "--p", "0.3"])
     assert code == 2 and "--p is not an option of --method bilstm" in capsys.readouterr().err
-    code = main(["augment", "--method", "bilstm", "--task", "sst2", "--data-dir", str(env["root"]), "--dtype",
-                 "bfloat16"])
-    assert code == 2 and "--dtype is not an option of --method bilstm" in capsys.readouterr().err
+    code = main(["augment", "--method", "bilstm", "--task", "sst2", "--data-dir", str(env["root"]), "--top-k", "5"])
+    assert code == 2 and "--top-k is not an option of --method bilstm" in capsys.readouterr().err

@@ -307,8 +307,8 @@ def cmd_augment(args) -> int:
 
     own, foreign = ((BILSTM_AUGMENT_OPTIONS, TINYBERT_AUGMENT_OPTIONS) if args.method == "bilstm"
                     else (TINYBERT_AUGMENT_OPTIONS, BILSTM_AUGMENT_OPTIONS))
-    if args.method == "bilstm":
-        foreign += TINYBERT_AUGMENT_SETTINGS
+    if args.method == "bilstm":  # --dtype: the teacher's labelling precision there
+        foreign += tuple(name for name in TINYBERT_AUGMENT_SETTINGS if name != "dtype")
     given = [name for name in foreign if getattr(args, name) is not None]
     if given:
         raise KdbertError(f"--{given[0].replace('_', '-')} is not an option of --method {args.method}; remove it")
@@ -316,7 +316,7 @@ def cmd_augment(args) -> int:
         options = {name: getattr(args, name) for name in own if getattr(args, name) is not None}
         result = augment_task_bilstm(task_options(args), args.output, seed=args.seed, max_rows=args.max_rows,
                                      batch_size=args.batch_size, device=args.device, num_workers=args.num_workers,
-                                     **options)
+                                     teacher_dtype=args.dtype or "float32", **options)
         print(f"augmented {result['input_rows']} rows ({', '.join(map(str, result['columns']))}) -> "
               f"{result['output_rows']} rows in {result['output']} ({result['seconds']:.0f}s, "
               f"{result['examples_per_second']:.1f} examples/s)"
@@ -491,7 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=int, default=1, help="worker processes (bilstm: for POS tagging)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"],
                    help="tinybert: MLM precision (default float32): bfloat16 is ~2-3x faster on CPUs with AMX "
-                        "and on GPUs; some candidates differ, also between batch sizes / worker counts")
+                        "and on GPUs; some candidates differ, also between batch sizes / worker counts. bilstm: "
+                        "the --teacher's labelling precision (bfloat16 under autocast; logits stored in float32, "
+                        "in a store of their own: distil with --teacher-dtype bfloat16 to use them)")
     p.add_argument("--device", help="where the MLM runs (default: cuda when available, else cpu)")
     p.add_argument("--seed", type=int, default=42, help="random seed (in float32 the output is identical for any "
                                                          "batch size or worker count)")

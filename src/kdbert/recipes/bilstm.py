@@ -6,9 +6,10 @@ the training texts (augmented rows included, ``--min-count``), with embeddings i
 teacher's tokens, so this recipe provides :func:`task_inputs` (the front's hook for students
 with their own inputs) instead of ``initial_student``:
 
-1. the teacher labels every training row once (:func:`kdbert.data.teacher_logits.label_with_teacher`):
-   its logits are stored beside the training file (``--logits-cache`` elsewhere) keyed by the
-   teacher's identity and each row's texts, and reused by later runs, seeds and student sizes;
+1. the teacher labels every training row once (:func:`kdbert.data.teacher_logits.label_with_teacher`,
+   ``--teacher-dtype bfloat16`` under bf16 autocast): its logits are stored beside the training
+   file (``--logits-cache`` elsewhere) keyed by the teacher's identity and each row's texts, and
+   reused by later runs, seeds and student sizes;
 2. batches carry the student's word ids and those stored logits (``batch["teacher_logits"]``),
    and the teacher in the plan is :class:`StoredTeacherLogits`, which returns them: the real
    teacher never runs during training.
@@ -90,6 +91,10 @@ class BiLSTMDistillConfig(MethodConfig):
     max_grad_norm: float | None = option(None, "clip the gradient's norm to this before each step; 0 = no clipping "
                                                "(default: none with adadelta, as the paper; 1.0 with adamw)",
                                          in_range(0, 1e9), float, "losses")
+    teacher_dtype: str = option("float32", "precision of the teacher when it labels the training rows: float32, or "
+                                           "bfloat16 (autocast; faster on CPUs with AVX-512 BF16/AMX; logits "
+                                           "stored in float32, apart from the float32 ones)", type=str,
+                                group="models", choices=("float32", "bfloat16"))
     logits_cache: str | None = option(None, "folder for the teacher's stored logits (default: beside the "
                                             "training file; ~/.cache/kdbert/teacher-logits when that folder is "
                                             "read-only)", group="models")
@@ -174,9 +179,10 @@ def task_inputs(method, teacher, tokenizer, data, rows, max_seq_len: int, config
         started = time.time()
         teacher.to("cuda" if torch.cuda.is_available() else "cpu")
         logits = label_with_teacher(teacher, tokenizer, [row.texts for row in rows], base, max_seq_len,
-                                    num_labels=spec.num_labels)
-        report["teacher_logits"] = {"store": str(store_path(base, teacher_identity(teacher, tokenizer, max_seq_len))),
-                                    "rows": len(rows), "seconds": round(time.time() - started, 1)}
+                                    num_labels=spec.num_labels, dtype=config.teacher_dtype)
+        identity = teacher_identity(teacher, tokenizer, max_seq_len, config.teacher_dtype)
+        report["teacher_logits"] = {"store": str(store_path(base, identity)), "rows": len(rows),
+                                    "dtype": config.teacher_dtype, "seconds": round(time.time() - started, 1)}
     train_set = encode_for_distillation(rows, vocab, spec.is_pair, teacher_logits=logits, max_words=config.max_words)
     origin = f"BiLSTM from {len(rows)} training rows" + (f" and {config.word_vectors}" if config.word_vectors else "")
     return TaskInputs(Student(model, origin), train_set, DistillationCollator(regression=spec.is_regression),
