@@ -99,8 +99,15 @@ def run_variant(task: str, variant: str, seed: int, train_file: Path, args, teac
             "epochs": report["options"]["epochs"], "student": report["student"],
             "teacher_logits": report.get("teacher_logits"),
             "teacher_dtype": args.teacher_dtype if variant != "labels" else None,
+            **({"augment": {"rows": args.aug_rows, "n_iter": args.n_iter, "record": augment_key(task, args)}}
+               if variant == "kd_aug" else {}),
             "wall_seconds": round(time.time() - started, 1),
             "command": relative(options), **machine_info()}
+
+
+def augment_key(task: str, args) -> str:
+    """The record of the augmented file ``train_aug_<rows>_n<n_iter>.tsv`` (one slash: not a run)."""
+    return f"{task}/augment-{args.aug_rows}-n{args.n_iter}"
 
 
 def runs_dir(args) -> Path:
@@ -124,7 +131,7 @@ def main() -> None:
     parser.add_argument("--word-vectors", default=str(GLOVE))
     parser.add_argument("--train-rows", type=int, default=8000, help="training rows of labels / kd")
     parser.add_argument("--aug-rows", type=int, default=8000, help="rows augmented for kd_aug")
-    parser.add_argument("--n-iter", type=int, default=5, help="augmented versions per row (the paper: 20)")
+    parser.add_argument("--n-iter", type=int, default=20, help="augmented versions per row (the paper's 20)")
     parser.add_argument("--epochs", type=float, default=10)
     parser.add_argument("--aug-epochs", type=float, default=3)
     parser.add_argument("--teacher-dir", default="runs/teacher-{task}",
@@ -153,7 +160,7 @@ def main() -> None:
             kdbert("augment", "--method", "bilstm", "--task", task, "--data-dir", args.data_dir, "--max-rows",
                    str(args.aug_rows), "--n-iter", str(args.n_iter), "--nltk-data", str(NLTK_DATA), "--teacher",
                    str(teacher), "--dtype", args.teacher_dtype, "--output", str(aug_file))
-            save_result(name, f"{task}/augment", {"task": task, "rows": args.aug_rows, "n_iter": args.n_iter,
+            save_result(name, augment_key(task, args), {"task": task, "rows": args.aug_rows, "n_iter": args.n_iter,
                                                    "output_rows": sum(1 for _ in open(aug_file)) - (task != "cola"),
                                                    "teacher_dtype": args.teacher_dtype,
                                                    "seconds": round(time.time() - started, 1), **machine_info()})

@@ -839,7 +839,8 @@ def bilstm_distill_section() -> list[str]:
         teacher = results[f"{task}/teacher"]["score"]
         scores = {v: [r["score"] for r in mine if r["variant"] == v] for v in ("labels", "kd", "kd_aug")}
         by_variant = {r["variant"]: r for r in mine}
-        aug = results.get(f"{task}/augment", {})
+        # the kd_aug runs name their augmented file's record; older runs used {task}/augment
+        aug = results.get(by_variant.get("kd_aug", {}).get("augment", {}).get("record", f"{task}/augment"), {})
         share = f"{100 * mean_std(scores['kd_aug'])[0] / teacher:.1f}%" if scores["kd_aug"] else "-"
         seeds = sorted({r["seed"] for r in mine})
         lines.append(
