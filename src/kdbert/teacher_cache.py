@@ -69,9 +69,10 @@ FEATURE_DTYPE = torch.bfloat16
 SHARD_GLOB = "shard-*.safetensors"
 # What a row's key covers; a batch carrying any other tensor for the teacher is not cached.
 KEYED_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
-# Config entries that name where a teacher came from, not what it computes.
+# Config entries that name where a teacher came from or its labels, not what its forward computes
+# (``problem_type`` only picks the loss HF computes when given labels, which the teacher never is).
 UNKEYED_CONFIG = ("_name_or_path", "transformers_version", "architectures", "_attn_implementation",
-                  "_attn_implementation_autoset", "_commit_hash")
+                  "_attn_implementation_autoset", "_commit_hash", "id2label", "label2id", "problem_type")
 
 
 def teacher_fingerprint(model: torch.nn.Module, max_seq_len: int) -> str:
