@@ -189,8 +189,8 @@ def test_features_are_served_rounded_to_bf16_on_every_position_a_loss_reads(env,
         assert served.attention_scores[layer - 1].shape == computed.attention_scores[layer - 1].shape
         torch.testing.assert_close(served.attention_scores[layer - 1], computed.attention_scores[layer - 1],
                                    rtol=2 ** -8, atol=1e-6)
-        reference = [losses.attention_mse(torch.zeros_like(t.attention_scores[layer - 1]), t.attention_scores[layer - 1],
-                                          batch["attention_mask"]) for t in (served, computed)]
+        scores = [t.attention_scores[layer - 1] for t in (served, computed)]
+        reference = [losses.attention_mse(torch.zeros_like(t), t, batch["attention_mask"]) for t in scores]
         torch.testing.assert_close(reference[0], reference[1], rtol=2 ** -7, atol=0)
     assert served.hidden_states[1] is None  # layers no match reads are not stored
     # a longer batch than `short` was stored for is a miss
