@@ -185,13 +185,18 @@ def test_features_are_served_rounded_to_bf16_on_every_position_a_loss_reads(env,
         computed = trace(teacher, batch, with_attention=True, role="teacher")
     for layer in (0, 2, 4):  # every position, padded ones included (the reference reductions read them)
         torch.testing.assert_close(served.hidden_states[layer], computed.hidden_states[layer], rtol=2 ** -8, atol=1e-6)
+    keys = batch["attention_mask"].bool()[:, None, None, :]  # (B, 1, 1, L): real keys
     for layer in (2, 4):
-        assert served.attention_scores[layer - 1].shape == computed.attention_scores[layer - 1].shape
-        torch.testing.assert_close(served.attention_scores[layer - 1], computed.attention_scores[layer - 1],
-                                   rtol=2 ** -8, atol=1e-6)
         scores = [t.attention_scores[layer - 1] for t in (served, computed)]
-        reference = [losses.attention_mse(torch.zeros_like(t), t, batch["attention_mask"]) for t in scores]
-        torch.testing.assert_close(reference[0], reference[1], rtol=2 ** -7, atol=0)
+        assert scores[0].shape == scores[1].shape
+        # real keys (padded query rows included) as computed, rounded; padded keys at the mask value
+        torch.testing.assert_close(scores[0] * keys, scores[1] * keys, rtol=2 ** -8, atol=1e-6)
+        assert (~keys).any() and torch.equal(scores[0].masked_select(~keys).unique(), torch.tensor([-10000.0]))
+        student = torch.randn_like(scores[1]) + (~keys) * -10000.0
+        for reduction in ("tinybert-reference", "masked-mean"):
+            values = [losses.attention_mse(student, t, batch["attention_mask"], reduction) for t in scores]
+            torch.testing.assert_close(values[0], values[1], rtol=2 ** -7, atol=0)
+        torch.testing.assert_close(scores[0].softmax(-1), scores[1].softmax(-1), rtol=0, atol=2e-3)
     assert served.hidden_states[1] is None  # layers no match reads are not stored
     # a longer batch than `short` was stored for is a miss
     assert not cache.has(cache.row_keys(batch)[0], fields, lengths[long] + 1)

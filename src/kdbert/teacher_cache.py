@@ -22,7 +22,8 @@ Fields of an entry, each a tensor named ``<key>/<field>`` in a shard::
     logits       (C,)        as computed (float32 in a float32 run)
     cls.<l>      (1, d)      [CLS] state of hidden layer l (PKD's patient loss), as computed
     hidden.<l>   (S, d)      output of hidden layer l, 0 = embeddings               bfloat16
-    scores.<l>   (H, S, S)   pre-softmax attention scores of layer l >= 1          bfloat16
+    scores.<l>   (H, S, n)   pre-softmax attention scores of layer l >= 1 on the   bfloat16
+                             row's n real keys
 
 Hidden states and attention scores are stored in bfloat16, which rounds them (8 bits of
 mantissa: a relative error up to 2^-9; the -10000 masked score becomes -9984), and are served as
@@ -32,7 +33,10 @@ the batch the row was computed in (at least its real length): padded positions a
 TinyBERT's reference reductions read them (padded query rows, hidden states of pad tokens). A pad
 token attends to real tokens only and no real token attends to a pad, so those values do not
 depend on how far the batch is padded: a row stored at length ``S`` serves any batch of length
-``L <= S`` (trimmed to ``L``), and is a miss in a longer batch.
+``L <= S`` (trimmed to ``L``), and is a miss in a longer batch. Scores on padded keys are not
+stored: they are served as ``MASKED_SCORE`` (-10000), the trace's mask convention, which every
+loss reads as "masked" (the reference reduction zeroes scores <= -100, masked-mean leaves them
+out, a softmax gives them 0), while the teacher's own values there are -10000 plus a raw score.
 
 Per batch: rows whose entry holds every field the stage reads (long enough) are hits. All hits:
 the teacher does not run, the :class:`~kdbert.models.trace.Trace` is assembled from the cache.
@@ -62,7 +66,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from kdbert.errors import KdbertError
-from kdbert.models.trace import Trace, model_batch, trace
+from kdbert.models.trace import MASKED_SCORE, Trace, model_batch, trace
 
 FORMAT = "kdbert-teacher-cache-1"
 FEATURE_DTYPE = torch.bfloat16
@@ -130,8 +134,8 @@ def _by_length(field: str) -> bool:
 
 
 def _stored_length(field: str, shape) -> int:
-    """``S`` of a stored field: hidden (S, d), scores (H, S, S); 0 for fields without a length."""
-    return int(shape[0]) if field.startswith("hidden.") else int(shape[-1]) if field.startswith("scores.") else 0
+    """``S`` of a stored field: hidden (S, d), scores (H, S, n); 0 for fields without a length."""
+    return int(shape[0]) if field.startswith("hidden.") else int(shape[1]) if field.startswith("scores.") else 0
 
 
 def _row_value(computed: Trace, field: str, row: int) -> torch.Tensor:
@@ -140,7 +144,8 @@ def _row_value(computed: Trace, field: str, row: int) -> torch.Tensor:
     if kind == "logits":
         value, dtype = computed.require("logits", "teacher")[row], None
     elif kind == "scores":
-        value, dtype = computed.require("attention_scores", "teacher")[int(layer) - 1][row], FEATURE_DTYPE
+        real = int(computed.attention_mask[row].sum())  # keys past it are padding
+        value, dtype = computed.require("attention_scores", "teacher")[int(layer) - 1][row, :, :, :real], FEATURE_DTYPE
     else:
         states = computed.require("hidden_states", "teacher")[int(layer)][row]
         value, dtype = (states[:1], None) if kind == "cls" else (states, FEATURE_DTYPE)
@@ -296,7 +301,8 @@ class TeacherCache:
     def assemble(self, keys: list[str], fields: list[str], inputs: dict, model_class: str) -> Trace:
         """The teacher's trace of a batch whose rows are all stored: ``logits`` (B, C) as
         computed; ``hidden_states[l]`` (B, L, d) float32, or (B, 1, d) as computed when only its
-        [CLS] is read; ``attention_scores[l - 1]`` (B, H, L, L) float32; layers not read are ``None``."""
+        [CLS] is read; ``attention_scores[l - 1]`` (B, H, L, L) float32, ``MASKED_SCORE`` on padded
+        keys; layers not read are ``None``."""
         length, device = inputs["input_ids"].shape[1], inputs["input_ids"].device
         hidden: list = [None] * (self.depth + 1)
         scores: list = [None] * self.depth
@@ -309,7 +315,10 @@ class TeacherCache:
             elif kind == "cls":
                 hidden[int(layer)] = torch.stack(rows).to(device)
             elif kind == "scores":
-                scores[int(layer) - 1] = torch.stack([r[:, :length, :length] for r in rows]).to(device, torch.float32)
+                batch = torch.full((len(rows), rows[0].shape[0], length, length), MASKED_SCORE)
+                for i, r in enumerate(rows):
+                    batch[i, :, :, :r.shape[-1]] = r[:, :length]
+                scores[int(layer) - 1] = batch.to(device)
             else:
                 hidden[int(layer)] = torch.stack([r[:length] for r in rows]).to(device, torch.float32)
         mask = inputs.get("attention_mask")
