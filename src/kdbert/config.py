@@ -142,6 +142,20 @@ class MethodConfig(TrainOptions):
         return config
 
 
+@dataclass
+class TeacherCacheOptions:
+    """Task distillation's teacher-output cache (:mod:`kdbert.teacher_cache`), for every method whose
+    stages run an HF teacher per batch. Off by default; a folder shared by runs (seeds, methods)
+    reuses their teacher outputs."""
+
+    teacher_cache: str | None = option(None, "folder of stored teacher outputs, reused across epochs, stages, "
+                                             "seeds and runs (keyed by teacher, tokens and precision)",
+                                       group="teacher cache")
+    teacher_cache_features: bool = option(False, "also store the hidden states and attention scores a stage "
+                                                 "matches (bf16, which rounds them) and [CLS] states (exact)",
+                                          type=bool, group="teacher cache")
+
+
 # ----------------------------------------------------------------------------- building
 def config_fields(cls) -> dict[str, Any]:
     return {f.name: f for f in fields(cls)}

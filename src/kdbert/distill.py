@@ -29,6 +29,7 @@ from kdbert.io import write_json
 from kdbert.methods import method_config, recipe
 from kdbert.models.loading import check_vocabulary, load_sequence_classifier, load_tokenizer, resolve_model_path
 from kdbert.recipes.base import DistillContext, Plan, TaskInputs
+from kdbert.teacher_cache import TeacherCache
 from kdbert.trainer import RunConfig, Trainer, is_main_process, prepare_output_dir
 
 
@@ -40,7 +41,8 @@ def _config(options, general: bool):
 
 def _identity(command: str, config, **extra) -> dict:
     """What a resumed run must share with the original (the marker ``run_config.json``)."""
-    values = {k: v for k, v in asdict(config).items() if k != "no_progress"}
+    # the cache folder changes where the teacher's outputs come from, not what they are
+    values = {k: v for k, v in asdict(config).items() if k not in ("no_progress", "teacher_cache")}
     return {"command": command, "method": config.method, **extra, **values}
 
 
@@ -60,11 +62,38 @@ def projection_report(plan: Plan, trainer: Trainer) -> dict | None:
             "parameters": sum(p.numel() for p in projections.parameters()), "loaded_from_student": loaded}
 
 
-def _train(plan: Plan, run: RunConfig, collator, tokenizer, resume: bool, evaluator=None) -> tuple[dict, dict]:
+def open_teacher_cache(config, plan: Plan, max_seq_len: int) -> TeacherCache | None:
+    """The ``--teacher-cache`` of a task distillation, attached to the plan's stages that run the
+    teacher (``None`` without the option, or when no stage runs it); announced on stdout."""
+    folder = getattr(config, "teacher_cache", None)
+    if not folder:
+        if getattr(config, "teacher_cache_features", False):
+            raise KdbertError("--teacher-cache-features needs --teacher-cache DIR (where the outputs are kept)")
+        return None
+    if "teacher" not in plan.frozen:
+        print("teacher cache: no stage runs the teacher; nothing to cache")
+        return None
+    cache = TeacherCache(folder, plan.frozen["teacher"], max_seq_len, features=config.teacher_cache_features)
+    cache.attach(plan.stages)
+    if is_main_process():
+        print(cache.describe_start())
+    return cache
+
+
+def _train(plan: Plan, run: RunConfig, collator, tokenizer, resume: bool, evaluator=None,
+           cache: TeacherCache | None = None) -> tuple[dict, dict]:
     trainer = Trainer(plan.modules, plan.stages, run, collator, frozen=plan.frozen, evaluator=evaluator,
                       tokenizer=tokenizer)
-    train_report = trainer.train(resume=resume)
+    try:
+        train_report = trainer.train(resume=resume)
+    finally:  # an interrupted run keeps what it computed
+        if cache is not None:
+            cache.close()
     report = dict(plan.report)
+    if cache is not None:
+        report["teacher_cache"] = cache.report()
+        if is_main_process():
+            print(cache.describe_end())
     projections = projection_report(plan, trainer)
     if projections is not None or "projections" in report:
         report["projections"] = {**(report.get("projections") or {}), **(projections or {"count": 0})}
@@ -114,9 +143,10 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     context = DistillContext(teacher, inputs.student, tokenizer, spec, inputs.train_set, config, config.seed)
     plan = method.build_task_plan(context)
     identity = _identity("distill task", _config(options, general=False), task=task.task, train_file=task.train_file)
+    cache = open_teacher_cache(config, plan, max_seq_len)
     out = prepare_output_dir(output_dir, identity, resume, overwrite)
     train_report, plan_report = _train(plan, _run_config(out, config), inputs.collator, inputs.saved_with_student,
-                                       resume, inputs.evaluator)
+                                       resume, inputs.evaluator, cache)
     if not is_main_process():
         return {}
     report = {

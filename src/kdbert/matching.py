@@ -234,16 +234,29 @@ class MatchLoss:
         self.uses_teacher = any(m.target == "teacher" for m in self.matches)
         self.student_attention = any(m.feature in ATTENTION for m in self.matches)
         self.teacher_attention = any(m.feature in ATTENTION and m.target == "teacher" for m in self.matches)
+        self.teacher_cache = None  # (cache, stage name, fields): see use_teacher_cache
+
+    def use_teacher_cache(self, cache, stage: str, fields: list[str]) -> None:
+        """Trace the teacher through ``cache`` (:class:`kdbert.teacher_cache.TeacherCache`), which
+        keeps ``fields`` (what this loss's teacher matches read) under ``stage``'s counters."""
+        self.teacher_cache = (cache, stage, fields)
 
     @property
     def projection_names(self) -> list[str]:
         return list(dict.fromkeys(m.projection_name for m in self.matches if m.projection))
 
-    def traces(self, parts, frozen, batch) -> tuple[Trace, Trace | None]:
+    def traces(self, parts, frozen, batch, cached: bool = True) -> tuple[Trace, Trace | None]:
+        """Student and teacher traces of ``batch``; the teacher's from the cache when one is set
+        and ``cached`` (``setup``, outside the training loop's autocast, does not use it)."""
         teacher_trace = None
         if self.uses_teacher:
             with torch.no_grad():
-                teacher_trace = trace(frozen["teacher"], batch, with_attention=self.teacher_attention, role="teacher")
+                if self.teacher_cache is not None and cached:
+                    cache, stage, fields = self.teacher_cache
+                    teacher_trace = cache.trace(frozen["teacher"], batch, fields, self.teacher_attention, stage)
+                else:
+                    teacher_trace = trace(frozen["teacher"], batch, with_attention=self.teacher_attention,
+                                          role="teacher")
         return trace(parts["student"], batch, with_attention=self.student_attention, role="student"), teacher_trace
 
     def setup(self, parts: nn.ModuleDict, frozen: dict, batch: dict) -> None:
@@ -256,7 +269,7 @@ class MatchLoss:
         was_training = student.training
         student.eval()
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            student_trace, teacher_trace = self.traces(parts, frozen, batch)
+            student_trace, teacher_trace = self.traces(parts, frozen, batch, cached=False)
         student.train(was_training)
         if "projections" not in parts:
             parts["projections"] = nn.ModuleDict()

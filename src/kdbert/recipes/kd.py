@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kdbert.config import UNIT, MethodConfig, in_range, option
+from kdbert.config import UNIT, MethodConfig, TeacherCacheOptions, in_range, option
 from kdbert.data.tasks import TaskSpec
 from kdbert.models.students import STUDENT_INITS
 from kdbert.recipes.base import (
@@ -55,7 +55,7 @@ TEMPERATURE = in_range(0, 1e4, low_open=True, what="a positive temperature (at m
 
 
 @dataclass
-class LogitKDConfig(MethodConfig):
+class LogitKDConfig(TeacherCacheOptions, MethodConfig):
     """Options of every method whose task loss is classic KD (KD, PKD, DistilBERT (D))."""
 
     alpha: float = option(0.7, "weight of the soft-target term; the hard-label term gets 1 - alpha", UNIT,

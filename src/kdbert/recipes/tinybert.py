@@ -39,7 +39,17 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kdbert.config import EPOCHS, LEARNING_RATE, POSITIVE_INT, MethodConfig, TrainOptions, in_range, option, override
+from kdbert.config import (
+    EPOCHS,
+    LEARNING_RATE,
+    POSITIVE_INT,
+    MethodConfig,
+    TeacherCacheOptions,
+    TrainOptions,
+    in_range,
+    option,
+    override,
+)
 from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
@@ -123,7 +133,7 @@ class IntermediateOptions:
 
 
 @dataclass
-class TinyBertConfig(IntermediateOptions, MethodConfig):
+class TinyBertConfig(IntermediateOptions, TeacherCacheOptions, MethodConfig):
     """TinyBERT task distillation; ``None`` fields take the task's defaults (:func:`task_defaults`)."""
 
     method = "tinybert"
