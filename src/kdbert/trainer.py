@@ -87,7 +87,9 @@ class StageConfig:
 
 
 OPTIMIZERS = {
-    "adamw": lambda groups, lr: torch.optim.AdamW(groups, lr=lr),
+    # fused: one kernel for every parameter instead of a loop of small ops (a tinybert4 step's
+    # AdamW: 164 ms -> 25 ms on one CPU thread); the same update up to float rounding
+    "adamw": lambda groups, lr: torch.optim.AdamW(groups, lr=lr, fused=True),
     "adadelta": lambda groups, lr: torch.optim.Adadelta(groups, lr=lr, rho=0.95, eps=1e-6),
 }
 
