@@ -15,7 +15,8 @@ Needs the teacher from ``benchmarks/teacher_glue.py`` (``runs/teacher-<task>``).
   teacher's scores (``--regression-target teacher``): an augmented row carries the gold score of
   the sentence it came from. ``tinybert-ws-general-task-aug-gold`` keeps the paper's gold targets;
   ``tinybert-ws-general-task-aug-x4`` gets 4x the steps on the augmented file (at the cpu budget
-  the other augmented variants get the steps of the runs on the original rows).
+  the other augmented variants get the steps of the runs on the original rows), and
+  ``tinybert-ws-general-task-x2`` 2x the epochs of every stage on the original rows.
 - PKD/KD issue (3 layers x 384, initialised from teacher layers 1-3): ``l3-finetune``, ``kd``,
   ``pkd-skip``, ``pkd-last``, ``tinybert-l3`` (TinyBERT task distillation into that student); and ``distilbert-d`` (a DistilBERT student initialised from teacher
   layers 0, 2, 4, distilled while fine-tuning), ``distilbert-general-d`` (from ``--distilbert-general``).
@@ -80,6 +81,8 @@ VARIANTS = {
     "tinybert-ws-task": {"method": "tinybert", "student": "tinybert4", "student_init": "teacher-weights",
                          "learning_rate": 1e-4},
     "tinybert-ws-general-task": {"method": "tinybert", "student": "{general_ws_student}", "learning_rate": 1e-4},
+    "tinybert-ws-general-task-x2": {"method": "tinybert", "student": "{general_ws_student}", "learning_rate": 1e-4,
+                                    "epoch_factor": 2},
     "tinybert-ws-general-task-aug": {"method": "tinybert", "student": "{general_ws_student}",
                                      "train_file": "{aug_file}", "learning_rate": 1e-4, "regression_target": "teacher"},
     "tinybert-ws-general-task-aug-gold": {"method": "tinybert", "student": "{general_ws_student}",
@@ -240,13 +243,14 @@ def main() -> None:
             options = {k: v.format(**paths) if isinstance(v, str) else v for k, v in VARIANTS[variant].items()}
             train_file = options.pop("train_file", None)
             aug_step_factor = options.pop("aug_step_factor", 1)
+            epoch_factor = options.pop("epoch_factor", 1)
             options.update(teacher=str(teacher), seed=seed, no_progress=True, mixed_precision=args.mixed_precision)
             if args.budget == "cpu":
-                options.update(max_train_examples=args.max_train_examples, epochs=args.epochs)
+                options.update(max_train_examples=args.max_train_examples, epochs=args.epochs * epoch_factor)
                 if args.learning_rate is not None:
                     options["learning_rate"] = args.learning_rate
                 if options["method"] == "tinybert" and not options.get("skip_intermediate"):
-                    options["intermediate_epochs"] = args.epochs
+                    options["intermediate_epochs"] = args.epochs * epoch_factor
             else:  # the methods' per-task defaults (TinyBERT: the paper's; others: kdbert finetune's)
                 options.pop("learning_rate", None)
             if train_file and args.budget == "cpu":

@@ -68,6 +68,81 @@ def bench_section() -> list[str]:
             format_table(rows), "", f"Command: `{first['command']}`", ""]
 
 
+def _match_summary(described: list[str]) -> str:
+    """``embedding x1 (projected), attention x4, hidden x4 (projected)`` from ``Match.describe()`` lines."""
+    terms: dict[str, list[str]] = {}
+    for line in described:
+        terms.setdefault(line.split(":", 1)[0], []).append(line)
+    return ", ".join(f"{term} x{len(lines)}" + (" (projected)" if all(" via " in x for x in lines) else "")
+                     for term, lines in terms.items())
+
+
+def throughput_section(results_dir: Path | None = None) -> list[str]:
+    """kdbert against TextBrewer on the same distillation step (``benchmarks/throughput.py``)."""
+    results = load_results("throughput", results_dir)
+    if not results:
+        return []
+    lines = ["## Distillation-step throughput: kdbert against TextBrewer", ""]
+    for key, r in sorted(results.items()):
+        peaks = r["matmul_gflops"]
+        flops = r["flops_per_example"]
+        first = flops[next(iter(flops))]
+        peak_text = ", ".join(f"{p} {v['peak']:.0f} GFLOP/s" for p, v in peaks.items())
+        lines += [f"### {r['threads']} thread(s) (`{key}`)", "",
+                  f"TinyBERT's intermediate stage, the same work in both frameworks in one run: teacher {r['teacher']} "
+                  f"-> {r['student']}, batch {r['batch_size']}, every input exactly the stated length (RTE training "
+                  f"pairs truncated to it), MSE terms {_match_summary(first['matches'])} (pre-softmax attention "
+                  f"scores; layer map 1->2, 2->3, 3->5, 4->6), AdamW (lr {r['learning_rate']:g}), clipping at 1.0. "
+                  f"TextBrewer {r['textbrewer']} `GeneralDistiller`; its bf16 rows run its loop under `torch.autocast` "
+                  "(it has no bf16 option). Examples/s over "
+                  f"{r['steps']} optimiser steps after {r['warmup']} warm-up ones, median of {r['rounds']} interleaved "
+                  "round(s) (each round and its 1-minute load average in the last column). GFLOP/s = examples/s x "
+                  "the FLOPs of one step per example (teacher forward + 3 x (student + projections) forward, "
+                  "`kdbert.bench.count_flops`); % of peak against the best square `torch.mm` rate measured in the "
+                  f"same run at the same thread count ({peak_text}).", "",
+                  "FLOPs per example and step: " + "; ".join(
+                      f"{length} tokens {f['step'] / 1e9:.2f} G (teacher {f['teacher_forward'] / 1e9:.2f}, student "
+                      f"{f['student_forward'] / 1e9:.2f}, projections {f['projections_forward'] / 1e9:.3f})"
+                      for length, f in flops.items()) + ".", ""]
+        if r["load_average_max"] > r["threads"]:
+            lines += [f"**Measured while the machine was shared** (1-minute load average {r['load_average_min']:.1f}"
+                      f"-{r['load_average_max']:.1f} on {r['threads']} thread(s)): rerun the command on an idle "
+                      "machine before reading these values.", ""]
+        lines += ["| framework | precision | tokens | examples/s | vs TextBrewer, same precision | vs TextBrewer fp32 "
+                  "| GFLOP/s | % of peak | rounds (examples/s, load) |", "|---|---|---|---|---|---|---|---|---|"]
+        order = {"textbrewer": 0, "kdbert": 1}
+        rows = sorted(r["rows"], key=lambda x: (x["seq_len"], x["precision"] != "fp32", order.get(x["framework"], 2)))
+
+        def ratio(value):
+            return f"{value:.2f}x" if value is not None else "-"
+
+        for row in rows:
+            runs = ", ".join(f"{x['examples_per_s']:.1f} ({x['load_before']:.1f})" for x in row["runs"])
+            lines.append(f"| {row['framework']} | {row['precision']} | {row['seq_len']} | "
+                         f"{row['examples_per_s']:.1f} | {ratio(row['vs_textbrewer_same_precision'])} | {ratio(row['vs_textbrewer_fp32'])} | "
+                         f"{row['gflops']:.0f} | {row['percent_of_peak']:.0f}% | {runs} |")
+        kdbert = [x for x in rows if x["framework"] == "kdbert"]
+        goals = []
+        fastest = {}
+        for x in kdbert:
+            if x["seq_len"] not in fastest or x["examples_per_s"] > fastest[x["seq_len"]]["examples_per_s"]:
+                fastest[x["seq_len"]] = x
+        against_fp32 = [x["vs_textbrewer_fp32"] for x in fastest.values() if x["vs_textbrewer_fp32"] is not None]
+        same = [x["vs_textbrewer_same_precision"] for x in kdbert if x["vs_textbrewer_same_precision"] is not None]
+        if against_fp32:
+            listed = ", ".join(f"{v:.2f}x" for v in against_fp32)
+            goals.append(f">= 3x TextBrewer's examples/s: {'met' if min(against_fp32) >= 3 else 'not met'} by kdbert's "
+                         f"fastest setting against TextBrewer in fp32 ({listed}); "
+                         f"at the same precision {', '.join(f'{v:.2f}x' for v in same)}")
+        bf16 = [x["percent_of_peak"] for x in kdbert if x["precision"] == "bf16"]
+        if bf16:
+            goals.append(f">= 50% of the bf16 matmul peak for kdbert's bf16 step: "
+                         f"{'met' if min(bf16) >= 50 else 'not met'} ({', '.join(f'{v:.0f}%' for v in bf16)})")
+        if goals:
+            lines += ["", "The issue's targets: " + "; ".join(goals) + "."]
+        lines += ["", f"Machine: {r['machine']}, torch {r['torch']}; date {r['date']}. Command: `{r['command']}`.", ""]
+    return lines
+
 TINYBERT_VARIANTS = [("tinybert4-finetune", "tinybert4 fine-tuned, no distillation"),
                      ("tinybert-task-lr3e-5", "TinyBERT task distillation, paper's prediction lr 3e-5"),
                      ("tinybert-task", "TinyBERT task distillation only"),
@@ -870,6 +945,71 @@ def bilstm_distill_section() -> list[str]:
     return lines
 
 
+PRECISION_VARIANTS = [("kd", "KD (Hinton), 3 layers x 384"), ("tinybert-ws-task", "TinyBERT task distillation, "
+                                                                   "tinybert4 from teacher weights")]
+
+
+def _runs(results: dict, task: str, variant: str) -> list[dict]:
+    return [r for r in results.values() if r["task"] == task and r["variant"] == variant]
+
+
+def precision_section() -> list[str]:
+    """bf16 autocast against float32 on the same runs (the evidence for the default precision)."""
+    results = load_results("distill")
+    pairs = [(task, variant, label) for task in TASK_ORDER for variant, label in PRECISION_VARIANTS
+             if _runs(results, task, variant + "+bf16") and _runs(results, task, variant)]
+    if not pairs:
+        return []
+    lines = ["## bfloat16 autocast against float32 (dev)", "",
+             "The same runs (options, seeds 42-44, teacher) in float32 and under bf16 autocast "
+             "(`--mixed-precision bf16`), at the cpu budget of the tables above. A bf16 mean counts as the same "
+             "score when it is within one std of the float32 seeds.", "",
+             "| task | method | float32 | bf16 | difference | verdict | mean wall time fp32 / bf16 |",
+             "|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for task, variant, label in pairs:
+        fp32, bf16 = _runs(results, task, variant), _runs(results, task, variant + "+bf16")
+        (m32, s32), (m16, _) = (mean_std([r["metrics"]["score"] for r in runs]) for runs in (fp32, bf16))
+        delta = m16 - m32
+        within = s32 is not None and abs(delta) <= s32
+        verdicts.append(within)
+        wall = [sum(r["wall_seconds"] for r in runs) / len(runs) for runs in (fp32, bf16)]
+        lines.append(f"| {task} | {label} | {format_mean_std([r['metrics']['score'] for r in fp32])} | "
+                     f"{format_mean_std([r['metrics']['score'] for r in bf16])} | {delta:+.1f} | "
+                     f"{'within 1 std' if within else 'beyond 1 std' if s32 is not None else 'one seed'} | "
+                     f"{wall[0]:.0f} s / {wall[1]:.0f} s |")
+    first = next(iter(r for r in results.values() if r["variant"].endswith("+bf16")))
+    lines += ["", f"{sum(verdicts)} of {len(verdicts)} bf16 means within one std of float32. Wall times: one thread "
+              "per run, two runs side by side; the bf16 runs shared the machine with other jobs, so their wall "
+              "times are not a speed measurement (the section 'Distillation step throughput' is). "
+              f"Machine: {first['machine']}, {first['date']}. Command: `python benchmarks/distill_glue.py --task T "
+              "--variants kd tinybert-ws-task --seeds 42 43 44 --mixed-precision bf16` (CoLA: "
+              "`--max-train-examples 8551 --learning-rate 1e-4`, as its float32 runs).", ""]
+    return lines + _double_steps_lines(results)
+
+
+def _double_steps_lines(results: dict) -> list[str]:
+    """TinyBERT general + task at twice the epochs under bf16, against the float32 row's wall time."""
+    base, doubled = "tinybert-ws-general-task", "tinybert-ws-general-task-x2+bf16"
+    teachers = {r["task"]: r for r in load_results("teacher_glue").values() if not r.get("tuning")}
+    tasks = [t for t in TASK_ORDER if _runs(results, t, doubled) and _runs(results, t, base)]
+    if not tasks:
+        return []
+    lines = ["### TinyBERT from teacher weights + general + task, twice the steps in bf16", "",
+             "| task | float32, recorded row | bf16, 2x the epochs of every stage | kept (fp32 / 2x bf16) | "
+             "mean wall time per run (fp32 / 2x bf16) |", "|---|---|---|---|---|"]
+    for task in tasks:
+        old, new = _runs(results, task, base), _runs(results, task, doubled)
+        scores = [[r["metrics"]["score"] for r in runs] for runs in (old, new)]
+        teacher = teachers[task]["metrics"]["score"]
+        kept = " / ".join(f"{100 * mean_std(s)[0] / teacher:.0f}%" for s in scores)
+        wall = " / ".join(f"{sum(r['wall_seconds'] for r in runs) / len(runs):.0f} s" for runs in (old, new))
+        lines.append(f"| {task} | {format_mean_std(scores[0])} | {format_mean_std(scores[1])} | {kept} | {wall} |")
+    return lines + ["", "Command: `python benchmarks/distill_glue.py --task T --variants tinybert-ws-general-task-x2 "
+                        "--seeds 42 43 44 --mixed-precision bf16` (CoLA: `--max-train-examples 8551 "
+                        "--learning-rate 1e-4`); one thread per run, two runs side by side, as the float32 row.", ""]
+
+
 def main() -> None:
     lines = ["# kdbert benchmarks", "",
              "Generated by `python benchmarks/report.py` from `benchmarks/results/*.json`. "
@@ -884,7 +1024,8 @@ def main() -> None:
              "settings (`recipes/tinybert/<task>.yaml`); for KD, BERT-PKD and DistilBERT they are kdbert's own "
              "fine-tuning defaults (`kdbert finetune --task T`: `kdbert.finetune.TASK_DEFAULTS`), not the budgets "
              "of those papers. No `--budget paper` figure has been recorded yet.", ""]
-    for section in (quickstart_section, rerun_section, deploy_section, teacher_section, bench_section, tinybert_section, augmentation_gpu_section,
+    for section in (quickstart_section, rerun_section, deploy_section, teacher_section, bench_section,
+                    throughput_section, precision_section, tinybert_section, augmentation_gpu_section,
                     pkd_section, general_section, mlm_head_section, augmented_files_section, augment_section,
                     mobilebert_ops_section, mobilebert_ablation_section, bilstm_augment_section, bilstm_distill_section,
                     reruns_section):

@@ -88,7 +88,9 @@ def test_distill_rerun_builds_then_compares_with_the_recorded_seeds(results_dir,
     assert built == [("teacher", "runs/teacher-cola"), ("general", "runs/general-tinybert4-ws")]
     (task, train_file, options, out, resume), = calls
     assert (task, train_file, resume) == ("cola", None, False)
-    assert options == {**done["cola/tinybert-ws-general-task/cpu/seed42"]["options"], "no_progress": True}
+    # recorded before mixed_precision was recorded: those runs were float32
+    assert options == {"mixed_precision": "no", **done["cola/tinybert-ws-general-task/cpu/seed42"]["options"],
+                       "no_progress": True}
     assert out == str(tmp_path / "runs" / "rerun" / "distill-cola-tinybert-ws-general-task-s42")
     assert verdict["reproduced"] and verdict["noise"] == pytest.approx(1.0) and verdict["delta"] == pytest.approx(0.5)
     saved = json.loads((results_dir / "reruns.json").read_text())["distill/cola/tinybert-ws-general-task/cpu/seed42"]
