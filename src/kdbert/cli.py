@@ -49,7 +49,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run")
     group.add_argument("--output-dir", required=True, help="where the model, metrics, logs and checkpoints go")
     group.add_argument("--seed", type=int, default=42, help="random seed (data order, initialisation, dropout)")
-    group.add_argument("--mixed-precision", choices=["auto", "no", "bf16", "fp16"], default="no",
+    group.add_argument("--mixed-precision", choices=["auto", "no", "bf16", "fp16"], default="auto",
                        help="autocast precision: auto = bf16 where the hardware runs it natively (CPUs with "
                             "avx512_bf16/amx_bf16, GPUs with bf16), else float32; fp16 needs a GPU")
     group.add_argument("--threads", type=int, help="CPU threads (default: the cores shared fairly among the kdbert "

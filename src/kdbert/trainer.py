@@ -134,7 +134,7 @@ class RunConfig:
 
     output_dir: str
     seed: int = 42
-    mixed_precision: str = "no"  # or auto, bf16, fp16 (kdbert.runtime.resolve_precision)
+    mixed_precision: str = "auto"  # or no, bf16, fp16 (kdbert.runtime.resolve_precision)
     threads: int | None = None  # None: a fair share of the cores (kdbert.runtime.ThreadShare)
     log_every: int = 20
     save_every: int | None = None
