@@ -1,8 +1,10 @@
 """Distilled BiLSTM on GLUE dev: labels only vs distilled vs distilled + augmentation, and speed.
 
-    OMP_NUM_THREADS=1 python benchmarks/bilstm_distill.py --tasks sst2 --seeds 42
+    OMP_NUM_THREADS=1 python benchmarks/bilstm_distill.py --tasks sst2 mrpc stsb rte cola --seeds 42 43 44
 
-Per task, on the first ``--train-rows`` training rows (written to ``runs/bilstm/<task>/``):
+Per task (single sentences: SST-2, CoLA; sentence pairs through the siamese encoder: MRPC, RTE;
+regression with one output fitted to the teacher's score: STS-B), on the first ``--train-rows``
+training rows (written to ``<--runs-dir>/<task>/``, default ``runs/bilstm``):
 
 - ``labels``: the BiLSTM trained on the gold labels only (``--alpha 0``; the no-KD baseline);
 - ``kd``: the same BiLSTM fitted to the teacher's logits (``--alpha 1``, the paper's loss);
@@ -10,12 +12,15 @@ Per task, on the first ``--train-rows`` training rows (written to ``runs/bilstm/
   (``--n-iter`` versions each, the paper's rules otherwise), labelled by the teacher.
 
 All use GloVe 6B 50d, batch 50, the best dev epoch and ``--optimizer``: Adadelta (lr 1.0, rho
-0.95; the paper's, default) or AdamW (lr 1e-3, linear schedule; rows keyed ``<variant>-adamw``). The teacher is
-``runs/teacher-<task>`` (``kdbert finetune``; its dev score is read from its metrics.json).
+0.95, no clipping, no weight decay; the paper's, default) or AdamW (lr 1e-3, linear schedule;
+rows keyed ``<variant>-adamw``). The teacher is ``--teacher-dir`` (default ``runs/teacher-{task}``,
+a ``kdbert finetune`` folder whose dev score is read from its metrics.json), or per task
+``--teacher TASK=DIR``. ``--teacher-dtype bfloat16`` labels the rows (the costly part: every
+augmented row goes through the teacher once) under bf16 autocast; the logits are stored in
+float32 beside each training file, apart from float32 ones, and reused by every seed.
 Then ``kdbert bench`` compares the ``kd_aug`` student with the teacher (one thread, batch 1).
-Results go to ``benchmarks/results/bilstm_distill.json``; a rerun skips recorded rows and
-resumes an interrupted run (``--resume``); the teacher's logits are stored beside each training
-file and reused.
+Results go to ``benchmarks/results/<--results-name>.json`` (default ``bilstm_distill``); a rerun
+skips recorded rows and resumes an interrupted run (``--resume``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GLOVE = ROOT.parent / "shared" / "data" / "glove" / "glove.6B.50d.txt.gz"
 NLTK_DATA = ROOT.parent / "shared" / "data" / "nltk_data"
 NAME = "bilstm_distill"
+TASKS = ("sst2", "mrpc", "stsb", "rte", "cola")
 
 
 def relative(command: list[str]) -> str:
@@ -74,56 +80,93 @@ def train_loss(report: dict) -> dict:
 
 def run_variant(task: str, variant: str, seed: int, train_file: Path, args, teacher: Path) -> dict:
     tag = "" if args.optimizer == "adadelta" else f"-{args.optimizer}"
-    out = ROOT / "runs" / "bilstm" / task / f"{variant}{tag}-s{seed}"
+    out = runs_dir(args) / task / f"{variant}{tag}-s{seed}"
     options = ["distill", "task", "--method", "bilstm", "--task", task, "--data-dir", args.data_dir,
                "--train-file", str(train_file), "--teacher", str(teacher), "--word-vectors", str(args.word_vectors),
                "--alpha", "0" if variant == "labels" else "1", "--seed", str(seed), "--optimizer", args.optimizer,
                "--epochs", str(args.aug_epochs if variant == "kd_aug" else args.epochs),
+               *(["--teacher-dtype", args.teacher_dtype] if variant != "labels" else []),
                "--output-dir", str(out), "--no-progress"]
     started = time.time()
     kdbert(*options, *(["--resume"] if (out / "run_config.json").exists() else []))
     report = json.loads((out / "distill_report.json").read_text())
     return {"task": task, "variant": variant, "seed": seed, "optimizer": args.optimizer, "metrics": report["dev_metrics"],
             "score": report["dev_metrics"]["score"], "best_step": report["best_step"],
+            "stage": {k: report["stages"][0][k] for k in ("learning_rate", "schedule", "weight_decay",
+                                                          "max_grad_norm", "batch_size")},
             "train_loss": train_loss(report),
             "train_rows": sum(1 for _ in open(train_file, encoding="utf-8")) - (task != "cola"),
             "epochs": report["options"]["epochs"], "student": report["student"],
-            "teacher_logits": report.get("teacher_logits"), "wall_seconds": round(time.time() - started, 1),
+            "teacher_logits": report.get("teacher_logits"),
+            "teacher_dtype": args.teacher_dtype if variant != "labels" else None,
+            **({"augment": {"rows": args.aug_rows, "n_iter": args.n_iter, "record": augment_key(task, args)}}
+               if variant == "kd_aug" else {}),
+            "wall_seconds": round(time.time() - started, 1),
             "command": relative(options), **machine_info()}
+
+
+def augment_key(task: str, args) -> str:
+    """The record of the augmented file ``train_aug_<rows>_n<n_iter>.tsv`` (one slash: not a run)."""
+    return f"{task}/augment-{args.aug_rows}-n{args.n_iter}"
+
+
+def runs_dir(args) -> Path:
+    return ROOT / args.runs_dir
+
+
+def teacher_folder(task: str, args) -> Path:
+    """``--teacher TASK=DIR`` for ``task``, else ``--teacher-dir`` with ``{task}`` filled in."""
+    for entry in args.teacher or []:
+        name, _, folder = entry.partition("=")
+        if name == task and folder:
+            return ROOT / folder
+    return ROOT / args.teacher_dir.format(task=task)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", nargs="+", default=["sst2"])
+    parser.add_argument("--tasks", nargs="+", default=["sst2"], choices=TASKS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[42])
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "glue_data"))
     parser.add_argument("--word-vectors", default=str(GLOVE))
     parser.add_argument("--train-rows", type=int, default=8000, help="training rows of labels / kd")
     parser.add_argument("--aug-rows", type=int, default=8000, help="rows augmented for kd_aug")
-    parser.add_argument("--n-iter", type=int, default=5, help="augmented versions per row (the paper: 20)")
+    parser.add_argument("--n-iter", type=int, default=20, help="augmented versions per row (the paper's 20)")
     parser.add_argument("--epochs", type=float, default=10)
     parser.add_argument("--aug-epochs", type=float, default=3)
-    parser.add_argument("--teacher-dir", default="runs/teacher-{task}")
+    parser.add_argument("--teacher-dir", default="runs/teacher-{task}",
+                        help="teacher folder, relative to the checkout or absolute; {task} is the task's name")
+    parser.add_argument("--teacher", action="append", metavar="TASK=DIR",
+                        help="the teacher folder of one task (repeatable; wins over --teacher-dir)")
+    parser.add_argument("--teacher-dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="precision of the teacher labelling the rows (bfloat16: autocast; logits kept in float32)")
     parser.add_argument("--optimizer", choices=["adadelta", "adamw"], default="adadelta")
+    parser.add_argument("--runs-dir", default="runs/bilstm", help="where the subsets and students go")
+    parser.add_argument("--results-name", default=NAME, help="results file benchmarks/results/NAME.json")
     parser.add_argument("--no-bench", action="store_true")
     args = parser.parse_args()
-    recorded = load_results(NAME)
+    name = args.results_name
+    recorded = load_results(name)
     for task in args.tasks:
-        teacher = ROOT / args.teacher_dir.format(task=task)
-        folder = ROOT / "runs" / "bilstm" / task
+        teacher = teacher_folder(task, args)
+        if not (teacher / "metrics.json").is_file():
+            sys.exit(f"{task}: no fine-tuned teacher in {teacher} (no metrics.json); fine-tune one with `kdbert "
+                     f"finetune --task {task}` or pass --teacher {task}=DIR")
+        folder = runs_dir(args) / task
         train_file = subset_file(task, args.data_dir, args.train_rows, folder)
         aug_file = folder / f"train_aug_{args.aug_rows}_n{args.n_iter}.tsv"
         if not aug_file.exists():
             started = time.time()
             kdbert("augment", "--method", "bilstm", "--task", task, "--data-dir", args.data_dir, "--max-rows",
                    str(args.aug_rows), "--n-iter", str(args.n_iter), "--nltk-data", str(NLTK_DATA), "--teacher",
-                   str(teacher), "--output", str(aug_file))
-            save_result(NAME, f"{task}/augment", {"task": task, "rows": args.aug_rows, "n_iter": args.n_iter,
+                   str(teacher), "--dtype", args.teacher_dtype, "--output", str(aug_file))
+            save_result(name, augment_key(task, args), {"task": task, "rows": args.aug_rows, "n_iter": args.n_iter,
                                                    "output_rows": sum(1 for _ in open(aug_file)) - (task != "cola"),
+                                                   "teacher_dtype": args.teacher_dtype,
                                                    "seconds": round(time.time() - started, 1), **machine_info()})
         teacher_metrics = json.loads((teacher / "metrics.json").read_text())
         settings = json.loads((teacher / "run_config.json").read_text())
-        save_result(NAME, f"{task}/teacher", {"task": task, "teacher": str(teacher.relative_to(ROOT)),
+        save_result(name, f"{task}/teacher", {"task": task, "teacher": relative([str(teacher)])[len("kdbert "):],
                                               "metrics": teacher_metrics, "score": teacher_metrics["score"],
                                               "finetune": {k: settings.get(k) for k in (
                                                   "max_train_examples", "epochs", "learning_rate", "batch_size",
@@ -135,17 +178,17 @@ def main() -> None:
                     if "train_loss" not in recorded[key]:  # rows recorded before the loss was
                         tag = "" if args.optimizer == "adadelta" else f"-{args.optimizer}"
                         report = json.loads((folder / f"{variant}{tag}-s{seed}" / "distill_report.json").read_text())
-                        save_result(NAME, key, {**recorded[key], "train_loss": train_loss(report)})
+                        save_result(name, key, {**recorded[key], "train_loss": train_loss(report)})
                     continue
-                save_result(NAME, key, run_variant(task, variant, seed, file, args, teacher))
+                save_result(name, key, run_variant(task, variant, seed, file, args, teacher))
         if not args.no_bench and f"{task}/bench" not in recorded and args.optimizer == "adadelta":
-            student = ROOT / "runs" / "bilstm" / task / f"kd_aug-s{args.seeds[0]}"
+            student = folder / f"kd_aug-s{args.seeds[0]}"
             bench_out = folder / "bench.json"
             seq_len = str(GLUE_TASKS[task].max_seq_len)
             options = ["bench", "--model", str(student), "--compare", str(teacher), "--seq-len", seq_len,
                        "--threads", "1", "--output", str(bench_out)]
             kdbert(*options)
-            save_result(NAME, f"{task}/bench", {"task": task, "rows": json.loads(bench_out.read_text()),
+            save_result(name, f"{task}/bench", {"task": task, "rows": json.loads(bench_out.read_text()),
                                                 "command": relative(options),
                                                 "load_average": os.getloadavg()[0], **machine_info()})
 

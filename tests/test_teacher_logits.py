@@ -37,9 +37,9 @@ def counting(monkeypatch):
     seen = []
     run = teacher_logits._run_teacher
 
-    def wrapped(model, tokenizer, examples, max_seq_len, batch_size):
+    def wrapped(model, tokenizer, examples, *settings):
         seen.extend(examples)
-        return run(model, tokenizer, examples, max_seq_len, batch_size)
+        return run(model, tokenizer, examples, *settings)
 
     monkeypatch.setattr(teacher_logits, "_run_teacher", wrapped)
     return seen
@@ -72,6 +72,25 @@ def test_another_teacher_or_length_never_reads_these_logits(tmp_path, teacher, t
     label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=16)
     assert len(seen) == 6
     assert len(list(tmp_path.glob("train_aug.tsv.teacher-*.safetensors"))) == 3
+
+
+def test_bfloat16_labelling_is_close_stored_in_float32_and_apart_from_float32(tmp_path, teacher, tiny_tokenizer,
+                                                                              monkeypatch):
+    data = tmp_path / "train_aug.tsv"
+    full = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32)
+    seen = counting(monkeypatch)
+    half = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32, dtype="bfloat16")
+    assert len(seen) == 3  # the float32 logits are not reused
+    assert half.dtype == np.float32 and not np.array_equal(half, full)
+    np.testing.assert_allclose(half, full, rtol=0, atol=0.05 * np.abs(full).max())
+    float32_store = store_path(data, teacher_identity(teacher, tiny_tokenizer, 32))
+    bf16_store = store_path(data, teacher_identity(teacher, tiny_tokenizer, 32, "bfloat16"))
+    assert float32_store != bf16_store and float32_store.is_file() and bf16_store.is_file()
+    assert load_file(str(bf16_store))["logits"].dtype == np.float32
+    label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32, dtype="bfloat16")
+    assert len(seen) == 3  # reused
+    with pytest.raises(KdbertError, match="precision 'float16' is unknown"):
+        label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32, dtype="float16")
 
 
 def test_wrong_label_count_and_damaged_store_are_refused(tmp_path, teacher, tiny_tokenizer):

@@ -99,7 +99,8 @@ def augment_task_bilstm(task: TaskOptions, output: str | None = None, p_mask: fl
                         p_ng: float = 0.25, n_iter: int = 20, ngram_mode: str = "keep", max_n: int = 5,
                         seed: int = 42, nltk_data: str | None = None, max_rows: int | None = None,
                         teacher: str | None = None, max_seq_len: int | None = None,
-                        batch_size: int = 64, device: str | None = None, num_workers: int = 1) -> dict:
+                        batch_size: int = 64, device: str | None = None, num_workers: int = 1,
+                        teacher_dtype: str = "float32") -> dict:
     """The distilled BiLSTM's augmentation of ``task``'s training rows (defaults: the paper's
     settings); returns counts, output path and throughput.
 
@@ -107,11 +108,15 @@ def augment_task_bilstm(task: TaskOptions, output: str | None = None, p_mask: fl
     limits the rows augmented). ``num_workers`` processes tag the texts (the slow part). With ``teacher`` (a model fine-tuned on the task), its logits on
     every output row are computed and stored beside the output
     (:func:`kdbert.data.teacher_logits.label_with_teacher`), with ``max_seq_len`` defaulting to
-    the task's.
+    the task's, in ``teacher_dtype`` (float32, or bfloat16 under autocast).
     """
     from kdbert.data.augment_bilstm import BiLSTMAugmenter, augment_rows
     from kdbert.data.pos_tagging import NltkTagger
 
+    if teacher is not None:
+        from kdbert.data.teacher_logits import check_dtype
+
+        check_dtype(teacher_dtype)  # before the slow part
     rows, columns, has_header, suffix = task_rows(task)
     if len(columns) not in (1, 2):
         raise KdbertError(f"--text-columns: BiLSTM augmentation reads one text column or two, got {columns}")
@@ -132,13 +137,14 @@ def augment_task_bilstm(task: TaskOptions, output: str | None = None, p_mask: fl
               "tagging_seconds": round(tagged - started, 1), "seconds": round(finished - started, 1),
               "examples_per_second": round(len(chosen) / max(finished - started, 1e-9), 2)}
     if teacher is not None:
-        result.update(label_augmented(task, output, columns, has_header, teacher, max_seq_len, batch_size, device))
+        result.update(label_augmented(task, output, columns, has_header, teacher, max_seq_len, batch_size, device,
+                                      teacher_dtype))
     return result
 
 
 def label_augmented(task: TaskOptions, output: str, columns: list[str], has_header: bool, teacher: str,
-                    max_seq_len: int | None, batch_size: int, device: str | None) -> dict:
-    """Store ``teacher``'s logits on every row of the augmented file ``output``."""
+                    max_seq_len: int | None, batch_size: int, device: str | None, dtype: str = "float32") -> dict:
+    """Store ``teacher``'s logits (computed in ``dtype``) on every row of the augmented file ``output``."""
     from kdbert.data.load import load_task
     from kdbert.data.teacher_logits import label_with_teacher, store_path, teacher_identity
     from kdbert.models.loading import load_sequence_classifier, load_tokenizer
@@ -150,9 +156,9 @@ def label_augmented(task: TaskOptions, output: str, columns: list[str], has_head
     max_seq_len = max_seq_len or spec.max_seq_len
     examples = [tuple(str(row[c]) for c in columns) for row in read_written_rows(output, has_header)]
     started = time.time()
-    label_with_teacher(model, tokenizer, examples, output, max_seq_len, batch_size, spec.num_labels)
-    return {"teacher_logits": str(store_path(output, teacher_identity(model, tokenizer, max_seq_len))),
-            "teacher_seconds": round(time.time() - started, 1)}
+    label_with_teacher(model, tokenizer, examples, output, max_seq_len, batch_size, spec.num_labels, dtype)
+    return {"teacher_logits": str(store_path(output, teacher_identity(model, tokenizer, max_seq_len, dtype))),
+            "teacher_dtype": dtype, "teacher_rows": len(examples), "teacher_seconds": round(time.time() - started, 1)}
 
 
 def read_written_rows(path: str, has_header: bool) -> list[dict]:

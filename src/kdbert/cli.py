@@ -69,7 +69,8 @@ def add_optim_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
     group.add_argument("--max-seq-len", type=int, help="token limit (default 64 single sentence, 128 pairs)")
     group.add_argument("--warmup-ratio", type=float, default=0.1, help="fraction of steps with linear warmup")
-    group.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on bias/LayerNorm)")
+    group.add_argument("--weight-decay", type=float,
+                       help="weight decay, not on bias/LayerNorm (default: the method's; 0.01, the BiLSTM's 0)")
     group.add_argument("--eval-every", type=int, help="evaluate every N steps (default: each epoch)")
     group.add_argument("--max-train-examples", type=int, help="use only the first N training rows (quick runs)")
 
@@ -81,10 +82,10 @@ def cmd_finetune(args) -> int:
     config = FinetuneConfig(
         output_dir=args.output_dir, model=args.model, epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=args.learning_rate, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
-        warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay, grad_accum=args.grad_accum,
+        warmup_ratio=args.warmup_ratio, grad_accum=args.grad_accum,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, seed=args.seed,
         mixed_precision=args.mixed_precision, threads=args.threads, keep_checkpoints=args.keep_checkpoints,
-        progress=not args.no_progress,
+        progress=not args.no_progress, **({} if args.weight_decay is None else {"weight_decay": args.weight_decay}),
     )
     report = finetune(task_options(args), config, resume=args.resume, overwrite=args.overwrite)
     if not report:  # a second process of a multi-process run: the main one reports
@@ -309,8 +310,8 @@ def cmd_augment(args) -> int:
 
     own, foreign = ((BILSTM_AUGMENT_OPTIONS, TINYBERT_AUGMENT_OPTIONS) if args.method == "bilstm"
                     else (TINYBERT_AUGMENT_OPTIONS, BILSTM_AUGMENT_OPTIONS))
-    if args.method == "bilstm":
-        foreign += TINYBERT_AUGMENT_SETTINGS
+    if args.method == "bilstm":  # --dtype: the teacher's labelling precision there
+        foreign += tuple(name for name in TINYBERT_AUGMENT_SETTINGS if name != "dtype")
     given = [name for name in foreign if getattr(args, name) is not None]
     if given:
         raise KdbertError(f"--{given[0].replace('_', '-')} is not an option of --method {args.method}; remove it")
@@ -318,7 +319,7 @@ def cmd_augment(args) -> int:
         options = {name: getattr(args, name) for name in own if getattr(args, name) is not None}
         result = augment_task_bilstm(task_options(args), args.output, seed=args.seed, max_rows=args.max_rows,
                                      batch_size=args.batch_size, device=args.device, num_workers=args.num_workers,
-                                     **options)
+                                     teacher_dtype=args.dtype or "float32", **options)
         print(f"augmented {result['input_rows']} rows ({', '.join(map(str, result['columns']))}) -> "
               f"{result['output_rows']} rows in {result['output']} ({result['seconds']:.0f}s, "
               f"{result['examples_per_second']:.1f} examples/s)"
@@ -493,7 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=int, default=1, help="worker processes (bilstm: for POS tagging)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"],
                    help="tinybert: MLM precision (default float32): bfloat16 is ~2-3x faster on CPUs with AMX "
-                        "and on GPUs; some candidates differ, also between batch sizes / worker counts")
+                        "and on GPUs; some candidates differ, also between batch sizes / worker counts. bilstm: "
+                        "the --teacher's labelling precision (bfloat16 under autocast; logits stored in float32, "
+                        "in a store of their own: distil with --teacher-dtype bfloat16 to use them)")
     p.add_argument("--device", help="where the MLM runs (default: cuda when available, else cpu)")
     p.add_argument("--seed", type=int, default=42, help="random seed (in float32 the output is identical for any "
                                                          "batch size or worker count)")

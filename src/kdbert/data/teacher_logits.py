@@ -11,6 +11,11 @@ length. A changed data file therefore only computes its new rows, and a changed 
 tokenizer, or length) never reads another teacher's numbers: its keys differ, and so does the
 file name, so the stores of several teachers live side by side.
 
+``dtype="bfloat16"`` runs the teacher under ``torch.autocast`` in bfloat16 (about twice as fast
+on CPUs with AVX-512 BF16 or AMX, and on GPUs); its logits are still stored in float32, but
+they are not the float32 ones, so the precision is part of the identity and they get a store of
+their own (the float32 store keeps its name).
+
 The texts the teacher reads are :func:`teacher_view` of the stored ones: the augmentation's
 ``[MASK]`` becomes the teacher tokenizer's own mask token.
 """
@@ -33,11 +38,23 @@ from kdbert.data.words import MASK_TOKEN
 from kdbert.errors import KdbertError
 
 
-def teacher_identity(model: torch.nn.Module, tokenizer, max_seq_len: int) -> str:
-    """A hex digest of the teacher's class, weights (names, dtypes, shapes, values), tokenizer
-    and ``max_seq_len``: everything that decides its logits on a text."""
+DTYPES = ("float32", "bfloat16")
+
+
+def check_dtype(dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise KdbertError(f"teacher labelling precision {dtype!r} is unknown; use {' or '.join(DTYPES)}")
+
+
+def teacher_identity(model: torch.nn.Module, tokenizer, max_seq_len: int, dtype: str = "float32") -> str:
+    """A hex digest of the teacher's class, weights (names, dtypes, shapes, values), tokenizer,
+    ``max_seq_len`` and the labelling precision ``dtype`` (float32 adds nothing, so float32
+    stores keep their names): everything that decides its logits on a text."""
+    check_dtype(dtype)
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"{type(model).__name__}|{max_seq_len}|".encode())
+    if dtype != "float32":
+        digest.update(f"autocast-{dtype}|".encode())
     for name, tensor in sorted(model.state_dict().items()):
         tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
@@ -77,7 +94,8 @@ def store_path(data_path: str | os.PathLike, identity: str) -> Path:
 
 
 @torch.inference_mode()
-def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len: int, batch_size: int) -> np.ndarray:
+def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len: int, batch_size: int,
+                 dtype: str = "float32") -> np.ndarray:
     mask_token = getattr(tokenizer, "mask_token", None)
     rows = [Example(tuple(teacher_view(t, mask_token) for t in texts), None) for texts in examples]
     order = sorted(range(len(rows)), key=lambda i: sum(len(t) for t in rows[i].texts))
@@ -85,28 +103,32 @@ def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len:
     device = next(model.parameters()).device
     accepted = inspect.signature(model.forward).parameters  # DistilBERT takes no token_type_ids
     model.eval()
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
     out = [None] * len(rows)
     for begin in range(0, len(order), batch_size):
         indices = order[begin:begin + batch_size]
         dataset = encode_examples(tokenizer, [rows[i] for i in indices], max_seq_len)
         batch = collator([dataset[j] for j in range(len(indices))])
         inputs = {k: v.to(device) for k, v in batch.items() if k in accepted}
-        logits = model(**inputs).logits.float().cpu().numpy()
+        with autocast:
+            logits = model(**inputs).logits.float().cpu().numpy()
         for row, index in zip(logits, indices):
             out[index] = row
     return np.stack(out)
 
 
 def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], data_path: str | os.PathLike,
-                       max_seq_len: int, batch_size: int = 64, num_labels: int | None = None) -> np.ndarray:
+                       max_seq_len: int, batch_size: int = 64, num_labels: int | None = None,
+                       dtype: str = "float32") -> np.ndarray:
     """The teacher's logits (N, C) on ``examples`` (one or two texts each), from the store beside
     ``data_path`` where present; rows not stored yet are computed (shortest first, in batches
     of ``batch_size``) and added to the store (rewritten atomically). ``num_labels``: the task's
-    output count, checked against the teacher's."""
+    output count, checked against the teacher's. ``dtype``: "float32", or "bfloat16" to run the
+    teacher under autocast (logits stored in float32, in a store of their own)."""
     if num_labels is not None and model.config.num_labels != num_labels:
         raise KdbertError(f"the teacher has {model.config.num_labels} output(s) but the task needs {num_labels}; "
                           "use a teacher fine-tuned on this task")
-    identity = teacher_identity(model, tokenizer, max_seq_len)
+    identity = teacher_identity(model, tokenizer, max_seq_len, dtype)
     path = store_path(data_path, identity)
     keys = example_keys(identity, examples)
     stored_keys, stored = np.zeros((0, 16), np.uint8), np.zeros((0, model.config.num_labels), np.float32)
@@ -124,7 +146,7 @@ def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], data_p
             new_rows.setdefault(key.tobytes(), i)
     if new_rows:
         rows = list(new_rows.values())
-        new = _run_teacher(model, tokenizer, [examples[i] for i in rows], max_seq_len, batch_size)
+        new = _run_teacher(model, tokenizer, [examples[i] for i in rows], max_seq_len, batch_size, dtype)
         for offset, key in enumerate(new_rows):
             known[key] = len(stored_keys) + offset
         stored_keys = np.concatenate([stored_keys, keys[rows]])

@@ -6,9 +6,10 @@ the training texts (augmented rows included, ``--min-count``), with embeddings i
 teacher's tokens, so this recipe provides :func:`task_inputs` (the front's hook for students
 with their own inputs) instead of ``initial_student``:
 
-1. the teacher labels every training row once (:func:`kdbert.data.teacher_logits.label_with_teacher`):
-   its logits are stored beside the training file (``--logits-cache`` elsewhere) keyed by the
-   teacher's identity and each row's texts, and reused by later runs, seeds and student sizes;
+1. the teacher labels every training row once (:func:`kdbert.data.teacher_logits.label_with_teacher`,
+   ``--teacher-dtype bfloat16`` under bf16 autocast): its logits are stored beside the training
+   file (``--logits-cache`` elsewhere) keyed by the teacher's identity and each row's texts, and
+   reused by later runs, seeds and student sizes;
 2. batches carry the student's word ids and those stored logits (``batch["teacher_logits"]``),
    and the teacher in the plan is :class:`StoredTeacherLogits`, which returns them: the real
    teacher never runs during training.
@@ -25,9 +26,14 @@ BiLSTM on the gold labels alone (the no-distillation baseline) and never runs th
 Augmented rows carry the label of the row they came from, so mix in the hard term only with
 care on augmented data.
 
-Optimiser: Adadelta (lr 1.0, rho 0.95, constant rate), as the paper; ``--optimizer adamw``
-(lr 1e-3, linear warmup and decay) is available. Other defaults: batch 50 (the paper's),
-10 epochs, no weight decay, the best dev epoch kept. The saved student is a BiLSTM folder
+Optimiser: Adadelta (lr 1.0, rho 0.95, eps 1e-6, constant rate, no gradient clipping, no
+weight decay), as the paper; ``--optimizer adamw`` (lr 1e-3, linear warmup and decay, gradient
+norm clipped to 1.0) is available. Adadelta must not be clipped together with weight decay:
+its weight decay is an L2 term added to the gradient *after* clipping, and with the gradient of
+the ~760k parameters (SST-2, GloVe 50d) clipped to norm 1, that term (0.01 ||theta|| = 4.4 at
+the first step) outweighed it: the weights shrank (||theta|| 439 -> 111 in two epochs) and the
+loss rose instead of falling (BENCHMARKS.md). Other defaults: batch 50
+(the paper's), 10 epochs, the best dev epoch kept. The saved student is a BiLSTM folder
 (``config.json``, ``model.safetensors``, ``vocab.txt``) that :func:`kdbert.models.bilstm.load_bilstm`
 reads and ``kdbert evaluate`` / ``kdbert bench`` accept.
 """
@@ -82,12 +88,20 @@ class BiLSTMDistillConfig(MethodConfig):
                           float, "losses")
     optimizer: str = option("adadelta", "adadelta (rho 0.95, constant lr 1.0; the paper's) or adamw (lr 1e-3, "
                                         "linear schedule)", type=str, group="losses", choices=("adadelta", "adamw"))
+    max_grad_norm: float | None = option(None, "clip the gradient's norm to this before each step; 0 = no clipping "
+                                               "(default: none with adadelta, as the paper; 1.0 with adamw)",
+                                         in_range(0, 1e9), float, "losses")
+    teacher_dtype: str = option("float32", "precision of the teacher when it labels the training rows: float32, or "
+                                           "bfloat16 (autocast; faster on CPUs with AVX-512 BF16/AMX; logits "
+                                           "stored in float32, apart from the float32 ones)", type=str,
+                                group="models", choices=("float32", "bfloat16"))
     logits_cache: str | None = option(None, "folder for the teacher's stored logits (default: beside the "
                                             "training file; ~/.cache/kdbert/teacher-logits when that folder is "
                                             "read-only)", group="models")
 
     def task_defaults(self, task: str) -> dict:
-        return {"epochs": 10.0, "batch_size": 50, "learning_rate": OPTIMIZER_RATES[self.optimizer]}
+        return {"epochs": 10.0, "batch_size": 50, "learning_rate": OPTIMIZER_RATES[self.optimizer],
+                "max_grad_norm": 0.0 if self.optimizer == "adadelta" else 1.0}
 
     def check(self) -> None:
         super().check()
@@ -165,9 +179,10 @@ def task_inputs(method, teacher, tokenizer, data, rows, max_seq_len: int, config
         started = time.time()
         teacher.to("cuda" if torch.cuda.is_available() else "cpu")
         logits = label_with_teacher(teacher, tokenizer, [row.texts for row in rows], base, max_seq_len,
-                                    num_labels=spec.num_labels)
-        report["teacher_logits"] = {"store": str(store_path(base, teacher_identity(teacher, tokenizer, max_seq_len))),
-                                    "rows": len(rows), "seconds": round(time.time() - started, 1)}
+                                    num_labels=spec.num_labels, dtype=config.teacher_dtype)
+        identity = teacher_identity(teacher, tokenizer, max_seq_len, config.teacher_dtype)
+        report["teacher_logits"] = {"store": str(store_path(base, identity)), "rows": len(rows),
+                                    "dtype": config.teacher_dtype, "seconds": round(time.time() - started, 1)}
     train_set = encode_for_distillation(rows, vocab, spec.is_pair, teacher_logits=logits, max_words=config.max_words)
     origin = f"BiLSTM from {len(rows)} training rows" + (f" and {config.word_vectors}" if config.word_vectors else "")
     return TaskInputs(Student(model, origin), train_set, DistillationCollator(regression=spec.is_regression),
@@ -198,7 +213,8 @@ def build_task_plan(ctx: DistillContext) -> Plan:
     matches = bilstm_matches(config.alpha)
     train = TRAINED_WITHOUT_EMBEDDINGS if config.freeze_embeddings else ("student.*",)
     stage = task_stage("bilstm", config, matches, ctx, optimizer=config.optimizer, train=train,
-                       schedule="constant" if config.optimizer == "adadelta" else "linear")
+                       schedule="constant" if config.optimizer == "adadelta" else "linear",
+                       max_grad_norm=config.max_grad_norm or None)
     frozen = {"teacher": StoredTeacherLogits()} if config.alpha > 0 else {}
     return Plan({"student": ctx.student.model}, frozen, [stage],
                 report={"loss": {"alpha": config.alpha, "distill": "squared_l2", "optimizer": config.optimizer,
