@@ -11,6 +11,12 @@ from pathlib import Path
 
 import torch
 
+# Every figure recorded before bf16 became kdbert's default (`--mixed-precision auto`) trained in
+# float32; benchmark scripts keep float32 for `auto` so reruns reproduce them, unless the caller
+# sets $KDBERT_MIXED_PRECISION or a script asks for a precision explicitly.
+FLOAT32_PINNED = "KDBERT_MIXED_PRECISION" not in os.environ
+os.environ.setdefault("KDBERT_MIXED_PRECISION", "no")
+
 RESULTS_DIR = Path(os.environ.get("KDBERT_RESULTS_DIR") or Path(__file__).parent / "results")
 """Where results are read and written: ``benchmarks/results``, or ``$KDBERT_RESULTS_DIR`` (e.g. a
 separate folder for figures measured on another kind of machine, so they never replace these)."""

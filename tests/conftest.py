@@ -6,6 +6,7 @@ Everything here is built locally in a temporary folder: no test downloads anythi
 from __future__ import annotations
 
 import gzip
+import os
 import random
 from pathlib import Path
 
@@ -15,8 +16,12 @@ from transformers import BertConfig, BertForSequenceClassification, BertTokenize
 
 SHARED_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue_data"
 
-# Tiny models run fastest on one thread, and one thread cannot oversubscribe a shared machine.
+# Tiny models run fastest on one thread, and one thread cannot oversubscribe a shared machine;
+# $OMP_NUM_THREADS pins that for the trainer and for the CLI subprocesses tests start.
+os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+# Pinned values are float32: `--mixed-precision auto` means float32 in tests whatever the CPU.
+os.environ["KDBERT_MIXED_PRECISION"] = "no"
 
 WORDS = ("the a cat dog sat on mat ran fast slow big small red blue happy sad man woman child "
          "plays reads sees house car tree park good bad is was not very".split())

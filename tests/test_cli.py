@@ -161,6 +161,9 @@ def test_quickstart_runs_the_whole_path_and_resumes(tmp_path, capsys, tiny_token
     assert summary["int8_speedup_vs_int8_teacher"] == pytest.approx(
         teacher_int8["latency_median_ms"] / student_int8["latency_median_ms"])
     assert "Dev score" in stdout and "keeps" in stdout and "faster than the int8 teacher" in stdout
+    # conftest sets $KDBERT_MIXED_PRECISION=no: `auto` trains in float32 here
+    assert summary["training_precision"] == {"teacher": "float32", "student": "float32"}
+    assert "trained in float32 (teacher), float32 (student)" in stdout
     assert json.loads((tmp_path / "qs" / "student-tinybert" / "distill_report.json").read_text())["method"] == "tinybert"
     code, stdout, _ = run_cli(capsys, *args)  # finished steps are skipped, not redone
     assert code == 0 and "fine-tuning the teacher" not in stdout and "distilling" not in stdout

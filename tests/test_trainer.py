@@ -158,3 +158,15 @@ def test_resume_before_the_first_checkpoint_restarts_the_log(tmp_path):
             PaddingCollator(0)).train(resume=True)
     steps = [json.loads(line)["step"] for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
+
+
+def test_the_precision_and_thread_choice_are_printed_and_reported(tmp_path, capsys):
+    stage = _toy_stage(_loss_on_inputs, batch_size=4, epochs=1, evaluate=False)
+    report = Trainer(_linear_modules(), [stage], RunConfig(str(tmp_path), progress=False, mixed_precision="auto"),
+                     PaddingCollator(0)).train()
+    # conftest: $KDBERT_MIXED_PRECISION=no and $OMP_NUM_THREADS=1
+    assert report["runtime"] == {"mixed_precision": "no", "mixed_precision_reason": "auto, from $KDBERT_MIXED_PRECISION",
+                                 "threads": 1, "threads_reason": "$OMP_NUM_THREADS", "thread_changes": []}
+    out = capsys.readouterr().out
+    assert "precision: float32 (auto, from $KDBERT_MIXED_PRECISION)" in out and "threads: 1 ($OMP_NUM_THREADS)" in out
+    assert json.loads((tmp_path / "train_report.json").read_text())["runtime"]["threads"] == 1

@@ -49,8 +49,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run")
     group.add_argument("--output-dir", required=True, help="where the model, metrics, logs and checkpoints go")
     group.add_argument("--seed", type=int, default=42, help="random seed (data order, initialisation, dropout)")
-    group.add_argument("--mixed-precision", choices=["no", "bf16", "fp16"], default="no",
-                       help="autocast precision (fp16 needs a GPU)")
+    group.add_argument("--mixed-precision", choices=["auto", "no", "bf16", "fp16"], default="auto",
+                       help="autocast precision: auto = bf16 where the hardware runs it natively (CPUs with "
+                            "avx512_bf16/amx_bf16, GPUs with bf16), else float32; fp16 needs a GPU")
+    group.add_argument("--threads", type=int, help="CPU threads (default: the cores shared fairly among the kdbert "
+                                                   "runs on this machine; $OMP_NUM_THREADS also pins it)")
     group.add_argument("--keep-checkpoints", type=int, default=2, help="how many recent checkpoints to keep")
     group.add_argument("--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint")
     group.add_argument("--overwrite", action="store_true", help="replace a run already in --output-dir")
@@ -81,8 +84,8 @@ def cmd_finetune(args) -> int:
         learning_rate=args.learning_rate, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
         warmup_ratio=args.warmup_ratio, grad_accum=args.grad_accum,
         eval_every=args.eval_every, max_train_examples=args.max_train_examples, seed=args.seed,
-        mixed_precision=args.mixed_precision, keep_checkpoints=args.keep_checkpoints, progress=not args.no_progress,
-        **({} if args.weight_decay is None else {"weight_decay": args.weight_decay}),
+        mixed_precision=args.mixed_precision, threads=args.threads, keep_checkpoints=args.keep_checkpoints,
+        progress=not args.no_progress, **({} if args.weight_decay is None else {"weight_decay": args.weight_decay}),
     )
     report = finetune(task_options(args), config, resume=args.resume, overwrite=args.overwrite)
     if not report:  # a second process of a multi-process run: the main one reports

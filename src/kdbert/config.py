@@ -109,7 +109,10 @@ class TrainOptions:
     eval_every: int | None = option(None, "evaluate every N steps", POSITIVE_INT, int, "train")
     max_train_examples: int | None = option(None, "use only the first N training rows", POSITIVE_INT, int, "train")
     seed: int = option(42, "random seed", in_range(0, 2**32 - 1, int), int, "train")
-    mixed_precision: str = option("no", "autocast precision", type=str, group="train", choices=("no", "bf16", "fp16"))
+    mixed_precision: str = option("auto", "autocast precision (auto: bf16 where the hardware runs it natively)",
+                                  type=str, group="train", choices=("auto", "no", "bf16", "fp16"))
+    threads: int | None = option(None, "CPU threads (default: a fair share of the cores among kdbert runs)",
+                                 POSITIVE_INT, int, "train")
     keep_checkpoints: int = option(2, "checkpoints kept", POSITIVE_INT, int, "train")
     no_progress: bool = option(False, "hide the progress bar", type=bool, group="train")
 

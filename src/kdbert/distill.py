@@ -41,13 +41,14 @@ def _config(options, general: bool):
 
 def _identity(command: str, config, **extra) -> dict:
     """What a resumed run must share with the original (the marker ``run_config.json``)."""
-    # the cache folder changes where the teacher's outputs come from, not what they are
-    values = {k: v for k, v in asdict(config).items() if k not in ("no_progress", "teacher_cache")}
+    # the cache folder changes where the teacher's outputs come from, not what they are; the
+    # thread count changes only the speed
+    values = {k: v for k, v in asdict(config).items() if k not in ("no_progress", "teacher_cache", "threads")}
     return {"command": command, "method": config.method, **extra, **values}
 
 
 def _run_config(out: Path, config, save_every: int | None = None) -> RunConfig:
-    return RunConfig(str(out), seed=config.seed, mixed_precision=config.mixed_precision,
+    return RunConfig(str(out), seed=config.seed, mixed_precision=config.mixed_precision, threads=config.threads,
                      keep_checkpoints=config.keep_checkpoints, save_every=save_every,
                      progress=not config.no_progress)
 
@@ -155,7 +156,7 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
         "stages": train_report["stages"], "stage_losses": stage_losses(out / "log.jsonl"),
         "dev_metrics": train_report["best_metrics"], "best_stage": train_report["best_stage"],
         "best_step": train_report["best_step"], "eval_history": train_report["history"],
-        "wall_seconds": round(time.time() - started, 1),
+        "runtime": train_report["runtime"], "wall_seconds": round(time.time() - started, 1),
     }
     write_json(out / "distill_report.json", report)
     return report
@@ -189,7 +190,8 @@ def distill_general(options, output_dir: str, resume: bool = False, overwrite: b
         "corpus": [str(c) for c in corpus], "sequences": len(sequences), "max_seq_len": max_seq_len,
         **plan_report, **data_report,
         "stages": train_report.get("stages"), "stage_losses": stage_losses(out / "log.jsonl"),
-        "train_seconds": train_report.get("train_seconds"), "wall_seconds": round(time.time() - started, 1),
+        "train_seconds": train_report.get("train_seconds"), "runtime": train_report.get("runtime"),
+        "wall_seconds": round(time.time() - started, 1),
     }
     write_json(out / "general_report.json", report)
     return report

@@ -78,7 +78,7 @@ def finetune(task: TaskOptions, config: FinetuneConfig, resume: bool = False, ov
         MatchLoss([Match("task", "logits", "hard_label", target="labels")]),
         train_set,
     )
-    run = RunConfig(str(out), seed=config.seed, mixed_precision=config.mixed_precision,
+    run = RunConfig(str(out), seed=config.seed, mixed_precision=config.mixed_precision, threads=config.threads,
                     keep_checkpoints=config.keep_checkpoints, progress=config.progress)
     trainer = Trainer({"student": model}, [stage], run, PaddingCollator(tokenizer.pad_token_id, spec.is_regression),
                       evaluator=TaskEvaluator(data, tokenizer, max_seq_len), tokenizer=tokenizer)

@@ -92,22 +92,33 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", me
               exports[student_dir]["dev_metrics"]["onnx_int8"]["score"])
     for row, score in zip(rows, scores):
         row["dev_score"] = score
+    precision = {name: _training_precision(folder) for name, folder in (("teacher", teacher_dir),
+                                                                         ("student", student_dir))}
     retained = 100.0 * student_metrics["score"] / teacher_metrics["score"] if teacher_metrics["score"] else 0.0
     deployed = rows[2]["latency_median_ms"] / rows[3]["latency_median_ms"]
     deployed_retained = 100.0 * scores[3] / scores[2] if scores[2] else 0.0
     table = format_table(rows)
     lines = [f"# kdbert quickstart: {task.task}, budget {budget}", "",
              f"teacher dev: {_describe(teacher_metrics)}", f"student dev: {_describe(student_metrics)}",
-             f"student keeps {retained:.1f}% of the teacher's score", "",
+             f"student keeps {retained:.1f}% of the teacher's score",
+             "trained in " + ", ".join(f"{value} ({name})" for name, value in precision.items()), "",
              f"deployed as ONNX int8 (both): the student is {deployed:.2f}x faster than the int8 teacher at batch 1 "
              f"and keeps {deployed_retained:.1f}% of its score ({rows[3]['speedup']:.2f}x the PyTorch teacher)",
              "", table, ""]
     (out / "summary.md").write_text("\n".join(lines))
     summary = {"rows": rows, "retained_percent": retained, "int8_speedup_vs_int8_teacher": deployed,
-               "int8_retained_percent": deployed_retained}
+               "int8_retained_percent": deployed_retained, "training_precision": precision}
     write_json(out / "summary.json", summary)
     log("\n".join(lines))
     return summary
+
+
+def _training_precision(folder: Path) -> str:
+    """The autocast precision a finished step trained in (from its train report)."""
+    runtime = json.loads((folder / "train_report.json").read_text()).get("runtime")
+    if runtime is None:  # trained before kdbert recorded it: float32 was the only default then
+        return "float32"
+    return {"no": "float32"}.get(runtime["mixed_precision"], runtime["mixed_precision"])
 
 
 def _describe(metrics: dict) -> str:
