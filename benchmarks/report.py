@@ -999,7 +999,7 @@ def precision_section() -> list[str]:
     first = next(iter(r for r in results.values() if r["variant"].endswith("+bf16")))
     lines += ["", f"{sum(verdicts)} of {len(verdicts)} bf16 means within one std of float32. Wall times: one thread "
               "per run, two runs side by side; the bf16 runs shared the machine with other jobs, so their wall "
-              "times are not a speed measurement (the section 'Distillation step throughput' is). "
+              "times are not a speed measurement (the section 'Distillation-step throughput' is). "
               f"Machine: {first['machine']}, {first['date']}. Command: `python benchmarks/distill_glue.py --task T "
               "--variants kd tinybert-ws-task --seeds 42 43 44 --mixed-precision bf16` (CoLA: "
               "`--max-train-examples 8551 --learning-rate 1e-4`, as its float32 runs).", ""]
