@@ -141,6 +141,40 @@ def throughput_section(results_dir: Path | None = None) -> list[str]:
         if goals:
             lines += ["", "The issue's targets: " + "; ".join(goals) + "."]
         lines += ["", f"Machine: {r['machine']}, torch {r['torch']}; date {r['date']}. Command: `{r['command']}`.", ""]
+    return lines + profile_lines(results_dir)
+
+
+PROFILE_PARTS = (("teacher_forward", "teacher forward (no grad, scores captured)"),
+                 ("student_forward", "student forward (scores captured)"),
+                 ("attention_capture", "of which inside the score-capturing attention (both models)"),
+                 ("loss_terms", "match terms (projections + losses)"), ("backward", "backward"),
+                 ("clip_grad_norm", "gradient clipping"),
+                 ("optimizer_step", "optimiser step (fused AdamW, schedule, zero_grad)"),
+                 ("collate", "data collation"), ("other", "other"))
+
+
+def profile_lines(results_dir: Path | None = None) -> list[str]:
+    """Where a kdbert distillation step spends its time (``throughput.py --profile``)."""
+    path = Path(results_dir or Path(__file__).parent / "results") / "throughput_profile.json"
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    profiles = r["profiles"]
+    lines = ["### Where the step's time goes (torch.profiler)", "",
+             "| part | " + " | ".join(f"{p['precision']} ({p['step_ms']:.0f} ms/step, {p['examples_per_s']:.1f} ex/s)"
+                                      for p in profiles) + " |", "|---|" + "---|" * len(profiles)]
+    for key, label in PROFILE_PARTS:
+        lines.append(f"| {label} | " + " | ".join(f"{p['shares_percent'][key]:.1f}%" for p in profiles) + " |")
+    lines += ["", "Top operators by own time: " + "; ".join(
+        f"{p['precision']}: " + ", ".join(f"{op['op']} {op['self_percent']:.0f}%" for op in p["top_ops_self_cpu"][:6])
+        for p in profiles) + "."]
+    adamw = r.get("adamw_ms_per_step") or {}
+    if adamw:
+        lines += ["", "AdamW step on the student's parameters (ms): " + ", ".join(
+            f"{name} {value:.0f}" if isinstance(value, (int, float)) else f"{name} {value}"
+            for name, value in adamw.items()) + " (kdbert now uses the fused one)."]
+    lines += ["", f"Sequence length 64, batch {profiles[0]['batch_size']}, {r['threads']} thread(s), 1-minute load "
+              f"{r['load_before']:.1f} before; {r['machine']}, {r['date']}. Command: `{r['command']}`.", ""]
     return lines
 
 TINYBERT_VARIANTS = [("tinybert4-finetune", "tinybert4 fine-tuned, no distillation"),
