@@ -1050,6 +1050,11 @@ def _double_steps_lines(results: dict) -> list[str]:
     lines = ["### TinyBERT from teacher weights + general + task, twice the steps in bf16", "",
              "| task | float32, recorded row | bf16, 2x the epochs of every stage | kept (fp32 / 2x bf16) | "
              "mean wall time per run (fp32 / 2x bf16) |", "|---|---|---|---|---|"]
+    ratios = {}
+
+    def mean_wall(runs):
+        return sum(r["wall_seconds"] for r in runs) / len(runs)
+
     for task in tasks:
         old, new = _runs(results, task, base), _runs(results, task, doubled)
         scores = [[r["metrics"]["score"] for r in runs] for runs in (old, new)]
@@ -1057,6 +1062,12 @@ def _double_steps_lines(results: dict) -> list[str]:
         kept = " / ".join(f"{100 * mean_std(s)[0] / teacher:.0f}%" for s in scores)
         wall = " / ".join(f"{sum(r['wall_seconds'] for r in runs) / len(runs):.0f} s" for runs in (old, new))
         lines.append(f"| {task} | {format_mean_std(scores[0])} | {format_mean_std(scores[1])} | {kept} | {wall} |")
+        ratios[task] = mean_wall(new) / mean_wall(old)
+    lines += ["", "Wall time per run against the float32 row (target: at most 1x): "
+              + ", ".join(f"{task} {ratio:.2f}x" for task, ratio in ratios.items())
+              + (" (met)" if max(ratios.values()) <= 1 else " (NOT met)") + ". The general "
+              "student was rebuilt for these runs with the recorded command (its last logged loss, 7.15 at step "
+              "150, equals the recorded one)."]
     return lines + ["", "Command: `python benchmarks/distill_glue.py --task T --variants tinybert-ws-general-task-x2 "
                         "--seeds 42 43 44 --mixed-precision bf16` (CoLA: `--max-train-examples 8551 "
                         "--learning-rate 1e-4`); one thread per run, two runs side by side, as the float32 row.", ""]
