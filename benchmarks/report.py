@@ -505,8 +505,11 @@ def mlm_head_section() -> list[str]:
 def quickstart_section() -> list[str]:
     results = load_results("quickstart")
     lines = []
-    for task, r in results.items():
-        lines += [f"## The main job: `{r['command']}`", "",
+    for key, r in results.items():
+        trained = r.get("training_precision") or {"teacher": "float32", "student": "float32"}
+        title = "The main job before bf16 became the default" if key.endswith("-float32") else "The main job"
+        lines += [f"## {title}: `{r['command']}`", "",
+                  f"Trained in {trained['teacher']} (teacher) and {trained['student']} (student). "
                   f"Wall time {r['wall_seconds'] / 60:.1f} min on {r['machine']} ({r['date']}), "
                   f"{r['rows'][0]['threads']} torch thread(s), nothing else running. The student keeps "
                   f"{r['retained_percent']:.1f}% of the teacher's dev score. " + DEV_SELECTION, "",

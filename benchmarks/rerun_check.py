@@ -47,7 +47,7 @@ def rerun_quickstart(data_dir: str, runs: Path) -> None:
                     "--no-progress"]) != 0:
         sys.exit("quickstart failed")
     rows = json.loads((out / "summary.json").read_text())["rows"]
-    recorded = load_results("quickstart")["sst2"]["rows"]
+    recorded = load_results("quickstart")["sst2-float32"]["rows"]  # recorded before bf16 became the default
     result = {"recorded": {r["name"]: r["dev_score"] for r in recorded},
               "rerun": {r["name"]: r["dev_score"] for r in rows},
               "wall_seconds": round(time.time() - started), "commit": commit(), **machine_info()}
@@ -58,7 +58,7 @@ def rerun_quickstart(data_dir: str, runs: Path) -> None:
 def record_quickstart_teacher(runs: Path) -> None:
     """Record the rerun's fine-tuned teacher (the first step of the main job) once it has finished."""
     metrics = json.loads((runs / "quickstart" / "teacher" / "metrics.json").read_text())
-    recorded = load_results("quickstart")["sst2"]["rows"][0]
+    recorded = load_results("quickstart")["sst2-float32"]["rows"][0]
     result = {"recorded": {"teacher": recorded["dev_score"]}, "rerun": {"teacher": metrics["score"]},
               "commit": commit(), **machine_info()}
     save_result("rerun", "quickstart/sst2/teacher dev", result)

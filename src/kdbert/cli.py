@@ -422,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("quickstart", help="the main job: fine-tune the default teacher, distil a student, "
-                                          "compare them (about 10 min on 2 CPU cores)",
+                                          "compare them (about 6 min on 2 CPU cores)",
                        description="Fine-tune the packaged teacher on a task, distil a student, evaluate and bench "
                                    "both, and print a teacher-vs-student table. Rerun to continue an interrupted run.")
     add_task_arguments(p)
