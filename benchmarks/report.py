@@ -969,7 +969,8 @@ def bilstm_distill_section() -> list[str]:
                               (("kd", "distilled"), ("kd_aug", "distilled + augmentation")) if v in means)
             verdicts.append(f"- {task}, {optimizer}: over the labels-only BiLSTM: {gains}.")
     lines += [""] + verdicts + [
-        "- Budget against the paper: a subset of the training rows, n_iter 5 instead of 20, a few epochs, GloVe "
+        "- Budget against the paper: a subset of the training rows, n_iter as the rows column says (the paper: "
+        "20), a few epochs, GloVe "
         "50d instead of word2vec 300d, and a teacher fine-tuned on a CPU budget; the absolute scores are far from "
         "the paper's, and the differences between the columns of one row are the finding."]
     for key in sorted(k for k in results if k.endswith("/teacher")):
