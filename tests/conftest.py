@@ -183,3 +183,18 @@ def evaluate_saved(model_dir, task: str, data_dir, max_seq_len: int | None = Non
     data = load_task(TaskOptions(task, data_dir=str(data_dir)))
     model = load_sequence_classifier(str(model_dir), data.spec.num_labels, new_head_ok=False)
     return TaskEvaluator(data, load_tokenizer(str(model_dir)), max_seq_len)(model)
+
+
+def count_teacher_runs(monkeypatch) -> list:
+    """The examples the teacher-logit store sends to the teacher from now on (a list that fills)."""
+    import kdbert.data.teacher_logits as teacher_logits
+
+    seen = []
+    run = teacher_logits._run_teacher
+
+    def wrapped(model, tokenizer, examples, *settings):
+        seen.extend(examples)
+        return run(model, tokenizer, examples, *settings)
+
+    monkeypatch.setattr(teacher_logits, "_run_teacher", wrapped)
+    return seen

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import WORDS, save_tiny_classifier, write_glue_task
+from conftest import WORDS, count_teacher_runs, save_tiny_classifier, write_glue_task
 from transformers import BertForSequenceClassification
 
 import kdbert.data.teacher_logits as teacher_logits
@@ -98,7 +98,7 @@ def test_cli_on_own_csv_data_and_an_augmented_file_with_stored_logits(env, capsy
 
     texts = [(line.split("\t")[0],) for line in augmented.read_text().splitlines()[1:]]
     teacher_logits.label_with_teacher(teacher, load_tokenizer(str(env["teacher2"])), texts, augmented, 64)
-    seen = counting(monkeypatch)
+    seen = count_teacher_runs(monkeypatch)
     dev = env["tmp"] / "dev.tsv"
     dev.write_text("review\tstars\n" + "".join(f"{t}\t{y}\n" for t, y in rows[20:]))
     assert main(["distill", "task", "--method", "bilstm", "--task", str(augmented), "--dev-file", str(dev),
@@ -152,7 +152,7 @@ def test_first_step_terms_equal_a_hand_computation(env, task, teacher, alpha):
 
 
 def test_labels_only_never_runs_the_teacher_and_adamw_and_frozen_embeddings(env, monkeypatch):
-    seen = counting(monkeypatch)
+    seen = count_teacher_runs(monkeypatch)
     out = env["tmp"] / "labels"
     report = distill_task(TaskOptions("sst2", data_dir=str(env["root"])),
                           options(env, alpha=0.0, optimizer="adamw", freeze_embeddings=True, max_steps=2), str(out))
@@ -191,21 +191,9 @@ def test_adadelta_defaults_are_the_papers(env, capsys):
 
 
 # ----------------------------------------------------------------------------- the teacher-logit store
-def counting(monkeypatch):
-    seen = []
-    run = teacher_logits._run_teacher
-
-    def wrapped(model, tokenizer, examples, *settings):
-        seen.extend(examples)
-        return run(model, tokenizer, examples, *settings)
-
-    monkeypatch.setattr(teacher_logits, "_run_teacher", wrapped)
-    return seen
-
-
 def test_teacher_logits_are_stored_once_and_recomputed_only_for_a_new_row_or_teacher(env, tiny_tokenizer,
                                                                                       monkeypatch):
-    seen = counting(monkeypatch)
+    seen = count_teacher_runs(monkeypatch)
     task = TaskOptions("sst2", data_dir=str(env["root"]))
     distill_task(task, options(env, max_steps=1), str(env["tmp"] / "a"))
     assert len(seen) == len({ex.texts for ex in load_task(task).train})

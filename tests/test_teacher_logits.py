@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import save_tiny_classifier
+from conftest import count_teacher_runs, save_tiny_classifier
 from safetensors.numpy import load_file
 from transformers import BertForSequenceClassification
 
@@ -33,20 +33,8 @@ def direct(model, tokenizer, examples):
         return np.stack([model(**tokenizer(*texts, return_tensors="pt")).logits[0].numpy() for texts in examples])
 
 
-def counting(monkeypatch):
-    seen = []
-    run = teacher_logits._run_teacher
-
-    def wrapped(model, tokenizer, examples, *settings):
-        seen.extend(examples)
-        return run(model, tokenizer, examples, *settings)
-
-    monkeypatch.setattr(teacher_logits, "_run_teacher", wrapped)
-    return seen
-
-
 def test_logits_are_the_teachers_with_its_mask_token_and_computed_once(tmp_path, teacher, tiny_tokenizer, monkeypatch):
-    seen = counting(monkeypatch)
+    seen = count_teacher_runs(monkeypatch)
     data = tmp_path / "train_aug.tsv"
     got = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32, batch_size=2)
     np.testing.assert_allclose(got, direct(teacher, tiny_tokenizer, EXAMPLES), rtol=0, atol=1e-5)
@@ -65,7 +53,7 @@ def test_another_teacher_or_length_never_reads_these_logits(tmp_path, teacher, t
     first = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32)
     other = BertForSequenceClassification.from_pretrained(
         save_tiny_classifier(tmp_path / "other", tiny_tokenizer, num_labels=3, seed=1)).eval()
-    seen = counting(monkeypatch)
+    seen = count_teacher_runs(monkeypatch)
     second = label_with_teacher(other, tiny_tokenizer, EXAMPLES, data, max_seq_len=32)
     np.testing.assert_allclose(second, direct(other, tiny_tokenizer, EXAMPLES), rtol=0, atol=1e-5)
     assert not np.allclose(first, second) and len(seen) == 3
@@ -78,7 +66,7 @@ def test_bfloat16_labelling_is_close_stored_in_float32_and_apart_from_float32(tm
                                                                               monkeypatch):
     data = tmp_path / "train_aug.tsv"
     full = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32)
-    seen = counting(monkeypatch)
+    seen = count_teacher_runs(monkeypatch)
     half = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32, dtype="bfloat16")
     assert len(seen) == 3  # the float32 logits are not reused
     assert half.dtype == np.float32 and not np.array_equal(half, full)
