@@ -11,7 +11,6 @@ from conftest import count_teacher_runs, save_tiny_classifier
 from safetensors.numpy import load_file
 from transformers import BertForSequenceClassification
 
-import kdbert.data.teacher_logits as teacher_logits
 from kdbert.cli import main
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.data.teacher_logits import label_with_teacher, store_path, teacher_identity
