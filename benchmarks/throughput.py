@@ -140,14 +140,9 @@ def load_avg() -> float:
 def scores_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """HF's eager attention, returning the pre-softmax scores (masked keys at -10000, the TinyBERT
     convention) as the attention weights, so ``outputs.attentions`` holds what TinyBERT matches."""
-    from torch import nn
+    from kdbert.models.trace import eager_attention
 
-    if scaling is None:
-        scaling = query.size(-1) ** -0.5
-    raw = torch.matmul(query, key.transpose(2, 3)) * scaling
-    scores = raw if attention_mask is None else raw + attention_mask
-    probabilities = nn.functional.dropout(nn.functional.softmax(scores, dim=-1), p=dropout, training=module.training)
-    output = torch.matmul(probabilities, value).transpose(1, 2).contiguous()
+    output, _, raw = eager_attention(module, query, key, value, attention_mask, scaling, dropout)
     recorded = raw if attention_mask is None else raw + attention_mask.clamp(min=MASKED_SCORE)
     return output, recorded
 

@@ -102,10 +102,12 @@ def model_inputs(model: nn.Module, batch: dict, role: str = "student") -> dict:
 
 
 # ----------------------------------------------------------------------------- HF adapter
-def _traced_attention(module: nn.Module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """HF eager attention, recording pre-softmax scores into the active recorder.
+def eager_attention(module: nn.Module, query, key, value, attention_mask, scaling=None, dropout=0.0):
+    """HF's eager attention, also returning the raw scores.
 
-    query/key/value: (B, H, L, d_head). Returns (output (B, L, H, d_head), probabilities).
+    query/key/value: (B, H, L, d_head); ``attention_mask`` additive (B, 1, L, L) or ``None``.
+    raw = Q K^T * scaling (B, H, L, L), probabilities = dropout(softmax(raw + mask)).
+    Returns (output (B, L, H, d_head), probabilities, raw).
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
@@ -113,6 +115,13 @@ def _traced_attention(module: nn.Module, query, key, value, attention_mask, scal
     scores = raw if attention_mask is None else raw + attention_mask
     probabilities = nn.functional.dropout(nn.functional.softmax(scores, dim=-1), p=dropout, training=module.training)
     output = torch.matmul(probabilities, value).transpose(1, 2).contiguous()
+    return output, probabilities, raw
+
+
+def _traced_attention(module: nn.Module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """HF eager attention (:func:`eager_attention`), recording pre-softmax scores into the active
+    recorder. Returns (output (B, L, H, d_head), probabilities)."""
+    output, probabilities, raw = eager_attention(module, query, key, value, attention_mask, scaling, dropout)
     records = getattr(_recorder, "records", None)
     if records is not None:
         key_mask = _recorder.key_mask.to(raw.dtype)[:, None, None, :]
