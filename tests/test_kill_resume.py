@@ -66,7 +66,15 @@ def progress_marks(out: Path) -> int:
     log = out / "log.jsonl"
     records = len(log.read_text().splitlines()) if log.is_file() else 0
     partial = [p for p in out.parent.glob(out.name + "*") if p != out]
-    return saved + records + sum(p.stat().st_size for p in partial if p.is_file())
+    return saved + records + sum(size_if_present(p) for p in partial)
+
+
+def size_if_present(path: Path) -> int:
+    """A file's size, or 0 when the running child renamed or removed it after the glob listed it."""
+    try:
+        return path.stat().st_size if path.is_file() else 0
+    except FileNotFoundError:
+        return 0
 
 
 def assert_nothing_half_written(out: Path) -> None:
