@@ -113,9 +113,15 @@ def cmd_evaluate(args) -> int:
         if model.num_labels not in (None, data.spec.num_labels):
             raise KdbertError(f"{model.file} has {model.num_labels} output(s) but {data.spec.name} needs "
                               f"{data.spec.num_labels}; use a model fine-tuned on this task")
-        path, tokenizer = str(model.folder), model.tokenizer
+        path = str(model.folder)
         default_output = model.folder / f"eval_{data.spec.name}_{model.file.stem}.json"
-        metrics = TaskEvaluator(data, tokenizer, args.max_seq_len, args.batch_size)(model)
+        if model.word_level:  # an exported BiLSTM student: word ids of its vocab.txt
+            from kdbert.evaluate_words import WordTaskEvaluator
+
+            check_bilstm_fits(str(model.file), model.num_labels, model.pair, data.spec)
+            metrics = WordTaskEvaluator(data, model.vocab, args.batch_size)(model)
+        else:
+            metrics = TaskEvaluator(data, model.tokenizer, args.max_seq_len, args.batch_size)(model)
     else:
         path = resolve_model_path(args.model)
         default_output = Path(path) / f"eval_{data.spec.name}.json"
@@ -139,13 +145,17 @@ def evaluate_bilstm(path: str, data, batch_size: int) -> dict:
     from kdbert.models.bilstm import load_bilstm
 
     model, vocab = load_bilstm(path)
-    spec = data.spec
-    if model.config.num_labels != spec.num_labels or model.config.pair != spec.is_pair:
-        raise KdbertError(f"{path} is a BiLSTM with {model.config.num_labels} output(s) for "
-                          f"{'sentence pairs' if model.config.pair else 'single sentences'}, but {spec.name} has "
+    check_bilstm_fits(path, model.config.num_labels, model.config.pair, data.spec)
+    return WordTaskEvaluator(data, vocab, batch_size)(model)
+
+
+def check_bilstm_fits(path: str, num_labels: int | None, pair: bool, spec) -> None:
+    """Refuse a BiLSTM student (folder or export) whose outputs or sentence count differ from the task's."""
+    if num_labels not in (None, spec.num_labels) or pair != spec.is_pair:
+        raise KdbertError(f"{path} is a BiLSTM with {num_labels} output(s) for "
+                          f"{'sentence pairs' if pair else 'single sentences'}, but {spec.name} has "
                           f"{spec.num_labels} output(s) and {'pairs' if spec.is_pair else 'single sentences'}; "
                           "evaluate it on the task it was distilled for")
-    return WordTaskEvaluator(data, vocab, batch_size)(model)
 
 
 def cmd_bench(args) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
 
 from kdbert.data.glue import TaskData
 from kdbert.data.word_batching import DistillationCollator, DistillationDataset, encode_for_distillation
@@ -19,17 +20,27 @@ from kdbert.metrics import compute_metrics, split_prefix, task_score
 @torch.no_grad()
 def predict_words(model, dataset: DistillationDataset, batch_size: int = 256) -> np.ndarray:
     """Logits (N, C) of a word-level ``model`` on ``dataset``, in the dataset's order (batches of
-    similar lengths)."""
-    model.eval()
-    device = next(model.parameters()).device
+    similar lengths). ``model`` is a PyTorch student or its ONNX export
+    (:class:`kdbert.onnx_model.OnnxClassifier`, which takes the same inputs as arrays)."""
+    if isinstance(model, nn.Module):
+        model.eval()
+        device = next(model.parameters()).device
+
+        def logits_of(student: dict) -> np.ndarray:
+            return model(**{k: v.to(device) for k, v in student.items()}).logits.float().cpu().numpy()
+    else:
+        def logits_of(student: dict) -> np.ndarray:
+            return model({k: v.numpy() for k, v in student.items()})
     collator = DistillationCollator()
     lengths = dataset.lengths
     order = sorted(range(len(dataset)), key=lambda i: lengths[i])
-    outputs = np.zeros((len(dataset), model.config.num_labels), dtype=np.float32)
+    outputs = None
     for begin in range(0, len(order), batch_size):
         indices = order[begin:begin + batch_size]
-        student = collator([{"student": dataset[i]["student"]} for i in indices])["student"]
-        outputs[indices] = model(**{k: v.to(device) for k, v in student.items()}).logits.float().cpu().numpy()
+        logits = logits_of(collator([{"student": dataset[i]["student"]} for i in indices])["student"])
+        if outputs is None:
+            outputs = np.zeros((len(dataset), logits.shape[-1]), dtype=np.float32)
+        outputs[indices] = logits
     return outputs
 
 

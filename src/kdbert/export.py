@@ -19,9 +19,11 @@ PyTorch, ORT fp32 and ORT int8.
 
 Families: how a model class is called. :func:`input_spec` looks the model's class (or a base
 class) up in :data:`FAMILIES`; each entry returns an :class:`InputSpec` (input names, position
-limit, vocabulary). HF BERT, DistilBERT and MobileBERT classifiers are registered; another
-``nn.Module`` (e.g. a BiLSTM over word ids) registers its own with :func:`register_family` and
-is exported with :func:`export_classifier`.
+limit, vocabulary). HF BERT, DistilBERT and MobileBERT classifiers are registered, and the
+distilled BiLSTM (:mod:`kdbert.models.bilstm`): its export takes word ids from ``vocab.txt``
+(saved beside the graph instead of a tokenizer) and, for pairs, a second sentence
+(``input_ids_b``, ``attention_mask_b``) with its own length axis. Another ``nn.Module``
+registers its own with :func:`register_family` and is exported with :func:`export_classifier`.
 """
 
 from __future__ import annotations
@@ -58,13 +60,22 @@ class InputSpec:
     """What a classifier takes: int64 tensors of shape (batch, sequence) named ``names``.
 
     ``names`` is a subset of ``input_ids``, ``attention_mask``, ``token_type_ids`` (in that
-    order); ``max_positions`` is the longest sequence the model accepts (``None``: no limit);
-    ``vocab_size`` bounds the example ids.
+    order), or a word-level student's inputs (:data:`kdbert.models.bilstm.PAIR_INPUTS`), where
+    names ending in ``_b`` (the second sentence) have a length axis of their own;
+    ``max_positions`` is the longest sequence the model accepts (``None``: no limit);
+    ``vocab_size`` bounds the example ids. ``legacy_exporter``: export with the TorchScript
+    exporter (``dynamo=False``): torch 2.13's dynamo exporter fixes the lengths of a siamese
+    BiLSTM's two inputs to the example's.
     """
 
     names: tuple[str, ...]
     max_positions: int | None
     vocab_size: int
+    legacy_exporter: bool = False
+
+    def length_axis(self, name: str) -> str:
+        """The name of input ``name``'s sequence axis: ``sequence``, or ``sequence_b`` for a pair's second text."""
+        return "sequence_b" if name.endswith("_b") else "sequence"
 
 
 def hf_input_spec(model: nn.Module) -> InputSpec:
@@ -75,10 +86,16 @@ def hf_input_spec(model: nn.Module) -> InputSpec:
                      getattr(config, "max_position_embeddings", None), config.vocab_size)
 
 
+def bilstm_input_spec(model: nn.Module) -> InputSpec:
+    """:class:`~kdbert.models.bilstm.BiLSTMStudent`: word ids and masks (two of each for pairs), any length."""
+    return InputSpec(model.config.input_names, None, model.config.vocab_size, legacy_exporter=True)
+
+
 FAMILIES: dict[str, Callable[[nn.Module], InputSpec]] = {
     "BertForSequenceClassification": hf_input_spec,
     "DistilBertForSequenceClassification": hf_input_spec,
     "MobileBertForSequenceClassification": hf_input_spec,
+    "BiLSTMStudent": bilstm_input_spec,
 }
 
 
@@ -111,13 +128,15 @@ class _Logits(nn.Module):
 
 
 def _example_inputs(spec: InputSpec, batch_size: int = 2, seq_len: int = 11) -> tuple[torch.Tensor, ...]:
-    """Example (batch_size, seq_len) inputs; batch >= 2 so the exporter keeps the batch axis
-    dynamic (a size-1 dimension is specialised)."""
+    """Example (batch_size, seq_len) inputs (a pair's second text: seq_len - 1 long); batch >= 2
+    so the exporter keeps the batch axis dynamic (a size-1 dimension is specialised)."""
     seq_len = min(seq_len, spec.max_positions or seq_len)
     generator = torch.Generator().manual_seed(0)
-    values = {"input_ids": torch.randint(0, spec.vocab_size, (batch_size, seq_len), generator=generator),
-              "attention_mask": torch.ones(batch_size, seq_len, dtype=torch.long),
-              "token_type_ids": torch.zeros(batch_size, seq_len, dtype=torch.long)}
+    values = {}
+    for length, suffix in ((seq_len, ""), (max(2, seq_len - 1), "_b")):
+        values[f"input_ids{suffix}"] = torch.randint(0, spec.vocab_size, (batch_size, length), generator=generator)
+        values[f"attention_mask{suffix}"] = torch.ones(batch_size, length, dtype=torch.long)
+        values[f"token_type_ids{suffix}"] = torch.zeros(batch_size, length, dtype=torch.long)
     return tuple(values[name] for name in spec.names)
 
 
@@ -140,14 +159,21 @@ def _summary(message: str, err: Exception) -> str:
 def export_onnx(model: nn.Module, path: str | os.PathLike, spec: InputSpec | None = None) -> InputSpec:
     """Write ``model`` (eval mode) to ``path`` as ONNX with dynamic batch and sequence axes.
 
-    Uses the dynamo exporter (``torch.onnx.export(..., dynamo=True)``); inputs are the family's
+    Uses the dynamo exporter (``torch.onnx.export(..., dynamo=True)``), or the TorchScript one
+    for a family that asks (:attr:`InputSpec.legacy_exporter`); inputs are the family's
     :class:`InputSpec` names, the output is ``logits``. An operator the exporter cannot
     translate is named in the error.
     """
     spec = spec or input_spec(model)
-    batch = torch.export.Dim("batch", min=1, max=4096)
-    sequence = torch.export.Dim("sequence", min=2, max=spec.max_positions or 100_000)
-    shapes = (tuple({0: batch, 1: sequence} for _ in spec.names),)  # one entry: the *inputs tuple
+    if spec.legacy_exporter:
+        options = {"dynamo": False, "dynamic_axes": {name: {0: "batch", 1: spec.length_axis(name)}
+                                                     for name in spec.names}}
+    else:
+        batch = torch.export.Dim("batch", min=1, max=4096)
+        lengths = {axis: torch.export.Dim(axis, min=2, max=spec.max_positions or 100_000)
+                   for axis in {spec.length_axis(name) for name in spec.names}}
+        shapes = (tuple({0: batch, 1: lengths[spec.length_axis(name)]} for name in spec.names),)  # the *inputs
+        options = {"dynamo": True, "dynamic_shapes": shapes, "optimize": True}
     was_training = model.training
     model.eval()
     onnx_logger = logging.getLogger("torch.onnx")
@@ -156,9 +182,10 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, spec: InputSpec | Non
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # exporter deprecation and axis-naming notes
-            program = torch.onnx.export(_Logits(model, spec.names).eval(), _example_inputs(spec), dynamo=True,
-                                        dynamic_shapes=shapes, input_names=list(spec.names),
-                                        output_names=["logits"], verbose=False, optimize=True)
+            program = torch.onnx.export(_Logits(model, spec.names).eval(), _example_inputs(spec),
+                                        str(path) if spec.legacy_exporter else None,
+                                        input_names=list(spec.names), output_names=["logits"], verbose=False,
+                                        **options)
     except Exception as err:  # the exporter raises many types; all mean "cannot export this model"
         message = str(err)
         operators = _unsupported_operators(message)
@@ -167,8 +194,45 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, spec: InputSpec | Non
     finally:
         model.train(was_training)
         onnx_logger.setLevel(level)
-    program.save(str(path))
+    if program is not None:  # the dynamo exporter returns the program; the TorchScript one wrote the file
+        program.save(str(path))
     return spec
+
+
+def _unshare_lstm_weights(graph) -> int:
+    """Give every LSTM node its own copy of each weight initializer it shares with another LSTM
+    node (the siamese BiLSTM runs one encoder on both sentences: the TorchScript exporter feeds
+    the second call the first's initializers through Identity nodes); returns the copies made.
+
+    ORT's ``quantize_dynamic`` replaces an LSTM's weights by a quantised, reshaped initializer;
+    a second LSTM reading the same one then gets the wrong shape (ORT fails at run time:
+    "Input W must have shape {1, 4H, E}")."""
+    from onnx import numpy_helper
+
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    aliases = {node.output[0]: node.input[0] for node in graph.node
+               if node.op_type == "Identity" and node.input[0] in initializers}
+    seen: set[str] = set()
+    copies = 0
+    for node in graph.node:
+        if node.op_type != "LSTM":
+            continue
+        for position, name in enumerate(node.input):
+            source = aliases.get(name, name)
+            if source not in initializers:
+                continue
+            if source in seen:
+                copy = numpy_helper.from_array(numpy_helper.to_array(initializers[source]), f"{source}__{node.name}")
+                graph.initializer.append(copy)
+                node.input[position] = copy.name
+                copies += 1
+            seen.add(source)
+    consumed = {name for node in graph.node for name in node.input} | {output.name for output in graph.output}
+    unused = [node for node in graph.node if node.op_type == "Identity" and node.output[0] in aliases
+              and node.output[0] not in consumed]
+    for node in unused:
+        graph.node.remove(node)
+    return copies
 
 
 def quantize_int8(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) -> Path:
@@ -182,6 +246,11 @@ def quantize_int8(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) ->
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    source = onnx.load(str(fp32_path))
+    fp32_path = Path(fp32_path)
+    if _unshare_lstm_weights(source.graph):  # quantise a copy in which every LSTM has its own weights
+        fp32_path = Path(int8_path).with_name(Path(int8_path).name + ".unshared.onnx")
+        onnx.save(source, str(fp32_path))
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # quantize_dynamic logs a pre-processing hint at WARNING
@@ -192,6 +261,8 @@ def quantize_int8(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) ->
         raise KdbertError(f"ONNX Runtime cannot quantise {fp32_path} to int8: {cause}; deploy the fp32 model") from None
     finally:
         root.setLevel(level)
+        if fp32_path.name.endswith(".unshared.onnx"):
+            fp32_path.unlink(missing_ok=True)
     graph = onnx.load(str(int8_path), load_external_data=False).graph
     if not any(node.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul", "ConvInteger")
                for node in graph.node):
@@ -242,32 +313,81 @@ class _TorchClassifier:
         return np.stack(outputs)
 
 
-def _parity(model: nn.Module, spec: InputSpec, tokenizer, files: dict[str, Path], task, seq_len: int,
-            batch_size: int) -> tuple[dict, dict]:
-    """Logit differences and (with a task) dev metrics of PyTorch and every exported file."""
+def _synthetic_word_dataset(spec: InputSpec, seq_len: int, rows: int = SYNTHETIC_ROWS):
+    """Word-level rows (a pair's two texts drawn apart) of random word ids >= 2 (neither padding
+    nor UNK) and lengths 1..seq_len, for :func:`kdbert.evaluate_words.predict_words`."""
+    from kdbert.data.word_batching import DistillationDataset
+
+    generator = torch.Generator().manual_seed(0)
+    features = []
+    for _ in range(rows):
+        texts = {}
+        for name in spec.names:
+            if name.startswith("input_ids"):
+                length = int(torch.randint(1, seq_len + 1, (1,), generator=generator))
+                texts[name] = torch.randint(2, max(3, spec.vocab_size), (length,), generator=generator).tolist()
+        features.append({"student": texts})
+    return DistillationDataset(features)
+
+
+def _token_rows(runners: dict, tokenizer, spec: InputSpec, task, seq_len: int, batch_size: int):
+    """Dev metrics of every runner and a ``predict(runner) -> logits`` over the parity rows:
+    the task's first dev split encoded with the tokenizer, else synthetic token rows."""
     from kdbert.evaluate import TaskEvaluator
 
-    torch_model = _TorchClassifier(model, spec)
-    sessions = {precision: OnnxClassifier(file, load_tokenizer=False) for precision, file in files.items()}
     metrics: dict[str, dict] = {}
     if task is not None:
         from kdbert.data.load import load_task
 
         data = load_task(task)
         evaluator = TaskEvaluator(data, tokenizer, seq_len, batch_size)
-        metrics["pytorch"] = evaluator(torch_model)
-        metrics.update({f"onnx_{p}": evaluator(session) for p, session in sessions.items()})
+        metrics = {name: evaluator(runner) for name, runner in runners.items()}
         split = next(iter(evaluator.splits))
         dataset, collator = evaluator.splits[split], evaluator.collator
         source = f"dev ({data.spec.name}, split {split})"
     else:
         dataset, collator = _synthetic_dataset(spec, seq_len, pad_id=getattr(tokenizer, "pad_token_id", 0) or 0)
         source = "synthetic (random ids and lengths)"
-    reference = torch_model.predict(dataset, collator, batch_size)
-    parity: dict[str, Any] = {"examples": len(dataset), "source": source, "max_seq_len": seq_len,
+    return metrics, (lambda runner: runner.predict(dataset, collator, batch_size)), len(dataset), source
+
+
+def _word_rows(runners: dict, vocab, spec: InputSpec, task, seq_len: int, batch_size: int):
+    """:func:`_token_rows` for a word-level student: rows encoded with its vocabulary (whole
+    texts: it has no length limit), else synthetic word rows of at most ``seq_len`` words."""
+    from kdbert.evaluate_words import WordTaskEvaluator, predict_words
+
+    metrics: dict[str, dict] = {}
+    if task is not None:
+        from kdbert.data.load import load_task
+
+        data = load_task(task)
+        evaluator = WordTaskEvaluator(data, vocab, batch_size)
+        metrics = {name: evaluator(runner) for name, runner in runners.items()}
+        split = next(iter(evaluator.splits))
+        dataset = evaluator.splits[split]
+        source = f"dev ({data.spec.name}, split {split})"
+    else:
+        dataset = _synthetic_word_dataset(spec, seq_len)
+        source = "synthetic (random word ids and lengths)"
+    return metrics, (lambda runner: predict_words(runner, dataset, batch_size)), len(dataset), source
+
+
+def _parity(model: nn.Module, spec: InputSpec, tokenizer, files: dict[str, Path], task, seq_len: int,
+            batch_size: int) -> tuple[dict, dict]:
+    """Logit differences and (with a task) dev metrics of PyTorch and every exported file.
+    ``tokenizer`` is an HF tokenizer, or a :class:`~kdbert.data.words.Vocab` for a word-level student."""
+    from kdbert.data.words import Vocab
+
+    word_level = isinstance(tokenizer, Vocab)
+    runners = {"pytorch": model if word_level else _TorchClassifier(model, spec)}
+    runners.update({f"onnx_{precision}": OnnxClassifier(file, load_tokenizer=False) for precision, file in files.items()})
+    rows = _word_rows if word_level else _token_rows
+    metrics, predict, examples, source = rows(runners, tokenizer, spec, task, seq_len, batch_size)
+    reference = predict(runners["pytorch"])
+    parity: dict[str, Any] = {"examples": examples, "source": source, "max_seq_len": seq_len,
                               "tolerance": PARITY_TOLERANCE}
-    for precision, session in sessions.items():
-        logits = session.predict(dataset, collator, batch_size)
+    for precision in files:
+        logits = predict(runners[f"onnx_{precision}"])
         parity[f"max_abs_logit_diff_{precision}"] = float(np.abs(logits - reference).max())
         if reference.shape[-1] > 1:
             agree = (logits.argmax(-1) == reference.argmax(-1)).mean()
@@ -282,7 +402,8 @@ def _parity(model: nn.Module, spec: InputSpec, tokenizer, files: dict[str, Path]
 def export_classifier(model: nn.Module, tokenizer, output_dir: str | os.PathLike, quantize: str | None = None,
                       task=None, max_seq_len: int | None = None, batch_size: int = 64,
                       source: str | None = None, overwrite: bool = True) -> dict:
-    """Export ``model`` with ``tokenizer`` (and its HF config, when it has one) into ``output_dir``.
+    """Export ``model`` with ``tokenizer`` (an HF tokenizer, or a word-level student's
+    :class:`~kdbert.data.words.Vocab`) and its config into ``output_dir``.
 
     ``quantize="int8"`` adds ``model.int8.onnx``; ``task`` (a :class:`~kdbert.data.load.TaskOptions`)
     checks parity and metrics on its dev rows; ``max_seq_len`` is the length rows are cut to
@@ -348,9 +469,11 @@ def export_classifier(model: nn.Module, tokenizer, output_dir: str | os.PathLike
 def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | None = None,
                  quantize: str | None = None, task=None, max_seq_len: int | None = None,
                  batch_size: int = 64, overwrite: bool = True) -> dict:
-    """Export the fine-tuned HF classifier saved in ``model_dir`` (default output: ``model_dir/onnx``)."""
+    """Export the fine-tuned HF classifier, or the BiLSTM student, saved in ``model_dir``
+    (default output: ``model_dir/onnx``)."""
     from transformers import AutoConfig
 
+    from kdbert.models.bilstm import is_bilstm_folder, load_bilstm
     from kdbert.models.loading import check_classifier_head, load_sequence_classifier, load_tokenizer
 
     folder = Path(model_dir).expanduser()
@@ -362,6 +485,11 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
     if not (folder / "config.json").is_file():
         raise KdbertError(f"{folder} is not a model folder (no config.json); pass a folder saved by kdbert "
                           "(finetune, distill, quickstart), e.g. runs/quickstart/teacher")
+    options = {"quantize": quantize, "task": task, "max_seq_len": max_seq_len, "batch_size": batch_size,
+               "source": str(folder), "overwrite": overwrite}
+    if is_bilstm_folder(folder):  # a word-level student: its vocabulary goes where a tokenizer would
+        model, vocab = load_bilstm(folder)
+        return export_classifier(model, vocab, output_dir or folder / "onnx", **options)
     try:
         config = AutoConfig.from_pretrained(str(folder))
     except (OSError, ValueError) as err:
@@ -369,6 +497,4 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
     check_classifier_head(str(folder), config, config.num_labels)
     model = load_sequence_classifier(str(folder), config.num_labels, new_head_ok=False)
     tokenizer = load_tokenizer(str(folder))
-    return export_classifier(model, tokenizer, output_dir or folder / "onnx", quantize=quantize, task=task,
-                             max_seq_len=max_seq_len, batch_size=batch_size, source=str(folder),
-                             overwrite=overwrite)
+    return export_classifier(model, tokenizer, output_dir or folder / "onnx", **options)

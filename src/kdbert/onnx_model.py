@@ -1,7 +1,8 @@
 """Run an exported classifier (``kdbert export``) with ONNX Runtime: predict, evaluate, bench.
 
 An export folder holds ``model.onnx`` (fp32), optionally ``model.int8.onnx`` (dynamic int8),
-the tokenizer and ``config.json`` beside them, and ``export_report.json``. ``--model`` of
+the tokenizer (a word-level BiLSTM student: its ``vocab.txt``) and ``config.json`` beside them,
+and ``export_report.json``. ``--model`` of
 ``kdbert evaluate`` / ``kdbert bench`` may name the folder (the fp32 model) or one ``.onnx``
 file in it.
 
@@ -32,6 +33,7 @@ FP32_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
 REPORT_FILE = "export_report.json"
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+WORD_PAIR_INPUTS = ("input_ids_b", "attention_mask_b")  # a siamese BiLSTM's second sentence
 
 __all__ = ["OnnxClassifier", "is_onnx_model", "onnx_file", "ort_matmul_rate", "bench_onnx"]
 
@@ -74,6 +76,9 @@ class OnnxClassifier:
     ``classifier.predict(dataset, collator, batch_size)`` returns logits (N, C) like
     :func:`kdbert.evaluate.predict`, so :class:`kdbert.evaluate.TaskEvaluator` scores it as it
     scores a PyTorch model. ``classifier(batch)`` runs one batch of int64 arrays (B, L).
+    An exported BiLSTM student (``word_level``) reads word ids of its ``vocab``
+    (:class:`~kdbert.data.words.Vocab`; ``tokenizer`` is None) and is scored by
+    :class:`kdbert.evaluate_words.WordTaskEvaluator`.
     """
 
     def __init__(self, path: str | os.PathLike, threads: int | None = None, load_tokenizer: bool = True):
@@ -82,16 +87,27 @@ class OnnxClassifier:
         self.precision = _precision(self.file)
         self.session = _session(self.file, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
-        unknown = [n for n in self.input_names if n not in ONNX_INPUTS]
+        unknown = [n for n in self.input_names if n not in ONNX_INPUTS + WORD_PAIR_INPUTS]
         if unknown:
             raise KdbertError(f"{self.file} takes inputs {unknown} kdbert does not make; "
                               f"export it with `kdbert export` (inputs {', '.join(ONNX_INPUTS)})")
+        self.word_level = _config_value(self.folder, "model_type") == "kdbert-bilstm"
+        self.pair = "input_ids_b" in self.input_names
         labels = self.session.get_outputs()[0].shape[-1]
         self.num_labels = labels if isinstance(labels, int) else None
         report_path = self.folder / REPORT_FILE
         self.report = json.loads(report_path.read_text()) if report_path.is_file() else {}
         self.max_seq_len = self.report.get("max_positions") or _config_value(self.folder, "max_position_embeddings")
-        self.tokenizer = self._load_tokenizer() if load_tokenizer else None
+        self.tokenizer = self._load_tokenizer() if load_tokenizer and not self.word_level else None
+        self.vocab = self._load_vocab() if load_tokenizer and self.word_level else None
+
+    def _load_vocab(self):
+        from kdbert.data.words import Vocab
+
+        if not (self.folder / "vocab.txt").is_file():
+            raise KdbertError(f"{self.file} is a word-level student without vocab.txt beside it in {self.folder}; "
+                              "export it with `kdbert export` or copy the student's vocab.txt there")
+        return Vocab.load(self.folder / "vocab.txt")
 
     def _load_tokenizer(self):
         from transformers import AutoTokenizer
@@ -184,15 +200,29 @@ def ort_matmul_rate(precision: str = "fp32", threads: int | None = None, n: int 
 
 
 def _synthetic_feed(classifier: OnnxClassifier, seq_len: int, batch_size: int) -> dict[str, np.ndarray]:
-    """``[CLS] tok ... tok [SEP]`` rows like :func:`kdbert.bench._synthetic_batch` (same seed)."""
+    """``[CLS] tok ... tok [SEP]`` rows like :func:`kdbert.bench._synthetic_batch` (same seed); for a
+    word-level student, ``seq_len`` words per sentence, as its PyTorch bench."""
     import torch
 
     vocab = classifier.report.get("vocab_size") or _config_value(classifier.folder, "vocab_size") or 30522
+    if classifier.word_level:
+        from kdbert.bench import _synthetic_batch
+
+        batch = _synthetic_batch(_bilstm_from_config(classifier.folder), seq_len, batch_size)
+        return {name: batch[name].numpy() for name in classifier.input_names}
     cls_id, sep_id = (101, 102) if vocab > 102 else (1 % vocab, 2 % vocab)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (batch_size, seq_len), generator=generator).numpy()
     ids[:, 0], ids[:, -1] = cls_id, sep_id
     return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+
+
+def _bilstm_from_config(folder: Path):
+    """A BiLSTM student of the shape in ``folder/config.json`` (random weights)."""
+    from kdbert.models.bilstm import BiLSTMConfig, BiLSTMStudent
+
+    config_path = folder / "config.json"
+    return BiLSTMStudent(BiLSTMConfig.from_dict(json.loads(config_path.read_text()), str(config_path)))
 
 
 def _flops(classifier: OnnxClassifier, seq_len: int) -> int | None:
@@ -203,6 +233,10 @@ def _flops(classifier: OnnxClassifier, seq_len: int) -> int | None:
         return int(recorded)
     if not (classifier.folder / "config.json").is_file():
         return None
+    if classifier.word_level:
+        from kdbert.models.bilstm import bilstm_flops
+
+        return bilstm_flops(_bilstm_from_config(classifier.folder).config, seq_len)
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     from kdbert.bench import count_flops

@@ -54,6 +54,8 @@ from kdbert.errors import KdbertError
 from kdbert.io import replace_dir, write_json
 
 MODEL_TYPE = "kdbert-bilstm"
+SENTENCE_INPUTS = ("input_ids", "attention_mask")
+PAIR_INPUTS = SENTENCE_INPUTS + ("input_ids_b", "attention_mask_b")
 
 
 @dataclass
@@ -78,9 +80,20 @@ class BiLSTMConfig:
             raise KdbertError(f"BiLSTM sizes must be >= 1 and 0 <= dropout < 1 (got {self})")
 
     @property
+    def input_names(self) -> tuple[str, ...]:
+        """The forward's inputs, in order: :data:`SENTENCE_INPUTS`, or :data:`PAIR_INPUTS` for pairs."""
+        return PAIR_INPUTS if self.pair else SENTENCE_INPUTS
+
+    @property
     def feature_size(self) -> int:
         """Width of the ReLU layer's input: 2H for one sentence, 8H for pairs."""
         return 2 * self.hidden_size * (4 if self.pair else 1)
+
+    def save_pretrained(self, folder: str | os.PathLike) -> None:
+        """``folder/config.json`` (the name and method Hugging Face configs use, so an export
+        writes it beside the ONNX graph as it writes an HF config)."""
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        write_json(Path(folder) / "config.json", asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "config") -> BiLSTMConfig:
@@ -113,8 +126,7 @@ class BiLSTMStudent(nn.Module):
         names Hugging Face models use, so the trainer saves this student like any other;
         :func:`save_bilstm` adds the vocabulary and makes the write atomic."""
         folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json(folder / "config.json", asdict(self.config))
+        self.config.save_pretrained(folder)
         save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()},
                   str(folder / "model.safetensors"), metadata={"format": "pt"})
 
