@@ -18,7 +18,8 @@ a ``kdbert finetune`` folder whose dev score is read from its metrics.json), or 
 ``--teacher TASK=DIR``. ``--teacher-dtype bfloat16`` labels the rows (the costly part: every
 augmented row goes through the teacher once) under bf16 autocast; the logits are stored in
 float32 beside each training file, apart from float32 ones, and reused by every seed.
-Then ``kdbert bench`` compares the ``kd_aug`` student with the teacher (one thread, batch 1).
+Then ``kdbert bench`` compares the ``kd_aug`` student with the teacher (one thread, batch 1 and
+32), in PyTorch and, both exported with ``kdbert export --quantize int8``, in ONNX Runtime int8.
 Results go to ``benchmarks/results/<--results-name>.json`` (default ``bilstm_distill``); a rerun
 skips recorded rows and resumes an interrupted run (``--resume``).
 """
@@ -181,16 +182,38 @@ def main() -> None:
                         save_result(name, key, {**recorded[key], "train_loss": train_loss(report)})
                     continue
                 save_result(name, key, run_variant(task, variant, seed, file, args, teacher))
-        if not args.no_bench and f"{task}/bench" not in recorded and args.optimizer == "adadelta":
-            student = folder / f"kd_aug-s{args.seeds[0]}"
-            bench_out = folder / "bench.json"
-            seq_len = str(GLUE_TASKS[task].max_seq_len)
-            options = ["bench", "--model", str(student), "--compare", str(teacher), "--seq-len", seq_len,
-                       "--threads", "1", "--output", str(bench_out)]
-            kdbert(*options)
-            save_result(name, f"{task}/bench", {"task": task, "rows": json.loads(bench_out.read_text()),
-                                                "command": relative(options),
-                                                "load_average": os.getloadavg()[0], **machine_info()})
+        if not args.no_bench and args.optimizer == "adadelta":
+            bench(task, folder / f"kd_aug-s{args.seeds[0]}", teacher, folder, args, recorded, name)
+
+
+def bench(task: str, student: Path, teacher: Path, folder: Path, args, recorded: dict, name: str) -> None:
+    """``{task}/bench``: the student against the teacher in PyTorch; ``{task}/bench-int8``: both
+    exported (``kdbert export --quantize int8``; the student's export scores its dev split) and
+    timed in ONNX Runtime int8. One thread, batch 1 and 32, the task's sequence length."""
+    seq_len = str(GLUE_TASKS[task].max_seq_len)
+    runs = [("bench", student, teacher), ("bench-int8", student / "onnx" / "model.int8.onnx",
+                                          teacher / "onnx" / "model.int8.onnx")]
+    for kind, model, baseline in runs:
+        if f"{task}/{kind}" in recorded:
+            continue
+        exports = []
+        if kind == "bench-int8":
+            exports = [["export", "--model", str(student), "--quantize", "int8", "--task", task, "--data-dir",
+                        args.data_dir, "--overwrite"],
+                       ["export", "--model", str(teacher), "--quantize", "int8", "--overwrite"]]
+            for options in exports:
+                kdbert(*options)
+        out = folder / f"{kind}.json"
+        options = ["bench", "--model", str(model), "--compare", str(baseline), "--seq-len", seq_len,
+                   "--threads", "1", "--output", str(out)]
+        kdbert(*options)
+        record = {"task": task, "rows": json.loads(out.read_text()), "command": relative(options),
+                  "load_average": os.getloadavg()[0], **machine_info()}
+        if exports:
+            report = json.loads((student / "onnx" / "export_report.json").read_text())
+            record.update({"exports": [relative(o) for o in exports], "student_dev": report["dev_metrics"],
+                           "student_parity": report["parity"]})
+        save_result(name, f"{task}/{kind}", record)
 
 
 if __name__ == "__main__":

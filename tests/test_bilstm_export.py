@@ -59,6 +59,7 @@ def test_cli_export_of_a_bilstm_scores_and_benches_like_the_pytorch_student(tmp_
                  "--runs", "2", "--threads", "1", "--output", str(bench)]) == 0
     torch_row, onnx_row = json.loads(bench.read_text())
     assert onnx_row["runtime"] == "onnxruntime int8" and torch_row["runtime"] == "pytorch fp32"
+    assert onnx_row["name"] == "student/onnx/model.int8.onnx"  # the model folder named, not only "onnx"
     assert onnx_row["flops_per_example"] == torch_row["flops_per_example"] == bilstm_flops(model.config, 9)
     assert onnx_row["params_total"] == torch_row["params_total"] == sum(p.numel() for p in model.parameters())
 

@@ -245,6 +245,12 @@ def _flops(classifier: OnnxClassifier, seq_len: int) -> int | None:
     return count_flops(model, seq_len)
 
 
+def _default_name(file: Path) -> str:
+    """``folder/model.onnx``, or ``model_folder/onnx/model.onnx`` for an export in its default
+    place (``kdbert export``'s ``DIR/onnx``), so that two exports' rows stay apart."""
+    return "/".join(file.parts[-3:] if file.parent.name == "onnx" else file.parts[-2:])
+
+
 def bench_onnx(path: str | os.PathLike, seq_len: int = 128, threads: int | None = None, runs: int = 30,
                warmup: int = 5, name: str | None = None, throughput_batch_size: int = 32) -> dict[str, Any]:
     """:func:`kdbert.bench.bench_model` for an exported model: the same keys, timed in ONNX Runtime.
@@ -269,7 +275,7 @@ def bench_onnx(path: str | os.PathLike, seq_len: int = 128, threads: int | None 
     flops = _flops(classifier, seq_len)
     rate = ort_matmul_rate(classifier.precision, threads)
     return {
-        "name": name or f"{classifier.folder.name}/{classifier.file.name}",
+        "name": name or _default_name(classifier.file),
         "runtime": f"onnxruntime {classifier.precision}",
         "params_total": classifier.report.get("params_total"),
         "params_non_embedding": classifier.report.get("params_non_embedding"),
