@@ -2,24 +2,29 @@
 
     python benchmarks/mobilebert_ablation.py --seeds 42 --tasks mrpc
 
-1. The teacher's MLM head: ``kdbert mlm-head`` on the packaged teacher (head only, 100 steps of
-   16 sequences; ``runs/mlm-mb``), skipped when the folder exists.
+1. The teacher's MLM head: ``kdbert mlm-head`` on ``--teacher`` (default the packaged teacher;
+   head only, ``--mlm-steps`` 100 steps of 16 sequences, ``--mlm-unfreeze`` 0 top layers trained
+   with it; ``<runs>/mlm-mb``), skipped when the folder exists. ``--mlm-only`` stops after it, so
+   that a driver fits it once before running strategies side by side.
 2. For each strategy and seed, ``kdbert distill general --method mobilebert`` of a
-   ``mobilebert-matched`` student (6 layers, inter-block 384 = the teacher's width, 12 heads) on the
-   shared Wikipedia corpus: ``--layer-steps`` per layer + ``--pretrain-steps`` of pre-training
-   distillation, so every strategy takes 6 x layer_steps + pretrain_steps optimiser steps
-   (``runs/mb-<strategy>-s<seed>``).
+   ``mobilebert-matched`` student (6 layers, inter-block 384 = the teacher's width, 12 heads) on
+   ``--corpus`` (default the shared Wikipedia sample): ``--layer-steps`` per layer +
+   ``--pretrain-steps`` of pre-training distillation, so every strategy takes 6 x layer_steps +
+   pretrain_steps optimiser steps of ``--batch-size`` sequences of 64 tokens
+   (``<runs>/mb-<strategy>-s<seed>``).
 3. Each student, and a ``none`` row (the same preset with the teacher's embeddings copied and no
    general distillation), fine-tuned on each task with ``kdbert finetune`` (plain fine-tuning, the
    paper's GLUE protocol; ``kdbert distill task --method mobilebert --alpha 0`` trains the same loss)
-   for ``--finetune-steps`` steps (``runs/mb-<strategy>-s<seed>-<task>``).
-4. What general distillation itself reached, on held-out text (the SST-2 dev sentences, never
-   seen in the corpus stage; 15 % of their tokens masked once with a fixed seed): the student's
-   masked-token top-1 accuracy and cross-entropy (the teacher's beside them) and the
-   feature-map distance of the last layer to the teacher's (``feature_map_mse``).
+   for ``--finetune-steps`` steps of ``--finetune-batch-size`` (``<runs>/mb-<strategy>-s<seed>-<task>``).
+4. What general distillation itself reached, on held-out text (the SST-2 dev sentences of
+   ``--data-dir``, never seen in the corpus stage; 15 % of their tokens masked once with a fixed
+   seed): the student's masked-token top-1 accuracy and cross-entropy (the teacher's beside them)
+   and the feature-map distance of the last layer to the teacher's (``feature_map_mse``).
 
-Runs resume when interrupted (rerun the same command). Results: ``benchmarks/results/mobilebert_ablation.json``
-(dev metrics, last training terms, wall times, machine, date and the commands).
+``<runs>`` is ``--runs-dir`` (default ``runs``). The defaults give the commands of the CPU rows
+recorded on 2026-11-23 exactly. Runs resume when interrupted (rerun the same command). Results:
+``benchmarks/results/mobilebert_ablation.json``, or ``$KDBERT_RESULTS_DIR`` (dev metrics, last
+training terms, wall times, machine, date and the commands).
 """
 
 from __future__ import annotations
@@ -40,9 +45,6 @@ from kdbert.cli import main as kdbert_main  # noqa: E402
 
 CORPUS = "../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz"
 GLUE = "../shared/data/glue_data"
-TEACHER = "runs/mlm-mb"
-MLM_HEAD = ["mlm-head", "--corpus", CORPUS, "--output-dir", TEACHER, "--unfreeze-top-layers", "0", "--steps", "100",
-            "--batch-size", "16", "--eval-sequences", "64"]
 STRATEGIES = ("progressive", "joint", "auxiliary")
 
 
@@ -55,25 +57,43 @@ def run(argv: list[str], out: Path, done: str) -> None:
         sys.exit(f"failed: kdbert {' '.join(argv)}")
 
 
+def mlm_dir(args) -> str:
+    """The teacher with its fitted MLM head: the teacher of general distillation."""
+    return f"{args.runs_dir}/mlm-mb"
+
+
+def mlm_head_argv(args) -> list[str]:
+    encoder = [] if args.teacher == "default" else ["--encoder", args.teacher]
+    return ["mlm-head", *encoder, "--corpus", args.corpus, "--output-dir", mlm_dir(args), "--unfreeze-top-layers",
+            str(args.mlm_unfreeze), "--steps", str(args.mlm_steps), "--batch-size", "16", "--eval-sequences", "64"]
+
+
 def general_argv(strategy: str, seed: int, args) -> list[str]:
-    return ["distill", "general", "--method", "mobilebert", "--strategy", strategy, "--teacher", TEACHER,
-            "--student", "mobilebert-matched", "--corpus", CORPUS, "--max-sequences", str(args.sequences),
-            "--max-seq-len", "64", "--batch-size", "8", "--layer-steps", str(args.layer_steps), "--pretrain-steps",
-            str(args.pretrain_steps), "--learning-rate", str(args.learning_rate), "--save-every", "20",
-            "--seed", str(seed), "--output-dir", f"runs/mb-{strategy}-s{seed}", "--no-progress"]
+    return ["distill", "general", "--method", "mobilebert", "--strategy", strategy, "--teacher", mlm_dir(args),
+            "--student", "mobilebert-matched", "--corpus", args.corpus, "--max-sequences", str(args.sequences),
+            "--max-seq-len", "64", "--batch-size", str(args.batch_size), "--layer-steps", str(args.layer_steps),
+            "--pretrain-steps", str(args.pretrain_steps), "--learning-rate", str(args.learning_rate),
+            "--save-every", str(args.save_every), "--seed", str(seed),
+            "--output-dir", f"{args.runs_dir}/mb-{strategy}-s{seed}", "--no-progress"]
 
 
-def untrained_student(seed: int) -> Path:
+def finetune_argv(student: Path, task: str, seed: int, args) -> list[str]:
+    return ["finetune", "--task", task, "--data-dir", args.data_dir, "--model", str(student), "--max-steps",
+            str(args.finetune_steps), "--batch-size", str(args.finetune_batch_size), "--learning-rate", "1e-4",
+            "--seed", str(seed), "--output-dir", f"{student}-{task}", "--no-progress"]
+
+
+def untrained_student(seed: int, args) -> Path:
     """``mobilebert-matched`` with the teacher's embeddings copied, no general distillation."""
     from kdbert.models.mobilebert import build_mobilebert, init_from_teacher, mobilebert_config
 
-    out = Path(f"runs/mb-none-s{seed}")
+    out = Path(f"{args.runs_dir}/mb-none-s{seed}")
     if not (out / "config.json").exists():
-        teacher = AutoModelForMaskedLM.from_pretrained(TEACHER)
+        teacher = AutoModelForMaskedLM.from_pretrained(mlm_dir(args))
         student = build_mobilebert(mobilebert_config("mobilebert-matched", teacher.config), "masked-lm", seed)
         init_from_teacher(student, teacher)
         student.save_pretrained(out)
-        AutoTokenizer.from_pretrained(TEACHER).save_pretrained(out)
+        AutoTokenizer.from_pretrained(mlm_dir(args)).save_pretrained(out)
     return out
 
 
@@ -98,10 +118,10 @@ def held_out(student_dir: Path, teacher, batches: list[dict]) -> dict:
             "last_layer_feature_map_mse": distance / sum(len(b["input_ids"]) for b in batches), "masked_tokens": total}
 
 
-def held_out_batches(tokenizer) -> list[dict]:
+def held_out_batches(tokenizer, data_dir: str) -> list[dict]:
     from transformers import DataCollatorForLanguageModeling
 
-    rows = (Path(GLUE) / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:257]
+    rows = (Path(data_dir) / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:257]
     encoded = [tokenizer(row.split("\t")[0], truncation=True, max_length=64)["input_ids"] for row in rows]
     collate = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, seed=1, return_tensors="pt")
     return [collate([{"input_ids": ids} for ids in encoded[i:i + 32]]) for i in range(0, len(encoded), 32)]
@@ -113,30 +133,50 @@ def last_terms(report: dict) -> dict:
             for stage, records in report["stage_losses"].items()}
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strategies", nargs="+", choices=STRATEGIES + ("none",), default=list(STRATEGIES) + ["none"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[42])
     parser.add_argument("--tasks", nargs="+", default=["mrpc"])
     parser.add_argument("--layer-steps", type=int, default=10)
     parser.add_argument("--pretrain-steps", type=int, default=40)
-    parser.add_argument("--sequences", type=int, default=1200)
+    parser.add_argument("--sequences", type=int, default=1200, help="packed corpus sequences of 64 tokens at most")
     parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--batch-size", type=int, default=8, help="general distillation: sequences per step")
+    parser.add_argument("--save-every", type=int, default=20, help="general distillation: checkpoint every N steps")
     parser.add_argument("--finetune-steps", type=int, default=120)
-    args = parser.parse_args()
-    run(MLM_HEAD, Path(TEACHER), "config.json")
-    head = json.loads((Path(TEACHER) / "mlm_head_report.json").read_text())
+    parser.add_argument("--finetune-batch-size", type=int, default=16)
+    parser.add_argument("--runs-dir", default="runs", help="where the MLM head, students and fine-tuned runs go")
+    parser.add_argument("--corpus", default=CORPUS, help="corpus of the MLM head and of general distillation")
+    parser.add_argument("--data-dir", default=GLUE, help="GLUE root (fine-tuning and the SST-2 held-out text)")
+    parser.add_argument("--teacher", default="default",
+                        help="encoder whose MLM head is fitted, the teacher of general distillation "
+                             "(default: the packaged one)")
+    parser.add_argument("--mlm-steps", type=int, default=100, help="MLM head: optimiser steps of 16 sequences")
+    parser.add_argument("--mlm-unfreeze", type=int, default=0, help="MLM head: top encoder layers trained with it")
+    parser.add_argument("--mlm-only", action="store_true", help="fit and record the MLM head, then stop")
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    teacher_dir = mlm_dir(args)
+    mlm_head = mlm_head_argv(args)
+    run(mlm_head, Path(teacher_dir), "config.json")
+    head = json.loads((Path(teacher_dir) / "mlm_head_report.json").read_text())
     save_result("mobilebert_ablation", "teacher_mlm_head", {
         **{k: head[k] for k in ("steps", "batch_size", "unfreeze_top_layers", "top1", "top15", "wall_time_s")},
-        "command": "kdbert " + " ".join(MLM_HEAD), **machine_info()})
-    teacher = AutoModelForMaskedLM.from_pretrained(TEACHER).eval()
-    batches = held_out_batches(AutoTokenizer.from_pretrained(TEACHER))
-    reference = held_out(Path(TEACHER), teacher, batches)
+        "command": "kdbert " + " ".join(mlm_head), **machine_info()})
+    if args.mlm_only:
+        return
+    teacher = AutoModelForMaskedLM.from_pretrained(teacher_dir).eval()
+    batches = held_out_batches(AutoTokenizer.from_pretrained(teacher_dir), args.data_dir)
+    reference = held_out(Path(teacher_dir), teacher, batches)
     for seed in args.seeds:
         for strategy in args.strategies:
             general_report, command = None, None
             if strategy == "none":
-                student = untrained_student(seed)
+                student = untrained_student(seed, args)
             else:
                 argv = general_argv(strategy, seed, args)
                 student = Path(argv[argv.index("--output-dir") + 1])
@@ -144,10 +184,8 @@ def main() -> None:
                 general_report = json.loads((student / "general_report.json").read_text())
                 command = "kdbert " + " ".join(argv)
             for task in args.tasks:
-                out = Path(f"{student}-{task}")
-                argv = ["finetune", "--task", task, "--data-dir", GLUE, "--model", str(student), "--max-steps",
-                        str(args.finetune_steps), "--batch-size", "16", "--learning-rate", "1e-4", "--seed",
-                        str(seed), "--output-dir", str(out), "--no-progress"]
+                argv = finetune_argv(student, task, seed, args)
+                out = Path(argv[argv.index("--output-dir") + 1])
                 run(argv, out, "train_report.json")
                 train = json.loads((out / "train_report.json").read_text())
                 result = {"strategy": strategy, "seed": seed, "task": task, "dev_metrics": train["best_metrics"],
