@@ -20,6 +20,13 @@ Needs the teacher from ``benchmarks/teacher_glue.py`` (``runs/teacher-<task>``).
 - PKD/KD issue (3 layers x 384, initialised from teacher layers 1-3): ``l3-finetune``, ``kd``,
   ``pkd-skip``, ``pkd-last``, ``tinybert-l3`` (TinyBERT task distillation into that student); and ``distilbert-d`` (a DistilBERT student initialised from teacher
   layers 0, 2, 4, distilled while fine-tuning), ``distilbert-general-d`` (from ``--distilbert-general``).
+- MobileBERT issue (student ``mobilebert-matched``: 6 layers, inter-block 384, 12 heads, general-distilled
+  by ``benchmarks/mobilebert_ablation.py``; ``--mobilebert-general``, default
+  ``runs/mb-progressive-s42``): ``mobilebert-task`` (``--method mobilebert`` with logit KD from the
+  fine-tuned teacher: loss = 0.5 * CE(z_s, y) + 0.5 * T^2 * KL(softmax(z_t / T) || softmax(z_s / T)),
+  T = 2, the README's setting; STS-B: 0.5 * MSE to the gold score + 0.5 * MSE to the teacher's;
+  everything else the method's defaults) and ``mobilebert-finetune`` (the same student on gold
+  labels only, alpha 0: the no-distillation baseline).
 
 At the cpu budget TinyBERT's prediction stage runs at 1e-4, the rate of the fine-tuning baseline, not the
 paper's 3e-5 (tuned for BERT-base-sized general students; at 3e-5 a 4000-row, 2-epoch run stayed
@@ -97,6 +104,8 @@ VARIANTS = {
     "pkd-last": {"method": "pkd", "student_layers": "3", "layer_map": "last"},
     "distilbert-d": {"method": "distilbert", "student": "{distilbert_student}"},
     "distilbert-general-d": {"method": "distilbert", "student": "{distilbert_general}"},
+    "mobilebert-task": {"method": "mobilebert", "student": "{mobilebert_general}", "alpha": 0.5, "temperature": 2.0},
+    "mobilebert-finetune": {"method": "mobilebert", "student": "{mobilebert_general}", "alpha": 0.0},
 }
 
 
@@ -125,7 +134,8 @@ def dependencies(record: dict, runs_dir: str = "runs") -> list[tuple[str, str]]:
     """What a recorded run needs, as ``(kind, path)``: ``teacher``, ``general`` (a general
     student of ``general_distill.py``), ``mlm`` (``runs/mlm-k2``) and ``aug`` (the augmented file),
     in build order. A student that is a preset name needs nothing; one this script cannot build
-    (DistilBERT's, whose build command was not recorded) is ``("unbuildable", path)``."""
+    (DistilBERT's, whose build command was not recorded; a MobileBERT general student, which
+    ``benchmarks/mobilebert_ablation.py`` builds) is ``("unbuildable", path)``."""
     options = record["options"]
     needs = [("teacher", options["teacher"])]
     student = options.get("student")
@@ -159,7 +169,8 @@ def build(kind: str, path: str, record: dict, args) -> None:
         print(f"building the augmented file {target} (augment_glue.py --rows cpu)")
         augment(record["task"], "cpu", args.data_dir, f"{args.runs_dir}/mlm-k2", args.runs_dir, record=False)
     elif kind == "unbuildable" and not target.exists():
-        sys.exit(f"{target} is missing and this script cannot build it: build it as benchmarks/general_distill.py "
+        builder = "mobilebert_ablation.py" if target.name.startswith("mb-") else "general_distill.py"
+        sys.exit(f"{target} is missing and this script cannot build it: build it as benchmarks/{builder} "
                  "describes, then rerun")
 
 
@@ -198,6 +209,9 @@ def main() -> None:
     parser.add_argument("--general-ws-student", default="runs/general-tinybert4-ws")
     parser.add_argument("--distilbert-student", default="runs/distilbert-init")
     parser.add_argument("--distilbert-general", default="runs/general-distilbert")
+    parser.add_argument("--mobilebert-general", default="runs/mb-progressive-s42",
+                        help="general-distilled mobilebert-matched student of the mobilebert-* variants "
+                             "(benchmarks/mobilebert_ablation.py writes it)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each finished run's checkpoints/ (resume state; deleted by default)")
     parser.add_argument("--aug-file", help="augmented training file (default: the file of benchmarks/augment_glue.py "
@@ -228,7 +242,7 @@ def main() -> None:
     teacher = Path(args.runs_dir) / f"teacher-{args.task}"
     paths = {"general_student": args.general_student, "general_ws_student": args.general_ws_student,
              "distilbert_student": args.distilbert_student,
-             "distilbert_general": args.distilbert_general,
+             "distilbert_general": args.distilbert_general, "mobilebert_general": args.mobilebert_general,
              "aug_file": args.aug_file or str(aug_file(args.runs_dir, args.task, args.aug_rows))}
     precision_suffix = "" if args.mixed_precision == "no" else f"+{args.mixed_precision}"
     for variant in args.variants:
