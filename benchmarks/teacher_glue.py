@@ -11,6 +11,9 @@ fine-tunes those tasks again into ``runs/rerun/teacher-<task>`` with the recorde
 (epochs, learning rate, batch size, sequence length: not today's defaults),
 compares each dev score with the recorded one (:func:`common.compare_rerun`; one seed, so the
 noise allowed is ``--tolerance``) and records the comparison in ``results/reruns.json``.
+``--build-missing`` fine-tunes a recorded task whose folder is missing from ``--runs-dir`` again
+into it, with the recorded settings, and keeps the record as it is: a driver on a fresh machine
+gets the teacher its later steps read.
 
 Budgets: ``full`` uses kdbert's per-task defaults; ``cpu`` fits a 2-core machine (SST-2 on a
 20k-row subset for one epoch, 3 epochs elsewhere) and is stated next to every figure.
@@ -45,14 +48,18 @@ def recorded_settings(record: dict) -> dict:
     return {**record["overrides"], **record["hyperparameters"]}
 
 
+def teacher_dir(task: str, tuning: dict, runs_dir: str = "runs") -> Path:
+    """``<runs_dir>/teacher-<task>[-tuning]``: where a task's teacher is fine-tuned."""
+    return Path(runs_dir) / ("teacher-" + task + "".join(f"-{k}{v:g}" for k, v in sorted(tuning.items())))
+
+
 def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_dir: str = "../shared/data/glue_data",
               out: str | Path | None = None, runs_dir: str = "runs", model: str = "default") -> dict:
     """Fine-tune the teacher on ``task`` at ``budget`` (plus ``tuning`` overrides) into ``out``
     (default ``<runs_dir>/teacher-<task>[-tuning]``), resuming a run left there; returns the result."""
     tuning = tuning or {}
     overrides = {**BUDGETS[budget][task], **tuning}
-    suffix = "".join(f"-{k}{v:g}" for k, v in sorted(tuning.items()))
-    out = Path(out or Path(runs_dir) / f"teacher-{task}{suffix}")
+    out = Path(out or teacher_dir(task, tuning, runs_dir))
     config = FinetuneConfig(output_dir=str(out), model=model, progress=False, **overrides)
     resume = (out / "run_config.json").exists()
     report = finetune(TaskOptions(task, data_dir=data_dir), config, resume=resume)
@@ -77,6 +84,9 @@ def main() -> None:
                         help="fine-tune recorded tasks again (into RUNS_DIR/rerun/) and compare with the record")
     parser.add_argument("--tolerance", type=float, default=1.0,
                         help="--rerun: largest score difference counted as reproduced (points)")
+    parser.add_argument("--build-missing", action="store_true",
+                        help="fine-tune a recorded task whose folder in RUNS_DIR is missing again, with the recorded "
+                             "settings (the record is kept)")
     args = parser.parse_args()
     tuning = {k: v for k, v in (("learning_rate", args.learning_rate), ("epochs", args.epochs)) if v is not None}
     done = load_results("teacher_glue")
@@ -95,7 +105,14 @@ def main() -> None:
             print(f"{key}: {verdict['summary']}")
             continue
         if key in done:
-            print(f"{key}: recorded ({done[key]['metrics']}); --rerun fine-tunes it again and compares")
+            out = teacher_dir(task, tuning, args.runs_dir)
+            if args.build_missing and not (out / "metrics.json").exists():
+                result = fine_tune(task, args.budget, recorded_settings(done[key]), args.data_dir, out,
+                                   model=args.model)
+                print(f"{key}: recorded; its folder {out} was missing, built again ({result['metrics']}; "
+                      "the record is kept)")
+            else:
+                print(f"{key}: recorded ({done[key]['metrics']}); --rerun fine-tunes it again and compares")
             continue
         result = fine_tune(task, args.budget, tuning, args.data_dir, runs_dir=args.runs_dir, model=args.model)
         save_result("teacher_glue", key, result)
