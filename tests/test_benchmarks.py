@@ -5,6 +5,7 @@ No training here: the training functions are replaced by stand-ins that return f
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from argparse import Namespace
@@ -16,7 +17,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import augmentation_gpu  # noqa: E402
 import common  # noqa: E402
 import distill_glue  # noqa: E402
+import gpu_bundle  # noqa: E402
+import mobilebert_ablation  # noqa: E402
+import mobilebert_gpu  # noqa: E402
 import teacher_glue  # noqa: E402
+
+from conftest import tiny_bert_config, write_glue_task  # noqa: E402
 
 
 @pytest.fixture
@@ -151,3 +157,211 @@ def test_driver_skips_recorded_steps_and_stops_running_ones_at_the_deadline(tmp_
     states = augmentation_gpu.run(steps, results, tmp_path / "logs", jobs=4, deadline=0.5, env={}, poll=0.05)
     assert states == {"recorded": "done (recorded)", "slow": "stopped at the deadline (resumes next time)",
                       "later": "not started"}
+
+
+def test_teacher_glue_builds_a_missing_folder_of_a_recorded_task_on_request(results_dir, monkeypatch, tmp_path):
+    record = {"task": "rte", "metrics": {"score": 57.0}, "output_dir": "runs/teacher-rte", "overrides": {"epochs": 3},
+              "hyperparameters": {"epochs": 3, "learning_rate": 1e-4, "batch_size": 32, "max_seq_len": 128}}
+    common.save_result("teacher_glue", "rte/cpu", record)
+    trained = []
+
+    def fake_fine_tune(task, budget, tuning, data_dir, out=None, runs_dir="runs", model="default"):
+        trained.append((task, tuning, str(out), model))
+        return {"metrics": {"score": 56.0}}
+
+    monkeypatch.setattr(teacher_glue, "fine_tune", fake_fine_tune)
+    runs = tmp_path / "runs"
+    argv = ["teacher_glue.py", "--tasks", "rte", "--runs-dir", str(runs), "--model", "T"]
+    monkeypatch.setattr(sys, "argv", argv)
+    teacher_glue.main()
+    assert trained == []  # without --build-missing a recorded task is only listed
+    monkeypatch.setattr(sys, "argv", argv + ["--build-missing"])
+    teacher_glue.main()
+    assert trained == [("rte", teacher_glue.recorded_settings(record), str(runs / "teacher-rte"), "T")]
+    assert json.loads((results_dir / "teacher_glue.json").read_text())["rte/cpu"] == record  # record kept
+    (runs / "teacher-rte").mkdir(parents=True)
+    (runs / "teacher-rte" / "metrics.json").write_text("{}")
+    teacher_glue.main()
+    assert len(trained) == 1  # the folder is there now
+
+
+def test_distill_glue_mobilebert_variants_distil_the_general_student(results_dir, monkeypatch, tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "teacher-rte").mkdir(parents=True)
+    (runs / "teacher-rte" / "metrics.json").write_text("{}")
+    calls = []
+
+    def fake_distill(task, options, out, resume):
+        calls.append((task.task, options, out))
+        return {"dev_metrics": {"score": 60.0}, "wall_seconds": 1.0}
+
+    monkeypatch.setattr(distill_glue, "distill_task", fake_distill)
+    monkeypatch.setattr(sys, "argv", ["distill_glue.py", "--task", "rte", "--variants", "mobilebert-task",
+                                      "mobilebert-finetune", "--seeds", "43", "--runs-dir", str(runs),
+                                      "--mobilebert-general", "R/mb-progressive-s42"])
+    distill_glue.main()
+    (_, kd, kd_out), (_, plain, _) = calls
+    assert (kd["method"], kd["student"], kd["alpha"], kd["temperature"]) == ("mobilebert", "R/mb-progressive-s42",
+                                                                             0.5, 2.0)
+    assert (plain["method"], plain["student"], plain["alpha"]) == ("mobilebert", "R/mb-progressive-s42", 0.0)
+    assert kd["teacher"] == str(runs / "teacher-rte") and kd["seed"] == 43
+    assert kd_out == str(runs / "distill-rte-mobilebert-task-s43")
+    recorded = json.loads((results_dir / "distill.json").read_text())
+    assert set(recorded) == {"rte/mobilebert-task/cpu/seed43", "rte/mobilebert-finetune/cpu/seed43"}
+    record = recorded["rte/mobilebert-task/cpu/seed43"]
+    # the student is built by mobilebert_ablation.py, not by --rerun's builders
+    assert distill_glue.dependencies(record) == [("teacher", str(runs / "teacher-rte")),
+                                                 ("unbuildable", "R/mb-progressive-s42")]
+    with pytest.raises(SystemExit, match="mobilebert_ablation.py"):
+        distill_glue.build("unbuildable", str(tmp_path / "mb-progressive-s42"), record, Namespace())
+
+
+def test_mobilebert_ablation_defaults_give_the_recorded_commands_and_options_place_the_runs():
+    recorded = json.loads((Path(common.__file__).parent / "results" / "mobilebert_ablation.json").read_text())
+    args = mobilebert_ablation.parse_args([])
+    assert "kdbert " + " ".join(mobilebert_ablation.mlm_head_argv(args)) == recorded["teacher_mlm_head"]["command"]
+    for key, row in recorded.items():
+        if key == "teacher_mlm_head":
+            continue
+        if row["general_command"]:
+            general = mobilebert_ablation.general_argv(row["strategy"], row["seed"], args)
+            assert "kdbert " + " ".join(general) == row["general_command"]
+        student = Path(f"runs/mb-{row['strategy']}-s{row['seed']}")
+        finetune = mobilebert_ablation.finetune_argv(student, row["task"], row["seed"], args)
+        assert "kdbert " + " ".join(finetune) == row["finetune_command"]
+    placed = mobilebert_ablation.parse_args(["--runs-dir", "R", "--corpus", "C.gz", "--data-dir", "G", "--teacher", "T",
+                                             "--mlm-steps", "300", "--mlm-unfreeze", "2", "--batch-size", "32"])
+    head = mobilebert_ablation.mlm_head_argv(placed)
+    assert head[:3] == ["mlm-head", "--encoder", "T"] and _value(head, "--output-dir") == "R/mlm-mb"
+    assert (_value(head, "--steps"), _value(head, "--unfreeze-top-layers"), _value(head, "--corpus")) == \
+        ("300", "2", "C.gz")
+    general = mobilebert_ablation.general_argv("joint", 43, placed)
+    assert (_value(general, "--teacher"), _value(general, "--corpus"), _value(general, "--output-dir"),
+            _value(general, "--batch-size")) == ("R/mlm-mb", "C.gz", "R/mb-joint-s43", "32")
+    finetune = mobilebert_ablation.finetune_argv(Path("R/mb-joint-s43"), "sst2", 43, placed)
+    assert (_value(finetune, "--data-dir"), _value(finetune, "--output-dir")) == ("G", "R/mb-joint-s43-sst2")
+
+
+def _value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def _mobilebert_plan(*options: str) -> dict:
+    args = mobilebert_gpu.parse_args(["--results-dir", "res", "--runs-dir", "R", "--teacher", "T", "--data-dir", "G",
+                                      "--corpus", "C.gz", *options])
+    return {step.name: step for step in mobilebert_gpu.plan(args)}
+
+
+def test_mobilebert_gpu_plan_steps_needs_and_results():
+    steps = _mobilebert_plan("--seeds", "42", "43", "--tasks", "cola", "mrpc")
+    ablations = [f"ablation-{s}-s{seed}" for seed in (42, 43) for s in ("progressive", "joint", "auxiliary", "none")]
+    distill = [f"{t}-{v}-s{seed}" for seed in (42, 43) for t in ("cola", "mrpc")
+               for v in ("mobilebert-task", "mobilebert-finetune")]
+    assert list(steps) == ["mlm", "teacher-cola", "teacher-mrpc", *ablations, *distill, "bench-cola", "bench-mrpc"]
+    mlm = steps["mlm"]
+    assert "--mlm-only" in mlm.argv and (_value(mlm.argv, "--mlm-steps"), _value(mlm.argv, "--mlm-unfreeze")) == \
+        ("300", "2")
+    assert mlm.result == ("mobilebert_ablation", "teacher_mlm_head") and mlm.output == "R/mlm-mb/config.json"
+    teacher = steps["teacher-mrpc"]
+    assert teacher.argv[1].endswith("teacher_glue.py") and _value(teacher.argv, "--model") == "T"
+    assert "--build-missing" in teacher.argv and teacher.result == ("teacher_glue", "mrpc/cpu")
+    joint = steps["ablation-joint-s43"]
+    assert joint.argv[1].endswith("mobilebert_ablation.py") and joint.needs == ["mlm"]
+    assert [_value(joint.argv, f) for f in ("--strategies", "--seeds", "--layer-steps", "--pretrain-steps",
+                                            "--sequences", "--finetune-steps", "--teacher", "--corpus",
+                                            "--runs-dir")] == ["joint", "43", "1000", "4000", "60000", "600", "T",
+                                                               "C.gz", "R"]
+    assert joint.argv[joint.argv.index("--tasks") + 1:][:2] == ["sst2", "mrpc"]
+    assert joint.result == ("mobilebert_ablation", "joint/s43/mrpc") and joint.output is None
+    assert steps["ablation-progressive-s42"].output == "R/mb-progressive-s42/general_report.json"
+    kd = steps["cola-mobilebert-task-s43"]
+    assert kd.needs == ["ablation-progressive-s42", "teacher-cola"]
+    assert [_value(kd.argv, f) for f in ("--variants", "--seeds", "--mobilebert-general", "--budget",
+                                         "--max-train-examples")] == ["mobilebert-task", "43",
+                                                                      "R/mb-progressive-s42", "cpu", "8551"]
+    assert kd.result == ("distill", "cola/mobilebert-task/cpu/seed43") and kd.output is None
+    assert steps["cola-mobilebert-task-s42"].output == "R/distill-cola-mobilebert-task-s42/config.json"
+    assert "--max-train-examples" not in steps["mrpc-mobilebert-finetune-s42"].argv
+    bench = steps["bench-mrpc"]
+    assert [_value(bench.argv, f) for f in ("--model", "--compare", "--seq-len")] == \
+        ["R/distill-mrpc-mobilebert-task-s42", "R/teacher-mrpc", "128"]
+    assert bench.argv[2] == "bench" and bench.result == ("mobilebert_bench", "mrpc/seq128")
+    assert set(bench.needs) == {"teacher-mrpc", "bench-cola", *distill}  # last, one at a time
+    # another budget and general student
+    other = _mobilebert_plan("--seeds", "7", "--general-seed", "7", "--tasks", "rte", "--layer-steps", "5",
+                             "--strategies", "progressive")
+    assert list(other) == ["mlm", "teacher-rte", "ablation-progressive-s7", "rte-mobilebert-task-s7",
+                           "rte-mobilebert-finetune-s7", "bench-rte"]
+    assert _value(other["ablation-progressive-s7"].argv, "--layer-steps") == "5"
+    assert _value(other["rte-mobilebert-task-s7"].argv, "--mobilebert-general") == "R/mb-progressive-s7"
+    with pytest.raises(SystemExit):  # the distill runs need the progressive student of --general-seed
+        mobilebert_gpu.parse_args(["--results-dir", "res", "--seeds", "43"])
+
+
+def test_mobilebert_gpu_reruns_a_recorded_step_whose_folder_a_pending_step_needs(tmp_path):
+    runs, results = tmp_path / "R", tmp_path / "res"
+    args = mobilebert_gpu.parse_args(["--results-dir", str(results), "--runs-dir", str(runs), "--seeds", "42",
+                                      "--tasks", "rte", "--strategies", "progressive"])
+    results.mkdir()
+    (results / "teacher_glue.json").write_text(json.dumps({"rte/cpu": {}}))
+    (results / "mobilebert_ablation.json").write_text(json.dumps({"teacher_mlm_head": {},
+                                                                  "progressive/s42/mrpc": {}}))
+    steps = mobilebert_gpu.plan(args)
+    # a fresh machine: nothing under R, the distill runs still to do
+    assert mobilebert_gpu.reopen(steps, results) == ["mlm", "teacher-rte", "ablation-progressive-s42"]
+    assert all(s.result is None for s in steps if s.name in ("mlm", "teacher-rte", "ablation-progressive-s42"))
+    # the teacher's folder is there: only what is missing runs again
+    (runs / "teacher-rte").mkdir(parents=True)
+    (runs / "teacher-rte" / "metrics.json").write_text("{}")
+    assert mobilebert_gpu.reopen(mobilebert_gpu.plan(args), results) == ["mlm", "ablation-progressive-s42"]
+    # every distill run recorded: a missing folder no longer matters
+    (results / "distill.json").write_text(json.dumps({f"rte/{v}/cpu/seed42": {} for v in mobilebert_gpu.VARIANTS}))
+    (results / "mobilebert_bench.json").write_text(json.dumps({"rte/seq128": {}}))
+    assert mobilebert_gpu.reopen(mobilebert_gpu.plan(args), results) == []
+
+
+def test_gpu_bundle_writes_a_float16_teacher_glue_folders_and_a_corpus_slice(tmp_path, tiny_tokenizer):
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModel, AutoTokenizer, BertModel
+
+    from kdbert.models.loading import load_sequence_classifier
+
+    glue = tmp_path / "glue_data"
+    for task in gpu_bundle.GLUE_TASKS:
+        write_glue_task(glue, task, n_train=30)
+    docs = [f'<doc id="{i}" url="u" title="t{i}">\nt{i}\n\n' + "the cat sat on the mat .\n" * 20 + "</doc>\n"
+            for i in range(3)]
+    corpus = tmp_path / "corpus.txt.gz"
+    with gzip.open(corpus, "wt", encoding="utf-8") as handle:
+        handle.write("".join(docs))
+    torch.manual_seed(0)
+    teacher = tmp_path / "teacher"
+    BertModel(tiny_bert_config(tiny_tokenizer)).save_pretrained(teacher)
+    tiny_tokenizer.save_pretrained(teacher)
+    out = tmp_path / "carry"
+    # a limit between one and two articles of text: the slice ends with the second article
+    sizes = gpu_bundle.build_bundle(out, glue, corpus, str(teacher), sst2_rows=10,
+                                    corpus_mb=(len(docs[0]) + 10) / 1e6)
+    assert sizes["total"] == sum(v for k, v in sizes.items() if k != "total")
+    with safe_open(str(out / "teacher" / "model.safetensors"), "pt") as weights:
+        assert {weights.get_tensor(name).dtype for name in weights.keys()} == {torch.float16}
+    loaded = AutoModel.from_pretrained(out / "teacher")
+    original = BertModel.from_pretrained(teacher)
+    for (name, value), (_, reference) in zip(loaded.state_dict().items(), original.state_dict().items()):
+        assert value.dtype == torch.float32 and torch.equal(value, reference.half().float()), name
+    assert next(load_sequence_classifier(str(out / "teacher"), 2, new_head_ok=True).parameters()).dtype == \
+        torch.float32  # kdbert finetune --model's loader
+    assert AutoTokenizer.from_pretrained(out / "teacher").get_vocab() == tiny_tokenizer.get_vocab()
+    sst2 = (out / "glue_data" / "SST-2" / "train.tsv").read_text().splitlines()
+    assert sst2 == (glue / "SST-2" / "train.tsv").read_text().splitlines()[:11]  # header + 10 rows
+    for task in gpu_bundle.GLUE_TASKS:
+        assert (out / "glue_data" / task / "dev.tsv").read_bytes() == (glue / task / "dev.tsv").read_bytes()
+    assert (out / "glue_data" / "RTE" / "train.tsv").read_bytes() == (glue / "RTE" / "train.tsv").read_bytes()
+    with gzip.open(out / "corpus.txt.gz", "rt", encoding="utf-8") as handle:
+        assert handle.read() == docs[0] + docs[1]
+    with pytest.raises(SystemExit, match="exists"):
+        gpu_bundle.build_bundle(out, glue, corpus, str(teacher))
+    with pytest.raises(SystemExit, match="above --max-mib 0.01"):
+        gpu_bundle.build_bundle(tmp_path / "small", glue, corpus, str(teacher), max_mib=0.01)
+    assert not (tmp_path / "small").exists() and not (tmp_path / "small.tmp").exists()
