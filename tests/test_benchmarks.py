@@ -365,3 +365,17 @@ def test_gpu_bundle_writes_a_float16_teacher_glue_folders_and_a_corpus_slice(tmp
     with pytest.raises(SystemExit, match="above --max-mib 0.01"):
         gpu_bundle.build_bundle(tmp_path / "small", glue, corpus, str(teacher), max_mib=0.01)
     assert not (tmp_path / "small").exists() and not (tmp_path / "small.tmp").exists()
+
+
+def test_mobilebert_gpu_bench_records_the_student_against_the_teacher(results_dir, tmp_path, tiny_tokenizer):
+    from conftest import save_tiny_classifier
+
+    teacher = save_tiny_classifier(tmp_path / "teacher-rte", tiny_tokenizer, max_position_embeddings=160)
+    student = save_tiny_classifier(tmp_path / "distill-rte-mobilebert-task-s42", tiny_tokenizer, seed=1,
+                                   num_hidden_layers=1, max_position_embeddings=160)
+    mobilebert_gpu.bench(["--task", "rte", "--model", str(student), "--compare", str(teacher), "--seq-len", "128"])
+    row = json.loads((results_dir / "mobilebert_bench.json").read_text())["rte/seq128"]
+    assert row["command"] == f"kdbert bench --model {student} --compare {teacher} --seq-len 128 --threads 1"
+    assert (row["teacher"]["name"], row["student"]["name"]) == ("teacher-rte", "distill-rte-mobilebert-task-s42")
+    assert row["student"]["params_total"] < row["teacher"]["params_total"] and row["teacher"]["speedup"] == 1.0
+    assert row["student"]["seq_len"] == 128 and row["student"]["threads"] == 1
