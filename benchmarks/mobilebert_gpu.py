@@ -16,9 +16,10 @@ benchmarks/results/gpu-h100/mobilebert "$OUT"/``) and put it back in the checkou
 
 Steps (one process each, the script named):
 
-1. ``mlm``: the teacher's MLM head (``mobilebert_ablation.py --mlm-only``, ``--mlm-steps`` 300 of
-   16 sequences, ``--mlm-unfreeze`` 2 top layers trained with it; ``<runs>/mlm-mb``): the teacher
-   of general distillation.
+1. ``mlm``: the teacher's MLM head (``mobilebert_ablation.py --mlm-only``, ``--mlm-steps`` 1000 of
+   16 sequences, the head only: ``--mlm-unfreeze`` 0 keeps every encoder layer the teacher's own,
+   so the feature maps the student learns are those of the encoder the task teachers start from;
+   ``<runs>/mlm-mb``): the teacher of general distillation.
 2. ``teacher-<task>``: the fine-tuned teachers of CoLA, SST-2, MRPC, STS-B and RTE from
    ``--teacher`` (``teacher_glue.py --budget cpu``).
 3. ``ablation-<strategy>-s<seed>``: for each of progressive, joint, auxiliary and ``none`` (no
@@ -181,8 +182,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=16, help="steps running at once")
     parser.add_argument("--deadline", type=float, default=float("inf"),
                         help="seconds after which no step starts and running ones are stopped (resumable)")
-    parser.add_argument("--mlm-steps", type=int, default=300, help="MLM head steps")
-    parser.add_argument("--mlm-unfreeze", type=int, default=2, help="top teacher layers trained with the MLM head")
+    parser.add_argument("--mlm-steps", type=int, default=1000, help="MLM head steps")
+    parser.add_argument("--mlm-unfreeze", type=int, default=0,
+                        help="top teacher layers trained with the MLM head (0: the head only, the encoder unchanged)")
     parser.add_argument("--layer-steps", type=int, default=1000, help="general distillation: steps per layer")
     parser.add_argument("--pretrain-steps", type=int, default=4000, help="general distillation: MLM-distillation steps")
     parser.add_argument("--sequences", type=int, default=60000, help="general distillation: packed sequences at most")
