@@ -167,11 +167,14 @@ def main() -> None:
                                                    "seconds": round(time.time() - started, 1), **machine_info()})
         teacher_metrics = json.loads((teacher / "metrics.json").read_text())
         settings = json.loads((teacher / "run_config.json").read_text())
+        report_file = teacher / "train_report.json"  # the precision it was fine-tuned in
+        runtime = json.loads(report_file.read_text()).get("runtime", {}) if report_file.is_file() else {}
         save_result(name, f"{task}/teacher", {"task": task, "teacher": relative([str(teacher)])[len("kdbert "):],
                                               "metrics": teacher_metrics, "score": teacher_metrics["score"],
-                                              "finetune": {k: settings.get(k) for k in (
+                                              "finetune": {**{k: settings.get(k) for k in (
                                                   "max_train_examples", "epochs", "learning_rate", "batch_size",
-                                                  "max_seq_len")}})
+                                                  "max_seq_len")},
+                                                  "precision": runtime.get("mixed_precision")}})
         for seed in args.seeds:
             for variant, file in (("labels", train_file), ("kd", train_file), ("kd_aug", aug_file)):
                 key = f"{task}/{variant}{'' if args.optimizer == 'adadelta' else '-' + args.optimizer}/s{seed}"
