@@ -185,8 +185,39 @@ def main() -> None:
                         save_result(name, key, {**recorded[key], "train_loss": train_loss(report)})
                     continue
                 save_result(name, key, run_variant(task, variant, seed, file, args, teacher))
+        save_result(name, f"{task}/targets", {"task": task, **target_summary(
+            task, {"original rows": train_file, "augmented rows": aug_file}, args.data_dir)})
         if not args.no_bench and args.optimizer == "adadelta":
             bench(task, folder / f"kd_aug-s{args.seeds[0]}", teacher, folder, args, recorded, name)
+
+
+def target_summary(task: str, files: dict[str, Path], data_dir: str) -> dict:
+    """What the student is fitted to, per training file, beside the dev set's gold labels: for a
+    classification task the share of rows per class (the teacher's argmax; dev: the gold label),
+    for regression the mean and std of the teacher's score (dev: of the gold score). Reads the
+    teacher's stored logits (``<file>.teacher-*.safetensors``, the newest one)."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from kdbert.data.load import TaskOptions, load_task
+
+    spec = GLUE_TASKS[task]
+
+    def summary(values: np.ndarray) -> dict:
+        if spec.is_regression:
+            return {"rows": len(values), "mean": round(float(values.mean()), 3), "std": round(float(values.std()), 3)}
+        return {"rows": len(values), "share": {label: round(float((values == i).mean()), 3)
+                                               for i, label in enumerate(spec.labels)}}
+
+    out = {}
+    for kind, file in files.items():
+        stores = sorted(file.parent.glob(f"{file.name}.teacher-*.safetensors"), key=lambda p: p.stat().st_mtime)
+        if stores:
+            logits = load_file(str(stores[-1]))["logits"]
+            out[kind] = summary(logits[:, 0] if spec.is_regression else logits.argmax(-1))
+    dev = next(iter(load_task(TaskOptions(task, data_dir=data_dir)).dev.values()))
+    out["dev (gold)"] = summary(np.array([example.label for example in dev]))
+    return out
 
 
 def bench(task: str, student: Path, teacher: Path, folder: Path, args, recorded: dict, name: str) -> None:
