@@ -3,6 +3,7 @@ models (GLUE files, own CSV data, an augmented file), its first-step loss terms 
 hand computation, the teacher-logit store's reuse and invalidation, and bad input."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -251,3 +252,26 @@ def test_augment_bilstm_refuses_tinybert_settings(env, capsys):
     assert code == 2 and "--p is not an option of --method bilstm" in capsys.readouterr().err
     code = main(["augment", "--method", "bilstm", "--task", "sst2", "--data-dir", str(env["root"]), "--top-k", "5"])
     assert code == 2 and "--top-k is not an option of --method bilstm" in capsys.readouterr().err
+
+
+def test_python_api_on_own_jsonl_pairs_and_augment_then_distill(env, tmp_path):
+    """Own JSONL sentence pairs, through the Python API: augment --method bilstm (labelled by the
+    teacher once), then distil from the augmented file; the student reads pairs."""
+    from kdbert.augment import augment_task_bilstm
+
+    rng = np.random.default_rng(1)
+    rows = [{"q1": " ".join(rng.choice(WORDS, 4)), "q2": " ".join(rng.choice(WORDS, 3)),
+             "same": int(rng.integers(0, 2))} for _ in range(24)]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = TaskOptions(str(data), text_columns=("q1", "q2"), label_column="same", dev_fraction=0.25)
+    augmented = tmp_path / "pairs_aug.jsonl"
+    nltk_data = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltk_data"
+    augment_task_bilstm(task, augmented, seed=3, n_iter=2, nltk_data=str(nltk_data), teacher=str(env["teacher2"]))
+    written = [json.loads(line) for line in augmented.read_text().splitlines()]
+    assert set(written[0]) == {"q1", "q2", "same"} and len(written) > len(rows) * 0.75
+    assert list(tmp_path.glob("pairs_aug.jsonl.teacher-*.safetensors"))  # labelled once, beside the file
+    report = distill_task(TaskOptions(str(augmented), text_columns=("q1", "q2"), label_column="same",
+                                      dev_file=str(data)), options(env, epochs=1), str(tmp_path / "student"))
+    assert report["student"]["config"]["pair"] is True
+    assert load_bilstm(tmp_path / "student")[0].config.pair

@@ -14,6 +14,7 @@ continues a killed run. Two methods:
 from __future__ import annotations
 
 import csv
+import os
 import time
 from pathlib import Path
 
@@ -161,9 +162,9 @@ def label_augmented(task: TaskOptions, output: str, columns: list[str], has_head
             "teacher_dtype": dtype, "teacher_rows": len(examples), "teacher_seconds": round(time.time() - started, 1)}
 
 
-def read_written_rows(path: str, has_header: bool) -> list[dict]:
+def read_written_rows(path: str | os.PathLike, has_header: bool) -> list[dict]:
     """Rows of a file written by augmentation (TSV or JSONL), keyed like :func:`task_rows`' rows."""
-    if path.endswith(".jsonl"):
+    if str(path).endswith(".jsonl"):
         return [row for _, row in read_rows(path)]
     with open(path, encoding="utf-8", newline="") as handle:
         lines = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
