@@ -26,7 +26,10 @@ Needs the teacher from ``benchmarks/teacher_glue.py`` (``runs/teacher-<task>``).
   fine-tuned teacher: loss = 0.5 * CE(z_s, y) + 0.5 * T^2 * KL(softmax(z_t / T) || softmax(z_s / T)),
   T = 2, the README's setting; STS-B: 0.5 * MSE to the gold score + 0.5 * MSE to the teacher's;
   everything else the method's defaults) and ``mobilebert-finetune`` (the same student on gold
-  labels only, alpha 0: the no-distillation baseline).
+  labels only, alpha 0: the no-distillation baseline). ``mobilebert-long-task`` and
+  ``mobilebert-long-finetune`` are the same two from the longer CPU-budget general student of
+  ``--mobilebert-long-general`` (default ``runs/mb-cpu/mb-progressive-s42``: 6 x 150 layer-wise steps + 300
+  pre-training-distillation steps of 32 sequences, ``mobilebert_ablation.py --name cpu-long``).
 
 At the cpu budget TinyBERT's prediction stage runs at 1e-4, the rate of the fine-tuning baseline, not the
 paper's 3e-5 (tuned for BERT-base-sized general students; at 3e-5 a 4000-row, 2-epoch run stayed
@@ -106,6 +109,9 @@ VARIANTS = {
     "distilbert-general-d": {"method": "distilbert", "student": "{distilbert_general}"},
     "mobilebert-task": {"method": "mobilebert", "student": "{mobilebert_general}", "alpha": 0.5, "temperature": 2.0},
     "mobilebert-finetune": {"method": "mobilebert", "student": "{mobilebert_general}", "alpha": 0.0},
+    "mobilebert-long-task": {"method": "mobilebert", "student": "{mobilebert_long_general}", "alpha": 0.5,
+                             "temperature": 2.0},
+    "mobilebert-long-finetune": {"method": "mobilebert", "student": "{mobilebert_long_general}", "alpha": 0.0},
 }
 
 
@@ -212,6 +218,9 @@ def main() -> None:
     parser.add_argument("--mobilebert-general", default="runs/mb-progressive-s42",
                         help="general-distilled mobilebert-matched student of the mobilebert-* variants "
                              "(benchmarks/mobilebert_ablation.py writes it)")
+    parser.add_argument("--mobilebert-long-general", default="runs/mb-cpu/mb-progressive-s42",
+                        help="the longer general-distilled mobilebert-matched student of the mobilebert-long-* "
+                             "variants (benchmarks/mobilebert_ablation.py --name cpu-long writes it)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each finished run's checkpoints/ (resume state; deleted by default)")
     parser.add_argument("--aug-file", help="augmented training file (default: the file of benchmarks/augment_glue.py "
@@ -243,6 +252,7 @@ def main() -> None:
     paths = {"general_student": args.general_student, "general_ws_student": args.general_ws_student,
              "distilbert_student": args.distilbert_student,
              "distilbert_general": args.distilbert_general, "mobilebert_general": args.mobilebert_general,
+             "mobilebert_long_general": args.mobilebert_long_general,
              "aug_file": args.aug_file or str(aug_file(args.runs_dir, args.task, args.aug_rows))}
     precision_suffix = "" if args.mixed_precision == "no" else f"+{args.mixed_precision}"
     for variant in args.variants:

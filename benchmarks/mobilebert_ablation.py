@@ -22,7 +22,15 @@
    and the feature-map distance of the last layer to the teacher's (``feature_map_mse``).
 
 ``<runs>`` is ``--runs-dir`` (default ``runs``). The defaults give the commands of the CPU rows
-recorded on 2026-11-23 exactly. Runs resume when interrupted (rerun the same command). Results:
+recorded on 2026-11-23 exactly (float32: add ``--mixed-precision no``; bf16 is kdbert's default here).
+``--name`` records another budget beside them (keys ``<name>/<strategy>/s<seed>/<task>``), e.g. the
+longer progressive student of ``benchmarks/distill_glue.py``'s ``mobilebert-long-*`` variants::
+
+    python benchmarks/mobilebert_ablation.py --name cpu-long --strategies progressive --tasks sst2 \
+        --runs-dir runs/mb-cpu --layer-steps 150 --pretrain-steps 300 --batch-size 32 --sequences 48000 \
+        --save-every 50 --finetune-steps 500 --finetune-batch-size 32
+
+Runs resume when interrupted (rerun the same command). Results:
 ``benchmarks/results/mobilebert_ablation.json``, or ``$KDBERT_RESULTS_DIR`` (dev metrics, last
 training terms, wall times, machine, date and the commands).
 """
@@ -74,13 +82,17 @@ def general_argv(strategy: str, seed: int, args) -> list[str]:
             "--max-seq-len", "64", "--batch-size", str(args.batch_size), "--layer-steps", str(args.layer_steps),
             "--pretrain-steps", str(args.pretrain_steps), "--learning-rate", str(args.learning_rate),
             "--save-every", str(args.save_every), "--seed", str(seed),
-            "--output-dir", f"{args.runs_dir}/mb-{strategy}-s{seed}", "--no-progress"]
+            "--output-dir", f"{args.runs_dir}/mb-{strategy}-s{seed}", "--no-progress", *precision_argv(args)]
+
+
+def precision_argv(args) -> list[str]:
+    return [] if args.mixed_precision is None else ["--mixed-precision", args.mixed_precision]
 
 
 def finetune_argv(student: Path, task: str, seed: int, args) -> list[str]:
     return ["finetune", "--task", task, "--data-dir", args.data_dir, "--model", str(student), "--max-steps",
             str(args.finetune_steps), "--batch-size", str(args.finetune_batch_size), "--learning-rate", "1e-4",
-            "--seed", str(seed), "--output-dir", f"{student}-{task}", "--no-progress"]
+            "--seed", str(seed), "--output-dir", f"{student}-{task}", "--no-progress", *precision_argv(args)]
 
 
 def untrained_student(seed: int, args) -> Path:
@@ -155,6 +167,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mlm-steps", type=int, default=100, help="MLM head: optimiser steps of 16 sequences")
     parser.add_argument("--mlm-unfreeze", type=int, default=0, help="MLM head: top encoder layers trained with it")
     parser.add_argument("--mlm-only", action="store_true", help="fit and record the MLM head, then stop")
+    parser.add_argument("--name", help="record under <name>/... (a budget other than the default rows')")
+    parser.add_argument("--mixed-precision", choices=["no", "bf16"],
+                        help="precision of every run (default: kdbert's, bf16 where the CPU runs it natively)")
     return parser.parse_args(argv)
 
 
@@ -191,14 +206,17 @@ def main() -> None:
                 result = {"strategy": strategy, "seed": seed, "task": task, "dev_metrics": train["best_metrics"],
                           "finetune_seconds": train["train_seconds"], "finetune_command": "kdbert " + " ".join(argv),
                           "general_command": command, "held_out": held_out(student, teacher, batches),
-                          "settings": {k: getattr(args, k) for k in ("layer_steps", "pretrain_steps", "sequences",
-                                                                    "learning_rate", "finetune_steps")},
+                          "settings": {k: getattr(args, k) for k in (
+                              "layer_steps", "pretrain_steps", "sequences", "learning_rate", "batch_size",
+                              "finetune_steps", "finetune_batch_size")},
+                          "budget": args.name or "cpu", "precision": train["runtime"]["mixed_precision"],
                           "teacher_held_out": reference, **machine_info()}
                 if general_report is not None:
                     result.update(general_steps=general_report["total_steps"],
                                   general_seconds=general_report["wall_seconds"],
                                   stage_table=general_report["stage_table"], last_terms=last_terms(general_report))
-                save_result("mobilebert_ablation", f"{strategy}/s{seed}/{task}", result)
+                key = f"{strategy}/s{seed}/{task}"
+                save_result("mobilebert_ablation", f"{args.name}/{key}" if args.name else key, result)
                 print(strategy, seed, task, train["best_metrics"])
 
 

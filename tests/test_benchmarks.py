@@ -197,17 +197,21 @@ def test_distill_glue_mobilebert_variants_distil_the_general_student(results_dir
 
     monkeypatch.setattr(distill_glue, "distill_task", fake_distill)
     monkeypatch.setattr(sys, "argv", ["distill_glue.py", "--task", "rte", "--variants", "mobilebert-task",
-                                      "mobilebert-finetune", "--seeds", "43", "--runs-dir", str(runs),
-                                      "--mobilebert-general", "R/mb-progressive-s42"])
+                                      "mobilebert-finetune", "mobilebert-long-task", "--seeds", "43", "--runs-dir",
+                                      str(runs), "--mobilebert-general", "R/mb-progressive-s42",
+                                      "--mobilebert-long-general", "L/mb-progressive-s42"])
     distill_glue.main()
-    (_, kd, kd_out), (_, plain, _) = calls
+    (_, kd, kd_out), (_, plain, _), (_, long_kd, long_out) = calls
+    assert (long_kd["student"], long_kd["alpha"], long_out) == ("L/mb-progressive-s42", 0.5,
+                                                                str(runs / "distill-rte-mobilebert-long-task-s43"))
     assert (kd["method"], kd["student"], kd["alpha"], kd["temperature"]) == ("mobilebert", "R/mb-progressive-s42",
                                                                              0.5, 2.0)
     assert (plain["method"], plain["student"], plain["alpha"]) == ("mobilebert", "R/mb-progressive-s42", 0.0)
     assert kd["teacher"] == str(runs / "teacher-rte") and kd["seed"] == 43
     assert kd_out == str(runs / "distill-rte-mobilebert-task-s43")
     recorded = json.loads((results_dir / "distill.json").read_text())
-    assert set(recorded) == {"rte/mobilebert-task/cpu/seed43", "rte/mobilebert-finetune/cpu/seed43"}
+    assert set(recorded) == {"rte/mobilebert-task/cpu/seed43", "rte/mobilebert-finetune/cpu/seed43",
+                             "rte/mobilebert-long-task/cpu/seed43"}
     record = recorded["rte/mobilebert-task/cpu/seed43"]
     # the student is built by mobilebert_ablation.py, not by --rerun's builders
     assert distill_glue.dependencies(record) == [("teacher", str(runs / "teacher-rte")),
@@ -221,7 +225,7 @@ def test_mobilebert_ablation_defaults_give_the_recorded_commands_and_options_pla
     args = mobilebert_ablation.parse_args([])
     assert "kdbert " + " ".join(mobilebert_ablation.mlm_head_argv(args)) == recorded["teacher_mlm_head"]["command"]
     for key, row in recorded.items():
-        if key == "teacher_mlm_head":
+        if key == "teacher_mlm_head" or row.get("budget", "cpu") != "cpu":  # other budgets: other options
             continue
         if row["general_command"]:
             general = mobilebert_ablation.general_argv(row["strategy"], row["seed"], args)
@@ -240,6 +244,10 @@ def test_mobilebert_ablation_defaults_give_the_recorded_commands_and_options_pla
             _value(general, "--batch-size")) == ("R/mlm-mb", "C.gz", "R/mb-joint-s43", "32")
     finetune = mobilebert_ablation.finetune_argv(Path("R/mb-joint-s43"), "sst2", 43, placed)
     assert (_value(finetune, "--data-dir"), _value(finetune, "--output-dir")) == ("G", "R/mb-joint-s43-sst2")
+    assert "--mixed-precision" not in general + finetune
+    float32 = mobilebert_ablation.parse_args(["--mixed-precision", "no"])
+    assert _value(mobilebert_ablation.general_argv("joint", 43, float32), "--mixed-precision") == "no"
+    assert _value(mobilebert_ablation.finetune_argv(Path("R/s"), "sst2", 43, float32), "--mixed-precision") == "no"
 
 
 def _value(argv: list[str], flag: str) -> str:
