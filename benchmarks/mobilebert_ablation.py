@@ -22,13 +22,13 @@
    and the feature-map distance of the last layer to the teacher's (``feature_map_mse``).
 
 ``<runs>`` is ``--runs-dir`` (default ``runs``). The defaults give the commands of the CPU rows
-recorded on 2026-11-23 exactly (float32: add ``--mixed-precision no``; bf16 is kdbert's default here).
+recorded on 2026-11-23 exactly (in float32, the benchmarks' default; ``--mixed-precision bf16`` for bf16).
 ``--name`` records another budget beside them (keys ``<name>/<strategy>/s<seed>/<task>``), e.g. the
 longer progressive student of ``benchmarks/distill_glue.py``'s ``mobilebert-long-*`` variants::
 
     python benchmarks/mobilebert_ablation.py --name cpu-long --strategies progressive --tasks sst2 \
         --runs-dir runs/mb-cpu --layer-steps 150 --pretrain-steps 300 --batch-size 32 --sequences 48000 \
-        --save-every 50 --finetune-steps 500 --finetune-batch-size 32
+        --save-every 50 --finetune-steps 500 --finetune-batch-size 32 --mixed-precision bf16
 
 Runs resume when interrupted (rerun the same command). Results:
 ``benchmarks/results/mobilebert_ablation.json``, or ``$KDBERT_RESULTS_DIR`` (dev metrics, last
@@ -169,7 +169,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mlm-only", action="store_true", help="fit and record the MLM head, then stop")
     parser.add_argument("--name", help="record under <name>/... (a budget other than the default rows')")
     parser.add_argument("--mixed-precision", choices=["no", "bf16"],
-                        help="precision of every run (default: kdbert's, bf16 where the CPU runs it natively)")
+                        help="precision of every run (default: float32, as every benchmark unless "
+                             "$KDBERT_MIXED_PRECISION says otherwise)")
     return parser.parse_args(argv)
 
 

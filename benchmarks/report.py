@@ -910,7 +910,7 @@ def _ablation_budget(name: str, rows: list[dict]) -> list[str]:
     seeds = sorted({r["seed"] for r in rows})
     precision = {"no": "float32", None: "float32"}.get(general.get("precision"), general.get("precision"))
     threads = ("1 torch thread, machine shared with other jobs" if name == "cpu"
-               else "1 torch thread per run, two runs side by side")
+               else "wall times depend on what ran beside them")
     lines = [f"### Budget `{name}`: {steps} steps of {batch} x 64 tokens", "",
              f"{steps} optimiser steps of {batch} sequences of 64 tokens (6 x {settings['layer_steps']} layer-wise "
              f"steps + {settings['pretrain_steps']} of pre-training distillation; auxiliary: one stage of {steps}) "
@@ -945,29 +945,48 @@ def _ablation_budget(name: str, rows: list[dict]) -> list[str]:
     return lines
 
 
-MOBILEBERT_TASK_VARIANTS = [("mobilebert-finetune", "mobilebert-matched after progressive transfer, fine-tuned only"),
-                            ("mobilebert-task", "the same, distilled from the fine-tuned teacher (logit KD)")]
+MOBILEBERT_TASK_VARIANTS = [
+    ("mobilebert-finetune", "100-step student (`cpu`), fine-tuned only"),
+    ("mobilebert-task", "100-step student (`cpu`), distilled from the fine-tuned teacher (logit KD)"),
+    ("mobilebert-long-finetune+bf16", "1,200-step student (`cpu-long`), fine-tuned only"),
+    ("mobilebert-long-task+bf16", "1,200-step student (`cpu-long`), distilled from the fine-tuned teacher (logit KD)")]
 
 
 def mobilebert_task_section() -> list[str]:
     lines = distill_section(
         "MobileBERT (mobilebert-matched) against the teacher on GLUE",
         "`mobilebert-matched` (6 layers, inter-block 384, 12 heads; 7.25M parameters, 0.80 GFLOPs per example at "
-        "128 tokens against the teacher's 2.87G) after progressive knowledge transfer at the CPU budget of the "
-        "ablation above (`runs/mb-progressive-s42`: 100 steps of 8 sequences), then trained on the task with "
-        "`kdbert distill task --method mobilebert`: gold labels only (`--alpha 0`), or with logit distillation "
-        "from the fine-tuned teacher (`--alpha 0.5 --temperature 2`).",
+        "128 tokens against the teacher's 2.87G) after progressive knowledge transfer at one of the two CPU budgets "
+        "of the ablation above: `cpu` (`runs/mb-progressive-s42`: 100 steps of 8 sequences, float32) or `cpu-long` "
+        "(`runs/mb-cpu/mb-progressive-s42`: 6 x 150 layer-wise + 300 pre-training-distillation steps of 32 "
+        "sequences, bf16), then trained on the task with `kdbert distill task --method mobilebert`: gold labels "
+        "only (`--alpha 0`), or with logit distillation from the fine-tuned teacher (`--alpha 0.5 --temperature "
+        "2`). One general student per budget (seed 42); the seeds of a cell are the task stage's.",
         MOBILEBERT_TASK_VARIANTS,
         command="Command per cell: `python benchmarks/distill_glue.py --task TASK --budget cpu --variants VARIANT "
-                "--seeds SEED --mobilebert-general runs/mb-progressive-s42`.")
+                "--seeds SEED` (`--mobilebert-general runs/mb-progressive-s42` for the `cpu` student; "
+                "`--mixed-precision bf16` for the `cpu-long` rows, whose student is `--mobilebert-long-general`'s "
+                "default).")
     if lines:
-        lines += ["Every cell is a collapsed model: the majority class (CoLA MCC 0, SST-2 50.9, MRPC 74.8 = "
+        lines += ["The 100-step rows are collapsed models: the majority class (CoLA MCC 0, SST-2 50.9, MRPC 74.8 = "
                   "accuracy 68.4 with F1 81.2 for all 'paraphrase', RTE 52.7) or no correlation (STS-B near 0). "
-                  "At 100 general-distillation steps the student's encoder has barely left its initialisation, so "
-                  "these rows measure the task stage on a nearly untrained MobileBERT, not the paper's student: "
-                  "closing the gap needs the GPU budget of `benchmarks/mobilebert_gpu.py` (10,000 steps per "
-                  "strategy), not yet run.", ""]
+                  "At 100 general-distillation steps the student's encoder has barely left its initialisation "
+                  "(its [CLS] vector is the same for every sentence, cosine 1.0000 between two unrelated ones), so "
+                  "these rows measure the task stage on a nearly untrained MobileBERT, not the paper's student.", ""]
+    lines += _mobilebert_bench_lines()
     return lines
+
+
+def _mobilebert_bench_lines() -> list[str]:
+    rows = list(load_results("bench_mobilebert").values())
+    if not rows:
+        return []
+    rows.sort(key=lambda r: (r["speedup"] != 1.0, -r["latency_median_ms"]))  # baseline first
+    first = rows[0]
+    return [f"Size and speed (`kdbert bench`): sequence length {first['seq_len']}, {first['threads']} thread(s), "
+            f"{first['machine']}, {first['date']}; latency at batch 1 (median and p90 after warm-up), throughput "
+            "at batch 32, speedup against the teacher. The MobileBERT row is a `cpu-long` SST-2 student with "
+            "its paper operations (NoNorm, relu).", "", format_table(rows), "", f"Command: `{first['command']}`", ""]
 
 
 ADADELTA_DIAGNOSIS = (
