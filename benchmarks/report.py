@@ -968,6 +968,7 @@ def mobilebert_task_section() -> list[str]:
                 "`--mixed-precision bf16` for the `cpu-long` rows, whose student is `--mobilebert-long-general`'s "
                 "default).")
     if lines:
+        _insert_majority_row(lines)
         lines += ["The 100-step rows are collapsed models: the majority class (CoLA MCC 0, SST-2 50.9, MRPC 74.8 = "
                   "accuracy 68.4 with F1 81.2 for all 'paraphrase', RTE 52.7) or no correlation (STS-B near 0). "
                   "At 100 general-distillation steps the student's encoder has barely left its initialisation "
@@ -975,6 +976,40 @@ def mobilebert_task_section() -> list[str]:
                   "these rows measure the task stage on a nearly untrained MobileBERT, not the paper's student.", ""]
     lines += _mobilebert_bench_lines()
     return lines
+
+
+def majority_class_score(task: str, data_dir: str = "../shared/data/glue_data") -> float | None:
+    """Dev score of predicting the most frequent training label for every row (regression: the mean
+    training score, which correlates with nothing: 0); ``None`` when the task's files are not there."""
+    from kdbert.data.glue import load_glue_dir
+    from kdbert.data.tasks import GLUE_TASKS
+    from kdbert.metrics import compute_metrics, split_prefix, task_score
+
+    spec = GLUE_TASKS[task]
+    try:
+        data = load_glue_dir(spec, data_dir)
+    except Exception:  # noqa: BLE001 - no GLUE files beside the checkout: no baseline row
+        return None
+    labels = [e.label for e in data.train]
+    constant = sum(labels) / len(labels) if spec.is_regression else max(set(labels), key=labels.count)
+    metrics = {}
+    for split, rows in data.dev.items():
+        references = [e.label for e in rows]
+        metrics.update(compute_metrics(spec.metrics, [constant] * len(references), references,
+                                       split_prefix(split, spec.dev_splits)))
+    return task_score(metrics, spec.metrics, spec.dev_splits)
+
+
+def _insert_majority_row(lines: list[str]) -> None:
+    """Put a 'majority class' row under the teacher row of a distill_section table, so a
+    collapsed student reads as one."""
+    header = next(i for i, line in enumerate(lines) if line.startswith("| model |"))
+    tasks = [cell.strip() for cell in lines[header].strip("|").split("|")][1:-1]
+    scores = [majority_class_score(task) for task in tasks]
+    if any(score is None for score in scores):
+        return
+    lines.insert(header + 3, "| majority class of train (constant prediction) | "
+                 + " | ".join(f"{score:.1f}" for score in scores) + " | - |")
 
 
 def _mobilebert_bench_lines() -> list[str]:

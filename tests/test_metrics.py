@@ -36,6 +36,9 @@ def test_pearson_and_spearman():
     # ranks equal the values here, so Spearman equals Pearson
     assert compute_metric("spearman", predictions, references) == pytest.approx(100 * cov / var)
     assert compute_metric("pearson", [1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) == 0.0
+    # a constant whose float std is not exactly 0 (a collapsed regressor predicting the mean) still scores 0
+    mean_score = sum([0.1, 0.7, 2.9]) / 3
+    assert compute_metric("spearman", [mean_score] * 1500, [float(i % 5) for i in range(1500)]) == 0.0
 
 
 def test_task_score():

@@ -29,7 +29,7 @@ def compute_metric(name: str, predictions, references) -> float:
     elif name == "mcc":
         value = matthews_corrcoef(references, predictions)
     elif name in ("pearson", "spearman"):
-        if np.std(predictions) == 0 or np.std(references) == 0:
+        if np.ptp(predictions) == 0 or np.ptp(references) == 0:
             return 0.0  # correlation is undefined for a constant; score it as no correlation
         value = (pearsonr if name == "pearson" else spearmanr)(predictions, references)[0]
     else:
