@@ -974,8 +974,38 @@ def mobilebert_task_section() -> list[str]:
                   "At 100 general-distillation steps the student's encoder has barely left its initialisation "
                   "(its [CLS] vector is the same for every sentence, cosine 1.0000 between two unrelated ones), so "
                   "these rows measure the task stage on a nearly untrained MobileBERT, not the paper's student.", ""]
+        lines += _long_student_lines()
     lines += _mobilebert_bench_lines()
     return lines
+
+
+def _long_student_lines() -> list[str]:
+    """Per task, whether the 1,200-step student's seeds left the majority class (by more than 1 point)."""
+    results = load_results("distill")
+    lines = []
+    for variant, label in (("mobilebert-long-finetune+bf16", "fine-tuned only"),
+                           ("mobilebert-long-task+bf16", "with logit KD")):
+        scores: dict[str, list[float]] = {}
+        for r in results.values():
+            if r["variant"] == variant:
+                scores.setdefault(r["task"], []).append(r["metrics"]["score"])
+        stuck, above = [], []
+        for task in [t for t in TASK_ORDER if t in scores]:
+            majority = majority_class_score(task)
+            if majority is None:
+                return []
+            beaten = [x for x in scores[task] if x > majority + 1.0]
+            if not beaten:
+                stuck.append(f"{task} ({len(scores[task])} of {len(scores[task])} seeds)")
+            else:
+                mean = sum(scores[task]) / len(scores[task])
+                above.append(f"{task} {mean:.1f} against {majority:.1f} ({len(beaten)} of {len(scores[task])} "
+                             "seeds above it)")
+        if scores:
+            lines.append(f"- The 1,200-step student, {label}: more than 1 point above the majority class on "
+                         + ("; ".join(above) or "no task") + "; at it or within 1 point on "
+                         + (", ".join(stuck) or "no task") + ".")
+    return lines + [""] if lines else []
 
 
 def majority_class_score(task: str, data_dir: str = "../shared/data/glue_data") -> float | None:

@@ -387,3 +387,16 @@ def test_mobilebert_gpu_bench_records_the_student_against_the_teacher(results_di
     assert (row["teacher"]["name"], row["student"]["name"]) == ("teacher-rte", "distill-rte-mobilebert-task-s42")
     assert row["student"]["params_total"] < row["teacher"]["params_total"] and row["teacher"]["speedup"] == 1.0
     assert row["student"]["seq_len"] == 128 and row["student"]["threads"] == 1
+
+
+def test_majority_class_score_predicts_the_commonest_training_label_on_dev(tmp_path):
+    import report
+
+    sst2 = tmp_path / "glue" / "SST-2"
+    sst2.mkdir(parents=True)
+    (sst2 / "train.tsv").write_text("sentence\tlabel\ngood\t1\nfine\t1\nbad\t0\n")
+    (sst2 / "dev.tsv").write_text("sentence\tlabel\nnice\t1\nawful\t0\npoor\t0\ndull\t0\n")
+    assert report.majority_class_score("sst2", str(tmp_path / "glue")) == 25.0  # always 1: 1 of 4 right
+    write_glue_task(tmp_path / "glue", "STS-B")
+    assert report.majority_class_score("stsb", str(tmp_path / "glue")) == 0.0  # the mean correlates with nothing
+    assert report.majority_class_score("rte", str(tmp_path / "glue")) is None  # no RTE files: no baseline row
