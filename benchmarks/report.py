@@ -849,7 +849,7 @@ def reruns_section() -> list[str]:
 
 
 def _ordering(rows: list[dict]) -> list[str]:
-    """Sentences ranking the strategies (means over seeds) by held-out MLM cross-entropy and
+    """Sentences ranking the strategies (means ± sample std over seeds) by held-out MLM cross-entropy and
     last-layer distance (lower is better; general distillation, one per student) and by dev score."""
     paper = ["progressive", "joint", "auxiliary"]
     first_task = min(r["task"] for r in rows)
@@ -860,16 +860,18 @@ def _ordering(rows: list[dict]) -> list[str]:
                  for task in sorted({r["task"] for r in rows})]
     lines = []
     for what, task, value, sign, digits in criteria:
-        means = {}
+        means, spreads = {}, {}
         for strategy in paper:
             values = [value(r) for r in rows if r["strategy"] == strategy and r["task"] == task]
             if values:
-                means[strategy] = round(sum(values) / len(values), digits)
+                mean, std = mean_std(values)
+                means[strategy] = round(mean, digits)
+                spreads[strategy] = f" ± {std:.{digits}f}" if len(values) > 1 else ""
         if len(means) < 3:
             continue
         ranked = sorted(means, key=lambda k: -sign * means[k])
         text = "".join(("" if i == 0 else (" = " if means[k] == means[ranked[i - 1]] else ", then ")) +
-                       f"{k} {means[k]:g}" for i, k in enumerate(ranked))
+                       f"{k} {means[k]:g}{spreads[k]}" for i, k in enumerate(ranked))
         holds = all(sign * (means[a] - means[b]) > 0 for a, b in zip(paper, paper[1:]))
         lines.append(f"- By {what} ({'lower' if sign < 0 else 'higher'} is better), best first: {text}. "
                      f"The paper's order progressive > joint > auxiliary "
