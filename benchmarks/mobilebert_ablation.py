@@ -180,7 +180,7 @@ def main() -> None:
     mlm_head = mlm_head_argv(args)
     run(mlm_head, Path(teacher_dir), "config.json")
     head = json.loads((Path(teacher_dir) / "mlm_head_report.json").read_text())
-    save_result("mobilebert_ablation", "teacher_mlm_head", {
+    save_result("mobilebert_ablation", f"{args.name}/teacher_mlm_head" if args.name else "teacher_mlm_head", {
         **{k: head[k] for k in ("steps", "batch_size", "unfreeze_top_layers", "top1", "top15", "wall_time_s")},
         "command": "kdbert " + " ".join(mlm_head), **machine_info()})
     if args.mlm_only:
