@@ -8,6 +8,7 @@ that produced it; nothing is typed in by hand.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import load_results  # noqa: E402
 
 from kdbert.bench import format_table  # noqa: E402
+from kdbert.errors import KdbertError  # noqa: E402
 from kdbert.report import build_table, format_markdown, format_mean_std, mean_std, plot_pareto  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,11 +57,15 @@ def teacher_section() -> list[str]:
     return lines
 
 
+def bench_rows(name: str) -> list[dict]:
+    """The rows of ``benchmarks/bench_models.py --results name``, the baseline (speedup 1) first."""
+    return sorted(load_results(name).values(), key=lambda r: (r["speedup"] != 1.0, -r["latency_median_ms"]))
+
+
 def bench_section() -> list[str]:
-    results = load_results("bench")
-    if not results:
+    rows = bench_rows("bench")
+    if not rows:
         return []
-    rows = sorted(results.values(), key=lambda r: (r["speedup"] != 1.0, -r["latency_median_ms"]))  # baseline first
     first = rows[0]
     return ["## Size and speed (`kdbert bench`)", "",
             f"Sequence length {first['seq_len']}, {first['threads']} threads, {first['machine']}, {first['date']}. "
@@ -1014,7 +1020,7 @@ def _long_student_lines() -> list[str]:
             if not beaten:
                 stuck.append(f"{task} ({len(scores[task])} of {len(scores[task])} seeds)")
             else:
-                mean = sum(scores[task]) / len(scores[task])
+                mean, _ = mean_std(scores[task])
                 above.append(f"{task} {mean:.1f} against {majority:.1f} ({len(beaten)} of {len(scores[task])} "
                              "seeds above it)")
         if scores:
@@ -1024,6 +1030,7 @@ def _long_student_lines() -> list[str]:
     return lines + [""] if lines else []
 
 
+@functools.lru_cache(maxsize=None)  # the report asks for each task's score several times
 def majority_class_score(task: str, data_dir: str = "../shared/data/glue_data") -> float | None:
     """Dev score of predicting the most frequent training label for every row (regression: the mean
     training score, which correlates with nothing: 0); ``None`` when the task's files are not there."""
@@ -1034,7 +1041,7 @@ def majority_class_score(task: str, data_dir: str = "../shared/data/glue_data") 
     spec = GLUE_TASKS[task]
     try:
         data = load_glue_dir(spec, data_dir)
-    except Exception:  # noqa: BLE001 - no GLUE files beside the checkout: no baseline row
+    except KdbertError:  # no GLUE files beside the checkout: no baseline row
         return None
     labels = [e.label for e in data.train]
     constant = sum(labels) / len(labels) if spec.is_regression else max(set(labels), key=labels.count)
@@ -1059,10 +1066,9 @@ def _insert_majority_row(lines: list[str]) -> None:
 
 
 def _mobilebert_bench_lines() -> list[str]:
-    rows = list(load_results("bench_mobilebert").values())
+    rows = bench_rows("bench_mobilebert")
     if not rows:
         return []
-    rows.sort(key=lambda r: (r["speedup"] != 1.0, -r["latency_median_ms"]))  # baseline first
     first = rows[0]
     return [f"Size and speed (`kdbert bench`): sequence length {first['seq_len']}, {first['threads']} thread(s), "
             f"{first['machine']}, {first['date']}; latency at batch 1 (median and p90 after warm-up), throughput "
