@@ -125,22 +125,70 @@ def test_init_from_teacher_copies_what_fits(tiny_tokenizer):
     teacher = BertForSequenceClassification(tiny_bert_config(tiny_tokenizer, num_labels=2))  # hidden 16
     student = build_mobilebert(tiny_mobilebert(len(tiny_tokenizer), classifier_activation=True))
     report = init_from_teacher(student, teacher)
-    copied = set(report["copied"])
-    assert copied == {
-        "mobilebert.embeddings.position_embeddings.weight", "mobilebert.embeddings.token_type_embeddings.weight",
-        "mobilebert.embeddings.LayerNorm.weight", "mobilebert.embeddings.LayerNorm.bias",
+    embeddings = {n for n, _ in student.named_parameters() if n.startswith("mobilebert.embeddings.")}
+    assert set(report["copied"]) == embeddings | {
         "mobilebert.pooler.dense.weight", "mobilebert.pooler.dense.bias", "classifier.weight", "classifier.bias",
     }
+    assert report["embeddings"]["rank"] == 8 and report["embeddings"]["normalization"] == "no_norm"
     assert torch.equal(student.classifier.weight, teacher.classifier.weight)
-    assert torch.equal(student.mobilebert.embeddings.position_embeddings.weight,
-                       teacher.bert.embeddings.position_embeddings.weight)
-    vocab = len(tiny_tokenizer)
-    assert f"mobilebert.embeddings.word_embeddings.weight: shape ({vocab}, 8) != teacher ({vocab}, 16)" in report["skipped"]
+    # NoNorm cannot centre: the copied position table is the teacher's, row-centred.
+    position = teacher.bert.embeddings.position_embeddings.weight
+    torch.testing.assert_close(student.mobilebert.embeddings.position_embeddings.weight,
+                               position - position.mean(dim=-1, keepdim=True), rtol=0, atol=1e-7)
     unpooled = build_mobilebert(tiny_mobilebert(len(tiny_tokenizer)))  # classifier_activation=False
     skipped = init_from_teacher(unpooled, teacher)["skipped"]
     assert "classifier.weight: the student's pooler differs from the teacher's" in skipped
     with pytest.raises(KdbertError, match="unknown init part"):
         init_from_teacher(student, teacher, parts=("decoder",))
+
+
+def embedding_outputs(model, ids):
+    base = getattr(model, model.base_model_prefix)
+    return base.embeddings(input_ids=ids, token_type_ids=torch.zeros_like(ids))
+
+
+@torch.no_grad()
+def test_full_rank_layer_norm_student_reproduces_the_teachers_embedding_layer(tiny_tokenizer):
+    """Rank k = d (trigram input, one slot used) and a LayerNorm: the factorisation is exact."""
+    torch.manual_seed(0)
+    teacher = BertForMaskedLM(tiny_bert_config(tiny_tokenizer)).eval()  # hidden 16
+    for table in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        # unit-scale rows, as trained ones are: HF's MobileBERT LayerNorm has eps 1e-5, BERT's 1e-12
+        teacher.bert.embeddings.get_submodule(table).weight.mul_(50)
+    student = build_mobilebert(tiny_mobilebert(len(tiny_tokenizer), embedding_size=16,
+                                               normalization_type="layer_norm")).eval()
+    report = init_from_teacher(student, teacher)["embeddings"]
+    assert report == {"rank": 16, "normalization": "layer_norm", "energy_kept": 1.0}
+    ids = torch.randint(0, len(tiny_tokenizer), (3, 7))
+    torch.testing.assert_close(embedding_outputs(student, ids), embedding_outputs(teacher, ids), rtol=1e-4, atol=1e-4)
+
+
+@torch.no_grad()
+def test_no_norm_student_folds_the_layer_norm_scale_and_keeps_the_top_singular_directions(tiny_tokenizer):
+    torch.manual_seed(0)
+    teacher = BertForMaskedLM(tiny_bert_config(tiny_tokenizer)).eval()
+    student = build_mobilebert(tiny_mobilebert(len(tiny_tokenizer))).eval()  # embedding 8 < hidden 16, NoNorm
+    report = init_from_teacher(student, teacher)["embeddings"]
+    tables = teacher.bert.embeddings
+    word, position = tables.word_embeddings.weight, tables.position_embeddings.weight
+    centred = word - word.mean(dim=-1, keepdim=True)
+    singular = torch.linalg.svdvals(centred)
+    assert report["energy_kept"] == round(float((singular[:8] ** 2).sum() / (singular ** 2).sum()), 4)
+    # By hand: the best rank-8 approximation of the centred word rows, plus centred position and type rows,
+    # scaled by the teacher's LayerNorm weight over sigma, plus its bias.
+    u, s, vh = torch.linalg.svd(centred, full_matrices=False)
+    low_rank = (u[:, :8] * s[:8]) @ vh[:8]
+    position = position - position.mean(-1, keepdim=True)
+    type_row = tables.token_type_embeddings.weight[0]
+    type_row = type_row - type_row.mean()
+    # sigma: mean std of those sums; the tiny vocabulary (< 4096 words) is used whole, positions 0, 4, ... 60
+    sums = low_rank[:, None, :] + position[::4][None, :, :] + type_row
+    sigma = float(sums.std(dim=-1, unbiased=False).mean())
+    assert report["layer_norm_scale"] == round(sigma, 4)
+    ids = torch.randint(0, len(tiny_tokenizer), (2, 5))
+    x = low_rank[ids] + position[:5] + type_row
+    expected = x * tables.LayerNorm.weight / sigma + tables.LayerNorm.bias
+    torch.testing.assert_close(embedding_outputs(student, ids), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_ib_bert_from_teacher_holds_every_teacher_layer(tiny_tokenizer):
@@ -161,3 +209,27 @@ def test_ib_bert_from_teacher_holds_every_teacher_layer(tiny_tokenizer):
     narrow, narrow_report = ib_bert_from_teacher(teacher, inter_block_size=8)
     assert narrow.config.embedding_size == 8
     assert "mobilebert.embeddings.word_embeddings.weight" not in narrow_report["copied"]
+
+
+# Frequent words, and a few contrasting ones, of the bert-base-uncased vocabulary.
+WORDS = ("the of and to in was he is for on as with by at his an from it that which "
+         "good terrible movie film stock market house river king queen red blue run walk").split()
+
+
+@pytest.mark.teacher
+def test_default_student_starts_with_distinct_word_embeddings(teacher_path):
+    """The recipe's default student on the packaged teacher: its embedding outputs of different words
+    are about as far apart as the teacher's (mean cosine 0.852 against 0.758), where copying the
+    same-named tensors alone left them indistinguishable (0.9995: a random 128-d table under the
+    copied position rows and the LayerNorm shift)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from kdbert.models.mobilebert import embedding_output_cosine
+
+    teacher = AutoModel.from_pretrained(teacher_path).eval()
+    ids = AutoTokenizer.from_pretrained(teacher_path).convert_tokens_to_ids(WORDS)
+    student = build_mobilebert(mobilebert_config("mobilebert-matched", teacher.config), head="masked-lm", seed=0)
+    report = init_from_teacher(student, teacher)["embeddings"]
+    assert report["energy_kept"] == pytest.approx(0.6613, abs=1e-3)
+    assert embedding_output_cosine(teacher, ids) == pytest.approx(0.7577, abs=1e-3)
+    assert embedding_output_cosine(student, ids) == pytest.approx(0.8518, abs=2e-3)

@@ -22,9 +22,12 @@ There is no next-sentence prediction: the corpus stage packs sentences without d
 The student is a preset (``mobilebert-matched``, the default: the teacher's depth, inter-block
 width and head count, so the teacher plays IB-BERT's role and no projection is needed;
 ``mobilebert``, ``mobilebert-tiny``; ``ib-bert-matched`` trains an IB-BERT from a BERT teacher's
-layers) or a MobileBERT folder. Embeddings, pooler and MLM-head transform are copied from the
-teacher where shapes allow; embeddings copied in full stay frozen during layer-wise transfer
-(official), otherwise they train as a layer 0. A student whose inter-block width differs from
+layers) or a MobileBERT folder. Pooler and MLM-head transform are copied from the teacher where
+shapes allow; the embedding layer is fitted to the teacher's (a truncated SVD of its word table,
+its LayerNorm folded into NoNorm: :func:`kdbert.models.mobilebert.fit_embeddings_to_teacher`), as
+the official student starts from IB-BERT's embedding. Embeddings equal to the teacher's stay
+frozen during layer-wise transfer (official), otherwise they train as a layer 0. How distinct
+the student's embedding outputs of different words start is printed and reported. A student whose inter-block width differs from
 the teacher's hidden size needs ``--projection`` (learned maps on the feature maps: a deviation
 from the paper, which trains an IB-BERT teacher of the student's width instead). The width
 bridge and the stage table are printed before training.
@@ -43,6 +46,7 @@ KD's soft term). The saved student is a plain ``MobileBertForSequenceClassificat
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -272,10 +276,36 @@ def embeddings_from_teacher(student, teacher) -> bool:
     return True
 
 
+DISTINCTNESS_TOKENS = 256
+
+
+def frequent_token_ids(dataset, special_ids, n: int = DISTINCTNESS_TOKENS) -> list[int]:
+    """The ``n`` most frequent token ids of ``dataset``'s rows, special ids left out (ties: lower id)."""
+    counts = Counter(i for row in dataset.features for i in row["input_ids"])
+    for special in special_ids:
+        counts.pop(special, None)
+    return [i for i, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:n]]
+
+
+def embedding_distinctness(student, teacher, tokenizer, dataset) -> dict:
+    """How far apart the student's and teacher's embedding outputs of different frequent corpus
+    tokens are (:func:`kdbert.models.mobilebert.embedding_output_cosine`; 1.0: collapsed)."""
+    ids = frequent_token_ids(dataset, tokenizer.all_special_ids)
+    if len(ids) < 2:
+        return {}
+    return {"tokens": len(ids), "student_mean_cosine": round(mb.embedding_output_cosine(student, ids), 4),
+            "teacher_mean_cosine": round(mb.embedding_output_cosine(teacher, ids), 4)}
+
+
 def build_general_plan(ctx: DistillContext, log=print) -> Plan:
-    """The strategy's stages (:func:`kdbert.knowledge_transfer.plan`); prints the width bridge and
-    the stage table before training."""
+    """The strategy's stages (:func:`kdbert.knowledge_transfer.plan`); prints how distinct the
+    student's embeddings start, the width bridge and the stage table before training."""
     config, student = ctx.config, ctx.student.model
+    distinct = embedding_distinctness(student, ctx.teacher, ctx.tokenizer, ctx.train_set)
+    if distinct:
+        log(f"Embedding outputs of the {distinct['tokens']} most frequent corpus tokens, mean cosine between "
+            f"different tokens (1.0 = indistinguishable): student {distinct['student_mean_cosine']:.3f}, "
+            f"teacher {distinct['teacher_mean_cosine']:.3f}")
     s_widths, t_widths = mb.feature_widths(student), mb.feature_widths(ctx.teacher)
     pairs = kt.layer_pairs(s_widths, t_widths, config)
     frozen_embeddings = embeddings_from_teacher(student, ctx.teacher)
@@ -289,6 +319,7 @@ def build_general_plan(ctx: DistillContext, log=print) -> Plan:
     log(f"MobileBERT {config.strategy} knowledge transfer, {OPTIMISER_NOTE}\n{bridge}\n{table}")
     report = {"strategy": config.strategy, "width_bridge": bridge, "stage_table": table,
               "layer_pairs": [list(p) for p in pairs], "embeddings_from_teacher": frozen_embeddings,
+              "embedding_distinctness": distinct,
               "previous_layers": config.previous_layers if config.strategy == "progressive" else None,
               "total_steps": sum(s.config.max_steps for s in stages), "optimiser": OPTIMISER_NOTE,
               "student": {"shape": mb.describe(student.config),
