@@ -194,10 +194,29 @@ def test_init_bilstm_builds_vocab_and_embeddings_from_the_data_and_vectors(tmp_p
     glove.write_text("cat 1 2\nthe 3 4\nunused 5 6\n")
     model, vocab, report = init_bilstm(["the cat sat", "the dog"], num_labels=2, pair=False, word_vectors=glove,
                                        hidden_size=H, fc_size=F)
-    assert vocab.words == ["[PAD]", "[UNK]", "the", "cat", "dog", "sat"]
-    assert model.config.embedding_dim == 2 and model.config.vocab_size == 6
-    assert model.embeddings.weight[2:4].tolist() == [[3.0, 4.0], [1.0, 2.0]]
-    assert report["with_vector"] == 2 and report["token_coverage"] == 0.6  # the x2, cat x1 of 5 words
+    assert vocab.words == ["[PAD]", "[UNK]", "[MASK]", "the", "cat", "dog", "sat"]
+    assert model.config.embedding_dim == 2 and model.config.vocab_size == 7
+    assert model.embeddings.weight[3:5].tolist() == [[3.0, 4.0], [1.0, 2.0]]
+    assert report["vocab_sources"] == {"train": 4, "dev with a vector": 0} and "dev_oov_rate" not in report
+    embeddings = report["embeddings"]
+    assert embeddings["with_vector"] == 2 and embeddings["token_coverage"] == 0.6  # the x2, cat x1 of 5 words
+
+
+def test_dev_words_join_the_vocabulary_only_with_a_vector(tmp_path):
+    glove = tmp_path / "g.txt"
+    glove.write_text("cat 1 2\nthe 3 4\nzebra 5 6\nfish 7 8\n")
+    dev = ["the zebra sat", "a qwxz zebra"]  # zebra x2 has a vector; a and qwxz do not; fish is not in dev
+    model, vocab, report = init_bilstm(["the cat sat", "the dog"], num_labels=2, pair=False, word_vectors=glove,
+                                       dev_texts=dev, hidden_size=H, fc_size=F)
+    assert vocab.words == ["[PAD]", "[UNK]", "[MASK]", "the", "cat", "dog", "sat", "zebra"]
+    assert vocab.encode("a zebra qwxz [MASK]") == [1, 7, 1, 2]
+    assert model.embeddings.weight[7].tolist() == [5.0, 6.0]
+    assert report["vocab_sources"] == {"train": 4, "dev with a vector": 1}
+    # dev: the sat zebra zebra a qwxz; unknown with the training words: zebra x2, a, qwxz
+    assert report["dev_oov_rate"] == {"train words only": round(4 / 6, 4), "with dev words": round(2 / 6, 4)}
+    assert report["embeddings"]["with_vector"] == 3 and report["embeddings"]["token_coverage"] == 0.6
+    without_vectors = init_bilstm(["the cat sat", "the dog"], 2, False, dev_texts=dev, embedding_dim=2)
+    assert without_vectors[1].words == vocab.words[:-1]  # no vector: a dev word would be a random, untrained row
 
 
 def test_flops_formula_counts_both_directions_and_both_sentences():

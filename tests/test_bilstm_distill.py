@@ -54,6 +54,11 @@ def first_step(out):
     return json.loads((out / "log.jsonl").read_text().splitlines()[0])
 
 
+def dev_texts(data):
+    """Every text of the task's dev split(s), which the recipe builds the vocabulary from too."""
+    return [text for split in data.dev.values() for example in split for text in example.texts]
+
+
 # ----------------------------------------------------------------------------- end to end
 @pytest.mark.parametrize("task", ["sst2", "mrpc"])
 def test_cli_distils_evaluates_and_benches_a_bilstm_on_glue(env, task, capsys):
@@ -108,7 +113,46 @@ def test_cli_on_own_csv_data_and_an_augmented_file_with_stored_logits(env, capsy
                  *extra]) == 0, capsys.readouterr().err
     assert seen == []  # the teacher did not run again
     vocab = load_bilstm(env["tmp"] / "aug")[1]
-    assert "[MASK]" not in vocab.index and vocab.encode("[MASK] cat") == [vocab.unk_id, vocab.index["cat"]]
+    assert vocab.index["[MASK]"] == vocab.mask_id == 2 and vocab.encode("[MASK] cat") == [2, vocab.index["cat"]]
+
+
+def test_dev_words_with_a_vector_join_the_vocabulary_and_keep_their_vector(env):
+    """The authors' vocabulary: a dev word with a vector gets its own id and its vector (no training
+    row moves it); a dev word without one stays [UNK]; the report names the sources."""
+    root = env["tmp"] / "own_glue"
+    (root / "SST-2").mkdir(parents=True)
+    train = ["the cat sat", "a dog ran", "the dog sat", "a cat ran"] * 3
+    (root / "SST-2" / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{i % 2}\n"
+                                                                            for i, t in enumerate(train)))
+    (root / "SST-2" / "dev.tsv").write_text("sentence\tlabel\nthe zebra sat\t1\na qwxz ran\t0\n")
+    vectors = write_vectors(env["tmp"] / "zebra.txt", words=("the", "a", "cat", "dog", "sat", "ran", "zebra"))
+    out = env["tmp"] / "dev_words"
+    report = distill_task(TaskOptions("sst2", data_dir=str(root)),
+                          options(env, word_vectors=str(vectors), batch_size=4, max_steps=3), str(out))
+    assert report["student"]["vocab_sources"] == {"train": 6, "dev with a vector": 1}
+    # dev: the zebra sat a qwxz ran -> unknown: zebra and qwxz, then qwxz only
+    assert report["student"]["dev_oov_rate"] == {"train words only": 0.3333, "with dev words": 0.1667}
+    model, vocab = load_bilstm(out)
+    assert vocab.index["zebra"] == 9 and vocab.encode("zebra qwxz [MASK]") == [9, vocab.unk_id, vocab.mask_id]
+    assert len({vocab.unk_id, vocab.mask_id, *vocab.encode("the a cat dog sat ran zebra")}) == 9
+    vector = {line.split()[0]: torch.tensor([float(x) for x in line.split()[1:]])
+              for line in vectors.read_text().splitlines()}
+    assert torch.equal(model.embeddings.weight[9], vector["zebra"])
+    assert not torch.equal(model.embeddings.weight[vocab.index["the"]], vector["the"])  # a training word's row trained
+
+
+def test_hidden_size_defaults_per_sentence_or_pair_and_the_option_wins(env, monkeypatch):
+    import kdbert.recipes.bilstm as recipe
+
+    assert (recipe.HIDDEN_SIZE, recipe.PAIR_HIDDEN_SIZE) == (150, 150)  # the paper's, until measured
+    monkeypatch.setattr(recipe, "HIDDEN_SIZE", 3)
+    monkeypatch.setattr(recipe, "PAIR_HIDDEN_SIZE", 7)  # the one place the pair default is set
+    for task, hidden, expected in (("sst2", None, 3), ("mrpc", None, 7), ("mrpc", 6, 6)):
+        out = env["tmp"] / f"{task}-{hidden}"
+        report = distill_task(TaskOptions(task, data_dir=str(env["root"])),
+                              options(env, hidden_size=hidden, max_steps=1), str(out))
+        assert report["student"]["config"]["hidden_size"] == expected
+        assert load_bilstm(out)[0].forward_lstm.hidden_size == expected
 
 
 # ----------------------------------------------------------------------------- the loss
@@ -119,7 +163,8 @@ def hand_terms(env, task, teacher, alpha):
 
     data = load_task(TaskOptions(task, data_dir=str(env["root"])))
     student, vocab, _ = init_bilstm([t for ex in data.train for t in ex.texts], data.spec.num_labels,
-                                    data.spec.is_pair, str(env["vectors"]), seed=42, hidden_size=6, fc_size=5)
+                                    data.spec.is_pair, str(env["vectors"]), seed=42, dev_texts=dev_texts(data),
+                                    hidden_size=6, fc_size=5)
     model = BertForSequenceClassification.from_pretrained(env[teacher]).eval()
     tokenizer = load_tokenizer(str(env[teacher]))
     sums, hard = [], []
@@ -160,8 +205,9 @@ def test_labels_only_never_runs_the_teacher_and_adamw_and_frozen_embeddings(env,
     assert seen == [] and "teacher_logits" not in report
     assert report["matches"] == {"bilstm": ["hard: 1 * hard_label(logits, labels)"]}
     assert report["stages"][0]["optimizer"] == "adamw" and report["stages"][0]["learning_rate"] == 1e-3
-    initial, _, _ = init_bilstm([t for ex in load_task(TaskOptions("sst2", data_dir=str(env["root"]))).train
-                                 for t in ex.texts], 2, False, str(env["vectors"]), seed=42, hidden_size=6, fc_size=5)
+    data = load_task(TaskOptions("sst2", data_dir=str(env["root"])))
+    initial, _, _ = init_bilstm([t for ex in data.train for t in ex.texts], 2, False, str(env["vectors"]), seed=42,
+                                dev_texts=dev_texts(data), hidden_size=6, fc_size=5)
     trained = load_bilstm(out)[0]
     assert torch.equal(trained.embeddings.weight, initial.embeddings.weight)
     assert not torch.equal(trained.classifier.weight, initial.classifier.weight)

@@ -10,7 +10,7 @@ from kdbert.data.words import Vocab
 from kdbert.errors import KdbertError
 from kdbert.models.bilstm import BiLSTMConfig, build_bilstm
 
-VOCAB = Vocab.build(["the cat sat on the mat", "a dog"])  # [PAD] [UNK] the a cat dog mat on sat
+VOCAB = Vocab.build(["the cat sat on the mat", "a dog"])  # [PAD] [UNK] [MASK] the a cat dog mat on sat
 PAIRS = [Example(("the cat sat", "a dog"), 1), Example(("[MASK] mat", "the zebra ran fast"), 0)]
 
 
@@ -22,9 +22,9 @@ def test_a_pair_batch_has_word_ids_for_the_student_and_token_ids_for_the_teacher
     batch = DistillationCollator(tiny_tokenizer.pad_token_id)([data[0], data[1]])
     ids = {w: i for i, w in enumerate(VOCAB.words)}
     assert batch["student"]["input_ids"].tolist() == [[ids["the"], ids["cat"], ids["sat"]],
-                                                      [Vocab.unk_id, ids["mat"], Vocab.pad_id]]
+                                                      [ids["[MASK]"], ids["mat"], Vocab.pad_id]]
     assert batch["student"]["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
-    assert batch["student"]["input_ids_b"].tolist() == [[ids["a"], ids["dog"], 0, 0], [ids["the"], 1, 1, 1]]
+    assert batch["student"]["input_ids_b"].tolist() == [[ids["a"], ids["dog"], 0, 0], [ids["the"], 1, 1, 1]]  # UNK
     assert batch["student"]["attention_mask_b"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
     teacher_ids = batch["teacher"]["input_ids"][1].tolist()
     assert teacher_ids[:2] == [tiny_tokenizer.cls_token_id, tiny_tokenizer.mask_token_id]  # the teacher's [MASK]

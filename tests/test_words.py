@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kdbert.data.words import (
-    MASK_TOKEN, Vocab, embedding_matrix, read_word_vectors, tokenize, word_spans,
+    MASK_TOKEN, Vocab, embedding_matrix, oov_rate, ranked_words, read_word_vectors, tokenize, word_spans,
 )
 from kdbert.errors import KdbertError
 
@@ -20,24 +20,48 @@ def test_tokenize_lowercases_splits_punctuation_clitics_and_negations_and_keeps_
 
 def test_vocab_orders_by_count_then_word_and_applies_min_count():
     vocab = Vocab.build(["the cat", "The dog", "the cat sat", "[MASK] zebra"], min_count=2)
-    assert vocab.words == ["[PAD]", "[UNK]", "the", "cat"]
+    assert vocab.words == ["[PAD]", "[UNK]", "[MASK]", "the", "cat"]
     assert vocab.counts == {"the": 3, "cat": 2}
-    assert vocab.encode("The cat [MASK] dog") == [2, 3, 1, 1]  # [MASK] and unknown words -> UNK
+    assert (vocab.mask_id, vocab.num_reserved) == (2, 3)
+    assert vocab.encode("The cat [MASK] dog") == [3, 4, 2, 1]  # [MASK] has its own id; unknown words -> UNK
     assert vocab.encode("") == [Vocab.unk_id]
 
 
 def test_vocab_max_size_and_roundtrip(tmp_path):
     vocab = Vocab.build(["b a c a b a"], max_size=2)
-    assert vocab.words == ["[PAD]", "[UNK]", "a", "b"]
+    assert vocab.words == ["[PAD]", "[UNK]", "[MASK]", "a", "b"]
     vocab.save(tmp_path / "vocab.txt")
     assert Vocab.load(tmp_path / "vocab.txt") == vocab
+
+
+def test_extended_appends_new_words_only_and_keeps_the_training_counts():
+    vocab = Vocab.build(["b a a"]).extended(["c", "a", "[MASK]", "d", "c"])
+    assert vocab.words == ["[PAD]", "[UNK]", "[MASK]", "a", "b", "c", "d"]
+    assert vocab.counts == {"a": 2, "b": 1} and vocab.encode("d c a x") == [6, 5, 3, 1]
+
+
+def test_ranked_words_and_oov_rate_count_occurrences_without_the_mask():
+    counts = ranked_words(["b a [MASK]", "c a b a"])
+    assert list(counts.items()) == [("a", 3), ("b", 2), ("c", 1)]
+    assert oov_rate(Vocab.build(["a"]), counts) == 0.5  # b x2 and c of 6 occurrences
+    assert oov_rate(Vocab.build(["a b c"]), counts) == 0.0
+
+
+def test_a_vocabulary_written_before_mask_had_its_own_id_reads_it_as_unk(tmp_path):
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\nthe\ncat\n")
+    vocab = Vocab.load(tmp_path / "vocab.txt")  # as its students were trained
+    assert (vocab.mask_id, vocab.num_reserved) == (Vocab.unk_id, 2)
+    assert vocab.encode("the [MASK] cat") == [2, 1, 3]
 
 
 def test_empty_vocabulary_and_bad_vocab_files_are_refused(tmp_path):
     with pytest.raises(KdbertError, match="empty vocabulary: no word of train.tsv occurs at least 3 time"):
         Vocab.build(["a b", "c"], min_count=3, source="train.tsv")
     (tmp_path / "v.txt").write_text("a\nb\n")
-    with pytest.raises(KdbertError, match=r"starts with \[PAD\] and \[UNK\]"):
+    with pytest.raises(KdbertError, match=r"v.txt: a vocabulary starts with \[PAD\] and \[UNK\]"):
+        Vocab.load(tmp_path / "v.txt")
+    (tmp_path / "v.txt").write_text("[PAD]\n[UNK]\nthe\n[MASK]\n")
+    with pytest.raises(KdbertError, match=r"v.txt: \[MASK\] is entry 3 of the vocabulary, not entry 2"):
         Vocab.load(tmp_path / "v.txt")
 
 
@@ -91,15 +115,16 @@ def test_dimension_mismatch_binary_and_missing_files_are_refused(tmp_path):
 
 
 def test_embedding_matrix_copies_vectors_seeds_the_rest_and_reports_coverage(tmp_path):
-    vocab = Vocab.build(["cat cat cat dog the bird"])  # [PAD] [UNK] cat bird dog the
-    path = _write(tmp_path / "g.txt", ["cat 1 3", "the -1 -3", "fish 9 9"])
+    vocab = Vocab.build(["cat cat cat dog the bird"]).extended(["fish"])  # [PAD] [UNK] [MASK] cat bird dog the fish
+    path = _write(tmp_path / "g.txt", ["cat 1 3", "the -1 -3", "fish 9 9", "[MASK] 5 5"])
     vectors = read_word_vectors(path, wanted=vocab.words)
     matrix, report = embedding_matrix(vocab, 2, vectors, seed=7)
-    np.testing.assert_array_equal(matrix[[0, 2, 5]], [[0, 0], [1, 3], [-1, -3]])
-    scale = np.std([1, 3, -1, -3])  # sqrt(5): the found vectors' spread
-    expected = np.random.default_rng(7).normal(0.0, scale, size=(6, 2)).astype(np.float32)
-    np.testing.assert_allclose(matrix[[1, 3, 4]], expected[[1, 3, 4]], rtol=1e-6)
-    assert report == {"vocab_words": 4, "with_vector": 2, "type_coverage": 0.5, "token_coverage": round(4 / 6, 4),
+    np.testing.assert_array_equal(matrix[[0, 3, 6, 7]], [[0, 0], [1, 3], [-1, -3], [9, 9]])
+    scale = np.std([1, 3, -1, -3, 9, 9])  # the found vectors' spread ([MASK] is reserved: not a word)
+    expected = np.random.default_rng(7).normal(0.0, scale, size=(8, 2)).astype(np.float32)
+    np.testing.assert_allclose(matrix[[1, 2, 4, 5]], expected[[1, 2, 4, 5]], rtol=1e-6)
+    # fish has no training count: it adds to the type coverage, not to the token coverage
+    assert report == {"vocab_words": 5, "with_vector": 3, "type_coverage": 0.6, "token_coverage": round(4 / 6, 4),
                       "random_init_scale": round(float(scale), 4)}
     assert not np.array_equal(embedding_matrix(vocab, 2, vectors, seed=8)[0][1], matrix[1])
     with pytest.raises(KdbertError, match="g.txt: the vectors have 2 dimensions but the student's embeddings have 3"):

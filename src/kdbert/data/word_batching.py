@@ -1,7 +1,7 @@
 """Batches with per-model inputs: word ids for a word-level student beside the teacher's token ids.
 
 A word-level student (the distilled BiLSTM) and its BERT teacher read the same example through
-different inputs: the student its vocabulary's word ids (``[MASK]`` read as UNK, see
+different inputs: the student its vocabulary's word ids (``[MASK]`` has an id of its own, see
 :mod:`kdbert.data.words`), the teacher its tokenizer's ids (``[MASK]`` as its mask token, see
 :func:`kdbert.data.teacher_logits.teacher_view`). :func:`encode_for_distillation` encodes both
 once; :class:`DistillationCollator` pads a batch of them into::

@@ -10,12 +10,17 @@ Tokenisation rule (:func:`word_spans`): a text is split into
 
 So ``"It's a don't-miss film!"`` -> ``It 's a do n't - miss film !``, which matches the GloVe
 6B vocabulary's (Stanford) tokenisation closely. The vocabulary is lowercased
-(:func:`tokenize`); the mask token is not lowercased and maps to the UNK id: the student sees
-an unknown word where the teacher sees ``[MASK]`` (Tang et al. 2019, section 3.1).
+(:func:`tokenize`); the mask token is not lowercased and has an id of its own, apart from
+unknown words: the student sees a masked word where the teacher sees its mask token (Tang et
+al. 2019, section 3.1), and an unknown word stays an unknown word.
 
-The vocabulary (:class:`Vocab`) holds ``[PAD]`` (id 0), ``[UNK]`` (id 1), then every word that
-occurs at least ``min_count`` times, most frequent first (ties alphabetical), so a vocabulary
-built from the same texts is the same on every machine.
+The vocabulary (:class:`Vocab`) holds ``[PAD]`` (id 0), ``[UNK]`` (id 1), ``[MASK]`` (id 2),
+then every word of the training texts that occurs at least ``min_count`` times, most frequent
+first (ties alphabetical), so a vocabulary built from the same texts is the same on every
+machine; :meth:`Vocab.extended` appends other words (the BiLSTM adds the dev words that have a
+pretrained vector, :func:`kdbert.models.bilstm.init_bilstm`). A ``vocab.txt`` written before
+``[MASK]`` had its own id (``[PAD]``, ``[UNK]``, then words) still loads: its students were
+trained with ``[MASK]`` read as ``[UNK]``, so there it still is.
 
 Word vectors (:func:`read_word_vectors`) come from GloVe text files (``word v1 ... vD`` per line)
 or word2vec text files (the same after a ``COUNT DIM`` header line), plain or ``.gz``;
@@ -52,10 +57,18 @@ def tokenize(text: str) -> list[str]:
     return [w if w == MASK_TOKEN else w.lower() for w in _WORD.findall(text)]
 
 
+def ranked_words(texts: Iterable[str]) -> dict[str, int]:
+    """Counts of the words of ``texts`` (``[MASK]`` left out), most frequent first, ties alphabetical."""
+    counts = Counter(word for text in texts for word in tokenize(text))
+    counts.pop(MASK_TOKEN, None)
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
 @dataclass
 class Vocab:
     """Word <-> id map of a word-level student. ``words[i]`` is the word with id ``i``;
-    ``counts`` (training-data frequencies) is known only for a freshly built vocabulary."""
+    ``counts`` (training-data frequencies) is known only for a freshly built vocabulary.
+    :attr:`mask_id` is 2, or :attr:`unk_id` in a vocabulary without ``[MASK]`` (see the module doc)."""
 
     words: list[str]
     counts: dict[str, int] | None = field(default=None, compare=False)
@@ -69,9 +82,18 @@ class Vocab:
         self.index = {word: i for i, word in enumerate(self.words)}
         if len(self.index) != len(self.words):
             raise KdbertError("the vocabulary lists a word twice; rebuild it")
+        self.mask_id = self.index.get(MASK_TOKEN, self.unk_id)
+        if self.mask_id not in (2, self.unk_id):
+            raise KdbertError(f"{MASK_TOKEN} is entry {self.mask_id} of the vocabulary, not entry 2 (after "
+                              f"{PAD_TOKEN} and {UNK_TOKEN}); rebuild it")
 
     def __len__(self) -> int:
         return len(self.words)
+
+    @property
+    def num_reserved(self) -> int:
+        """How many ids the reserved entries take (``[PAD]``, ``[UNK]`` and ``[MASK]`` if present)."""
+        return 2 if self.mask_id == self.unk_id else 3
 
     @classmethod
     def build(cls, texts: Iterable[str], min_count: int = 1, max_size: int | None = None,
@@ -81,19 +103,22 @@ class Vocab:
         when no word qualifies."""
         if min_count < 1:
             raise KdbertError(f"--min-count must be at least 1 (got {min_count})")
-        counts = Counter(word for text in texts for word in tokenize(text))
-        counts.pop(MASK_TOKEN, None)
-        kept = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
-        if max_size is not None:
-            kept = kept[:max_size]
+        counts = ranked_words(texts)
+        kept = [w for w, c in counts.items() if c >= min_count][:max_size]
         if not kept:
             raise KdbertError(f"empty vocabulary: no word of {source} occurs at least {min_count} time(s); "
                               "check --text-columns or lower --min-count")
-        return cls([PAD_TOKEN, UNK_TOKEN, *kept], {w: counts[w] for w in kept})
+        return cls([PAD_TOKEN, UNK_TOKEN, MASK_TOKEN, *kept], {w: counts[w] for w in kept})
+
+    def extended(self, words: Iterable[str]) -> Vocab:
+        """This vocabulary with ``words`` it lacks appended, in their order (ids already given stay;
+        ``counts`` stays that of the training data, so the new words have none)."""
+        new = [w for w in dict.fromkeys(words) if w not in self.index]
+        return Vocab([*self.words, *new], self.counts)
 
     def encode(self, text: str) -> list[int]:
-        """Word ids of ``text``; unknown words and ``[MASK]`` give :attr:`unk_id`. An empty text
-        gives ``[unk_id]``, so every row has at least one position."""
+        """Word ids of ``text``: unknown words give :attr:`unk_id`, ``[MASK]`` gives
+        :attr:`mask_id`. An empty text gives ``[unk_id]``, so every row has at least one position."""
         ids = [self.index.get(word, self.unk_id) for word in tokenize(text)]
         return ids or [self.unk_id]
 
@@ -115,7 +140,17 @@ class Vocab:
         words = path.read_text(encoding="utf-8").split("\n")
         if words and words[-1] == "":
             words.pop()
-        return cls(words)
+        try:
+            return cls(words)
+        except KdbertError as exc:
+            raise KdbertError(f"{path}: {exc}") from None
+
+
+def oov_rate(vocab: Vocab, counts: dict[str, int]) -> float:
+    """The share of the word occurrences ``counts`` (e.g. :func:`ranked_words` of dev texts) that
+    ``vocab`` reads as ``[UNK]``, rounded to 4 places."""
+    unknown = sum(count for word, count in counts.items() if word not in vocab.index)
+    return round(unknown / sum(counts.values()), 4)
 
 
 @dataclass
@@ -202,27 +237,29 @@ def embedding_matrix(vocab: Vocab, dim: int, vectors: WordVectors | None = None,
                      seed: int = 42) -> tuple[np.ndarray, dict]:
     """The student's initial embeddings (len(vocab), dim) and a coverage report.
 
-    Rows of words with a vector are that vector. The other rows (``[UNK]`` included) are drawn
-    from N(0, s^2) with a generator seeded by ``seed``, where s is the standard deviation of the
-    vectors found (1.0 without vectors, as ``nn.Embedding``'s default), so they have the scale of
-    the rest. ``[PAD]``'s row is zero. The report gives the vocabulary words with a vector
-    (``type_coverage``) and, when the vocabulary has counts, the share of the vocabulary words'
-    occurrences in the training data that they cover (``token_coverage``).
+    Rows of words with a vector are that vector. The other rows (``[UNK]`` and ``[MASK]``
+    included) are drawn from N(0, s^2) with a generator seeded by ``seed``, where s is the
+    standard deviation of the vectors found (1.0 without vectors, as ``nn.Embedding``'s default),
+    so they have the scale of the rest. ``[PAD]``'s row is zero. The report gives the vocabulary
+    words (reserved entries left out) with a vector (``type_coverage``) and, when the vocabulary
+    has counts, the share of the words' occurrences in the training data that they cover
+    (``token_coverage``).
     """
     if vectors is not None and vectors.dim != dim:
         raise KdbertError(f"{vectors.path}: the vectors have {vectors.dim} dimensions but the student's "
                           f"embeddings have {dim}; set --embedding-dim {vectors.dim}")
     lookup = {} if vectors is None else dict(zip(vectors.words, vectors.vectors))
-    rows = [i for i, w in enumerate(vocab.words[2:], start=2) if w in lookup]
+    first = vocab.num_reserved
+    rows = [i for i, w in enumerate(vocab.words[first:], start=first) if w in lookup]
     scale = float(np.stack([lookup[vocab.words[i]] for i in rows]).std()) if rows else 1.0
     matrix = np.random.default_rng(seed).normal(0.0, scale, size=(len(vocab), dim)).astype(np.float32)
     for i in rows:
         matrix[i] = lookup[vocab.words[i]]
     matrix[vocab.pad_id] = 0.0
-    n_words = len(vocab) - 2
+    n_words = len(vocab) - first
     report = {"vocab_words": n_words, "with_vector": len(rows),
               "type_coverage": round(len(rows) / n_words, 4), "random_init_scale": round(scale, 4)}
     if vocab.counts:
-        covered = sum(vocab.counts[vocab.words[i]] for i in rows)
+        covered = sum(vocab.counts.get(vocab.words[i], 0) for i in rows)
         report["token_coverage"] = round(covered / sum(vocab.counts.values()), 4)
     return matrix, report

@@ -49,7 +49,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from kdbert.data.words import Vocab, embedding_matrix, read_word_vectors
+from kdbert.data.words import Vocab, embedding_matrix, oov_rate, ranked_words, read_word_vectors
 from kdbert.errors import KdbertError
 from kdbert.io import replace_dir, write_json
 
@@ -194,20 +194,40 @@ def build_bilstm(config: BiLSTMConfig, embeddings: torch.Tensor | None = None, s
 
 
 def init_bilstm(texts: Sequence[str], num_labels: int, pair: bool, word_vectors: str | os.PathLike | None = None,
-                min_count: int = 1, embedding_dim: int | None = None, seed: int = 42,
+                min_count: int = 1, embedding_dim: int | None = None, seed: int = 42, dev_texts: Sequence[str] = (),
                 **config: Any) -> tuple[BiLSTMStudent, Vocab, dict]:
-    """A new student for a task: its vocabulary from ``texts`` (every text of the training rows,
-    augmented ones included), embeddings from ``word_vectors`` (GloVe / word2vec text) where they
-    have the word, seeded random otherwise. ``embedding_dim`` defaults to the vectors' size (300
-    without vectors). ``config``: the other :class:`BiLSTMConfig` fields. Returns the student,
-    its vocabulary and the embeddings' coverage report (:func:`kdbert.data.words.embedding_matrix`)."""
-    vocab = Vocab.build(texts, min_count=min_count)
-    vectors = None if word_vectors is None else read_word_vectors(word_vectors, vocab.words, embedding_dim)
+    """A new student for a task, its vocabulary and a report.
+
+    Vocabulary: the words of ``texts`` (every text of the training rows, augmented ones included)
+    seen at least ``min_count`` times, then the words of ``dev_texts`` (the texts the student is
+    evaluated on) that it lacks and ``word_vectors`` has, most frequent first: they get their
+    pretrained vector instead of ``[UNK]``, as the authors' code builds its vocabulary. Words
+    only in ``dev_texts`` without a vector stay out (their rows would be random and never trained).
+    Embeddings: from ``word_vectors`` (GloVe / word2vec text) where they have the word, seeded
+    random otherwise; ``embedding_dim`` defaults to the vectors' size (300 without vectors).
+    ``config``: the other :class:`BiLSTMConfig` fields.
+
+    The report: ``vocab_sources`` (words from each source), ``dev_oov_rate`` (the share of the
+    dev words read as ``[UNK]`` with the training words only and with the dev words added; with
+    ``dev_texts``) and ``embeddings`` (:func:`kdbert.data.words.embedding_matrix`'s coverage).
+    """
+    train_vocab = Vocab.build(texts, min_count=min_count)
+    dev_counts = ranked_words(dev_texts)
+    dev_words = [w for w in dev_counts if w not in train_vocab.index]
+    vectors = None if word_vectors is None else read_word_vectors(word_vectors, [*train_vocab.words, *dev_words],
+                                                                  embedding_dim)
+    with_vector = set() if vectors is None else set(vectors.words)
+    vocab = train_vocab.extended(w for w in dev_words if w in with_vector)
     dim = embedding_dim or (vectors.dim if vectors is not None else 300)
-    matrix, report = embedding_matrix(vocab, dim, vectors, seed)
+    matrix, coverage = embedding_matrix(vocab, dim, vectors, seed)
     model = build_bilstm(BiLSTMConfig(vocab_size=len(vocab), num_labels=num_labels, pair=pair, embedding_dim=dim,
                                       **config), torch.from_numpy(matrix), seed)
-    return model, vocab, report
+    report = {"vocab_sources": {"train": len(train_vocab) - train_vocab.num_reserved,
+                                "dev with a vector": len(vocab) - len(train_vocab)}}
+    if dev_counts:
+        report["dev_oov_rate"] = {"train words only": oov_rate(train_vocab, dev_counts),
+                                  "with dev words": oov_rate(vocab, dev_counts)}
+    return model, vocab, {**report, "embeddings": coverage}
 
 
 def bilstm_flops(config: BiLSTMConfig, length: int) -> int:

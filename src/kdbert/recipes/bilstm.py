@@ -1,10 +1,14 @@
 """The distilled BiLSTM (Tang et al. 2019): a word-level BiLSTM fitted to the teacher's logits.
 
-The student (:mod:`kdbert.models.bilstm`) reads word ids from its own vocabulary, built from
-the training texts (augmented rows included, ``--min-count``), with embeddings initialised from
-``--word-vectors`` (GloVe or word2vec text) where they have the word. It never sees the
-teacher's tokens, so this recipe provides :func:`task_inputs` (the front's hook for students
-with their own inputs) instead of ``initial_student``:
+The student (:mod:`kdbert.models.bilstm`) reads word ids from its own vocabulary: the words of
+the training texts (augmented rows included, ``--min-count``), then the dev words that
+``--word-vectors`` (GloVe or word2vec text) has, so that they keep their meaning instead of
+becoming ``[UNK]`` (:func:`kdbert.models.bilstm.init_bilstm`; the report's ``student`` names the
+sources and the dev OOV rate). Embeddings start from the word vectors where they have the word.
+Hidden size: ``--hidden-size``, by default :data:`HIDDEN_SIZE` (the paper's 150) and
+:data:`PAIR_HIDDEN_SIZE` for sentence pairs. The student never sees the teacher's tokens, so this
+recipe provides :func:`task_inputs` (the front's hook for students with their own inputs)
+instead of ``initial_student``:
 
 1. the teacher labels every training row once (:func:`kdbert.data.teacher_logits.label_with_teacher`,
    ``--teacher-dtype bfloat16`` under bf16 autocast): its logits are stored beside the training
@@ -64,6 +68,11 @@ from kdbert.recipes.stages import task_stage
 
 OPTIMIZER_RATES = {"adadelta": 1.0, "adamw": 1e-3}
 
+# The BiLSTM's hidden size per direction without --hidden-size: the paper's 150; for sentence pairs
+# the authors' MRPC / STS / QQP configs use 300 (not measured here yet): set it here to switch.
+HIDDEN_SIZE = 150
+PAIR_HIDDEN_SIZE = 150
+
 
 @dataclass
 class BiLSTMDistillConfig(MethodConfig):
@@ -73,11 +82,13 @@ class BiLSTMDistillConfig(MethodConfig):
     weight_decay: float = override(MethodConfig, "weight_decay", 0.0)
     word_vectors: str | None = option(None, "GloVe or word2vec text file (.txt/.gz) initialising the word "
                                             "embeddings (default: random)", group="student")
-    min_count: int = option(1, "keep words seen at least this often in the training texts", POSITIVE_INT, int,
-                            "student")
+    min_count: int = option(1, "keep words seen at least this often in the training texts (dev words with a word "
+                               "vector join regardless)", POSITIVE_INT, int, "student")
     embedding_dim: int | None = option(None, "embedding size (default: the word vectors' size, 300 without)",
                                        POSITIVE_INT, int, "student")
-    hidden_size: int = option(150, "BiLSTM hidden size per direction", POSITIVE_INT, int, "student")
+    hidden_size: int | None = option(None, f"BiLSTM hidden size per direction (default {HIDDEN_SIZE}; sentence "
+                                           f"pairs: {PAIR_HIDDEN_SIZE}; the authors' pair configs use 300)",
+                                     POSITIVE_INT, int, "student")
     fc_size: int = option(200, "size of the ReLU layer before the output", POSITIVE_INT, int, "student")
     freeze_embeddings: bool = option(False, "keep the initial word embeddings fixed", type=bool, group="student")
     dropout: float = option(0.0, "dropout on the embeddings and the ReLU layer (0 in the paper)",
@@ -162,17 +173,20 @@ def logits_store_base(task: TaskOptions, spec: TaskSpec, cache: str | None) -> P
 
 def task_inputs(method, teacher, tokenizer, data, rows, max_seq_len: int, config: BiLSTMDistillConfig,
                 task: TaskOptions) -> TaskInputs:
-    """The BiLSTM student built from ``rows``' texts, the rows encoded as word ids with the
-    teacher's stored logits beside them (labelled once; not at all with ``alpha`` 0), and the
-    word-level dev evaluator. ``max_seq_len`` is the teacher's token limit when labelling."""
+    """The BiLSTM student built from ``rows``' texts and the dev texts (their words with a vector),
+    the rows encoded as word ids with the teacher's stored logits beside them (labelled once; not
+    at all with ``alpha`` 0), and the word-level dev evaluator. ``max_seq_len`` is the teacher's
+    token limit when labelling."""
     spec = data.spec
-    model, vocab, coverage = init_bilstm(
+    hidden_size = config.hidden_size or (PAIR_HIDDEN_SIZE if spec.is_pair else HIDDEN_SIZE)
+    model, vocab, built = init_bilstm(
         [text for row in rows for text in row.texts], spec.num_labels, spec.is_pair, config.word_vectors,
-        config.min_count, config.embedding_dim, config.seed, hidden_size=config.hidden_size, fc_size=config.fc_size,
-        freeze_embeddings=config.freeze_embeddings, dropout=config.dropout)
+        config.min_count, config.embedding_dim, config.seed,
+        dev_texts=[text for split in data.dev.values() for row in split for text in row.texts],
+        hidden_size=hidden_size, fc_size=config.fc_size, freeze_embeddings=config.freeze_embeddings,
+        dropout=config.dropout)
     report = {"student": {"vocab_size": len(vocab), "parameters": sum(p.numel() for p in model.parameters()),
-                          "config": asdict(model.config), "word_vectors": config.word_vectors,
-                          "embeddings": coverage}}
+                          "config": asdict(model.config), "word_vectors": config.word_vectors, **built}}
     logits = None
     if config.alpha > 0:
         base = logits_store_base(task, spec, config.logits_cache)
