@@ -86,10 +86,11 @@ def test_a_changed_word_is_set_apart_from_a_neighbour_it_touched():
     assert synthesize(item, x, np.zeros(4), None, CANDIDATES, 0.1, 0.1) == "He did [MASK] move"
 
 
-def test_the_teacher_sees_its_mask_token_where_the_student_sees_unk(tiny_tokenizer):
+def test_the_teacher_sees_its_mask_token_where_the_student_sees_its_own_mask_id(tiny_tokenizer):
     augmented = "[MASK] dog sat on a mat."
     vocab = Vocab.build(["the dog sat on a mat ."])
-    assert vocab.encode(augmented) == [Vocab.unk_id] + vocab.encode("dog sat on a mat.")
+    assert vocab.encode(augmented) == [vocab.mask_id] + vocab.encode("dog sat on a mat.")
+    assert vocab.mask_id not in (Vocab.unk_id, *vocab.encode("the dog sat on a mat ."))
     teacher_text = teacher_view(augmented, tiny_tokenizer.mask_token)
     ids = tiny_tokenizer(teacher_text)["input_ids"]
     assert ids[1] == tiny_tokenizer.mask_token_id and tiny_tokenizer.unk_token_id not in ids
@@ -252,3 +253,51 @@ def test_tagging_in_worker_processes_gives_the_same_tags(nltk_tagger):
         assert in_workers == nltk_tagger(sentences)
     finally:
         nltk_tagger.num_workers = 2
+
+
+# ----------------------------------------------------------------------------- n-gram probability of pairs
+def shortened_sentences(output: Path, source: Path) -> int:
+    """Augmented sentences of an MRPC-format file with fewer words than the sentence they came
+    from (only n-gram sampling drops words: masking keeps the count)."""
+    def pairs(path):
+        return [tuple(line.split("\t")[3:5]) for line in path.read_text().splitlines()[1:]]
+
+    originals = iter(pairs(source))
+    upcoming, current, count = next(originals), None, 0
+    for row in pairs(output):
+        if row == upcoming:
+            current, upcoming = row, next(originals, None)
+            continue
+        count += sum(len(word_spans(new)) < len(word_spans(old)) for new, old in zip(row, current))
+    return count
+
+
+def test_p_ng_reaches_the_augmenter_and_pairs_have_their_own_default(tmp_path, monkeypatch, capsys):
+    import kdbert.data.augment_bilstm as augment_bilstm
+    from conftest import write_glue_task
+
+    from kdbert.augment import augment_task_bilstm
+    from kdbert.cli import main
+    from kdbert.data.load import TaskOptions
+
+    if not NLTK_DATA.is_dir():
+        pytest.skip("needs the offline nltk_data folder")
+    assert (augment_bilstm.P_NG, augment_bilstm.PAIR_P_NG) == (0.25, 0.25)  # the paper's, until measured
+    root = tmp_path / "glue_data"
+    source = write_glue_task(root, "MRPC") / "train.tsv"
+    write_glue_task(root, "SST-2")
+    common = ["augment", "--method", "bilstm", "--task", "mrpc", "--data-dir", str(root), "--nltk-data",
+              str(NLTK_DATA), "--n-iter", "6", "--p-mask", "0.3", "--p-pos", "0"]
+    for p_ng, name in (("0", "none.tsv"), ("1", "all.tsv")):
+        assert main([*common, "--p-ng", p_ng, "--output", str(tmp_path / name)]) == 0, capsys.readouterr().err
+    assert shortened_sentences(tmp_path / "none.tsv", source) == 0
+    assert shortened_sentences(tmp_path / "all.tsv", source) > 0  # the count above can see n-grams
+
+    monkeypatch.setattr(augment_bilstm, "PAIR_P_NG", 0.0)  # the one place the pair default is set
+    result = augment_task_bilstm(TaskOptions("mrpc", data_dir=str(root)), tmp_path / "default.tsv", p_mask=0.3,
+                                 p_pos=0.0, n_iter=6, nltk_data=str(NLTK_DATA))
+    assert result["p_ng"] == 0.0 and shortened_sentences(tmp_path / "default.tsv", source) == 0
+    assert (tmp_path / "default.tsv").read_bytes() == (tmp_path / "none.tsv").read_bytes()
+    single = augment_task_bilstm(TaskOptions("sst2", data_dir=str(root)), tmp_path / "sst2.tsv", n_iter=2,
+                                 nltk_data=str(NLTK_DATA))
+    assert single["p_ng"] == 0.25  # single sentences keep P_NG

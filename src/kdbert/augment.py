@@ -97,13 +97,15 @@ def augment_task(task: TaskOptions, mlm_model: str, word_vectors: str, output: s
 
 
 def augment_task_bilstm(task: TaskOptions, output: str | None = None, p_mask: float = 0.1, p_pos: float = 0.1,
-                        p_ng: float = 0.25, n_iter: int = 20, ngram_mode: str = "keep", max_n: int = 5,
+                        p_ng: float | None = None, n_iter: int = 20, ngram_mode: str = "keep", max_n: int = 5,
                         seed: int = 42, nltk_data: str | None = None, max_rows: int | None = None,
                         teacher: str | None = None, max_seq_len: int | None = None,
                         batch_size: int = 64, device: str | None = None, num_workers: int = 1,
                         teacher_dtype: str = "float32") -> dict:
     """The distilled BiLSTM's augmentation of ``task``'s training rows (defaults: the paper's
-    settings); returns counts, output path and throughput.
+    settings; ``p_ng`` defaults to :data:`~kdbert.data.augment_bilstm.P_NG`, or
+    :data:`~kdbert.data.augment_bilstm.PAIR_P_NG` for sentence pairs); returns counts, output
+    path and throughput.
 
     POS candidates come from all of the task's training rows, also with ``max_rows`` (which
     limits the rows augmented). ``num_workers`` processes tag the texts (the slow part). With ``teacher`` (a model fine-tuned on the task), its logits on
@@ -111,7 +113,7 @@ def augment_task_bilstm(task: TaskOptions, output: str | None = None, p_mask: fl
     (:func:`kdbert.data.teacher_logits.label_with_teacher`), with ``max_seq_len`` defaulting to
     the task's, in ``teacher_dtype`` (float32, or bfloat16 under autocast).
     """
-    from kdbert.data.augment_bilstm import BiLSTMAugmenter, augment_rows
+    from kdbert.data.augment_bilstm import P_NG, PAIR_P_NG, BiLSTMAugmenter, augment_rows
     from kdbert.data.pos_tagging import NltkTagger
 
     if teacher is not None:
@@ -125,6 +127,8 @@ def augment_task_bilstm(task: TaskOptions, output: str | None = None, p_mask: fl
     if missing:
         raise KdbertError(f"--text-columns: column(s) {missing} not in the training file (it has {sorted(rows[0])})")
     output = output or default_output(task, suffix)
+    if p_ng is None:
+        p_ng = PAIR_P_NG if len(columns) == 2 else P_NG
     started = time.time()
     texts = [str(row[c]) for row in rows for c in columns if c in row]
     chosen = rows[:max_rows] if max_rows else rows
@@ -135,7 +139,7 @@ def augment_task_bilstm(task: TaskOptions, output: str | None = None, p_mask: fl
         written = augment_rows(chosen, columns, output, augmenter, write_header=has_header)
         finished = time.time()
     result = {"output": output, "input_rows": len(chosen), "output_rows": written, "columns": columns,
-              "tagging_seconds": round(tagged - started, 1), "seconds": round(finished - started, 1),
+              "p_ng": p_ng, "tagging_seconds": round(tagged - started, 1), "seconds": round(finished - started, 1),
               "examples_per_second": round(len(chosen) / max(finished - started, 1e-9), 2)}
     if teacher is not None:
         result.update(label_augmented(task, output, columns, has_header, teacher, max_seq_len, batch_size, device,

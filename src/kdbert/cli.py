@@ -357,6 +357,8 @@ def format_metrics(title: str, metrics: dict | None) -> str:
 
 # ----------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
+    from kdbert.data.augment_bilstm import P_NG, PAIR_P_NG
+
     parser = argparse.ArgumentParser(prog="kdbert", description="Knowledge distillation for BERT-family models.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -483,7 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--word-vectors", help="tinybert: GloVe-format text file (.txt or .gz)")
     p.add_argument("--p-mask", type=float, help="bilstm: probability of masking a word (default 0.1)")
     p.add_argument("--p-pos", type=float, help="bilstm: probability of a same-POS replacement (default 0.1)")
-    p.add_argument("--p-ng", type=float, help="bilstm: probability of n-gram sampling (default 0.25)")
+    p.add_argument("--p-ng", type=float, help=f"bilstm: probability of n-gram sampling (default {P_NG}, the paper's; "
+                                              f"sentence pairs: {PAIR_P_NG}; the authors' pair augmenter uses 0)")
     p.add_argument("--n-iter", type=int, help="bilstm: versions drawn per example (default 20)")
     p.add_argument("--ngram-mode", choices=["keep", "mask"],
                    help="bilstm: keep only the sampled n-gram (default, the paper) or mask its words")

@@ -5,7 +5,7 @@ synthetic versions are drawn; each one walks over the words (:func:`kdbert.data.
 in order, drawing X_i ~ U[0, 1] per word:
 
 - X_i < p_mask: **masking**, the word becomes ``[MASK]`` (the teacher reads its mask token, the
-  student's vocabulary maps ``[MASK]`` to UNK);
+  student the ``[MASK]`` id of its vocabulary, apart from unknown words);
 - p_mask <= X_i < p_mask + p_pos: **POS-guided replacement**, the word becomes another word
   with the same part-of-speech tag, drawn from the training data's unigram distribution of
   that tag ("re-normalised by the POS tag"; the word itself excluded, a Title-case word gets a
@@ -15,8 +15,11 @@ in order, drawing X_i ~ U[0, 1] per word:
 drawn from {1, ..., max_n} (clipped to the example's length) and a start position uniformly;
 ``ngram_mode="keep"`` (default, the paper: "equivalent to dropping out all other words")
 keeps only those n words, ``"mask"`` (the reading in some summaries: "mask them together")
-masks those n words instead. Duplicate versions, and versions equal to the original, are
-dropped; the original comes first, so an example yields 1 to ``n_iter + 1`` rows.
+masks those n words instead. p_ng is :data:`P_NG` (the paper's 0.25) by default, and
+:data:`PAIR_P_NG` for sentence pairs in :func:`kdbert.augment.augment_task_bilstm` (the paper's
+text says 0.25 for every task; the authors' pair augmenter uses 0). Duplicate versions, and
+versions equal to the original, are dropped; the original comes first, so an example yields 1
+to ``n_iter + 1`` rows.
 
 Sentence pairs, as the paper: the versions cycle through augmenting the first sentence only
 (the second held fixed), the second only, and both (version k: k mod 3), each sentence with
@@ -54,6 +57,10 @@ from kdbert.data.words import MASK_TOKEN, word_spans
 from kdbert.errors import KdbertError
 
 NGRAM_MODES = ("keep", "mask")
+# n-gram sampling probability without --p-ng: the paper's 0.25; for sentence pairs the authors'
+# augmenter uses 0 (not measured here yet): set PAIR_P_NG here to switch.
+P_NG = 0.25
+PAIR_P_NG = 0.25
 
 
 @dataclass(frozen=True)
@@ -153,7 +160,7 @@ class BiLSTMAugmenter:
     """The paper's augmentation; see the module docstring. Build it with :meth:`from_texts`."""
 
     def __init__(self, candidates: PosCandidates, tagger: PosTagger, p_mask: float = 0.1, p_pos: float = 0.1,
-                 p_ng: float = 0.25, n_iter: int = 20, ngram_mode: str = "keep", max_n: int = 5, seed: int = 42):
+                 p_ng: float = P_NG, n_iter: int = 20, ngram_mode: str = "keep", max_n: int = 5, seed: int = 42):
         if min(p_mask, p_pos, p_ng) < 0 or p_mask + p_pos > 1 or p_ng > 1 or min(n_iter, max_n) < 1:
             raise KdbertError(f"need p_mask, p_pos, p_ng >= 0, p_mask + p_pos <= 1, p_ng <= 1, n_iter >= 1 and "
                               f"max_n >= 1 (got p_mask={p_mask}, p_pos={p_pos}, p_ng={p_ng}, n_iter={n_iter}, "
