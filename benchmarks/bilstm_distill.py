@@ -20,8 +20,17 @@ augmented row goes through the teacher once) under bf16 autocast; the logits are
 float32 beside each training file, apart from float32 ones, and reused by every seed.
 Then ``kdbert bench`` compares the ``kd_aug`` student with the teacher (one thread, batch 1 and
 32), in PyTorch and, both exported with ``kdbert export --quantize int8``, in ONNX Runtime int8.
-Results go to ``benchmarks/results/<--results-name>.json`` (default ``bilstm_distill``); a rerun
-skips recorded rows and resumes an interrupted run (``--resume``).
+
+Pair settings: ``--pair-hidden-size`` (the BiLSTM's hidden size on MRPC, STS-B and RTE; default
+the recipe's ``PAIR_HIDDEN_SIZE``) and ``--p-ng`` (n-gram probability of the augmentation; default
+``kdbert augment``'s, ``PAIR_P_NG`` for pairs). The authors' pair configs: ``--pair-hidden-size 300
+--p-ng 0``. A setting other than the first recorded rows' (Adadelta, hidden 150, p_ng 0.25)
+is named in the keys and folders of the rows it changes (:func:`setting_tag`: ``-adamw``,
+``-h300``, ``-png0``), so its rows sit beside those: e.g. ``mrpc/kd_aug-h300-png0/s42``.
+
+Results go to ``benchmarks/results/<--results-name>.json`` (default ``bilstm_distill``; the runs of
+another results file go to a subfolder of that name, beside the shared subsets and augmented
+files); a rerun skips recorded rows and resumes an interrupted run (``--resume``).
 """
 
 from __future__ import annotations
@@ -37,14 +46,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_results, machine_info, save_result  # noqa: E402
 
+from kdbert.data.augment_bilstm import P_NG, PAIR_P_NG  # noqa: E402
 from kdbert.data.glue import resolve_glue_dir, split_file  # noqa: E402
 from kdbert.data.tasks import GLUE_TASKS  # noqa: E402
+from kdbert.recipes.bilstm import HIDDEN_SIZE, PAIR_HIDDEN_SIZE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOVE = ROOT.parent / "shared" / "data" / "glove" / "glove.6B.50d.txt.gz"
 NLTK_DATA = ROOT.parent / "shared" / "data" / "nltk_data"
 NAME = "bilstm_distill"
 TASKS = ("sst2", "mrpc", "stsb", "rte", "cola")
+# The settings of the first recorded rows; a run with others names them in its key (setting_tag).
+RECORDED = {"hidden_size": 150, "p_ng": 0.25}
 
 
 def relative(command: list[str]) -> str:
@@ -79,19 +92,51 @@ def train_loss(report: dict) -> dict:
     return {"first": round(losses[0], 4), "last5": round(sum(losses[-5:]) / len(losses[-5:]), 4)}
 
 
+def p_ng(task: str, args) -> float:
+    """The n-gram probability of the task's augmentation: ``--p-ng``, else ``kdbert augment``'s default."""
+    if args.p_ng is not None:
+        return args.p_ng
+    return PAIR_P_NG if GLUE_TASKS[task].is_pair else P_NG
+
+
+def hidden_size(task: str, args) -> int:
+    """The BiLSTM's hidden size on the task: ``--pair-hidden-size`` for pairs, else the recipe's default."""
+    return args.pair_hidden_size if GLUE_TASKS[task].is_pair else HIDDEN_SIZE
+
+
+def setting_tag(task: str, variant: str, args) -> str:
+    """What sets a run apart from the first recorded rows (Adadelta, :data:`RECORDED`), as a suffix
+    of its key and folder: ``-adamw``, ``-h<hidden size>``, ``-png<p>`` (the augmentation's n-gram
+    probability; ``kd_aug`` only); empty for the recorded settings."""
+    parts = [] if args.optimizer == "adadelta" else [args.optimizer]
+    if hidden_size(task, args) != RECORDED["hidden_size"]:
+        parts.append(f"h{hidden_size(task, args)}")
+    if variant == "kd_aug" and p_ng(task, args) != RECORDED["p_ng"]:
+        parts.append(f"png{p_ng(task, args):g}")
+    return "".join(f"-{part}" for part in parts)
+
+
+def run_folder(task: str, variant: str, seed: int, args) -> Path:
+    """A run's folder: ``<task folder>/<variant><tag>-s<seed>``, in a subfolder named after
+    ``--results-name`` when that is not the default."""
+    folder = runs_dir(args) / task / ("" if args.results_name == NAME else args.results_name)
+    return folder / f"{variant}{setting_tag(task, variant, args)}-s{seed}"
+
+
 def run_variant(task: str, variant: str, seed: int, train_file: Path, args, teacher: Path) -> dict:
-    tag = "" if args.optimizer == "adadelta" else f"-{args.optimizer}"
-    out = runs_dir(args) / task / f"{variant}{tag}-s{seed}"
+    out = run_folder(task, variant, seed, args)
     options = ["distill", "task", "--method", "bilstm", "--task", task, "--data-dir", args.data_dir,
                "--train-file", str(train_file), "--teacher", str(teacher), "--word-vectors", str(args.word_vectors),
                "--alpha", "0" if variant == "labels" else "1", "--seed", str(seed), "--optimizer", args.optimizer,
                "--epochs", str(args.aug_epochs if variant == "kd_aug" else args.epochs),
+               "--hidden-size", str(hidden_size(task, args)),
                *(["--teacher-dtype", args.teacher_dtype] if variant != "labels" else []),
                "--output-dir", str(out), "--no-progress"]
     started = time.time()
     kdbert(*options, *(["--resume"] if (out / "run_config.json").exists() else []))
     report = json.loads((out / "distill_report.json").read_text())
-    return {"task": task, "variant": variant, "seed": seed, "optimizer": args.optimizer, "metrics": report["dev_metrics"],
+    return {"task": task, "variant": variant, "seed": seed, "optimizer": args.optimizer,
+            "setting": setting_tag(task, variant, args), "metrics": report["dev_metrics"],
             "score": report["dev_metrics"]["score"], "best_step": report["best_step"],
             "stage": {k: report["stages"][0][k] for k in ("learning_rate", "schedule", "weight_decay",
                                                           "max_grad_norm", "batch_size")},
@@ -100,15 +145,20 @@ def run_variant(task: str, variant: str, seed: int, train_file: Path, args, teac
             "epochs": report["options"]["epochs"], "student": report["student"],
             "teacher_logits": report.get("teacher_logits"),
             "teacher_dtype": args.teacher_dtype if variant != "labels" else None,
-            **({"augment": {"rows": args.aug_rows, "n_iter": args.n_iter, "record": augment_key(task, args)}}
-               if variant == "kd_aug" else {}),
+            **({"augment": {"rows": args.aug_rows, "n_iter": args.n_iter, "p_ng": p_ng(task, args),
+                            "record": augment_key(task, args)}} if variant == "kd_aug" else {}),
             "wall_seconds": round(time.time() - started, 1),
             "command": relative(options), **machine_info()}
 
 
+def png_tag(task: str, args) -> str:
+    """``-png<p>`` when the augmentation's n-gram probability is not the recorded rows', else empty."""
+    return "" if p_ng(task, args) == RECORDED["p_ng"] else f"-png{p_ng(task, args):g}"
+
+
 def augment_key(task: str, args) -> str:
-    """The record of the augmented file ``train_aug_<rows>_n<n_iter>.tsv`` (one slash: not a run)."""
-    return f"{task}/augment-{args.aug_rows}-n{args.n_iter}"
+    """The record of the augmented file ``train_aug_<rows>_n<n_iter><png tag>.tsv`` (one slash: not a run)."""
+    return f"{task}/augment-{args.aug_rows}-n{args.n_iter}{png_tag(task, args)}"
 
 
 def runs_dir(args) -> Path:
@@ -142,6 +192,10 @@ def main() -> None:
     parser.add_argument("--teacher-dtype", choices=["float32", "bfloat16"], default="float32",
                         help="precision of the teacher labelling the rows (bfloat16: autocast; logits kept in float32)")
     parser.add_argument("--optimizer", choices=["adadelta", "adamw"], default="adadelta")
+    parser.add_argument("--pair-hidden-size", type=int, default=PAIR_HIDDEN_SIZE,
+                        help="BiLSTM hidden size on pair tasks (the authors' pair configs: 300)")
+    parser.add_argument("--p-ng", type=float, help=f"n-gram probability of the augmentation (default {P_NG}; pair "
+                                                   f"tasks {PAIR_P_NG}; the authors' pair augmenter: 0)")
     parser.add_argument("--runs-dir", default="runs/bilstm", help="where the subsets and students go")
     parser.add_argument("--results-name", default=NAME, help="results file benchmarks/results/NAME.json")
     parser.add_argument("--no-bench", action="store_true")
@@ -155,13 +209,14 @@ def main() -> None:
                      f"finetune --task {task}` or pass --teacher {task}=DIR")
         folder = runs_dir(args) / task
         train_file = subset_file(task, args.data_dir, args.train_rows, folder)
-        aug_file = folder / f"train_aug_{args.aug_rows}_n{args.n_iter}.tsv"
+        aug_file = folder / f"train_aug_{args.aug_rows}_n{args.n_iter}{png_tag(task, args)}.tsv"
         if not aug_file.exists():
             started = time.time()
             kdbert("augment", "--method", "bilstm", "--task", task, "--data-dir", args.data_dir, "--max-rows",
-                   str(args.aug_rows), "--n-iter", str(args.n_iter), "--nltk-data", str(NLTK_DATA), "--teacher",
-                   str(teacher), "--dtype", args.teacher_dtype, "--output", str(aug_file))
+                   str(args.aug_rows), "--n-iter", str(args.n_iter), "--p-ng", str(p_ng(task, args)), "--nltk-data",
+                   str(NLTK_DATA), "--teacher", str(teacher), "--dtype", args.teacher_dtype, "--output", str(aug_file))
             save_result(name, augment_key(task, args), {"task": task, "rows": args.aug_rows, "n_iter": args.n_iter,
+                                                   "p_ng": p_ng(task, args),
                                                    "output_rows": sum(1 for _ in open(aug_file)) - (task != "cola"),
                                                    "teacher_dtype": args.teacher_dtype,
                                                    "seconds": round(time.time() - started, 1), **machine_info()})
@@ -177,18 +232,17 @@ def main() -> None:
                                                   "precision": runtime.get("mixed_precision")}})
         for seed in args.seeds:
             for variant, file in (("labels", train_file), ("kd", train_file), ("kd_aug", aug_file)):
-                key = f"{task}/{variant}{'' if args.optimizer == 'adadelta' else '-' + args.optimizer}/s{seed}"
+                key = f"{task}/{variant}{setting_tag(task, variant, args)}/s{seed}"
                 if key in recorded:
                     if "train_loss" not in recorded[key]:  # rows recorded before the loss was
-                        tag = "" if args.optimizer == "adadelta" else f"-{args.optimizer}"
-                        report = json.loads((folder / f"{variant}{tag}-s{seed}" / "distill_report.json").read_text())
+                        report = json.loads((run_folder(task, variant, seed, args) / "distill_report.json").read_text())
                         save_result(name, key, {**recorded[key], "train_loss": train_loss(report)})
                     continue
                 save_result(name, key, run_variant(task, variant, seed, file, args, teacher))
-        save_result(name, f"{task}/targets", {"task": task, **target_summary(
+        save_result(name, f"{task}/targets{png_tag(task, args)}", {"task": task, **target_summary(
             task, {"original rows": train_file, "augmented rows": aug_file}, args.data_dir)})
         if not args.no_bench and args.optimizer == "adadelta":
-            bench(task, folder / f"kd_aug-s{args.seeds[0]}", teacher, folder, args, recorded, name)
+            bench(task, run_folder(task, "kd_aug", args.seeds[0], args), teacher, args, recorded, name)
 
 
 def target_summary(task: str, files: dict[str, Path], data_dir: str) -> dict:
@@ -220,24 +274,26 @@ def target_summary(task: str, files: dict[str, Path], data_dir: str) -> dict:
     return out
 
 
-def bench(task: str, student: Path, teacher: Path, folder: Path, args, recorded: dict, name: str) -> None:
+def bench(task: str, student: Path, teacher: Path, args, recorded: dict, name: str) -> None:
     """``{task}/bench``: the student against the teacher in PyTorch; ``{task}/bench-int8``: both
     exported (``kdbert export --quantize int8``; the student's export scores its dev split) and
-    timed in ONNX Runtime int8. One thread, batch 1 and 32, the task's sequence length."""
+    timed in ONNX Runtime int8. One thread, batch 1 and 32, the task's sequence length. The keys
+    and files carry the student's :func:`setting_tag`."""
     seq_len = str(GLUE_TASKS[task].max_seq_len)
-    runs = [("bench", student, teacher), ("bench-int8", student / "onnx" / "model.int8.onnx",
-                                          teacher / "onnx" / "model.int8.onnx")]
+    tag = setting_tag(task, "kd_aug", args)
+    runs = [(f"bench{tag}", student, teacher), (f"bench-int8{tag}", student / "onnx" / "model.int8.onnx",
+                                                teacher / "onnx" / "model.int8.onnx")]
     for kind, model, baseline in runs:
         if f"{task}/{kind}" in recorded:
             continue
         exports = []
-        if kind == "bench-int8":
+        if kind.startswith("bench-int8"):
             exports = [["export", "--model", str(student), "--quantize", "int8", "--task", task, "--data-dir",
                         args.data_dir, "--overwrite"],
                        ["export", "--model", str(teacher), "--quantize", "int8", "--overwrite"]]
             for options in exports:
                 kdbert(*options)
-        out = folder / f"{kind}.json"
+        out = student.parent / f"{kind}.json"
         options = ["bench", "--model", str(model), "--compare", str(baseline), "--seq-len", seq_len,
                    "--threads", "1", "--output", str(out)]
         kdbert(*options)

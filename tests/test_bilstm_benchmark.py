@@ -1,0 +1,64 @@
+"""benchmarks/bilstm_distill.py without training: the pair settings reach the commands, and the
+rows and folders of a setting other than the recorded rows' are named after it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bilstm_distill  # noqa: E402
+
+
+def arguments(tmp_path, **changes) -> Namespace:
+    values = dict(optimizer="adadelta", pair_hidden_size=150, p_ng=None, results_name="bilstm_distill",
+                  runs_dir=str(tmp_path / "runs"), aug_rows=8000, n_iter=20, data_dir="glue", word_vectors="g.txt",
+                  epochs=10, aug_epochs=3, teacher_dtype="float32")
+    return Namespace(**{**values, **changes})
+
+
+def test_the_recorded_settings_keep_their_keys_and_folders(tmp_path):
+    args = arguments(tmp_path)
+    for task in ("sst2", "mrpc"):
+        assert [bilstm_distill.setting_tag(task, v, args) for v in ("labels", "kd", "kd_aug")] == ["", "", ""]
+    assert bilstm_distill.run_folder("mrpc", "kd_aug", 42, args) == tmp_path / "runs" / "mrpc" / "kd_aug-s42"
+    assert bilstm_distill.augment_key("mrpc", args) == "mrpc/augment-8000-n20"
+
+
+def test_the_authors_pair_settings_are_named_in_keys_and_folders(tmp_path):
+    args = arguments(tmp_path, pair_hidden_size=300, p_ng=0.0)
+    assert [bilstm_distill.setting_tag("mrpc", v, args) for v in ("labels", "kd", "kd_aug")] == [
+        "-h300", "-h300", "-h300-png0"]
+    assert [bilstm_distill.setting_tag("sst2", v, args) for v in ("kd", "kd_aug")] == ["", "-png0"]  # not a pair
+    assert bilstm_distill.augment_key("mrpc", args) == "mrpc/augment-8000-n20-png0"
+    other = arguments(tmp_path, pair_hidden_size=300, optimizer="adamw", results_name="pairs")
+    folder = bilstm_distill.run_folder("stsb", "kd", 43, other)
+    assert folder == tmp_path / "runs" / "stsb" / "pairs" / "kd-adamw-h300-s43"
+
+
+def test_a_run_passes_the_hidden_size_and_records_the_setting(tmp_path, monkeypatch):
+    commands = []
+
+    def stand_in(*options):  # what `kdbert distill task` leaves in its folder
+        commands.append(options)
+        out = Path(options[options.index("--output-dir") + 1])
+        out.mkdir(parents=True)
+        stage = {"learning_rate": 1.0, "schedule": "constant", "weight_decay": 0.0, "max_grad_norm": None,
+                 "batch_size": 50}
+        (out / "distill_report.json").write_text(json.dumps({
+            "dev_metrics": {"score": 80.0}, "best_step": 5, "stages": [stage], "options": {"epochs": 3.0},
+            "stage_losses": {"bilstm": [{"loss": 2.0}, {"loss": 1.0}]}, "student": {}}))
+
+    monkeypatch.setattr(bilstm_distill, "kdbert", stand_in)
+    train = tmp_path / "train.tsv"
+    train.write_text("header\nrow\n")
+    args = arguments(tmp_path, pair_hidden_size=300, p_ng=0.0)
+    row = bilstm_distill.run_variant("mrpc", "kd_aug", 42, train, args, tmp_path / "teacher")
+    single = bilstm_distill.run_variant("sst2", "kd", 42, train, args, tmp_path / "teacher")
+    hidden = [c[c.index("--hidden-size") + 1] for c in commands]
+    assert hidden == ["300", "150"]
+    out = commands[0][commands[0].index("--output-dir") + 1]
+    assert out == str(tmp_path / "runs" / "mrpc" / "kd_aug-h300-png0-s42")
+    assert (row["setting"], row["augment"]["p_ng"], single["setting"]) == ("-h300-png0", 0.0, "")
