@@ -87,7 +87,10 @@ def test_terms_equal_hand_assembly_with_mapped_layers(env):
     terms = stage_terms(plan, batch)
     assert set(terms) == {"soft", "hard", "patience"}
     s, t = outputs(student, batch), outputs(teacher, batch)
-    torch.testing.assert_close(terms["soft"], 0.6 * losses.kl_div_loss(s.logits, t.logits, 5.0))
+    # --method pkd's default is the reference's nn.KLDivLoss(reduction="mean"): over batch x classes
+    reference_kl = F.kl_div(F.log_softmax(s.logits / 5.0, -1), F.softmax(t.logits / 5.0, -1), reduction="mean")
+    torch.testing.assert_close(terms["soft"], 0.6 * 25.0 * reference_kl)
+    assert plan.report["loss"]["kd_reduction"] == "mean"
     torch.testing.assert_close(terms["hard"], 0.4 * F.cross_entropy(s.logits, batch["labels"]))
     expected = 100.0 * losses.patience_loss(cls(s, [1, 2]), cls(t, [2, 4]), "mean")
     torch.testing.assert_close(terms["patience"], expected)

@@ -63,8 +63,8 @@ class LogitKDConfig(TeacherCacheOptions, MethodConfig):
     temperature: float = option(20.0, "softmax temperature (default: the method's)", TEMPERATURE, float, "losses")
     kd_loss: str | None = option(None, "KL on softened probabilities (kl, default) or MSE on logits (mse); "
                                        "regression tasks use MSE", type=str, group="losses", choices=("kl", "mse"))
-    kd_reduction: str = option("batchmean", "KL reduction: batchmean (per example, default) or mean (per example "
-                                            "and class, the BERT-PKD reference's KLDivLoss default)", type=str,
+    kd_reduction: str = option("batchmean", "KL reduction: batchmean (per example; kd's default) or mean (per example "
+                                            "and class, the BERT-PKD reference's KLDivLoss default and pkd's)", type=str,
                                group="losses", choices=("batchmean", "mean"))
 
     def task_defaults(self, task: str) -> dict:

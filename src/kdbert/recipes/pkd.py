@@ -23,7 +23,9 @@ works (``--student`` folder, or ``--student-layers 0,2,4``). PKD has no projecti
 of another width is refused.
 
 Defaults (:class:`PKDConfig`) are the reference's ``kd.cls`` (PKD-Skip) preset: alpha 0.7, T 10, beta 500 with
-``--patience-reduction mean`` (the reference's ``F.mse_loss``: mean over layers x batch x hidden).
+``--patience-reduction mean`` (the reference's ``F.mse_loss``: mean over layers x batch x hidden) and
+``--kd-reduction mean`` (the reference's ``KLDivLoss(reduction='mean')``: the KL summed over classes is
+divided by batch x classes; ``batchmean``, KD's default, divides by the batch only).
 The paper's form, ``--patience-reduction sum``, sums over layers and hidden (mean over the batch),
 which is ``mean * d * n_layers``; its default beta is therefore rescaled to
 ``500 / (d * n_layers)`` (0.13 for BERT-base with 5 layers), so both reductions give the same
@@ -60,6 +62,7 @@ class PKDConfig(KDConfig):
 
     method = "pkd"
     temperature: float = override(KDConfig, "temperature", 10.0)
+    kd_reduction: str = override(KDConfig, "kd_reduction", "mean")
     beta: float | None = option(None, "weight of the patient loss (default 500 for --patience-reduction mean, "
                                       "rescaled to 500 / (d * n_layers) for sum)", NON_NEGATIVE, float, "losses")
     patience_reduction: str = option("mean", "'mean' as the reference code (beta ~500), 'sum' as the paper",
