@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import save_tiny_classifier, sentence, tiny_bert_config, write_glue_task
+from conftest import WORDS, save_tiny_classifier, sentence, tiny_bert_config, write_glue_task
 from safetensors.torch import load_file
 from transformers import BertForMaskedLM, BertModel
 
@@ -59,6 +59,11 @@ def env(tmp_path_factory, tiny_tokenizer):
     (root / "corpus.txt").write_text("\n\n".join(docs) + "\n")
     assert cli.main(["init-student", "--from", str(root / "mlm-teacher"), "--output-dir",
                      str(root / "distilbert-student")]) == 0
+    assert cli.main([*_mobilebert_general("progressive", root), "--output-dir", str(root / "mobilebert-general"),
+                     "--no-progress"]) == 0
+    (root / "vectors.txt").write_text("".join(  # a tiny GloVe file: deterministic vectors of the corpus words
+        f"{word} " + " ".join(f"{((i + 1) * (j + 3)) % 7 / 10 - 0.3:.2f}" for j in range(4)) + "\n"
+        for i, word in enumerate(WORDS)))
     return root
 
 
@@ -71,6 +76,13 @@ def _task(env, method, task, *extra):
 def _general(env, method, *extra):
     return ["distill", "general", "--method", method, "--corpus", str(env / "corpus.txt"), "--max-seq-len", "24",
             "--batch-size", "4", "--max-steps", str(STEPS), "--seed", "7", *extra]
+
+
+def _mobilebert_general(strategy, env, *extra):
+    """MobileBERT general distillation: 4 layers x 1 step (+ 2 of pre-training distillation)."""
+    return ["distill", "general", "--method", "mobilebert", "--strategy", strategy, "--teacher",
+            str(env / "mlm-teacher"), "--corpus", str(env / "corpus.txt"), "--max-seq-len", "24", "--batch-size", "4",
+            "--layer-steps", "1", "--pretrain-steps", "2", "--seed", "7", *extra]
 
 
 CASES = {
@@ -98,6 +110,17 @@ CASES = {
                                            str(e / "narrow-config")),
     "distilbert-general": lambda e: _general(e, "distilbert", "--teacher", str(e / "mlm-teacher"), "--student",
                                              str(e / "distilbert-student"), "--mlm-smoothing", "0.7"),
+    "mobilebert-progressive": lambda e: _mobilebert_general("progressive", e),
+    "mobilebert-progressive-frozen": lambda e: _mobilebert_general("progressive", e, "--previous-layers", "frozen"),
+    "mobilebert-joint": lambda e: _mobilebert_general("joint", e),
+    "mobilebert-auxiliary": lambda e: _mobilebert_general("auxiliary", e),
+    "mobilebert-task": lambda e: _task(e, "mobilebert", "rte", "--student", str(e / "mobilebert-general"),
+                                       "--alpha", "0.5", "--temperature", "2"),
+    "mobilebert-task-preset-stsb": lambda e: _task(e, "mobilebert", "stsb", "--student", "mobilebert-matched"),
+    "bilstm": lambda e: _task(e, "bilstm", "rte", "--word-vectors", str(e / "vectors.txt"), "--hidden-size", "6",
+                              "--fc-size", "5"),
+    "bilstm-stsb-labels": lambda e: _task(e, "bilstm", "stsb", "--word-vectors", str(e / "vectors.txt"),
+                                          "--hidden-size", "6", "--fc-size", "5", "--alpha", "0"),
 }
 
 
