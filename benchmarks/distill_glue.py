@@ -30,6 +30,10 @@ Needs the teacher from ``benchmarks/teacher_glue.py`` (``runs/teacher-<task>``).
   ``mobilebert-long-finetune`` are the same two from the longer CPU-budget general student of
   ``--mobilebert-long-general`` (default ``runs/mb-cpu/mb-progressive-s42``: 6 x 150 layer-wise steps + 300
   pre-training-distillation steps of 32 sequences, ``mobilebert_ablation.py --name cpu-long``).
+  ``mobilebert-fitted-task`` and ``mobilebert-fitted-finetune`` are the same two from a student of that
+  budget whose embedding layer starts fitted to the teacher's (``--mobilebert-fitted-general``, default
+  ``runs/mb-fit/mb-progressive-s42``, ``mobilebert_ablation.py --name cpu-long-fitted``, float32); the
+  ``long`` students started with a random 128-d word table.
 
 At the cpu budget TinyBERT's prediction stage runs at 1e-4, the rate of the fine-tuning baseline, not the
 paper's 3e-5 (tuned for BERT-base-sized general students; at 3e-5 a 4000-row, 2-epoch run stayed
@@ -112,6 +116,9 @@ VARIANTS = {
     "mobilebert-long-task": {"method": "mobilebert", "student": "{mobilebert_long_general}", "alpha": 0.5,
                              "temperature": 2.0},
     "mobilebert-long-finetune": {"method": "mobilebert", "student": "{mobilebert_long_general}", "alpha": 0.0},
+    "mobilebert-fitted-task": {"method": "mobilebert", "student": "{mobilebert_fitted_general}", "alpha": 0.5,
+                               "temperature": 2.0},
+    "mobilebert-fitted-finetune": {"method": "mobilebert", "student": "{mobilebert_fitted_general}", "alpha": 0.0},
 }
 
 
@@ -218,6 +225,9 @@ def main() -> None:
     parser.add_argument("--mobilebert-general", default="runs/mb-progressive-s42",
                         help="general-distilled mobilebert-matched student of the mobilebert-* variants "
                              "(benchmarks/mobilebert_ablation.py writes it)")
+    parser.add_argument("--mobilebert-fitted-general", default="runs/mb-fit/mb-progressive-s42",
+                        help="the cpu-long general student whose embedding layer was fitted to the teacher's (the "
+                             "mobilebert-fitted-* variants; mobilebert_ablation.py --name cpu-long-fitted writes it)")
     parser.add_argument("--mobilebert-long-general", default="runs/mb-cpu/mb-progressive-s42",
                         help="the longer general-distilled mobilebert-matched student of the mobilebert-long-* "
                              "variants (benchmarks/mobilebert_ablation.py --name cpu-long writes it)")
@@ -253,6 +263,7 @@ def main() -> None:
              "distilbert_student": args.distilbert_student,
              "distilbert_general": args.distilbert_general, "mobilebert_general": args.mobilebert_general,
              "mobilebert_long_general": args.mobilebert_long_general,
+             "mobilebert_fitted_general": args.mobilebert_fitted_general,
              "aug_file": args.aug_file or str(aug_file(args.runs_dir, args.task, args.aug_rows))}
     precision_suffix = "" if args.mixed_precision == "no" else f"+{args.mixed_precision}"
     for variant in args.variants:

@@ -12,7 +12,7 @@
    ``--pretrain-steps`` of pre-training distillation, so every strategy takes 6 x layer_steps +
    pretrain_steps optimiser steps of ``--batch-size`` sequences of 64 tokens
    (``<runs>/mb-<strategy>-s<seed>``).
-3. Each student, and a ``none`` row (the same preset with the teacher's embeddings copied and no
+3. Each student, and a ``none`` row (the same preset with its embedding layer fitted to the teacher's and no
    general distillation), fine-tuned on each task with ``kdbert finetune`` (plain fine-tuning, the
    paper's GLUE protocol; ``kdbert distill task --method mobilebert --alpha 0`` trains the same loss)
    for ``--finetune-steps`` steps of ``--finetune-batch-size`` (``<runs>/mb-<strategy>-s<seed>-<task>``).
@@ -96,7 +96,7 @@ def finetune_argv(student: Path, task: str, seed: int, args) -> list[str]:
 
 
 def untrained_student(seed: int, args) -> Path:
-    """``mobilebert-matched`` with the teacher's embeddings copied, no general distillation."""
+    """``mobilebert-matched`` with its embedding layer fitted to the teacher's, no general distillation."""
     from kdbert.models.mobilebert import build_mobilebert, init_from_teacher, mobilebert_config
 
     out = Path(f"{args.runs_dir}/mb-none-s{seed}")

@@ -157,7 +157,7 @@ def _refuse_non_mobilebert(path: str, model_type: str) -> None:
 def initial_student(teacher, spec: TaskSpec, config: MobileBertConfig) -> Student:
     """``MobileBertForSequenceClassification`` from a MobileBERT folder (a fresh classifier when it
     has none for the task) or a preset built on the teacher's vocabulary (random, with the
-    teacher's embeddings, pooler and classifier copied where shapes allow)."""
+    embedding layer fitted to the teacher's, pooler and classifier copied where shapes allow)."""
     from transformers import AutoConfig
 
     check_kd_loss(config.kd_loss, spec)
