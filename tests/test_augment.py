@@ -125,6 +125,8 @@ def test_multi_piece_words_get_glove_neighbours(model, tokenizer, vectors):
 
 
 def test_deterministic_across_batch_sizes_and_one_at_a_time(model, tokenizer, vectors):
+    # exact although batch shapes differ: the outputs are discrete (the MLM's top-3 words), whose
+    # logits move by ~1e-7 between batch shapes while the 3rd and 4th best are >1e-4 apart here
     reference = make(model, tokenizer, vectors, batch_size=64).augment(SENTENCES)
     assert make(model, tokenizer, vectors, batch_size=1).augment(SENTENCES) == reference
     assert make(model, tokenizer, vectors, batch_size=3).augment(SENTENCES) == reference

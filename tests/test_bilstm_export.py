@@ -41,6 +41,7 @@ def test_cli_export_of_a_bilstm_scores_and_benches_like_the_pytorch_student(tmp_
     assert report["inputs"] == list(model.config.input_names)
     assert report["parity"]["max_abs_logit_diff_fp32"] <= 1e-5
     assert 0 < report["parity"]["max_abs_logit_diff_int8"] <= 0.02  # int8 ran (LSTMs included), and close
+    # discrete metrics: each dev row's logits are >3e-2 apart, far above the runtimes' <=1e-5 difference
     assert report["dev_metrics"]["onnx_fp32"] == pytest.approx(report["dev_metrics"]["pytorch"])
     assert (out / "vocab.txt").read_text() == (folder / "vocab.txt").read_text()
     assert json.loads((out / "config.json").read_text()) == json.loads((folder / "config.json").read_text())

@@ -92,6 +92,8 @@ def test_evaluate_cli_gives_pytorch_metric_for_onnx(exported, capsys, tmp_path):
     args = ["evaluate", "--task", "mrpc", "--data-dir", str(exported["glue"])]
     assert main(args + ["--model", str(exported["model_dir"]), "--output", str(tmp_path / "pt.json")]) == 0
     assert main(args + ["--model", str(exported["onnx"]), "--output", str(tmp_path / "onnx.json")]) == 0
+    # equal although ONNX Runtime's float32 kernels are not PyTorch's: the metrics are discrete and
+    # each dev row's two logits are >2e-3 apart, against <1e-8 between the two runtimes
     assert json.loads((tmp_path / "onnx.json").read_text()) == json.loads((tmp_path / "pt.json").read_text())
     capsys.readouterr()
 
