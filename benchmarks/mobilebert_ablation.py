@@ -215,7 +215,8 @@ def main() -> None:
                 if general_report is not None:
                     result.update(general_steps=general_report["total_steps"],
                                   general_seconds=general_report["wall_seconds"],
-                                  stage_table=general_report["stage_table"], last_terms=last_terms(general_report))
+                                  stage_table=general_report["stage_table"], last_terms=last_terms(general_report),
+                                  embedding_distinctness=general_report.get("embedding_distinctness"))
                 key = f"{strategy}/s{seed}/{task}"
                 save_result("mobilebert_ablation", f"{args.name}/{key}" if args.name else key, result)
                 print(strategy, seed, task, train["best_metrics"])
