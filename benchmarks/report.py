@@ -900,12 +900,14 @@ def mobilebert_ablation_section() -> list[str]:
              "distilled from the packaged teacher with an MLM head fitted by `kdbert mlm-head` "
              f"({head.get('steps')} steps x {head.get('batch_size')} sequences, head only: top-1 "
              f"{100 * head.get('top1', 0):.1f}%, top-15 {100 * head.get('top15', 0):.1f}% on held-out masked tokens). "
-             "`none` is the same preset with the teacher's embeddings copied and no general distillation. Held-out: "
+             "`none` is the same preset initialised from the teacher (`init_from_teacher`) with no general "
+             "distillation. Held-out: "
              "the first 256 SST-2 dev sentences, 15% of tokens masked once (seeded); the teacher's own top-1 there "
              f"is {100 * teacher_top1:.1f}%. Each budget below is one `python benchmarks/mobilebert_ablation.py` "
              "command; every strategy of a budget takes the same optimiser steps.", ""]
-    for name in sorted(budgets, key=lambda n: max(r.get("general_steps") or 0 for r in budgets[n])):
-        lines += _ablation_budget(name, budgets[name])
+    for name in sorted(budgets, key=lambda n: (max(r.get("general_steps") or 0 for r in budgets[n]), n)):
+        base = name.removesuffix("-fitted")
+        lines += _ablation_budget(name, budgets[name], budgets.get(base) if base != name else None)
     lines += ["What fell short: the budgets that compare strategies are 50-160 steps, and their students, `none` "
               "included, fine-tune to the majority class, so the strategies are ranked here by held-out MLM loss "
               "and last-layer distance only; the paper ranks them by GLUE after full pre-training. The 1,200-step "
@@ -917,23 +919,32 @@ def mobilebert_ablation_section() -> list[str]:
     return lines
 
 
-def _ablation_budget(name: str, rows: list[dict]) -> list[str]:
-    """One budget of the MobileBERT ablation: its settings, a row per run, the strategy ordering."""
+def _precision(record: dict) -> str:
+    """A record's training precision: ``bf16``, or ``float32`` (``no``, or not recorded)."""
+    return {"no": "float32", None: "float32"}.get(record.get("precision"), record.get("precision"))
+
+
+def _ablation_budget(name: str, rows: list[dict], before: list[dict] | None = None) -> list[str]:
+    """One budget of the MobileBERT ablation: its settings, how its students started, a row per run,
+    the strategy ordering; a ``-fitted`` budget also against ``before``, its runs from a random word table."""
     general = next((r for r in rows if r.get("general_command")), rows[0])
     settings = general["settings"]
     batch = settings.get("batch_size", 8)  # the first rows (budget cpu) did not record it: 8
     steps = general.get("general_steps")
     seeds = sorted({r["seed"] for r in rows})
-    precision = {"no": "float32", None: "float32"}.get(general.get("precision"), general.get("precision"))
+    precision = _precision(general)
     threads = ("1 torch thread, machine shared with other jobs" if name == "cpu"
                else "wall times depend on what ran beside them")
-    lines = [f"### Budget `{name}`: {steps} steps of {batch} x 64 tokens", "",
+    fitted = any(r.get("embedding_distinctness") for r in rows)
+    lines = [f"### Budget `{name}`: {steps} steps of {batch} x 64 tokens"
+             + (", embedding layer fitted to the teacher's" if fitted else ""), "",
              f"{steps} optimiser steps of {batch} sequences of 64 tokens (6 x {settings['layer_steps']} layer-wise "
              f"steps + {settings['pretrain_steps']} of pre-training distillation; auxiliary: one stage of {steps}) "
              f"from {settings['sequences']} packed sequences, AdamW at {settings['learning_rate']:g}, {precision}; "
              f"then plain fine-tuning on the task ({settings['finetune_steps']} steps of "
              f"{settings.get('finetune_batch_size', 16)}, lr 1e-4). {len(seeds)} seed(s): "
              f"{', '.join(map(str, seeds))} ({general['date']}, {general['machine']}, {threads}).", "",
+             _embedding_init(rows), "",
              "| strategy | task | seed | held-out MLM top-1 | held-out MLM CE | last-layer feature-map MSE | dev metrics "
              "| general wall time |", "|---|---|---|---|---|---|---|---|"]
     order = ["progressive", "joint", "auxiliary", "none"]
@@ -946,6 +957,8 @@ def _ablation_budget(name: str, rows: list[dict]) -> list[str]:
     ordering = _ordering(rows)
     if len(ordering) > 1:
         lines += ordering
+    if before:
+        lines += _against_random_init(name.removesuffix("-fitted"), rows, before)
     tokens = steps * batch * 64
     paper_tokens = (24 * 10_000 + 500_000) * 2048 * 512
     compared = len({r["strategy"] for r in rows} - {"none"}) > 1
@@ -967,46 +980,107 @@ def _ablation_budget(name: str, rows: list[dict]) -> list[str]:
     return lines
 
 
+RANDOM_WORD_TABLE = ("a random 128-d word table, whose embedding outputs of different words had mean cosine "
+                     "0.9995: indistinguishable")
+FITTED_INIT = ("`init_from_teacher`: a truncated SVD of the teacher's centred word embeddings into the 128-d table "
+               "and the trigram transform, the teacher's LayerNorm centring and mean scale folded into NoNorm")
+
+
+def _embedding_init(rows: list[dict]) -> str:
+    """How a budget's students started: fitted to the teacher, with the embedding distinctness its
+    records carry, or (records without it, made before the fitted init) from a random word table."""
+    distinct = [r["embedding_distinctness"] for r in rows if r.get("embedding_distinctness")]
+    if not distinct:
+        return (f"Embedding layer at initialisation: {RANDOM_WORD_TABLE} (recorded before the embedding layer was "
+                "fitted to the teacher's).")
+    student = sorted({d["student_mean_cosine"] for d in distinct})
+    spread = f"{student[0]:.3f}" + (f"-{student[-1]:.3f}" if len(student) > 1 else "")
+    return (f"Embedding layer at initialisation: fitted to the teacher's ({FITTED_INIT}). Mean cosine between the "
+            f"embedding outputs of different tokens among the {distinct[0]['tokens']} most frequent corpus tokens "
+            f"(1.0 = indistinguishable): student {spread}, teacher {distinct[0]['teacher_mean_cosine']:.3f} "
+            "(printed at the start of general distillation).")
+
+
+def _against_random_init(base: str, rows: list[dict], before: list[dict]) -> list[str]:
+    """A fitted budget against ``base``, the same budget from a random word table: the settings that
+    differ, then per run recorded in both the held-out figures and dev score, before -> now."""
+    new, old = rows[0], before[0]
+    changed = [f"{key} {old['settings'].get(key)} -> {value}" for key, value in new["settings"].items()
+               if old["settings"].get(key) != value]
+    if _precision(old) != _precision(new):
+        changed.append(f"precision {_precision(old)} -> {_precision(new)}")
+    lines = [f"Against `{base}` (the same budget, its student started from a random word table): "
+             + (", ".join(changed) if changed else "no other setting differs") + "."]
+    earlier = {(r["strategy"], r["task"], r["seed"]): r for r in before}
+    for r in rows:
+        old_run = earlier.get((r["strategy"], r["task"], r["seed"]))
+        if old_run is None:
+            continue
+        now, was = r["held_out"], old_run["held_out"]
+        lines.append(f"- {r['strategy']}, {r['task']}, seed {r['seed']}: held-out MLM top-1 {100 * was['top1']:.1f}% "
+                     f"-> {100 * now['top1']:.1f}%, CE {was['cross_entropy']:.2f} -> {now['cross_entropy']:.2f}, "
+                     f"last-layer MSE {was['last_layer_feature_map_mse']:.3f} -> "
+                     f"{now['last_layer_feature_map_mse']:.3f}; dev score {old_run['dev_metrics']['score']:.1f} -> "
+                     f"{r['dev_metrics']['score']:.1f}.")
+    return lines + [""]
+
+
 MOBILEBERT_TASK_VARIANTS = [
     ("mobilebert-finetune", "100-step student (`cpu`), fine-tuned only"),
     ("mobilebert-task", "100-step student (`cpu`), distilled from the fine-tuned teacher (logit KD)"),
-    ("mobilebert-long-finetune+bf16", "1,200-step student (`cpu-long`), fine-tuned only"),
-    ("mobilebert-long-task+bf16", "1,200-step student (`cpu-long`), distilled from the fine-tuned teacher (logit KD)")]
+    ("mobilebert-long-finetune+bf16", "1,200-step student, random word table at the start (`cpu-long`, bf16), "
+                                      "fine-tuned only"),
+    ("mobilebert-long-task+bf16", "1,200-step student, random word table at the start (`cpu-long`, bf16), "
+                                  "distilled from the fine-tuned teacher (logit KD)"),
+    ("mobilebert-fitted-finetune", "1,200-step student, embeddings fitted to the teacher (`cpu-long-fitted`, fp32), "
+                                   "fine-tuned only"),
+    ("mobilebert-fitted-task", "1,200-step student, embeddings fitted to the teacher (`cpu-long-fitted`, fp32), "
+                               "distilled from the fine-tuned teacher (logit KD)")]
+# the 1,200-step rows whose seeds are checked against the majority class, and how the check names them
+LONG_STUDENTS = [("mobilebert-long-finetune+bf16", "from a random word table, fine-tuned only"),
+                 ("mobilebert-long-task+bf16", "from a random word table, with logit KD"),
+                 ("mobilebert-fitted-finetune", "with embeddings fitted to the teacher, fine-tuned only"),
+                 ("mobilebert-fitted-task", "with embeddings fitted to the teacher, with logit KD")]
 
 
 def mobilebert_task_section() -> list[str]:
     lines = distill_section(
         "MobileBERT (mobilebert-matched) against the teacher on GLUE",
         "`mobilebert-matched` (6 layers, inter-block 384, 12 heads; 7.25M parameters, 0.80 GFLOPs per example at "
-        "128 tokens against the teacher's 2.87G) after progressive knowledge transfer at one of the two CPU budgets "
-        "of the ablation above: `cpu` (`runs/mb-progressive-s42`: 100 steps of 8 sequences, float32) or `cpu-long` "
+        "128 tokens against the teacher's 2.87G) after progressive knowledge transfer at one of the CPU budgets "
+        "of the ablation above: `cpu` (`runs/mb-progressive-s42`: 100 steps of 8 sequences, float32), `cpu-long` "
         "(`runs/mb-cpu/mb-progressive-s42`: 6 x 150 layer-wise + 300 pre-training-distillation steps of 32 "
-        "sequences, bf16), then trained on the task with `kdbert distill task --method mobilebert`: gold labels "
+        "sequences, bf16) or `cpu-long-fitted` (`runs/mb-fit/mb-progressive-s42`: the same steps in float32). The "
+        "`cpu` and `cpu-long` students started from " + RANDOM_WORD_TABLE + "; the `cpu-long-fitted` student's "
+        "embedding layer starts fitted to the teacher's (" + FITTED_INIT + "). Each is then trained on the task "
+        "with `kdbert distill task --method mobilebert`: gold labels "
         "only (`--alpha 0`), or with logit distillation from the fine-tuned teacher (`--alpha 0.5 --temperature "
         "2`). One general student per budget (seed 42); the seeds of a cell are the task stage's.",
         MOBILEBERT_TASK_VARIANTS,
         command="Command per cell: `python benchmarks/distill_glue.py --task TASK --budget cpu --variants VARIANT "
                 "--seeds SEED` (`--mobilebert-general runs/mb-progressive-s42` for the `cpu` student; "
                 "`--mixed-precision bf16` for the `cpu-long` rows, whose student is `--mobilebert-long-general`'s "
-                "default).")
+                "default; the `cpu-long-fitted` rows take `--mobilebert-fitted-general`'s default, in float32).")
     if lines:
         _insert_majority_row(lines)
         lines += ["The 100-step rows are collapsed models: the majority class (CoLA MCC 0, SST-2 50.9, MRPC 74.8 = "
                   "accuracy 68.4 with F1 81.2 for all 'paraphrase', RTE 52.7) or no correlation (STS-B near 0). "
                   "At 100 general-distillation steps the student's encoder has barely left its initialisation "
-                  "(its [CLS] vector is the same for every sentence, cosine 1.0000 between two unrelated ones), so "
-                  "these rows measure the task stage on a nearly untrained MobileBERT, not the paper's student.", ""]
+                  "(its [CLS] vector is the same for every sentence, cosine 1.0000 between two unrelated ones), and "
+                  "it started with indistinguishable word embeddings (cosine 0.9995 between the embedding outputs of "
+                  "different words; fixed since: the `cpu-long-fitted` student's embedding layer starts fitted to the "
+                  "teacher's), so these rows measure the task stage on a nearly untrained MobileBERT, not the "
+                  "paper's student.", ""]
         lines += _long_student_lines()
     lines += _mobilebert_bench_lines()
     return lines
 
 
 def _long_student_lines() -> list[str]:
-    """Per task, whether the 1,200-step student's seeds left the majority class (by more than 1 point)."""
+    """Per task, whether each 1,200-step student's seeds left the majority class (by more than 1 point)."""
     results = load_results("distill")
     lines = []
-    for variant, label in (("mobilebert-long-finetune+bf16", "fine-tuned only"),
-                           ("mobilebert-long-task+bf16", "with logit KD")):
+    for variant, label in LONG_STUDENTS:
         scores: dict[str, list[float]] = {}
         for r in results.values():
             if r["variant"] == variant:
@@ -1024,7 +1098,7 @@ def _long_student_lines() -> list[str]:
                 above.append(f"{task} {mean:.1f} against {majority:.1f} ({len(beaten)} of {len(scores[task])} "
                              "seeds above it)")
         if scores:
-            lines.append(f"- The 1,200-step student, {label}: more than 1 point above the majority class on "
+            lines.append(f"- The 1,200-step student {label}: more than 1 point above the majority class on "
                          + ("; ".join(above) or "no task") + "; at it or within 1 point on "
                          + (", ".join(stuck) or "no task") + ".")
     return lines + [""] if lines else []
@@ -1155,7 +1229,140 @@ def bilstm_distill_section() -> list[str]:
     lines += ["", f"Machine: {runs[0]['machine']}, one thread per run. Command: `OMP_NUM_THREADS=1 python "
               "benchmarks/bilstm_distill.py --tasks T --seeds S [--optimizer adamw]`; every run's full command is "
               "in `benchmarks/results/bilstm_distill.json`.", ""]
+    lines += bilstm_v2_lines(results)
     lines += bilstm_speed_lines(results)
+    return lines
+
+
+BILSTM_VARIANTS = (("labels", "labels only"), ("kd", "distilled"), ("kd_aug", "distilled + aug"))
+
+
+def _bilstm_groups(results: dict) -> dict[tuple[str, str], dict[str, list[dict]]]:
+    """The runs of a bilstm_distill results file by (task, setting), then variant. A setting is named by
+    its ``kd_aug`` tag (e.g. ``-h300-png0``; empty: the recorded settings); its ``labels`` and ``kd`` runs
+    carry the tag without the ``-png`` part, which only the augmentation has. Records made before the
+    ``setting`` field have their tag in the key only."""
+    runs = [{"setting": key.split("/")[1].removeprefix(r["variant"]), **r}
+            for key, r in results.items() if key.count("/") == 2]
+    augmented = {(r["task"], r["setting"]) for r in runs if r["variant"] == "kd_aug"}
+    covered = {(task, tag.split("-png")[0]) for task, tag in augmented}
+    settings = augmented | {(r["task"], r["setting"]) for r in runs if r["variant"] != "kd_aug"} - covered
+    groups = {}
+    for task, tag in sorted(settings, key=lambda g: (TASK_ORDER.index(g[0]), g[1])):
+        groups[(task, tag)] = {v: [r for r in runs if r["task"] == task and r["variant"] == v
+                                   and r["setting"] == (tag if v == "kd_aug" else tag.split("-png")[0])]
+                               for v, _ in BILSTM_VARIANTS}
+    return groups
+
+
+def _setting_text(tag: str, group: dict[str, list[dict]]) -> str:
+    """``recorded: hidden 150, p_ng 0.25`` or ``-h300-png0: hidden 300, p_ng 0``, from the runs themselves."""
+    runs = [r for variant_runs in group.values() for r in variant_runs]
+    aug = group["kd_aug"]
+    p_ng = f"{aug[0]['augment']['p_ng']:g}" if aug else "-"
+    optimizer = "" if runs[0]["optimizer"] == "adadelta" else f", {runs[0]['optimizer']}"
+    return (f"{f'`{tag}`' if tag else 'recorded'}: hidden {runs[0]['student']['config']['hidden_size']}, "
+            f"p_ng {p_ng}{optimizer}")
+
+
+def _oov_text(group: dict[str, list[dict]]) -> str:
+    """The dev OOV rate with the training words only -> with the dev words that have a vector, and how
+    many of those joined; several values when the runs' vocabularies differ."""
+    texts = []
+    for r in [r for variant_runs in group.values() for r in variant_runs if "dev_oov_rate" in r["student"]]:
+        rate = r["student"]["dev_oov_rate"]
+        text = (f"{100 * rate['train words only']:.1f}% -> {100 * rate['with dev words']:.1f}% "
+                f"(+{r['student']['vocab_sources']['dev with a vector']} words)")
+        if text not in texts:
+            texts.append(text)
+    return " / ".join(texts) or "-"
+
+
+def _bilstm_cells(group: dict[str, list[dict]], teacher: float) -> list[str]:
+    """labels only, distilled, distilled + aug (mean ± std, n) and the share of the teacher kept by the last."""
+    scores = {v: [r["score"] for r in group[v]] for v, _ in BILSTM_VARIANTS}
+    cells = [format_mean_std(scores[v]) if scores[v] else "-" for v, _ in BILSTM_VARIANTS]
+    return cells + [f"{100 * mean_std(scores['kd_aug'])[0] / teacher:.1f}%" if scores["kd_aug"] else "-"]
+
+
+def _mean(runs: list[dict]) -> float | None:
+    """The runs' mean score; ``None`` without runs."""
+    return mean_std([r["score"] for r in runs])[0] if runs else None
+
+
+def bilstm_v2_lines(old_results: dict) -> list[str]:
+    """The BiLSTM after the vocabulary changes (``bilstm_distill_v2.json``): per task and setting the
+    three variants, with the same keys' rows of ``old_results`` beside them, then whether augmentation
+    helps on STS-B and RTE and each other setting against the recorded one."""
+    results = load_results("bilstm_distill_v2")
+    groups = _bilstm_groups(results)
+    if not groups:
+        return []
+    old_groups = _bilstm_groups(old_results)
+    lines = ["", "### Distilled BiLSTM with the new vocabulary ([MASK] apart, dev words with a vector)", "",
+             "The runs above again after two changes to the student's vocabulary: `[MASK]`, the augmentation's "
+             "masking token, has its own id (it shared `[UNK]`'s), and the dev words that GloVe has join the "
+             "vocabulary with their vector (as the authors' code builds it; before, a dev word missing from the "
+             "training rows read as `[UNK]`). Rows \"before\" are the rows of the same keys in the table above. "
+             "Settings: recorded = the table's (hidden 150, n-gram probability p_ng 0.25); `-h300-png0` = the "
+             "authors' pair configs (hidden 300, no n-gram fragments in the augmentation). Dev OOV: the share of "
+             "dev words read as `[UNK]` with the training words only -> with the dev words added, and how many "
+             "joined.", "",
+             "| task | setting | vocabulary | teacher | labels only | distilled | distilled + aug | "
+             "share kept (distilled + aug) | dev OOV | seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (task, tag), group in groups.items():
+        teacher = (results.get(f"{task}/teacher") or old_results[f"{task}/teacher"])["score"]
+        setting = _setting_text(tag, group)
+        seeds = ", ".join(map(str, sorted({r["seed"] for runs in group.values() for r in runs})))
+        lines.append(f"| {task} | {setting} | new | {teacher:.1f} | " + " | ".join(_bilstm_cells(group, teacher))
+                     + f" | {_oov_text(group)} | {seeds} |")
+        old = old_groups.get((task, tag))
+        if old:
+            old_seeds = ", ".join(map(str, sorted({r["seed"] for runs in old.values() for r in runs})))
+            lines.append(f"| {task} | {setting} | before | {old_results[f'{task}/teacher']['score']:.1f} | "
+                         + " | ".join(_bilstm_cells(old, old_results[f"{task}/teacher"]["score"]))
+                         + f" | - | {old_seeds} |")
+    lines += [""] + _augmentation_verdicts(groups, old_groups) + _setting_comparisons(groups)
+    first = next(r for k, r in results.items() if k.count("/") == 2)
+    return lines + ["", f"Machine: {first['machine']}, {first['date']}, one thread per run. Command: "
+                    "`OMP_NUM_THREADS=1 python benchmarks/bilstm_distill.py --results-name bilstm_distill_v2 "
+                    "--tasks T --seeds S [--pair-hidden-size 300 --p-ng 0]`; every run's full command is in "
+                    "`benchmarks/results/bilstm_distill_v2.json`.", ""]
+
+
+def _augmentation_verdicts(groups: dict, old_groups: dict) -> list[str]:
+    """STS-B and RTE, where augmentation cost points before: is distilled + aug >= distilled now, and before."""
+    lines = []
+    for (task, tag), group in groups.items():
+        if task not in ("stsb", "rte") or not (group["kd"] and group["kd_aug"]):
+            continue
+        kd, aug = _mean(group["kd"]), _mean(group["kd_aug"])
+        text = (f"- {task} ({_setting_text(tag, group)}): distilled + aug >= distilled: "
+                f"{'yes' if aug >= kd else 'no'} ({aug:.1f} against {kd:.1f}, {aug - kd:+.1f})")
+        old = old_groups.get((task, tag))
+        if old and old["kd"] and old["kd_aug"]:
+            was_kd, was_aug = _mean(old["kd"]), _mean(old["kd_aug"])
+            text += (f"; before the change: {'yes' if was_aug >= was_kd else 'no'} ({was_aug:.1f} against "
+                     f"{was_kd:.1f}, {was_aug - was_kd:+.1f})")
+        lines.append(text + ".")
+    return lines
+
+
+def _setting_comparisons(groups: dict) -> list[str]:
+    """Per task with the recorded setting and another (e.g. the authors' pair configs): each variant's
+    mean in the other setting against the recorded one."""
+    lines = []
+    for (task, tag), group in groups.items():
+        recorded = groups.get((task, ""))
+        if not tag or not recorded:
+            continue
+        parts = [f"{name} {_mean(group[v]):.1f} against {_mean(recorded[v]):.1f} "
+                 f"({_mean(group[v]) - _mean(recorded[v]):+.1f})"
+                 for v, name in (BILSTM_VARIANTS[2], *BILSTM_VARIANTS[:2])
+                 if group[v] and recorded[v] and group[v] != recorded[v]]  # not the same runs of both
+        if parts:
+            lines.append(f"- {task} ({_setting_text(tag, group)}) against the recorded setting: "
+                         + "; ".join(parts) + ".")
     return lines
 
 

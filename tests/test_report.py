@@ -1,8 +1,10 @@
-"""`kdbert report`: numbers against hand-made run folders, the Pareto front, the outputs."""
+"""`kdbert report`: numbers against hand-made run folders, the Pareto front, the outputs; and the
+sections of benchmarks/report.py rendered from small synthetic results files."""
 
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 from transformers import AutoModelForSequenceClassification
@@ -118,3 +120,139 @@ def test_report_bench_times_pytorch_and_int8_exports(tmp_path, tiny_tokenizer):
     assert "latency_onnx_int8_ms" not in records[0]  # not exported
     model = AutoModelForSequenceClassification.from_pretrained(teacher)
     assert records[0]["params"] == sum(p.numel() for p in model.parameters())
+
+
+# --------------------------------------------------------------------------- benchmarks/report.py
+
+def load_benchmark_report(folder, monkeypatch, files: dict):
+    """``benchmarks/report.py`` reading ``files`` ({name: {key: record}}) from ``folder``; the majority
+    class scores fixed (no GLUE files here)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import common
+    import report
+
+    folder.mkdir()
+    for name, records in files.items():
+        (folder / f"{name}.json").write_text(json.dumps(records))
+    monkeypatch.setattr(common, "RESULTS_DIR", folder)
+    monkeypatch.setattr(report, "majority_class_score", {"mrpc": 74.8, "rte": 52.7}.get)
+    return report
+
+
+def distill_record(task, variant, seed, score, precision="no"):
+    return {"task": task, "variant": variant, "seed": seed, "metrics": {"score": score}, "budget": "cpu",
+            "options": {"epochs": 3.0, "max_train_examples": 4000, "mixed_precision": precision},
+            "machine": "2 cores", "date": "2026-11-24"}
+
+
+def test_mobilebert_glue_table_puts_the_fitted_student_below_the_random_one(tmp_path, monkeypatch):
+    records = [distill_record("mrpc", "mobilebert-long-finetune+bf16", 42, 74.8, "bf16"),
+               distill_record("mrpc", "mobilebert-long-finetune+bf16", 43, 74.8, "bf16"),
+               distill_record("rte", "mobilebert-long-finetune+bf16", 42, 52.7, "bf16"),
+               distill_record("mrpc", "mobilebert-fitted-finetune", 42, 78.0),
+               distill_record("mrpc", "mobilebert-fitted-finetune", 43, 80.0),
+               distill_record("mrpc", "mobilebert-fitted-task", 42, 75.0)]  # rte and a seed not recorded yet
+    teachers = {t: {"task": t, "metrics": {"score": s}} for t, s in (("mrpc", 85.0), ("rte", 57.0))}
+    report = load_benchmark_report(tmp_path / "results", monkeypatch, {
+        "distill": {f"{r['task']}/{r['variant']}/cpu/seed{r['seed']}": r for r in records},
+        "teacher_glue": teachers})
+    lines = report.mobilebert_task_section()
+    table = lines[lines.index("| model | mrpc | rte | average (kept) |"):]
+    assert table[4:7] == [
+        "| 1,200-step student, random word table at the start (`cpu-long`, bf16), fine-tuned only | "
+        "74.8 ± 0.0 (n=2) (88%) | 52.7 (92%) | 63.8 (90%) |",
+        "| 1,200-step student, embeddings fitted to the teacher (`cpu-long-fitted`, fp32), fine-tuned only | "
+        "79.0 ± 1.4 (n=2) (93%) | - | - |",
+        "| 1,200-step student, embeddings fitted to the teacher (`cpu-long-fitted`, fp32), distilled from the "
+        "fine-tuned teacher (logit KD) | 75.0 (88%) | - | - |"]
+    assert "| majority class of train (constant prediction) | 74.8 | 52.7 | - |" in table
+    assert ("- The 1,200-step student with embeddings fitted to the teacher, fine-tuned only: more than 1 point "
+            "above the majority class on mrpc 79.0 against 74.8 (2 of 2 seeds above it); at it or within 1 point "
+            "on no task.") in lines
+    assert ("- The 1,200-step student from a random word table, fine-tuned only: more than 1 point above the "
+            "majority class on no task; at it or within 1 point on mrpc (2 of 2 seeds), rte (1 of 1 seeds).") in lines
+    assert any("cosine 1.0000 between two unrelated ones), and it started with indistinguishable word embeddings "
+               "(cosine 0.9995 between the embedding outputs of different words; fixed since" in line for line in lines)
+
+
+def ablation_record(budget, precision, top1, score, distinctness=None):
+    record = {"budget": budget, "strategy": "progressive", "seed": 42, "task": "sst2", "precision": precision,
+              "settings": {"layer_steps": 150, "pretrain_steps": 300, "sequences": 48000, "learning_rate": 3e-4,
+                           "batch_size": 32, "finetune_steps": 500, "finetune_batch_size": 32},
+              "general_steps": 1200, "general_seconds": 1260.0, "general_command": f"kdbert distill general {budget}",
+              "finetune_command": "kdbert finetune", "date": "2026-11-24", "machine": "2 cores",
+              "held_out": {"top1": top1, "cross_entropy": 7.0, "last_layer_feature_map_mse": 1.5},
+              "teacher_held_out": {"top1": 0.05}, "dev_metrics": {"accuracy": score, "score": score}}
+    return {**record, "embedding_distinctness": distinctness} if distinctness else record
+
+
+def test_mobilebert_ablation_fitted_budget_states_its_precision_and_embedding_distinctness(tmp_path, monkeypatch):
+    distinct = {"tokens": 256, "student_mean_cosine": 0.4123, "teacher_mean_cosine": 0.2011}
+    report = load_benchmark_report(tmp_path / "results", monkeypatch, {"mobilebert_ablation": {
+        "cpu-long-fitted/progressive/s42/sst2": ablation_record("cpu-long-fitted", "no", 0.2, 80.0, distinct),
+        "cpu-long/progressive/s42/sst2": ablation_record("cpu-long", "bf16", 0.147, 75.6)}})
+    lines = report.mobilebert_ablation_section()
+    old = lines.index("### Budget `cpu-long`: 1200 steps of 32 x 64 tokens")
+    new = lines.index("### Budget `cpu-long-fitted`: 1200 steps of 32 x 64 tokens, embedding layer fitted to the "
+                      "teacher's")
+    assert old < new
+    assert "AdamW at 0.0003, bf16; then plain" in lines[old + 2] and lines[old + 4].startswith(
+        "Embedding layer at initialisation: a random 128-d word table, whose embedding outputs of different words "
+        "had mean cosine 0.9995")
+    assert "AdamW at 0.0003, float32; then plain" in lines[new + 2] and "bf16" not in lines[new + 2]
+    assert lines[new + 4].endswith(
+        "Mean cosine between the embedding outputs of different tokens among the 256 most frequent corpus tokens "
+        "(1.0 = indistinguishable): student 0.412, teacher 0.201 (printed at the start of general distillation).")
+    row = lines.index("| progressive | sst2 | 42 | 20.0% | 7.00 | 1.500 | accuracy 80.0 | 21 min |")
+    assert lines[row + 2:row + 4] == [
+        "Against `cpu-long` (the same budget, its student started from a random word table): precision bf16 -> "
+        "float32.",
+        "- progressive, sst2, seed 42: held-out MLM top-1 14.7% -> 20.0%, CE 7.00 -> 7.00, last-layer MSE 1.500 -> "
+        "1.500; dev score 75.6 -> 80.0."]
+
+
+def bilstm_run(task, variant, seed, score, setting="", hidden=150, p_ng=0.25, oov=None):
+    """A key and record as benchmarks/bilstm_distill.py writes them; ``setting`` is the kd_aug tag."""
+    tag = setting if variant == "kd_aug" else setting.split("-png")[0]  # only kd_aug names its p_ng
+    run = {"task": task, "variant": variant, "seed": seed, "score": score, "optimizer": "adadelta",
+           "setting": tag, "machine": "2 cores", "date": "2026-11-24",
+           "student": {"config": {"hidden_size": hidden}}}
+    if oov:
+        run["student"].update(dev_oov_rate={"train words only": oov[0], "with dev words": oov[1]},
+                              vocab_sources={"train": 5000, "dev with a vector": oov[2]})
+    if variant == "kd_aug":
+        run["augment"] = {"p_ng": p_ng}
+    return f"{task}/{variant}{tag}/s{seed}", run
+
+
+def test_bilstm_v2_rows_sit_beside_the_old_ones(tmp_path, monkeypatch):
+    old = dict(bilstm_run("stsb", v, s, score) for v, base in (("labels", 66.0), ("kd", 67.0), ("kd_aug", 59.0))
+               for s, score in ((42, base), (43, base + 1)))
+    old.update({"stsb/teacher": {"score": 83.0}, "rte/teacher": {"score": 57.0}})
+    for run in old.values():
+        run.pop("setting", None)  # the first records have their setting in the key only
+    new = dict([bilstm_run("stsb", v, 42, score, oov=(0.065, 0.003, 812))
+                for v, score in (("labels", 70.0), ("kd", 71.0), ("kd_aug", 72.0))]
+               + [bilstm_run("rte", "labels", 42, 55.0), bilstm_run("rte", "kd", 42, 56.0),
+                  bilstm_run("rte", "kd_aug", 42, 57.5, "-h300-png0", 300, 0.0),  # its labels and kd not yet run
+                  bilstm_run("rte", "kd_aug", 42, 54.0)])
+    new["stsb/teacher"] = {"score": 83.0}
+    report = load_benchmark_report(tmp_path / "results", monkeypatch, {"bilstm_distill_v2": new})
+    lines = report.bilstm_v2_lines(old)
+    assert lines[1] == "### Distilled BiLSTM with the new vocabulary ([MASK] apart, dev words with a vector)"
+    table = lines[lines.index("|---|---|---|---|---|---|---|---|---|---|") + 1:]
+    assert table[:5] == [
+        "| stsb | recorded: hidden 150, p_ng 0.25 | new | 83.0 | 70.0 | 71.0 | 72.0 | 86.7% | 6.5% -> 0.3% "
+        "(+812 words) | 42 |",
+        "| stsb | recorded: hidden 150, p_ng 0.25 | before | 83.0 | 66.5 ± 0.7 (n=2) | 67.5 ± 0.7 (n=2) | "
+        "59.5 ± 0.7 (n=2) | 71.7% | - | 42, 43 |",
+        "| rte | recorded: hidden 150, p_ng 0.25 | new | 57.0 | 55.0 | 56.0 | 54.0 | 94.7% | - | 42 |",
+        "| rte | `-h300-png0`: hidden 300, p_ng 0 | new | 57.0 | - | - | 57.5 | 100.9% | - | 42 |",
+        ""]
+    assert table[5:9] == [
+        "- stsb (recorded: hidden 150, p_ng 0.25): distilled + aug >= distilled: yes (72.0 against 71.0, +1.0); "
+        "before the change: no (59.5 against 67.5, -8.0).",
+        "- rte (recorded: hidden 150, p_ng 0.25): distilled + aug >= distilled: no (54.0 against 56.0, -2.0).",
+        "- rte (`-h300-png0`: hidden 300, p_ng 0) against the recorded setting: distilled + aug 57.5 against "
+        "54.0 (+3.5).",
+        ""]
