@@ -392,6 +392,10 @@ def fit_embeddings_to_teacher(student: PreTrainedModel, teacher: PreTrainedModel
     projected = config.trigram_input or k != config.hidden_size
     if projected:
         u, s, vh = torch.linalg.svd(word, full_matrices=False)
+        # Each singular pair's sign is arbitrary (LAPACK builds differ): fix it so that the largest
+        # entry of each column of u is positive, as scikit-learn's svd_flip does.
+        signs = torch.sign(u.gather(0, u.abs().argmax(dim=0, keepdim=True))).squeeze(0)
+        u, vh = u * signs, vh * signs[:, None]
         root = s[:k].sqrt()
         embeddings.word_embeddings.weight.copy_(u[:, :k] * root)
         transform = embeddings.embedding_transformation
