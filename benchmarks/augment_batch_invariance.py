@@ -23,10 +23,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
 
-from kdbert.augment import task_rows  # noqa: E402
-from kdbert.data.augment_tinybert import TinyBertAugmenter, load_word_vectors  # noqa: E402
+from kdbert.cli.augment import task_rows  # noqa: E402
+from kdbert.augment.tinybert import TinyBertAugmenter, load_word_vectors  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
-from kdbert.mlm_head import load_mlm_model  # noqa: E402
+from kdbert.methods.mlm_head import load_mlm_model  # noqa: E402
 
 
 def differing(reference: list, other: list) -> int:

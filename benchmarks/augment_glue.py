@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_results, machine_info, save_result  # noqa: E402
 
-from kdbert.augment import augment_task  # noqa: E402
-from kdbert.data.augment_tinybert import BATCH_TOKENS  # noqa: E402
+from kdbert.cli.augment import augment_task  # noqa: E402
+from kdbert.augment.tinybert import BATCH_TOKENS  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
 
 ROWS = {"cola": 4000, "sst2": 4000, "mrpc": 1000, "stsb": 2000, "rte": 1000}

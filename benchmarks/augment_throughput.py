@@ -2,7 +2,7 @@
 
     python benchmarks/augment_throughput.py MLM_DIR [--task RTE] [--n 50] [--threads 2] [--bf16]
 
-MLM_DIR is a BertForMaskedLM folder, e.g. written by ``kdbert.mlm_head.fit_mlm_head`` for the
+MLM_DIR is a BertForMaskedLM folder, e.g. written by ``kdbert.methods.mlm_head.fit_mlm_head`` for the
 default teacher. Sentences are the first N texts of the task's train.tsv (for pair tasks both
 columns, row by row). Modes run interleaved, slice by slice (``--slice`` sentences), so that
 background load on a shared machine hits all of them alike; each mode gets a warm-up first and
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, BertForMaskedLM
 
-from kdbert.data.augment_tinybert import STOP_WORDS, TinyBertAugmenter, load_word_vectors
+from kdbert.augment.tinybert import STOP_WORDS, TinyBertAugmenter, load_word_vectors
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TEXT_COLUMNS = {"RTE": ["sentence1", "sentence2"], "SST-2": ["sentence"]}

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
 
-from kdbert.bench import bench_model, compare  # noqa: E402
+from kdbert.deploy.bench import bench_model, compare  # noqa: E402
 
 
 def main() -> None:

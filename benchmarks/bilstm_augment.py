@@ -2,7 +2,7 @@
 
     python benchmarks/bilstm_augment.py [--task sst2] [--n N] [--workers 1]
 
-Runs :func:`kdbert.augment.augment_task_bilstm` on the task's GLUE training file (all rows, or
+Runs :func:`kdbert.cli.augment.augment_task_bilstm` on the task's GLUE training file (all rows, or
 the first N; POS candidates always come from all rows) with p_mask = p_pos = 0.1, p_ng = 0.25,
 n_iter = 20, n-gram mode "keep", into a temporary file, and records in
 ``results/bilstm_augment.json`` under ``TASK_N_wWORKERS``: examples/s overall, the time spent
@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
 
-from kdbert.augment import augment_task_bilstm  # noqa: E402
+from kdbert.cli.augment import augment_task_bilstm  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

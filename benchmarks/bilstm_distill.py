@@ -46,10 +46,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_results, machine_info, save_result  # noqa: E402
 
-from kdbert.data.augment_bilstm import P_NG, PAIR_P_NG  # noqa: E402
+from kdbert.augment.bilstm import P_NG, PAIR_P_NG  # noqa: E402
 from kdbert.data.glue import resolve_glue_dir, split_file  # noqa: E402
 from kdbert.data.tasks import GLUE_TASKS  # noqa: E402
-from kdbert.recipes.bilstm import HIDDEN_SIZE, PAIR_HIDDEN_SIZE  # noqa: E402
+from kdbert.methods.bilstm import HIDDEN_SIZE, PAIR_HIDDEN_SIZE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOVE = ROOT.parent / "shared" / "data" / "glove" / "glove.6B.50d.txt.gz"

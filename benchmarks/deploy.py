@@ -33,9 +33,9 @@ import onnxruntime
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
 
-from kdbert.bench import bench_model  # noqa: E402
+from kdbert.deploy.bench import bench_model  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
-from kdbert.export import export_model  # noqa: E402
+from kdbert.deploy.export import export_model  # noqa: E402
 
 
 RUNTIMES = {"pytorch": ".", "onnx_fp32": "onnx/model.onnx", "onnx_int8": "onnx/model.int8.onnx"}  # path in a run
@@ -73,8 +73,8 @@ def shape_folder(preset: str, teacher: Path, runs_dir: Path) -> Path:
     if not (folder / "onnx" / "export_report.json").is_file():
         from transformers import AutoConfig, AutoTokenizer
 
-        from kdbert.export import export_classifier
-        from kdbert.models.students import build_student, student_config
+        from kdbert.deploy.export import export_classifier
+        from kdbert.families.bert import build_student, student_config
 
         config = AutoConfig.from_pretrained(str(teacher))
         model = build_student(student_config(preset, config, config.num_labels))

@@ -46,7 +46,7 @@ STS-B runs use all 5749 rows for 3 epochs (at 4000 rows x 2 epochs the regressio
 converged: dev Pearson 10 for one seed, 52 for another);
 ``paper`` = each method's per-task defaults on the whole training set (GPU-sized): for TinyBERT
 the paper's settings (``recipes/tinybert/<task>.yaml``); for KD, PKD and DistilBERT kdbert's own
-fine-tuning defaults (``kdbert.finetune.TASK_DEFAULTS``), not those papers' budgets.
+fine-tuning defaults (``kdbert.methods.finetune.TASK_DEFAULTS``), not those papers' budgets.
 Results: ``benchmarks/results/distill.json``; each run resumes if interrupted.
 
 A recorded key is skipped, so on a fresh clone the command printed beside a figure only lists
@@ -76,12 +76,12 @@ from general_distill import CORPUS  # noqa: E402
 from general_distill import run_argv as general_argv  # noqa: E402
 from teacher_glue import fine_tune, recorded_settings  # noqa: E402
 
-from kdbert.augment import task_rows  # noqa: E402
+from kdbert.cli.augment import task_rows  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
 from kdbert.cli import main as kdbert_main  # noqa: E402
-from kdbert.distill import distill_task  # noqa: E402
-from kdbert.mlm_head import fit_mlm_head  # noqa: E402
-from kdbert.models.loading import default_model_path  # noqa: E402
+from kdbert.core.distill import distill_task  # noqa: E402
+from kdbert.methods.mlm_head import fit_mlm_head  # noqa: E402
+from kdbert.core.loading import default_model_path  # noqa: E402
 
 VARIANTS = {
     "tinybert4-finetune": {"method": "tinybert", "student": "tinybert4", "skip_intermediate": True,

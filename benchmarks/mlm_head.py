@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
 
-from kdbert.mlm_head import REPORT_NAME, fit_mlm_head  # noqa: E402
-from kdbert.models.loading import resolve_model_path  # noqa: E402
+from kdbert.methods.mlm_head import REPORT_NAME, fit_mlm_head  # noqa: E402
+from kdbert.core.loading import resolve_model_path  # noqa: E402
 
 CORPUS = "../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz"
 

@@ -48,7 +48,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
 
-from kdbert import losses  # noqa: E402
+from kdbert.core import losses  # noqa: E402
 from kdbert.cli import main as kdbert_main  # noqa: E402
 
 CORPUS = "../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz"
@@ -97,7 +97,7 @@ def finetune_argv(student: Path, task: str, seed: int, args) -> list[str]:
 
 def untrained_student(seed: int, args) -> Path:
     """``mobilebert-matched`` with its embedding layer fitted to the teacher's, no general distillation."""
-    from kdbert.models.mobilebert import build_mobilebert, init_from_teacher, mobilebert_config
+    from kdbert.families.mobilebert import build_mobilebert, init_from_teacher, mobilebert_config
 
     out = Path(f"{args.runs_dir}/mb-none-s{seed}")
     if not (out / "config.json").exists():

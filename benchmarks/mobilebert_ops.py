@@ -2,8 +2,8 @@
 
     python benchmarks/mobilebert_ops.py --threads 2
 
-1. Parameters and FLOPs (per example, sequence length 128, ``kdbert.bench`` counting) of every
-   preset in ``kdbert.models.mobilebert`` and of the packaged teacher, as sequence classifiers
+1. Parameters and FLOPs (per example, sequence length 128, ``kdbert.deploy.bench`` counting) of every
+   preset in ``kdbert.families.mobilebert`` and of the packaged teacher, as sequence classifiers
    (2 labels). The paper's counts (Tables 1 and 4) are shown beside them.
 2. Latency of the teacher-matched student (``mobilebert-matched``: 6 layers, inter-block 384,
    intra-block 96, 12 heads) with NoNorm or LayerNorm and relu or gelu, all four combinations,
@@ -29,9 +29,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
 
-from kdbert.bench import count_flops, count_parameters, measure_latency  # noqa: E402
-from kdbert.models.loading import default_model_path  # noqa: E402
-from kdbert.models.mobilebert import (  # noqa: E402
+from kdbert.deploy.bench import count_flops, count_parameters, measure_latency  # noqa: E402
+from kdbert.core.loading import default_model_path  # noqa: E402
+from kdbert.families.mobilebert import (  # noqa: E402
     PAPER_PARAMETERS,
     PRESET_NAMES,
     build_mobilebert,
@@ -76,7 +76,7 @@ def interleaved_latency(models: dict, seq_len: int, batch_size: int, threads: in
                         rounds: int) -> dict[str, dict]:
     """Median batch latency per model, measured in ``rounds`` interleaved rounds.
 
-    Each round times every model in turn (``kdbert.bench.measure_latency``, one warm-up and
+    Each round times every model in turn (``kdbert.deploy.bench.measure_latency``, one warm-up and
     runs / rounds timed passes), so a change in the machine's load between rounds hits all
     models alike. Reported: the median and the minimum of the round medians.
     """

@@ -16,9 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_results  # noqa: E402
 
-from kdbert.bench import format_table  # noqa: E402
+from kdbert.deploy.bench import format_table  # noqa: E402
 from kdbert.errors import KdbertError  # noqa: E402
-from kdbert.report import build_table, format_markdown, format_mean_std, mean_std, plot_pareto  # noqa: E402
+from kdbert.deploy.report import build_table, format_markdown, format_mean_std, mean_std, plot_pareto  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_RESULTS = Path(__file__).parent / "results" / "gpu-h100"
@@ -104,7 +104,7 @@ def throughput_section(results_dir: Path | None = None) -> list[str]:
                   f"{r['steps']} optimiser steps after {r['warmup']} warm-up ones, median of {r['rounds']} interleaved "
                   "round(s) (each round and its 1-minute load average in the last column). GFLOP/s = examples/s x "
                   "the FLOPs of one step per example (teacher forward + 3 x (student + projections) forward, "
-                  "`kdbert.bench.count_flops`); % of peak against the best square `torch.mm` rate measured in the "
+                  "`kdbert.deploy.bench.count_flops`); % of peak against the best square `torch.mm` rate measured in the "
                   f"same run at the same thread count ({peak_text}).", "",
                   "FLOPs per example and step: " + "; ".join(
                       f"{length} tokens {f['step'] / 1e9:.2f} G (teacher {f['teacher_forward'] / 1e9:.2f}, student "
@@ -1110,7 +1110,7 @@ def majority_class_score(task: str, data_dir: str = "../shared/data/glue_data") 
     training score, which correlates with nothing: 0); ``None`` when the task's files are not there."""
     from kdbert.data.glue import load_glue_dir
     from kdbert.data.tasks import GLUE_TASKS
-    from kdbert.metrics import compute_metrics, split_prefix, task_score
+    from kdbert.core.metrics import compute_metrics, split_prefix, task_score
 
     spec = GLUE_TASKS[task]
     try:
@@ -1474,7 +1474,7 @@ def bilstm_speed_lines(results: dict) -> list[str]:
     example = results.get(f"{tasks[0]}/bench-int8") or results[f"{tasks[0]}/bench"]
     lines += ["", "One thread each. The BiLSTM reads `seq len` words per sentence (each sentence of a pair), the "
               "teacher `seq len` tokens; speed does not depend on the weights. The BiLSTM's FLOPs come from its "
-              "formula (`kdbert.models.bilstm.bilstm_flops`: LSTM gate projections, ReLU and output layers). int8: "
+              "formula (`kdbert.families.bilstm.model.bilstm_flops`: LSTM gate projections, ReLU and output layers). int8: "
               "ONNX Runtime dynamic quantisation of both models (LSTM and Gemm weights of the BiLSTM, every MatMul "
               "of the teacher): the int8-vs-int8 speedup is what distillation buys over quantising the teacher. "
               "Load: the 1-minute load average during each bench (PyTorch / int8) on 2 cores; above 1 the "
@@ -1608,7 +1608,7 @@ def main() -> None:
              "measured on one GPU (H100) and says so. `benchmarks/distill_glue.py --budget paper` runs each method "
              "on the whole training set with kdbert's per-task defaults: for TinyBERT these are the paper's "
              "settings (`recipes/tinybert/<task>.yaml`); for KD, BERT-PKD and DistilBERT they are kdbert's own "
-             "fine-tuning defaults (`kdbert finetune --task T`: `kdbert.finetune.TASK_DEFAULTS`), not the budgets "
+             "fine-tuning defaults (`kdbert finetune --task T`: `kdbert.methods.finetune.TASK_DEFAULTS`), not the budgets "
              "of those papers. No `--budget paper` figure has been recorded yet.", ""]
     for section in (quickstart_section, rerun_section, deploy_section, teacher_section, bench_section,
                     throughput_section, precision_section, tinybert_section, augmentation_gpu_section,

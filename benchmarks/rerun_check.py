@@ -28,7 +28,7 @@ from common import load_results, machine_info, save_result  # noqa: E402
 
 from kdbert.cli import main as kdbert_main  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
-from kdbert.distill import distill_task  # noqa: E402
+from kdbert.core.distill import distill_task  # noqa: E402
 
 
 CODE_COMMIT: list[str] = []  # --code-commit: the commit of the code that produced the runs, when not HEAD

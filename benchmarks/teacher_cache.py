@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
 
 from kdbert.data.load import TaskOptions  # noqa: E402
-from kdbert.distill import distill_task  # noqa: E402
-from kdbert.matching import MatchLoss  # noqa: E402
-from kdbert.trainer import Trainer  # noqa: E402
+from kdbert.core.distill import distill_task  # noqa: E402
+from kdbert.core.matching import MatchLoss  # noqa: E402
+from kdbert.core.trainer import Trainer  # noqa: E402
 
 METHODS = {
     "kd": {"method": "kd"},

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import compare_rerun, load_results, machine_info, save_result  # noqa: E402
 
 from kdbert.data.load import TaskOptions  # noqa: E402
-from kdbert.finetune import FinetuneConfig, finetune  # noqa: E402
+from kdbert.methods.finetune import FinetuneConfig, finetune  # noqa: E402
 
 BUDGETS = {
     "cpu": {"cola": {"epochs": 3}, "sst2": {"epochs": 1, "max_train_examples": 20000}, "mrpc": {"epochs": 3},

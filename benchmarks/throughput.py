@@ -13,7 +13,7 @@ pairs whose encoding is at least ``L`` tokens, truncated to exactly ``L`` (64 an
 batch of both frameworks has the same shape and the same FLOPs; rows are repeated so that no
 epoch ends (kdbert checkpoints at epoch ends) inside the timed steps.
 
-- **kdbert** runs through its public pieces, as ``kdbert.distill.distill_task`` builds them:
+- **kdbert** runs through its public pieces, as ``kdbert.core.distill.distill_task`` builds them:
   ``token_inputs`` (student, encoded rows, collator), ``recipe.build_task_plan`` (its
   intermediate stage only, no evaluation) and the shared ``Trainer`` with
   ``--mixed-precision no|bf16``.
@@ -36,7 +36,7 @@ backward, clipping, AdamW, scheduler, kdbert's every-20-steps log line) is insid
 (framework x precision x length) run interleaved, ``--rounds`` times in alternating framework
 order; each row reports the median round and the 1-minute load average at each measurement.
 
-FLOPs of one step per example, from ``kdbert.bench.count_flops`` (matrix products only):
+FLOPs of one step per example, from ``kdbert.deploy.bench.count_flops`` (matrix products only):
 ``teacher_forward + 3 * (student_forward + projections)`` (:func:`step_flops`), the usual "backward
 = 2x forward" estimate. Achieved GFLOP/s = examples/s x that; the peak is measured in the same
 run at the same thread count: the best of square ``torch.mm`` products n = 1024, 1536, 2048, fp32
@@ -109,7 +109,7 @@ def gflops_and_share(examples_per_s: float, flops_per_example: float, peak_gflop
 def matmul_peak(dtype: torch.dtype, sizes=(1024, 1536, 2048), runs: int = 5) -> dict:
     """GFLOP/s of square ``torch.mm`` products at the current thread count (median of ``runs``
     after 2 warm-up calls) per size, and the best of them (``peak``)."""
-    from kdbert.bench import time_calls
+    from kdbert.deploy.bench import time_calls
 
     generator = torch.Generator().manual_seed(0)
     rates = {}
@@ -140,7 +140,7 @@ def load_avg() -> float:
 def scores_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """HF's eager attention, returning the pre-softmax scores (masked keys at -10000, the TinyBERT
     convention) as the attention weights, so ``outputs.attentions`` holds what TinyBERT matches."""
-    from kdbert.models.trace import eager_attention
+    from kdbert.core.trace import eager_attention
 
     output, _, raw = eager_attention(module, query, key, value, attention_mask, scaling, dropout)
     recorded = raw if attention_mask is None else raw + attention_mask.clamp(min=MASKED_SCORE)
@@ -163,7 +163,7 @@ class Setup:
 
         from kdbert.data.batching import TokenizerInputs, encode_task
         from kdbert.data.load import TaskOptions, load_task
-        from kdbert.models.loading import default_model_path, load_sequence_classifier, load_tokenizer
+        from kdbert.core.loading import default_model_path, load_sequence_classifier, load_tokenizer
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
@@ -188,7 +188,7 @@ class Setup:
             self.rows[f"distinct_{seq_len}"] = len(long_enough)
 
     def config(self, seq_len: int, precision: str):
-        from kdbert.methods import method_config
+        from kdbert.methods.registry import method_config
 
         steps = self.args.warmup + self.args.steps
         return method_config("tinybert", {
@@ -198,8 +198,8 @@ class Setup:
 
     def student_inputs(self, seq_len: int, precision: str):
         """kdbert's default task inputs (student, encoded rows, collator), as distill_task builds them."""
-        from kdbert.distill import token_inputs
-        from kdbert.methods import recipe
+        from kdbert.core.distill import token_inputs
+        from kdbert.methods.registry import recipe
 
         config = self.config(seq_len, precision)
         method = recipe("tinybert")
@@ -210,7 +210,7 @@ class Setup:
         return config, method, inputs
 
     def matches(self, config, student) -> list:
-        from kdbert.recipes.tinybert import _layer_map, intermediate_matches
+        from kdbert.methods.tinybert import _layer_map, intermediate_matches
 
         layer_map, _ = _layer_map(config, student, self.teacher, log=lambda *_: None)
         return intermediate_matches(layer_map, config.terms_on, config.hidden_projection, config.attention_reduction,
@@ -220,8 +220,8 @@ class Setup:
 # ----------------------------------------------------------------------------- the two frameworks
 def kdbert_trainer(setup: Setup, seq_len: int, precision: str, workdir: str):
     """kdbert's trainer for the intermediate stage, built as ``distill_task`` builds it."""
-    from kdbert.recipes.base import DistillContext
-    from kdbert.trainer import RunConfig, Trainer
+    from kdbert.methods.base import DistillContext
+    from kdbert.core.trainer import RunConfig, Trainer
 
     config, method, inputs = setup.student_inputs(seq_len, precision)
     context = DistillContext(setup.teacher, inputs.student, setup.tokenizer, setup.data.spec, inputs.train_set, config,
@@ -316,7 +316,7 @@ RUNNERS = {"kdbert": run_kdbert, "textbrewer": run_textbrewer}
 
 # ----------------------------------------------------------------------------- FLOPs
 def flops_per_example(setup: Setup, seq_len: int) -> dict:
-    from kdbert.bench import count_flops
+    from kdbert.deploy.bench import count_flops
 
     config, _, inputs = setup.student_inputs(seq_len, "fp32")
     student = inputs.student.model
@@ -403,9 +403,9 @@ def labelled_step():
     from torch.autograd.profiler import record_function
     from transformers import AttentionInterface
 
-    from kdbert import matching
-    from kdbert.models import trace as trace_module
-    from kdbert.trainer import Trainer
+    from kdbert.core import matching
+    from kdbert.core import trace as trace_module
+    from kdbert.core.trainer import Trainer
 
     def wrap(fn, label):
         def wrapped(*a, **k):
@@ -478,7 +478,7 @@ def profile_kdbert(setup: Setup, seq_len: int, precision: str, warmup: int, acti
 def optimizer_variants(setup: Setup, runs: int = 10) -> dict:
     """ms per AdamW step on the student's and projections' parameters: for-loop (torch's CPU
     default), foreach, fused."""
-    from kdbert.bench import time_calls
+    from kdbert.deploy.bench import time_calls
 
     _, _, inputs = setup.student_inputs(64, "fp32")
     params = [p for p in inputs.student.model.parameters()]
@@ -498,8 +498,8 @@ def optimizer_variants(setup: Setup, runs: int = 10) -> dict:
 def attention_paths(setup: Setup, seq_len: int, precision: str, runs: int = 5) -> dict:
     """ms per forward of teacher (no grad) and student (forward + backward of a sum) with kdbert's
     score-capturing attention and with the models' default attention (SDPA)."""
-    from kdbert.bench import time_calls
-    from kdbert.models.trace import trace
+    from kdbert.deploy.bench import time_calls
+    from kdbert.core.trace import trace
 
     _, _, inputs = setup.student_inputs(seq_len, precision)
     student = inputs.student.model.train()

@@ -149,7 +149,7 @@ def teacher_path() -> str:
 # ----------------------------------------------------------------------------- method helpers
 def method_config(method: str, options: dict | None = None, task: str = "sst2", general: bool = False):
     """The typed config of ``method`` from an options dict, the task's defaults resolved."""
-    from kdbert.methods import method_config as build
+    from kdbert.methods.registry import method_config as build
 
     config = build(method, dict(options or {}), general=general)
     return config if general else config.resolved(task)
@@ -157,7 +157,7 @@ def method_config(method: str, options: dict | None = None, task: str = "sst2", 
 
 def initial_student(method: str, teacher, spec, options: dict | None = None):
     """``recipe.initial_student`` from an options dict; returns the student model."""
-    from kdbert.methods import recipe
+    from kdbert.methods.registry import recipe
 
     return recipe(method).initial_student(teacher, spec, method_config(method, options, spec.name)).model
 
@@ -177,8 +177,8 @@ def stage_terms(plan, batch, index: int = 0):
 def evaluate_saved(model_dir, task: str, data_dir, max_seq_len: int | None = None) -> dict:
     """Dev metrics of the model saved in ``model_dir``, computed afresh (``kdbert evaluate``'s path)."""
     from kdbert.data.load import TaskOptions, load_task
-    from kdbert.evaluate import TaskEvaluator
-    from kdbert.models.loading import load_sequence_classifier, load_tokenizer
+    from kdbert.core.evaluate import TaskEvaluator
+    from kdbert.core.loading import load_sequence_classifier, load_tokenizer
 
     data = load_task(TaskOptions(task, data_dir=str(data_dir)))
     model = load_sequence_classifier(str(model_dir), data.spec.num_labels, new_head_ok=False)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
-from kdbert.data.augment_tinybert import (
+from kdbert.augment.tinybert import (
     STOP_WORDS, TinyBertAugmenter, _length_batches, augment_file_rows, load_word_vectors,
 )
 from kdbert.errors import KdbertError

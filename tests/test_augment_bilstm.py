@@ -7,11 +7,11 @@ import nltk
 import numpy as np
 import pytest
 
-from kdbert.data.augment_bilstm import BiLSTMAugmenter, PosCandidates, TaggedText, augment_rows, synthesize
-from kdbert.data.augment_tinybert import text_seed
-from kdbert.data.pos_tagging import NltkTagger
+from kdbert.augment.bilstm import BiLSTMAugmenter, PosCandidates, TaggedText, augment_rows, synthesize
+from kdbert.augment.tinybert import text_seed
+from kdbert.augment.pos_tagging import NltkTagger
 from kdbert.data.teacher_logits import teacher_view
-from kdbert.data.words import MASK_TOKEN, Vocab, word_spans
+from kdbert.families.bilstm.words import MASK_TOKEN, Vocab, word_spans
 from kdbert.errors import KdbertError
 
 NLTK_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltk_data"
@@ -273,10 +273,10 @@ def shortened_sentences(output: Path, source: Path) -> int:
 
 
 def test_p_ng_reaches_the_augmenter_and_pairs_have_their_own_default(tmp_path, monkeypatch, capsys):
-    import kdbert.data.augment_bilstm as augment_bilstm
+    import kdbert.augment.bilstm as augment_bilstm
     from conftest import write_glue_task
 
-    from kdbert.augment import augment_task_bilstm
+    from kdbert.cli.augment import augment_task_bilstm
     from kdbert.cli import main
     from kdbert.data.load import TaskOptions
 

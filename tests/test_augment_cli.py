@@ -101,11 +101,11 @@ def test_bfloat16_augmentation_writes_the_task_format(tmp_path, tiny_tokenizer, 
 def test_batch_tokens_option_defaults_to_the_library_default(monkeypatch):
     import inspect
 
-    import kdbert.augment
+    import kdbert.cli.augment
     from kdbert.cli import main
-    from kdbert.data.augment_tinybert import BATCH_TOKENS
+    from kdbert.augment.tinybert import BATCH_TOKENS
 
-    assert inspect.signature(kdbert.augment.augment_task).parameters["batch_tokens"].default == BATCH_TOKENS
+    assert inspect.signature(kdbert.cli.augment.augment_task).parameters["batch_tokens"].default == BATCH_TOKENS
     seen = {}
 
     def fake_augment_task(task, mlm, vectors, output, **settings):
@@ -113,6 +113,6 @@ def test_batch_tokens_option_defaults_to_the_library_default(monkeypatch):
         return {"input_rows": 0, "columns": [], "output_rows": 0, "output": output, "seconds": 0.0,
                 "sentences_per_second": 0.0}
 
-    monkeypatch.setattr(kdbert.augment, "augment_task", fake_augment_task)
+    monkeypatch.setattr(kdbert.cli.augment, "augment_task", fake_augment_task)
     assert main(["augment", "--task", "rte", "--mlm", "m", "--word-vectors", "g"]) == 0
     assert "batch_tokens" not in seen and "p" not in seen  # augment_task's own defaults apply

@@ -1,4 +1,4 @@
-"""Tests for kdbert.bench on tiny random models (no downloads, a few timed runs only)."""
+"""Tests for kdbert.deploy.bench on tiny random models (no downloads, a few timed runs only)."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ from transformers import (
     DistilBertForSequenceClassification,
 )
 
-from kdbert.bench import (
+from kdbert.deploy.bench import (
     bench_model,
     compare,
     count_flops,

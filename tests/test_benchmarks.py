@@ -333,7 +333,7 @@ def test_gpu_bundle_writes_a_float16_teacher_glue_folders_and_a_corpus_slice(tmp
     from safetensors import safe_open
     from transformers import AutoModel, AutoTokenizer, BertModel
 
-    from kdbert.models.loading import load_sequence_classifier
+    from kdbert.core.loading import load_sequence_classifier
 
     glue = tmp_path / "glue_data"
     for task in gpu_bundle.GLUE_TASKS:

@@ -11,11 +11,11 @@ from torch import nn
 
 from kdbert.data.glue import Example, TaskData
 from kdbert.data.tasks import GLUE_TASKS
-from kdbert.data.words import Vocab
+from kdbert.families.bilstm.words import Vocab
 from kdbert.errors import KdbertError
-from kdbert.evaluate_words import WordTaskEvaluator, predict_words
-from kdbert.losses import bilstm_distill_loss
-from kdbert.models.bilstm import (
+from kdbert.families.bilstm.evaluate import WordTaskEvaluator, predict_words
+from kdbert.core.losses import bilstm_distill_loss
+from kdbert.families.bilstm.model import (
     BiLSTMConfig, bilstm_flops, build_bilstm, init_bilstm, is_bilstm_folder, load_bilstm, save_bilstm,
 )
 

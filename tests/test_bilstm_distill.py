@@ -15,8 +15,8 @@ from transformers import BertForSequenceClassification
 import kdbert.data.teacher_logits as teacher_logits
 from kdbert.cli import main
 from kdbert.data.load import TaskOptions, load_task
-from kdbert.distill import distill_task
-from kdbert.models.bilstm import init_bilstm, is_bilstm_folder, load_bilstm
+from kdbert.core.distill import distill_task
+from kdbert.families.bilstm.model import init_bilstm, is_bilstm_folder, load_bilstm
 
 DIM = 4
 
@@ -100,7 +100,7 @@ def test_cli_on_own_csv_data_and_an_augmented_file_with_stored_logits(env, capsy
     augmented = env["tmp"] / "train_aug.tsv"
     augmented.write_text("review\tstars\n" + "".join(f"{t}\t{y}\n{'[MASK] ' + t}\t{y}\n" for t, y in rows[:20]))
     teacher = BertForSequenceClassification.from_pretrained(env["teacher2"])
-    from kdbert.models.loading import load_tokenizer
+    from kdbert.core.loading import load_tokenizer
 
     texts = [(line.split("\t")[0],) for line in augmented.read_text().splitlines()[1:]]
     teacher_logits.label_with_teacher(teacher, load_tokenizer(str(env["teacher2"])), texts, augmented, 64)
@@ -142,7 +142,7 @@ def test_dev_words_with_a_vector_join_the_vocabulary_and_keep_their_vector(env):
 
 
 def test_hidden_size_defaults_per_sentence_or_pair_and_the_option_wins(env, monkeypatch):
-    import kdbert.recipes.bilstm as recipe
+    import kdbert.methods.bilstm as recipe
 
     assert (recipe.HIDDEN_SIZE, recipe.PAIR_HIDDEN_SIZE) == (150, 150)  # the paper's, until measured
     monkeypatch.setattr(recipe, "HIDDEN_SIZE", 3)
@@ -159,7 +159,7 @@ def test_hidden_size_defaults_per_sentence_or_pair_and_the_option_wins(env, monk
 def hand_terms(env, task, teacher, alpha):
     """The first step's terms computed directly: the initial student (rebuilt with the same
     seed) and the teacher on every training row (one batch)."""
-    from kdbert.models.loading import load_tokenizer
+    from kdbert.core.loading import load_tokenizer
 
     data = load_task(TaskOptions(task, data_dir=str(env["root"])))
     student, vocab, _ = init_bilstm([t for ex in data.train for t in ex.texts], data.spec.num_labels,
@@ -218,7 +218,7 @@ def test_adadelta_defaults_are_the_papers(env, capsys):
     1e-6, no weight decay and no gradient clipping. (The command line's --weight-decay default
     0.01 used to override the method's 0, and the trainer's clipping to norm 1.0 applied: the L2
     term Adadelta adds after clipping then outweighed the clipped gradient and the loss rose.)"""
-    from kdbert.methods import method_config
+    from kdbert.methods.registry import method_config
 
     config = method_config("bilstm", {}).resolved("sst2")
     assert (config.optimizer, config.learning_rate, config.batch_size, config.alpha, config.weight_decay,
@@ -303,7 +303,7 @@ def test_augment_bilstm_refuses_tinybert_settings(env, capsys):
 def test_python_api_on_own_jsonl_pairs_and_augment_then_distill(env, tmp_path):
     """Own JSONL sentence pairs, through the Python API: augment --method bilstm (labelled by the
     teacher once), then distil from the augmented file; the student reads pairs."""
-    from kdbert.augment import augment_task_bilstm
+    from kdbert.cli.augment import augment_task_bilstm
 
     rng = np.random.default_rng(1)
     rows = [{"q1": " ".join(rng.choice(WORDS, 4)), "q2": " ".join(rng.choice(WORDS, 3)),

@@ -10,8 +10,8 @@ from conftest import write_glue_task
 
 from kdbert.cli import main
 from kdbert.data.load import TaskOptions, load_task
-from kdbert.models.bilstm import bilstm_flops, init_bilstm, load_bilstm, save_bilstm
-from kdbert.onnx_model import OnnxClassifier
+from kdbert.families.bilstm.model import bilstm_flops, init_bilstm, load_bilstm, save_bilstm
+from kdbert.deploy.onnx_runtime import OnnxClassifier
 
 pytest.importorskip("onnxruntime")
 

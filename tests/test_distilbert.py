@@ -21,17 +21,18 @@ from transformers import (
     DistilBertForSequenceClassification,
 )
 
-from kdbert import cli, losses
+from kdbert.cli import commands as cli
+from kdbert.core import losses
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.corpus import pack_sequences
 from kdbert.data.glue import load_glue_dir
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
-from kdbert.models.students import init_distilbert_student
-from kdbert.recipes import distilbert
-from kdbert.distill import distill_general
-from kdbert.matching import MatchLoss
-from kdbert.recipes.base import DistillContext
+from kdbert.families.bert import init_distilbert_student
+from kdbert.methods import distilbert
+from kdbert.core.distill import distill_general
+from kdbert.core.matching import MatchLoss
+from kdbert.methods.base import DistillContext
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +284,7 @@ def test_general_without_student_uses_every_other_layer(env, tmp_path):
 
 
 def test_general_resume_matches_uninterrupted_run(env, tmp_path, monkeypatch):
-    from kdbert.trainer import Trainer
+    from kdbert.core.trainer import Trainer
 
     options = {"method": "distilbert", "teacher": str(env["mlm"]), "corpus": [str(env["corpus"])], "max_seq_len": 24,
                "batch_size": 4,

@@ -16,13 +16,13 @@ from transformers import (
 )
 
 from conftest import save_tiny_classifier, write_glue_task
-from kdbert.bench import bench_model, compare, count_flops
+from kdbert.deploy.bench import bench_model, compare, count_flops
 from kdbert.cli import main
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
-from kdbert.evaluate import TaskEvaluator
-from kdbert.export import InputSpec, export_classifier, export_model, input_spec, register_family
-from kdbert.onnx_model import OnnxClassifier
+from kdbert.core.evaluate import TaskEvaluator
+from kdbert.deploy.export import InputSpec, export_classifier, export_model, input_spec, register_family
+from kdbert.deploy.onnx_runtime import OnnxClassifier
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_int8_export_report_matches_its_files(exported):
     assert evaluator(int8) == report["dev_metrics"]["onnx_int8"]
     model = AutoModelForSequenceClassification.from_pretrained(exported["model_dir"])
     assert evaluator(model) == report["dev_metrics"]["pytorch"]
-    from kdbert.evaluate import predict
+    from kdbert.core.evaluate import predict
 
     dataset = evaluator.splits["dev"]
     diff = np.abs(int8.predict(dataset, evaluator.collator) - predict(model, dataset, evaluator.collator)).max()

@@ -21,8 +21,8 @@ from conftest import WORDS, save_tiny_classifier, sentence, tiny_bert_config, wr
 from safetensors.torch import load_file
 from transformers import BertForMaskedLM, BertModel
 
-from kdbert import cli
-from kdbert.trainer import Trainer
+from kdbert.cli import commands as cli
+from kdbert.core.trainer import Trainer
 
 GOLDEN = Path(__file__).with_name("golden_values.json")
 REGENERATE = os.environ.get("KDBERT_REGENERATE_GOLDEN") == "1"

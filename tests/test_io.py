@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from kdbert.io import copy_files_atomically, replace_dir, restore_interrupted
+from kdbert.core.atomic_io import copy_files_atomically, replace_dir, restore_interrupted
 
 
 def test_replace_killed_between_its_two_moves_is_restored(tmp_path):

@@ -11,14 +11,15 @@ import torch.nn.functional as F
 from conftest import evaluate_saved, method_config, save_tiny_classifier, stage_terms, write_glue_task
 from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
 
-from kdbert import cli, losses
+from kdbert.cli import commands as cli
+from kdbert.core import losses
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import load_glue_dir
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
-from kdbert.finetune import TASK_DEFAULTS
-from kdbert.recipes import kd
-from kdbert.recipes.base import DistillContext
+from kdbert.methods.finetune import TASK_DEFAULTS
+from kdbert.methods import kd
+from kdbert.methods.base import DistillContext
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +183,7 @@ def test_end_to_end_cli(env, tmp_path, capsys):
 def test_python_api_takes_the_typed_config(env, tmp_path):
     """The Python API reads the same dataclass as the command line and YAML recipes."""
     from kdbert.data.load import TaskOptions
-    from kdbert.distill import distill_task
+    from kdbert.core.distill import distill_task
 
     config = kd.KDConfig(teacher=str(env["teacher"]), student_layers="2", alpha=0.5, max_steps=2, batch_size=8,
                          no_progress=True)

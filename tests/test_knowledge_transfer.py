@@ -8,7 +8,7 @@ from transformers import BertConfig, BertForMaskedLM
 
 from kdbert.data.batching import EncodedDataset
 from kdbert.errors import KdbertError
-from kdbert.knowledge_transfer import (
+from kdbert.methods.mobilebert_transfer import (
     auxiliary_stages,
     joint_stages,
     layer_pairs,
@@ -17,10 +17,10 @@ from kdbert.knowledge_transfer import (
     require_mlm_head,
     stage_table,
 )
-from kdbert.matching import MatchLoss
-from kdbert.models.mobilebert import build_mobilebert, feature_widths, mobilebert_config
-from kdbert.recipes.mobilebert import MobileBertGeneralConfig
-from kdbert.trainer import Stage, StageConfig
+from kdbert.core.matching import MatchLoss
+from kdbert.families.mobilebert import build_mobilebert, feature_widths, mobilebert_config
+from kdbert.methods.mobilebert import MobileBertGeneralConfig
+from kdbert.core.trainer import Stage, StageConfig
 
 PAIRS = [(1, 1), (2, 2), (3, 3)]
 EMB = "student.mobilebert.embeddings.*"
@@ -181,7 +181,7 @@ def test_head_average_and_projection_make_it_possible():
     ({"ground_truth_ratio": 1.5}, "--ground-truth-ratio must be"),
 ])
 def test_bad_options(values, message):
-    from kdbert.methods import method_config
+    from kdbert.methods.registry import method_config
 
     with pytest.raises(KdbertError, match=message):
         method_config("mobilebert", values, general=True)
@@ -208,7 +208,7 @@ def stage_loss(stage, student, teacher, batch):
 def test_generated_matches_run_on_traces_of_a_student_and_its_teacher(tiny_tokenizer):
     from conftest import tiny_bert_config
 
-    from kdbert.models.mobilebert import init_from_teacher
+    from kdbert.families.mobilebert import init_from_teacher
 
     torch.manual_seed(0)
     teacher = BertForMaskedLM(tiny_bert_config(tiny_tokenizer)).eval()  # 2 layers, hidden 16, 4 heads
@@ -230,7 +230,7 @@ def test_generated_matches_run_on_traces_of_a_student_and_its_teacher(tiny_token
 def test_matched_student_against_the_packaged_teacher(teacher_path):
     from transformers import AutoConfig, BertModel
 
-    from kdbert.models.trace import trace
+    from kdbert.core.trace import trace
 
     teacher = BertModel.from_pretrained(teacher_path).eval()
     with pytest.raises(KdbertError, match="kdbert mlm-head"):
@@ -249,7 +249,7 @@ def test_matched_student_against_the_packaged_teacher(teacher_path):
 
 
 def test_width_bridge_says_direct_or_projection():
-    from kdbert.knowledge_transfer import width_bridge
+    from kdbert.methods.mobilebert_transfer import width_bridge
 
     assert width_bridge(widths(), TEACHER, [(1, 1)]) == (
         "direct transfer: student inter-block width 384 = the teacher's; the teacher (a bert) plays IB-BERT's role")

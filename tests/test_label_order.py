@@ -8,7 +8,7 @@ from conftest import save_tiny_classifier
 from transformers import AutoConfig
 
 from kdbert.errors import KdbertError
-from kdbert.models.loading import load_sequence_classifier
+from kdbert.core.loading import load_sequence_classifier
 
 MNLI = ("entailment", "neutral", "contradiction")
 

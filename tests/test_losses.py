@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from kdbert import losses
-from kdbert.matching import LOSSES, hard_label_loss
+from kdbert.core import losses
+from kdbert.core.matching import LOSSES, hard_label_loss
 from kdbert.errors import KdbertError
 
 LN2, LN3 = math.log(2.0), math.log(3.0)

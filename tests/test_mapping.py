@@ -1,8 +1,8 @@
 import pytest
 
-from kdbert import mapping
+from kdbert.core import layer_maps as mapping
 from kdbert.errors import KdbertError
-from kdbert.mapping import LayerMap
+from kdbert.core.layer_maps import LayerMap
 
 
 def test_uniform_tinybert4_from_12_is_3m():

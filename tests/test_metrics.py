@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from kdbert.metrics import compute_metric, compute_metrics, task_score
+from kdbert.core.metrics import compute_metric, compute_metrics, task_score
 
 
 def test_accuracy_and_binary_f1():

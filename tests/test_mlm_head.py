@@ -7,8 +7,8 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, BertModel, BertTokenizerFast
 
 from kdbert.errors import KdbertError
-from kdbert import mlm_head
-from kdbert.mlm_head import REPORT_NAME, fit_mlm_head
+from kdbert.methods import mlm_head
+from kdbert.methods.mlm_head import REPORT_NAME, fit_mlm_head
 
 WORDS = "the a cat dog sat on mat and ran far away house red blue big small".split()
 

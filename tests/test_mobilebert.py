@@ -13,9 +13,9 @@ from transformers import (
 )
 from transformers.models.mobilebert.modeling_mobilebert import NoNorm
 
-from kdbert.bench import count_parameters
+from kdbert.deploy.bench import count_parameters
 from kdbert.errors import KdbertError
-from kdbert.models.mobilebert import (
+from kdbert.families.mobilebert import (
     PAPER_PARAMETERS,
     build_mobilebert,
     describe,
@@ -24,7 +24,7 @@ from kdbert.models.mobilebert import (
     init_from_teacher,
     mobilebert_config,
 )
-from kdbert.models.trace import MASKED_SCORE, trace
+from kdbert.core.trace import MASKED_SCORE, trace
 
 # all-MiniLM-L6-v2's shape, without loading it.
 MINILM = BertConfig(num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536,
@@ -227,7 +227,7 @@ def test_default_student_starts_with_distinct_word_embeddings(teacher_path):
     copied position rows and the LayerNorm shift)."""
     from transformers import AutoModel, AutoTokenizer
 
-    from kdbert.models.mobilebert import embedding_output_cosine
+    from kdbert.families.mobilebert import embedding_output_cosine
 
     teacher = AutoModel.from_pretrained(teacher_path).eval()
     ids = AutoTokenizer.from_pretrained(teacher_path).convert_tokens_to_ids(WORDS)

@@ -12,10 +12,11 @@ import torch
 from conftest import save_tiny_classifier, sentence, stage_terms, tiny_bert_config, write_glue_task
 from transformers import AutoModelForSequenceClassification, BertForMaskedLM, BertModel, MobileBertForMaskedLM
 
-from kdbert import cli, losses
-from kdbert.distill import distill_general
-from kdbert.models.mobilebert import mobilebert_config
-from kdbert.trainer import Trainer
+from kdbert.cli import commands as cli
+from kdbert.core import losses
+from kdbert.core.distill import distill_general
+from kdbert.families.mobilebert import mobilebert_config
+from kdbert.core.trainer import Trainer
 
 LAYER = "student.mobilebert.encoder.layer.{}."
 
@@ -199,11 +200,11 @@ def test_progressive_run_resumes_mid_way(env, tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- terms
 def test_auxiliary_terms_equal_hand_assembly(env):
-    from kdbert.distill import _config
-    from kdbert.models.loading import load_tokenizer
-    from kdbert.models.trace import trace
-    from kdbert.recipes import mobilebert
-    from kdbert.recipes.base import DistillContext
+    from kdbert.core.distill import _config
+    from kdbert.core.loading import load_tokenizer
+    from kdbert.core.trace import trace
+    from kdbert.methods import mobilebert
+    from kdbert.methods.base import DistillContext
 
     config = _config(options(env, strategy="auxiliary", ground_truth_ratio=0.25, attention_reduction="masked-mean"),
                      general=True)
@@ -264,9 +265,9 @@ def test_task_stage_refuses_a_non_mobilebert_student(env, tmp_path, capsys):
 
 
 def test_general_student_from_a_config_folder_or_a_trained_folder(env, tmp_path):
-    from kdbert.distill import _config
-    from kdbert.models.mobilebert import build_mobilebert
-    from kdbert.recipes import mobilebert
+    from kdbert.core.distill import _config
+    from kdbert.families.mobilebert import build_mobilebert
+    from kdbert.methods import mobilebert
 
     teacher = BertForMaskedLM.from_pretrained(env["mlm"])
     shaped = mobilebert.general_student(teacher, None, _config(options(env, student=str(env["root"] / "two-heads"),

@@ -11,13 +11,14 @@ import torch.nn.functional as F
 from conftest import method_config, save_tiny_classifier, stage_terms, write_glue_task
 from transformers import AutoModelForSequenceClassification, BertForSequenceClassification
 
-from kdbert import cli, losses
+from kdbert.cli import commands as cli
+from kdbert.core import losses
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import load_glue_dir
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
-from kdbert.recipes import pkd
-from kdbert.recipes.base import DistillContext
+from kdbert.methods import pkd
+from kdbert.methods.base import DistillContext
 
 
 @pytest.fixture(scope="module")

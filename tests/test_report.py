@@ -12,7 +12,7 @@ from transformers import AutoModelForSequenceClassification
 from conftest import save_tiny_classifier
 from kdbert.cli import main
 from kdbert.errors import KdbertError
-from kdbert.report import build_table, collect_runs, format_mean_std, load_records, mean_std, pareto_front, write_report
+from kdbert.deploy.report import build_table, collect_runs, format_mean_std, load_records, mean_std, pareto_front, write_report
 
 
 def write_teacher(folder, task, score, seed=42):

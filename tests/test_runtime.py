@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
-from kdbert import runtime
+from kdbert.core import hardware as runtime
 from kdbert.errors import KdbertError
-from kdbert.runtime import ThreadShare, fair_share, live_runs, resolve_precision
+from kdbert.core.hardware import ThreadShare, fair_share, live_runs, resolve_precision
 
 
 @pytest.fixture

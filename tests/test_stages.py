@@ -14,16 +14,17 @@ from conftest import method_config, save_tiny_classifier, sentence, stage_terms,
 from torch import nn
 from transformers import BertModel
 
-from kdbert import cli, losses
+from kdbert.cli import commands as cli
+from kdbert.core import losses
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import load_glue_dir
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
-from kdbert.matching import Match, MatchLoss
-from kdbert.models.trace import HookAdapter, register_adapter, trace
-from kdbert.recipes import tinybert
-from kdbert.recipes.base import DistillContext
-from kdbert.trainer import ParamGroup, RunConfig, Stage, StageConfig, Trainer
+from kdbert.core.matching import Match, MatchLoss
+from kdbert.core.trace import HookAdapter, register_adapter, trace
+from kdbert.methods import tinybert
+from kdbert.methods.base import DistillContext
+from kdbert.core.trainer import ParamGroup, RunConfig, Stage, StageConfig, Trainer
 
 SPEC = GLUE_TASKS["rte"]
 
@@ -175,7 +176,7 @@ def test_word_level_student_with_its_own_inputs_trains_through_the_trainer(env, 
 
     from kdbert.data.batching import TaskCollator, TokenizerInputs, encode_task
     from kdbert.data.glue import Example
-    from kdbert.evaluate import TaskEvaluator
+    from kdbert.core.evaluate import TaskEvaluator
 
     register_adapter(WordStudent, HookAdapter({"encoded": "encoder"}))
     teacher = BertForSequenceClassification.from_pretrained(env["teacher"]).eval()

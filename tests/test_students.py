@@ -9,7 +9,7 @@ from transformers import (
 )
 
 from kdbert.errors import KdbertError
-from kdbert.models import students
+from kdbert.families import bert as students
 
 TINY = dict(
     vocab_size=99, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,

@@ -1,4 +1,4 @@
-"""Teacher-output cache (kdbert.teacher_cache): a cached run equals an uncached one, stored rows
+"""Teacher-output cache (kdbert.core.teacher_cache): a cached run equals an uncached one, stored rows
 are served only to the same teacher, tokens and precision, whatever the batch, and shards are
 written atomically with their disk use reported."""
 
@@ -12,18 +12,18 @@ from conftest import save_tiny_classifier, write_glue_task
 from safetensors.torch import load_file
 from transformers import BertForSequenceClassification
 
-import kdbert.teacher_cache as teacher_cache
-from kdbert import losses
+import kdbert.core.teacher_cache as teacher_cache
+from kdbert.core import losses
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import load_glue_dir
 from kdbert.data.load import TaskOptions
 from kdbert.data.tasks import GLUE_TASKS
-from kdbert.distill import distill_task
+from kdbert.core.distill import distill_task
 from kdbert.errors import KdbertError
-from kdbert.matching import Match
-from kdbert.models.trace import trace
-from kdbert.recipes.tinybert import intermediate_matches
-from kdbert.teacher_cache import TeacherCache, teacher_fields
+from kdbert.core.matching import Match
+from kdbert.core.trace import trace
+from kdbert.methods.tinybert import intermediate_matches
+from kdbert.core.teacher_cache import TeacherCache, teacher_fields
 
 LOGITS = ["logits"]
 
@@ -111,7 +111,7 @@ def test_cached_kd_run_equals_the_uncached_run_and_reports_its_disk_use(env, tmp
 
 
 def test_an_interrupted_run_keeps_the_rows_it_computed(env, tmp_path, monkeypatch):
-    from kdbert.trainer import Trainer
+    from kdbert.core.trainer import Trainer
 
     def interrupted(self, stage_name):
         raise RuntimeError("killed after the first epoch")
@@ -302,6 +302,6 @@ def test_an_interrupted_shard_write_leaves_complete_shards_only(env, tmp_path, m
 
 
 def _pairs():
-    from kdbert.mapping import LayerMap
+    from kdbert.core.layer_maps import LayerMap
 
     return LayerMap(((0, 0), (1, 2), (2, 4)))

@@ -12,12 +12,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import report  # noqa: E402
 import throughput  # noqa: E402
 
-from kdbert.matching import Match  # noqa: E402
+from kdbert.core.matching import Match  # noqa: E402
 
 
 def test_step_flops_counts_the_teacher_once_and_the_student_and_projections_three_times():
     # all-MiniLM-L6-v2 at 64 tokens: 6 * (64 * (8*384^2 + 4*384*1536) + 4*64^2*384) + pooler and 2-label head
-    # 2*384*384 + 2*384*2, as kdbert.bench.count_flops counts it
+    # 2*384*384 + 2*384*2, as kdbert.deploy.bench.count_flops counts it
     teacher = 6 * (64 * (8 * 384**2 + 4 * 384 * 1536) + 4 * 64**2 * 384) + 2 * 384 * 384 + 2 * 384 * 2
     assert teacher == 1_396_999_680
     projections = throughput.projection_flops(64, [(312, 384)] * 5)

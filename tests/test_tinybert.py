@@ -20,19 +20,20 @@ from transformers import (
     BertTokenizerFast,
 )
 
-from kdbert import cli, losses
+from kdbert.cli import commands as cli
+from kdbert.core import losses
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.corpus import pack_sequences
 from kdbert.data.glue import Example
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
-from kdbert.models.trace import trace
-from kdbert.recipes import tinybert
-from kdbert.recipes.base import DistillContext, Student
-from kdbert.trainer import RunConfig, Trainer
+from kdbert.core.trace import trace
+from kdbert.methods import tinybert
+from kdbert.methods.base import DistillContext, Student
+from kdbert.core.trainer import RunConfig, Trainer
 
 WORDS = "the a cat dog sat on mat ran fast big small red blue man woman child sees house car tree park".split()
-RECIPES = Path(tinybert.__file__).parent / "tinybert"
+RECIPES = Path(tinybert.__file__).parent / "presets" / "tinybert"
 
 
 def _sentence(rng):

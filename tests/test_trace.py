@@ -8,7 +8,7 @@ from conftest import tiny_bert_config
 from transformers import BertForSequenceClassification, BertModel
 
 from kdbert.errors import KdbertError
-from kdbert.models.trace import MASKED_SCORE, trace
+from kdbert.core.trace import MASKED_SCORE, trace
 
 
 @pytest.fixture

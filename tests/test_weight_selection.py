@@ -10,9 +10,10 @@ from transformers import BertForSequenceClassification, BertModel
 
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
-from kdbert.models import students
-from kdbert.distill import distill_general
-from kdbert.recipes import kd, tinybert
+from kdbert.families import bert as students
+from kdbert.core.distill import distill_general
+from kdbert.methods import kd
+from kdbert.methods import tinybert
 
 
 def _teacher(tokenizer):
@@ -122,7 +123,7 @@ def test_tinybert4_from_the_real_teacher(teacher_path):
 
 
 def test_cpu_recipe_sets_weight_selection():
-    from kdbert import cli
+    from kdbert.cli import commands as cli
 
     parser = cli.build_parser()
     argv = ["distill", "task", "--recipe", "tinybert/cpu", "--task", "sst2", "--teacher", "t", "--output-dir", "o"]

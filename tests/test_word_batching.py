@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from kdbert.data.glue import Example
-from kdbert.data.word_batching import DistillationCollator, encode_for_distillation
-from kdbert.data.words import Vocab
+from kdbert.families.bilstm.batching import DistillationCollator, encode_for_distillation
+from kdbert.families.bilstm.words import Vocab
 from kdbert.errors import KdbertError
-from kdbert.models.bilstm import BiLSTMConfig, build_bilstm
+from kdbert.families.bilstm.model import BiLSTMConfig, build_bilstm
 
 VOCAB = Vocab.build(["the cat sat on the mat", "a dog"])  # [PAD] [UNK] [MASK] the a cat dog mat on sat
 PAIRS = [Example(("the cat sat", "a dog"), 1), Example(("[MASK] mat", "the zebra ran fast"), 0)]

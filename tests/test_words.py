@@ -5,7 +5,7 @@ import gzip
 import numpy as np
 import pytest
 
-from kdbert.data.words import (
+from kdbert.families.bilstm.words import (
     MASK_TOKEN, Vocab, embedding_matrix, oov_rate, ranked_words, read_word_vectors, tokenize, word_spans,
 )
 from kdbert.errors import KdbertError

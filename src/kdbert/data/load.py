@@ -13,7 +13,7 @@ from kdbert.errors import KdbertError
 
 @dataclass
 class TaskOptions:
-    """How to find a task's data (the CLI's data options, see :func:`kdbert.cli.add_task_arguments`).
+    """How to find a task's data (the CLI's data options, see :func:`kdbert.cli.commands.add_task_arguments`).
 
     ``task`` is a GLUE name (read from ``data_dir`` or, with ``source="hf"``, from HF datasets)
     or the path of a CSV/TSV/JSONL training file described by the other fields.

@@ -21,7 +21,7 @@ class TaskSpec:
         name: canonical lower-case name ("rte"; for a user data set, its file stem).
         text_fields: names of the text column(s): one for single-sentence tasks, two for pairs.
         labels: label vocabulary in id order; ``None`` for regression (STS-B, user regression).
-        metrics: metric names computed on dev (see :mod:`kdbert.metrics`).
+        metrics: metric names computed on dev (see :mod:`kdbert.core.metrics`).
         max_seq_len: default maximum sequence length (64 single sentence, 128 pairs).
         dev_splits: names of the evaluation splits (MNLI has matched and mismatched).
     """

@@ -34,7 +34,7 @@ from safetensors.numpy import load_file, save_file
 
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import Example
-from kdbert.data.words import MASK_TOKEN
+from kdbert.families.bilstm.words import MASK_TOKEN
 from kdbert.errors import KdbertError
 
 

@@ -1,0 +1,3 @@
+from kdbert.cli.commands import main
+
+raise SystemExit(main())

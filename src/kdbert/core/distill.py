@@ -1,0 +1,210 @@
+"""The one distillation front: task and general distillation for every registered method.
+
+The front does what all methods share and all the I/O: read the options into the method's typed
+config (:func:`kdbert.methods.registry.method_config`), load the task or corpus, the teacher and its
+tokenizer, check the student's vocabulary, prepare the output folder (after every input has been
+accepted, so a refused input leaves no run marker behind), ask the recipe for its
+:class:`~kdbert.methods.base.Plan`, run it with the shared trainer and write the report
+(``distill_report.json`` / ``general_report.json``: config, layer map, per-stage losses, dev
+metrics, projections, wall time). Recipes only build students and plans; a student that reads
+inputs of its own (the word-level BiLSTM) comes with the recipe's ``task_inputs`` hook, which
+returns its encoded rows, collator and evaluator (:func:`token_inputs` is the default).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+
+from transformers import set_seed
+
+from kdbert.data.batching import TaskCollator, TokenizerInputs, encode_task
+from kdbert.data.corpus import corpus_files, pack_sequences
+from kdbert.data.load import TaskOptions, load_task
+from kdbert.errors import KdbertError
+from kdbert.core.evaluate import TaskEvaluator
+from kdbert.core.atomic_io import write_json
+from kdbert.methods.registry import method_config, recipe
+from kdbert.core.loading import check_vocabulary, load_sequence_classifier, load_tokenizer, resolve_model_path
+from kdbert.methods.base import DistillContext, Plan, TaskInputs
+from kdbert.core.teacher_cache import TeacherCache
+from kdbert.core.trainer import RunConfig, Trainer, is_main_process, prepare_output_dir
+
+
+def _config(options, general: bool):
+    if is_dataclass(options):
+        return options
+    return method_config(options.get("method") or "tinybert", options, general=general)
+
+
+def _identity(command: str, config, **extra) -> dict:
+    """What a resumed run must share with the original (the marker ``run_config.json``)."""
+    # the cache folder changes where the teacher's outputs come from, not what they are; the
+    # thread count changes only the speed
+    values = {k: v for k, v in asdict(config).items() if k not in ("no_progress", "teacher_cache", "threads")}
+    return {"command": command, "method": config.method, **extra, **values}
+
+
+def _run_config(out: Path, config, save_every: int | None = None) -> RunConfig:
+    return RunConfig(str(out), seed=config.seed, mixed_precision=config.mixed_precision, threads=config.threads,
+                     keep_checkpoints=config.keep_checkpoints, save_every=save_every,
+                     progress=not config.no_progress)
+
+
+def projection_report(plan: Plan, trainer: Trainer) -> dict | None:
+    """Projections the stages created (names, parameters) and those loaded from the student folder."""
+    projections = trainer.modules["projections"] if "projections" in trainer.modules else None
+    if projections is None:
+        return None
+    loaded = [n for s in plan.stages for n in getattr(s.loss_fn, "loaded_projections", [])]
+    return {"count": len(projections), "names": list(projections.keys()),
+            "parameters": sum(p.numel() for p in projections.parameters()), "loaded_from_student": loaded}
+
+
+def open_teacher_cache(config, plan: Plan, max_seq_len: int) -> TeacherCache | None:
+    """The ``--teacher-cache`` of a task distillation, attached to the plan's stages that run the
+    teacher (``None`` without the option, or when no stage runs it); announced on stdout."""
+    folder = getattr(config, "teacher_cache", None)
+    if not folder:
+        if getattr(config, "teacher_cache_features", False):
+            raise KdbertError("--teacher-cache-features needs --teacher-cache DIR (where the outputs are kept)")
+        return None
+    if "teacher" not in plan.frozen:
+        print("teacher cache: no stage runs the teacher; nothing to cache")
+        return None
+    cache = TeacherCache(folder, plan.frozen["teacher"], max_seq_len, features=config.teacher_cache_features)
+    cache.attach(plan.stages)
+    if is_main_process():
+        print(cache.describe_start())
+    return cache
+
+
+def _train(plan: Plan, run: RunConfig, collator, tokenizer, resume: bool, evaluator=None,
+           cache: TeacherCache | None = None) -> tuple[dict, dict]:
+    trainer = Trainer(plan.modules, plan.stages, run, collator, frozen=plan.frozen, evaluator=evaluator,
+                      tokenizer=tokenizer)
+    try:
+        train_report = trainer.train(resume=resume)
+    finally:  # an interrupted run keeps what it computed
+        if cache is not None:
+            cache.close()
+    report = dict(plan.report)
+    if cache is not None:
+        report["teacher_cache"] = cache.report()
+        if is_main_process():
+            print(cache.describe_end())
+    projections = projection_report(plan, trainer)
+    if projections is not None or "projections" in report:
+        report["projections"] = {**(report.get("projections") or {}), **(projections or {"count": 0})}
+    report["matches"] = {name: [m.describe() for m in matches] for name, matches in plan.matches.items()}
+    return train_report, report
+
+
+def token_inputs(method, teacher, tokenizer, data, rows, max_seq_len: int, config, task: TaskOptions) -> TaskInputs:
+    """The default inputs: ``method.initial_student``; the rows encoded once by the teacher's
+    tokenizer and, when the recipe has a ``student_inputs(student, config, spec)`` hook (a student
+    with inputs of its own), by the student's too; :class:`TaskCollator`, :class:`TaskEvaluator`.
+    A recipe whose student is built from the data itself (the BiLSTM's word vocabulary) provides
+    ``task_inputs`` with this signature instead."""
+    if config.student and Path(str(config.student)).is_dir():
+        check_vocabulary(config.student, teacher, tokenizer)
+    student = method.initial_student(teacher, data.spec, config)
+    teacher_inputs = TokenizerInputs(tokenizer, max_seq_len)
+    make_student_inputs = getattr(method, "student_inputs", None)
+    student_inputs = make_student_inputs(student, config, data.spec) if make_student_inputs else None
+    return TaskInputs(student, encode_task(rows, teacher_inputs, student_inputs),
+                      TaskCollator(teacher_inputs, student_inputs, data.spec.is_regression),
+                      TaskEvaluator(data, tokenizer, max_seq_len, inputs=student_inputs), tokenizer)
+
+
+def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = False, overwrite: bool = False) -> dict:
+    """Distil ``teacher`` into a student on ``task`` with the options' ``method`` (default tinybert).
+
+    ``options``: a method config (:mod:`kdbert.methods.registry`) or a dict of its option names (the CLI's
+    ``distill task`` options). Returns the report also written to ``distill_report.json``.
+    """
+    started = time.time()
+    config = _config(options, general=False)
+    data = load_task(task, seed=config.seed)
+    spec = data.spec
+    config = config.resolved(spec.name)
+    if not config.teacher:
+        raise KdbertError("--teacher is required: a model fine-tuned on the task (see `kdbert finetune`)")
+    teacher_path = resolve_model_path(config.teacher)
+    teacher = load_sequence_classifier(teacher_path, spec.num_labels, new_head_ok=False, labels=spec.labels)
+    tokenizer = load_tokenizer(teacher_path)
+    method = recipe(config.method)
+    set_seed(config.seed)
+    max_seq_len = config.max_seq_len or spec.max_seq_len
+    rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
+    prepare = getattr(method, "task_inputs", token_inputs)
+    inputs = prepare(method, teacher, tokenizer, data, rows, max_seq_len, config, task)
+    context = DistillContext(teacher, inputs.student, tokenizer, spec, inputs.train_set, config, config.seed)
+    plan = method.build_task_plan(context)
+    identity = _identity("distill task", _config(options, general=False), task=task.task, train_file=task.train_file)
+    cache = open_teacher_cache(config, plan, max_seq_len)
+    out = prepare_output_dir(output_dir, identity, resume, overwrite)
+    train_report, plan_report = _train(plan, _run_config(out, config), inputs.collator, inputs.saved_with_student,
+                                       resume, inputs.evaluator, cache)
+    if not is_main_process():
+        return {}
+    report = {
+        "method": config.method, "task": spec.name, "teacher": teacher_path, "options": identity,
+        "student_init": inputs.student.origin, **inputs.report, **plan_report,
+        "stages": train_report["stages"], "stage_losses": stage_losses(out / "log.jsonl"),
+        "dev_metrics": train_report["best_metrics"], "best_stage": train_report["best_stage"],
+        "best_step": train_report["best_step"], "eval_history": train_report["history"],
+        "runtime": train_report["runtime"], "wall_seconds": round(time.time() - started, 1),
+    }
+    write_json(out / "distill_report.json", report)
+    return report
+
+
+def distill_general(options, output_dir: str, resume: bool = False, overwrite: bool = False) -> dict:
+    """General (pre-training) distillation on raw text with the options' ``method`` (tinybert or
+    distilbert); writes the student folder and ``general_report.json`` and returns the report."""
+    started = time.time()
+    config = _config(options, general=True)
+    method = recipe(config.method, general=True)
+    if not config.corpus:
+        raise KdbertError("--corpus is required: text files or folders to distil on")
+    corpus = corpus_files([config.corpus] if isinstance(config.corpus, (str, Path)) else config.corpus)
+    teacher, teacher_path = method.general_teacher(config)
+    tokenizer = load_tokenizer(teacher_path)
+    set_seed(config.seed)
+    student = method.general_student(teacher, tokenizer, config)
+    max_seq_len = method.general_max_seq_len(config, teacher, student)
+    identity = _identity("distill general", config)
+    out = prepare_output_dir(output_dir, identity, resume, overwrite)
+    sequences = pack_sequences(tokenizer, corpus, max_seq_len, config.max_sequences, config.seed,
+                               cache_path=out / "packed_corpus.safetensors" if is_main_process() else None)
+    dataset, collator, data_report = method.general_data(sequences, tokenizer, teacher, config)
+    plan = method.build_general_plan(DistillContext(teacher, student, tokenizer, None, dataset, config, config.seed))
+    train_report, plan_report = _train(plan, _run_config(out, config, config.save_every), collator, tokenizer, resume)
+    if not is_main_process():
+        return {}
+    report = {
+        "method": config.method, "teacher": teacher_path, "options": identity, "student_init": student.origin,
+        "corpus": [str(c) for c in corpus], "sequences": len(sequences), "max_seq_len": max_seq_len,
+        **plan_report, **data_report,
+        "stages": train_report.get("stages"), "stage_losses": stage_losses(out / "log.jsonl"),
+        "train_seconds": train_report.get("train_seconds"), "runtime": train_report.get("runtime"),
+        "wall_seconds": round(time.time() - started, 1),
+    }
+    write_json(out / "general_report.json", report)
+    return report
+
+
+def stage_losses(log_path: Path) -> dict[str, list[dict]]:
+    """Per-stage training-loss records from the JSONL log (``{stage: [{step, loss, terms...}]}``)."""
+    result: dict[str, list[dict]] = {}
+    if not log_path.exists():
+        return result
+    for line in log_path.read_text().splitlines():
+        record = json.loads(line)
+        if "loss" in record:
+            result.setdefault(record["stage"], []).append(
+                {k: v for k, v in record.items() if k not in ("stage", "time")})
+    return result

@@ -1,0 +1,68 @@
+"""Evaluation: run a classifier over a task's dev split(s) and compute its GLUE metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kdbert.data.batching import EncodedDataset, ModelInputs, TokenizerInputs, sequential_batches
+from kdbert.data.glue import TaskData
+from kdbert.data.tasks import TaskSpec
+from kdbert.core.metrics import compute_metrics, split_prefix, task_score
+from kdbert.core.trace import model_inputs
+
+
+@torch.no_grad()
+def predict(model, dataset: EncodedDataset, collator, batch_size: int = 64) -> np.ndarray:
+    """Logits (N, C) of ``model`` on ``dataset`` in the dataset's order (length-sorted batches).
+
+    ``model`` is an ``nn.Module`` or an exported model with its own ``predict(dataset,
+    collator, batch_size)`` (:class:`kdbert.deploy.onnx_runtime.OnnxClassifier`).
+    """
+    if not isinstance(model, torch.nn.Module):
+        return model.predict(dataset, collator, batch_size)
+    model.eval()
+    device = next(model.parameters()).device
+    outputs = [None] * len(dataset)
+    for indices in sequential_batches(dataset, batch_size):
+        batch = collator([dataset[i] for i in indices])
+        inputs = model_inputs(model, {k: v.to(device) for k, v in batch.items()})
+        output = model(**inputs)
+        logits = (output if torch.is_tensor(output) else output.logits).float().cpu().numpy()
+        for row, index in enumerate(indices):
+            outputs[index] = logits[row]
+    return np.stack(outputs)
+
+
+def to_predictions(spec: TaskSpec, logits: np.ndarray) -> np.ndarray:
+    """Class ids (argmax) for classification, the single output for regression."""
+    return logits[:, 0] if spec.is_regression else logits.argmax(axis=-1)
+
+
+class TaskEvaluator:
+    """Callable ``evaluator(model) -> metrics`` over a task's dev split(s), encoded once with the
+    model's inputs (``inputs``; default: ``tokenizer``'s).
+
+    Metrics are in percent, keyed by name (MNLI: ``dev_matched/accuracy`` ...), plus ``score``,
+    the mean of the task's metrics, which selects the best checkpoint.
+    """
+
+    def __init__(self, data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64,
+                 inputs: ModelInputs | None = None):
+        self.spec = data.spec
+        self.max_seq_len = max_seq_len or data.spec.max_seq_len
+        inputs = inputs or TokenizerInputs(tokenizer, self.max_seq_len)
+        self.splits = {name: EncodedDataset(inputs.encode(rows)) for name, rows in data.dev.items()}
+        self.references = {name: np.array([ex.label for ex in rows]) for name, rows in data.dev.items()}
+        self.collator = inputs.collate
+        self.batch_size = batch_size
+
+    def __call__(self, model) -> dict[str, float]:
+        metrics = {}
+        splits = tuple(self.splits)
+        for name, dataset in self.splits.items():
+            predictions = to_predictions(self.spec, predict(model, dataset, self.collator, self.batch_size))
+            metrics.update(compute_metrics(self.spec.metrics, predictions, self.references[name],
+                                           split_prefix(name, splits)))
+        metrics["score"] = task_score(metrics, self.spec.metrics, splits)
+        return metrics

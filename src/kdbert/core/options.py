@@ -1,0 +1,196 @@
+"""Typed options: one dataclass per method, the single source of its options, defaults and checks.
+
+Every option is a dataclass field made with :func:`option`, whose metadata carries the help text,
+the command-line group and the check. The command line (``kdbert distill task|general``), YAML
+recipes (``--recipe``, ``--config``) and the Python API all go through :func:`build_config`, so a
+value is checked, and an option of another method refused, the same way whichever door it came in.
+
+``None`` in a field means "the method's default for this task": a config class resolves those in
+:meth:`MethodConfig.task_defaults` (TinyBERT's per-task epochs, the fine-tuning table for KD...).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, ClassVar
+
+from kdbert.errors import KdbertError
+
+
+def flag(dest: str) -> str:
+    """The CLI spelling of an option: ``kd_loss`` -> ``--kd-loss``."""
+    return "--" + dest.replace("_", "-")
+
+
+# ----------------------------------------------------------------------------- checks
+Check = Callable[[str, Any], None]
+
+
+def _number(name: str, value, kind: type) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = kind(value)
+        except (TypeError, ValueError):
+            raise KdbertError(f"{flag(name)} must be a{'n integer' if kind is int else ' number'} "
+                              f"(got {value!r})") from None
+    if kind is int and (not float(value).is_integer()):
+        raise KdbertError(f"{flag(name)} must be an integer (got {value})")
+    return value
+
+
+def in_range(low: float, high: float, kind: type = float, low_open: bool = False, what: str = "") -> Check:
+    """A check that the value is a finite ``kind`` in [low, high] (``(low, high]`` with ``low_open``)."""
+
+    def check(name: str, value) -> None:
+        number = _number(name, value, kind)
+        ok = math.isfinite(number) and (number > low if low_open else number >= low) and number <= high
+        if not ok:
+            description = what or (f"{'an integer' if kind is int else 'a number'} in "
+                                   f"{'(' if low_open else '['}{low:g}, {high:g}]")
+            raise KdbertError(f"{flag(name)} must be {description} (got {value})")
+
+    return check
+
+
+POSITIVE_INT = in_range(1, 10**9, int, what="a positive integer")
+POSITIVE = in_range(0, 1e9, low_open=True, what="a positive finite number")
+NON_NEGATIVE = in_range(0, 1e9, what="a finite number >= 0")
+EPOCHS = in_range(0, 10**5, low_open=True, what="a positive number of epochs (at most 100000)")
+LEARNING_RATE = in_range(0, 1, low_open=True, what="a learning rate in (0, 1]")
+UNIT = in_range(0, 1)
+
+
+def warmup(name: str, value) -> None:
+    number = _number(name, value, float)
+    if not (math.isfinite(number) and 0 <= number < 1):
+        raise KdbertError(f"{flag(name)} must be a fraction in [0, 1) (got {value})")
+
+
+def one_of(*choices: str) -> Check:
+    def check(name: str, value) -> None:
+        if value not in choices:
+            raise KdbertError(f"{flag(name)} {value!r} is unknown; use one of {', '.join(choices)}")
+
+    return check
+
+
+def option(default=None, help: str = "", check: Check | None = None, type: type = str, group: str = "method",
+           choices: tuple[str, ...] | None = None):
+    """A config field: ``default`` (``None`` = the method's default for the task), its ``--help``
+    text, CLI ``group``, value ``type`` (``bool`` makes a switch) and ``check``."""
+    if choices and check is None:
+        check = one_of(*choices)
+    meta = {"help": help, "check": check, "type": type, "group": group, "choices": choices}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def override(cls, name: str, default):
+    """Field ``name`` of ``cls`` (help, check) with another default, for a subclass."""
+    return field(default=default, metadata=cls.__dataclass_fields__[name].metadata)
+
+
+# ----------------------------------------------------------------------------- configs
+@dataclass
+class TrainOptions:
+    """Options every training command shares (``--epochs``, ``--learning-rate``, ...)."""
+
+    epochs: float | None = option(None, "training epochs (may be fractional)", EPOCHS, float, "train")
+    max_steps: int | None = option(None, "optimiser steps; overrides --epochs", POSITIVE_INT, int, "train")
+    learning_rate: float | None = option(None, "peak learning rate", LEARNING_RATE, float, "train")
+    batch_size: int | None = option(None, "examples per optimiser step per process", POSITIVE_INT, int, "train")
+    grad_accum: int = option(1, "gradient accumulation steps", POSITIVE_INT, int, "train")
+    max_seq_len: int | None = option(None, "token limit", in_range(3, 10**6, int, what="an integer >= 3"), int,
+                                     "train")
+    warmup_ratio: float = option(0.1, "fraction of steps with linear warmup", warmup, float, "train")
+    weight_decay: float = option(0.01, "AdamW weight decay", in_range(0, 10), float, "train")
+    eval_every: int | None = option(None, "evaluate every N steps", POSITIVE_INT, int, "train")
+    max_train_examples: int | None = option(None, "use only the first N training rows", POSITIVE_INT, int, "train")
+    seed: int = option(42, "random seed", in_range(0, 2**32 - 1, int), int, "train")
+    mixed_precision: str = option("auto", "autocast precision (auto: bf16 where the hardware runs it natively)",
+                                  type=str, group="train", choices=("auto", "no", "bf16", "fp16"))
+    threads: int | None = option(None, "CPU threads (default: a fair share of the cores among kdbert runs)",
+                                 POSITIVE_INT, int, "train")
+    keep_checkpoints: int = option(2, "checkpoints kept", POSITIVE_INT, int, "train")
+    no_progress: bool = option(False, "hide the progress bar", type=bool, group="train")
+
+    def check(self) -> None:
+        """Run every field's check on the values that are set."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            check = f.metadata.get("check")
+            if value is not None and value is not False and check is not None:
+                check(f.name, value)
+
+
+@dataclass
+class MethodConfig(TrainOptions):
+    """Base of a method's task-distillation options (teacher and student included)."""
+
+    method: ClassVar[str] = ""
+    teacher: str | None = option(None, "teacher fine-tuned on the task (HF folder)", group="models")
+    student: str | None = option(None, "student: a preset, an HF folder, or none", group="models")
+
+    def task_defaults(self, task: str) -> dict:
+        """Per-task defaults for fields left at ``None`` (``task`` is the GLUE name or a file stem)."""
+        return {}
+
+    def resolved(self, task: str) -> MethodConfig:
+        """A copy with the task's defaults filled in where a field is ``None``; checked."""
+        defaults = {k: v for k, v in self.task_defaults(task).items() if getattr(self, k) is None}
+        config = replace(self, **defaults)
+        config.check()
+        return config
+
+
+@dataclass
+class TeacherCacheOptions:
+    """Task distillation's teacher-output cache (:mod:`kdbert.core.teacher_cache`), for every method whose
+    stages run an HF teacher per batch. Off by default; a folder shared by runs (seeds, methods)
+    reuses their teacher outputs."""
+
+    teacher_cache: str | None = option(None, "folder of stored teacher outputs, reused across epochs, stages, "
+                                             "seeds and runs (keyed by teacher, tokens and precision)",
+                                       group="teacher cache")
+    teacher_cache_features: bool = option(False, "also store the hidden states and attention scores a stage "
+                                                 "matches (bf16, which rounds them) and [CLS] states (exact)",
+                                          type=bool, group="teacher cache")
+
+
+# ----------------------------------------------------------------------------- building
+def config_fields(cls) -> dict[str, Any]:
+    return {f.name: f for f in fields(cls)}
+
+
+def build_config(cls, values: dict, owners: dict[str, list[str]] | None = None, method: str = "") -> Any:
+    """``cls(**values)`` after refusing what ``cls`` does not have, then checked.
+
+    ``owners`` maps option names of *other* methods to the methods that have them, for the
+    message "--alpha is a kd/pkd option and --method tinybert does not use it". ``None``/``False``
+    values count as "not given"; ``method`` (the registry key) is not an option of the config.
+    """
+    known = config_fields(cls)
+    kept = {}
+    for key, value in values.items():
+        key = str(key).replace("-", "_")
+        if key == "method":
+            continue
+        if key in known:
+            if value is not None:
+                kept[key] = value
+            continue
+        if value is None or value is False:
+            continue
+        users = (owners or {}).get(key)
+        if users:
+            raise KdbertError(f"{flag(key)} is a {'/'.join(users)} option and --method {method} does not use it; "
+                              f"drop it or use --method {users[0]}")
+        raise KdbertError(f"unknown option {flag(key)} for --method {method}")
+    for name, f in known.items():
+        if name in kept and f.metadata.get("type") is bool:
+            kept[name] = bool(kept[name])
+    config = cls(**kept)
+    config.check()
+    return config

@@ -1,0 +1,408 @@
+"""Teacher-output cache for task distillation: the teacher runs once per distinct training row.
+
+The teacher of task distillation is frozen and deterministic (eval mode, no dropout), so its
+outputs on a row are the same in every epoch, in every stage that reads them, and in every run
+(seed, student, method) on the same teacher. ``--teacher-cache DIR`` keeps them in ``DIR`` and
+serves them instead of running the teacher; ``--teacher-cache-features`` also keeps the hidden
+states and attention scores a stage matches (TinyBERT's intermediate stage, PKD's [CLS] states).
+
+Key of a row (hex blake2b, 16 bytes)::
+
+    key = blake2b(namespace | precision | input_ids[:n] | token_type_ids[:n])
+    namespace = blake2b(teacher class, config, weights (names, dtypes, shapes, bytes), max_seq_len)
+    precision = device type and autocast dtype ("cpu|autocast=off", "cuda|autocast=bfloat16")
+
+``n`` is the row's real length (its attention mask; rows must be right-padded), so the key does
+not depend on the batch a row is in: shuffled orders, other batch sizes and augmented files
+(rows are keyed by their tokens, not their position) hit, while a changed teacher, tokenizer
+output, length limit or precision never reads another's numbers.
+
+Fields of an entry, each a tensor named ``<key>/<field>`` in a shard::
+
+    logits       (C,)        as computed (float32 in a float32 run)
+    cls.<l>      (1, d)      [CLS] state of hidden layer l (PKD's patient loss), as computed
+    hidden.<l>   (S, d)      output of hidden layer l, 0 = embeddings               bfloat16
+    scores.<l>   (H, S, n)   pre-softmax attention scores of layer l >= 1 on the   bfloat16
+                             row's n real keys
+
+Hidden states and attention scores are stored in bfloat16, which rounds them (8 bits of
+mantissa: a relative error up to 2^-9; the -10000 masked score becomes -9984), and are served as
+float32. Logits and [CLS] states (a few numbers per row) keep their computed dtype, so they are
+served bit for bit as computed. ``S`` is the padded length of
+the batch the row was computed in (at least its real length): padded positions are kept because
+TinyBERT's reference reductions read them (padded query rows, hidden states of pad tokens). A pad
+token attends to real tokens only and no real token attends to a pad, so those values do not
+depend on how far the batch is padded: a row stored at length ``S`` serves any batch of length
+``L <= S`` (trimmed to ``L``), and is a miss in a longer batch. Scores on padded keys are not
+stored: they are served as ``MASKED_SCORE`` (-10000), the trace's mask convention, which every
+loss reads as "masked" (the reference reduction zeroes scores <= -100, masked-mean leaves them
+out, a softmax gives them 0), while the teacher's own values there are -10000 plus a raw score.
+
+Per batch: rows whose entry holds every field the stage reads (long enough) are hits. All hits:
+the teacher does not run, the :class:`~kdbert.core.trace.Trace` is assembled from the cache.
+All misses (a cold cache): the teacher runs on the batch exactly as without a cache, its trace is
+used as is and its rows are stored. Some misses: the teacher runs on the missing rows only (at
+the batch's length), they are stored and the whole batch is assembled from the cache.
+
+Storage: shards ``shard-<random>.safetensors`` (never pickles) of about ``shard_rows`` rows, each
+written under a temporary name and moved into place with ``os.replace``, so an interrupted run
+leaves complete shards only (``.tmp`` files are never read) and the next run serves them: the
+cache resumes. Each shard's metadata names its teacher namespace; opening the cache indexes the
+shards of this namespace from their headers. Several teachers, and runs side by side, can share
+one folder (shard names are random).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from kdbert.errors import KdbertError
+from kdbert.core.trace import MASKED_SCORE, Trace, model_batch, trace
+
+FORMAT = "kdbert-teacher-cache-1"
+FEATURE_DTYPE = torch.bfloat16
+SHARD_GLOB = "shard-*.safetensors"
+# What a row's key covers; a batch carrying any other tensor for the teacher is not cached.
+KEYED_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+# Config entries that name where a teacher came from or its labels, not what its forward computes
+# (``problem_type`` only picks the loss HF computes when given labels, which the teacher never is).
+UNKEYED_CONFIG = ("_name_or_path", "transformers_version", "architectures", "_attn_implementation",
+                  "_attn_implementation_autoset", "_commit_hash", "id2label", "label2id", "problem_type")
+
+
+def teacher_fingerprint(model: torch.nn.Module, max_seq_len: int) -> str:
+    """Hex digest of everything that decides the teacher's outputs on a row: its class, config,
+    weights (names, dtypes, shapes, bytes) and the length limit rows were truncated to."""
+    config = getattr(model, "config", None)
+    described = {k: v for k, v in config.to_dict().items() if k not in UNKEYED_CONFIG} if config is not None else {}
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(json.dumps({"class": type(model).__name__, "max_seq_len": max_seq_len, "config": described},
+                             sort_keys=True, default=str).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"|{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def precision(device: torch.device) -> str:
+    """The device type and autocast dtype the teacher runs under (part of every key)."""
+    kind = device.type
+    dtype = str(torch.get_autocast_dtype(kind)).removeprefix("torch.") if torch.is_autocast_enabled(kind) else "off"
+    return f"{kind}|autocast={dtype}"
+
+
+def teacher_fields(matches, depth: int) -> list[str] | None:
+    """The fields (module docstring) that the teacher side of ``matches`` reads from a teacher of
+    ``depth`` layers, negative layers resolved; ``None`` when one reads what the cache does not
+    keep (``mlm_logits``, a hook adapter's custom feature) or a layer the teacher lacks."""
+    wanted: set[str] = set()
+    for match in matches:
+        if match.target != "teacher":
+            continue
+        layers = match.teacher_layer if isinstance(match.teacher_layer, tuple) else (match.teacher_layer,)
+        for layer in layers:
+            if match.feature == "logits":
+                wanted.add("logits")
+            elif match.feature in ("embeddings", "hidden", "cls"):
+                index = 0 if match.feature == "embeddings" else (layer + depth + 1 if layer < 0 else layer)
+                if not 0 <= index <= depth:
+                    return None
+                wanted.add(f"{'cls' if match.feature == 'cls' else 'hidden'}.{index}")
+            elif match.feature in ("attention_scores", "attention_probs"):
+                index = layer + depth + 1 if layer < 0 else layer
+                if not 1 <= index <= depth:
+                    return None
+                wanted.add(f"scores.{index}")
+            else:
+                return None
+    # a stored hidden layer serves its [CLS] state too
+    return sorted(f for f in wanted if not (f.startswith("cls.") and f"hidden.{f[4:]}" in wanted))
+
+
+def _by_length(field: str) -> bool:
+    return field.startswith(("hidden.", "scores."))
+
+
+def _stored_length(field: str, shape) -> int:
+    """``S`` of a stored field: hidden (S, d), scores (H, S, n); 0 for fields without a length."""
+    return int(shape[0]) if field.startswith("hidden.") else int(shape[1]) if field.startswith("scores.") else 0
+
+
+def _row_value(computed: Trace, field: str, row: int) -> torch.Tensor:
+    """Field ``field`` of row ``row`` of a computed trace, as stored (a CPU copy)."""
+    kind, _, layer = field.partition(".")
+    if kind == "logits":
+        value, dtype = computed.require("logits", "teacher")[row], None
+    elif kind == "scores":
+        real = int(computed.attention_mask[row].sum())  # keys past it are padding
+        value, dtype = computed.require("attention_scores", "teacher")[int(layer) - 1][row, :, :, :real], FEATURE_DTYPE
+    else:
+        states = computed.require("hidden_states", "teacher")[int(layer)][row]
+        value, dtype = (states[:1], None) if kind == "cls" else (states, FEATURE_DTYPE)
+    return value.detach().to(device="cpu", dtype=dtype or value.dtype, copy=True).contiguous()
+
+
+@dataclass
+class Counts:
+    """Lookups of one stage: rows looked up and served, teacher forward passes run and skipped,
+    batches passed through uncached (not right-padded, extra inputs, teacher in training mode)."""
+
+    rows_looked_up: int = 0
+    rows_served: int = 0
+    teacher_batches_run: int = 0
+    teacher_batches_skipped: int = 0
+    batches_uncached: int = 0
+
+
+class TeacherCache:
+    """The cache of one teacher (module docstring) in ``folder``.
+
+    Args:
+        folder: shard folder, created when missing; shareable between teachers and runs.
+        teacher: the frozen teacher (fingerprinted once here).
+        max_seq_len: the length rows were truncated to.
+        features: also keep hidden states / attention scores (bf16) for stages that match them.
+        shard_rows, shard_bytes: write a shard once this many rows or bytes are pending.
+    """
+
+    def __init__(self, folder, teacher: torch.nn.Module, max_seq_len: int, features: bool = False,
+                 shard_rows: int = 512, shard_bytes: int = 64 << 20):
+        self.folder = Path(folder).expanduser()
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise KdbertError(f"--teacher-cache {self.folder}: cannot create it ({exc.strerror}); pass a writable "
+                              "folder") from None
+        self.namespace = teacher_fingerprint(teacher, max_seq_len)
+        self.depth = int(getattr(getattr(teacher, "config", None), "num_hidden_layers", 0) or 0)
+        self.features, self.shard_rows, self.shard_bytes = features, shard_rows, shard_bytes
+        self.index: dict[str, dict[str, tuple[str | None, int]]] = {}  # key -> field -> (shard or None, S)
+        self.pending: dict[str, torch.Tensor] = {}  # "<key>/<field>" -> tensor not yet in a shard
+        self.pending_rows = self.pending_bytes = 0
+        self.handles: dict[str, object] = {}
+        self.counts: dict[str, Counts] = {}
+        self.stages: dict[str, list[str]] = {}  # stage -> fields cached
+        self.not_cached: dict[str, str] = {}  # stage -> why its teacher outputs are not cached
+        self.bytes_written = self.shards_written = 0
+        self.skipped_shards: list[str] = []
+        self._load_index()
+        self.entries_at_start = len(self.index)
+
+    # ----------------------------------------------------------------- shards
+    def _load_index(self) -> None:
+        for path in sorted(self.folder.glob(SHARD_GLOB)):
+            try:
+                handle = safe_open(str(path), "pt")
+                if (handle.metadata() or {}).get("teacher") != self.namespace:
+                    continue
+                for name in handle.keys():
+                    key, field = name.split("/", 1)
+                    self._record(key, field, path.name, _stored_length(field, handle.get_slice(name).get_shape()))
+            except Exception as exc:  # written atomically, so only an outside change gets here: never trusted
+                self.skipped_shards.append(f"{path.name} ({type(exc).__name__}: {exc})")
+                continue
+            self.handles[path.name] = handle
+
+    def _record(self, key: str, field: str, shard: str | None, length: int) -> None:
+        """Index ``key/field`` in ``shard`` (``None``: pending); the longest stored length wins."""
+        fields = self.index.setdefault(key, {})
+        if field not in fields or length >= fields[field][1]:
+            fields[field] = (shard, length)
+
+    def flush(self) -> None:
+        """Write the pending rows as one shard (temporary name, then ``os.replace``)."""
+        if not self.pending:
+            return
+        name = f"shard-{uuid.uuid4().hex[:16]}.safetensors"
+        final, tmp = self.folder / name, self.folder / f".{name}.tmp"
+        try:
+            save_file(self.pending, str(tmp), metadata={"teacher": self.namespace, "format": FORMAT})
+            os.replace(tmp, final)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise KdbertError(f"--teacher-cache {self.folder}: cannot write a shard ({exc.strerror or exc}); free "
+                              "some space or drop --teacher-cache") from None
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.handles[name] = safe_open(str(final), "pt")
+        for tensor_name in self.pending:
+            key, field = tensor_name.split("/", 1)
+            shard, length = self.index[key][field]
+            if shard is None:
+                self.index[key][field] = (name, length)
+        self.bytes_written += final.stat().st_size
+        self.shards_written += 1
+        self.pending, self.pending_rows, self.pending_bytes = {}, 0, 0
+
+    def close(self) -> None:
+        """Write what is pending (call at the end of a run; an interrupted run loses only that)."""
+        self.flush()
+
+    def disk_bytes(self) -> int:
+        """Bytes of every shard in the folder (all teachers)."""
+        return sum(p.stat().st_size for p in self.folder.glob(SHARD_GLOB))
+
+    # ----------------------------------------------------------------- lookups
+    def row_keys(self, inputs: dict) -> list[str] | None:
+        """One key per row of the teacher's ``inputs`` (module docstring), or ``None`` when the
+        batch cannot be keyed: other inputs than :data:`KEYED_INPUTS`, or not right-padded."""
+        if any(torch.is_tensor(v) and k not in KEYED_INPUTS + ("labels",) for k, v in inputs.items()):
+            return None
+        ids = inputs["input_ids"]
+        mask = inputs.get("attention_mask")
+        mask = torch.ones_like(ids) if mask is None else mask
+        lengths = mask.sum(dim=1)
+        if not torch.equal(mask.bool(), torch.arange(ids.shape[1], device=ids.device)[None] < lengths[:, None]):
+            return None
+        types = inputs.get("token_type_ids")
+        ids, types = ids.cpu().to(torch.int64), None if types is None else types.cpu().to(torch.int64)
+        prefix = f"{self.namespace}|{precision(inputs['input_ids'].device)}|".encode()
+        keys = []
+        for row, n in enumerate(lengths.tolist()):
+            digest = hashlib.blake2b(prefix, digest_size=16)
+            digest.update(ids[row, :n].numpy().tobytes())
+            digest.update(b"|" + (b"" if types is None else types[row, :n].numpy().tobytes()))
+            keys.append(digest.hexdigest())
+        return keys
+
+    def has(self, key: str, fields: list[str], length: int) -> bool:
+        """Whether ``key`` holds every field, those with a length stored at ``length`` or longer."""
+        entry = self.index.get(key, {})
+        return all(f in entry and (not _by_length(f) or entry[f][1] >= length) for f in fields)
+
+    def get(self, key: str, field: str) -> torch.Tensor:
+        shard = self.index[key][field][0]
+        name = f"{key}/{field}"
+        return self.pending[name] if shard is None else self.handles[shard].get_tensor(name)
+
+    def store(self, keys: list[str], computed: Trace, fields: list[str]) -> None:
+        """Keep ``fields`` of each row of ``computed`` under its key; a shard is written when enough is pending."""
+        for row, key in enumerate(keys):
+            for field in fields:
+                value = _row_value(computed, field, row)
+                self.pending[f"{key}/{field}"] = value
+                self.pending_bytes += value.numel() * value.element_size()
+                self._record(key, field, None, _stored_length(field, value.shape))
+            self.pending_rows += 1
+        if self.pending_rows >= self.shard_rows or self.pending_bytes >= self.shard_bytes:
+            self.flush()
+
+    def assemble(self, keys: list[str], fields: list[str], inputs: dict, model_class: str) -> Trace:
+        """The teacher's trace of a batch whose rows are all stored: ``logits`` (B, C) as
+        computed; ``hidden_states[l]`` (B, L, d) float32, or (B, 1, d) as computed when only its
+        [CLS] is read; ``attention_scores[l - 1]`` (B, H, L, L) float32, ``MASKED_SCORE`` on padded
+        keys; layers not read are ``None``."""
+        length, device = inputs["input_ids"].shape[1], inputs["input_ids"].device
+        hidden: list = [None] * (self.depth + 1)
+        scores: list = [None] * self.depth
+        logits = None
+        for field in fields:
+            kind, _, layer = field.partition(".")
+            rows = [self.get(key, field) for key in keys]
+            if kind == "logits":
+                logits = torch.stack(rows).to(device)
+            elif kind == "cls":
+                hidden[int(layer)] = torch.stack(rows).to(device)
+            elif kind == "scores":
+                batch = torch.full((len(rows), rows[0].shape[0], length, length), MASKED_SCORE)
+                for i, r in enumerate(rows):
+                    batch[i, :, :, :r.shape[-1]] = r[:, :length]
+                scores[int(layer) - 1] = batch.to(device)
+            else:
+                hidden[int(layer)] = torch.stack([r[:length] for r in rows]).to(device, torch.float32)
+        mask = inputs.get("attention_mask")
+        return Trace(hidden_states=tuple(hidden) if any(f.startswith(("hidden.", "cls.")) for f in fields) else None,
+                     attention_scores=tuple(scores) if any(f.startswith("scores.") for f in fields) else None,
+                     logits=logits, attention_mask=torch.ones_like(inputs["input_ids"]) if mask is None else mask,
+                     model_class=model_class)
+
+    def trace(self, teacher: torch.nn.Module, batch: dict, fields: list[str], with_attention: bool,
+              stage: str = "") -> Trace:
+        """The teacher's trace of ``batch`` (shared or per-model), served from the cache where
+        every row is stored (module docstring: all hits, all misses, some misses)."""
+        inputs = model_batch(batch, "teacher")
+        counts = self.counts.setdefault(stage, Counts())
+        keys = None if teacher.training else self.row_keys(inputs)
+        if keys is None:
+            counts.batches_uncached += 1
+            return trace(teacher, inputs, with_attention=with_attention, role="teacher")
+        length = inputs["input_ids"].shape[1]
+        missing = [i for i, key in enumerate(keys) if not self.has(key, fields, length)]
+        counts.rows_looked_up += len(keys)
+        counts.rows_served += len(keys) - len(missing)
+        if len(missing) == len(keys):
+            counts.teacher_batches_run += 1
+            computed = trace(teacher, inputs, with_attention=with_attention, role="teacher")
+            self.store(keys, computed, fields)
+            return computed
+        if missing:
+            counts.teacher_batches_run += 1
+            rows = torch.tensor(missing, device=inputs["input_ids"].device)
+            subset = {k: v.index_select(0, rows) for k, v in inputs.items() if k in KEYED_INPUTS}
+            self.store([keys[i] for i in missing], trace(teacher, subset, with_attention=with_attention,
+                                                         role="teacher"), fields)
+        else:
+            counts.teacher_batches_skipped += 1
+        return self.assemble(keys, fields, inputs, type(teacher).__name__)
+
+    # ----------------------------------------------------------------- stages and reports
+    def attach(self, stages) -> None:
+        """Serve the teacher of every stage whose loss (a :class:`~kdbert.core.matching.MatchLoss`) runs
+        it and reads only what the cache keeps: logits always, features with ``features``."""
+        for stage in stages:
+            loss, name = stage.loss_fn, stage.config.name
+            if not getattr(loss, "uses_teacher", False) or not hasattr(loss, "use_teacher_cache"):
+                continue
+            fields = teacher_fields(loss.matches, self.depth)
+            if fields is None:
+                self.not_cached[name] = "it reads a teacher feature the cache does not keep"
+            elif not fields:
+                continue
+            elif fields != ["logits"] and not self.features:
+                self.not_cached[name] = (f"it reads teacher {', '.join(f for f in fields if f != 'logits')}; "
+                                         "--teacher-cache-features keeps them")
+            else:
+                self.stages[name] = fields
+                loss.use_teacher_cache(self, name, fields)
+
+    def describe_start(self) -> str:
+        lines = [f"teacher cache {self.folder}: {self.entries_at_start} rows of this teacher stored, "
+                 f"{self.disk_bytes() / 1e6:.1f} MB on disk (all teachers)"]
+        lines += [f"  stage {name}: cached ({', '.join(fields)})" for name, fields in self.stages.items()]
+        lines += [f"  stage {name}: not cached, {why}" for name, why in self.not_cached.items()]
+        lines += [f"  unreadable shard skipped: {s}" for s in self.skipped_shards]
+        return "\n".join(lines)
+
+    def report(self) -> dict:
+        """Facts for ``distill_report.json``: per stage and overall lookups, hit rate, disk use."""
+        total = Counts()
+        for counts in self.counts.values():
+            for k, v in asdict(counts).items():
+                setattr(total, k, getattr(total, k) + v)
+        return {
+            "folder": str(self.folder), "teacher": self.namespace, "features": self.features,
+            "rows_at_start": self.entries_at_start, "rows_stored": len(self.index), **asdict(total),
+            "hit_rate": round(total.rows_served / total.rows_looked_up, 4) if total.rows_looked_up else None,
+            "stages": {name: {"fields": fields, **asdict(self.counts.get(name, Counts()))}
+                       for name, fields in self.stages.items()},
+            "not_cached": self.not_cached, "shards_written": self.shards_written,
+            "bytes_written": self.bytes_written, "disk_bytes": self.disk_bytes(),
+        }
+
+    def describe_end(self) -> str:
+        r = self.report()
+        rate = "no lookups" if r["hit_rate"] is None else f"{100 * r['hit_rate']:.1f}% hit rate"
+        return (f"teacher cache: served {r['rows_served']} of {r['rows_looked_up']} rows ({rate}), teacher skipped on "
+                f"{r['teacher_batches_skipped']} batches and run on {r['teacher_batches_run']}; "
+                f"{r['bytes_written'] / 1e6:.1f} MB written, {r['disk_bytes'] / 1e6:.1f} MB on disk")

@@ -1,0 +1,595 @@
+"""The one training loop. Every method (fine-tuning, TinyBERT, KD, PKD, DistilBERT) is a list of
+:class:`Stage` objects run by :class:`Trainer`; a method never has its own loop.
+
+A stage names its training data, a loss function returning *named, already weighted* loss
+terms (the total is their sum; :class:`kdbert.core.matching.MatchLoss` builds one from a list of
+matches), which parameters train (name patterns, each with a learning-rate multiplier), and its
+optimiser schedule. The trainer
+runs the stages in order with ``accelerate`` (CPU, one GPU or DDP; bf16/fp16 autocast),
+gradient accumulation, linear warmup/decay or a constant rate, gradient clipping, periodic
+evaluation keeping the best student, JSONL + TensorBoard logs, a progress bar, and atomic
+checkpoints that hold everything needed to resume exactly: trainable weights, optimiser,
+scheduler, RNG state, stage, step, epoch and the position inside the epoch.
+
+Output directory::
+
+    out/                  best (or final) student: HF folder + tokenizer + metrics.json
+    out/projections.safetensors   extra trained modules (e.g. TinyBERT's W_h), kept apart
+    out/checkpoints/      resumable checkpoints, the last ``keep_checkpoints`` kept
+    out/log.jsonl, out/tb/    training logs
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState
+from accelerate.utils import DistributedDataParallelKwargs, gather_object
+from safetensors.torch import load_model, save_model
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import get_constant_schedule, get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
+
+from kdbert.data.batching import EncodedDataset, epoch_order
+from kdbert.errors import KdbertError
+from kdbert.core.atomic_io import copy_files_atomically, replace_dir, restore_interrupted, write_json
+from kdbert.core.hardware import ThreadShare, resolve_precision
+
+LossFn = Callable[[nn.ModuleDict, dict, dict], dict]
+
+
+@dataclass
+class StageConfig:
+    """Optimisation settings of one stage.
+
+    ``epochs`` may be fractional; ``max_steps`` (optimiser steps), when set, wins. ``schedule``
+    is "linear" (warmup from 0, then linear decay to 0), "linear-from-first-step" (the same with the
+    first step at lr / warmup_steps instead of 0, at least one warmup step; ``kdbert mlm-head``),
+    "constant" (TinyBERT's intermediate stage) or "constant_warmup" (warmup then constant:
+    MobileBERT's layer-wise phases). ``decay_all`` applies weight decay to biases and LayerNorm
+    weights too.
+    ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
+    ``optimizer`` is a key of :data:`OPTIMIZERS`: "adamw" (decoupled weight decay) or
+    "adadelta" (rho 0.95, eps 1e-6; the distilled BiLSTM's, with ``learning_rate`` 1.0 and a
+    constant schedule; weight decay there is an L2 term added to the gradient).
+    ``train`` selects the parameters this stage updates by name in the trainer's module dict
+    (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
+    entry is a glob pattern, or a :class:`ParamGroup` with a learning-rate multiplier; the first
+    pattern a parameter matches decides its group, and parameters matching none are frozen.
+    """
+
+    name: str
+    epochs: float = 3.0
+    max_steps: int | None = None
+    learning_rate: float = 5e-5
+    schedule: str = "linear"
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    batch_size: int = 32
+    grad_accum: int = 1
+    max_grad_norm: float = 1.0
+    optimizer: str = "adamw"
+    evaluate: bool = True
+    eval_every: int | None = None
+    train: tuple = ("student.*",)
+    decay_all: bool = False
+
+
+OPTIMIZERS = {
+    # fused: one kernel for every parameter instead of a loop of small ops (a tinybert4 step's
+    # AdamW: 164 ms -> 25 ms on one CPU thread); the same update up to float rounding
+    "adamw": lambda groups, lr: torch.optim.AdamW(groups, lr=lr, fused=True),
+    "adadelta": lambda groups, lr: torch.optim.Adadelta(groups, lr=lr, rho=0.95, eps=1e-6),
+}
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """Parameters whose name matches ``pattern`` (glob), trained at ``lr_scale`` x the stage's rate.
+
+    "Layer 3 at 3x, earlier layers at 0.3x, the rest frozen" is
+    ``(ParamGroup("student.*.layer.3.*", 3.0), ParamGroup("student.*.layer.[0-2].*", 0.3))``.
+    """
+
+    pattern: str
+    lr_scale: float = 1.0
+
+
+def param_groups(train: tuple) -> list[ParamGroup]:
+    return [g if isinstance(g, ParamGroup) else ParamGroup(str(g)) for g in train]
+
+
+@dataclass
+class Stage:
+    """A stage: its settings, its loss ``loss_fn(modules, frozen, batch) -> {term: tensor}``
+    and its training data.
+
+    A loss with a ``setup(modules, frozen, batch)`` method (e.g. :class:`~kdbert.core.matching.MatchLoss`
+    creating projections from the widths it sees) gets the stage's first batch before the
+    optimiser is built. ``order(epoch) -> [[row indices of a batch], ...]`` replaces the default
+    length-grouped order, a pure function of (seed, epoch).
+    """
+
+    config: StageConfig
+    loss_fn: LossFn
+    dataset: EncodedDataset
+    order: Callable[[int], list[list[int]]] | None = None
+
+
+@dataclass
+class RunConfig:
+    """Settings of a whole run (shared by its stages). ``reseed=False`` keeps the caller's torch RNG
+    stream instead of seeding it with ``seed`` when training starts."""
+
+    output_dir: str
+    seed: int = 42
+    mixed_precision: str = "auto"  # or no, bf16, fp16 (kdbert.core.hardware.resolve_precision)
+    threads: int | None = None  # None: a fair share of the cores (kdbert.core.hardware.ThreadShare)
+    log_every: int = 20
+    save_every: int | None = None
+    keep_checkpoints: int = 2
+    group_by_length: bool = True
+    progress: bool = True
+    reseed: bool = True
+
+
+def to_device(batch: dict, device) -> dict:
+    """Move a batch's tensors (nested per-model dicts included) to ``device``."""
+    return {k: to_device(v, device) if isinstance(v, dict) else v.to(device) for k, v in batch.items()}
+
+
+class _StageModule(nn.Module):
+    """Trainable modules + a stage's loss as one module, so DDP sees a single forward."""
+
+    def __init__(self, parts: nn.ModuleDict, frozen: dict, loss_fn: LossFn):
+        super().__init__()
+        self.parts = parts
+        self._frozen = frozen  # a plain dict: teachers are not registered parameters
+        self._loss_fn = loss_fn
+
+    def forward(self, batch: dict) -> dict:
+        return self._loss_fn(self.parts, self._frozen, batch)
+
+
+def is_main_process() -> bool:
+    """False in the second and later processes of a multi-process run (torchrun sets ``RANK``):
+    only the main process writes run folders, logs, checkpoints and reports."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def prepare_output_dir(output_dir: str | Path, identity: dict, resume: bool, overwrite: bool) -> Path:
+    """Refuse an output dir that holds another run unless ``resume`` or ``overwrite``
+    (checked, and the run marker written, by the main process only)."""
+    out = Path(output_dir)
+    if not is_main_process():
+        return out
+    if out.exists() and not out.is_dir():
+        raise KdbertError(f"--output-dir {out} is a file; give a folder path (new, or a run to --resume)")
+    marker = out / "run_config.json"
+    if marker.exists():
+        if overwrite:
+            shutil.rmtree(out)
+        elif resume:
+            saved = json.loads(marker.read_text())
+            changed = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
+            if changed:
+                raise KdbertError(
+                    f"--resume: {out} holds a run with different settings ({', '.join(changed)}); "
+                    "use the original settings or another --output-dir"
+                )
+            return out
+        else:
+            raise KdbertError(
+                f"output dir {out} already holds a run; pass --resume to continue it, --overwrite to "
+                "replace it, or choose another --output-dir"
+            )
+    elif out.exists() and any(out.iterdir()) and not overwrite:
+        raise KdbertError(f"output dir {out} is not empty; choose another --output-dir or pass --overwrite")
+    elif out.exists() and overwrite:
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(marker, identity)
+    return out
+
+
+class Trainer:
+    """Runs :class:`Stage` objects over ``modules`` (``modules["student"]`` is the HF student).
+
+    Args:
+        modules: trainable modules; the student plus e.g. projections.
+        stages: the recipe, run in order.
+        run: run-wide settings.
+        collator: turns a list of features into a batch of tensors.
+        frozen: teachers and other fixed models: moved to the device, eval mode, no grad.
+        evaluator: ``evaluator(student) -> metrics`` with a ``"score"`` entry (higher is better).
+        tokenizer: saved next to the student.
+    """
+
+    def __init__(self, modules: dict, stages: list[Stage], run: RunConfig, collator, frozen: dict | None = None,
+                 evaluator: Callable | None = None, tokenizer=None):
+        self.run = run
+        self.stages = stages
+        self.collator = collator
+        self.evaluator = evaluator
+        self.tokenizer = tokenizer
+        self.out = Path(run.output_dir)
+        # accelerate keeps one precision per process: a second run in the same process (the
+        # Python API, tests) with another --mixed-precision would be refused without this reset
+        AcceleratorState._reset_state()
+        self.precision, self.precision_reason = resolve_precision(run.mixed_precision)
+        self.threads = ThreadShare(run.threads)
+        # cpu=True without a GPU: under torchrun the processes then train together over gloo
+        # instead of each training the whole run alone
+        self.accelerator = Accelerator(
+            mixed_precision=self.precision,
+            cpu=not torch.cuda.is_available(),
+            kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+        )
+        if self.accelerator.is_main_process:
+            self.out.mkdir(parents=True, exist_ok=True)
+        self.device = self.accelerator.device
+        self.modules = nn.ModuleDict(modules).to(self.device)
+        self.frozen = {}
+        for name, model in (frozen or {}).items():
+            model.to(self.device).eval()
+            model.requires_grad_(False)
+            self.frozen[name] = model
+        self.state = {"stage": 0, "step": 0, "epoch": 0, "batch_in_epoch": 0,
+                      "best_score": None, "best_metrics": None, "best_stage": None, "best_step": None,
+                      "history": []}
+        self._writer = None
+
+    # ----------------------------------------------------------------- public API
+    @property
+    def student(self) -> nn.Module:
+        return self.modules["student"]
+
+    def train(self, resume: bool = False) -> dict:
+        """Run all stages (from the latest checkpoint with ``resume``); returns the final report."""
+        if self.run.reseed:
+            torch.manual_seed(self.run.seed)
+        checkpoint = self._latest_checkpoint() if resume else None
+        if resume:  # records past the checkpoint (all of them without one) will be redone
+            self._truncate_log()
+        start = time.time()
+        self._announce_runtime()
+        try:
+            for index, stage in enumerate(self.stages):
+                if checkpoint is not None and index < self.state["stage"]:
+                    self._setup(stage)  # its projections are in the checkpoint
+                    continue
+                self._run_stage(index, stage, checkpoint if checkpoint and index == self.state["stage"] else None)
+                checkpoint = None
+        finally:
+            self.threads.stop()
+        report = self._finish(time.time() - start)
+        if self._writer is not None:
+            self._writer.close()
+        return report
+
+    def _announce_runtime(self) -> None:
+        """Choose the thread count, then print and log it with the precision (and why)."""
+        choice = self.threads.start()
+        if self.device.type != "cpu":
+            choice.reason += f"; training on {self.device}"
+        self.runtime = {"mixed_precision": self.precision, "mixed_precision_reason": self.precision_reason,
+                        "threads": choice.threads, "threads_reason": choice.reason}
+        if self.accelerator.is_main_process:
+            off = "; --mixed-precision no for float32" if self.precision == "bf16" else ""
+            print(f"precision: {'float32' if self.precision == 'no' else self.precision} ({self.precision_reason}{off})")
+            print(f"threads: {choice.threads} ({choice.reason}{'' if choice.pinned else '; --threads N to pin'})")
+
+    # ----------------------------------------------------------------- one stage
+    def _trainable_parameters(self, config: StageConfig):
+        """Optimiser groups, parameters in module order: one per (learning rate, decayed or not).
+
+        Biases and LayerNorm weights get no weight decay unless ``config.decay_all``."""
+        groups = param_groups(config.train)
+        merged: dict[tuple, dict] = {}
+        used = set()
+        for name, param in self.modules.named_parameters():
+            index = next((i for i, g in enumerate(groups) if fnmatch.fnmatchcase(name, g.pattern)), None)
+            param.requires_grad_(index is not None)
+            if index is None:
+                continue
+            used.add(index)
+            lr = config.learning_rate * groups[index].lr_scale
+            decay = config.decay_all or not (param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name)
+            group = merged.setdefault((lr, decay), {"params": [], "lr": lr,
+                                                    "weight_decay": config.weight_decay if decay else 0.0})
+            group["params"].append(param)
+        for i, group in enumerate(groups):
+            if i not in used:
+                raise KdbertError(f"stage '{config.name}': no parameter matches '{group.pattern}'")
+        return list(merged.values())
+
+    def _setup(self, stage: Stage) -> None:
+        """Give a loss with a ``setup`` method the stage's first batch (RNG untouched)."""
+        setup = getattr(stage.loss_fn, "setup", None)
+        if setup is None or len(stage.dataset) == 0:
+            return
+        with torch.random.fork_rng(devices=[]):
+            rows = range(min(len(stage.dataset), stage.config.batch_size))
+            batch = to_device(self.collator([stage.dataset[i] for i in rows]), self.device)
+            setup(self.modules, self.frozen, batch)
+
+    def _batches_per_epoch(self, stage: Stage) -> list[list[int]]:
+        """This process's batches of the epoch, as row indices.
+
+        With several processes a global batch holds ``batch_size`` rows per process, in the
+        order one process would take ``batch_size x processes`` rows, and each process takes its
+        slice: the averaged gradient is that of the single-process batch. The last, partial
+        global batch is dropped so that every process steps together. A stage with its own batch
+        order (``stage.order``) hands its batches to the processes in turn."""
+        config = stage.config
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        if stage.order is not None:
+            batches = stage.order(self.state["epoch"])
+            return batches if world == 1 else batches[rank::world][:len(batches) // world]
+        size = config.batch_size * world
+        order = epoch_order(stage.dataset.lengths, size, self.run.seed, self.state["epoch"], self.run.group_by_length)
+        batches = [order[i:i + size] for i in range(0, len(order), size)]
+        if world == 1:
+            return batches
+        return [b[rank * config.batch_size:(rank + 1) * config.batch_size] for b in batches if len(b) == size]
+
+    def _total_steps(self, stage: Stage) -> int:
+        config = stage.config
+        if config.max_steps:
+            return config.max_steps
+        world = self.accelerator.num_processes
+        batches = len(stage.dataset) // (config.batch_size * world) if world > 1 else math.ceil(
+            len(stage.dataset) / config.batch_size)
+        per_epoch = max(1, math.ceil(batches / config.grad_accum))
+        return max(1, math.ceil(config.epochs * per_epoch))
+
+    def _run_stage(self, index: int, stage: Stage, checkpoint: Path | None) -> None:
+        config = stage.config
+        if len(stage.dataset) == 0:
+            raise KdbertError(f"stage '{config.name}' has no training rows")
+        self._setup(stage)
+        groups = self._trainable_parameters(config)
+        if config.optimizer not in OPTIMIZERS:
+            raise KdbertError(f"stage '{config.name}': unknown optimizer '{config.optimizer}'; use one of "
+                              f"{', '.join(OPTIMIZERS)}")
+        optimizer = OPTIMIZERS[config.optimizer](groups, config.learning_rate)
+        total = self._total_steps(stage)
+        if config.schedule == "constant":
+            scheduler = get_constant_schedule(optimizer)
+        elif config.schedule == "constant_warmup":
+            scheduler = get_constant_schedule_with_warmup(optimizer, int(config.warmup_ratio * total))
+        elif config.schedule == "linear":
+            scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total), total)
+        elif config.schedule == "linear-from-first-step":
+            warmup = max(1, int(config.warmup_ratio * total))
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(
+                (s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup))))
+        else:
+            raise KdbertError(f"stage '{config.name}': unknown schedule '{config.schedule}'; use linear, "
+                              "linear-from-first-step, constant or constant_warmup")
+        module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
+        if checkpoint is not None:
+            self._load_checkpoint(checkpoint, optimizer, scheduler)
+        else:
+            self.state.update(stage=index, step=0, epoch=0, batch_in_epoch=0)
+        bar = tqdm(total=total, initial=self.state["step"], desc=config.name, disable=not (
+            self.run.progress and self.accelerator.is_main_process), dynamic_ncols=True)
+        module.train()
+        while self.state["step"] < total:
+            batches = self._batches_per_epoch(stage)
+            position = self.state["batch_in_epoch"]
+            terms_sum, micro = {}, 0
+            while position < len(batches) and self.state["step"] < total:
+                if micro == 0:  # the epoch's last group may hold fewer than grad_accum batches
+                    group_size = min(config.grad_accum, len(batches) - position)
+                batch = to_device(self.collator([stage.dataset[i] for i in batches[position]]), self.device)
+                position += 1
+                micro += 1
+                boundary = micro == group_size
+                sync = contextlib.nullcontext() if boundary else self.accelerator.no_sync(module)
+                with sync, self.accelerator.autocast():
+                    terms = module(batch)
+                    loss = sum(terms.values())
+                    self._check_finite(loss, terms, config.name)
+                    self.accelerator.backward(loss / group_size)
+                for name, value in terms.items():
+                    terms_sum[name] = terms_sum.get(name, 0.0) + float(value.detach())
+                if boundary:
+                    self._optimizer_step(module, optimizer, scheduler, config)
+                    averaged = {k: v / micro for k, v in terms_sum.items()}
+                    terms_sum, micro = {}, 0
+                    self._after_step(config, total, averaged, position, len(batches), optimizer, scheduler, bar)
+        bar.close()
+        self.modules = self.accelerator.unwrap_model(module).parts
+
+    # ----------------------------------------------------------------- pieces
+    def _optimizer_step(self, module, optimizer, scheduler, config: StageConfig) -> None:
+        if config.max_grad_norm:
+            self.accelerator.clip_grad_norm_(module.parameters(), config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def _after_step(self, config, total, averaged, position, n_batches, optimizer, scheduler, bar) -> None:
+        """Record the new position (step, epoch, batch in epoch), then log, evaluate and
+        checkpoint as scheduled."""
+        self.state["step"] += 1
+        step = self.state["step"]
+        changed = self.threads.rebalance(step)
+        if changed is not None and self.accelerator.is_main_process:
+            print(f"threads: now {changed} (kdbert runs on this machine changed)")
+        end_of_epoch = position == n_batches
+        if end_of_epoch:
+            self.state["epoch"] += 1
+        self.state["batch_in_epoch"] = 0 if end_of_epoch else position
+        bar.update(1)
+        bar.set_postfix(loss=f"{sum(averaged.values()):.4f}")
+        if step % self.run.log_every == 0 or step == total:
+            self._log({"stage": config.name, "step": step, "epoch": self.state["epoch"],
+                       "lr": scheduler.get_last_lr()[0], "loss": sum(averaged.values()), **averaged})
+        if config.evaluate and ((config.eval_every and step % config.eval_every == 0) or step == total
+                                or (not config.eval_every and end_of_epoch)):
+            self._evaluate(config.name)
+        save_every = self.run.save_every or config.eval_every
+        if (save_every and step % save_every == 0) or end_of_epoch or step == total:
+            self._save_checkpoint(optimizer, scheduler)
+
+    def _check_finite(self, loss, terms, stage_name):
+        if torch.isfinite(loss):
+            return
+        bad = [name for name, value in terms.items() if not torch.isfinite(value)]
+        raise KdbertError(
+            f"stage '{stage_name}', step {self.state['step'] + 1}: the loss became {float(loss.detach())} "
+            f"(non-finite term(s): {', '.join(bad)}); "
+            "lower the learning rate, check the inputs, or train in fp32"
+        )
+
+    def _evaluate(self, stage_name: str) -> None:
+        if self.evaluator is None or not self.accelerator.is_main_process:
+            return
+        student = self.accelerator.unwrap_model(self.student)
+        student.eval()
+        with torch.no_grad():
+            metrics = self.evaluator(student)
+        student.train()
+        record = {"stage": stage_name, "step": self.state["step"], "eval": metrics}
+        self.state["history"].append(record)
+        self._log(record)
+        best = self.state["best_score"]
+        if best is None or metrics["score"] > best:
+            self.state.update(best_score=metrics["score"], best_metrics=metrics, best_stage=stage_name,
+                              best_step=self.state["step"])
+            self._export(self.out / "best", metrics)
+
+    def _export(self, final: Path, metrics: dict | None) -> None:
+        """Save the student (HF folder), tokenizer, projections and metrics atomically."""
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        student = self.accelerator.unwrap_model(self.student)
+        if hasattr(student, "save_pretrained"):
+            student.save_pretrained(tmp)
+        else:  # a student that is not an HF model: its weights only
+            tmp.mkdir(parents=True)
+            save_model(student, str(tmp / "model.safetensors"))
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(tmp)
+        extras = {k: v for k, v in self.modules.items() if k != "student" and any(True for _ in v.parameters())}
+        if extras:
+            save_model(nn.ModuleDict(extras), str(tmp / "projections.safetensors"))
+        if metrics is not None:
+            write_json(tmp / "metrics.json", metrics)
+        replace_dir(tmp, final)
+
+    def _log(self, record: dict) -> None:
+        if not self.accelerator.is_main_process:
+            return
+        record = {"time": round(time.time(), 3), **record}
+        with open(self.out / "log.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.out / "tb"))
+        prefix = record.get("stage", "")
+        for key, value in record.items():
+            if isinstance(value, float):
+                self._writer.add_scalar(f"{prefix}/{key}", value, record.get("step", 0))
+        for key, value in (record.get("eval") or {}).items():
+            self._writer.add_scalar(f"{prefix}/eval_{key}", value, record["step"])
+
+    # ----------------------------------------------------------------- checkpoints
+    def _checkpoint_dir(self) -> Path:
+        return self.out / "checkpoints"
+
+    def _save_checkpoint(self, optimizer, scheduler) -> None:
+        self.accelerator.wait_for_everyone()
+        # every process's random state (dropout differs per process), in process order
+        cpu_rng = gather_object([torch.get_rng_state()])
+        cuda_rng = gather_object([torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []])
+        if not self.accelerator.is_main_process:
+            return
+        root = self._checkpoint_dir()
+        root.mkdir(exist_ok=True)
+        name = f"checkpoint-s{self.state['stage']}-{self.state['step']:07d}"
+        tmp = root / (name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_model(self.accelerator.unwrap_model(self.modules), str(tmp / "modules.safetensors"))
+        scaler = self.accelerator.scaler  # fp16 only: its loss scale and growth tracker
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "cpu_rng": cpu_rng, "cuda_rng": cuda_rng, "processes": self.accelerator.num_processes,
+                    "grad_scaler": scaler.state_dict() if scaler is not None else None},
+                   tmp / "optimizer.pt")
+        write_json(tmp / "trainer_state.json", self.state)
+        replace_dir(tmp, root / name)
+        for old in sorted(p for p in root.glob("checkpoint-*") if not p.name.endswith((".tmp", ".old")))[
+                :-self.run.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _latest_checkpoint(self) -> Path | None:
+        root = self._checkpoint_dir()
+        found = sorted(p for p in root.glob("checkpoint-*") if not p.name.endswith((".tmp", ".old"))) if root.exists() else []
+        if not found:
+            return None
+        self.state = json.loads((found[-1] / "trainer_state.json").read_text())
+        return found[-1]
+
+    def _truncate_log(self) -> None:
+        """Drop log records written after the checkpoint we resume from (they will be redone)."""
+        log = self.out / "log.jsonl"
+        if not log.exists() or not self.accelerator.is_main_process:
+            return
+        order = {stage.config.name: i for i, stage in enumerate(self.stages)}
+        position = (self.state["stage"], self.state["step"])
+        kept = [line for line in log.read_text().splitlines()
+                if (order.get(json.loads(line).get("stage"), -1), json.loads(line).get("step", 0)) <= position]
+        tmp = log.with_name(log.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, log)
+
+    def _load_checkpoint(self, path: Path, optimizer, scheduler) -> None:
+        load_model(self.accelerator.unwrap_model(self.modules), str(path / "modules.safetensors"),
+                   device=str(self.device))
+        saved = torch.load(path / "optimizer.pt", weights_only=True)  # our own file; tensors only
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        if saved.get("processes", 1) != world:
+            raise KdbertError(f"{path} was saved by a run of {saved.get('processes', 1)} process(es); resume it with "
+                              f"the same number (this run has {world})")
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        if isinstance(saved["cpu_rng"], torch.Tensor):  # saved before random states were kept per process
+            saved["cpu_rng"], saved["cuda_rng"] = [saved["cpu_rng"]], [saved["cuda_rng"]]
+        torch.set_rng_state(saved["cpu_rng"][rank])
+        if saved["cuda_rng"][rank] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"][rank])
+        if self.accelerator.scaler is not None and saved.get("grad_scaler"):
+            self.accelerator.scaler.load_state_dict(saved["grad_scaler"])
+
+    # ----------------------------------------------------------------- end
+    def _finish(self, seconds: float) -> dict:
+        """Put the best student (or the final one, when nothing was evaluated) at the output root."""
+        if not self.accelerator.is_main_process:
+            return {}
+        best = self.out / "best"
+        restore_interrupted(best)
+        if not best.exists():
+            self._export(best, None)
+        copy_files_atomically(best, self.out)
+        report = {"best_metrics": self.state["best_metrics"], "best_stage": self.state["best_stage"],
+                  "best_step": self.state["best_step"], "history": self.state["history"],
+                  "train_seconds": round(seconds, 1),
+                  "runtime": {**self.runtime, "thread_changes": self.threads.changes},
+                  "stages": [asdict(s.config) for s in self.stages]}
+        write_json(self.out / "train_report.json", report)
+        return report

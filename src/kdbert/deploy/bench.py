@@ -1,0 +1,514 @@
+"""Size, FLOPs and speed of BERT-family models, for comparing a student with its teacher.
+
+Counting conventions (H = hidden size, I = intermediate size, L = sequence length,
+V / P / T = vocabulary / max positions / token types, N = layers, C = labels):
+
+* **Parameters.** ``total`` counts every distinct parameter tensor once (tied weights once).
+  ``non_embedding = total - (V + P + T) * H``: the word, position and token-type embedding
+  matrices are left out, everything else (embedding LayerNorm included) stays in. For a
+  BertForSequenceClassification::
+
+      total = (V + P + T) * H + 2H                                # embeddings + LayerNorm
+            + N * (4 * (H*H + H) + 2H + (H*I + I) + (I*H + H) + 2H) # Q,K,V,O, LN, FFN, LN
+            + (H*H + H) + (H*C + C)                               # pooler, classifier
+
+* **FLOPs** of one forward pass per example, as counted by
+  :class:`torch.utils.flop_counter.FlopCounterMode` (a multiply-add is 2 FLOPs; only matrix
+  products are counted, not softmax, GELU or LayerNorm). For a BERT encoder::
+
+      per Linear      2 * in * out   per token
+      per layer       L * (4 * 2*H*H + 2 * 2*H*I)   (Q,K,V,O and the two FFN matrices)
+                    + 2 * 2*L*L*H                    (Q @ K^T and scores @ V, all heads)
+      whole model     N * per_layer + 2*H*H + 2*H*C  (pooler and classifier see [CLS] only)
+
+* **BiLSTM students** (:mod:`kdbert.families.bilstm.model`): FlopCounterMode does not count LSTMs, so
+  their FLOPs are :func:`~kdbert.families.bilstm.model.bilstm_flops` (the same 2-per-multiply-add
+  convention: gate projections per word and direction, ReLU and output layers); ``seq_len`` is
+  then words per sentence (each sentence of a pair model), and the synthetic input is random
+  word ids (two sentences for a pair model).
+
+* **Latency** is the wall-clock time (``time.perf_counter``) of one forward pass of a batch,
+  under ``torch.inference_mode`` in eval mode, with a fixed thread count; we report the median
+  and the 90th percentile (nearest rank) over ``runs`` timed passes after ``warmup`` untimed
+  ones. **Throughput** is ``batch_size / median latency`` in examples per second.
+
+* **Size** is the model's weight files on disk (``*.safetensors`` / ``*.bin``; an exported model:
+  its ``.onnx`` file), in MB (1e6 bytes).
+
+* **Efficiency** is the share of this machine's matrix-multiply rate the model reaches at batch 1::
+
+      efficiency = (flops_per_example / latency_median) / matmul_rate
+
+  ``matmul_rate`` is measured at bench time in the same runtime, precision and thread count, on
+  one 1024 x 1024 x 1024 product (:func:`torch_matmul_rate`; ONNX Runtime:
+  :func:`kdbert.deploy.onnx_runtime.ort_matmul_rate`).
+
+Paths to an exported model (``kdbert export``: a folder with ``model.onnx`` or an ``.onnx``
+file) are timed in ONNX Runtime (:func:`kdbert.deploy.onnx_runtime.bench_onnx`) and give the same keys.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+from kdbert.errors import KdbertError
+
+__all__ = [
+    "count_parameters",
+    "count_flops",
+    "measure_latency",
+    "measure_throughput",
+    "time_calls",
+    "torch_matmul_rate",
+    "bench_model",
+    "compare",
+    "format_table",
+]
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def _embedding_matrices(model: nn.Module) -> list[nn.Parameter]:
+    """The word, position and token-type embedding parameters of ``model``."""
+    modules: list[nn.Module] = []
+    get_input_embeddings = getattr(model, "get_input_embeddings", None)
+    if get_input_embeddings is not None:
+        try:
+            word = get_input_embeddings()
+        except NotImplementedError:
+            word = None
+        if word is not None:
+            modules.append(word)
+    for name, module in model.named_modules():
+        if name.endswith(("position_embeddings", "token_type_embeddings")):
+            modules.append(module)
+    params: dict[int, nn.Parameter] = {}
+    for module in modules:
+        for p in module.parameters():
+            params[id(p)] = p
+    return list(params.values())
+
+
+def count_parameters(model: nn.Module) -> dict[str, int]:
+    """Count parameters: ``{"total": ..., "non_embedding": ...}``.
+
+    ``total`` counts each distinct tensor once (``model.parameters()`` already skips tied
+    duplicates). ``non_embedding = total - numel(word, position and token-type embeddings)``;
+    the word embeddings are ``model.get_input_embeddings()``, the others are submodules whose
+    name ends in ``position_embeddings`` or ``token_type_embeddings``.
+    """
+    total = sum(p.numel() for p in model.parameters())
+    embedding = sum(p.numel() for p in _embedding_matrices(model))
+    return {"total": total, "non_embedding": total - embedding}
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    first = next(model.parameters(), None)
+    return first.device if first is not None else torch.device("cpu")
+
+
+def _synthetic_batch(model: nn.Module, seq_len: int, batch_size: int) -> dict[str, torch.Tensor]:
+    """``[CLS] tok ... tok [SEP]`` of length ``seq_len``, attention mask all ones.
+
+    ``token_type_ids`` (all zeros) is passed only when ``model.forward`` names it.
+    """
+    if seq_len < 2:
+        raise KdbertError(f"seq_len {seq_len} is too short; pass seq_len >= 2 ([CLS] and [SEP])")
+    if batch_size < 1:
+        raise KdbertError(f"batch_size {batch_size} must be positive; pass batch_size >= 1")
+    config = getattr(model, "config", None)
+    max_len = getattr(config, "max_position_embeddings", None)
+    if max_len is not None and seq_len > max_len:
+        raise KdbertError(
+            f"seq_len {seq_len} exceeds the model's max_position_embeddings {max_len}; "
+            f"pass seq_len <= {max_len}"
+        )
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    vocab = getattr(embeddings, "num_embeddings", None) or getattr(config, "vocab_size", 30522)
+    cls_id, sep_id = (101, 102) if vocab > 102 else (1 % vocab, 2 % vocab)
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, vocab, (batch_size, seq_len), generator=generator)
+    input_ids[:, 0], input_ids[:, -1] = cls_id, sep_id
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    parameters = inspect.signature(model.forward).parameters
+    if "token_type_ids" in parameters:
+        batch["token_type_ids"] = torch.zeros_like(input_ids)
+    if "input_ids_b" in parameters and getattr(config, "pair", False):  # a siamese pair model (BiLSTM)
+        batch["input_ids_b"], batch["attention_mask_b"] = input_ids.flip(0), torch.ones_like(input_ids)
+    device = _model_device(model)
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+class _EvalMode:
+    """Put a model in eval mode for a block, then restore its previous mode."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+
+    def __enter__(self) -> nn.Module:
+        self.was_training = self.model.training
+        return self.model.eval()
+
+    def __exit__(self, *exc: object) -> None:
+        self.model.train(self.was_training)
+
+
+# --------------------------------------------------------------------------- FLOPs
+
+
+def _sdpa_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of fused attention: ``2*L*L*d`` for Q @ K^T plus ``2*L*L*d`` for scores @ V."""
+    return sdpa_flop_count(query, key, value)
+
+
+# FlopCounterMode knows the CUDA fused-attention kernels but not the CPU one that
+# scaled_dot_product_attention dispatches to, so BERT's attention would count as 0.
+_EXTRA_FLOP_FORMULAS: dict[Any, Callable[..., int]] = {}
+if hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
+    _EXTRA_FLOP_FORMULAS[torch.ops.aten._scaled_dot_product_flash_attention_for_cpu] = _sdpa_flops
+
+
+def count_flops(model: nn.Module, seq_len: int, batch_size: int = 1,
+                inputs: dict[str, torch.Tensor] | None = None) -> int:
+    """FLOPs of one forward pass, per example, at sequence length ``seq_len``.
+
+    Measured with ``FlopCounterMode`` on a synthetic batch (or on ``inputs``, keyword
+    arguments of ``model`` of shape (batch_size, seq_len), for a model that is not an HF
+    encoder) and divided by ``batch_size``.
+    For BERT this is ``N * (L * (8*H*H + 4*H*I) + 4*L*L*H) + 2*H*H + 2*H*C`` (see module doc);
+    a BiLSTM student's is :func:`~kdbert.families.bilstm.model.bilstm_flops` (LSTMs are not counted by torch).
+    """
+    from kdbert.families.bilstm.model import BiLSTMStudent, bilstm_flops
+
+    if isinstance(model, BiLSTMStudent):
+        return bilstm_flops(model.config, seq_len)
+    batch = inputs if inputs is not None else _synthetic_batch(model, seq_len, batch_size)
+    counter = FlopCounterMode(display=False, custom_mapping=_EXTRA_FLOP_FORMULAS)
+    with _EvalMode(model), torch.inference_mode(), counter:
+        model(**batch)
+    return counter.get_total_flops() // batch_size
+
+
+# --------------------------------------------------------------------------- speed
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least ``q`` of the data at or below."""
+    rank = max(1, math.ceil(q * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def time_calls(call: Callable[[], object], warmup: int = 5, runs: int = 30) -> dict[str, float]:
+    """Wall-clock times of ``runs`` calls of ``call()`` after ``warmup`` untimed ones.
+
+    Returns ``median_ms``, ``p90_ms`` (nearest rank), ``mean_ms``, ``min_ms`` and ``runs``.
+    """
+    if runs < 1 or warmup < 0:
+        raise KdbertError(f"runs={runs}, warmup={warmup} are invalid; pass runs >= 1 and warmup >= 0")
+    times_ms: list[float] = []
+    for i in range(warmup + runs):
+        start = time.perf_counter()
+        call()
+        if i >= warmup:
+            times_ms.append((time.perf_counter() - start) * 1000.0)
+    times_ms.sort()
+    return {
+        "median_ms": statistics.median(times_ms),
+        "p90_ms": _percentile(times_ms, 0.9),
+        "mean_ms": statistics.fmean(times_ms),
+        "min_ms": times_ms[0],
+        "runs": runs,
+    }
+
+
+@lru_cache(maxsize=None)
+def torch_matmul_rate(threads: int, n: int = 1024) -> float:
+    """FLOP/s of ``torch.mm`` on two fp32 ``n x n`` matrices (``2 n^3`` FLOPs) at ``threads``
+    threads: median of 10 runs after 2 warm-up ones."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=generator), torch.randn(n, n, generator=generator)
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        timing = time_calls(lambda: torch.mm(a, b), warmup=2, runs=10)
+    finally:
+        torch.set_num_threads(previous)
+    return 2 * n**3 / (timing["median_ms"] / 1000.0)
+
+
+def measure_latency(
+    model: nn.Module,
+    seq_len: int,
+    batch_size: int = 1,
+    warmup: int = 5,
+    runs: int = 30,
+    threads: int | None = None,
+) -> dict[str, float]:
+    """Time ``runs`` forward passes of one batch after ``warmup`` untimed ones.
+
+    Returns ``median_ms``, ``p90_ms`` (nearest rank), ``mean_ms``, ``min_ms`` for the whole
+    batch, plus ``batch_size``, ``runs`` and ``threads``. ``threads`` (default: the current
+    ``torch.get_num_threads()``) is fixed with ``torch.set_num_threads`` and restored after.
+    """
+    if runs < 1 or warmup < 0:
+        raise KdbertError(f"runs={runs}, warmup={warmup} are invalid; pass runs >= 1 and warmup >= 0")
+    if threads is not None and threads < 1:
+        raise KdbertError(f"threads {threads} must be positive; pass threads >= 1 or None")
+    batch = _synthetic_batch(model, seq_len, batch_size)
+    cuda = _model_device(model).type == "cuda"
+    previous_threads = torch.get_num_threads()
+    threads = threads or previous_threads
+
+    def forward() -> None:
+        model(**batch)
+        if cuda:
+            torch.cuda.synchronize()
+
+    try:
+        torch.set_num_threads(threads)
+        with _EvalMode(model), torch.inference_mode():
+            timing = time_calls(forward, warmup=warmup, runs=runs)
+    finally:
+        torch.set_num_threads(previous_threads)
+    return {**timing, "batch_size": batch_size, "threads": threads}
+
+
+def measure_throughput(
+    model: nn.Module,
+    seq_len: int,
+    batch_size: int = 32,
+    warmup: int = 3,
+    runs: int = 10,
+    threads: int | None = None,
+) -> float:
+    """Examples per second at ``batch_size``: ``batch_size / (median batch latency in s)``."""
+    latency = measure_latency(model, seq_len, batch_size, warmup=warmup, runs=runs, threads=threads)
+    return batch_size / (latency["median_ms"] / 1000.0)
+
+
+# --------------------------------------------------------------------------- one model
+
+
+def _looks_local(path: str) -> bool:
+    """True when ``path`` can only be a folder (not an ``org/name`` hub id)."""
+    return (
+        os.path.isabs(path)
+        or path.startswith((".", "~"))
+        or path.count("/") > 1
+        or (os.sep != "/" and os.sep in path)
+    )
+
+
+def _load_model(path: str) -> nn.Module:
+    """Load ``path`` for sequence classification, falling back to the bare encoder; a BiLSTM
+    student folder with :func:`~kdbert.families.bilstm.model.load_bilstm`."""
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    from kdbert.families.bilstm.model import is_bilstm_folder, load_bilstm
+
+    if is_bilstm_folder(Path(path).expanduser()):
+        return load_bilstm(Path(path).expanduser())[0]
+
+    missing = (
+        f"model path {path} does not exist; pass a folder saved with save_pretrained or a hub id"
+    )
+    local = Path(path).expanduser()
+    if not local.exists() and _looks_local(path):
+        raise KdbertError(missing)
+    try:
+        try:
+            return AutoModelForSequenceClassification.from_pretrained(str(local) if local.exists() else path)
+        except (ValueError, KeyError):  # no classification head for this architecture
+            return AutoModel.from_pretrained(str(local) if local.exists() else path)
+    except (OSError, ValueError) as err:
+        if not local.exists():
+            raise KdbertError(missing) from err
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise KdbertError(
+            f"could not load a model from {path} ({first_line}); "
+            "pass a folder saved with save_pretrained"
+        ) from err
+
+
+def weights_size_mb(path: str) -> float | None:
+    """MB (1e6 bytes) of the weight files (``*.safetensors``, ``*.bin``) in a model folder."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return None
+    files = [f for pattern in ("*.safetensors", "*.bin") for f in folder.glob(pattern)]
+    return sum(f.stat().st_size for f in files) / 1e6 if files else None
+
+
+def _machine() -> str:
+    return f"{platform.processor() or platform.machine() or 'unknown'} ({os.cpu_count()} CPUs)"
+
+
+def bench_model(
+    model_or_path: nn.Module | str | os.PathLike,
+    seq_len: int = 128,
+    threads: int | None = None,
+    runs: int = 30,
+    warmup: int = 5,
+    name: str | None = None,
+    throughput_batch_size: int = 32,
+) -> dict[str, Any]:
+    """Benchmark one model (an ``nn.Module`` or a path / hub id) and return a flat row.
+
+    Keys: ``name``, ``runtime``, ``params_total``, ``params_non_embedding``, ``flops_per_example``,
+    ``latency_median_ms`` and ``latency_p90_ms`` (batch 1), ``throughput`` (examples/s at
+    ``throughput_batch_size``), ``throughput_batch_size``, ``size_mb`` (a path only),
+    ``matmul_gflops`` and ``efficiency`` (see module doc), ``seq_len``, ``threads``, ``torch``,
+    ``machine`` and ``cpu_count``. An exported model's path is timed in ONNX Runtime.
+    """
+    if not isinstance(model_or_path, nn.Module):
+        from kdbert.deploy.onnx_runtime import bench_onnx, is_onnx_model
+
+        if is_onnx_model(model_or_path):
+            return bench_onnx(model_or_path, seq_len=seq_len, threads=threads, runs=runs, warmup=warmup,
+                              name=name, throughput_batch_size=throughput_batch_size)
+    size_mb = None
+    if isinstance(model_or_path, nn.Module):
+        model = model_or_path
+        config = getattr(model, "config", None)
+        default_name = getattr(config, "name_or_path", "") or type(model).__name__
+    else:
+        path = os.fspath(model_or_path)
+        model = _load_model(path)
+        default_name = Path(path).name or path
+        size_mb = weights_size_mb(path)
+    threads = threads or torch.get_num_threads()
+    params = count_parameters(model)
+    latency = measure_latency(model, seq_len, 1, warmup=warmup, runs=runs, threads=threads)
+    throughput = measure_throughput(
+        model, seq_len, throughput_batch_size,
+        warmup=min(warmup, 2), runs=max(1, runs // 3), threads=threads,
+    )
+    flops = count_flops(model, seq_len)
+    rate = torch_matmul_rate(threads)
+    return {
+        "name": name or default_name,
+        "runtime": "pytorch fp32",
+        "params_total": params["total"],
+        "params_non_embedding": params["non_embedding"],
+        "flops_per_example": flops,
+        "latency_median_ms": latency["median_ms"],
+        "latency_p90_ms": latency["p90_ms"],
+        "throughput": throughput,
+        "throughput_batch_size": throughput_batch_size,
+        "size_mb": size_mb,
+        "matmul_gflops": rate / 1e9,
+        "efficiency": flops / (latency["median_ms"] / 1000.0) / rate,
+        "seq_len": seq_len,
+        "threads": threads,
+        "torch": torch.__version__,
+        "machine": _machine(),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+# --------------------------------------------------------------------------- several models
+
+
+def compare(rows: list[dict[str, Any]], baseline_index: int = 0) -> list[dict[str, Any]]:
+    """Return copies of ``rows`` with ratios against ``rows[baseline_index]`` (the teacher).
+
+    * ``speedup    = baseline latency_median_ms / row latency_median_ms`` (>1: faster)
+    * ``size_ratio = row params_total / baseline params_total``         (<1: smaller)
+    * ``flops_ratio = row flops_per_example / baseline flops_per_example`` (<1: cheaper)
+    """
+    if not rows:
+        raise KdbertError("compare got no rows; pass the output of bench_model for each model")
+    if not -len(rows) <= baseline_index < len(rows):
+        raise KdbertError(
+            f"baseline_index {baseline_index} is out of range for {len(rows)} rows; "
+            f"pass an index between 0 and {len(rows) - 1}"
+        )
+    keys = ("latency_median_ms", "params_total", "flops_per_example")
+    for i, row in enumerate(rows):
+        for key in keys:
+            if not isinstance(row.get(key), (int, float)) or row[key] <= 0:
+                raise KdbertError(
+                    f"row {i} has no positive {key!r}; pass rows produced by bench_model"
+                )
+    base = rows[baseline_index]
+    return [
+        {
+            **row,
+            "speedup": base["latency_median_ms"] / row["latency_median_ms"],
+            "size_ratio": row["params_total"] / base["params_total"],
+            "flops_ratio": row["flops_per_example"] / base["flops_per_example"],
+        }
+        for row in rows
+    ]
+
+
+def _human(n: float) -> str:
+    """123456789 -> '123.5M'."""
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return f"{n:.0f}"
+
+
+# (header, row key, formatter); a column is shown when at least one row has a value for its key.
+_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
+    ("Model", "name", str),
+    ("Runtime", "runtime", str),
+    ("Dev score", "dev_score", lambda v: f"{v:.2f}"),
+    ("Params", "params_total", _human),
+    ("Non-emb params", "params_non_embedding", _human),
+    ("FLOPs/example", "flops_per_example", _human),
+    ("Latency p50 (ms)", "latency_median_ms", lambda v: f"{v:.2f}"),
+    ("Latency p90 (ms)", "latency_p90_ms", lambda v: f"{v:.2f}"),
+    ("Throughput (ex/s)", "throughput", lambda v: f"{v:.1f}"),
+    ("Disk (MB)", "size_mb", lambda v: f"{v:.1f}"),
+    ("Efficiency", "efficiency", lambda v: f"{100 * v:.1f}%"),
+    ("Matmul GFLOP/s", "matmul_gflops", lambda v: f"{v:.0f}"),
+    ("Speedup", "speedup", lambda v: f"{v:.2f}x"),
+    ("Size", "size_ratio", lambda v: f"{v:.2f}x"),
+    ("FLOPs", "flops_ratio", lambda v: f"{v:.2f}x"),
+    ("Seq len", "seq_len", str),
+    ("Threads", "threads", str),
+]
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """A markdown table of ``bench_model`` / ``compare`` rows, padded to line up as plain text.
+
+    Columns no row has a value for are left out; a value a row lacks shows as ``-``.
+    """
+    if not rows:
+        raise KdbertError("format_table got no rows; pass the output of bench_model or compare")
+    columns = [c for c in _COLUMNS if any(row.get(c[1]) is not None for row in rows)]
+    cells = [[fmt(row[key]) if row.get(key) is not None else "-" for _, key, fmt in columns] for row in rows]
+    headers = [header for header, _, _ in columns]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def line(values: list[str], align_left: bool = False) -> str:
+        padded = [
+            v.ljust(w) if (i == 0 or align_left) else v.rjust(w)
+            for i, (v, w) in enumerate(zip(values, widths))
+        ]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "| " + " | ".join(
+        ":" + "-" * (w - 1) if i == 0 else "-" * (w - 1) + ":" for i, w in enumerate(widths)
+    ) + " |"
+    return "\n".join([line(headers, align_left=True), rule, *(line(r) for r in cells)])

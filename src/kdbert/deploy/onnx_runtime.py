@@ -1,0 +1,295 @@
+"""Run an exported classifier (``kdbert export``) with ONNX Runtime: predict, evaluate, bench.
+
+An export folder holds ``model.onnx`` (fp32), optionally ``model.int8.onnx`` (dynamic int8),
+the tokenizer (a word-level BiLSTM student: its ``vocab.txt``) and ``config.json`` beside them,
+and ``export_report.json``. ``--model`` of
+``kdbert evaluate`` / ``kdbert bench`` may name the folder (the fp32 model) or one ``.onnx``
+file in it.
+
+Efficiency (the ``efficiency`` column of ``kdbert bench``)::
+
+    achieved = flops_per_example * batch / latency            (FLOP/s at batch 1)
+    efficiency = achieved / matmul_rate
+
+where ``matmul_rate`` is this machine's rate on one 1024 x 1024 x 1024 matrix product in the
+same runtime, precision and thread count, measured at bench time (:func:`ort_matmul_rate`;
+PyTorch rows use :func:`kdbert.deploy.bench.torch_matmul_rate`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kdbert.errors import KdbertError
+
+FP32_FILE = "model.onnx"
+INT8_FILE = "model.int8.onnx"
+REPORT_FILE = "export_report.json"
+ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+WORD_PAIR_INPUTS = ("input_ids_b", "attention_mask_b")  # a siamese BiLSTM's second sentence
+
+__all__ = ["OnnxClassifier", "is_onnx_model", "onnx_file", "ort_matmul_rate", "bench_onnx"]
+
+
+def is_onnx_model(path: str | os.PathLike) -> bool:
+    """True for a ``.onnx`` file or a folder holding ``model.onnx``."""
+    path = Path(path).expanduser()
+    return path.suffix == ".onnx" or (path.is_dir() and (path / FP32_FILE).is_file())
+
+
+def onnx_file(path: str | os.PathLike) -> Path:
+    """The ``.onnx`` file ``path`` names: itself, or ``model.onnx`` in a folder."""
+    path = Path(path).expanduser()
+    file = path / FP32_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise KdbertError(f"ONNX model {file} does not exist; export one with `kdbert export --model DIR`")
+    return file
+
+
+def _session(file: Path, threads: int | None):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or 0  # 0: ORT's default (one per physical core)
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only
+    try:
+        return ort.InferenceSession(str(file), options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # ORT raises its own exception types for unreadable graphs
+        raise KdbertError(f"ONNX Runtime cannot load {file}: {str(err).strip().splitlines()[0]}") from None
+
+
+def _precision(file: Path) -> str:
+    return "int8" if ".int8." in file.name else "fp32"
+
+
+class OnnxClassifier:
+    """An exported sequence classifier in an ONNX Runtime session.
+
+    ``classifier.predict(dataset, collator, batch_size)`` returns logits (N, C) like
+    :func:`kdbert.core.evaluate.predict`, so :class:`kdbert.core.evaluate.TaskEvaluator` scores it as it
+    scores a PyTorch model. ``classifier(batch)`` runs one batch of int64 arrays (B, L).
+    An exported BiLSTM student (``word_level``) reads word ids of its ``vocab``
+    (:class:`~kdbert.families.bilstm.words.Vocab`; ``tokenizer`` is None) and is scored by
+    :class:`kdbert.families.bilstm.evaluate.WordTaskEvaluator`.
+    """
+
+    def __init__(self, path: str | os.PathLike, threads: int | None = None, load_tokenizer: bool = True):
+        self.file = onnx_file(path)
+        self.folder = self.file.parent
+        self.precision = _precision(self.file)
+        self.session = _session(self.file, threads)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        unknown = [n for n in self.input_names if n not in ONNX_INPUTS + WORD_PAIR_INPUTS]
+        if unknown:
+            raise KdbertError(f"{self.file} takes inputs {unknown} kdbert does not make; "
+                              f"export it with `kdbert export` (inputs {', '.join(ONNX_INPUTS)})")
+        self.word_level = _config_value(self.folder, "model_type") == "kdbert-bilstm"
+        self.pair = "input_ids_b" in self.input_names
+        labels = self.session.get_outputs()[0].shape[-1]
+        self.num_labels = labels if isinstance(labels, int) else None
+        report_path = self.folder / REPORT_FILE
+        self.report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+        self.max_seq_len = self.report.get("max_positions") or _config_value(self.folder, "max_position_embeddings")
+        self.tokenizer = self._load_tokenizer() if load_tokenizer and not self.word_level else None
+        self.vocab = self._load_vocab() if load_tokenizer and self.word_level else None
+
+    def _load_vocab(self):
+        from kdbert.families.bilstm.words import Vocab
+
+        if not (self.folder / "vocab.txt").is_file():
+            raise KdbertError(f"{self.file} is a word-level student without vocab.txt beside it in {self.folder}; "
+                              "export it with `kdbert export` or copy the student's vocab.txt there")
+        return Vocab.load(self.folder / "vocab.txt")
+
+    def _load_tokenizer(self):
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(str(self.folder))
+        except (OSError, ValueError, TypeError):
+            raise KdbertError(
+                f"{self.file} has no tokenizer beside it in {self.folder}; export with `kdbert export` "
+                "(it saves the tokenizer) or copy the model's tokenizer files into that folder"
+            ) from None
+
+    def check_seq_len(self, seq_len: int, option: str = "--max-seq-len") -> None:
+        """Refuse a sequence length above the model's position limit."""
+        if self.max_seq_len is not None and seq_len > self.max_seq_len:
+            raise KdbertError(f"{option} {seq_len} is above the limit of {self.file} ({self.max_seq_len} "
+                              f"positions); pass {option} <= {self.max_seq_len}")
+
+    def __call__(self, batch: dict[str, Any]) -> np.ndarray:
+        """Logits (B, C) of one batch; ``batch`` maps input names to (B, L) integer arrays/tensors."""
+        feed = {}
+        for name in self.input_names:
+            value = batch.get(name)
+            if value is None and name == "token_type_ids":
+                value = np.zeros_like(np.asarray(batch["input_ids"]))
+            feed[name] = np.asarray(value, dtype=np.int64)
+        return self.session.run(None, feed)[0]
+
+    def predict(self, dataset, collator, batch_size: int = 64) -> np.ndarray:
+        """Logits (N, C) on an :class:`~kdbert.data.batching.EncodedDataset`, in its order."""
+        from kdbert.data.batching import sequential_batches
+
+        outputs = [None] * len(dataset)
+        for indices in sequential_batches(dataset, batch_size):
+            batch = collator([dataset[i] for i in indices])
+            logits = self({k: v.numpy() for k, v in batch.items() if k in ONNX_INPUTS})
+            for row, index in enumerate(indices):
+                outputs[index] = logits[row]
+        return np.stack(outputs).astype(np.float32)
+
+
+def _config_value(folder: Path, key: str):
+    config = folder / "config.json"
+    return json.loads(config.read_text()).get(key) if config.is_file() else None
+
+
+# --------------------------------------------------------------------------- matmul rate
+
+
+def _matmul_graph(n: int):
+    """An ONNX graph ``Y = X @ W`` with X (n, n) an input and W (n, n) a constant."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"])], "matmul",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [n, n])],
+        [numpy_helper.from_array(weight, "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+
+
+@lru_cache(maxsize=None)
+def ort_matmul_rate(precision: str = "fp32", threads: int | None = None, n: int = 1024) -> float:
+    """FLOP/s of ONNX Runtime on one ``n x n @ n x n`` product (``2 n^3`` FLOPs): median of 10 runs.
+
+    ``precision="int8"`` times the graph after ``quantize_dynamic`` (DynamicQuantizeLinear +
+    MatMulInteger), which is what an int8 export runs for each weight matrix.
+    """
+    import tempfile
+
+    import onnx
+
+    from kdbert.deploy.bench import time_calls
+
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "matmul.onnx"
+        onnx.save(_matmul_graph(n), file)
+        if precision == "int8":
+            from kdbert.deploy.export import quantize_int8
+
+            file = quantize_int8(file, Path(tmp) / "matmul.int8.onnx")
+        session = _session(file, threads)
+        x = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
+        timing = time_calls(lambda: session.run(None, {"X": x}), warmup=2, runs=10)
+    return 2 * n**3 / (timing["median_ms"] / 1000.0)
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def _synthetic_feed(classifier: OnnxClassifier, seq_len: int, batch_size: int) -> dict[str, np.ndarray]:
+    """``[CLS] tok ... tok [SEP]`` rows like :func:`kdbert.deploy.bench._synthetic_batch` (same seed); for a
+    word-level student, ``seq_len`` words per sentence, as its PyTorch bench."""
+    import torch
+
+    vocab = classifier.report.get("vocab_size") or _config_value(classifier.folder, "vocab_size") or 30522
+    if classifier.word_level:
+        from kdbert.deploy.bench import _synthetic_batch
+
+        batch = _synthetic_batch(_bilstm_from_config(classifier.folder), seq_len, batch_size)
+        return {name: batch[name].numpy() for name in classifier.input_names}
+    cls_id, sep_id = (101, 102) if vocab > 102 else (1 % vocab, 2 % vocab)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (batch_size, seq_len), generator=generator).numpy()
+    ids[:, 0], ids[:, -1] = cls_id, sep_id
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+
+
+def _bilstm_from_config(folder: Path):
+    """A BiLSTM student of the shape in ``folder/config.json`` (random weights)."""
+    from kdbert.families.bilstm.model import BiLSTMConfig, BiLSTMStudent
+
+    config_path = folder / "config.json"
+    return BiLSTMStudent(BiLSTMConfig.from_dict(json.loads(config_path.read_text()), str(config_path)))
+
+
+def _flops(classifier: OnnxClassifier, seq_len: int) -> int | None:
+    """FLOPs per example: recorded at export for common lengths, else counted on a model rebuilt
+    from ``config.json`` (random weights; FLOPs do not depend on them)."""
+    recorded = classifier.report.get("flops_per_example", {}).get(str(seq_len))
+    if recorded:
+        return int(recorded)
+    if not (classifier.folder / "config.json").is_file():
+        return None
+    if classifier.word_level:
+        from kdbert.families.bilstm.model import bilstm_flops
+
+        return bilstm_flops(_bilstm_from_config(classifier.folder).config, seq_len)
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from kdbert.deploy.bench import count_flops
+
+    model = AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(str(classifier.folder)))
+    return count_flops(model, seq_len)
+
+
+def _default_name(file: Path) -> str:
+    """``folder/model.onnx``, or ``model_folder/onnx/model.onnx`` for an export in its default
+    place (``kdbert export``'s ``DIR/onnx``), so that two exports' rows stay apart."""
+    return "/".join(file.parts[-3:] if file.parent.name == "onnx" else file.parts[-2:])
+
+
+def bench_onnx(path: str | os.PathLike, seq_len: int = 128, threads: int | None = None, runs: int = 30,
+               warmup: int = 5, name: str | None = None, throughput_batch_size: int = 32) -> dict[str, Any]:
+    """:func:`kdbert.deploy.bench.bench_model` for an exported model: the same keys, timed in ONNX Runtime.
+
+    ``params_*`` come from ``export_report.json`` (the PyTorch model's counts), ``size_mb`` is
+    the ``.onnx`` file, ``efficiency`` is against :func:`ort_matmul_rate` at the model's precision.
+    """
+    import onnxruntime
+    import torch
+
+    from kdbert.deploy.bench import time_calls
+
+    if seq_len < 2:
+        raise KdbertError(f"seq_len {seq_len} is too short; pass seq_len >= 2 ([CLS] and [SEP])")
+    threads = threads or torch.get_num_threads()
+    classifier = OnnxClassifier(path, threads=threads, load_tokenizer=False)
+    classifier.check_seq_len(seq_len, "--seq-len")
+    one = _synthetic_feed(classifier, seq_len, 1)
+    many = _synthetic_feed(classifier, seq_len, throughput_batch_size)
+    latency = time_calls(lambda: classifier(one), warmup=warmup, runs=runs)
+    batch = time_calls(lambda: classifier(many), warmup=min(warmup, 2), runs=max(1, runs // 3))
+    flops = _flops(classifier, seq_len)
+    rate = ort_matmul_rate(classifier.precision, threads)
+    return {
+        "name": name or _default_name(classifier.file),
+        "runtime": f"onnxruntime {classifier.precision}",
+        "params_total": classifier.report.get("params_total"),
+        "params_non_embedding": classifier.report.get("params_non_embedding"),
+        "flops_per_example": flops,
+        "latency_median_ms": latency["median_ms"],
+        "latency_p90_ms": latency["p90_ms"],
+        "throughput": throughput_batch_size / (batch["median_ms"] / 1000.0),
+        "throughput_batch_size": throughput_batch_size,
+        "size_mb": classifier.file.stat().st_size / 1e6,
+        "matmul_gflops": rate / 1e9,
+        "efficiency": flops / (latency["median_ms"] / 1000.0) / rate if flops else None,
+        "seq_len": seq_len,
+        "threads": threads,
+        "onnxruntime": onnxruntime.__version__,
+        "machine": f"{platform.processor() or platform.machine() or 'unknown'} ({os.cpu_count()} CPUs)",
+        "cpu_count": os.cpu_count(),
+    }

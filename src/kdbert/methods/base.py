@@ -1,0 +1,227 @@
+"""What a distillation recipe receives and returns, and the pieces recipes share.
+
+A recipe module (see :mod:`kdbert.methods.registry`) exposes a config dataclass and pure functions: it
+turns the loaded pieces (teacher, student, task data, typed config) into a :class:`Plan` (the
+modules to train and the stages the shared :class:`~kdbert.core.trainer.Trainer` runs). It does no
+I/O beyond building students and never contains a training loop; :mod:`kdbert.core.distill` is the one
+front that loads, trains and reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from kdbert.data.batching import EncodedDataset
+from kdbert.data.tasks import TaskSpec
+from kdbert.errors import KdbertError
+from kdbert.methods.finetune import FALLBACK_DEFAULTS, TASK_DEFAULTS
+from kdbert.core.layer_maps import parse_layers
+from kdbert.core.matching import Match
+from kdbert.families import bert as students
+from kdbert.core.loading import check_vocabulary, load_sequence_classifier, resolve_model_path
+from kdbert.core.trainer import Stage
+
+
+@dataclass
+class Student:
+    """The initial student and where it came from (``origin``, for reports and errors)."""
+
+    model: nn.Module
+    origin: str
+
+
+@dataclass
+class TaskInputs:
+    """What task distillation trains on, from the recipe's ``task_inputs`` hook (a student with
+    its own inputs) or the front's default (an HF student on the teacher's tokenizer).
+
+    Attributes:
+        student: the initial :class:`Student`.
+        train_set: encoded training rows (``train_set.lengths`` orders the batches).
+        collator: features -> batch (the student's inputs, labels, whatever the losses read).
+        evaluator: ``evaluator(student) -> metrics`` on the dev split(s), with ``"score"``.
+        saved_with_student: the teacher's tokenizer or the student's vocabulary: anything with
+            ``save_pretrained(folder)``, written beside the saved student.
+        report: facts for ``distill_report.json`` (vocabulary size, stored teacher logits...).
+    """
+
+    student: Student
+    train_set: EncodedDataset
+    collator: Callable
+    evaluator: Callable
+    saved_with_student: Any
+    report: dict = field(default_factory=dict)
+
+
+@dataclass
+class DistillContext:
+    """Inputs of a distillation recipe.
+
+    Attributes:
+        teacher: fine-tuned HF sequence classifier (task) or pre-trained encoder (general).
+        student: the initial :class:`Student`.
+        tokenizer: the teacher's tokenizer (the student's too, unless the batch carries its own inputs).
+        spec: the task (``None`` for general distillation).
+        train_set: encoded training rows.
+        config: the method's typed config, task defaults resolved.
+        seed: run seed.
+    """
+
+    teacher: nn.Module
+    student: Student
+    tokenizer: Any
+    spec: TaskSpec | None
+    train_set: EncodedDataset
+    config: Any
+    seed: int = 42
+
+
+@dataclass
+class Plan:
+    """Output of a recipe: ``modules["student"]`` plus extra trainable modules (projections are
+    added by the stages' losses on the first batch), frozen models (``{"teacher": ...}``), the
+    stages, and facts for the report (layer map, loss weights...)."""
+
+    modules: dict[str, nn.Module]
+    frozen: dict[str, nn.Module]
+    stages: list[Stage]
+    report: dict = field(default_factory=dict)
+
+    @property
+    def matches(self) -> dict[str, list[Match]]:
+        return {s.config.name: list(getattr(s.loss_fn, "matches", [])) for s in self.stages}
+
+
+def teacher_if_needed(teacher: nn.Module, stages: list[Stage]) -> dict:
+    """``{"teacher": teacher}`` when some stage's loss reads the teacher, else ``{}``."""
+    needed = any(getattr(s.loss_fn, "uses_teacher", True) for s in stages)
+    return {"teacher": teacher} if needed else {}
+
+
+def task_training_defaults(task: str) -> dict:
+    """Epochs, learning rate and batch size of :data:`kdbert.methods.finetune.TASK_DEFAULTS` for ``task``."""
+    epochs, lr, batch = TASK_DEFAULTS.get(task, FALLBACK_DEFAULTS)
+    return {"epochs": epochs, "learning_rate": lr, "batch_size": batch}
+
+
+# ----------------------------------------------------------------------------- logit distillation
+def logit_matches(alpha: float, temperature: float, kd_loss: str, regression: bool,
+                  kd_reduction: str = "batchmean") -> list[Match]:
+    """Classic KD's two terms (Hinton et al.), each already weighted; zero-weight terms left out::
+
+        soft = alpha * (T^2 KL(p_t^T || p_s^T) | MSE(z_s, z_t) for kd_loss mse or regression)
+        hard = (1 - alpha) * (CE(z_s, y) | MSE(s, gold) for regression)
+
+    ``kd_reduction`` is the KL's: ``batchmean`` (per example) or ``mean`` (per example and
+    class, the BERT-PKD reference's; :func:`kdbert.core.losses.kl_div_loss`).
+    """
+    matches = []
+    if alpha > 0:
+        loss = "logit_mse" if regression or kd_loss == "mse" else "kl_div"
+        options = {} if loss == "logit_mse" else {"temperature": temperature, "reduction": kd_reduction}
+        matches.append(Match("soft", "logits", loss, alpha, options=options))
+    if alpha < 1:
+        matches.append(Match("hard", "logits", "hard_label", 1.0 - alpha, target="labels"))
+    return matches
+
+
+def check_kd_loss(kd_loss: str | None, spec: TaskSpec) -> str:
+    """The effective ``kd_loss``: ``mse`` on regression tasks, where ``kl`` is refused."""
+    if spec.is_regression and kd_loss == "kl":
+        raise KdbertError(f"--kd-loss kl needs class probabilities but {spec.name} is a regression task "
+                          "(KD uses MSE to the teacher's score there); drop --kd-loss")
+    return "mse" if spec.is_regression else (kd_loss or "kl")
+
+
+# ----------------------------------------------------------------------------- students
+def label_names(model: nn.Module, spec: TaskSpec, teacher: nn.Module | None = None) -> None:
+    """Name the student's outputs: the teacher's label names when its head fits, else the task's."""
+    if teacher is not None and teacher.config.num_labels == model.config.num_labels:
+        model.config.id2label, model.config.label2id = dict(teacher.config.id2label), dict(teacher.config.label2id)
+    elif spec.labels is not None:
+        model.config.id2label = dict(enumerate(spec.labels))
+        model.config.label2id = {label: i for i, label in enumerate(spec.labels)}
+
+
+def teacher_layer_student(teacher, spec: TaskSpec, value, seed: int) -> Student:
+    """A BERT student of the teacher's width from ``--student-layers``: ``K`` (the first K
+    teacher layers) or ``0,2,4`` (those 0-based layers), checked against the teacher's depth."""
+    depth = int(teacher.config.num_hidden_layers)
+    text = str(value).strip()
+    parts = parse_layers(text, "--student-layers", "an integer K or a comma-separated list of 0-based teacher "
+                                                   "layers such as 0,2,4")
+    if len(parts) == 1 and "," not in text:
+        if not 1 <= parts[0] <= depth:
+            raise KdbertError(f"--student-layers {parts[0]}: a student of the first K layers needs 1 <= K <= {depth}, "
+                              "the teacher's depth")
+        parts = list(range(parts[0]))
+    elif len(parts) > depth:
+        raise KdbertError(f"--student-layers {text}: {len(parts)} layers but the teacher has only {depth}")
+    for i, layer in enumerate(parts):
+        if not 0 <= layer < depth:
+            raise KdbertError(f"--student-layers {text}: teacher layer {layer} is out of range; the teacher has "
+                              f"{depth} layers, 0-based 0..{depth - 1}")
+        if i and layer <= parts[i - 1]:
+            raise KdbertError(f"--student-layers {text}: layers must be strictly increasing ({layer} comes after "
+                              f"{parts[i - 1]})")
+    model = students.init_from_teacher_layers(teacher, parts, spec.num_labels, seed=seed)
+    return Student(model, f"teacher layers {parts}")
+
+
+def preset_student(name: str, teacher, spec: TaskSpec, init: str | None, seed: int) -> Student:
+    """A preset (tinybert4, tinybert6) on the teacher's vocabulary, random or weight-selected."""
+    config = students.student_config(name, teacher.config, spec.num_labels)
+    model = students.build_student(config, "regression" if spec.is_regression else "classification", seed)
+    return Student(model, f"{name}, {students.apply_student_init(model, teacher, init)}")
+
+
+def folder_student(name: str, teacher, spec: TaskSpec, seed: int) -> Student:
+    """An HF folder loaded as a sequence classifier (a fresh head when the label count differs),
+    refused when its vocabulary is not the teacher's; random parts seeded by ``seed``."""
+    path = resolve_model_path(name)
+    if Path(path).is_dir():
+        check_vocabulary(path, teacher)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = load_sequence_classifier(path, spec.num_labels, new_head_ok=True)
+    return Student(model, path)
+
+
+def resolve_student(teacher, spec: TaskSpec, config, default_preset: str | None = None) -> Student:
+    """The initial student from ``config.student`` (preset or folder) or ``config.student_layers``.
+
+    Without either: ``default_preset`` when given, else the first half of the teacher's layers.
+    """
+    name, layers = config.student, getattr(config, "student_layers", None)
+    init = getattr(config, "student_init", None)
+    if name and layers not in (None, ""):
+        raise KdbertError("give either --student (a folder or preset) or --student-layers (teacher layers), "
+                          "not both")
+    if init not in (None, "random") and (layers not in (None, "") or (name and name not in students.PRESETS)):
+        raise KdbertError("--student-init applies to a preset student (--student tinybert4 / tinybert6); a folder "
+                          "or --student-layers already brings its weights, so drop --student-init")
+    name = name or default_preset
+    if name in students.PRESETS:
+        student = preset_student(name, teacher, spec, init, config.seed)
+    elif name:
+        student = folder_student(name, teacher, spec, config.seed)
+    else:
+        depth = int(teacher.config.num_hidden_layers)
+        student = teacher_layer_student(teacher, spec, layers if layers not in (None, "") else str(max(1, depth // 2)),
+                                        config.seed)
+    label_names(student.model, spec, teacher)
+    return student
+
+
+def student_description(student: Student) -> dict:
+    """Facts about the initial student for the report."""
+    config = student.model.config
+    return {"student_init": student.origin,
+            "student_layers": int(getattr(config, "num_hidden_layers", getattr(config, "n_layers", 0))),
+            "student_hidden_size": int(getattr(config, "hidden_size", getattr(config, "dim", 0))),
+            "student_parameters": sum(p.numel() for p in student.model.parameters())}
