@@ -5,6 +5,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from transformers import AutoModelForSequenceClassification
@@ -125,18 +126,20 @@ def test_report_bench_times_pytorch_and_int8_exports(tmp_path, tiny_tokenizer):
 # --------------------------------------------------------------------------- benchmarks/report.py
 
 def load_benchmark_report(folder, monkeypatch, files: dict):
-    """``benchmarks/report.py`` reading ``files`` ({name: {key: record}}) from ``folder``; the majority
-    class scores fixed (no GLUE files here)."""
+    """The sections of ``benchmarks/report.py`` reading ``files`` ({name: {key: record}}) from ``folder``;
+    the majority class scores fixed (no GLUE files here)."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import common
-    import report
+    from sections import bilstm_results, mobilebert_results
 
     folder.mkdir()
     for name, records in files.items():
         (folder / f"{name}.json").write_text(json.dumps(records))
     monkeypatch.setattr(common, "RESULTS_DIR", folder)
-    monkeypatch.setattr(report, "majority_class_score", {"mrpc": 74.8, "rte": 52.7}.get)
-    return report
+    monkeypatch.setattr(mobilebert_results, "majority_class_score", {"mrpc": 74.8, "rte": 52.7}.get)
+    return SimpleNamespace(mobilebert_task_section=mobilebert_results.mobilebert_task_section,
+                           mobilebert_ablation_section=mobilebert_results.mobilebert_ablation_section,
+                           bilstm_v2_lines=bilstm_results.bilstm_v2_lines)
 
 
 def distill_record(task, variant, seed, score, precision="no"):

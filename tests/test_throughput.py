@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import report  # noqa: E402
 import throughput  # noqa: E402
+from sections import speed_results  # noqa: E402
 
 from kdbert.core.matching import Match  # noqa: E402
 
@@ -76,11 +76,11 @@ def test_report_section_renders_the_rows_and_the_targets(tmp_path):
               "load_average_max": 0.3, "load_average_min": 0.1, "machine": "x86_64 2 CPU cores, no GPU",
               "torch": "2.x", "date": "2026-01-01", "command": "python benchmarks/throughput.py --threads 2"}
     (tmp_path / "throughput.json").write_text(json.dumps({"t2": record}))
-    text = "\n".join(report.throughput_section(tmp_path))
+    text = "\n".join(speed_results.throughput_section(tmp_path))
     assert "| kdbert | bf16 | 64 | 130.0 | 2.60x | 3.25x | 455 | 58% | 130.0 (0.1) |" in text
     assert "| textbrewer | fp32 | 64 | 40.0 | 1.00x | 1.00x | 140 | 74% |" in text
     assert "embedding x1 (projected), attention x1" in text
     assert ">= 3x TextBrewer's examples/s: met by kdbert's fastest setting against TextBrewer in fp32 (3.25x)" in text
     assert ">= 50% of the bf16 matmul peak for kdbert's bf16 step: met (58%)" in text
     assert "shared" not in text  # load below the thread count
-    assert report.throughput_section(tmp_path / "none") == []
+    assert speed_results.throughput_section(tmp_path / "none") == []

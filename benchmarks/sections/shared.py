@@ -1,0 +1,168 @@
+"""What every section of BENCHMARKS.md shares: the task order, the results folders, the notes
+beside the data, and the GLUE table of distilled students (``distill_section``) with its verdicts."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+from common import load_results
+
+from kdbert.deploy.report import build_table, format_mean_std, mean_std
+from kdbert.errors import KdbertError
+
+BENCHMARKS = Path(__file__).resolve().parents[1]
+NOTES = BENCHMARKS / "notes"
+
+ROOT = BENCHMARKS.parent
+GPU_RESULTS = BENCHMARKS / "results" / "gpu-h100"
+TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
+
+
+def note(name: str, **fields) -> str:
+    """The hand-written text ``benchmarks/notes/<name>.md`` (without its final newline); ``fields``
+    fill its ``{placeholders}`` with figures computed from the results."""
+    text = (NOTES / f"{name}.md").read_text().rstrip("\n")
+    return text.format(**fields) if fields else text
+
+
+def metrics_text(metrics: dict) -> str:
+    """``accuracy 80.1, f1 85.0``: every metric but the score."""
+    return ", ".join(f"{k} {v:.1f}" for k, v in metrics.items() if k != "score")
+
+
+def bench_rows(name: str) -> list[dict]:
+    """The rows of ``benchmarks/bench_models.py --results name``, the baseline (speedup 1) first."""
+    return sorted(load_results(name).values(), key=lambda r: (r["speedup"] != 1.0, -r["latency_median_ms"]))
+
+
+BUDGET_KEYS = ("max_train_examples", "epochs", "intermediate_epochs", "max_steps", "intermediate_max_steps",
+               "learning_rate")
+"""The options a distill record names as its budget (those that differ from the method defaults)."""
+
+
+def distill_section(title: str, intro: str, variants: list[tuple[str, str]], results_dir: Path | None = None,
+                    command: str | None = None) -> list[str]:
+    """A GLUE table of distilled students: the teacher row, one row per variant (``variants``: (name,
+    label) in row order) with the mean ± std over seeds and the share of the teacher kept per task, then
+    the budgets used and the command; ``[]`` when no variant has a record."""
+    results = load_results("distill", results_dir)
+    teachers = {r["task"]: r for r in load_results("teacher_glue", results_dir).values() if not r.get("tuning")}
+    names = {name for name, _ in variants}
+    rows = [r for r in results.values() if r["variant"] in names]
+    if not rows:
+        return []
+    tasks = [t for t in TASK_ORDER if any(r["task"] == t for r in rows)]
+    lines = [f"## {title}", "", intro, "", "| model | " + " | ".join(tasks) + " | average (kept) |",
+             "|---|" + "---|" * (len(tasks) + 1)]
+    teacher_scores = [teachers[t]["metrics"]["score"] for t in tasks if t in teachers]
+    teacher_average = sum(teacher_scores) / len(teacher_scores) if len(teacher_scores) == len(tasks) else None
+    lines.append("| teacher (all-MiniLM-L6-v2) | " + " | ".join(
+        f"{teachers[t]['metrics']['score']:.1f}" if t in teachers else "-" for t in tasks) + " | "
+        + (f"{teacher_average:.1f}" if teacher_average is not None else "-") + " |")
+    # the numbers are `kdbert report`'s (mean, sample std, kept, average); the layout is this page's
+    records = [{"name": "teacher", "teacher": True, "task": t, "score": teachers[t]["metrics"]["score"]}
+               for t in tasks if t in teachers]
+    records += [{"name": r["variant"], "task": r["task"], "score": r["metrics"]["score"]} for r in rows]
+    table = {row["name"]: row for row in build_table(records)["rows"]}
+    for name, label in variants:
+        if name not in table:
+            continue
+        row, cells = table[name], []
+        for task in tasks:
+            cell = row["tasks"].get(task)
+            if cell is None:
+                cells.append("-")
+            elif cell["kept"] is not None:
+                cells.append(f"{format_mean_std(cell['scores'])} ({cell['kept']:.0f}%)")
+            else:
+                cells.append(format_mean_std(cell["scores"]))
+        if teacher_average is not None and row["average"] is not None:
+            cells.append(f"{row['average']:.1f} ({row['average_kept']:.0f}%)")
+        else:
+            cells.append("-")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    budgets: dict[str, list[str]] = {}
+    for r in rows:
+        budget = json.dumps({k: v for k, v in r["options"].items() if k in BUDGET_KEYS}, sort_keys=True)
+        if r["task"] not in budgets.setdefault(budget, []):
+            budgets[budget].append(r["task"])
+    example = rows[0]
+    lines += ["", "Dev score (the task's metric, mean of its metrics), and in brackets the share of the teacher's "
+              "score kept; the average column only where a row covers every task. " + note("dev-selection")
+              + " Budgets (options that differ from the method defaults) and the tasks that used them:", ""]
+    lines += [f"- `{b}`: {', '.join(sorted(t, key=TASK_ORDER.index))}" for b, t in sorted(budgets.items())]
+    command = command or (f"Command per cell: `python benchmarks/distill_glue.py --task TASK --budget "
+                          f"{example['budget']} --variants VARIANT --seeds SEED` (a recorded cell again: add "
+                          "`--rerun`); wall time per run is in `benchmarks/results/distill.json`.")
+    lines += ["", f"Machine: {example['machine']}; date {example['date']}. {command}", ""]
+    return lines
+
+
+def verdict_lines(baseline: str, variants: list[str], target_percent: float | None = None,
+             results_dir: Path | None = None) -> list[str]:
+    """Per task: each variant's difference from ``baseline``, marked as within noise when it is
+    smaller than the larger of the two stds (3 seeds), and whether the best reaches the target."""
+    results = load_results("distill", results_dir)
+    teachers = {r["task"]: r for r in load_results("teacher_glue", results_dir).values() if not r.get("tuning")}
+    lines = []
+    for task in TASK_ORDER:
+        def stats(variant):
+            scores = [r["metrics"]["score"] for r in results.values() if r["task"] == task and r["variant"] == variant]
+            return mean_std(scores) if scores else None
+        base = stats(baseline)
+        if base is None:
+            continue
+        parts, means = [], []
+        for variant in variants:
+            other = stats(variant)
+            if other is None:
+                continue
+            means.append(other[0])
+            delta = other[0] - base[0]
+            stds = [sd for sd in (base[1], other[1]) if sd is not None]
+            if not stds:
+                note = "one seed"
+            elif abs(delta) <= max(stds):
+                note = "within 1 std"
+            else:
+                note = "beyond 1 std"
+            parts.append(f"{variant} {delta:+.1f} ({note})")
+        if not parts:
+            continue
+        text = f"- {task}, against `{baseline}` ({base[0]:.1f}): " + "; ".join(parts) + "."
+        if target_percent and task in teachers:
+            kept = 100 * max(means) / teachers[task]["metrics"]["score"]
+            text += f" Best kept {kept:.0f}% of the teacher (target {target_percent:.0f}%: " + \
+                    ("met)." if kept >= target_percent else "NOT met).")
+        lines.append(text)
+    return lines + [""] if lines else []
+
+
+def runs_of(results: dict, task: str, variant: str) -> list[dict]:
+    """The records of ``variant`` on ``task``."""
+    return [r for r in results.values() if r["task"] == task and r["variant"] == variant]
+
+
+@functools.lru_cache(maxsize=None)  # the report asks for each task's score several times
+def majority_class_score(task: str, data_dir: str = "../shared/data/glue_data") -> float | None:
+    """Dev score of predicting the most frequent training label for every row (regression: the mean
+    training score, which correlates with nothing: 0); ``None`` when the task's files are not there."""
+    from kdbert.data.glue import load_glue_dir
+    from kdbert.data.tasks import GLUE_TASKS
+    from kdbert.core.metrics import compute_metrics, split_prefix, task_score
+
+    spec = GLUE_TASKS[task]
+    try:
+        data = load_glue_dir(spec, data_dir)
+    except KdbertError:  # no GLUE files beside the checkout: no baseline row
+        return None
+    labels = [e.label for e in data.train]
+    constant = sum(labels) / len(labels) if spec.is_regression else max(set(labels), key=labels.count)
+    metrics = {}
+    for split, rows in data.dev.items():
+        references = [e.label for e in rows]
+        metrics.update(compute_metrics(spec.metrics, [constant] * len(references), references,
+                                       split_prefix(split, spec.dev_splits)))
+    return task_score(metrics, spec.metrics, spec.dev_splits)

@@ -1,0 +1,272 @@
+"""BENCHMARKS.md sections of speed: `kdbert bench`, the distillation step against TextBrewer, the
+README's main job, deployment to ONNX Runtime and the teacher-output cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common import load_results
+from sections.shared import ROOT, TASK_ORDER, bench_rows, note
+
+from kdbert.deploy.bench import format_table
+from kdbert.deploy.report import build_table, format_markdown, plot_pareto
+
+
+def bench_section() -> list[str]:
+    rows = bench_rows("bench")
+    if not rows:
+        return []
+    first = rows[0]
+    return ["## Size and speed (`kdbert bench`)", "",
+            f"Sequence length {first['seq_len']}, {first['threads']} threads, {first['machine']}, {first['date']}. "
+            "Latency is batch 1 (median and p90 of timed runs after warm-up); throughput is batch 32. "
+            "Speedup is against the first row.", "",
+            format_table(rows), "", f"Command: `{first['command']}`", ""]
+
+
+def match_summary(described: list[str]) -> str:
+    """``embedding x1 (projected), attention x4, hidden x4 (projected)`` from ``Match.describe()`` lines."""
+    terms: dict[str, list[str]] = {}
+    for line in described:
+        terms.setdefault(line.split(":", 1)[0], []).append(line)
+    return ", ".join(f"{term} x{len(lines)}" + (" (projected)" if all(" via " in x for x in lines) else "")
+                     for term, lines in terms.items())
+
+
+def throughput_section(results_dir: Path | None = None) -> list[str]:
+    """kdbert against TextBrewer on the same distillation step (``benchmarks/throughput.py``)."""
+    results = load_results("throughput", results_dir)
+    if not results:
+        return []
+    lines = ["## Distillation-step throughput: kdbert against TextBrewer", ""]
+    for key, r in sorted(results.items()):
+        peaks = r["matmul_gflops"]
+        flops = r["flops_per_example"]
+        first = flops[next(iter(flops))]
+        peak_text = ", ".join(f"{p} {v['peak']:.0f} GFLOP/s" for p, v in peaks.items())
+        lines += [f"### {r['threads']} thread(s) (`{key}`)", "",
+                  f"TinyBERT's intermediate stage, the same work in both frameworks in one run: teacher {r['teacher']} "
+                  f"-> {r['student']}, batch {r['batch_size']}, every input exactly the stated length (RTE training "
+                  f"pairs truncated to it), MSE terms {match_summary(first['matches'])} (pre-softmax attention "
+                  f"scores; layer map 1->2, 2->3, 3->5, 4->6), AdamW (lr {r['learning_rate']:g}), clipping at 1.0. "
+                  f"TextBrewer {r['textbrewer']} `GeneralDistiller`; its bf16 rows run its loop under `torch.autocast` "
+                  "(it has no bf16 option). Examples/s over "
+                  f"{r['steps']} optimiser steps after {r['warmup']} warm-up ones, median of {r['rounds']} interleaved "
+                  "round(s) (each round and its 1-minute load average in the last column). GFLOP/s = examples/s x "
+                  "the FLOPs of one step per example (teacher forward + 3 x (student + projections) forward, "
+                  "`kdbert.deploy.bench.count_flops`); % of peak against the best square `torch.mm` rate measured in the "
+                  f"same run at the same thread count ({peak_text}).", "",
+                  "FLOPs per example and step: " + "; ".join(
+                      f"{length} tokens {f['step'] / 1e9:.2f} G (teacher {f['teacher_forward'] / 1e9:.2f}, student "
+                      f"{f['student_forward'] / 1e9:.2f}, projections {f['projections_forward'] / 1e9:.3f})"
+                      for length, f in flops.items()) + ".", ""]
+        if r["load_average_max"] > r["threads"]:
+            lines += [f"**Measured while the machine was shared** (1-minute load average {r['load_average_min']:.1f}"
+                      f"-{r['load_average_max']:.1f} on {r['threads']} thread(s)): rerun the command on an idle "
+                      "machine before reading these values.", ""]
+        lines += ["| framework | precision | tokens | examples/s | vs TextBrewer, same precision | vs TextBrewer fp32 "
+                  "| GFLOP/s | % of peak | rounds (examples/s, load) |", "|---|---|---|---|---|---|---|---|---|"]
+        order = {"textbrewer": 0, "kdbert": 1}
+        rows = sorted(r["rows"], key=lambda x: (x["seq_len"], x["precision"] != "fp32", order.get(x["framework"], 2)))
+
+        def ratio(value):
+            return f"{value:.2f}x" if value is not None else "-"
+
+        for row in rows:
+            runs = ", ".join(f"{x['examples_per_s']:.1f} ({x['load_before']:.1f})" for x in row["runs"])
+            lines.append(f"| {row['framework']} | {row['precision']} | {row['seq_len']} | "
+                         f"{row['examples_per_s']:.1f} | {ratio(row['vs_textbrewer_same_precision'])} | {ratio(row['vs_textbrewer_fp32'])} | "
+                         f"{row['gflops']:.0f} | {row['percent_of_peak']:.0f}% | {runs} |")
+        kdbert = [x for x in rows if x["framework"] == "kdbert"]
+        goals = []
+        fastest = {}
+        for x in kdbert:
+            if x["seq_len"] not in fastest or x["examples_per_s"] > fastest[x["seq_len"]]["examples_per_s"]:
+                fastest[x["seq_len"]] = x
+        against_fp32 = [x["vs_textbrewer_fp32"] for x in fastest.values() if x["vs_textbrewer_fp32"] is not None]
+        same = [x["vs_textbrewer_same_precision"] for x in kdbert if x["vs_textbrewer_same_precision"] is not None]
+        if against_fp32:
+            listed = ", ".join(f"{v:.2f}x" for v in against_fp32)
+            goals.append(f">= 3x TextBrewer's examples/s: {'met' if min(against_fp32) >= 3 else 'not met'} by kdbert's "
+                         f"fastest setting against TextBrewer in fp32 ({listed}); "
+                         f"at the same precision {', '.join(f'{v:.2f}x' for v in same)}")
+        bf16 = [x["percent_of_peak"] for x in kdbert if x["precision"] == "bf16"]
+        if bf16:
+            goals.append(f">= 50% of the bf16 matmul peak for kdbert's bf16 step: "
+                         f"{'met' if min(bf16) >= 50 else 'not met'} ({', '.join(f'{v:.0f}%' for v in bf16)})")
+        if goals:
+            lines += ["", "The issue's targets: " + "; ".join(goals) + "."]
+        lines += ["", f"Machine: {r['machine']}, torch {r['torch']}; date {r['date']}. Command: `{r['command']}`.", ""]
+    return lines + profile_lines(results_dir)
+
+
+PROFILE_PARTS = (("teacher_forward", "teacher forward (no grad, scores captured)"),
+                 ("student_forward", "student forward (scores captured)"),
+                 ("attention_capture", "of which inside the score-capturing attention (both models)"),
+                 ("loss_terms", "match terms (projections + losses)"), ("backward", "backward"),
+                 ("clip_grad_norm", "gradient clipping"),
+                 ("optimizer_step", "optimiser step (fused AdamW, schedule, zero_grad)"),
+                 ("collate", "data collation"), ("other", "other"))
+
+
+def profile_lines(results_dir: Path | None = None) -> list[str]:
+    """Where a kdbert distillation step spends its time (``throughput.py --profile``)."""
+    r = load_results("throughput_profile", results_dir)
+    if not r:
+        return []
+    profiles = r["profiles"]
+    lines = ["### Where the step's time goes (torch.profiler)", "",
+             "| part | " + " | ".join(f"{p['precision']} ({p['step_ms']:.0f} ms/step, {p['examples_per_s']:.1f} ex/s)"
+                                      for p in profiles) + " |", "|---|" + "---|" * len(profiles)]
+    for key, label in PROFILE_PARTS:
+        lines.append(f"| {label} | " + " | ".join(f"{p['shares_percent'][key]:.1f}%" for p in profiles) + " |")
+    lines += ["", "Top operators by own time: " + "; ".join(
+        f"{p['precision']}: " + ", ".join(f"{op['op']} {op['self_percent']:.0f}%" for op in p["top_ops_self_cpu"][:6])
+        for p in profiles) + "."]
+    adamw = r.get("adamw_ms_per_step") or {}
+    if adamw:
+        lines += ["", "AdamW step on the student's parameters (ms): " + ", ".join(
+            f"{name} {value:.0f}" if isinstance(value, (int, float)) else f"{name} {value}"
+            for name, value in adamw.items()) + " (kdbert now uses the fused one)."]
+    lines += ["", f"Sequence length 64, batch {profiles[0]['batch_size']}, {r['threads']} thread(s), 1-minute load "
+              f"{r['load_before']:.1f} before; {r['machine']}, {r['date']}. Command: `{r['command']}`.", ""]
+    return lines
+
+
+def quickstart_section() -> list[str]:
+    results = load_results("quickstart")
+    lines = []
+    for key, r in results.items():
+        trained = r.get("training_precision") or {"teacher": "float32", "student": "float32"}
+        title = "The main job before bf16 became the default" if key.endswith("-float32") else "The main job"
+        lines += [f"## {title}: `{r['command']}`", "",
+                  f"Trained in {trained['teacher']} (teacher) and {trained['student']} (student). "
+                  f"Wall time {r['wall_seconds'] / 60:.1f} min on {r['machine']} ({r['date']}), "
+                  f"{r['rows'][0]['threads']} torch thread(s), nothing else running. The student keeps "
+                  f"{r['retained_percent']:.1f}% of the teacher's dev score. " + note("dev-selection"), "",
+                  format_table(r["rows"]), "", "Command: `python benchmarks/quickstart.py`.", ""]
+    return lines
+
+
+def _headline(student: dict, teacher: dict) -> tuple[float, float, bool]:
+    """The deployment target: int8 student against the int8 teacher, >= 8x faster at batch 1 and
+    >= 97% of its dev score."""
+    speedup = teacher["latency_onnx_int8_ms"] / student["latency_onnx_int8_ms"]
+    kept = 100 * student["score_onnx_int8"] / teacher["score_onnx_int8"]
+    return speedup, kept, speedup >= 8 and kept >= 97
+
+
+def _best_distilled(task: str, preset: str, teacher: dict) -> str:
+    """The best fp32 dev score of a distilled student of ``preset`` in the distillation tables."""
+    runs = [r for r in load_results("distill").values() if r["task"] == task and r["budget"] == "cpu"
+            and preset in Path(str(r["options"].get("student"))).name]
+    if not runs:
+        return f"No {preset} student of {task} distilled yet."
+    best = max(runs, key=lambda r: r["metrics"]["score"])
+    kept = 100 * best["metrics"]["score"] / teacher["score"]
+    return (f"The best distilled {preset} on {task} in the tables above, `{best['variant']}` (seed {best['seed']}), "
+            f"scores {best['metrics']['score']:.2f} in fp32, {kept:.1f}% of this teacher's {teacher['score']:.2f}: "
+            + ("within" if kept >= 97 else "short of") + " the 97% target before int8.")
+
+
+DEPLOY_RUNTIMES = (("pytorch", "PyTorch fp32"), ("onnx_fp32", "ORT fp32"), ("onnx_int8", "ORT int8"))
+
+
+def _deploy_task(task: str, records: list[dict]) -> list[str]:
+    """One task's deployment table (the runtimes its records timed), the headline per student,
+    and the `kdbert report` table and Pareto plot of the models distilled from the benchmark teacher."""
+    by_name = {r["name"]: r for r in records}
+    first = records[0]
+    runtimes = [(rt, label) for rt, label in DEPLOY_RUNTIMES if rt in first["bench"]]
+    lines = [f"### {task}, sequence length {first['seq_len']}, {first['threads']} thread(s): {first['machine']}", "",
+             "| model | params | " + " | ".join(f"{label} ms p50 / p90" for _, label in runtimes)
+             + " | MB int8 | dev PyTorch / ORT fp32 / ORT int8 | max abs logit diff fp32 | "
+             + " | ".join(f"efficiency {label}" for _, label in runtimes)
+             + " | int8 vs int8 teacher | load before / after |",
+             "|---|---|" + "---|" * (2 * len(runtimes) + 5)]
+    verdicts = []
+    for r in records:
+        b = r["bench"]
+        teacher = by_name.get(r["teacher_name"])
+        versus = "-"
+        if r.get("speed_only") and teacher:
+            speedup = teacher["latency_onnx_int8_ms"] / r["latency_onnx_int8_ms"]
+            versus = f"{speedup:.2f}x"
+            verdicts.append(f"- {r['name']}: {speedup:.2f}x faster than the int8 {r['teacher_name']} (random "
+                            f"weights: speed only). {_best_distilled(task, r['name'].split()[0], teacher)}")
+        elif r["name"] != r["teacher_name"] and teacher:
+            speedup, kept, met = _headline(r, teacher)
+            versus = f"{speedup:.2f}x, {kept:.1f}% kept"
+            verdicts.append(f"- {r['name']}: {speedup:.2f}x faster than the int8 {r['teacher_name']}, keeps "
+                            f"{kept:.1f}% of its int8 dev score ({r['score_onnx_int8']:.2f} vs "
+                            f"{teacher['score_onnx_int8']:.2f}): " + ("target met." if met else "target NOT met."))
+        lines.append(
+            f"| {r['name']} | {r['params'] / 1e6:.1f}M | "
+            + " | ".join(f"{b[rt]['latency_median_ms']:.2f} / {b[rt]['latency_p90_ms']:.2f}" for rt, _ in runtimes)
+            + f" | {b['onnx_int8']['size_mb']:.1f} | "
+            + (" - | " if r.get("speed_only") else
+               f"{r['score']:.2f} / {r['score_onnx_fp32']:.2f} / {r['score_onnx_int8']:.2f} | ")
+            + f"{r['parity']['max_abs_logit_diff_fp32']:.1e} | "
+            + " | ".join(f"{100 * b[rt]['efficiency']:.1f}% of {b[rt]['matmul_gflops']:.0f} GFLOP/s"
+                         for rt, _ in runtimes)
+            + f" | {versus} | " + " / ".join(f"{x:.1f}" for x in r["load_average_1min_before_after"]) + " |")
+    lines += ["", "Target (deployment issue): a student that, deployed as int8, is >= 8x faster at batch 1 than the "
+              "teacher deployed the same way and keeps >= 97% of its dev score.", "", *verdicts, ""]
+    table = build_table([r for r in records if r["teacher_name"] == "teacher" and not r.get("speed_only")])
+    lines += ["`kdbert report --results benchmarks/results/deploy.json` (the models distilled from the benchmark "
+              "teacher):", "", format_markdown(table).rstrip(), ""]
+    png = ROOT / "docs" / f"deploy_pareto_{task}.png"
+    if plot_pareto(table, png, title=f"{task}: dev accuracy against batch-1 latency, ONNX Runtime int8, "
+                                     f"{first['threads']} thread(s)"):
+        lines += [f"![Pareto plot: {task} dev score against ORT int8 latency](docs/{png.name})", ""]
+    over = any(r["bench"][rt]["efficiency"] > 1 for r in records for rt, _ in runtimes)
+    lines += [f"{first['date']}, onnxruntime {first['onnxruntime']}, torch {first['torch']}. A 1-minute load "
+              "average above the thread count means other jobs shared the cores while these were timed: the "
+              "latencies are then inflated and noisy"
+              + (", and so is the matrix-multiply rate (an efficiency above 100% means the rate was measured at a "
+                 "busier moment than the model)" if over else "")
+              + f". Command: `{first['command']}`.", ""]
+    return lines
+
+
+def deploy_section() -> list[str]:
+    results = load_results("deploy")
+    if not results:
+        return []
+    lines = ["## Deployment: PyTorch fp32, ONNX Runtime fp32 and int8 (`kdbert export`, `kdbert bench`)", "",
+             note("deploy-intro"), ""]
+    for task in TASK_ORDER:
+        records = sorted((r for r in results.values() if r["task"] == task),  # each teacher before its students
+                         key=lambda r: (r["teacher_name"] != "teacher", r["teacher_name"],
+                                        r["name"] != r["teacher_name"]))
+        if records:
+            lines += _deploy_task(task, records)
+    return lines
+
+
+def teacher_cache_section() -> list[str]:
+    results = load_results("teacher_cache")
+    if not results:
+        return []
+    lines = ["## Teacher-output cache (`--teacher-cache`)", "",
+             "Training seconds per epoch of each stage (evaluations left out) without a cache, with a cold cache "
+             "(the first epoch runs the teacher and stores its outputs; seed 42, as the run without) and with that "
+             "cache warm (another run, seed 43); hit rate of the run's teacher lookups; the cache's size on disk. "
+             "Forward: seconds in the student's and teacher's traces over the whole run.", "",
+             "| task | method | cached | stage: s/epoch none / cold / warm | forward s none / cold / warm "
+             "| hit rate cold / warm | disk | load before (1 min) | machine | date |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results.values():
+        runs = [r["runs"][k] for k in ("no_cache", "cold_cache", "warm_cache")]
+        stages = "; ".join(f"{stage}: " + " / ".join(f"{run['seconds_per_epoch'][stage]:.1f}" for run in runs)
+                           for stage in runs[0]["seconds_per_epoch"])
+        fields = sorted({f for stage in runs[1]["teacher_cache"]["stages"].values() for f in stage["fields"]})
+        lines.append(
+            f"| {r['task']} ({r['rows']} rows, {r['epochs']:g} epochs) | {r['method']} | {', '.join(fields)} "
+            f"| {stages} "
+            f"| {' / '.join(str(run.get('forward_seconds', '-')) for run in runs)} "
+            f"| {runs[1]['teacher_cache']['hit_rate']:.2f} / {runs[2]['teacher_cache']['hit_rate']:.2f} "
+            f"| {r['cache_disk_bytes'] / 1e6:.1f} MB "
+            f"| {' / '.join(str(run['load_average']['before'][0]) for run in runs)} | {r['machine']} | {r['date']} |")
+    lines += ["", note("teacher-cache-reading"), ""]
+    return lines
