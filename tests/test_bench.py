@@ -19,6 +19,7 @@ from kdbert.deploy.bench import (
     measure_throughput,
 )
 from kdbert.errors import KdbertError
+from kdbert.families.registry import count_matmul_flops, example_inputs, family_of_model
 
 V, P, T, H, I, C = 120, 64, 2, 32, 64, 3  # vocab, positions, token types, hidden, FFN, labels
 
@@ -105,7 +106,8 @@ def test_flops_scale_linearly_with_layers():
 
 def test_flops_are_per_example_and_work_for_distilbert():
     model = tiny_distilbert()
-    assert count_flops(model, 8, batch_size=3) == count_flops(model, 8)
+    spec = family_of_model(model).input_spec(model)
+    assert count_matmul_flops(model, example_inputs(spec, 8, batch_size=3)) == 3 * count_flops(model, 8)
     assert count_flops(model, 8) > 0
 
 

@@ -47,8 +47,8 @@ def test_cli_export_of_a_bilstm_scores_and_benches_like_the_pytorch_student(tmp_
     assert json.loads((out / "config.json").read_text()) == json.loads((folder / "config.json").read_text())
 
     session = OnnxClassifier(out)
-    assert session.word_level and session.pair is (task == "mrpc") and session.tokenizer is None
-    assert session.vocab.words == vocab.words
+    assert session.family.name == "bilstm" and session.pair is (task == "mrpc")
+    assert session.encoder.words == vocab.words  # its vocabulary, not a tokenizer
 
     for file, key in (("model.onnx", "onnx_fp32"), ("model.int8.onnx", "onnx_int8")):
         assert main(["evaluate", "--model", str(out / file), "--task", task, "--data-dir", str(root)]) == 0

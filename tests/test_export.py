@@ -21,7 +21,10 @@ from kdbert.cli import main
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
 from kdbert.core.evaluate import TaskEvaluator
-from kdbert.deploy.export import InputSpec, export_classifier, export_model, input_spec, register_family
+from kdbert.deploy.export import export_classifier, export_model
+from kdbert.families import registry
+from kdbert.families.hf import HFFamily
+from kdbert.families.registry import InputSpec, family_of_model, register_family
 from kdbert.deploy.onnx_runtime import OnnxClassifier
 
 
@@ -74,7 +77,7 @@ def test_int8_export_report_matches_its_files(exported):
     # the report's dev metrics and int8 logit difference are what evaluating the files again gives
     data = load_task(TaskOptions("mrpc", data_dir=str(exported["glue"])))
     int8 = OnnxClassifier(folder / "model.int8.onnx")
-    evaluator = TaskEvaluator(data, int8.tokenizer)
+    evaluator = TaskEvaluator(data, int8.encoder)
     assert evaluator(int8) == report["dev_metrics"]["onnx_int8"]
     model = AutoModelForSequenceClassification.from_pretrained(exported["model_dir"])
     assert evaluator(model) == report["dev_metrics"]["pytorch"]
@@ -147,8 +150,22 @@ class Cholesky(MeanOfEmbeddings):
         return torch.linalg.cholesky(gram).sum(dim=1)
 
 
-def test_a_registered_non_hf_family_exports_and_int8_is_refused_without_matmuls(tmp_path, tiny_tokenizer):
-    register_family("MeanOfEmbeddings", lambda model: InputSpec(("input_ids",), None, 40))
+class MeanOfEmbeddingsFamily(HFFamily):
+    """Token ids in, a mean of word vectors out: a family that reads the tokenizer like HF models."""
+
+    name = "mean-of-embeddings"
+
+    def owns(self, model):
+        return isinstance(model, MeanOfEmbeddings)
+
+    def input_spec(self, model):
+        return InputSpec(("input_ids",), None, 40)
+
+
+def test_a_registered_non_hf_family_exports_and_int8_is_refused_without_matmuls(tmp_path, tiny_tokenizer,
+                                                                                 monkeypatch):
+    monkeypatch.setattr(registry, "_registered", [])
+    register_family(MeanOfEmbeddingsFamily())
     model = MeanOfEmbeddings()
     report = export_classifier(model, tiny_tokenizer, tmp_path / "fp32")
     assert report["inputs"] == ["input_ids"] and report["parity"]["max_abs_logit_diff_fp32"] < 1e-6
@@ -161,8 +178,8 @@ def test_a_registered_non_hf_family_exports_and_int8_is_refused_without_matmuls(
 
 
 def test_bad_inputs_give_one_line_errors(exported, tmp_path, capsys):
-    with pytest.raises(KdbertError, match="cannot export a Linear: no input spec for that class"):
-        input_spec(nn.Linear(2, 2))
+    with pytest.raises(KdbertError, match="no student family owns a Linear .*register one with"):
+        family_of_model(nn.Linear(2, 2))
     (tmp_path / "empty").mkdir()
     cases = [
         (["export", "--model", tmp_path / "empty"], "is not a model folder (no config.json)"),

@@ -227,7 +227,7 @@ def test_default_student_starts_with_distinct_word_embeddings(teacher_path):
     copied position rows and the LayerNorm shift)."""
     from transformers import AutoModel, AutoTokenizer
 
-    from kdbert.families.mobilebert import embedding_output_cosine
+    from kdbert.families.mobilebert_embeddings import embedding_output_cosine
 
     teacher = AutoModel.from_pretrained(teacher_path).eval()
     ids = AutoTokenizer.from_pretrained(teacher_path).convert_tokens_to_ids(WORDS)

@@ -10,12 +10,10 @@ from kdbert.errors import KdbertError
 
 
 def cmd_evaluate(args) -> int:
+    from kdbert.core.loading import resolve_model_path
     from kdbert.data.load import load_task
-    from kdbert.core.evaluate import TaskEvaluator
-    from kdbert.families.bilstm.model import is_bilstm_folder
-    from kdbert.core.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
-
     from kdbert.deploy.onnx_runtime import OnnxClassifier, is_onnx_model
+    from kdbert.families.registry import family_of_folder
 
     data = load_task(task_options(args))
     if is_onnx_model(args.model):  # an export of `kdbert export`, run in ONNX Runtime
@@ -24,52 +22,21 @@ def cmd_evaluate(args) -> int:
             model.check_seq_len(args.max_seq_len)
         else:  # the task's length, within the model's limit
             args.max_seq_len = min(data.spec.max_seq_len, model.max_seq_len or data.spec.max_seq_len)
-        if model.num_labels not in (None, data.spec.num_labels):
-            raise KdbertError(f"{model.file} has {model.num_labels} output(s) but {data.spec.name} needs "
-                              f"{data.spec.num_labels}; use a model fine-tuned on this task")
-        path = str(model.folder)
+        family, encoder, path = model.family, model.encoder, str(model.folder)
+        family.check_fits(str(model.file), model.num_labels, model.pair, data.spec)
         default_output = model.folder / f"eval_{data.spec.name}_{model.file.stem}.json"
-        if model.word_level:  # an exported BiLSTM student: word ids of its vocab.txt
-            from kdbert.families.bilstm.evaluate import WordTaskEvaluator
-
-            check_bilstm_fits(str(model.file), model.num_labels, model.pair, data.spec)
-            metrics = WordTaskEvaluator(data, model.vocab, args.batch_size)(model)
-        else:
-            metrics = TaskEvaluator(data, model.tokenizer, args.max_seq_len, args.batch_size)(model)
     else:
         path = resolve_model_path(args.model)
+        family = family_of_folder(path)
+        model, encoder = family.load(Path(path), data.spec)
         default_output = Path(path) / f"eval_{data.spec.name}.json"
-        if is_bilstm_folder(path):  # a word-level student (`distill task --method bilstm`)
-            metrics = evaluate_bilstm(path, data, args.batch_size)
-        else:
-            model = load_sequence_classifier(path, data.spec.num_labels, new_head_ok=False, labels=data.spec.labels)
-            tokenizer = load_tokenizer(path)
-            metrics = TaskEvaluator(data, tokenizer, args.max_seq_len, args.batch_size)(model)
+    metrics = family.evaluator(data, encoder, args.max_seq_len, args.batch_size)(model)
     print(format_metrics(f"evaluate {args.task}: {args.model}", metrics))
     output = Path(args.output) if args.output else default_output
     if Path(path).is_dir() or args.output:
         write_json(output, metrics)
         print(f"saved {output}")
     return 0
-
-
-def evaluate_bilstm(path: str, data, batch_size: int) -> dict:
-    """Dev metrics of the BiLSTM student folder ``path``, checked against the task's shape."""
-    from kdbert.families.bilstm.evaluate import WordTaskEvaluator
-    from kdbert.families.bilstm.model import load_bilstm
-
-    model, vocab = load_bilstm(path)
-    check_bilstm_fits(path, model.config.num_labels, model.config.pair, data.spec)
-    return WordTaskEvaluator(data, vocab, batch_size)(model)
-
-
-def check_bilstm_fits(path: str, num_labels: int | None, pair: bool, spec) -> None:
-    """Refuse a BiLSTM student (folder or export) whose outputs or sentence count differ from the task's."""
-    if num_labels not in (None, spec.num_labels) or pair != spec.is_pair:
-        raise KdbertError(f"{path} is a BiLSTM with {num_labels} output(s) for "
-                          f"{'sentence pairs' if pair else 'single sentences'}, but {spec.name} has "
-                          f"{spec.num_labels} output(s) and {'pairs' if spec.is_pair else 'single sentences'}; "
-                          "evaluate it on the task it was distilled for")
 
 
 def cmd_bench(args) -> int:

@@ -39,30 +39,46 @@ def to_predictions(spec: TaskSpec, logits: np.ndarray) -> np.ndarray:
     return logits[:, 0] if spec.is_regression else logits.argmax(axis=-1)
 
 
-class TaskEvaluator:
-    """Callable ``evaluator(model) -> metrics`` over a task's dev split(s), encoded once with the
-    model's inputs (``inputs``; default: ``tokenizer``'s).
+class SplitEvaluator:
+    """Callable ``evaluator(model) -> metrics`` over a task's dev split(s), encoded once
+    (``splits``: name -> rows); subclasses encode the rows and say how a model predicts them.
 
     Metrics are in percent, keyed by name (MNLI: ``dev_matched/accuracy`` ...), plus ``score``,
     the mean of the task's metrics, which selects the best checkpoint.
     """
 
-    def __init__(self, data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64,
-                 inputs: ModelInputs | None = None):
+    def __init__(self, data: TaskData, splits: dict, batch_size: int):
         self.spec = data.spec
-        self.max_seq_len = max_seq_len or data.spec.max_seq_len
-        inputs = inputs or TokenizerInputs(tokenizer, self.max_seq_len)
-        self.splits = {name: EncodedDataset(inputs.encode(rows)) for name, rows in data.dev.items()}
+        self.splits = splits
         self.references = {name: np.array([ex.label for ex in rows]) for name, rows in data.dev.items()}
-        self.collator = inputs.collate
         self.batch_size = batch_size
+
+    def predict(self, model, dataset) -> np.ndarray:
+        """Logits (N, C) of ``model`` on one of ``splits``."""
+        raise NotImplementedError
 
     def __call__(self, model) -> dict[str, float]:
         metrics = {}
         splits = tuple(self.splits)
         for name, dataset in self.splits.items():
-            predictions = to_predictions(self.spec, predict(model, dataset, self.collator, self.batch_size))
+            predictions = to_predictions(self.spec, self.predict(model, dataset))
             metrics.update(compute_metrics(self.spec.metrics, predictions, self.references[name],
                                            split_prefix(name, splits)))
         metrics["score"] = task_score(metrics, self.spec.metrics, splits)
         return metrics
+
+
+class TaskEvaluator(SplitEvaluator):
+    """:class:`SplitEvaluator` of token-level models: rows encoded with the model's inputs
+    (``inputs``; default: ``tokenizer``'s, cut to ``max_seq_len``)."""
+
+    def __init__(self, data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64,
+                 inputs: ModelInputs | None = None):
+        self.max_seq_len = max_seq_len or data.spec.max_seq_len
+        inputs = inputs or TokenizerInputs(tokenizer, self.max_seq_len)
+        super().__init__(data, {name: EncodedDataset(inputs.encode(rows)) for name, rows in data.dev.items()},
+                         batch_size)
+        self.collator = inputs.collate
+
+    def predict(self, model, dataset: EncodedDataset) -> np.ndarray:
+        return predict(model, dataset, self.collator, self.batch_size)

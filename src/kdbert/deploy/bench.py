@@ -49,30 +49,24 @@ file) are timed in ONNX Runtime (:func:`kdbert.deploy.onnx_runtime.bench_onnx`) 
 
 from __future__ import annotations
 
-import inspect
-import math
 import os
 import platform
-import statistics
-import time
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
+from kdbert.deploy.timing import time_calls, torch_matmul_rate
 from kdbert.errors import KdbertError
+from kdbert.families.registry import example_inputs, family_of_folder, family_of_model
 
 __all__ = [
     "count_parameters",
     "count_flops",
     "measure_latency",
     "measure_throughput",
-    "time_calls",
-    "torch_matmul_rate",
     "bench_model",
     "compare",
     "format_table",
@@ -124,38 +118,6 @@ def _model_device(model: nn.Module) -> torch.device:
     return first.device if first is not None else torch.device("cpu")
 
 
-def _synthetic_batch(model: nn.Module, seq_len: int, batch_size: int) -> dict[str, torch.Tensor]:
-    """``[CLS] tok ... tok [SEP]`` of length ``seq_len``, attention mask all ones.
-
-    ``token_type_ids`` (all zeros) is passed only when ``model.forward`` names it.
-    """
-    if seq_len < 2:
-        raise KdbertError(f"seq_len {seq_len} is too short; pass seq_len >= 2 ([CLS] and [SEP])")
-    if batch_size < 1:
-        raise KdbertError(f"batch_size {batch_size} must be positive; pass batch_size >= 1")
-    config = getattr(model, "config", None)
-    max_len = getattr(config, "max_position_embeddings", None)
-    if max_len is not None and seq_len > max_len:
-        raise KdbertError(
-            f"seq_len {seq_len} exceeds the model's max_position_embeddings {max_len}; "
-            f"pass seq_len <= {max_len}"
-        )
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    vocab = getattr(embeddings, "num_embeddings", None) or getattr(config, "vocab_size", 30522)
-    cls_id, sep_id = (101, 102) if vocab > 102 else (1 % vocab, 2 % vocab)
-    generator = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(0, vocab, (batch_size, seq_len), generator=generator)
-    input_ids[:, 0], input_ids[:, -1] = cls_id, sep_id
-    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
-    parameters = inspect.signature(model.forward).parameters
-    if "token_type_ids" in parameters:
-        batch["token_type_ids"] = torch.zeros_like(input_ids)
-    if "input_ids_b" in parameters and getattr(config, "pair", False):  # a siamese pair model (BiLSTM)
-        batch["input_ids_b"], batch["attention_mask_b"] = input_ids.flip(0), torch.ones_like(input_ids)
-    device = _model_device(model)
-    return {k: v.to(device) for k, v in batch.items()}
-
-
 class _EvalMode:
     """Put a model in eval mode for a block, then restore its previous mode."""
 
@@ -173,84 +135,21 @@ class _EvalMode:
 # --------------------------------------------------------------------------- FLOPs
 
 
-def _sdpa_flops(query, key, value, *args, out_shape=None, **kwargs) -> int:
-    """FLOPs of fused attention: ``2*L*L*d`` for Q @ K^T plus ``2*L*L*d`` for scores @ V."""
-    return sdpa_flop_count(query, key, value)
+def count_flops(model: nn.Module, seq_len: int) -> int:
+    """FLOPs of one forward pass of one example of ``seq_len`` tokens, as the model's family counts
+    them: ``FlopCounterMode`` on the synthetic batch (for BERT ``N * (L * (8*H*H + 4*H*I) + 4*L*L*H)
+    + 2*H*H + 2*H*C``, see module doc), or the family's own formula (the BiLSTM's)."""
+    return family_of_model(model).flops(model, seq_len)
 
 
-# FlopCounterMode knows the CUDA fused-attention kernels but not the CPU one that
-# scaled_dot_product_attention dispatches to, so BERT's attention would count as 0.
-_EXTRA_FLOP_FORMULAS: dict[Any, Callable[..., int]] = {}
-if hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
-    _EXTRA_FLOP_FORMULAS[torch.ops.aten._scaled_dot_product_flash_attention_for_cpu] = _sdpa_flops
-
-
-def count_flops(model: nn.Module, seq_len: int, batch_size: int = 1,
-                inputs: dict[str, torch.Tensor] | None = None) -> int:
-    """FLOPs of one forward pass, per example, at sequence length ``seq_len``.
-
-    Measured with ``FlopCounterMode`` on a synthetic batch (or on ``inputs``, keyword
-    arguments of ``model`` of shape (batch_size, seq_len), for a model that is not an HF
-    encoder) and divided by ``batch_size``.
-    For BERT this is ``N * (L * (8*H*H + 4*H*I) + 4*L*L*H) + 2*H*H + 2*H*C`` (see module doc);
-    a BiLSTM student's is :func:`~kdbert.families.bilstm.model.bilstm_flops` (LSTMs are not counted by torch).
-    """
-    from kdbert.families.bilstm.model import BiLSTMStudent, bilstm_flops
-
-    if isinstance(model, BiLSTMStudent):
-        return bilstm_flops(model.config, seq_len)
-    batch = inputs if inputs is not None else _synthetic_batch(model, seq_len, batch_size)
-    counter = FlopCounterMode(display=False, custom_mapping=_EXTRA_FLOP_FORMULAS)
-    with _EvalMode(model), torch.inference_mode(), counter:
-        model(**batch)
-    return counter.get_total_flops() // batch_size
+def synthetic_batch(model: nn.Module, seq_len: int, batch_size: int) -> dict[str, torch.Tensor]:
+    """The bench's batch for ``model`` (:func:`kdbert.families.registry.example_inputs`), on its device."""
+    device = _model_device(model)
+    inputs = example_inputs(family_of_model(model).input_spec(model), seq_len, batch_size)
+    return {name: value.to(device) for name, value in inputs.items()}
 
 
 # --------------------------------------------------------------------------- speed
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile: the smallest value with at least ``q`` of the data at or below."""
-    rank = max(1, math.ceil(q * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
-def time_calls(call: Callable[[], object], warmup: int = 5, runs: int = 30) -> dict[str, float]:
-    """Wall-clock times of ``runs`` calls of ``call()`` after ``warmup`` untimed ones.
-
-    Returns ``median_ms``, ``p90_ms`` (nearest rank), ``mean_ms``, ``min_ms`` and ``runs``.
-    """
-    if runs < 1 or warmup < 0:
-        raise KdbertError(f"runs={runs}, warmup={warmup} are invalid; pass runs >= 1 and warmup >= 0")
-    times_ms: list[float] = []
-    for i in range(warmup + runs):
-        start = time.perf_counter()
-        call()
-        if i >= warmup:
-            times_ms.append((time.perf_counter() - start) * 1000.0)
-    times_ms.sort()
-    return {
-        "median_ms": statistics.median(times_ms),
-        "p90_ms": _percentile(times_ms, 0.9),
-        "mean_ms": statistics.fmean(times_ms),
-        "min_ms": times_ms[0],
-        "runs": runs,
-    }
-
-
-@lru_cache(maxsize=None)
-def torch_matmul_rate(threads: int, n: int = 1024) -> float:
-    """FLOP/s of ``torch.mm`` on two fp32 ``n x n`` matrices (``2 n^3`` FLOPs) at ``threads``
-    threads: median of 10 runs after 2 warm-up ones."""
-    generator = torch.Generator().manual_seed(0)
-    a, b = torch.randn(n, n, generator=generator), torch.randn(n, n, generator=generator)
-    previous = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
-        timing = time_calls(lambda: torch.mm(a, b), warmup=2, runs=10)
-    finally:
-        torch.set_num_threads(previous)
-    return 2 * n**3 / (timing["median_ms"] / 1000.0)
 
 
 def measure_latency(
@@ -271,7 +170,7 @@ def measure_latency(
         raise KdbertError(f"runs={runs}, warmup={warmup} are invalid; pass runs >= 1 and warmup >= 0")
     if threads is not None and threads < 1:
         raise KdbertError(f"threads {threads} must be positive; pass threads >= 1 or None")
-    batch = _synthetic_batch(model, seq_len, batch_size)
+    batch = synthetic_batch(model, seq_len, batch_size)
     cuda = _model_device(model).type == "cuda"
     previous_threads = torch.get_num_threads()
     threads = threads or previous_threads
@@ -304,47 +203,6 @@ def measure_throughput(
 
 
 # --------------------------------------------------------------------------- one model
-
-
-def _looks_local(path: str) -> bool:
-    """True when ``path`` can only be a folder (not an ``org/name`` hub id)."""
-    return (
-        os.path.isabs(path)
-        or path.startswith((".", "~"))
-        or path.count("/") > 1
-        or (os.sep != "/" and os.sep in path)
-    )
-
-
-def _load_model(path: str) -> nn.Module:
-    """Load ``path`` for sequence classification, falling back to the bare encoder; a BiLSTM
-    student folder with :func:`~kdbert.families.bilstm.model.load_bilstm`."""
-    from transformers import AutoModel, AutoModelForSequenceClassification
-
-    from kdbert.families.bilstm.model import is_bilstm_folder, load_bilstm
-
-    if is_bilstm_folder(Path(path).expanduser()):
-        return load_bilstm(Path(path).expanduser())[0]
-
-    missing = (
-        f"model path {path} does not exist; pass a folder saved with save_pretrained or a hub id"
-    )
-    local = Path(path).expanduser()
-    if not local.exists() and _looks_local(path):
-        raise KdbertError(missing)
-    try:
-        try:
-            return AutoModelForSequenceClassification.from_pretrained(str(local) if local.exists() else path)
-        except (ValueError, KeyError):  # no classification head for this architecture
-            return AutoModel.from_pretrained(str(local) if local.exists() else path)
-    except (OSError, ValueError) as err:
-        if not local.exists():
-            raise KdbertError(missing) from err
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise KdbertError(
-            f"could not load a model from {path} ({first_line}); "
-            "pass a folder saved with save_pretrained"
-        ) from err
 
 
 def weights_size_mb(path: str) -> float | None:
@@ -390,7 +248,7 @@ def bench_model(
         default_name = getattr(config, "name_or_path", "") or type(model).__name__
     else:
         path = os.fspath(model_or_path)
-        model = _load_model(path)
+        model = family_of_folder(path).load_for_bench(path)
         default_name = Path(path).name or path
         size_mb = weights_size_mb(path)
     threads = threads or torch.get_num_threads()
@@ -459,7 +317,7 @@ def compare(rows: list[dict[str, Any]], baseline_index: int = 0) -> list[dict[st
     ]
 
 
-def _human(n: float) -> str:
+def human(n: float) -> str:
     """123456789 -> '123.5M'."""
     for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= scale:
@@ -472,9 +330,9 @@ _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("Model", "name", str),
     ("Runtime", "runtime", str),
     ("Dev score", "dev_score", lambda v: f"{v:.2f}"),
-    ("Params", "params_total", _human),
-    ("Non-emb params", "params_non_embedding", _human),
-    ("FLOPs/example", "flops_per_example", _human),
+    ("Params", "params_total", human),
+    ("Non-emb params", "params_non_embedding", human),
+    ("FLOPs/example", "flops_per_example", human),
     ("Latency p50 (ms)", "latency_median_ms", lambda v: f"{v:.2f}"),
     ("Latency p90 (ms)", "latency_p90_ms", lambda v: f"{v:.2f}"),
     ("Throughput (ex/s)", "throughput", lambda v: f"{v:.1f}"),

@@ -17,25 +17,20 @@ on 64 synthetic rows of random ids and lengths with padding::
 (checked against ``tolerance`` = 1e-4), the same for int8, and with ``--task`` the dev metrics of
 PyTorch, ORT fp32 and ORT int8.
 
-Families: how a model class is called. :func:`input_spec` looks the model's class (or a base
-class) up in :data:`FAMILIES`; each entry returns an :class:`InputSpec` (input names, position
-limit, vocabulary). HF BERT, DistilBERT and MobileBERT classifiers are registered, and the
-distilled BiLSTM (:mod:`kdbert.families.bilstm.model`): its export takes word ids from ``vocab.txt``
-(saved beside the graph instead of a tokenizer) and, for pairs, a second sentence
-(``input_ids_b``, ``attention_mask_b``) with its own length axis. Another ``nn.Module``
-registers its own with :func:`register_family` and is exported with :func:`export_classifier`.
+Families: the model's student family (:mod:`kdbert.families.registry`) says how it is called
+(:class:`~kdbert.families.registry.InputSpec`: input names, position limit, vocabulary, exporter),
+which rows parity is checked on and how the exported model is scored; a word-level student's
+vocabulary is saved where a tokenizer would be. A model of a family of your own is exported with
+:func:`export_classifier` once its family is registered.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import re
 import shutil
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,88 +38,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import replace_dir, write_json
-from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, ONNX_INPUTS, REPORT_FILE, OnnxClassifier, is_onnx_model
+from kdbert.deploy.bench import count_flops, count_parameters
+from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, REPORT_FILE, OnnxClassifier, is_onnx_model
+from kdbert.deploy.quantize import quantize_int8
+from kdbert.errors import KdbertError
+from kdbert.families.registry import Family, InputSpec, Logits, family_of_folder, family_of_model
 
 PARITY_TOLERANCE = 1e-4
 FLOP_LENGTHS = (16, 32, 64, 128, 256, 512)  # sequence lengths whose FLOPs the report records
-SYNTHETIC_ROWS = 64
 
-__all__ = ["InputSpec", "FAMILIES", "register_family", "input_spec", "export_onnx", "quantize_int8",
-           "export_classifier", "export_model"]
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """What a classifier takes: int64 tensors of shape (batch, sequence) named ``names``.
-
-    ``names`` is a subset of ``input_ids``, ``attention_mask``, ``token_type_ids`` (in that
-    order), or a word-level student's inputs (:data:`kdbert.families.bilstm.model.PAIR_INPUTS`), where
-    names ending in ``_b`` (the second sentence) have a length axis of their own;
-    ``max_positions`` is the longest sequence the model accepts (``None``: no limit);
-    ``vocab_size`` bounds the example ids. ``legacy_exporter``: export with the TorchScript
-    exporter (``dynamo=False``): torch 2.13's dynamo exporter fixes the lengths of a siamese
-    BiLSTM's two inputs to the example's.
-    """
-
-    names: tuple[str, ...]
-    max_positions: int | None
-    vocab_size: int
-    legacy_exporter: bool = False
-
-    def length_axis(self, name: str) -> str:
-        """The name of input ``name``'s sequence axis: ``sequence``, or ``sequence_b`` for a pair's second text."""
-        return "sequence_b" if name.endswith("_b") else "sequence"
-
-
-def hf_input_spec(model: nn.Module) -> InputSpec:
-    """HF ``*ForSequenceClassification``: the inputs its ``forward`` names, its position limit."""
-    accepted = inspect.signature(model.forward).parameters
-    config = model.config
-    return InputSpec(tuple(n for n in ONNX_INPUTS if n in accepted),
-                     getattr(config, "max_position_embeddings", None), config.vocab_size)
-
-
-def bilstm_input_spec(model: nn.Module) -> InputSpec:
-    """:class:`~kdbert.families.bilstm.model.BiLSTMStudent`: word ids and masks (two of each for pairs), any length."""
-    return InputSpec(model.config.input_names, None, model.config.vocab_size, legacy_exporter=True)
-
-
-FAMILIES: dict[str, Callable[[nn.Module], InputSpec]] = {
-    "BertForSequenceClassification": hf_input_spec,
-    "DistilBertForSequenceClassification": hf_input_spec,
-    "MobileBertForSequenceClassification": hf_input_spec,
-    "BiLSTMStudent": bilstm_input_spec,
-}
-
-
-def register_family(class_name: str, spec: Callable[[nn.Module], InputSpec]) -> None:
-    """Make models of ``class_name`` (or its subclasses) exportable; ``spec(model)`` describes
-    their inputs. The model's ``forward`` takes those inputs as keywords and returns logits
-    (B, C) or an object with ``.logits``."""
-    FAMILIES[class_name] = spec
-
-
-def input_spec(model: nn.Module) -> InputSpec:
-    """The :class:`InputSpec` of ``model``'s family (its class or nearest registered base class)."""
-    for cls in type(model).__mro__:
-        if cls.__name__ in FAMILIES:
-            return FAMILIES[cls.__name__](model)
-    raise KdbertError(f"kdbert cannot export a {type(model).__name__}: no input spec for that class; "
-                      f"exportable: {', '.join(sorted(FAMILIES))} (kdbert.deploy.export.register_family adds one)")
-
-
-class _Logits(nn.Module):
-    """``forward(*inputs) -> logits``: the exported graph's signature, in ``names`` order."""
-
-    def __init__(self, model: nn.Module, names: tuple[str, ...]):
-        super().__init__()
-        self.model, self.names = model, names
-
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        output = self.model(**dict(zip(self.names, inputs)))
-        return output.logits if hasattr(output, "logits") else output
+__all__ = ["export_onnx", "export_classifier", "export_model"]
 
 
 def _example_inputs(spec: InputSpec, batch_size: int = 2, seq_len: int = 11) -> tuple[torch.Tensor, ...]:
@@ -164,7 +88,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, spec: InputSpec | Non
     :class:`InputSpec` names, the output is ``logits``. An operator the exporter cannot
     translate is named in the error.
     """
-    spec = spec or input_spec(model)
+    spec = spec or family_of_model(model).input_spec(model)
     if spec.legacy_exporter:
         options = {"dynamo": False, "dynamic_axes": {name: {0: "batch", 1: spec.length_axis(name)}
                                                      for name in spec.names}}
@@ -182,7 +106,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, spec: InputSpec | Non
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # exporter deprecation and axis-naming notes
-            program = torch.onnx.export(_Logits(model, spec.names).eval(), _example_inputs(spec),
+            program = torch.onnx.export(Logits(model, spec.names).eval(), _example_inputs(spec),
                                         str(path) if spec.legacy_exporter else None,
                                         input_names=list(spec.names), output_names=["logits"], verbose=False,
                                         **options)
@@ -199,190 +123,33 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, spec: InputSpec | Non
     return spec
 
 
-def _unshare_lstm_weights(graph) -> int:
-    """Give every LSTM node its own copy of each weight initializer it shares with another LSTM
-    node (the siamese BiLSTM runs one encoder on both sentences: the TorchScript exporter feeds
-    the second call the first's initializers through Identity nodes); returns the copies made.
-
-    ORT's ``quantize_dynamic`` replaces an LSTM's weights by a quantised, reshaped initializer;
-    a second LSTM reading the same one then gets the wrong shape (ORT fails at run time:
-    "Input W must have shape {1, 4H, E}")."""
-    from onnx import numpy_helper
-
-    initializers = {tensor.name: tensor for tensor in graph.initializer}
-    aliases = {node.output[0]: node.input[0] for node in graph.node
-               if node.op_type == "Identity" and node.input[0] in initializers}
-    seen: set[str] = set()
-    copies = 0
-    for node in graph.node:
-        if node.op_type != "LSTM":
-            continue
-        for position, name in enumerate(node.input):
-            source = aliases.get(name, name)
-            if source not in initializers:
-                continue
-            if source in seen:
-                copy = numpy_helper.from_array(numpy_helper.to_array(initializers[source]), f"{source}__{node.name}")
-                graph.initializer.append(copy)
-                node.input[position] = copy.name
-                copies += 1
-            seen.add(source)
-    consumed = {name for node in graph.node for name in node.input} | {output.name for output in graph.output}
-    unused = [node for node in graph.node if node.op_type == "Identity" and node.output[0] in aliases
-              and node.output[0] not in consumed]
-    for node in unused:
-        graph.node.remove(node)
-    return copies
-
-
-def quantize_int8(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) -> Path:
-    """Dynamic int8 quantisation with ORT's ``quantize_dynamic``: int8 weights with one scale per
-    output channel, uint8 activations quantised per call. Refuses a graph in which ORT finds no
-    weight matrix to quantise.
-
-    Per-channel scales: on the SST-2 3-layer KD student, int8 dev accuracy 83.14 against 82.45
-    with one scale per matrix (fp32: 83.37).
-    """
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    source = onnx.load(str(fp32_path))
-    fp32_path = Path(fp32_path)
-    if _unshare_lstm_weights(source.graph):  # quantise a copy in which every LSTM has its own weights
-        fp32_path = Path(int8_path).with_name(Path(int8_path).name + ".unshared.onnx")
-        onnx.save(source, str(fp32_path))
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # quantize_dynamic logs a pre-processing hint at WARNING
-    try:
-        quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True)
-    except Exception as err:  # ORT raises plain exceptions for graphs it cannot handle
-        cause = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise KdbertError(f"ONNX Runtime cannot quantise {fp32_path} to int8: {cause}; deploy the fp32 model") from None
-    finally:
-        root.setLevel(level)
-        if fp32_path.name.endswith(".unshared.onnx"):
-            fp32_path.unlink(missing_ok=True)
-    graph = onnx.load(str(int8_path), load_external_data=False).graph
-    if not any(node.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul", "ConvInteger")
-               for node in graph.node):
-        Path(int8_path).unlink()
-        operators = sorted({node.op_type for node in graph.node})
-        raise KdbertError(f"ONNX Runtime found no MatMul/Gemm weights to quantise to int8 in {fp32_path} "
-                          f"(operators: {', '.join(operators)}); deploy the fp32 model.onnx instead")
-    return Path(int8_path)
-
-
 # --------------------------------------------------------------------------- parity
 
 
-def _synthetic_dataset(spec: InputSpec, seq_len: int, rows: int = SYNTHETIC_ROWS, pad_id: int = 0):
-    """Rows of random ids (vocabulary ids >= 1) with random lengths 2..seq_len, for parity
-    without a task; returns an EncodedDataset and its PaddingCollator."""
-    from kdbert.data.batching import EncodedDataset, PaddingCollator
+def _parity_rows(family: Family, encoder, spec: InputSpec, task, seq_len: int, batch_size: int):
+    """The rows parity is checked on and ``predict(runner) -> logits`` over them: the task's first
+    dev split encoded by the family's evaluator (which also scores every runner), else the
+    family's synthetic rows."""
+    if task is None:
+        dataset, predict = family.synthetic_rows(spec, seq_len, encoder, batch_size)
+        return None, predict, len(dataset), "synthetic (random ids and lengths)"
+    from kdbert.data.load import load_task
 
-    generator = torch.Generator().manual_seed(0)
-    features = []
-    for _ in range(rows):
-        length = int(torch.randint(2, seq_len + 1, (1,), generator=generator))
-        ids = torch.randint(1, spec.vocab_size, (length,), generator=generator).tolist()
-        features.append({"input_ids": ids, "attention_mask": [1] * length, "token_type_ids": [0] * length})
-    return EncodedDataset(features), PaddingCollator(pad_id)
-
-
-class _TorchClassifier:
-    """The PyTorch model behind the same ``predict(dataset, collator, batch_size)`` as
-    :class:`~kdbert.deploy.onnx_runtime.OnnxClassifier`, feeding the family's inputs: the reference of
-    the parity check, for any registered family."""
-
-    def __init__(self, model: nn.Module, spec: InputSpec):
-        self.logits = _Logits(model, spec.names).eval()
-        self.names = spec.names
-
-    @torch.no_grad()
-    def predict(self, dataset, collator, batch_size: int = 64) -> np.ndarray:
-        from kdbert.data.batching import sequential_batches
-
-        outputs = [None] * len(dataset)
-        for indices in sequential_batches(dataset, batch_size):
-            batch = collator([dataset[i] for i in indices])
-            inputs = [batch[name] if name in batch else torch.zeros_like(batch["input_ids"]) for name in self.names]
-            logits = self.logits(*inputs).float().numpy()
-            for row, index in enumerate(indices):
-                outputs[index] = logits[row]
-        return np.stack(outputs)
+    data = load_task(task)
+    evaluator = family.evaluator(data, encoder, seq_len, batch_size)
+    split = next(iter(evaluator.splits))
+    dataset = evaluator.splits[split]
+    return evaluator, (lambda runner: evaluator.predict(runner, dataset)), len(dataset), f"dev ({data.spec.name}, split {split})"
 
 
-def _synthetic_word_dataset(spec: InputSpec, seq_len: int, rows: int = SYNTHETIC_ROWS):
-    """Word-level rows (a pair's two texts drawn apart) of random word ids >= 2 (neither padding
-    nor UNK) and lengths 1..seq_len, for :func:`kdbert.families.bilstm.evaluate.predict_words`."""
-    from kdbert.families.bilstm.batching import DistillationDataset
-
-    generator = torch.Generator().manual_seed(0)
-    features = []
-    for _ in range(rows):
-        texts = {}
-        for name in spec.names:
-            if name.startswith("input_ids"):
-                length = int(torch.randint(1, seq_len + 1, (1,), generator=generator))
-                texts[name] = torch.randint(2, max(3, spec.vocab_size), (length,), generator=generator).tolist()
-        features.append({"student": texts})
-    return DistillationDataset(features)
-
-
-def _token_rows(runners: dict, tokenizer, spec: InputSpec, task, seq_len: int, batch_size: int):
-    """Dev metrics of every runner and a ``predict(runner) -> logits`` over the parity rows:
-    the task's first dev split encoded with the tokenizer, else synthetic token rows."""
-    from kdbert.core.evaluate import TaskEvaluator
-
-    metrics: dict[str, dict] = {}
-    if task is not None:
-        from kdbert.data.load import load_task
-
-        data = load_task(task)
-        evaluator = TaskEvaluator(data, tokenizer, seq_len, batch_size)
-        metrics = {name: evaluator(runner) for name, runner in runners.items()}
-        split = next(iter(evaluator.splits))
-        dataset, collator = evaluator.splits[split], evaluator.collator
-        source = f"dev ({data.spec.name}, split {split})"
-    else:
-        dataset, collator = _synthetic_dataset(spec, seq_len, pad_id=getattr(tokenizer, "pad_token_id", 0) or 0)
-        source = "synthetic (random ids and lengths)"
-    return metrics, (lambda runner: runner.predict(dataset, collator, batch_size)), len(dataset), source
-
-
-def _word_rows(runners: dict, vocab, spec: InputSpec, task, seq_len: int, batch_size: int):
-    """:func:`_token_rows` for a word-level student: rows encoded with its vocabulary (whole
-    texts: it has no length limit), else synthetic word rows of at most ``seq_len`` words."""
-    from kdbert.families.bilstm.evaluate import WordTaskEvaluator, predict_words
-
-    metrics: dict[str, dict] = {}
-    if task is not None:
-        from kdbert.data.load import load_task
-
-        data = load_task(task)
-        evaluator = WordTaskEvaluator(data, vocab, batch_size)
-        metrics = {name: evaluator(runner) for name, runner in runners.items()}
-        split = next(iter(evaluator.splits))
-        dataset = evaluator.splits[split]
-        source = f"dev ({data.spec.name}, split {split})"
-    else:
-        dataset = _synthetic_word_dataset(spec, seq_len)
-        source = "synthetic (random word ids and lengths)"
-    return metrics, (lambda runner: predict_words(runner, dataset, batch_size)), len(dataset), source
-
-
-def _parity(model: nn.Module, spec: InputSpec, tokenizer, files: dict[str, Path], task, seq_len: int,
+def _parity(model: nn.Module, spec: InputSpec, encoder, files: dict[str, Path], task, seq_len: int,
             batch_size: int) -> tuple[dict, dict]:
-    """Logit differences and (with a task) dev metrics of PyTorch and every exported file.
-    ``tokenizer`` is an HF tokenizer, or a :class:`~kdbert.families.bilstm.words.Vocab` for a word-level student."""
-    from kdbert.families.bilstm.words import Vocab
-
-    word_level = isinstance(tokenizer, Vocab)
-    runners = {"pytorch": model if word_level else _TorchClassifier(model, spec)}
-    runners.update({f"onnx_{precision}": OnnxClassifier(file, load_tokenizer=False) for precision, file in files.items()})
-    rows = _word_rows if word_level else _token_rows
-    metrics, predict, examples, source = rows(runners, tokenizer, spec, task, seq_len, batch_size)
+    """Logit differences and (with a task) dev metrics of PyTorch and every exported file."""
+    family = family_of_model(model)
+    runners = {"pytorch": family.runner(model, spec)}
+    runners.update({f"onnx_{precision}": OnnxClassifier(file, load_encoder=False) for precision, file in files.items()})
+    evaluator, predict, examples, source = _parity_rows(family, encoder, spec, task, seq_len, batch_size)
+    metrics = {name: evaluator(runner) for name, runner in runners.items()} if evaluator else {}
     reference = predict(runners["pytorch"])
     parity: dict[str, Any] = {"examples": examples, "source": source, "max_seq_len": seq_len,
                               "tolerance": PARITY_TOLERANCE}
@@ -399,22 +166,20 @@ def _parity(model: nn.Module, spec: InputSpec, tokenizer, files: dict[str, Path]
 # --------------------------------------------------------------------------- export
 
 
-def export_classifier(model: nn.Module, tokenizer, output_dir: str | os.PathLike, quantize: str | None = None,
+def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, quantize: str | None = None,
                       task=None, max_seq_len: int | None = None, batch_size: int = 64,
                       source: str | None = None, overwrite: bool = True) -> dict:
-    """Export ``model`` with ``tokenizer`` (an HF tokenizer, or a word-level student's
-    :class:`~kdbert.families.bilstm.words.Vocab`) and its config into ``output_dir``.
+    """Export ``model`` with ``encoder`` (what its family encodes text with: an HF tokenizer, a
+    word-level student's vocabulary) and its config into ``output_dir``.
 
     ``quantize="int8"`` adds ``model.int8.onnx``; ``task`` (a :class:`~kdbert.data.load.TaskOptions`)
     checks parity and metrics on its dev rows; ``max_seq_len`` is the length rows are cut to
     (default: the task's, else 128, at most the model's limit). The folder is written atomically.
     Returns the report.
     """
-    from kdbert.deploy.bench import count_flops, count_parameters
-
     if quantize not in (None, "int8"):
         raise KdbertError(f"--quantize {quantize} is not supported; use --quantize int8 or leave it out")
-    spec = input_spec(model)
+    spec = family_of_model(model).input_spec(model)
     if max_seq_len is None:  # the task's length (else 128), within the model's limit
         max_seq_len = 128
         if task is not None:
@@ -439,14 +204,13 @@ def export_classifier(model: nn.Module, tokenizer, output_dir: str | os.PathLike
         files = {"fp32": tmp / FP32_FILE}
         if quantize == "int8":
             files["int8"] = quantize_int8(tmp / FP32_FILE, tmp / INT8_FILE)
-        tokenizer.save_pretrained(tmp)
+        encoder.save_pretrained(tmp)
         if getattr(model, "config", None) is not None and hasattr(model.config, "save_pretrained"):
             model.config.save_pretrained(tmp)
-        parity, metrics = _parity(model, spec, tokenizer, files, task, max_seq_len, batch_size)
+        parity, metrics = _parity(model, spec, encoder, files, task, max_seq_len, batch_size)
         params = count_parameters(model)
         limit = spec.max_positions or max(FLOP_LENGTHS)
-        flops = {str(length): count_flops(model, length, inputs=dict(zip(spec.names, _example_inputs(spec, 1, length))))
-                 for length in FLOP_LENGTHS if length <= limit}
+        flops = {str(length): count_flops(model, length) for length in FLOP_LENGTHS if length <= limit}
         import onnxruntime
 
         report = {
@@ -469,13 +233,8 @@ def export_classifier(model: nn.Module, tokenizer, output_dir: str | os.PathLike
 def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | None = None,
                  quantize: str | None = None, task=None, max_seq_len: int | None = None,
                  batch_size: int = 64, overwrite: bool = True) -> dict:
-    """Export the fine-tuned HF classifier, or the BiLSTM student, saved in ``model_dir``
-    (default output: ``model_dir/onnx``)."""
-    from transformers import AutoConfig
-
-    from kdbert.families.bilstm.model import is_bilstm_folder, load_bilstm
-    from kdbert.core.loading import check_classifier_head, load_sequence_classifier, load_tokenizer
-
+    """Export the trained classifier saved in ``model_dir``, loaded by its family (default output:
+    ``model_dir/onnx``)."""
     folder = Path(model_dir).expanduser()
     if is_onnx_model(folder):
         raise KdbertError(f"{folder} is already an ONNX export; pass the PyTorch model folder it came from")
@@ -485,16 +244,6 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
     if not (folder / "config.json").is_file():
         raise KdbertError(f"{folder} is not a model folder (no config.json); pass a folder saved by kdbert "
                           "(finetune, distill, quickstart), e.g. runs/quickstart/teacher")
-    options = {"quantize": quantize, "task": task, "max_seq_len": max_seq_len, "batch_size": batch_size,
-               "source": str(folder), "overwrite": overwrite}
-    if is_bilstm_folder(folder):  # a word-level student: its vocabulary goes where a tokenizer would
-        model, vocab = load_bilstm(folder)
-        return export_classifier(model, vocab, output_dir or folder / "onnx", **options)
-    try:
-        config = AutoConfig.from_pretrained(str(folder))
-    except (OSError, ValueError) as err:
-        raise KdbertError(f"{folder}/config.json is not a model config: {str(err).splitlines()[0]}") from None
-    check_classifier_head(str(folder), config, config.num_labels)
-    model = load_sequence_classifier(str(folder), config.num_labels, new_head_ok=False)
-    tokenizer = load_tokenizer(str(folder))
-    return export_classifier(model, tokenizer, output_dir or folder / "onnx", **options)
+    model, encoder = family_of_folder(folder).load(folder)
+    return export_classifier(model, encoder, output_dir or folder / "onnx", quantize=quantize, task=task,
+                             max_seq_len=max_seq_len, batch_size=batch_size, source=str(folder), overwrite=overwrite)

@@ -1,7 +1,7 @@
 """Run an exported classifier (``kdbert export``) with ONNX Runtime: predict, evaluate, bench.
 
 An export folder holds ``model.onnx`` (fp32), optionally ``model.int8.onnx`` (dynamic int8),
-the tokenizer (a word-level BiLSTM student: its ``vocab.txt``) and ``config.json`` beside them,
+the encoder its family reads (a tokenizer; a word-level student's ``vocab.txt``) and ``config.json`` beside them,
 and ``export_report.json``. ``--model`` of
 ``kdbert evaluate`` / ``kdbert bench`` may name the folder (the fp32 model) or one ``.onnx``
 file in it.
@@ -27,13 +27,16 @@ from typing import Any
 
 import numpy as np
 
+from kdbert.deploy.quantize import quantize_int8
+from kdbert.deploy.timing import time_calls
 from kdbert.errors import KdbertError
+from kdbert.families.registry import InputSpec, example_inputs, family_of_folder
 
 FP32_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
 REPORT_FILE = "export_report.json"
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-WORD_PAIR_INPUTS = ("input_ids_b", "attention_mask_b")  # a siamese BiLSTM's second sentence
+PAIR_INPUTS = ("input_ids_b", "attention_mask_b")  # a siamese word-level student's second sentence
 
 __all__ = ["OnnxClassifier", "is_onnx_model", "onnx_file", "ort_matmul_rate", "bench_onnx"]
 
@@ -76,49 +79,34 @@ class OnnxClassifier:
     ``classifier.predict(dataset, collator, batch_size)`` returns logits (N, C) like
     :func:`kdbert.core.evaluate.predict`, so :class:`kdbert.core.evaluate.TaskEvaluator` scores it as it
     scores a PyTorch model. ``classifier(batch)`` runs one batch of int64 arrays (B, L).
-    An exported BiLSTM student (``word_level``) reads word ids of its ``vocab``
-    (:class:`~kdbert.families.bilstm.words.Vocab`; ``tokenizer`` is None) and is scored by
-    :class:`kdbert.families.bilstm.evaluate.WordTaskEvaluator`.
+    ``family`` is the student family of the export (from its ``config.json``), ``encoder`` what
+    turns text into its inputs (a tokenizer, or a word-level student's vocabulary), loaded from
+    the folder unless ``load_encoder`` is False; score it with ``family.evaluator``.
     """
 
-    def __init__(self, path: str | os.PathLike, threads: int | None = None, load_tokenizer: bool = True):
+    def __init__(self, path: str | os.PathLike, threads: int | None = None, load_encoder: bool = True):
         self.file = onnx_file(path)
         self.folder = self.file.parent
         self.precision = _precision(self.file)
         self.session = _session(self.file, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
-        unknown = [n for n in self.input_names if n not in ONNX_INPUTS + WORD_PAIR_INPUTS]
+        unknown = [n for n in self.input_names if n not in ONNX_INPUTS + PAIR_INPUTS]
         if unknown:
             raise KdbertError(f"{self.file} takes inputs {unknown} kdbert does not make; "
                               f"export it with `kdbert export` (inputs {', '.join(ONNX_INPUTS)})")
-        self.word_level = _config_value(self.folder, "model_type") == "kdbert-bilstm"
+        self.family = family_of_folder(self.folder)
         self.pair = "input_ids_b" in self.input_names
         labels = self.session.get_outputs()[0].shape[-1]
         self.num_labels = labels if isinstance(labels, int) else None
         report_path = self.folder / REPORT_FILE
         self.report = json.loads(report_path.read_text()) if report_path.is_file() else {}
         self.max_seq_len = self.report.get("max_positions") or _config_value(self.folder, "max_position_embeddings")
-        self.tokenizer = self._load_tokenizer() if load_tokenizer and not self.word_level else None
-        self.vocab = self._load_vocab() if load_tokenizer and self.word_level else None
+        self.encoder = self.family.load_encoder(self.folder) if load_encoder else None
 
-    def _load_vocab(self):
-        from kdbert.families.bilstm.words import Vocab
-
-        if not (self.folder / "vocab.txt").is_file():
-            raise KdbertError(f"{self.file} is a word-level student without vocab.txt beside it in {self.folder}; "
-                              "export it with `kdbert export` or copy the student's vocab.txt there")
-        return Vocab.load(self.folder / "vocab.txt")
-
-    def _load_tokenizer(self):
-        from transformers import AutoTokenizer
-
-        try:
-            return AutoTokenizer.from_pretrained(str(self.folder))
-        except (OSError, ValueError, TypeError):
-            raise KdbertError(
-                f"{self.file} has no tokenizer beside it in {self.folder}; export with `kdbert export` "
-                "(it saves the tokenizer) or copy the model's tokenizer files into that folder"
-            ) from None
+    def input_spec(self) -> InputSpec:
+        """The graph's inputs, position limit and vocabulary size (recorded at export, else config.json)."""
+        vocab = self.report.get("vocab_size") or _config_value(self.folder, "vocab_size") or 30522
+        return InputSpec(tuple(self.input_names), self.max_seq_len, vocab)
 
     def check_seq_len(self, seq_len: int, option: str = "--max-seq-len") -> None:
         """Refuse a sequence length above the model's position limit."""
@@ -181,14 +169,10 @@ def ort_matmul_rate(precision: str = "fp32", threads: int | None = None, n: int 
 
     import onnx
 
-    from kdbert.deploy.bench import time_calls
-
     with tempfile.TemporaryDirectory() as tmp:
         file = Path(tmp) / "matmul.onnx"
         onnx.save(_matmul_graph(n), file)
         if precision == "int8":
-            from kdbert.deploy.export import quantize_int8
-
             file = quantize_int8(file, Path(tmp) / "matmul.int8.onnx")
         session = _session(file, threads)
         x = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
@@ -199,50 +183,15 @@ def ort_matmul_rate(precision: str = "fp32", threads: int | None = None, n: int 
 # --------------------------------------------------------------------------- bench
 
 
-def _synthetic_feed(classifier: OnnxClassifier, seq_len: int, batch_size: int) -> dict[str, np.ndarray]:
-    """``[CLS] tok ... tok [SEP]`` rows like :func:`kdbert.deploy.bench._synthetic_batch` (same seed); for a
-    word-level student, ``seq_len`` words per sentence, as its PyTorch bench."""
-    import torch
-
-    vocab = classifier.report.get("vocab_size") or _config_value(classifier.folder, "vocab_size") or 30522
-    if classifier.word_level:
-        from kdbert.deploy.bench import _synthetic_batch
-
-        batch = _synthetic_batch(_bilstm_from_config(classifier.folder), seq_len, batch_size)
-        return {name: batch[name].numpy() for name in classifier.input_names}
-    cls_id, sep_id = (101, 102) if vocab > 102 else (1 % vocab, 2 % vocab)
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab, (batch_size, seq_len), generator=generator).numpy()
-    ids[:, 0], ids[:, -1] = cls_id, sep_id
-    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-
-
-def _bilstm_from_config(folder: Path):
-    """A BiLSTM student of the shape in ``folder/config.json`` (random weights)."""
-    from kdbert.families.bilstm.model import BiLSTMConfig, BiLSTMStudent
-
-    config_path = folder / "config.json"
-    return BiLSTMStudent(BiLSTMConfig.from_dict(json.loads(config_path.read_text()), str(config_path)))
-
-
 def _flops(classifier: OnnxClassifier, seq_len: int) -> int | None:
-    """FLOPs per example: recorded at export for common lengths, else counted on a model rebuilt
-    from ``config.json`` (random weights; FLOPs do not depend on them)."""
+    """FLOPs per example: recorded at export for common lengths, else counted by the family on a
+    model rebuilt from ``config.json`` (random weights; FLOPs do not depend on them)."""
     recorded = classifier.report.get("flops_per_example", {}).get(str(seq_len))
     if recorded:
         return int(recorded)
     if not (classifier.folder / "config.json").is_file():
         return None
-    if classifier.word_level:
-        from kdbert.families.bilstm.model import bilstm_flops
-
-        return bilstm_flops(_bilstm_from_config(classifier.folder).config, seq_len)
-    from transformers import AutoConfig, AutoModelForSequenceClassification
-
-    from kdbert.deploy.bench import count_flops
-
-    model = AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(str(classifier.folder)))
-    return count_flops(model, seq_len)
+    return classifier.family.flops(classifier.family.from_config(classifier.folder), seq_len)
 
 
 def _default_name(file: Path) -> str:
@@ -261,15 +210,14 @@ def bench_onnx(path: str | os.PathLike, seq_len: int = 128, threads: int | None 
     import onnxruntime
     import torch
 
-    from kdbert.deploy.bench import time_calls
-
     if seq_len < 2:
         raise KdbertError(f"seq_len {seq_len} is too short; pass seq_len >= 2 ([CLS] and [SEP])")
     threads = threads or torch.get_num_threads()
-    classifier = OnnxClassifier(path, threads=threads, load_tokenizer=False)
+    classifier = OnnxClassifier(path, threads=threads, load_encoder=False)
     classifier.check_seq_len(seq_len, "--seq-len")
-    one = _synthetic_feed(classifier, seq_len, 1)
-    many = _synthetic_feed(classifier, seq_len, throughput_batch_size)
+    spec = classifier.input_spec()
+    one, many = ({name: value.numpy() for name, value in example_inputs(spec, seq_len, size).items()}
+                 for size in (1, throughput_batch_size))
     latency = time_calls(lambda: classifier(one), warmup=warmup, runs=runs)
     batch = time_calls(lambda: classifier(many), warmup=min(warmup, 2), runs=max(1, runs // 3))
     flops = _flops(classifier, seq_len)

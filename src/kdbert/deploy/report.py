@@ -93,17 +93,16 @@ def _student_name(report: dict) -> str:
 
 
 def _size(folder: Path, seq_len: int, cache: dict) -> tuple[int | None, int | None]:
-    """Parameters and FLOPs per example of the model in ``folder`` (rebuilt from config.json)."""
+    """Parameters and FLOPs per example of the model in ``folder`` (rebuilt by its family from config.json)."""
     config_path = folder / "config.json"
     if not config_path.is_file():
         return None, None
     key = (config_path.read_text(), seq_len)
     if key not in cache:
-        from transformers import AutoConfig, AutoModelForSequenceClassification
-
         from kdbert.deploy.bench import count_flops, count_parameters
+        from kdbert.families.registry import family_of_folder
 
-        model = AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(str(folder)))
+        model = family_of_folder(folder).from_config(folder)
         cache[key] = (count_parameters(model)["total"], count_flops(model, seq_len))
     return cache[key]
 
@@ -277,7 +276,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
 
 
 def _human(n: float | None) -> str:
-    from kdbert.deploy.bench import _human as human
+    from kdbert.deploy.bench import human
 
     return "-" if n is None else human(n)
 

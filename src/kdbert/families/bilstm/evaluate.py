@@ -13,8 +13,7 @@ from torch import nn
 from kdbert.data.glue import TaskData
 from kdbert.families.bilstm.batching import DistillationCollator, DistillationDataset, encode_for_distillation
 from kdbert.families.bilstm.words import Vocab
-from kdbert.core.evaluate import to_predictions
-from kdbert.core.metrics import compute_metrics, split_prefix, task_score
+from kdbert.core.evaluate import SplitEvaluator
 
 
 @torch.no_grad()
@@ -44,22 +43,13 @@ def predict_words(model, dataset: DistillationDataset, batch_size: int = 256) ->
     return outputs
 
 
-class WordTaskEvaluator:
-    """Callable ``evaluator(model) -> metrics`` over a task's dev split(s), encoded once with the
-    student's vocabulary; metrics in percent plus ``score`` (as :class:`kdbert.core.evaluate.TaskEvaluator`)."""
+class WordTaskEvaluator(SplitEvaluator):
+    """:class:`~kdbert.core.evaluate.SplitEvaluator` of word-level students: dev rows encoded once
+    with the student's vocabulary (whole texts); same metrics and keys as the token-level one."""
 
     def __init__(self, data: TaskData, vocab: Vocab, batch_size: int = 256):
-        self.spec = data.spec
-        self.splits = {name: encode_for_distillation(rows, vocab, data.spec.is_pair) for name, rows in data.dev.items()}
-        self.references = {name: np.array([ex.label for ex in rows]) for name, rows in data.dev.items()}
-        self.batch_size = batch_size
+        super().__init__(data, {name: encode_for_distillation(rows, vocab, data.spec.is_pair)
+                                for name, rows in data.dev.items()}, batch_size)
 
-    def __call__(self, model) -> dict[str, float]:
-        metrics = {}
-        splits = tuple(self.splits)
-        for name, dataset in self.splits.items():
-            predictions = to_predictions(self.spec, predict_words(model, dataset, self.batch_size))
-            metrics.update(compute_metrics(self.spec.metrics, predictions, self.references[name],
-                                           split_prefix(name, splits)))
-        metrics["score"] = task_score(metrics, self.spec.metrics, splits)
-        return metrics
+    def predict(self, model, dataset: DistillationDataset) -> np.ndarray:
+        return predict_words(model, dataset, self.batch_size)

@@ -1,0 +1,97 @@
+"""The distilled BiLSTM family: word-level students with their own vocabulary (``vocab.txt``).
+
+A folder is the family's when its ``config.json`` says ``model_type`` "kdbert-bilstm" (the
+trained student, or its export). Its inputs are word ids and masks, two of each for a siamese
+pair model (``input_ids_b``, ``attention_mask_b``, with a length axis of their own), so it is
+exported with the TorchScript exporter (torch 2.13's dynamo exporter fixes those lengths to the
+example's). ``FlopCounterMode`` does not count LSTMs: its FLOPs are
+:func:`~kdbert.families.bilstm.model.bilstm_flops`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from kdbert.core.trace import HookAdapter
+from kdbert.errors import KdbertError
+from kdbert.families.bilstm.model import BiLSTMConfig, BiLSTMStudent, bilstm_flops, is_bilstm_folder, load_bilstm
+from kdbert.families.bilstm.words import Vocab
+from kdbert.families.registry import Family, InputSpec, register_family
+
+SYNTHETIC_ROWS = 64
+
+
+class BiLSTMFamily(Family):
+    name = "bilstm"
+    model_classes = (BiLSTMStudent,)
+
+    def recognises(self, folder: Path) -> bool:
+        return is_bilstm_folder(folder)
+
+    def trace_adapter(self) -> HookAdapter:
+        """Matches read its logits (the distilled BiLSTM matches nothing else)."""
+        return HookAdapter({})
+
+    def load(self, folder: Path, task=None):
+        model, vocab = load_bilstm(folder)
+        if task is not None:
+            self.check_fits(str(folder), model.config.num_labels, model.config.pair, task)
+        return model, vocab
+
+    def load_encoder(self, folder: Path) -> Vocab:
+        if not (folder / "vocab.txt").is_file():
+            raise KdbertError(f"the word-level export in {folder} has no vocab.txt beside it; "
+                              "export it with `kdbert export` or copy the student's vocab.txt there")
+        return Vocab.load(folder / "vocab.txt")
+
+    def from_config(self, folder: Path) -> BiLSTMStudent:
+        config_path = folder / "config.json"
+        return BiLSTMStudent(BiLSTMConfig.from_dict(json.loads(config_path.read_text()), str(config_path)))
+
+    def input_spec(self, model: nn.Module) -> InputSpec:
+        return InputSpec(model.config.input_names, None, model.config.vocab_size, legacy_exporter=True)
+
+    def flops(self, model: nn.Module, seq_len: int) -> int:
+        return bilstm_flops(model.config, seq_len)
+
+    def evaluator(self, data, encoder, max_seq_len: int | None, batch_size: int):
+        """Whole texts (the student has no length limit) encoded with its vocabulary."""
+        from kdbert.families.bilstm.evaluate import WordTaskEvaluator
+
+        return WordTaskEvaluator(data, encoder, batch_size)
+
+    def synthetic_rows(self, spec: InputSpec, seq_len: int, encoder, batch_size: int):
+        """64 rows of random word ids >= 2 (neither padding nor UNK) and lengths 1..seq_len, a
+        pair's two texts drawn apart."""
+        from kdbert.families.bilstm.batching import DistillationDataset
+        from kdbert.families.bilstm.evaluate import predict_words
+
+        generator = torch.Generator().manual_seed(0)
+        features = []
+        for _ in range(SYNTHETIC_ROWS):
+            texts = {}
+            for name in spec.names:
+                if name.startswith("input_ids"):
+                    length = int(torch.randint(1, seq_len + 1, (1,), generator=generator))
+                    texts[name] = torch.randint(2, max(3, spec.vocab_size), (length,), generator=generator).tolist()
+            features.append({"student": texts})
+        dataset = DistillationDataset(features)
+        return dataset, lambda model: predict_words(model, dataset, batch_size)
+
+    def runner(self, model: nn.Module, spec: InputSpec):
+        return model
+
+    def check_fits(self, where: str, num_labels: int | None, pair: bool, task) -> None:
+        """Refuse a student whose outputs or sentence count differ from the task's."""
+        if num_labels not in (None, task.num_labels) or pair != task.is_pair:
+            raise KdbertError(f"{where} is a BiLSTM with {num_labels} output(s) for "
+                              f"{'sentence pairs' if pair else 'single sentences'}, but {task.name} has "
+                              f"{task.num_labels} output(s) and {'pairs' if task.is_pair else 'single sentences'}; "
+                              "evaluate it on the task it was distilled for")
+
+
+register_family(BiLSTMFamily(), built_in=True)

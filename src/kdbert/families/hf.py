@@ -1,0 +1,118 @@
+"""The HF family: any transformers model (BERT, DistilBERT, MobileBERT and every other encoder with
+a sequence-classification head), saved with ``save_pretrained`` or named by a hub id.
+
+It is asked last, so it takes every folder and name another family does not claim. Its models
+read the tokenizer's ``input_ids``, ``attention_mask`` and, when ``forward`` names it,
+``token_type_ids``; FLOPs are counted by ``FlopCounterMode``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from kdbert.errors import KdbertError
+from kdbert.families.registry import Family, InputSpec, register_family
+
+TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+SYNTHETIC_ROWS = 64
+
+
+def _looks_local(path: str) -> bool:
+    """True when ``path`` can only be a folder (not an ``org/name`` hub id)."""
+    return os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1 or (os.sep != "/" and os.sep in path)
+
+
+class HFFamily(Family):
+    name = "hf"
+    model_classes = (PreTrainedModel,)
+
+    def recognises(self, folder: Path) -> bool:
+        return True
+
+    def load(self, folder: Path, task=None) -> tuple[nn.Module, Any]:
+        """A fine-tuned classifier with its tokenizer; without ``task``, with the head it was saved with."""
+        from transformers import AutoConfig
+
+        from kdbert.core.loading import check_classifier_head, load_sequence_classifier, load_tokenizer
+
+        path = str(folder)
+        if task is not None:
+            model = load_sequence_classifier(path, task.num_labels, new_head_ok=False, labels=task.labels)
+        else:
+            try:
+                config = AutoConfig.from_pretrained(path)
+            except (OSError, ValueError) as err:
+                raise KdbertError(f"{folder}/config.json is not a model config: {str(err).splitlines()[0]}") from None
+            check_classifier_head(path, config, config.num_labels)
+            model = load_sequence_classifier(path, config.num_labels, new_head_ok=False)
+        return model, load_tokenizer(path)
+
+    def load_for_bench(self, path: str) -> nn.Module:
+        """The classifier in ``path`` (a folder or hub id), else its bare encoder."""
+        from transformers import AutoModel, AutoModelForSequenceClassification
+
+        local = Path(path).expanduser()
+        missing = f"model path {path} does not exist; pass a folder saved with save_pretrained or a hub id"
+        if not local.exists() and _looks_local(path):
+            raise KdbertError(missing)
+        source = str(local) if local.exists() else path
+        try:
+            try:
+                return AutoModelForSequenceClassification.from_pretrained(source)
+            except (ValueError, KeyError):  # no classification head for this architecture
+                return AutoModel.from_pretrained(source)
+        except (OSError, ValueError) as err:
+            if not local.exists():
+                raise KdbertError(missing) from err
+            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise KdbertError(f"could not load a model from {path} ({first_line}); "
+                              "pass a folder saved with save_pretrained") from err
+
+    def load_encoder(self, folder: Path):
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(str(folder))
+        except (OSError, ValueError, TypeError):
+            raise KdbertError(f"the export in {folder} has no tokenizer beside it; export with `kdbert export` "
+                              "(it saves the tokenizer) or copy the model's tokenizer files into that folder") from None
+
+    def from_config(self, folder: Path) -> nn.Module:
+        from transformers import AutoConfig, AutoModelForSequenceClassification
+
+        return AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(str(folder)))
+
+    def input_spec(self, model: nn.Module) -> InputSpec:
+        """The inputs ``forward`` names, the position limit and the vocabulary size."""
+        accepted = inspect.signature(model.forward).parameters
+        config = model.config
+        return InputSpec(tuple(n for n in TOKEN_INPUTS if n in accepted),
+                         getattr(config, "max_position_embeddings", None), config.vocab_size)
+
+    def evaluator(self, data, encoder, max_seq_len: int | None, batch_size: int):
+        from kdbert.core.evaluate import TaskEvaluator
+
+        return TaskEvaluator(data, encoder, max_seq_len, batch_size)
+
+    def synthetic_rows(self, spec: InputSpec, seq_len: int, encoder, batch_size: int):
+        """64 rows of random ids (>= 1) and lengths 2..seq_len, padded with the tokenizer's pad id."""
+        from kdbert.data.batching import EncodedDataset, PaddingCollator
+
+        generator = torch.Generator().manual_seed(0)
+        features = []
+        for _ in range(SYNTHETIC_ROWS):
+            length = int(torch.randint(2, seq_len + 1, (1,), generator=generator))
+            ids = torch.randint(1, spec.vocab_size, (length,), generator=generator).tolist()
+            features.append({"input_ids": ids, "attention_mask": [1] * length, "token_type_ids": [0] * length})
+        dataset, collator = EncodedDataset(features), PaddingCollator(getattr(encoder, "pad_token_id", 0) or 0)
+        return dataset, lambda model: model.predict(dataset, collator, batch_size)
+
+
+register_family(HFFamily(), built_in=True)
