@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
+from paths import GLUE_DIR, WORD_VECTORS  # noqa: E402
 
 from kdbert.cli.augment import task_rows  # noqa: E402
 from kdbert.augment.tinybert import TinyBertAugmenter, load_word_vectors  # noqa: E402
@@ -39,8 +40,8 @@ def main() -> None:
     parser.add_argument("mlm", help="BertForMaskedLM folder (benchmarks/mlm_head.py --unfreeze 2: runs/mlm-k2)")
     parser.add_argument("--task", default="rte")
     parser.add_argument("--rows", type=int, default=200)
-    parser.add_argument("--data-dir", default="../shared/data/glue_data")
-    parser.add_argument("--word-vectors", default="../shared/data/glove/glove.6B.50d.txt.gz")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--word-vectors", default=WORD_VECTORS)
     parser.add_argument("--settings", nargs="+", default=["64:2048", "512:65536"],
                         help="BATCH_SIZE:BATCH_TOKENS pairs compared with one query per call")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

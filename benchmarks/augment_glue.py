@@ -27,13 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_results, machine_info, save_result  # noqa: E402
+from paths import GLUE_DIR, WORD_VECTORS, run_folder  # noqa: E402
 
 from kdbert.cli.augment import augment_task  # noqa: E402
 from kdbert.augment.tinybert import BATCH_TOKENS  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
 
 ROWS = {"cola": 4000, "sst2": 4000, "mrpc": 1000, "stsb": 2000, "rte": 1000}
-WORD_VECTORS = "../shared/data/glove/glove.6B.50d.txt.gz"
 
 
 def aug_file(runs_dir: str, task: str, rows: str) -> Path:
@@ -45,8 +45,8 @@ def result_key(task: str, rows: str) -> str:
     return task if rows == "cpu" else f"{task}/all"
 
 
-def build(task: str, rows: str = "cpu", data_dir: str = "../shared/data/glue_data", mlm: str = "runs/mlm-k2",
-          runs_dir: str = "runs", word_vectors: str = WORD_VECTORS, num_workers: int = 1, batch_size: int = 64,
+def build(task: str, rows: str = "cpu", data_dir: str = GLUE_DIR, mlm: str = run_folder("mlm-k2"),
+          runs_dir: str = run_folder(), word_vectors: str = WORD_VECTORS, num_workers: int = 1, batch_size: int = 64,
           batch_tokens: int = BATCH_TOKENS, device: str | None = None, record: bool = True) -> dict:
     """Augment ``task`` (resuming an interrupted file); returns the result, recorded unless
     ``record`` is false (a file rebuilt as the input of a rerun)."""
@@ -70,9 +70,9 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(ROWS), choices=list(ROWS))
     parser.add_argument("--rows", choices=["cpu", "all"], default="cpu",
                         help="cpu: the first ROWS[task] rows; all: the whole training set")
-    parser.add_argument("--data-dir", default="../shared/data/glue_data")
-    parser.add_argument("--mlm", default="runs/mlm-k2")
-    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--mlm", default=run_folder("mlm-k2"))
+    parser.add_argument("--runs-dir", default=run_folder())
     parser.add_argument("--word-vectors", default=WORD_VECTORS)
     parser.add_argument("--num-workers", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=64, help="mask queries per MLM call")

@@ -43,9 +43,10 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, BertForMaskedLM
 
+from paths import GLUE_DIR, WORD_VECTORS
+
 from kdbert.augment.tinybert import STOP_WORDS, TinyBertAugmenter, load_word_vectors
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TEXT_COLUMNS = {"RTE": ["sentence1", "sentence2"], "SST-2": ["sentence"]}
 
 
@@ -137,8 +138,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch threads in this process")
     parser.add_argument("--bf16", action="store_true", help="also time a bfloat16 copy of the model, batched")
-    parser.add_argument("--glove", default=str(DATA / "glove" / "glove.6B.50d.txt.gz"))
-    parser.add_argument("--glue-dir", default=str(DATA / "glue_data"))
+    parser.add_argument("--glove", default=WORD_VECTORS)
+    parser.add_argument("--glue-dir", default=GLUE_DIR)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "augment_throughput.json"),
                         help="JSON file of results; this run replaces the entry with its key")
     args = parser.parse_args()

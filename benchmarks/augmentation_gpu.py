@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paths import CORPUS, GLUE_DIR, WORD_VECTORS, run_folder
+
 HERE = Path(__file__).resolve().parent
 TASKS = ("cola", "mrpc", "stsb", "rte")
 # distill_glue.py options of the CPU rows per task (CoLA and STS-B use every row; STS-B 3 epochs)
@@ -160,11 +162,11 @@ def run(steps: list[Step], results_dir: Path, log_dir: Path, jobs: int, deadline
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="../shared/data/glue_data")
-    parser.add_argument("--corpus", default="../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz")
-    parser.add_argument("--word-vectors", default="../shared/data/glove/glove.6B.50d.txt.gz")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--corpus", default=CORPUS)
+    parser.add_argument("--word-vectors", default=WORD_VECTORS)
     parser.add_argument("--teacher", default="default", help="pre-trained teacher (default: the packaged one)")
-    parser.add_argument("--runs-dir", default="runs/gpu")
+    parser.add_argument("--runs-dir", default=run_folder("gpu"))
     parser.add_argument("--results-dir", required=True,
                         help="where results are recorded (e.g. benchmarks/results/gpu-h100; never benchmarks/results)")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)

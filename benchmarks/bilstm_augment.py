@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
+from paths import GLUE_DIR, NLTK_DATA  # noqa: E402
 
 from kdbert.cli.augment import augment_task_bilstm  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def cpu_seconds() -> float:
@@ -40,8 +40,8 @@ def main() -> None:
     parser.add_argument("--task", default="sst2", help="GLUE task (default sst2)")
     parser.add_argument("--n", type=int, help="augment only the first N training rows (default: all)")
     parser.add_argument("--workers", type=int, default=1, help="POS-tagging processes")
-    parser.add_argument("--glue-dir", default=str(DATA / "glue_data"))
-    parser.add_argument("--nltk-data", default=str(DATA / "nltk_data"))
+    parser.add_argument("--glue-dir", default=GLUE_DIR)
+    parser.add_argument("--nltk-data", default=NLTK_DATA)
     args = parser.parse_args()
 
     load_before = os.getloadavg()[0]

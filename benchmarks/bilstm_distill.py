@@ -45,15 +45,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_results, machine_info, save_result  # noqa: E402
+from paths import GLUE_DIR, NLTK_DATA, REPO, RUNS_DIR, WORD_VECTORS  # noqa: E402
 
 from kdbert.augment.bilstm import P_NG, PAIR_P_NG  # noqa: E402
 from kdbert.data.glue import resolve_glue_dir, split_file  # noqa: E402
 from kdbert.data.tasks import GLUE_TASKS  # noqa: E402
 from kdbert.methods.bilstm import HIDDEN_SIZE, PAIR_HIDDEN_SIZE  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-GLOVE = ROOT.parent / "shared" / "data" / "glove" / "glove.6B.50d.txt.gz"
-NLTK_DATA = ROOT.parent / "shared" / "data" / "nltk_data"
 NAME = "bilstm_distill"
 TASKS = ("sst2", "mrpc", "stsb", "rte", "cola")
 # The settings of the first recorded rows; a run with others names them in its key (setting_tag).
@@ -62,13 +60,13 @@ RECORDED = {"hidden_size": 150, "p_ng": 0.25}
 
 def relative(command: list[str]) -> str:
     """A recorded command line, with this checkout's paths relative to its root."""
-    return "kdbert " + " ".join(command).replace(f"{ROOT}/", "").replace(str(ROOT.parent), "..")
+    return "kdbert " + " ".join(command).replace(f"{REPO}/", "").replace(str(REPO.parent), "..")
 
 
 def kdbert(*args: str) -> None:
     command = [sys.executable, "-m", "kdbert.cli", *args]
     print("$ kdbert " + " ".join(args), flush=True)
-    subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run(command, check=True, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def subset_file(task: str, data_dir: str, rows: int, folder: Path) -> Path:
@@ -162,7 +160,7 @@ def augment_key(task: str, args) -> str:
 
 
 def runs_dir(args) -> Path:
-    return ROOT / args.runs_dir
+    return REPO / args.runs_dir
 
 
 def teacher_folder(task: str, args) -> Path:
@@ -170,22 +168,22 @@ def teacher_folder(task: str, args) -> Path:
     for entry in args.teacher or []:
         name, _, folder = entry.partition("=")
         if name == task and folder:
-            return ROOT / folder
-    return ROOT / args.teacher_dir.format(task=task)
+            return REPO / folder
+    return REPO / args.teacher_dir.format(task=task)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=["sst2"], choices=TASKS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[42])
-    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "glue_data"))
-    parser.add_argument("--word-vectors", default=str(GLOVE))
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--word-vectors", default=WORD_VECTORS)
     parser.add_argument("--train-rows", type=int, default=8000, help="training rows of labels / kd")
     parser.add_argument("--aug-rows", type=int, default=8000, help="rows augmented for kd_aug")
     parser.add_argument("--n-iter", type=int, default=20, help="augmented versions per row (the paper's 20)")
     parser.add_argument("--epochs", type=float, default=10)
     parser.add_argument("--aug-epochs", type=float, default=3)
-    parser.add_argument("--teacher-dir", default="runs/teacher-{task}",
+    parser.add_argument("--teacher-dir", default=str(RUNS_DIR / "teacher-{task}"),
                         help="teacher folder, relative to the checkout or absolute; {task} is the task's name")
     parser.add_argument("--teacher", action="append", metavar="TASK=DIR",
                         help="the teacher folder of one task (repeatable; wins over --teacher-dir)")
@@ -196,7 +194,7 @@ def main() -> None:
                         help="BiLSTM hidden size on pair tasks (the authors' pair configs: 300)")
     parser.add_argument("--p-ng", type=float, help=f"n-gram probability of the augmentation (default {P_NG}; pair "
                                                    f"tasks {PAIR_P_NG}; the authors' pair augmenter: 0)")
-    parser.add_argument("--runs-dir", default="runs/bilstm", help="where the subsets and students go")
+    parser.add_argument("--runs-dir", default=str(RUNS_DIR / "bilstm"), help="where the subsets and students go")
     parser.add_argument("--results-name", default=NAME, help="results file benchmarks/results/NAME.json")
     parser.add_argument("--no-bench", action="store_true")
     args = parser.parse_args()
@@ -214,7 +212,7 @@ def main() -> None:
             started = time.time()
             kdbert("augment", "--method", "bilstm", "--task", task, "--data-dir", args.data_dir, "--max-rows",
                    str(args.aug_rows), "--n-iter", str(args.n_iter), "--p-ng", str(p_ng(task, args)), "--nltk-data",
-                   str(NLTK_DATA), "--teacher", str(teacher), "--dtype", args.teacher_dtype, "--output", str(aug_file))
+                   NLTK_DATA, "--teacher", str(teacher), "--dtype", args.teacher_dtype, "--output", str(aug_file))
             save_result(name, augment_key(task, args), {"task": task, "rows": args.aug_rows, "n_iter": args.n_iter,
                                                    "p_ng": p_ng(task, args),
                                                    "output_rows": sum(1 for _ in open(aug_file)) - (task != "cola"),

@@ -32,6 +32,7 @@ import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
+from paths import GLUE_DIR, run_folder  # noqa: E402
 
 from kdbert.deploy.bench import bench_model  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
@@ -87,8 +88,8 @@ def shape_folder(preset: str, teacher: Path, runs_dir: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="sst2")
-    parser.add_argument("--data-dir", default="../shared/data/glue_data")
-    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--runs-dir", default=run_folder())
     parser.add_argument("--model", action="append", default=[],
                         help="NAME=DIR[=TEACHER_NAME] (default: the benchmark models found under --runs-dir)")
     parser.add_argument("--seq-len", type=int, help="default: 64 for single-sentence tasks, 128 for pairs")

@@ -69,6 +69,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import compare_rerun, load_results, machine_info, save_result  # noqa: E402
+from paths import GLUE_DIR, run_folder  # noqa: E402
 
 from augment_glue import aug_file  # noqa: E402
 from augment_glue import build as augment  # noqa: E402
@@ -143,7 +144,7 @@ def original_rows(args) -> int:
 GENERAL_RUNS = {"general-tinybert4": "tinybert", "general-tinybert4-ws": "tinybert-ws"}
 
 
-def dependencies(record: dict, runs_dir: str = "runs") -> list[tuple[str, str]]:
+def dependencies(record: dict, runs_dir: str = run_folder()) -> list[tuple[str, str]]:
     """What a recorded run needs, as ``(kind, path)``: ``teacher``, ``general`` (a general
     student of ``general_distill.py``), ``mlm`` (``runs/mlm-k2``) and ``aug`` (the augmented file),
     in build order. A student that is a preset name needs nothing; one this script cannot build
@@ -177,7 +178,8 @@ def build(kind: str, path: str, record: dict, args) -> None:
             sys.exit(f"general distillation into {target} failed")
     elif kind == "mlm" and not (target / "config.json").exists():
         print(f"building the MLM head {target} (mlm_head.py --unfreeze 2)")
-        fit_mlm_head(default_model_path(), args.corpus, target, unfreeze_top_layers=2, steps=300, lr=1e-3)
+        fit_mlm_head({"encoder": default_model_path(), "corpus": args.corpus, "unfreeze_top_layers": 2, "steps": 300,
+                      "learning_rate": 1e-3, "no_progress": True}, target)
     elif kind == "aug" and not target.exists():
         print(f"building the augmented file {target} (augment_glue.py --rows cpu)")
         augment(record["task"], "cpu", args.data_dir, f"{args.runs_dir}/mlm-k2", args.runs_dir, record=False)
@@ -209,7 +211,7 @@ def rerun(key: str, done: dict, args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True)
-    parser.add_argument("--data-dir", default="../shared/data/glue_data")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
     parser.add_argument("--budget", choices=["cpu", "paper"], default="cpu")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[42])
@@ -217,18 +219,18 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=2.0, help="cpu budget: epochs per stage")
     parser.add_argument("--learning-rate", type=float,
                         help="cpu budget: learning rate of every stage (default: the method's per-task default)")
-    parser.add_argument("--runs-dir", default="runs")
-    parser.add_argument("--general-student", default="runs/general-tinybert4")
-    parser.add_argument("--general-ws-student", default="runs/general-tinybert4-ws")
-    parser.add_argument("--distilbert-student", default="runs/distilbert-init")
-    parser.add_argument("--distilbert-general", default="runs/general-distilbert")
-    parser.add_argument("--mobilebert-general", default="runs/mb-progressive-s42",
+    parser.add_argument("--runs-dir", default=run_folder())
+    parser.add_argument("--general-student", default=run_folder("general-tinybert4"))
+    parser.add_argument("--general-ws-student", default=run_folder("general-tinybert4-ws"))
+    parser.add_argument("--distilbert-student", default=run_folder("distilbert-init"))
+    parser.add_argument("--distilbert-general", default=run_folder("general-distilbert"))
+    parser.add_argument("--mobilebert-general", default=run_folder("mb-progressive-s42"),
                         help="general-distilled mobilebert-matched student of the mobilebert-* variants "
                              "(benchmarks/mobilebert_ablation.py writes it)")
-    parser.add_argument("--mobilebert-fitted-general", default="runs/mb-fit/mb-progressive-s42",
+    parser.add_argument("--mobilebert-fitted-general", default=run_folder("mb-fit/mb-progressive-s42"),
                         help="the cpu-long general student whose embedding layer was fitted to the teacher's (the "
                              "mobilebert-fitted-* variants; mobilebert_ablation.py --name cpu-long-fitted writes it)")
-    parser.add_argument("--mobilebert-long-general", default="runs/mb-cpu/mb-progressive-s42",
+    parser.add_argument("--mobilebert-long-general", default=run_folder("mb-cpu/mb-progressive-s42"),
                         help="the longer general-distilled mobilebert-matched student of the mobilebert-long-* "
                              "variants (benchmarks/mobilebert_ablation.py --name cpu-long writes it)")
     parser.add_argument("--keep-checkpoints", action="store_true",

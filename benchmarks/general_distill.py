@@ -22,13 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
+from paths import CORPUS, run_folder  # noqa: E402
 
 from kdbert.cli import main as kdbert_main  # noqa: E402
 
-CORPUS = "../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz"
 
 
-def run_argv(method: str, corpus: str = CORPUS, runs_dir: str = "runs", teacher: str = "default") -> list[str]:
+def run_argv(method: str, corpus: str = CORPUS, runs_dir: str = run_folder(), teacher: str = "default") -> list[str]:
     """The ``kdbert`` arguments of one general distillation run (output ``<runs_dir>/general-...``);
     ``teacher`` replaces the packaged teacher of the TinyBERT runs."""
     common = ["--corpus", corpus, "--epochs", "1", "--no-progress"]
@@ -55,7 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--method", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--corpus", default=CORPUS)
-    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--runs-dir", default=run_folder())
     parser.add_argument("--teacher", default="default", help="teacher of the TinyBERT runs (default: the packaged one)")
     parser.add_argument("--record-only", action="store_true")
     args = parser.parse_args()

@@ -29,6 +29,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from paths import CORPUS, GLUE_DIR, run_folder
+
 GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "RTE")
 MIB = 2 ** 20
 
@@ -111,9 +113,9 @@ def build_bundle(out: Path, glue: Path, corpus: Path, teacher: str, sst2_rows: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output-dir", default="runs/carry")
-    parser.add_argument("--glue", default="../shared/data/glue_data", help="GLUE root to copy the five tasks from")
-    parser.add_argument("--corpus", default="../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz")
+    parser.add_argument("--output-dir", default=run_folder("carry"))
+    parser.add_argument("--glue", default=GLUE_DIR, help="GLUE root to copy the five tasks from")
+    parser.add_argument("--corpus", default=CORPUS)
     parser.add_argument("--teacher", default="default", help="teacher folder (default: the packaged one)")
     parser.add_argument("--sst2-rows", type=int, default=20000, help="SST-2 training rows kept (the first N)")
     parser.add_argument("--corpus-mb", type=float, default=20.0, help="MB of corpus text kept (the first ones)")

@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
+from paths import CORPUS, run_folder  # noqa: E402
 
 from kdbert.methods.mlm_head import REPORT_NAME, fit_mlm_head  # noqa: E402
 from kdbert.core.loading import resolve_model_path  # noqa: E402
 
-CORPUS = "../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz"
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--corpus", default=CORPUS)
-    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--runs-dir", default=run_folder())
     parser.add_argument("--encoder", default="default",
                         help="encoder to fit the head on (default: the packaged teacher)")
     parser.add_argument("--record-only", action="store_true")
@@ -40,9 +40,9 @@ def main() -> None:
         if args.record_only:
             report = json.loads((out / REPORT_NAME).read_text())
         else:
-            report = fit_mlm_head(resolve_model_path(args.encoder), args.corpus, out, unfreeze_top_layers=layers,
-                                  steps=args.steps, lr=args.learning_rate,
-                                  resume=(out / "run_config.json").exists())
+            options = {"encoder": resolve_model_path(args.encoder), "corpus": args.corpus, "no_progress": True,
+                       "unfreeze_top_layers": layers, "steps": args.steps, "learning_rate": args.learning_rate}
+            report = fit_mlm_head(options, out, resume=(out / "run_config.json").exists())
         result = {k: report[k] for k in ("unfreeze_top_layers", "steps", "batch_size", "lr", "top1", "top15",
                                          "wall_time_s", "trainable_parameters")}
         encoder = "" if args.encoder == "default" else f"--encoder {args.encoder} "

@@ -47,12 +47,11 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
+from paths import CORPUS, GLUE_DIR, run_folder  # noqa: E402
 
 from kdbert.core import losses  # noqa: E402
 from kdbert.cli import main as kdbert_main  # noqa: E402
 
-CORPUS = "../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz"
-GLUE = "../shared/data/glue_data"
 STRATEGIES = ("progressive", "joint", "auxiliary")
 
 
@@ -158,9 +157,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-every", type=int, default=20, help="general distillation: checkpoint every N steps")
     parser.add_argument("--finetune-steps", type=int, default=120)
     parser.add_argument("--finetune-batch-size", type=int, default=16)
-    parser.add_argument("--runs-dir", default="runs", help="where the MLM head, students and fine-tuned runs go")
+    parser.add_argument("--runs-dir", default=run_folder(), help="where the MLM head, students and fine-tuned runs go")
     parser.add_argument("--corpus", default=CORPUS, help="corpus of the MLM head and of general distillation")
-    parser.add_argument("--data-dir", default=GLUE, help="GLUE root (fine-tuning and the SST-2 held-out text)")
+    parser.add_argument("--data-dir", default=GLUE_DIR, help="GLUE root (fine-tuning and the SST-2 held-out text)")
     parser.add_argument("--teacher", default="default",
                         help="encoder whose MLM head is fitted, the teacher of general distillation "
                              "(default: the packaged one)")

@@ -57,6 +57,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from augmentation_gpu import TASK_BUDGETS, Step, is_recorded, run  # noqa: E402
+from paths import CORPUS, GLUE_DIR, run_folder  # noqa: E402
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
 STRATEGIES = ("progressive", "joint", "auxiliary", "none")
@@ -166,10 +167,10 @@ def bench(argv: list[str]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="../shared/data/glue_data")
-    parser.add_argument("--corpus", default="../shared/data/corpus/enwiki_wikiextractor_sample.txt.gz")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--corpus", default=CORPUS)
     parser.add_argument("--teacher", default="default", help="pre-trained teacher (default: the packaged one)")
-    parser.add_argument("--runs-dir", default="runs/gpu-mb")
+    parser.add_argument("--runs-dir", default=run_folder("gpu-mb"))
     parser.add_argument("--results-dir", required=True,
                         help="machine's results folder (e.g. benchmarks/results/gpu-h100; never benchmarks/results); "
                              f"records go to its {RESULTS_SUBDIR}/")

@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
 from common import machine_info, save_result  # noqa: E402
+from paths import GLUE_DIR, run_folder  # noqa: E402
 
 if common.FLOAT32_PINNED:  # the main job is recorded as users get it: kdbert's default precision
     os.environ.pop("KDBERT_MIXED_PRECISION")
@@ -28,8 +29,8 @@ from kdbert.cli import main as kdbert_main  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="sst2")
-    parser.add_argument("--data-dir", default="../shared/data/glue_data")
-    parser.add_argument("--output-dir", default="runs/quickstart")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--output-dir", default=run_folder("quickstart"))
     parser.add_argument("--record-only", action="store_true")
     args = parser.parse_args()
     out = Path(args.output_dir)

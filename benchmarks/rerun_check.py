@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import load_results, machine_info, save_result  # noqa: E402
+from paths import GLUE_DIR, run_folder  # noqa: E402
 
 from kdbert.cli import main as kdbert_main  # noqa: E402
 from kdbert.data.load import TaskOptions  # noqa: E402
@@ -103,8 +104,8 @@ def compare_logs(name: str, first: Path, second: Path, note: str | None = None) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="../shared/data/glue_data")
-    parser.add_argument("--runs-dir", default="runs/rerun")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--runs-dir", default=run_folder("rerun"))
     parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     parser.add_argument("--skip-quickstart", action="store_true")
     parser.add_argument("--compare-logs", nargs=3, metavar=("NAME", "RUN_A", "RUN_B"))

@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import machine_info, save_result  # noqa: E402
+from paths import GLUE_DIR, run_folder  # noqa: E402
 
 from kdbert.data.load import TaskOptions  # noqa: E402
 from kdbert.core.distill import distill_task  # noqa: E402
@@ -102,14 +103,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="rte")
     parser.add_argument("--teacher", default=None, help="fine-tuned teacher (default runs/teacher-<task>)")
-    parser.add_argument("--data-dir", default="../shared/data/glue_data")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
     parser.add_argument("--rows", type=int, default=500)
     parser.add_argument("--epochs", type=float, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--work-dir", default=None, help="runs and caches (default: a temporary folder, removed)")
     args = parser.parse_args()
-    args.teacher = args.teacher or f"runs/teacher-{args.task}"
+    args.teacher = args.teacher or run_folder(f"teacher-{args.task}")
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="teacher-cache-"))
     try:
         for method in args.methods:

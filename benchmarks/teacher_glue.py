@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import compare_rerun, load_results, machine_info, save_result  # noqa: E402
+from paths import GLUE_DIR, run_folder  # noqa: E402
 
 from kdbert.data.load import TaskOptions  # noqa: E402
 from kdbert.methods.finetune import FinetuneConfig, finetune  # noqa: E402
@@ -48,19 +49,19 @@ def recorded_settings(record: dict) -> dict:
     return {**record["overrides"], **record["hyperparameters"]}
 
 
-def teacher_dir(task: str, tuning: dict, runs_dir: str = "runs") -> Path:
+def teacher_dir(task: str, tuning: dict, runs_dir: str = run_folder()) -> Path:
     """``<runs_dir>/teacher-<task>[-tuning]``: where a task's teacher is fine-tuned."""
     return Path(runs_dir) / ("teacher-" + task + "".join(f"-{k}{v:g}" for k, v in sorted(tuning.items())))
 
 
-def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_dir: str = "../shared/data/glue_data",
-              out: str | Path | None = None, runs_dir: str = "runs", model: str = "default") -> dict:
+def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_dir: str = GLUE_DIR,
+              out: str | Path | None = None, runs_dir: str = run_folder(), model: str = "default") -> dict:
     """Fine-tune the teacher on ``task`` at ``budget`` (plus ``tuning`` overrides) into ``out``
     (default ``<runs_dir>/teacher-<task>[-tuning]``), resuming a run left there; returns the result."""
     tuning = tuning or {}
     overrides = {**BUDGETS[budget][task], **tuning}
     out = Path(out or teacher_dir(task, tuning, runs_dir))
-    config = FinetuneConfig(output_dir=str(out), model=model, progress=False, **overrides)
+    config = FinetuneConfig(output_dir=str(out), model=model, no_progress=True, **overrides)
     resume = (out / "run_config.json").exists()
     report = finetune(TaskOptions(task, data_dir=data_dir), config, resume=resume)
     return {"task": task, "budget": budget, "overrides": overrides, "tuning": bool(tuning),
@@ -73,10 +74,10 @@ def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="../shared/data/glue_data")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="cpu")
     parser.add_argument("--tasks", nargs="*", help="subset of the budget's tasks")
-    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--runs-dir", default=run_folder())
     parser.add_argument("--model", default="default")
     parser.add_argument("--learning-rate", type=float, help="override the task default (a tuning run)")
     parser.add_argument("--epochs", type=float, help="override the budget's epochs (a tuning run)")

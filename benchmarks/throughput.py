@@ -68,8 +68,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import RESULTS_DIR, machine_info, save_result  # noqa: E402
+from paths import GLUE_DIR  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue_data"
 SCORES_IMPLEMENTATION = "bench_scores"
 MASKED_SCORE = -10000.0
 FRAMEWORKS = ("kdbert", "textbrewer")
@@ -559,7 +559,7 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--teacher", default=None, help="teacher folder (default: the packaged all-MiniLM-L6-v2 "
                                                         "with a seeded 2-label head)")
-    parser.add_argument("--data-dir", type=Path, default=DATA, help="GLUE folder holding RTE/train.tsv")
+    parser.add_argument("--data-dir", type=Path, default=Path(GLUE_DIR), help="GLUE folder holding RTE/train.tsv")
     parser.add_argument("--key", default=None, help="results key (default t<threads>)")
     parser.add_argument("--profile", action="store_true", help="profile kdbert steps instead (seq 64)")
     parser.add_argument("--profile-out", type=Path, default=None)

@@ -423,3 +423,30 @@ def test_report_renders_one_section_or_the_whole_page(results_dir, capsys, monke
     report.main(["--section", "general"])
     assert capsys.readouterr().out.startswith("## General distillation runs (CPU budgets)\n\nThe starting students")
     assert "| tinybert | 150 | 9.50 | 7.15 | 10 min | 2 cores | 2026-11-24 | `kdbert distill general` |" in render()
+
+
+def test_data_and_runs_roots_come_from_one_place(monkeypatch, tmp_path):
+    import importlib
+
+    import paths
+
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        monkeypatch.chdir(repo)  # from the repository root, as documented: the relative defaults
+        monkeypatch.delenv("KDBERT_DATA_ROOT", raising=False)
+        monkeypatch.delenv("KDBERT_RUNS_DIR", raising=False)
+        importlib.reload(paths)
+        assert (paths.GLUE_DIR, paths.run_folder("teacher-rte"), paths.run_folder()) == (
+            "../shared/data/glue_data", "runs/teacher-rte", "runs")
+        monkeypatch.chdir(tmp_path)  # from elsewhere: the same folders, absolute
+        importlib.reload(paths)
+        assert Path(paths.GLUE_DIR) == repo.parent / "shared" / "data" / "glue_data"
+        assert Path(paths.run_folder("x")) == repo / "runs" / "x"
+        monkeypatch.setenv("KDBERT_DATA_ROOT", str(tmp_path / "data"))
+        monkeypatch.setenv("KDBERT_RUNS_DIR", str(tmp_path / "runs"))
+        importlib.reload(paths)
+        assert paths.CORPUS == str(tmp_path / "data" / "corpus" / "enwiki_wikiextractor_sample.txt.gz")
+        assert paths.run_folder("gpu") == str(tmp_path / "runs" / "gpu")
+    finally:
+        monkeypatch.undo()
+        importlib.reload(paths)

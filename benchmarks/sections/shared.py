@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from common import load_results
+from paths import GLUE_DIR
 
 from kdbert.deploy.report import build_table, format_mean_std, mean_std
 from kdbert.errors import KdbertError
@@ -146,7 +147,7 @@ def runs_of(results: dict, task: str, variant: str) -> list[dict]:
 
 
 @functools.lru_cache(maxsize=None)  # the report asks for each task's score several times
-def majority_class_score(task: str, data_dir: str = "../shared/data/glue_data") -> float | None:
+def majority_class_score(task: str, data_dir: str = GLUE_DIR) -> float | None:
     """Dev score of predicting the most frequent training label for every row (regression: the mean
     training score, which correlates with nothing: 0); ``None`` when the task's files are not there."""
     from kdbert.data.glue import load_glue_dir
