@@ -36,8 +36,8 @@ def corpus_file(tmp_path_factory):
 
 
 def fit(encoder_dir, corpus_file, out, **kw):
-    return fit_mlm_head(encoder_dir, corpus_file, out, **{"steps": 4, "batch_size": 4, "lr": 1e-2,
-                                                          "max_seq_len": 16, "eval_sequences": 8, **kw})
+    return fit_mlm_head({"encoder": encoder_dir, "corpus": corpus_file, "steps": 4, "batch_size": 4,
+                         "learning_rate": 1e-2, "max_seq_len": 16, "eval_sequences": 8, **kw}, out)
 
 
 def test_frozen_encoder_trains_only_head_and_saves_tied_model(encoder_dir, corpus_file, tmp_path):

@@ -16,7 +16,8 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.errors import KdbertError
-from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer, prepare_output_dir
+from kdbert.core.run_folder import prepare_output_dir
+from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
 
 
 def finetune_command(model_dir, glue_dir, out, *extra):

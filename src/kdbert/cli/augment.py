@@ -20,9 +20,11 @@ from pathlib import Path
 
 import torch
 
+from kdbert.augment.bilstm import P_NG, PAIR_P_NG
 from kdbert.augment.tinybert import (
     BATCH_TOKENS, TinyBertAugmenter, augment_file_rows, load_word_vectors,
 )
+from kdbert.cli.common import add_command, add_task_arguments, task_options
 from kdbert.data.custom import read_rows
 from kdbert.data.glue import split_file, resolve_glue_dir
 from kdbert.data.textfile import open_text
@@ -151,7 +153,7 @@ def label_augmented(task: TaskOptions, output: str, columns: list[str], has_head
                     max_seq_len: int | None, batch_size: int, device: str | None, dtype: str = "float32") -> dict:
     """Store ``teacher``'s logits (computed in ``dtype``) on every row of the augmented file ``output``."""
     from kdbert.data.load import load_task
-    from kdbert.data.teacher_logits import label_with_teacher, store_path, teacher_identity
+    from kdbert.data.teacher_logits import label_with_teacher, store_folder
     from kdbert.core.loading import load_sequence_classifier, load_tokenizer
 
     spec = load_task(task).spec if is_data_file(task.task) else GLUE_TASKS[canonical_task_name(task.task)]
@@ -161,8 +163,9 @@ def label_augmented(task: TaskOptions, output: str, columns: list[str], has_head
     max_seq_len = max_seq_len or spec.max_seq_len
     examples = [tuple(str(row[c]) for c in columns) for row in read_written_rows(output, has_header)]
     started = time.time()
-    label_with_teacher(model, tokenizer, examples, output, max_seq_len, batch_size, spec.num_labels, dtype)
-    return {"teacher_logits": str(store_path(output, teacher_identity(model, tokenizer, max_seq_len, dtype))),
+    label_with_teacher(model, tokenizer, examples, store_folder(output), max_seq_len, batch_size, spec.num_labels,
+                       dtype)
+    return {"teacher_logits": str(store_folder(output)),
             "teacher_dtype": dtype, "teacher_rows": len(examples), "teacher_seconds": round(time.time() - started, 1)}
 
 
@@ -175,3 +178,83 @@ def read_written_rows(path: str | os.PathLike, has_header: bool) -> list[dict]:
     if has_header:
         return [dict(zip(lines[0], line)) for line in lines[1:] if line]
     return [{f"column{i}": value for i, value in enumerate(line)} for line in lines if line]
+
+
+# ----------------------------------------------------------------------------- the command
+BILSTM_OPTIONS = ("p_mask", "p_pos", "p_ng", "n_iter", "ngram_mode", "max_n", "nltk_data", "teacher")
+TINYBERT_OPTIONS = ("mlm", "word_vectors")
+TINYBERT_SETTINGS = ("p", "n_aug", "top_k", "max_words", "batch_tokens", "dtype")  # defaults: augment_task's
+
+
+def cmd_augment(args) -> int:
+    own, foreign = ((BILSTM_OPTIONS, TINYBERT_OPTIONS) if args.method == "bilstm"
+                    else (TINYBERT_OPTIONS, BILSTM_OPTIONS))
+    if args.method == "bilstm":  # --dtype: the teacher's labelling precision there
+        foreign += tuple(name for name in TINYBERT_SETTINGS if name != "dtype")
+    given = [name for name in foreign if getattr(args, name) is not None]
+    if given:
+        raise KdbertError(f"--{given[0].replace('_', '-')} is not an option of --method {args.method}; remove it")
+    if args.method == "bilstm":
+        options = {name: getattr(args, name) for name in own if getattr(args, name) is not None}
+        result = augment_task_bilstm(task_options(args), args.output, seed=args.seed, max_rows=args.max_rows,
+                                     batch_size=args.batch_size, device=args.device, num_workers=args.num_workers,
+                                     teacher_dtype=args.dtype or "float32", **options)
+        print(f"augmented {result['input_rows']} rows ({', '.join(map(str, result['columns']))}) -> "
+              f"{result['output_rows']} rows in {result['output']} ({result['seconds']:.0f}s, "
+              f"{result['examples_per_second']:.1f} examples/s)"
+              + (f"; teacher logits in {result['teacher_logits']}" if "teacher_logits" in result else ""))
+        return 0
+    missing = [name for name in own if getattr(args, name) is None]
+    if missing:
+        raise KdbertError(f"--method tinybert needs --{missing[0].replace('_', '-')}")
+    settings = {name: getattr(args, name) for name in TINYBERT_SETTINGS if getattr(args, name) is not None}
+    result = augment_task(task_options(args), args.mlm, args.word_vectors, args.output, seed=args.seed,
+                          batch_size=args.batch_size, num_workers=args.num_workers, max_rows=args.max_rows,
+                          device=args.device, **settings)
+    print(f"augmented {result['input_rows']} rows ({', '.join(map(str, result['columns']))}) -> "
+          f"{result['output_rows']} rows in {result['output']} ({result['seconds']:.0f}s, "
+          f"{result['sentences_per_second']:.1f} sentences/s)")
+    return 0
+
+
+def add_commands(sub, table: dict) -> None:
+    p = add_command(sub, table, "augment", cmd_augment,
+                    help="data augmentation of a task's training file (TinyBERT or BiLSTM rules)",
+                    description="Write train_aug.tsv in the task's format. tinybert: MLM candidates for "
+                                "single-piece words, word-vector neighbours for multi-piece words (TinyBERT, "
+                                "Alg. 1). bilstm: masking, POS-guided replacement and n-gram sampling "
+                                "(Tang et al. 2019).")
+    add_task_arguments(p)
+    p.add_argument("--method", choices=["tinybert", "bilstm"], default="tinybert", help="augmentation rules")
+    p.add_argument("--mlm", help="tinybert: BertForMaskedLM folder (e.g. from `kdbert mlm-head`) or hub id")
+    p.add_argument("--word-vectors", help="tinybert: GloVe-format text file (.txt or .gz)")
+    p.add_argument("--p-mask", type=float, help="bilstm: probability of masking a word (default 0.1)")
+    p.add_argument("--p-pos", type=float, help="bilstm: probability of a same-POS replacement (default 0.1)")
+    p.add_argument("--p-ng", type=float, help=f"bilstm: probability of n-gram sampling (default {P_NG}, the paper's; "
+                                              f"sentence pairs: {PAIR_P_NG}; the authors' pair augmenter uses 0)")
+    p.add_argument("--n-iter", type=int, help="bilstm: versions drawn per example (default 20)")
+    p.add_argument("--ngram-mode", choices=["keep", "mask"],
+                   help="bilstm: keep only the sampled n-gram (default, the paper) or mask its words")
+    p.add_argument("--max-n", type=int, help="bilstm: longest n-gram (default 5)")
+    p.add_argument("--nltk-data", help="bilstm: folder with NLTK's taggers/averaged_perceptron_tagger_eng "
+                                       "(default: NLTK's search path, e.g. $NLTK_DATA)")
+    p.add_argument("--teacher", help="bilstm: fine-tuned teacher whose logits on the output are stored beside it")
+    p.add_argument("--output", help="output file (default: train_aug.tsv, or .jsonl for JSONL input)")
+    p.add_argument("--p", type=float, help="tinybert: probability of replacing each candidate word (p_t, default 0.4)")
+    p.add_argument("--n-aug", type=int, help="tinybert: augmented versions tried per sentence (N_a, default 20)")
+    p.add_argument("--top-k", type=int, help="tinybert: candidates per word (K, default 15)")
+    p.add_argument("--max-words", type=int, help="tinybert: word vectors loaded (first N of the file, default 100000)")
+    p.add_argument("--max-rows", type=int, help="augment only the first N training rows")
+    p.add_argument("--batch-size", type=int, default=64, help="most MLM queries (bilstm: teacher rows) per forward pass")
+    p.add_argument("--batch-tokens", type=int,
+                   help="tinybert: most padded tokens per forward pass (default 2048; long inputs get smaller "
+                        "batches; faster on CPU)")
+    p.add_argument("--num-workers", type=int, default=1, help="worker processes (bilstm: for POS tagging)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"],
+                   help="tinybert: MLM precision (default float32): bfloat16 is ~2-3x faster on CPUs with AMX "
+                        "and on GPUs; some candidates differ, also between batch sizes / worker counts. bilstm: "
+                        "the --teacher's labelling precision (bfloat16 under autocast; logits stored in float32, "
+                        "in a store of their own: distil with --teacher-dtype bfloat16 to use them)")
+    p.add_argument("--device", help="where the MLM runs (default: cuda when available, else cpu)")
+    p.add_argument("--seed", type=int, default=42, help="random seed (in float32 the output is identical for any "
+                                                         "batch size or worker count)")

@@ -1,12 +1,14 @@
-"""Typed options: one dataclass per method, the single source of its options, defaults and checks.
+"""Typed options: one dataclass per command or method, the single source of its options, defaults and checks.
 
 Every option is a dataclass field made with :func:`option`, whose metadata carries the help text,
-the command-line group and the check. The command line (``kdbert distill task|general``), YAML
-recipes (``--recipe``, ``--config``) and the Python API all go through :func:`build_config`, so a
-value is checked, and an option of another method refused, the same way whichever door it came in.
+the command-line group and the check. The command line's flags are generated from these fields
+(:func:`kdbert.cli.common.add_config_options`: ``finetune``, ``distill task|general``, ``mlm-head``,
+the data options), and the command line, YAML recipes (``--recipe``, ``--config``) and Python dicts
+all become a config through :func:`build_config`, so a value is checked, and an option of another
+method refused, the same way whichever door it came in.
 
-``None`` in a field means "the method's default for this task": a config class resolves those in
-:meth:`MethodConfig.task_defaults` (TinyBERT's per-task epochs, the fine-tuning table for KD...).
+``None`` in a field means "the default for this task": :meth:`Checked.resolved` fills those once,
+from :meth:`Checked.task_defaults` (TinyBERT's per-task epochs, the fine-tuning table...).
 """
 
 from __future__ import annotations
@@ -76,12 +78,14 @@ def one_of(*choices: str) -> Check:
 
 
 def option(default=None, help: str = "", check: Check | None = None, type: type = str, group: str = "method",
-           choices: tuple[str, ...] | None = None):
+           choices: tuple[str, ...] | None = None, command_line: bool = True):
     """A config field: ``default`` (``None`` = the method's default for the task), its ``--help``
-    text, CLI ``group``, value ``type`` (``bool`` makes a switch) and ``check``."""
+    text, CLI ``group``, value ``type`` (``bool`` makes a switch, ``list`` takes one or more values)
+    and ``check``; ``command_line=False`` leaves it to YAML recipes and Python (e.g. a stage plan)."""
     if choices and check is None:
         check = one_of(*choices)
-    meta = {"help": help, "check": check, "type": type, "group": group, "choices": choices}
+    meta = {"help": help, "check": check, "type": type, "group": group, "choices": choices,
+            "command_line": command_line}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -93,28 +97,9 @@ def override(cls, name: str, default):
 
 
 # ----------------------------------------------------------------------------- configs
-@dataclass
-class TrainOptions:
-    """Options every training command shares (``--epochs``, ``--learning-rate``, ...)."""
-
-    epochs: float | None = option(None, "training epochs (may be fractional)", EPOCHS, float, "train")
-    max_steps: int | None = option(None, "optimiser steps; overrides --epochs", POSITIVE_INT, int, "train")
-    learning_rate: float | None = option(None, "peak learning rate", LEARNING_RATE, float, "train")
-    batch_size: int | None = option(None, "examples per optimiser step per process", POSITIVE_INT, int, "train")
-    grad_accum: int = option(1, "gradient accumulation steps", POSITIVE_INT, int, "train")
-    max_seq_len: int | None = option(None, "token limit", in_range(3, 10**6, int, what="an integer >= 3"), int,
-                                     "train")
-    warmup_ratio: float = option(0.1, "fraction of steps with linear warmup", warmup, float, "train")
-    weight_decay: float = option(0.01, "AdamW weight decay", in_range(0, 10), float, "train")
-    eval_every: int | None = option(None, "evaluate every N steps", POSITIVE_INT, int, "train")
-    max_train_examples: int | None = option(None, "use only the first N training rows", POSITIVE_INT, int, "train")
-    seed: int = option(42, "random seed", in_range(0, 2**32 - 1, int), int, "train")
-    mixed_precision: str = option("auto", "autocast precision (auto: bf16 where the hardware runs it natively)",
-                                  type=str, group="train", choices=("auto", "no", "bf16", "fp16"))
-    threads: int | None = option(None, "CPU threads (default: a fair share of the cores among kdbert runs)",
-                                 POSITIVE_INT, int, "train")
-    keep_checkpoints: int = option(2, "checkpoints kept", POSITIVE_INT, int, "train")
-    no_progress: bool = option(False, "hide the progress bar", type=bool, group="train")
+class Checked:
+    """A config whose fields check themselves (:meth:`check`) and whose ``None`` fields may take
+    per-task defaults (:meth:`task_defaults`, filled once by :meth:`resolved`)."""
 
     def check(self) -> None:
         """Run every field's check on the values that are set."""
@@ -124,6 +109,69 @@ class TrainOptions:
             if value is not None and value is not False and check is not None:
                 check(f.name, value)
 
+    def task_defaults(self, task: str) -> dict:
+        """Per-task defaults for fields left at ``None`` (``task`` is the GLUE name or a file stem)."""
+        return {}
+
+    def resolved(self, task: str):
+        """A copy with the task's defaults filled in where a field is ``None``; checked."""
+        defaults = {k: v for k, v in self.task_defaults(task).items() if getattr(self, k) is None}
+        config = replace(self, **defaults)
+        config.check()
+        return config
+
+
+@dataclass
+class OptimOptions(Checked):
+    """How every training command optimises (``--epochs``, ``--learning-rate``, ...); the fields
+    a stage takes from them are :data:`kdbert.core.trainer.STAGE_OPTIONS`."""
+
+    epochs: float | None = option(None, "training epochs (may be fractional)", EPOCHS, float, "optimisation")
+    max_steps: int | None = option(None, "optimiser steps; overrides --epochs", POSITIVE_INT, int, "optimisation")
+    learning_rate: float | None = option(None, "peak learning rate", LEARNING_RATE, float, "optimisation")
+    batch_size: int | None = option(None, "examples per optimiser step per process (before accumulation)",
+                                    POSITIVE_INT, int, "optimisation")
+    grad_accum: int = option(1, "gradient accumulation steps", POSITIVE_INT, int, "optimisation")
+    max_seq_len: int | None = option(None, "token limit (default: the task's, 64 single sentence or 128 "
+                                           "pairs; general distillation: the method's)",
+                                     in_range(3, 10**6, int, what="an integer >= 3"), int, "optimisation")
+    warmup_ratio: float = option(0.1, "fraction of steps with linear warmup", warmup, float, "optimisation")
+    weight_decay: float = option(0.01, "weight decay, not on bias/LayerNorm", in_range(0, 10), float, "optimisation")
+    eval_every: int | None = option(None, "evaluate every N steps (default: each epoch)", POSITIVE_INT, int,
+                                    "optimisation")
+    max_train_examples: int | None = option(None, "use only the first N training rows (quick runs)", POSITIVE_INT,
+                                            int, "optimisation")
+
+
+@dataclass
+class RunOptions(Checked):
+    """How a training run runs (seed, precision, threads, checkpoints kept, progress bar), whatever
+    it trains; :meth:`kdbert.core.trainer.RunConfig.from_options` reads them."""
+
+    seed: int = option(42, "random seed (data order, initialisation, dropout)", in_range(0, 2**32 - 1, int), int,
+                       "run")
+    mixed_precision: str = option("auto", "autocast precision: auto = bf16 where the hardware runs it natively "
+                                          "(CPUs with avx512_bf16/amx_bf16, GPUs with bf16), else float32; fp16 "
+                                          "needs a GPU", group="run", choices=("auto", "no", "bf16", "fp16"))
+    threads: int | None = option(None, "CPU threads (default: the cores shared fairly among the kdbert runs on "
+                                       "this machine; $OMP_NUM_THREADS also pins it)", POSITIVE_INT, int, "run")
+    keep_checkpoints: int = option(2, "how many recent checkpoints to keep", POSITIVE_INT, int, "run")
+    no_progress: bool = option(False, "hide the progress bar", type=bool, group="run")
+
+
+@dataclass
+class TrainOptions(RunOptions, OptimOptions):
+    """Options every training command shares: :class:`OptimOptions` then :class:`RunOptions`."""
+
+
+@dataclass
+class OutputOptions(Checked):
+    """Where a training command writes its run, and what to do with a run already there."""
+
+    output_dir: str | None = option(None, "where the model, metrics, logs and checkpoints go", group="run")
+    resume: bool = option(False, "continue the run in --output-dir from its last checkpoint", type=bool, group="run")
+    overwrite: bool = option(False, "replace a run already in --output-dir", type=bool, group="run")
+
 
 @dataclass
 class MethodConfig(TrainOptions):
@@ -132,17 +180,6 @@ class MethodConfig(TrainOptions):
     method: ClassVar[str] = ""
     teacher: str | None = option(None, "teacher fine-tuned on the task (HF folder)", group="models")
     student: str | None = option(None, "student: a preset, an HF folder, or none", group="models")
-
-    def task_defaults(self, task: str) -> dict:
-        """Per-task defaults for fields left at ``None`` (``task`` is the GLUE name or a file stem)."""
-        return {}
-
-    def resolved(self, task: str) -> MethodConfig:
-        """A copy with the task's defaults filled in where a field is ``None``; checked."""
-        defaults = {k: v for k, v in self.task_defaults(task).items() if getattr(self, k) is None}
-        config = replace(self, **defaults)
-        config.check()
-        return config
 
 
 @dataclass
@@ -187,7 +224,8 @@ def build_config(cls, values: dict, owners: dict[str, list[str]] | None = None, 
         if users:
             raise KdbertError(f"{flag(key)} is a {'/'.join(users)} option and --method {method} does not use it; "
                               f"drop it or use --method {users[0]}")
-        raise KdbertError(f"unknown option {flag(key)} for --method {method}")
+        raise KdbertError(f"unknown option {flag(key)}" + (f" for --method {method}" if method else "")
+                          + "; see the command's --help for its options")
     for name, f in known.items():
         if name in kept and f.metadata.get("type") is bool:
             kept[name] = bool(kept[name])

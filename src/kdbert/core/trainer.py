@@ -4,29 +4,17 @@
 A stage names its training data, a loss function returning *named, already weighted* loss
 terms (the total is their sum; :class:`kdbert.core.matching.MatchLoss` builds one from a list of
 matches), which parameters train (name patterns, each with a learning-rate multiplier), and its
-optimiser schedule. The trainer
-runs the stages in order with ``accelerate`` (CPU, one GPU or DDP; bf16/fp16 autocast),
-gradient accumulation, linear warmup/decay or a constant rate, gradient clipping, periodic
-evaluation keeping the best student, JSONL + TensorBoard logs, a progress bar, and atomic
-checkpoints that hold everything needed to resume exactly: trainable weights, optimiser,
-scheduler, RNG state, stage, step, epoch and the position inside the epoch.
-
-Output directory::
-
-    out/                  best (or final) student: HF folder + tokenizer + metrics.json
-    out/projections.safetensors   extra trained modules (e.g. TinyBERT's W_h), kept apart
-    out/checkpoints/      resumable checkpoints, the last ``keep_checkpoints`` kept
-    out/log.jsonl, out/tb/    training logs
+optimiser schedule (:mod:`kdbert.core.optim`). The trainer runs the stages in order with
+``accelerate`` (CPU, one GPU or DDP; bf16/fp16 autocast), gradient accumulation, gradient
+clipping, periodic evaluation keeping the best student, logs and a progress bar, and checkpoints
+that resume exactly (:mod:`kdbert.core.checkpoints`) in the run folder (:mod:`kdbert.core.run_folder`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
-import json
 import math
-import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,16 +23,17 @@ from typing import Callable
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import DistributedDataParallelKwargs, gather_object
-from safetensors.torch import load_model, save_model
+from accelerate.utils import DistributedDataParallelKwargs
 from torch import nn
 from tqdm.auto import tqdm
-from transformers import get_constant_schedule, get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
 from kdbert.data.batching import EncodedDataset, epoch_order
 from kdbert.errors import KdbertError
-from kdbert.core.atomic_io import copy_files_atomically, replace_dir, restore_interrupted, write_json
+from kdbert.core.atomic_io import copy_files_atomically, restore_interrupted, write_json
+from kdbert.core.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from kdbert.core.hardware import ThreadShare, resolve_precision
+from kdbert.core.optim import make_optimizer, make_scheduler
+from kdbert.core.run_folder import RunLog, save_student
 
 LossFn = Callable[[nn.ModuleDict, dict, dict], dict]
 
@@ -60,7 +49,7 @@ class StageConfig:
     MobileBERT's layer-wise phases). ``decay_all`` applies weight decay to biases and LayerNorm
     weights too.
     ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
-    ``optimizer`` is a key of :data:`OPTIMIZERS`: "adamw" (decoupled weight decay) or
+    ``optimizer`` is a key of :data:`kdbert.core.optim.OPTIMIZERS`: "adamw" (decoupled weight decay) or
     "adadelta" (rho 0.95, eps 1e-6; the distilled BiLSTM's, with ``learning_rate`` 1.0 and a
     constant schedule; weight decay there is an L2 term added to the gradient).
     ``train`` selects the parameters this stage updates by name in the trainer's module dict
@@ -85,13 +74,15 @@ class StageConfig:
     train: tuple = ("student.*",)
     decay_all: bool = False
 
+    @classmethod
+    def from_options(cls, name: str, options, **overrides) -> StageConfig:
+        """Stage ``name`` with the :data:`STAGE_OPTIONS` of a resolved config (``overrides`` win)."""
+        return cls(name, **{**{key: getattr(options, key) for key in STAGE_OPTIONS}, **overrides})
 
-OPTIMIZERS = {
-    # fused: one kernel for every parameter instead of a loop of small ops (a tinybert4 step's
-    # AdamW: 164 ms -> 25 ms on one CPU thread); the same update up to float rounding
-    "adamw": lambda groups, lr: torch.optim.AdamW(groups, lr=lr, fused=True),
-    "adadelta": lambda groups, lr: torch.optim.Adadelta(groups, lr=lr, rho=0.95, eps=1e-6),
-}
+
+# the optimisation options (kdbert.core.options.OptimOptions) a stage takes over as they are
+STAGE_OPTIONS = ("epochs", "max_steps", "learning_rate", "warmup_ratio", "weight_decay", "batch_size", "grad_accum",
+                 "eval_every")
 
 
 @dataclass(frozen=True)
@@ -143,6 +134,13 @@ class RunConfig:
     progress: bool = True
     reseed: bool = True
 
+    @classmethod
+    def from_options(cls, output_dir, options, **overrides) -> RunConfig:
+        """The run settings of a config's :class:`~kdbert.core.options.RunOptions` (``overrides`` win)."""
+        return cls(str(output_dir), **{"seed": options.seed, "mixed_precision": options.mixed_precision,
+                                       "threads": options.threads, "keep_checkpoints": options.keep_checkpoints,
+                                       "progress": not options.no_progress, **overrides})
+
 
 def to_device(batch: dict, device) -> dict:
     """Move a batch's tensors (nested per-model dicts included) to ``device``."""
@@ -160,47 +158,6 @@ class _StageModule(nn.Module):
 
     def forward(self, batch: dict) -> dict:
         return self._loss_fn(self.parts, self._frozen, batch)
-
-
-def is_main_process() -> bool:
-    """False in the second and later processes of a multi-process run (torchrun sets ``RANK``):
-    only the main process writes run folders, logs, checkpoints and reports."""
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-def prepare_output_dir(output_dir: str | Path, identity: dict, resume: bool, overwrite: bool) -> Path:
-    """Refuse an output dir that holds another run unless ``resume`` or ``overwrite``
-    (checked, and the run marker written, by the main process only)."""
-    out = Path(output_dir)
-    if not is_main_process():
-        return out
-    if out.exists() and not out.is_dir():
-        raise KdbertError(f"--output-dir {out} is a file; give a folder path (new, or a run to --resume)")
-    marker = out / "run_config.json"
-    if marker.exists():
-        if overwrite:
-            shutil.rmtree(out)
-        elif resume:
-            saved = json.loads(marker.read_text())
-            changed = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
-            if changed:
-                raise KdbertError(
-                    f"--resume: {out} holds a run with different settings ({', '.join(changed)}); "
-                    "use the original settings or another --output-dir"
-                )
-            return out
-        else:
-            raise KdbertError(
-                f"output dir {out} already holds a run; pass --resume to continue it, --overwrite to "
-                "replace it, or choose another --output-dir"
-            )
-    elif out.exists() and any(out.iterdir()) and not overwrite:
-        raise KdbertError(f"output dir {out} is not empty; choose another --output-dir or pass --overwrite")
-    elif out.exists() and overwrite:
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(marker, identity)
-    return out
 
 
 class Trainer:
@@ -248,7 +205,7 @@ class Trainer:
         self.state = {"stage": 0, "step": 0, "epoch": 0, "batch_in_epoch": 0,
                       "best_score": None, "best_metrics": None, "best_stage": None, "best_step": None,
                       "history": []}
-        self._writer = None
+        self.log = RunLog(self.out)
 
     # ----------------------------------------------------------------- public API
     @property
@@ -259,9 +216,13 @@ class Trainer:
         """Run all stages (from the latest checkpoint with ``resume``); returns the final report."""
         if self.run.reseed:
             torch.manual_seed(self.run.seed)
-        checkpoint = self._latest_checkpoint() if resume else None
-        if resume:  # records past the checkpoint (all of them without one) will be redone
-            self._truncate_log()
+        found = latest_checkpoint(self.out / "checkpoints") if resume else None
+        checkpoint = None
+        if found is not None:
+            checkpoint, self.state = found
+        if resume and self.accelerator.is_main_process:  # records past the checkpoint (all without one) are redone
+            self.log.truncate({stage.config.name: i for i, stage in enumerate(self.stages)},
+                              (self.state["stage"], self.state["step"]))
         start = time.time()
         self._announce_runtime()
         try:
@@ -274,8 +235,7 @@ class Trainer:
         finally:
             self.threads.stop()
         report = self._finish(time.time() - start)
-        if self._writer is not None:
-            self._writer.close()
+        self.log.close()
         return report
 
     def _announce_runtime(self) -> None:
@@ -360,27 +320,12 @@ class Trainer:
             raise KdbertError(f"stage '{config.name}' has no training rows")
         self._setup(stage)
         groups = self._trainable_parameters(config)
-        if config.optimizer not in OPTIMIZERS:
-            raise KdbertError(f"stage '{config.name}': unknown optimizer '{config.optimizer}'; use one of "
-                              f"{', '.join(OPTIMIZERS)}")
-        optimizer = OPTIMIZERS[config.optimizer](groups, config.learning_rate)
+        optimizer = make_optimizer(config, groups)
         total = self._total_steps(stage)
-        if config.schedule == "constant":
-            scheduler = get_constant_schedule(optimizer)
-        elif config.schedule == "constant_warmup":
-            scheduler = get_constant_schedule_with_warmup(optimizer, int(config.warmup_ratio * total))
-        elif config.schedule == "linear":
-            scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_ratio * total), total)
-        elif config.schedule == "linear-from-first-step":
-            warmup = max(1, int(config.warmup_ratio * total))
-            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(
-                (s + 1) / warmup, max(0.0, (total - s) / max(1, total - warmup))))
-        else:
-            raise KdbertError(f"stage '{config.name}': unknown schedule '{config.schedule}'; use linear, "
-                              "linear-from-first-step, constant or constant_warmup")
+        scheduler = make_scheduler(config, optimizer, total)
         module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
         if checkpoint is not None:
-            self._load_checkpoint(checkpoint, optimizer, scheduler)
+            load_checkpoint(checkpoint, self.accelerator, self.modules, optimizer, scheduler)
         else:
             self.state.update(stage=index, step=0, epoch=0, batch_in_epoch=0)
         bar = tqdm(total=total, initial=self.state["step"], desc=config.name, disable=not (
@@ -473,108 +418,17 @@ class Trainer:
             self._export(self.out / "best", metrics)
 
     def _export(self, final: Path, metrics: dict | None) -> None:
-        """Save the student (HF folder), tokenizer, projections and metrics atomically."""
-        tmp = final.with_name(final.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        student = self.accelerator.unwrap_model(self.student)
-        if hasattr(student, "save_pretrained"):
-            student.save_pretrained(tmp)
-        else:  # a student that is not an HF model: its weights only
-            tmp.mkdir(parents=True)
-            save_model(student, str(tmp / "model.safetensors"))
-        if self.tokenizer is not None:
-            self.tokenizer.save_pretrained(tmp)
-        extras = {k: v for k, v in self.modules.items() if k != "student" and any(True for _ in v.parameters())}
-        if extras:
-            save_model(nn.ModuleDict(extras), str(tmp / "projections.safetensors"))
-        if metrics is not None:
-            write_json(tmp / "metrics.json", metrics)
-        replace_dir(tmp, final)
+        """Save the student, tokenizer, projections and metrics to ``final`` (atomically)."""
+        extras = {k: v for k, v in self.modules.items() if k != "student"}
+        save_student(final, self.accelerator.unwrap_model(self.student), extras, self.tokenizer, metrics)
 
     def _log(self, record: dict) -> None:
-        if not self.accelerator.is_main_process:
-            return
-        record = {"time": round(time.time(), 3), **record}
-        with open(self.out / "log.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
-        if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(str(self.out / "tb"))
-        prefix = record.get("stage", "")
-        for key, value in record.items():
-            if isinstance(value, float):
-                self._writer.add_scalar(f"{prefix}/{key}", value, record.get("step", 0))
-        for key, value in (record.get("eval") or {}).items():
-            self._writer.add_scalar(f"{prefix}/eval_{key}", value, record["step"])
-
-    # ----------------------------------------------------------------- checkpoints
-    def _checkpoint_dir(self) -> Path:
-        return self.out / "checkpoints"
+        if self.accelerator.is_main_process:
+            self.log.write(record)
 
     def _save_checkpoint(self, optimizer, scheduler) -> None:
-        self.accelerator.wait_for_everyone()
-        # every process's random state (dropout differs per process), in process order
-        cpu_rng = gather_object([torch.get_rng_state()])
-        cuda_rng = gather_object([torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []])
-        if not self.accelerator.is_main_process:
-            return
-        root = self._checkpoint_dir()
-        root.mkdir(exist_ok=True)
-        name = f"checkpoint-s{self.state['stage']}-{self.state['step']:07d}"
-        tmp = root / (name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        save_model(self.accelerator.unwrap_model(self.modules), str(tmp / "modules.safetensors"))
-        scaler = self.accelerator.scaler  # fp16 only: its loss scale and growth tracker
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "cpu_rng": cpu_rng, "cuda_rng": cuda_rng, "processes": self.accelerator.num_processes,
-                    "grad_scaler": scaler.state_dict() if scaler is not None else None},
-                   tmp / "optimizer.pt")
-        write_json(tmp / "trainer_state.json", self.state)
-        replace_dir(tmp, root / name)
-        for old in sorted(p for p in root.glob("checkpoint-*") if not p.name.endswith((".tmp", ".old")))[
-                :-self.run.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
-
-    def _latest_checkpoint(self) -> Path | None:
-        root = self._checkpoint_dir()
-        found = sorted(p for p in root.glob("checkpoint-*") if not p.name.endswith((".tmp", ".old"))) if root.exists() else []
-        if not found:
-            return None
-        self.state = json.loads((found[-1] / "trainer_state.json").read_text())
-        return found[-1]
-
-    def _truncate_log(self) -> None:
-        """Drop log records written after the checkpoint we resume from (they will be redone)."""
-        log = self.out / "log.jsonl"
-        if not log.exists() or not self.accelerator.is_main_process:
-            return
-        order = {stage.config.name: i for i, stage in enumerate(self.stages)}
-        position = (self.state["stage"], self.state["step"])
-        kept = [line for line in log.read_text().splitlines()
-                if (order.get(json.loads(line).get("stage"), -1), json.loads(line).get("step", 0)) <= position]
-        tmp = log.with_name(log.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        os.replace(tmp, log)
-
-    def _load_checkpoint(self, path: Path, optimizer, scheduler) -> None:
-        load_model(self.accelerator.unwrap_model(self.modules), str(path / "modules.safetensors"),
-                   device=str(self.device))
-        saved = torch.load(path / "optimizer.pt", weights_only=True)  # our own file; tensors only
-        world, rank = self.accelerator.num_processes, self.accelerator.process_index
-        if saved.get("processes", 1) != world:
-            raise KdbertError(f"{path} was saved by a run of {saved.get('processes', 1)} process(es); resume it with "
-                              f"the same number (this run has {world})")
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        if isinstance(saved["cpu_rng"], torch.Tensor):  # saved before random states were kept per process
-            saved["cpu_rng"], saved["cuda_rng"] = [saved["cpu_rng"]], [saved["cuda_rng"]]
-        torch.set_rng_state(saved["cpu_rng"][rank])
-        if saved["cuda_rng"][rank] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(saved["cuda_rng"][rank])
-        if self.accelerator.scaler is not None and saved.get("grad_scaler"):
-            self.accelerator.scaler.load_state_dict(saved["grad_scaler"])
+        save_checkpoint(self.out / "checkpoints", self.accelerator, self.modules, self.state, optimizer, scheduler,
+                        self.run.keep_checkpoints)
 
     # ----------------------------------------------------------------- end
     def _finish(self, seconds: float) -> dict:

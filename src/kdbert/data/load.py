@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kdbert.core.options import Checked, option
 from kdbert.data.custom import SUPPORTED_SUFFIXES, load_custom_task
 from kdbert.data.glue import TaskData, load_glue_dir, load_glue_hf, read_glue_tsv
 from kdbert.data.tasks import GLUE_TASKS, canonical_task_name
@@ -12,22 +13,33 @@ from kdbert.errors import KdbertError
 
 
 @dataclass
-class TaskOptions:
-    """How to find a task's data (the CLI's data options, see :func:`kdbert.cli.commands.add_task_arguments`).
+class TaskOptions(Checked):
+    """How to find a task's data (every command's data options: ``--task``, ``--data-dir``, ...).
 
-    ``task`` is a GLUE name (read from ``data_dir`` or, with ``source="hf"``, from HF datasets)
-    or the path of a CSV/TSV/JSONL training file described by the other fields.
+    ``task`` is a GLUE name (read from ``data_dir`` or, with ``data_source="hf"``, from HF datasets)
+    or the path of a CSV/TSV/JSONL training file described by the other fields. ``text_columns``
+    may be given as one comma-separated string ("question,sentence").
     """
 
-    task: str
-    data_dir: str | None = None
-    source: str = "dir"
-    text_columns: tuple[str, ...] = ("text",)
-    label_column: str = "label"
-    dev_file: str | None = None
-    dev_fraction: float = 0.1
-    regression: bool = False
-    train_file: str | None = None
+    task: str | None = option(None, "GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or a "
+                                    ".csv/.tsv/.jsonl training file of your own", group="data")
+    data_dir: str | None = option(None, "GLUE root in the standard glue_data layout (default: $KDBERT_GLUE_DIR, "
+                                        "else ./glue_data)", group="data")
+    data_source: str = option("dir", "read GLUE from --data-dir (dir) or from HF datasets, online (hf)",
+                              group="data", choices=("dir", "hf"))
+    text_columns: tuple[str, ...] = option(("text",), "own data: the text column, or two comma-separated columns "
+                                                      "for pairs", group="data")
+    label_column: str = option("label", "own data: the label column", group="data")
+    dev_file: str | None = option(None, "own data: dev file (default: hold out --dev-fraction of train)",
+                                  group="data")
+    dev_fraction: float = option(0.1, "own data: held-out fraction without --dev-file", type=float, group="data")
+    regression: bool = option(False, "own data: the label is a real-valued score", type=bool, group="data")
+    train_file: str | None = option(None, "replace the GLUE task's training split with this file in the task's "
+                                          "format (e.g. train_aug.tsv)", group="data")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.text_columns, str):
+            self.text_columns = tuple(c.strip() for c in self.text_columns.split(",") if c.strip())
 
 
 def is_data_file(task: str) -> bool:
@@ -41,6 +53,8 @@ def load_task(options: TaskOptions, seed: int = 42) -> TaskData:
     ``train_file`` replaces a GLUE task's training split (e.g. TinyBERT's ``train_aug.tsv``),
     read in the task's own format.
     """
+    if not options.task:
+        raise KdbertError("--task is required: a GLUE task name (e.g. rte) or a .csv/.tsv/.jsonl training file")
     if is_data_file(options.task):
         return load_custom_task(
             options.task, list(options.text_columns), options.label_column, options.dev_file,
@@ -53,13 +67,13 @@ def load_task(options: TaskOptions, seed: int = 42) -> TaskData:
             "training file with --text-columns and --label-column"
         )
     spec = GLUE_TASKS[name]
-    if options.source == "hf":
+    if options.data_source == "hf":
         data = load_glue_hf(spec)
-    elif options.source == "dir":
+    elif options.data_source == "dir":
         splits = spec.dev_splits if options.train_file else None
         data = load_glue_dir(spec, options.data_dir, splits)
     else:
-        raise KdbertError(f"unknown --data-source '{options.source}'; use 'dir' or 'hf'")
+        raise KdbertError(f"unknown --data-source '{options.data_source}'; use 'dir' or 'hf'")
     if options.train_file:
         path = Path(options.train_file)
         if not path.is_file():

@@ -13,13 +13,14 @@ from dataclasses import asdict, dataclass
 
 from transformers import set_seed
 
-from kdbert.core.options import TrainOptions, option
+from kdbert.core.evaluate import TaskEvaluator
+from kdbert.core.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
+from kdbert.core.matching import Match, MatchLoss
+from kdbert.core.options import TrainOptions, build_config, option
+from kdbert.core.run_folder import prepare_output_dir
+from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.load import TaskOptions, load_task
-from kdbert.core.evaluate import TaskEvaluator
-from kdbert.core.matching import Match, MatchLoss
-from kdbert.core.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
-from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer, prepare_output_dir
 
 # epochs, learning rate, batch size per task (for small (~20M-parameter) BERT-family models).
 # 1e-4 beat 3e-5 on MRPC and RTE for all-MiniLM-L6-v2; CoLA did best at 3e-5 for 5 epochs
@@ -30,38 +31,36 @@ TASK_DEFAULTS = {
     "qqp": (3, 1e-4, 32),
 }
 FALLBACK_DEFAULTS = (3, 1e-4, 32)
+# what a resumed run must share with the original, besides the task, model and length
+IDENTITY_OPTIONS = ("epochs", "max_steps", "learning_rate", "batch_size", "seed", "max_train_examples")
 
 
 @dataclass
 class FinetuneConfig(TrainOptions):
     """Options of :func:`finetune` (``None`` = the task's default); checked like every command's."""
 
-    output_dir: str = option(".", "where the model, metrics, logs and checkpoints go", group="models")
+    output_dir: str = option(".", "where the model, metrics, logs and checkpoints go", group="run")
     model: str | None = option(None, "HF hub id or local folder (default: the packaged all-MiniLM-L6-v2)",
                                group="models")
-    progress: bool = True
+
+    def task_defaults(self, task: str) -> dict:
+        epochs, lr, batch = TASK_DEFAULTS.get(task, FALLBACK_DEFAULTS)
+        return {"epochs": epochs, "learning_rate": lr, "batch_size": batch}
 
 
-def resolved_hyperparameters(task_name: str, config: FinetuneConfig) -> tuple[float, float, int]:
-    epochs, lr, batch = TASK_DEFAULTS.get(task_name, FALLBACK_DEFAULTS)
-    return (config.epochs if config.epochs is not None else epochs,
-            config.learning_rate if config.learning_rate is not None else lr,
-            config.batch_size if config.batch_size is not None else batch)
-
-
-def finetune(task: TaskOptions, config: FinetuneConfig, resume: bool = False, overwrite: bool = False) -> dict:
-    """Fine-tune ``config.model`` on ``task``; writes an HF folder with ``metrics.json`` to
-    ``config.output_dir`` and returns the training report (best dev metrics included)."""
-    config.check()
-    data = load_task(task, seed=config.seed)
+def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = False, overwrite: bool = False) -> dict:
+    """Fine-tune ``model`` on ``task`` with ``options`` (a :class:`FinetuneConfig` or a dict of its
+    option names); writes an HF folder with ``metrics.json`` to ``output_dir`` and returns the
+    training report (best dev metrics included)."""
+    given = options if isinstance(options, FinetuneConfig) else build_config(FinetuneConfig, options)
+    given.check()
+    data = load_task(task, seed=given.seed)
     spec = data.spec
-    epochs, lr, batch_size = resolved_hyperparameters(spec.name, config)
+    config = given.resolved(spec.name)
     max_seq_len = config.max_seq_len or spec.max_seq_len
     model_path = resolve_model_path(config.model)
-    identity = {"command": "finetune", "task": task.task, "model": model_path, "epochs": epochs,
-                "max_steps": config.max_steps, "learning_rate": lr, "batch_size": batch_size,
-                "max_seq_len": max_seq_len, "seed": config.seed, "max_train_examples": config.max_train_examples,
-                "train_file": task.train_file}
+    identity = {"command": "finetune", "task": task.task, "model": model_path, "max_seq_len": max_seq_len,
+                "train_file": task.train_file, **{name: getattr(config, name) for name in IDENTITY_OPTIONS}}
     out = prepare_output_dir(config.output_dir, identity, resume, overwrite)
     tokenizer = load_tokenizer(model_path)
     set_seed(config.seed)
@@ -70,20 +69,14 @@ def finetune(task: TaskOptions, config: FinetuneConfig, resume: bool = False, ov
         model.config.id2label = dict(enumerate(spec.labels))
         model.config.label2id = {label: i for i, label in enumerate(spec.labels)}
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
-    train_set = encode_examples(tokenizer, train_rows, max_seq_len)
-    stage = Stage(
-        StageConfig("finetune", epochs=epochs, max_steps=config.max_steps, learning_rate=lr,
-                    warmup_ratio=config.warmup_ratio, weight_decay=config.weight_decay, batch_size=batch_size,
-                    grad_accum=config.grad_accum, eval_every=config.eval_every),
-        MatchLoss([Match("task", "logits", "hard_label", target="labels")]),
-        train_set,
-    )
-    run = RunConfig(str(out), seed=config.seed, mixed_precision=config.mixed_precision, threads=config.threads,
-                    keep_checkpoints=config.keep_checkpoints, progress=config.progress)
-    trainer = Trainer({"student": model}, [stage], run, PaddingCollator(tokenizer.pad_token_id, spec.is_regression),
+    stage = Stage(StageConfig.from_options("finetune", config),
+                  MatchLoss([Match("task", "logits", "hard_label", target="labels")]),
+                  encode_examples(tokenizer, train_rows, max_seq_len))
+    trainer = Trainer({"student": model}, [stage], RunConfig.from_options(out, config),
+                      PaddingCollator(tokenizer.pad_token_id, spec.is_regression),
                       evaluator=TaskEvaluator(data, tokenizer, max_seq_len), tokenizer=tokenizer)
     report = trainer.train(resume=resume)
     if not report:  # not the main process of a multi-process run
         return {}
-    report["config"] = {**asdict(config), **identity}
+    report["config"] = {**asdict(given), **identity}
     return report

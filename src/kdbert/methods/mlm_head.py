@@ -35,14 +35,36 @@ from pathlib import Path
 
 import torch
 
-from kdbert.core.options import LEARNING_RATE, POSITIVE_INT
+from dataclasses import dataclass
+
+from kdbert.core.atomic_io import write_json
+from kdbert.core.loading import resolve_model_path
+from kdbert.core.options import LEARNING_RATE, POSITIVE_INT, RunOptions, build_config, option, override
+from kdbert.core.run_folder import prepare_output_dir
+from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
 from kdbert.data.batching import EncodedDataset
 from kdbert.data.corpus import pack_sequences
 from kdbert.errors import KdbertError
-from kdbert.core.atomic_io import write_json
-from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer, prepare_output_dir
 
 REPORT_NAME = "mlm_head_report.json"
+
+
+@dataclass
+class MlmHeadConfig(RunOptions):
+    """Options of :func:`fit_mlm_head` (``kdbert mlm-head``)."""
+
+    seed: int = override(RunOptions, "seed", 0)
+    encoder: str = option("default", "encoder folder or hub id (default: the packaged teacher)", group="models")
+    corpus: list | None = option(None, "text files or folders (.txt/.gz, WikiExtractor ok)", type=list,
+                                 group="models")
+    unfreeze_top_layers: int = option(0, "also train the top N encoder layers (better predictions for augmentation)",
+                                      type=int, group="optimisation")
+    steps: int = option(300, "optimiser steps", POSITIVE_INT, int, "optimisation")
+    batch_size: int = option(32, "sequences per step", POSITIVE_INT, int, "optimisation")
+    learning_rate: float = option(1e-3, "peak learning rate", LEARNING_RATE, float, "optimisation")
+    max_seq_len: int = option(128, "tokens per packed sequence", POSITIVE_INT, int, "optimisation")
+    eval_sequences: int = option(256, "held-out sequences for the accuracy report", POSITIVE_INT, int,
+                                 "optimisation")
 
 
 def load_mlm_model(path: str | os.PathLike):
@@ -98,23 +120,10 @@ def evaluate(model, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
     return {"top1": hits1 / max(total, 1), "top15": hits15 / max(total, 1), "masked_tokens": total}
 
 
-def fit_mlm_head(
-    encoder_path: str | os.PathLike,
-    corpus_paths,
-    out_dir: str | os.PathLike,
-    unfreeze_top_layers: int = 0,
-    steps: int = 300,
-    batch_size: int = 32,
-    lr: float = 1e-3,
-    max_seq_len: int = 128,
-    seed: int = 0,
-    eval_sequences: int = 256,
-    cache_path: str | os.PathLike | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: bool = False,
-) -> dict:
-    """Train an MLM head (and optionally the top layers) on ``corpus_paths``; save to ``out_dir``.
+def fit_mlm_head(options: MlmHeadConfig | dict, out_dir: str | os.PathLike,
+                 cache_path: str | os.PathLike | None = None, resume: bool = False, overwrite: bool = False) -> dict:
+    """Train an MLM head (and optionally the top layers) of ``options.encoder`` on ``options.corpus``;
+    save to ``out_dir``. ``options``: a :class:`MlmHeadConfig` or a dict of its option names.
 
     See the module docstring for the algorithm. Returns the report that is also written to
     ``out_dir/mlm_head_report.json``. ``resume`` continues an interrupted run in ``out_dir``;
@@ -123,20 +132,21 @@ def fit_mlm_head(
     """
     from transformers import DataCollatorForLanguageModeling
 
-    for name, value, check in (("steps", steps, POSITIVE_INT), ("batch_size", batch_size, POSITIVE_INT),
-                               ("eval_sequences", eval_sequences, POSITIVE_INT), ("learning_rate", lr, LEARNING_RATE),
-                               ("max_seq_len", max_seq_len, POSITIVE_INT)):
-        check(name, value)
+    config = options if isinstance(options, MlmHeadConfig) else build_config(MlmHeadConfig, options)
+    config.check()
+    if not config.corpus:
+        raise KdbertError("--corpus is required: text files or folders to fit the head on")
+    steps, batch_size, seed, eval_sequences = config.steps, config.batch_size, config.seed, config.eval_sequences
     start = time.perf_counter()
-    out = Path(out_dir)
+    encoder_path = resolve_model_path(config.encoder)
+    corpus_paths = [config.corpus] if isinstance(config.corpus, (str, os.PathLike)) else config.corpus
     torch.manual_seed(seed)
     model, tokenizer = load_mlm_model(encoder_path)
-    patterns = trainable_patterns(model, unfreeze_top_layers)
-    max_seq_len = min(max_seq_len, model.config.max_position_embeddings)
-    identity = {"command": "mlm-head", "encoder_path": str(encoder_path), "corpus": [str(p) for p in (
-        [corpus_paths] if isinstance(corpus_paths, (str, os.PathLike)) else corpus_paths)],
-        "unfreeze_top_layers": unfreeze_top_layers, "steps": steps, "batch_size": batch_size, "lr": lr,
-        "max_seq_len": max_seq_len, "seed": seed, "eval_sequences": eval_sequences}
+    patterns = trainable_patterns(model, config.unfreeze_top_layers)
+    max_seq_len = min(config.max_seq_len, model.config.max_position_embeddings)
+    identity = {"command": "mlm-head", "encoder_path": str(encoder_path), "corpus": [str(p) for p in corpus_paths],
+                "unfreeze_top_layers": config.unfreeze_top_layers, "steps": steps, "batch_size": batch_size,
+                "lr": config.learning_rate, "max_seq_len": max_seq_len, "seed": seed, "eval_sequences": eval_sequences}
     sequences = pack_sequences(tokenizer, corpus_paths, max_seq_len, eval_sequences + steps * batch_size, seed,
                                cache_path)
     if len(sequences) <= eval_sequences:
@@ -144,7 +154,7 @@ def fit_mlm_head(
             f"corpus gives {len(sequences)} sequences, not more than eval_sequences={eval_sequences}; "
             "add text or lower eval_sequences"
         )
-    out = prepare_output_dir(out, identity, resume, overwrite)
+    out = prepare_output_dir(out_dir, identity, resume, overwrite)
     held_out, train = sequences[:eval_sequences], sequences[eval_sequences:]
 
     def collator(collator_seed: int):
@@ -157,10 +167,11 @@ def fit_mlm_head(
 
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed)).tolist()
     batches = [[order[(step * batch_size + j) % len(train)] for j in range(batch_size)] for step in range(steps)]
-    config = StageConfig("mlm-head", max_steps=steps, learning_rate=lr, schedule="linear-from-first-step",
-                         warmup_ratio=0.1, weight_decay=0.01, batch_size=batch_size, train=patterns, decay_all=True)
-    stage = Stage(config, mlm_loss, EncodedDataset([{"input_ids": s} for s in train]), order=lambda epoch: batches)
-    run = RunConfig(str(out), seed=seed, log_every=1, progress=progress, reseed=False)
+    stage_config = StageConfig("mlm-head", max_steps=steps, learning_rate=config.learning_rate,
+                               schedule="linear-from-first-step", warmup_ratio=0.1, weight_decay=0.01,
+                               batch_size=batch_size, train=patterns, decay_all=True)
+    stage = Stage(stage_config, mlm_loss, EncodedDataset([{"input_ids": s} for s in train]), order=lambda epoch: batches)
+    run = RunConfig.from_options(out, config, log_every=1, reseed=False)
     trainer = Trainer({"student": model}, [stage], run, collator(seed + 2), tokenizer=tokenizer,
                       evaluator=lambda student: {**evaluate(student, eval_batches), "score": 0.0})
     trainer.train(resume=resume)
@@ -170,8 +181,8 @@ def fit_mlm_head(
     params = [p for p in trainer.modules.parameters() if p.requires_grad]
     tail = losses[-max(1, steps // 10):]
     report = {
-        "encoder_path": str(encoder_path), "unfreeze_top_layers": unfreeze_top_layers, "steps": steps,
-        "batch_size": batch_size, "lr": lr, "max_seq_len": max_seq_len, "seed": seed,
+        **{k: identity[k] for k in ("encoder_path", "unfreeze_top_layers", "steps", "batch_size", "lr",
+                                    "max_seq_len", "seed")},
         "train_sequences": len(train), "eval_sequences": len(held_out),
         "trainable_parameters": sum(p.numel() for p in params), "trainable_names": trainable,
         "eval_before": before, "eval_after": after, "top1": after["top1"], "top15": after["top15"],
