@@ -58,6 +58,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from kdbert.deploy.task_rows import time_task_rows
 from kdbert.deploy.timing import time_calls, torch_matmul_rate
 from kdbert.errors import KdbertError
 from kdbert.families.registry import example_inputs, family_of_folder, family_of_model
@@ -226,6 +227,8 @@ def bench_model(
     warmup: int = 5,
     name: str | None = None,
     throughput_batch_size: int = 32,
+    task=None,
+    length_rows: int = 200,
 ) -> dict[str, Any]:
     """Benchmark one model (an ``nn.Module`` or a path / hub id) and return a flat row.
 
@@ -233,14 +236,20 @@ def bench_model(
     ``latency_median_ms`` and ``latency_p90_ms`` (batch 1), ``throughput`` (examples/s at
     ``throughput_batch_size``), ``throughput_batch_size``, ``size_mb`` (a path only),
     ``matmul_gflops`` and ``efficiency`` (see module doc), ``seq_len``, ``threads``, ``torch``,
-    ``machine`` and ``cpu_count``. An exported model's path is timed in ONNX Runtime.
+    ``machine`` and ``cpu_count``. With ``task`` (a :class:`~kdbert.data.load.TaskOptions`; a
+    path only) also batch-1 latency over ``length_rows`` of the task's dev rows at their own
+    lengths (:mod:`kdbert.deploy.task_rows`: ``latency_real_p50_ms`` ...). An exported model's path
+    is timed in ONNX Runtime.
     """
     if not isinstance(model_or_path, nn.Module):
         from kdbert.deploy.onnx_runtime import bench_onnx, is_onnx_model
 
         if is_onnx_model(model_or_path):
             return bench_onnx(model_or_path, seq_len=seq_len, threads=threads, runs=runs, warmup=warmup,
-                              name=name, throughput_batch_size=throughput_batch_size)
+                              name=name, throughput_batch_size=throughput_batch_size, task=task,
+                              length_rows=length_rows)
+    elif task is not None:
+        raise KdbertError("bench_model times a task's rows for a saved model only; pass its folder, not the module")
     size_mb = None
     if isinstance(model_or_path, nn.Module):
         model = model_or_path
@@ -260,6 +269,7 @@ def bench_model(
     )
     flops = count_flops(model, seq_len)
     rate = torch_matmul_rate(threads)
+    real = {} if task is None else _time_task_rows(model, path, task, length_rows, threads)
     return {
         "name": name or default_name,
         "runtime": "pytorch fp32",
@@ -278,7 +288,26 @@ def bench_model(
         "torch": torch.__version__,
         "machine": _machine(),
         "cpu_count": os.cpu_count(),
+        **real,
     }
+
+
+def _time_task_rows(model: nn.Module, path: str, task, rows: int, threads: int) -> dict:
+    """Batch-1 latency of ``model`` over the task's rows, each at its own length."""
+    family = family_of_folder(path)
+    device = _model_device(model)
+
+    def forward(feed: dict) -> None:
+        model(**{name: torch.from_numpy(values).to(device) for name, values in feed.items()})
+
+    previous_threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        with _EvalMode(model), torch.inference_mode():
+            return time_task_rows(forward, family, family.load_encoder(Path(path).expanduser()),
+                                  family.input_spec(model), task, rows)
+    finally:
+        torch.set_num_threads(previous_threads)
 
 
 # --------------------------------------------------------------------------- several models
@@ -290,6 +319,7 @@ def compare(rows: list[dict[str, Any]], baseline_index: int = 0) -> list[dict[st
     * ``speedup    = baseline latency_median_ms / row latency_median_ms`` (>1: faster)
     * ``size_ratio = row params_total / baseline params_total``         (<1: smaller)
     * ``flops_ratio = row flops_per_example / baseline flops_per_example`` (<1: cheaper)
+    * ``speedup_real`` the same as ``speedup`` on the task's rows (``latency_real_p50_ms``), when both have it
     """
     if not rows:
         raise KdbertError("compare got no rows; pass the output of bench_model for each model")
@@ -312,6 +342,8 @@ def compare(rows: list[dict[str, Any]], baseline_index: int = 0) -> list[dict[st
             "speedup": base["latency_median_ms"] / row["latency_median_ms"],
             "size_ratio": row["params_total"] / base["params_total"],
             "flops_ratio": row["flops_per_example"] / base["flops_per_example"],
+            **({"speedup_real": base["latency_real_p50_ms"] / row["latency_real_p50_ms"]}
+               if "latency_real_p50_ms" in base and "latency_real_p50_ms" in row else {}),
         }
         for row in rows
     ]
@@ -335,11 +367,15 @@ _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("FLOPs/example", "flops_per_example", human),
     ("Latency p50 (ms)", "latency_median_ms", lambda v: f"{v:.2f}"),
     ("Latency p90 (ms)", "latency_p90_ms", lambda v: f"{v:.2f}"),
+    ("Real rows p50 (ms)", "latency_real_p50_ms", lambda v: f"{v:.2f}"),
+    ("Real rows p90 (ms)", "latency_real_p90_ms", lambda v: f"{v:.2f}"),
+    ("Row length p50", "real_length_p50", lambda v: f"{v:g}"),
     ("Throughput (ex/s)", "throughput", lambda v: f"{v:.1f}"),
     ("Disk (MB)", "size_mb", lambda v: f"{v:.1f}"),
     ("Efficiency", "efficiency", lambda v: f"{100 * v:.1f}%"),
     ("Matmul GFLOP/s", "matmul_gflops", lambda v: f"{v:.0f}"),
     ("Speedup", "speedup", lambda v: f"{v:.2f}x"),
+    ("Speedup real rows", "speedup_real", lambda v: f"{v:.2f}x"),
     ("Size", "size_ratio", lambda v: f"{v:.2f}x"),
     ("FLOPs", "flops_ratio", lambda v: f"{v:.2f}x"),
     ("Seq len", "seq_len", str),

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from kdbert.deploy.quantize import quantize_int8
+from kdbert.deploy.task_rows import time_task_rows
 from kdbert.deploy.timing import time_calls
 from kdbert.errors import KdbertError
 from kdbert.families.registry import InputSpec, example_inputs, family_of_folder
@@ -201,11 +202,13 @@ def _default_name(file: Path) -> str:
 
 
 def bench_onnx(path: str | os.PathLike, seq_len: int = 128, threads: int | None = None, runs: int = 30,
-               warmup: int = 5, name: str | None = None, throughput_batch_size: int = 32) -> dict[str, Any]:
+               warmup: int = 5, name: str | None = None, throughput_batch_size: int = 32, task=None,
+               length_rows: int = 200) -> dict[str, Any]:
     """:func:`kdbert.deploy.bench.bench_model` for an exported model: the same keys, timed in ONNX Runtime.
 
     ``params_*`` come from ``export_report.json`` (the PyTorch model's counts), ``size_mb`` is
-    the ``.onnx`` file, ``efficiency`` is against :func:`ort_matmul_rate` at the model's precision.
+    the ``.onnx`` file, ``efficiency`` is against :func:`ort_matmul_rate` at the model's precision;
+    with ``task``, the latency over the task's rows at their own lengths.
     """
     import onnxruntime
     import torch
@@ -222,6 +225,9 @@ def bench_onnx(path: str | os.PathLike, seq_len: int = 128, threads: int | None 
     batch = time_calls(lambda: classifier(many), warmup=min(warmup, 2), runs=max(1, runs // 3))
     flops = _flops(classifier, seq_len)
     rate = ort_matmul_rate(classifier.precision, threads)
+    real = {} if task is None else time_task_rows(classifier, classifier.family,
+                                                  classifier.family.load_encoder(classifier.folder), spec, task,
+                                                  length_rows)
     return {
         "name": name or _default_name(classifier.file),
         "runtime": f"onnxruntime {classifier.precision}",
@@ -240,4 +246,5 @@ def bench_onnx(path: str | os.PathLike, seq_len: int = 128, threads: int | None 
         "onnxruntime": onnxruntime.__version__,
         "machine": f"{platform.processor() or platform.machine() or 'unknown'} ({os.cpu_count()} CPUs)",
         "cpu_count": os.cpu_count(),
+        **real,
     }

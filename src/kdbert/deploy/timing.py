@@ -12,10 +12,10 @@ import torch
 
 from kdbert.errors import KdbertError
 
-__all__ = ["time_calls", "torch_matmul_rate"]
+__all__ = ["percentile", "time_calls", "torch_matmul_rate"]
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
+def percentile(sorted_values: list[float], q: float) -> float:
     """Nearest-rank percentile: the smallest value with at least ``q`` of the data at or below."""
     rank = max(1, math.ceil(q * len(sorted_values)))
     return sorted_values[rank - 1]
@@ -37,7 +37,7 @@ def time_calls(call: Callable[[], object], warmup: int = 5, runs: int = 30) -> d
     times_ms.sort()
     return {
         "median_ms": statistics.median(times_ms),
-        "p90_ms": _percentile(times_ms, 0.9),
+        "p90_ms": percentile(times_ms, 0.9),
         "mean_ms": statistics.fmean(times_ms),
         "min_ms": times_ms[0],
         "runs": runs,

@@ -1,0 +1,89 @@
+"""Latency at a task's real lengths: rows of the task, one at a time, without padding.
+
+A fixed padded length says little about a deployed model at batch 1: SST-2 rows average about 25
+tokens, TREC about 12, and a served request pays only for its own tokens. :func:`task_feeds`
+encodes rows of a task the way the model's family reads them (tokens, or words for a word-level
+student) and makes each one a batch of one of exactly its length; :func:`time_feeds` times a
+model on every feed and reports the distribution over rows::
+
+    latency_real_p50_ms = median over rows r of (median over repeats of the time of model(feed_r))
+
+with ``p90`` the nearest-rank 90th percentile and ``mean`` the mean over rows.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from kdbert.deploy.timing import percentile
+from kdbert.errors import KdbertError
+
+__all__ = ["task_feeds", "time_feeds", "time_task_rows"]
+
+
+def _feed(row: dict, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """A (1, L) int64 array per input name from one encoded row (masks all ones, segment ids
+    zeros when the row has none); a row with per-model inputs gives its student's."""
+    row = row.get("student", row)
+    feed = {}
+    for name in names:
+        ids = row["input_ids_b" if name.endswith("_b") else "input_ids"]
+        if name in row:
+            values = row[name]
+        elif name.startswith("attention_mask"):
+            values = [1] * len(ids)
+        else:  # token_type_ids of a row encoded without them
+            values = [0] * len(ids)
+        feed[name] = np.asarray([values], dtype=np.int64)
+    return feed
+
+
+def task_feeds(family, encoder, spec, data, max_seq_len: int | None, rows: int = 200) -> list[dict[str, np.ndarray]]:
+    """Up to ``rows`` evenly spaced rows of ``data``'s first dev split, encoded by ``family``'s
+    evaluator with ``encoder`` (cut to ``max_seq_len``), as batch-1 feeds named by ``spec``
+    (an :class:`~kdbert.families.registry.InputSpec`)."""
+    if rows < 1:
+        raise KdbertError(f"--length-rows {rows} must be positive; pass at least 1 row")
+    evaluator = family.evaluator(data, encoder, max_seq_len, 1)
+    dataset = next(iter(evaluator.splits.values()))
+    step = max(1, len(dataset) // rows)
+    return [_feed(dataset[i], spec.names) for i in range(0, len(dataset), step)][:rows]
+
+
+def time_feeds(call: Callable[[dict[str, np.ndarray]], object], feeds: list[dict[str, np.ndarray]],
+               repeats: int = 3, warmup: int = 3) -> dict[str, float]:
+    """Time ``call(feed)`` on every feed (``repeats`` times each, after ``warmup`` untimed calls on
+    the first ones): the per-row medians' median, 90th percentile (nearest rank) and mean in ms,
+    and the rows' token counts (median, 90th percentile)."""
+    if not feeds:
+        raise KdbertError("no rows to time; pass a task with dev rows")
+    for feed in feeds[:warmup]:
+        call(feed)
+    per_row = []
+    for feed in feeds:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            call(feed)
+            times.append((time.perf_counter() - start) * 1000.0)
+        per_row.append(statistics.median(times))
+    lengths = sorted(sum(v.shape[-1] for k, v in feed.items() if k.startswith("input_ids")) for feed in feeds)
+    per_row.sort()
+    return {"latency_real_p50_ms": statistics.median(per_row), "latency_real_p90_ms": percentile(per_row, 0.9),
+            "latency_real_mean_ms": statistics.fmean(per_row), "real_rows": len(feeds),
+            "real_length_p50": statistics.median(lengths), "real_length_p90": percentile(lengths, 0.9)}
+
+
+def time_task_rows(call: Callable[[dict[str, np.ndarray]], object], family, encoder, spec, task,
+                   rows: int = 200) -> dict:
+    """:func:`time_feeds` on :func:`task_feeds` of ``task`` (a :class:`~kdbert.data.load.TaskOptions`),
+    cut to the task's length within the model's limit; adds the task's name."""
+    from kdbert.data.load import load_task
+
+    data = load_task(task)
+    max_seq_len = min(data.spec.max_seq_len, spec.max_positions or data.spec.max_seq_len)
+    return {**time_feeds(call, task_feeds(family, encoder, spec, data, max_seq_len, rows)), "real_task": data.spec.name}
