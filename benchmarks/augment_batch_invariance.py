@@ -14,20 +14,17 @@ or out of the top K; this measures how often that happens. Result key ``<task>/<
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine_info, save_result  # noqa: E402
-from paths import GLUE_DIR, WORD_VECTORS  # noqa: E402
+from common import machine_info, save_result
+from paths import GLUE_DIR, WORD_VECTORS
 
-from kdbert.cli.augment import task_rows  # noqa: E402
-from kdbert.augment.tinybert import TinyBertAugmenter, load_word_vectors  # noqa: E402
-from kdbert.data.load import TaskOptions  # noqa: E402
-from kdbert.methods.mlm_head import load_mlm_model  # noqa: E402
+from kdbert.cli.augment import task_rows
+from kdbert.augment.tinybert import TinyBertAugmenter, load_word_vectors
+from kdbert.data.load import TaskOptions
+from kdbert.methods.mlm_head import load_mlm_model
 
 
 def differing(reference: list, other: list) -> int:

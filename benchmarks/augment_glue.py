@@ -22,47 +22,12 @@ Results: ``benchmarks/results/augment_glue.json`` (or ``$KDBERT_RESULTS_DIR``).
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import load_results, machine_info, save_result  # noqa: E402
-from paths import GLUE_DIR, WORD_VECTORS, run_folder  # noqa: E402
+from common import load_results
+from glue_inputs import ROWS, aug_file, augment_key, build_augmented
+from paths import GLUE_DIR, WORD_VECTORS, run_folder
 
-from kdbert.cli.augment import augment_task  # noqa: E402
-from kdbert.augment.tinybert import BATCH_TOKENS  # noqa: E402
-from kdbert.data.load import TaskOptions  # noqa: E402
-
-ROWS = {"cola": 4000, "sst2": 4000, "mrpc": 1000, "stsb": 2000, "rte": 1000}
-
-
-def aug_file(runs_dir: str, task: str, rows: str) -> Path:
-    """Where ``--rows cpu|all`` writes the augmented file of ``task``."""
-    return Path(runs_dir) / (f"aug-{task}" if rows == "cpu" else f"aug-{task}-all") / "train_aug.tsv"
-
-
-def result_key(task: str, rows: str) -> str:
-    return task if rows == "cpu" else f"{task}/all"
-
-
-def build(task: str, rows: str = "cpu", data_dir: str = GLUE_DIR, mlm: str = run_folder("mlm-k2"),
-          runs_dir: str = run_folder(), word_vectors: str = WORD_VECTORS, num_workers: int = 1, batch_size: int = 64,
-          batch_tokens: int = BATCH_TOKENS, device: str | None = None, record: bool = True) -> dict:
-    """Augment ``task`` (resuming an interrupted file); returns the result, recorded unless
-    ``record`` is false (a file rebuilt as the input of a rerun)."""
-    output = aug_file(runs_dir, task, rows)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    report = augment_task(TaskOptions(task, data_dir=data_dir), mlm, word_vectors, str(output),
-                          max_rows=ROWS[task] if rows == "cpu" else None, num_workers=num_workers, seed=42,
-                          batch_size=batch_size, batch_tokens=batch_tokens, device=device)
-    command = f"python benchmarks/augment_glue.py --tasks {task}" + ("" if rows == "cpu" else " --rows all")
-    if batch_size != 64 or batch_tokens != BATCH_TOKENS:
-        command += f" --batch-size {batch_size} --batch-tokens {batch_tokens}"
-    result = {"task": task, "rows": rows, **report, "mlm": mlm, "word_vectors": word_vectors,
-              "batch_size": batch_size, "batch_tokens": batch_tokens, "command": command, **machine_info()}
-    if record:
-        save_result("augment_glue", result_key(task, rows), result)
-    return result
+from kdbert.augment.tinybert import BATCH_TOKENS
 
 
 def main() -> None:
@@ -81,11 +46,11 @@ def main() -> None:
     args = parser.parse_args()
     done = load_results("augment_glue")
     for task in args.tasks:
-        output, key = aug_file(args.runs_dir, task, args.rows), result_key(task, args.rows)
+        output, key = aug_file(args.runs_dir, task, args.rows), augment_key(task, args.rows)
         if key in done and output.is_file():
             print(f"{key}: done already ({done[key]['output_rows']} rows in {output})")
             continue
-        r = build(task, args.rows, args.data_dir, args.mlm, args.runs_dir, args.word_vectors, args.num_workers,
+        r = build_augmented(task, args.rows, args.data_dir, args.mlm, args.runs_dir, args.word_vectors, args.num_workers,
                   args.batch_size, args.batch_tokens, args.device)
         print(f"{key}: {r['input_rows']} rows -> {r['output_rows']} in {r['seconds']:.0f}s on {r['device']}")
 

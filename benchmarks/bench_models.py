@@ -10,15 +10,12 @@ renders them (``bench_mobilebert``: in the MobileBERT section).
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine_info, save_result  # noqa: E402
+from common import machine_info, save_result
 
-from kdbert.deploy.bench import bench_model, compare  # noqa: E402
+from kdbert.deploy.bench import bench_model, compare
 
 
 def main() -> None:

@@ -21,13 +21,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine_info, save_result  # noqa: E402
-from paths import GLUE_DIR, NLTK_DATA  # noqa: E402
+from common import machine_info, save_result
+from paths import GLUE_DIR, NLTK_DATA
 
-from kdbert.cli.augment import augment_task_bilstm  # noqa: E402
-from kdbert.data.load import TaskOptions  # noqa: E402
-
+from kdbert.cli.augment import augment_task_bilstm
+from kdbert.data.load import TaskOptions
 
 
 def cpu_seconds() -> float:

@@ -43,14 +43,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import load_results, machine_info, save_result  # noqa: E402
-from paths import GLUE_DIR, NLTK_DATA, REPO, RUNS_DIR, WORD_VECTORS  # noqa: E402
+from common import load_results, machine_info, save_result
+from paths import GLUE_DIR, NLTK_DATA, REPO, RUNS_DIR, WORD_VECTORS
 
-from kdbert.augment.bilstm import P_NG, PAIR_P_NG  # noqa: E402
-from kdbert.data.glue import resolve_glue_dir, split_file  # noqa: E402
-from kdbert.data.tasks import GLUE_TASKS  # noqa: E402
-from kdbert.methods.bilstm import HIDDEN_SIZE, PAIR_HIDDEN_SIZE  # noqa: E402
+from kdbert.augment.bilstm import P_NG, PAIR_P_NG
+from kdbert.data.glue import resolve_glue_dir, split_file
+from kdbert.data.tasks import GLUE_TASKS
+from kdbert.methods.bilstm import HIDDEN_SIZE, PAIR_HIDDEN_SIZE
 
 NAME = "bilstm_distill"
 TASKS = ("sst2", "mrpc", "stsb", "rte", "cola")

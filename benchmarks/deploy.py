@@ -30,14 +30,12 @@ from pathlib import Path
 
 import onnxruntime
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine_info, save_result  # noqa: E402
-from paths import GLUE_DIR, run_folder  # noqa: E402
+from common import machine_info, save_result
+from paths import GLUE_DIR, run_folder
 
-from kdbert.deploy.bench import bench_model  # noqa: E402
-from kdbert.data.load import TaskOptions  # noqa: E402
-from kdbert.deploy.export import export_model  # noqa: E402
-
+from kdbert.deploy.bench import bench_model
+from kdbert.data.load import TaskOptions
+from kdbert.deploy.export import export_model
 
 RUNTIMES = {"pytorch": ".", "onnx_fp32": "onnx/model.onnx", "onnx_int8": "onnx/model.int8.onnx"}  # path in a run
 

@@ -67,22 +67,16 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import compare_rerun, load_results, machine_info, save_result  # noqa: E402
-from paths import GLUE_DIR, run_folder  # noqa: E402
+from common import compare_rerun, load_results, machine_info, save_result
+from glue_inputs import aug_file, build_augmented, fine_tune, general_argv, recorded_settings
+from paths import CORPUS, GLUE_DIR, run_folder
 
-from augment_glue import aug_file  # noqa: E402
-from augment_glue import build as augment  # noqa: E402
-from general_distill import CORPUS  # noqa: E402
-from general_distill import run_argv as general_argv  # noqa: E402
-from teacher_glue import fine_tune, recorded_settings  # noqa: E402
-
-from kdbert.cli.augment import task_rows  # noqa: E402
-from kdbert.data.load import TaskOptions  # noqa: E402
-from kdbert.cli import main as kdbert_main  # noqa: E402
-from kdbert.core.distill import distill_task  # noqa: E402
-from kdbert.methods.mlm_head import fit_mlm_head  # noqa: E402
-from kdbert.core.loading import default_model_path  # noqa: E402
+from kdbert.cli.augment import task_rows
+from kdbert.data.load import TaskOptions
+from kdbert.cli import main as kdbert_main
+from kdbert.core.distill import distill_task
+from kdbert.methods.mlm_head import fit_mlm_head
+from kdbert.core.loading import default_model_path
 
 VARIANTS = {
     "tinybert4-finetune": {"method": "tinybert", "student": "tinybert4", "skip_intermediate": True,
@@ -182,7 +176,7 @@ def build(kind: str, path: str, record: dict, args) -> None:
                       "learning_rate": 1e-3, "no_progress": True}, target)
     elif kind == "aug" and not target.exists():
         print(f"building the augmented file {target} (augment_glue.py --rows cpu)")
-        augment(record["task"], "cpu", args.data_dir, f"{args.runs_dir}/mlm-k2", args.runs_dir, record=False)
+        build_augmented(record["task"], "cpu", args.data_dir, f"{args.runs_dir}/mlm-k2", args.runs_dir, record=False)
     elif kind == "unbuildable" and not target.exists():
         builder = "mobilebert_ablation.py" if target.name.startswith("mb-") else "general_distill.py"
         sys.exit(f"{target} is missing and this script cannot build it: build it as benchmarks/{builder} "

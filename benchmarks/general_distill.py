@@ -20,47 +20,23 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine_info, save_result  # noqa: E402
-from paths import CORPUS, run_folder  # noqa: E402
+from common import machine_info, save_result
+from glue_inputs import GENERAL_METHODS, general_argv
+from paths import CORPUS, run_folder
 
-from kdbert.cli import main as kdbert_main  # noqa: E402
-
-
-
-def run_argv(method: str, corpus: str = CORPUS, runs_dir: str = run_folder(), teacher: str = "default") -> list[str]:
-    """The ``kdbert`` arguments of one general distillation run (output ``<runs_dir>/general-...``);
-    ``teacher`` replaces the packaged teacher of the TinyBERT runs."""
-    common = ["--corpus", corpus, "--epochs", "1", "--no-progress"]
-    if teacher != "default" and method != "distilbert":
-        common += ["--teacher", teacher]
-    if method == "tinybert":
-        return ["distill", "general", "--method", "tinybert", "--max-sequences", "3200", "--batch-size", "32",
-                "--output-dir", f"{runs_dir}/general-tinybert4", *common]
-    if method == "tinybert-ws":
-        return ["distill", "general", "--method", "tinybert", "--student-init", "teacher-weights",
-                "--max-sequences", "4800", "--batch-size", "32", "--output-dir", f"{runs_dir}/general-tinybert4-ws",
-                *common]
-    if method == "distilbert":
-        return ["distill", "general", "--method", "distilbert", "--teacher", f"{runs_dir}/mlm-k0", "--student",
-                f"{runs_dir}/distilbert-init", "--max-sequences", "1600", "--batch-size", "16", "--max-seq-len", "64",
-                "--output-dir", f"{runs_dir}/general-distilbert", *common]
-    raise ValueError(f"unknown general distillation run {method!r}")
-
-
-METHODS = ("distilbert", "tinybert", "tinybert-ws")
+from kdbert.cli import main as kdbert_main
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--method", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--method", nargs="+", choices=GENERAL_METHODS, default=list(GENERAL_METHODS))
     parser.add_argument("--corpus", default=CORPUS)
     parser.add_argument("--runs-dir", default=run_folder())
     parser.add_argument("--teacher", default="default", help="teacher of the TinyBERT runs (default: the packaged one)")
     parser.add_argument("--record-only", action="store_true")
     args = parser.parse_args()
     for method in args.method:
-        argv = run_argv(method, args.corpus, args.runs_dir, args.teacher)
+        argv = general_argv(method, args.corpus, args.runs_dir, args.teacher)
         out = Path(argv[argv.index("--output-dir") + 1])
         if not args.record_only:
             resume = ["--resume"] if (out / "run_config.json").exists() else []

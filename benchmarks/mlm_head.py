@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine_info, save_result  # noqa: E402
-from paths import CORPUS, run_folder  # noqa: E402
+from common import machine_info, save_result
+from paths import CORPUS, run_folder
 
-from kdbert.methods.mlm_head import REPORT_NAME, fit_mlm_head  # noqa: E402
-from kdbert.core.loading import resolve_model_path  # noqa: E402
-
+from kdbert.methods.mlm_head import REPORT_NAME, fit_mlm_head
+from kdbert.core.loading import resolve_model_path
 
 
 def main() -> None:

@@ -45,12 +45,11 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine_info, save_result  # noqa: E402
-from paths import CORPUS, GLUE_DIR, run_folder  # noqa: E402
+from common import machine_info, save_result
+from paths import CORPUS, GLUE_DIR, run_folder
 
-from kdbert.core import losses  # noqa: E402
-from kdbert.cli import main as kdbert_main  # noqa: E402
+from kdbert.core import losses
+from kdbert.cli import main as kdbert_main
 
 STRATEGIES = ("progressive", "joint", "auxiliary")
 

@@ -54,10 +54,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from paths import CORPUS, GLUE_DIR, run_folder
+from step_runner import TASK_BUDGETS, Step, is_recorded, run
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from augmentation_gpu import TASK_BUDGETS, Step, is_recorded, run  # noqa: E402
-from paths import CORPUS, GLUE_DIR, run_folder  # noqa: E402
 
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
 STRATEGIES = ("progressive", "joint", "auxiliary", "none")

@@ -21,17 +21,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine_info, save_result  # noqa: E402
+from common import machine_info, save_result
 
-from kdbert.deploy.bench import count_flops, count_parameters, measure_latency  # noqa: E402
-from kdbert.core.loading import default_model_path  # noqa: E402
-from kdbert.families.mobilebert import (  # noqa: E402
+from kdbert.deploy.bench import count_flops, count_parameters, measure_latency
+from kdbert.core.loading import default_model_path
+from kdbert.families.mobilebert import (
     PAPER_PARAMETERS,
     PRESET_NAMES,
     build_mobilebert,

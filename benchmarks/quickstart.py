@@ -15,15 +15,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-import common  # noqa: E402
-from common import machine_info, save_result  # noqa: E402
-from paths import GLUE_DIR, run_folder  # noqa: E402
+import common
+from common import machine_info, save_result
+from paths import GLUE_DIR, run_folder
 
 if common.FLOAT32_PINNED:  # the main job is recorded as users get it: kdbert's default precision
     os.environ.pop("KDBERT_MIXED_PRECISION")
 
-from kdbert.cli import main as kdbert_main  # noqa: E402
+from kdbert.cli import main as kdbert_main  # noqa: E402 (after the precision is settled)
 
 
 def main() -> None:

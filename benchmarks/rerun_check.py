@@ -23,13 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import load_results, machine_info, save_result  # noqa: E402
-from paths import GLUE_DIR, run_folder  # noqa: E402
+from common import load_results, machine_info, save_result
+from paths import GLUE_DIR, run_folder
 
-from kdbert.cli import main as kdbert_main  # noqa: E402
-from kdbert.data.load import TaskOptions  # noqa: E402
-from kdbert.core.distill import distill_task  # noqa: E402
+from kdbert.cli import main as kdbert_main
+from kdbert.data.load import TaskOptions
+from kdbert.core.distill import distill_task
 
 
 CODE_COMMIT: list[str] = []  # --code-commit: the commit of the code that produced the runs, when not HEAD

@@ -24,19 +24,17 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import machine_info, save_result  # noqa: E402
-from paths import GLUE_DIR, run_folder  # noqa: E402
+from common import machine_info, save_result
+from paths import GLUE_DIR, run_folder
 
-from kdbert.data.load import TaskOptions  # noqa: E402
-from kdbert.core.distill import distill_task  # noqa: E402
-from kdbert.core.matching import MatchLoss  # noqa: E402
-from kdbert.core.trainer import Trainer  # noqa: E402
+from kdbert.data.load import TaskOptions
+from kdbert.core.distill import distill_task
+from kdbert.core.matching import MatchLoss
+from kdbert.core.trainer import Trainer
 
 METHODS = {
     "kd": {"method": "kd"},

@@ -22,54 +22,11 @@ Budgets: ``full`` uses kdbert's per-task defaults; ``cpu`` fits a 2-core machine
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import compare_rerun, load_results, machine_info, save_result  # noqa: E402
-from paths import GLUE_DIR, run_folder  # noqa: E402
-
-from kdbert.data.load import TaskOptions  # noqa: E402
-from kdbert.methods.finetune import FinetuneConfig, finetune  # noqa: E402
-
-BUDGETS = {
-    "cpu": {"cola": {"epochs": 3}, "sst2": {"epochs": 1, "max_train_examples": 20000}, "mrpc": {"epochs": 3},
-            "stsb": {"epochs": 3}, "rte": {"epochs": 3}},
-    "full": {task: {} for task in ("cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp")},
-}
-
-
-def result_key(task: str, budget: str, tuning: dict) -> str:
-    return f"{task}/{budget}" + "".join(f"-{k}{v:g}" for k, v in sorted(tuning.items()))
-
-
-def recorded_settings(record: dict) -> dict:
-    """The fine-tuning options a recorded result ran with: its budget's overrides and the
-    hyper-parameters it reports, so that a rerun does not pick up a default changed since."""
-    return {**record["overrides"], **record["hyperparameters"]}
-
-
-def teacher_dir(task: str, tuning: dict, runs_dir: str = run_folder()) -> Path:
-    """``<runs_dir>/teacher-<task>[-tuning]``: where a task's teacher is fine-tuned."""
-    return Path(runs_dir) / ("teacher-" + task + "".join(f"-{k}{v:g}" for k, v in sorted(tuning.items())))
-
-
-def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_dir: str = GLUE_DIR,
-              out: str | Path | None = None, runs_dir: str = run_folder(), model: str = "default") -> dict:
-    """Fine-tune the teacher on ``task`` at ``budget`` (plus ``tuning`` overrides) into ``out``
-    (default ``<runs_dir>/teacher-<task>[-tuning]``), resuming a run left there; returns the result."""
-    tuning = tuning or {}
-    overrides = {**BUDGETS[budget][task], **tuning}
-    out = Path(out or teacher_dir(task, tuning, runs_dir))
-    config = FinetuneConfig(output_dir=str(out), model=model, no_progress=True, **overrides)
-    resume = (out / "run_config.json").exists()
-    report = finetune(TaskOptions(task, data_dir=data_dir), config, resume=resume)
-    return {"task": task, "budget": budget, "overrides": overrides, "tuning": bool(tuning),
-            "metrics": report["best_metrics"], "train_seconds": report["train_seconds"], "output_dir": str(out),
-            "command": f"python benchmarks/teacher_glue.py --budget {budget} --tasks {task}"
-                       + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in sorted(tuning.items())),
-            "hyperparameters": {k: report["config"][k] for k in ("epochs", "learning_rate", "batch_size", "max_seq_len")},
-            "resumed": resume, **machine_info()}
+from common import compare_rerun, load_results, machine_info, save_result
+from glue_inputs import BUDGETS, fine_tune, recorded_settings, teacher_dir, teacher_key
+from paths import GLUE_DIR, run_folder
 
 
 def main() -> None:
@@ -94,7 +51,7 @@ def main() -> None:
     for task in BUDGETS[args.budget]:
         if args.tasks and task not in args.tasks:
             continue
-        key = result_key(task, args.budget, tuning)
+        key = teacher_key(task, args.budget, tuning)
         if args.rerun:
             if key not in done:
                 print(f"{key}: nothing recorded to rerun")

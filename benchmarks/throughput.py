@@ -66,9 +66,8 @@ from pathlib import Path
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from paths import GLUE_DIR  # noqa: E402
+from common import RESULTS_DIR, machine_info, save_result
+from paths import GLUE_DIR
 
 SCORES_IMPLEMENTATION = "bench_scores"
 MASKED_SCORE = -10000.0

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import augmentation_gpu  # noqa: E402
 import common  # noqa: E402
 import distill_glue  # noqa: E402
 import gpu_bundle  # noqa: E402
 import mobilebert_ablation  # noqa: E402
 import mobilebert_gpu  # noqa: E402
+import step_runner  # noqa: E402
 import teacher_glue  # noqa: E402
 
 from conftest import tiny_bert_config, write_glue_task  # noqa: E402
@@ -131,7 +131,7 @@ def test_teacher_glue_skips_a_recorded_task_and_reruns_it_on_request(results_dir
 
 
 def _step(name, code, needs=()):
-    return augmentation_gpu.Step(name, [sys.executable, "-c", code], list(needs))
+    return step_runner.Step(name, [sys.executable, "-c", code], list(needs))
 
 
 def test_driver_runs_steps_after_what_they_need_and_blocks_after_a_failure(tmp_path):
@@ -140,7 +140,7 @@ def test_driver_runs_steps_after_what_they_need_and_blocks_after_a_failure(tmp_p
     steps = [_step("a", write.format("a")), _step("b", write.format("b"), ["a"]),
              _step("bad", "import sys; sys.exit(3)"), _step("after-bad", write.format("x"), ["bad"]),
              _step("c", write.format("c"), ["a", "b"])]
-    states = augmentation_gpu.run(steps, tmp_path / "results", tmp_path / "logs", jobs=2, deadline=60, env={},
+    states = step_runner.run(steps, tmp_path / "results", tmp_path / "logs", jobs=2, deadline=60, env={},
                                   poll=0.05)
     assert states == {"a": "done", "b": "done", "bad": "failed (exit 3)",
                       "after-bad": "blocked (a step it needs failed)", "c": "done"}
@@ -154,7 +154,7 @@ def test_driver_skips_recorded_steps_and_stops_running_ones_at_the_deadline(tmp_
     recorded = _step("recorded", "import sys; sys.exit(1)")
     recorded.result = ("distill", "rte/x/cpu/seed42")
     steps = [recorded, _step("slow", "import time; time.sleep(60)"), _step("later", "pass", ["slow"])]
-    states = augmentation_gpu.run(steps, results, tmp_path / "logs", jobs=4, deadline=0.5, env={}, poll=0.05)
+    states = step_runner.run(steps, results, tmp_path / "logs", jobs=4, deadline=0.5, env={}, poll=0.05)
     assert states == {"recorded": "done (recorded)", "slow": "stopped at the deadline (resumes next time)",
                       "later": "not started"}
 
