@@ -46,6 +46,10 @@ def add_deploy_commands(sub, table: dict) -> None:
     p.add_argument("--threads", type=int, help="CPU threads of torch / ONNX Runtime (default: torch's)")
     p.add_argument("--runs", type=int, default=30, help="timed runs for latency")
     p.add_argument("--output", help="write the rows as JSON here")
+    p.add_argument("--length-rows", type=int, default=200,
+                   help="with --task: how many dev rows are timed, each at its own length, batch 1")
+    add_task_arguments(p, required=False, task_help="also time batch-1 latency over this task's dev rows at their "
+                                                    "own lengths (p50/p90 over rows)")
 
     p = add_command(sub, table, "export", cmd_export,
                     help="export a fine-tuned model to ONNX (optionally int8) with a parity check",

@@ -42,9 +42,11 @@ def cmd_evaluate(args) -> int:
 def cmd_bench(args) -> int:
     from kdbert.deploy.bench import bench_model, compare, format_table
 
-    rows = [bench_model(args.model, seq_len=args.seq_len, threads=args.threads, runs=args.runs)]
+    options = {"seq_len": args.seq_len, "threads": args.threads, "runs": args.runs,
+               "task": task_options(args) if args.task else None, "length_rows": args.length_rows}
+    rows = [bench_model(args.model, **options)]
     if args.compare:
-        rows.insert(0, bench_model(args.compare, seq_len=args.seq_len, threads=args.threads, runs=args.runs))
+        rows.insert(0, bench_model(args.compare, **options))
         rows = compare(rows, baseline_index=0)
     print(format_table(rows))
     if args.output:
