@@ -34,7 +34,7 @@ def differing(reference: list, other: list) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mlm", help="BertForMaskedLM folder (benchmarks/mlm_head.py --unfreeze 2: runs/mlm-k2)")
+    parser.add_argument("mlm", help="BertForMaskedLM folder (benchmarks/bench_mlm_head.py --unfreeze 2: runs/mlm-k2)")
     parser.add_argument("--task", default="rte")
     parser.add_argument("--rows", type=int, default=200)
     parser.add_argument("--data-dir", default=GLUE_DIR)

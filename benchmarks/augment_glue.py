@@ -4,7 +4,7 @@
     python benchmarks/augment_glue.py --tasks rte --rows all --batch-tokens 65536   # whole set (GPU)
 
 Runs ``kdbert augment`` (p 0.4, N_a 20, K 15, seed 42, float32) with the MLM fitted by
-``benchmarks/mlm_head.py --unfreeze 2`` (``runs/mlm-k2``) and GloVe 6B 50d (its first 100,000
+``benchmarks/bench_mlm_head.py --unfreeze 2`` (``runs/mlm-k2``) and GloVe 6B 50d (its first 100,000
 words, all that ``kdbert augment`` reads), writing the file that ``benchmarks/distill_glue.py``
 reads for the ``*-aug`` variants:
 

@@ -8,7 +8,7 @@ with ``tinybert-ws-general-task-aug`` trained on a file augmented from its first
 This driver rebuilds everything those rows depend on and reruns both on the same rows, all on
 the same GPU so that the two rows share numerics:
 
-1. the MLM head for augmentation (``mlm_head.py --unfreeze 2``, ``<runs>/mlm-k2``);
+1. the MLM head for augmentation (``bench_mlm_head.py --unfreeze 2``, ``<runs>/mlm-k2``);
 2. the general student from weight selection (``general_distill.py --method tinybert-ws``);
 3. the fine-tuned teachers (``teacher_glue.py --budget cpu``);
 4. the augmented files from the whole training sets (``augment_glue.py --rows all``; float32),
@@ -50,7 +50,7 @@ VARIANTS = ("tinybert-ws-general-task", "tinybert-ws-general-task-aug", "tinyber
 def plan(args) -> list[Step]:
     """Every step of the comparison, in the order they should start."""
     runs, py = args.runs_dir, [sys.executable]
-    steps = [Step("mlm", py + [str(HERE / "mlm_head.py"), "--unfreeze", "2", "--steps", str(args.mlm_steps),
+    steps = [Step("mlm", py + [str(HERE / "bench_mlm_head.py"), "--unfreeze", "2", "--steps", str(args.mlm_steps),
                                "--corpus", args.corpus,
                                "--runs-dir", runs, "--encoder", args.teacher], result=("mlm_head", "unfreeze2"),
                   threads=os.cpu_count() or 1),  # kdbert mlm-head fits on the CPU

@@ -171,7 +171,7 @@ def build(kind: str, path: str, record: dict, args) -> None:
         if kdbert_main(argv + (["--resume"] if (target / "run_config.json").exists() else [])) != 0:
             sys.exit(f"general distillation into {target} failed")
     elif kind == "mlm" and not (target / "config.json").exists():
-        print(f"building the MLM head {target} (mlm_head.py --unfreeze 2)")
+        print(f"building the MLM head {target} (bench_mlm_head.py --unfreeze 2)")
         fit_mlm_head({"encoder": default_model_path(), "corpus": args.corpus, "unfreeze_top_layers": 2, "steps": 300,
                       "learning_rate": 1e-3, "no_progress": True}, target)
     elif kind == "aug" and not target.exists():

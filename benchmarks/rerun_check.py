@@ -5,7 +5,7 @@
     python benchmarks/rerun_check.py --compare-logs NAME RUN_A RUN_B   # training logs step by step
 
 A refactor of the training core must not move the published numbers. This reruns
-``kdbert quickstart`` (as ``benchmarks/quickstart.py``) and the KD row of the KD/PKD table on RTE
+``kdbert quickstart`` (as ``benchmarks/bench_quickstart.py``) and the KD row of the KD/PKD table on RTE
 (as ``benchmarks/distill_glue.py --task rte --budget cpu --variants kd``) into ``runs/rerun/``,
 and records recorded vs rerun dev scores in ``benchmarks/results/rerun.json``. Needs the RTE
 teacher of ``benchmarks/teacher_glue.py`` (``runs/teacher-rte``). ``--compare-logs`` compares the

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common import load_results
-from sections.shared import ROOT, TASK_ORDER, bench_rows, note
+from sections.shared import ROOT, TASK_ORDER, bench_rows, current_command, note
 
 from kdbert.deploy.bench import format_table
 from kdbert.deploy.report import build_table, format_markdown, plot_pareto
@@ -144,7 +144,7 @@ def quickstart_section() -> list[str]:
                   f"Wall time {r['wall_seconds'] / 60:.1f} min on {r['machine']} ({r['date']}), "
                   f"{r['rows'][0]['threads']} torch thread(s), nothing else running. The student keeps "
                   f"{r['retained_percent']:.1f}% of the teacher's dev score. " + note("dev-selection"), "",
-                  format_table(r["rows"]), "", "Command: `python benchmarks/quickstart.py`.", ""]
+                  format_table(r["rows"]), "", "Command: `python benchmarks/bench_quickstart.py`.", ""]
     return lines
 
 
@@ -225,7 +225,7 @@ def _deploy_task(task: str, records: list[dict]) -> list[str]:
               "latencies are then inflated and noisy"
               + (", and so is the matrix-multiply rate (an efficiency above 100% means the rate was measured at a "
                  "busier moment than the model)" if over else "")
-              + f". Command: `{first['command']}`.", ""]
+              + f". Command: `{current_command(first['command'])}`.", ""]
     return lines
 
 

@@ -1,6 +1,6 @@
 """What the teacher-output cache (``--teacher-cache``) saves, per method.
 
-    python benchmarks/teacher_cache.py --task rte --teacher runs/teacher-rte --rows 500 --epochs 2
+    python benchmarks/bench_teacher_cache.py --task rte --teacher runs/teacher-rte --rows 500 --epochs 2
 
 For each method, three short task distillations on the first ``--rows`` training rows: without a
 cache (seed 42), with a cold cache (seed 42: the first epoch runs the teacher and stores its

@@ -1,6 +1,6 @@
 """Time the main job (`kdbert quickstart`) and record its teacher-vs-student table.
 
-    python benchmarks/quickstart.py            # runs it into runs/quickstart (skips finished steps)
+    python benchmarks/bench_quickstart.py            # runs it into runs/quickstart (skips finished steps)
 
 ``--record-only`` records a finished run; its wall time is then the span between the first and
 the last file the run wrote. Results: ``benchmarks/results/quickstart.json``.

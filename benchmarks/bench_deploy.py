@@ -1,10 +1,10 @@
 """Deployment: PyTorch fp32 vs ONNX Runtime fp32 vs ONNX Runtime int8 for the teacher and students.
 
-    python benchmarks/deploy.py --task sst2 --threads 1
-    python benchmarks/deploy.py --task sst2 --threads 2 --runs 100   # timings on a quiet machine
+    python benchmarks/bench_deploy.py --task sst2 --threads 1
+    python benchmarks/bench_deploy.py --task sst2 --threads 2 --runs 100   # timings on a quiet machine
 
 Each model (``--model NAME=DIR[=TEACHER_NAME]``; default: the SST-2 models of
-``benchmarks/teacher_glue.py``, ``benchmarks/distill_glue.py`` and ``benchmarks/quickstart.py``
+``benchmarks/teacher_glue.py``, ``benchmarks/distill_glue.py`` and ``benchmarks/bench_quickstart.py``
 that exist under ``runs/``) is exported once with ``kdbert export --quantize int8`` (parity and
 dev scores of PyTorch, ORT fp32 and ORT int8 go into its ``onnx/export_report.json``), then timed
 in the three runtimes with ``kdbert bench`` (batch-1 latency p50/p90, batch-32 throughput, size,
@@ -133,7 +133,7 @@ def main() -> None:
             "seq_len": seq_len, "threads": args.threads, "parity": report["parity"],
             **{f"latency_{runtime}_ms": row["latency_median_ms"] for runtime, row in rows.items()},
             "bench": rows, "load_average_1min_before_after": [load_before, load_after],
-            "command": f"python benchmarks/deploy.py --task {args.task} --threads {args.threads} --runs {args.runs}"
+            "command": f"python benchmarks/bench_deploy.py --task {args.task} --threads {args.threads} --runs {args.runs}"
                        + "".join(f" --shape {preset}" for preset in args.shape)
                        + (f" --runtimes {' '.join(args.runtimes)}" if args.runtimes != list(RUNTIMES) else ""),
             "onnxruntime": onnxruntime.__version__, "cpu_model": cpu_model(), **machine_info(),

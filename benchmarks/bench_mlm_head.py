@@ -1,6 +1,6 @@
 """Held-out masked-token accuracy of an MLM head fitted on the default teacher (`kdbert mlm-head`).
 
-    python benchmarks/mlm_head.py --unfreeze 0 2 --steps 300
+    python benchmarks/bench_mlm_head.py --unfreeze 0 2 --steps 300
 
 For each number of unfrozen top layers, fits the head on the shared Wikipedia corpus into
 ``runs/mlm-k<N>`` and records top-1 / top-15 accuracy on held-out masked tokens in
