@@ -14,7 +14,7 @@ batch of both frameworks has the same shape and the same FLOPs; rows are repeate
 epoch ends (kdbert checkpoints at epoch ends) inside the timed steps.
 
 - **kdbert** runs through its public pieces, as ``kdbert.core.distill.distill_task`` builds them:
-  ``token_inputs`` (student, encoded rows, collator), ``recipe.build_task_plan`` (its
+  ``Method.task_inputs`` (student, encoded rows, collator), ``Method.build_task_plan`` (its
   intermediate stage only, no evaluation) and the shared ``Trainer`` with
   ``--mixed-precision no|bf16``.
 - **TextBrewer** (0.2.1, installed for this benchmark only: ``pip install textbrewer==0.2.1.post1``)
@@ -197,21 +197,21 @@ class Setup:
 
     def student_inputs(self, seq_len: int, precision: str):
         """kdbert's default task inputs (student, encoded rows, collator), as distill_task builds them."""
-        from kdbert.core.distill import token_inputs
-        from kdbert.methods.registry import recipe
+        from kdbert.core.method import TaskSource
+        from kdbert.methods.registry import get_method
 
         config = self.config(seq_len, precision)
-        method = recipe("tinybert")
+        method = get_method("tinybert")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.args.seed)
-            inputs = token_inputs(method, self.teacher, self.tokenizer, self.data, self.rows[seq_len], seq_len,
-                                  config, self.task)
+            source = TaskSource(self.teacher, self.tokenizer, self.data, self.rows[seq_len], seq_len, self.task)
+            inputs = method.task_inputs(source, config)
         return config, method, inputs
 
     def matches(self, config, student) -> list:
-        from kdbert.methods.tinybert import _layer_map, intermediate_matches
+        from kdbert.methods.tinybert import intermediate_matches, resolve_layers
 
-        layer_map, _ = _layer_map(config, student, self.teacher, log=lambda *_: None)
+        layer_map, _ = resolve_layers(config, student, self.teacher, log=lambda *_: None)
         return intermediate_matches(layer_map, config.terms_on, config.hidden_projection, config.attention_reduction,
                                     config.head_average)
 
@@ -219,7 +219,7 @@ class Setup:
 # ----------------------------------------------------------------------------- the two frameworks
 def kdbert_trainer(setup: Setup, seq_len: int, precision: str, workdir: str):
     """kdbert's trainer for the intermediate stage, built as ``distill_task`` builds it."""
-    from kdbert.methods.base import DistillContext
+    from kdbert.core.method import DistillContext
     from kdbert.core.trainer import RunConfig, Trainer
 
     config, method, inputs = setup.student_inputs(seq_len, precision)

@@ -156,10 +156,10 @@ def method_config(method: str, options: dict | None = None, task: str = "sst2", 
 
 
 def initial_student(method: str, teacher, spec, options: dict | None = None):
-    """``recipe.initial_student`` from an options dict; returns the student model."""
-    from kdbert.methods.registry import recipe
+    """The method's ``initial_student`` from an options dict; returns the student model."""
+    from kdbert.methods.registry import get_method
 
-    return recipe(method).initial_student(teacher, spec, method_config(method, options, spec.name)).model
+    return get_method(method).initial_student(teacher, spec, method_config(method, options, spec.name)).model
 
 
 def stage_terms(plan, batch, index: int = 0):
@@ -183,6 +183,13 @@ def evaluate_saved(model_dir, task: str, data_dir, max_seq_len: int | None = Non
     data = load_task(TaskOptions(task, data_dir=str(data_dir)))
     model = load_sequence_classifier(str(model_dir), data.spec.num_labels, new_head_ok=False)
     return TaskEvaluator(data, load_tokenizer(str(model_dir)), max_seq_len)(model)
+
+
+def store_namespaces(folder) -> set[str]:
+    """The namespaces (teacher, tokenizer, length, precision) whose shards a teacher-output store folder holds."""
+    from safetensors import safe_open
+
+    return {safe_open(str(p), "np").metadata()["teacher"] for p in Path(folder).glob("shard-*.safetensors")}
 
 
 def count_teacher_runs(monkeypatch) -> list:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import WORDS, count_teacher_runs, save_tiny_classifier, write_glue_task
+from conftest import WORDS, count_teacher_runs, save_tiny_classifier, store_namespaces, write_glue_task
 from transformers import BertForSequenceClassification
 
 import kdbert.data.teacher_logits as teacher_logits
@@ -95,7 +95,7 @@ def test_cli_on_own_csv_data_and_an_augmented_file_with_stored_logits(env, capsy
                  "--epochs", "1", "--embedding-dim", "3", "--hidden-size", "4", "--fc-size", "4", "--output-dir",
                  str(env["tmp"] / "own"), "--no-progress", *extra]) == 0, capsys.readouterr().err
     assert load_bilstm(env["tmp"] / "own")[0].config.embedding_dim == 3  # random embeddings without vectors
-    assert list(env["tmp"].glob("reviews.csv.teacher-*.safetensors"))  # stored beside the user's file
+    assert store_namespaces(env["tmp"] / "reviews.csv.teacher-logits")  # stored beside the user's file
     # An augmented file as `kdbert augment --method bilstm --teacher` leaves it: logits already stored.
     augmented = env["tmp"] / "train_aug.tsv"
     augmented.write_text("review\tstars\n" + "".join(f"{t}\t{y}\n{'[MASK] ' + t}\t{y}\n" for t, y in rows[:20]))
@@ -103,7 +103,8 @@ def test_cli_on_own_csv_data_and_an_augmented_file_with_stored_logits(env, capsy
     from kdbert.core.loading import load_tokenizer
 
     texts = [(line.split("\t")[0],) for line in augmented.read_text().splitlines()[1:]]
-    teacher_logits.label_with_teacher(teacher, load_tokenizer(str(env["teacher2"])), texts, augmented, 64)
+    teacher_logits.label_with_teacher(teacher, load_tokenizer(str(env["teacher2"])), texts,
+                                      teacher_logits.store_folder(augmented), 64)
     seen = count_teacher_runs(monkeypatch)
     dev = env["tmp"] / "dev.tsv"
     dev.write_text("review\tstars\n" + "".join(f"{t}\t{y}\n" for t, y in rows[20:]))
@@ -255,15 +256,15 @@ def test_teacher_logits_are_stored_once_and_recomputed_only_for_a_new_row_or_tea
     other = save_tiny_classifier(env["tmp"] / "other", tiny_tokenizer, seed=5)
     distill_task(task, {**options(env, max_steps=1), "teacher": str(other)}, str(env["tmp"] / "d"))
     assert len(seen) == first + 1 + first + 1  # another teacher never reads the first one's logits
-    assert len(list((env["root"] / "SST-2").glob("train.tsv.teacher-*.safetensors"))) == 2
+    assert len(store_namespaces(env["root"] / "SST-2" / "train.tsv.teacher-logits")) == 2
 
 
 def test_read_only_data_goes_to_the_logits_cache(env, monkeypatch):
     cache = env["tmp"] / "cache"
     distill_task(TaskOptions("sst2", data_dir=str(env["root"])), options(env, max_steps=1, logits_cache=str(cache)),
                  str(env["tmp"] / "cached"))
-    assert len(list(cache.glob("train.tsv.teacher-*.safetensors"))) == 1
-    assert not list((env["root"] / "SST-2").glob("*.safetensors"))
+    assert len(store_namespaces(cache)) == 1
+    assert not (env["root"] / "SST-2" / "train.tsv.teacher-logits").exists()
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -316,7 +317,7 @@ def test_python_api_on_own_jsonl_pairs_and_augment_then_distill(env, tmp_path):
     augment_task_bilstm(task, augmented, seed=3, n_iter=2, nltk_data=str(nltk_data), teacher=str(env["teacher2"]))
     written = [json.loads(line) for line in augmented.read_text().splitlines()]
     assert set(written[0]) == {"q1", "q2", "same"} and len(written) > len(rows) * 0.75
-    assert list(tmp_path.glob("pairs_aug.jsonl.teacher-*.safetensors"))  # labelled once, beside the file
+    assert store_namespaces(tmp_path / "pairs_aug.jsonl.teacher-logits")  # labelled once, beside the file
     report = distill_task(TaskOptions(str(augmented), text_columns=("q1", "q2"), label_column="same",
                                       dev_file=str(data)), options(env, epochs=1), str(tmp_path / "student"))
     assert report["student"]["config"]["pair"] is True

@@ -29,10 +29,11 @@ from kdbert.data.glue import load_glue_dir
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
 from kdbert.families.bert import init_distilbert_student
+from kdbert.data import masking
 from kdbert.methods import distilbert
 from kdbert.core.distill import distill_general
 from kdbert.core.matching import MatchLoss
-from kdbert.methods.base import DistillContext
+from kdbert.core.method import DistillContext
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,7 @@ def test_masking_spares_special_and_pad_and_masks_15_percent(env):
     tok = env["tokenizer"]
     rng = random.Random(1)
     rows = [tok(sentence(rng, 5, 30))["input_ids"] for _ in range(256)]
-    collate = distilbert.MlmCollator(tok.pad_token_id, distilbert.DynamicMasker(tok))
+    collate = masking.MlmCollator(tok.pad_token_id, masking.DynamicMasker(tok))
     features = [{"input_ids": r} for r in rows]
     torch.manual_seed(0)
     batch = collate(features)
@@ -139,13 +140,13 @@ def test_rare_token_weighting(env):
     tok = env["tokenizer"]
     common, rare = tok.convert_tokens_to_ids(["the", "cat"])
     sequences = [[tok.cls_token_id] + [common] * 9 + [rare] + [tok.sep_token_id]] * 20
-    weights = distilbert.token_weights(sequences, len(tok), 0.7)
+    weights = masking.token_weights(sequences, len(tok), 0.7)
     assert weights[rare] == pytest.approx(20 ** -0.7) and weights[common] == pytest.approx(180 ** -0.7)
-    masker = distilbert.DynamicMasker(tok, weights=weights)
+    masker = masking.DynamicMasker(tok, weights=weights)
     ids = torch.tensor(sequences)
     generator = torch.Generator().manual_seed(0)
     hits = sum(int((masker(ids, torch.ones_like(ids), generator)[1] == rare).sum()) for _ in range(30))
-    uniform = distilbert.DynamicMasker(tok)
+    uniform = masking.DynamicMasker(tok)
     base = sum(int((uniform(ids, torch.ones_like(ids), generator)[1] == rare).sum()) for _ in range(30))
     assert hits > 2 * base
 
@@ -161,7 +162,7 @@ def test_general_terms_equal_hand_assembly(env):
     rng = random.Random(2)
     features = [{"input_ids": tok(sentence(rng, 3, 12))["input_ids"]} for _ in range(5)]
     torch.manual_seed(3)
-    batch = distilbert.MlmCollator(tok.pad_token_id, distilbert.DynamicMasker(tok))(features)
+    batch = masking.MlmCollator(tok.pad_token_id, masking.DynamicMasker(tok))(features)
     config = method_config("distilbert", {"alpha_ce": 5.0, "alpha_mlm": 2.0, "alpha_cos": 1.0, "temperature": 3},
                            general=True)
     terms = MatchLoss(distilbert.general_matches(config))(nn.ModuleDict({"student": student}), {"teacher": teacher},
@@ -206,9 +207,9 @@ def test_task_student_refusals(env):
     teacher = BertForSequenceClassification.from_pretrained(env["finetuned"])
     spec = GLUE_TASKS["sst2"]
     with pytest.raises(KdbertError, match="needs --student"):
-        distilbert.initial_student(teacher, spec, method_config("distilbert"))
+        distilbert.METHOD.initial_student(teacher, spec, method_config("distilbert"))
     with pytest.raises(KdbertError, match="not DistilBERT.*kdbert init-student"):
-        distilbert.initial_student(teacher, spec, method_config("distilbert", {"student": str(env["finetuned"])}))
+        distilbert.METHOD.initial_student(teacher, spec, method_config("distilbert", {"student": str(env["finetuned"])}))
     with pytest.raises(KdbertError, match="--student-layers is a"):
         method_config("distilbert", {"student_layers": "2"})
 
@@ -223,10 +224,10 @@ def test_task_terms_and_plain_finetuning(env, tmp_path):
     for alpha, names in ((None, {"soft", "hard"}), (0.0, {"hard"})):
         options = {"student": str(tmp_path / "init"), "alpha": alpha}
         config = method_config("distilbert", options)
-        initial = distilbert.initial_student(teacher, spec, config)
+        initial = distilbert.METHOD.initial_student(teacher, spec, config)
         student = initial.model.eval()
         assert isinstance(student, DistilBertForSequenceClassification) and student.config.num_labels == 2
-        plan = distilbert.build_task_plan(DistillContext(teacher, initial, tok, spec, train, config))
+        plan = distilbert.METHOD.build_task_plan(DistillContext(teacher, initial, tok, spec, train, config))
         terms = stage_terms(plan, batch)
         assert set(terms) == names
         s = student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits

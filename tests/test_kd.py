@@ -19,7 +19,7 @@ from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
 from kdbert.methods.finetune import TASK_DEFAULTS
 from kdbert.methods import kd
-from kdbert.methods.base import DistillContext
+from kdbert.core.method import DistillContext
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +43,10 @@ def plan_and_batch(env, options, task="sst2"):
     spec = GLUE_TASKS[task]
     teacher = load_teacher(env["regression_teacher" if spec.is_regression else "teacher"], spec.num_labels)
     config = method_config("kd", options, task)
-    student = kd.initial_student(teacher, spec, config)
+    student = kd.METHOD.initial_student(teacher, spec, config)
     data = load_glue_dir(spec, env["glue"])
     train = encode_examples(env["tokenizer"], data.train, 32)
-    plan = kd.build_task_plan(DistillContext(teacher, student, env["tokenizer"], spec, train, config))
+    plan = kd.METHOD.build_task_plan(DistillContext(teacher, student, env["tokenizer"], spec, train, config))
     student = student.model
     batch = PaddingCollator(env["tokenizer"].pad_token_id, spec.is_regression)([train[i] for i in range(6)])
     student.eval()
@@ -110,7 +110,7 @@ def test_student_from_teacher_layers(env):
     spec = GLUE_TASKS["sst2"]
     teacher = load_teacher(env["teacher"])
     for option, layers in (("3", [0, 1, 2]), ("1,3", [1, 3])):
-        student = kd.initial_student(teacher, spec, method_config("kd", {"student_layers": option})).model
+        student = kd.METHOD.initial_student(teacher, spec, method_config("kd", {"student_layers": option})).model
         assert student.config.num_hidden_layers == len(layers)
         for i, layer in enumerate(layers):
             torch.testing.assert_close(student.bert.encoder.layer[i].output.dense.weight,
@@ -118,10 +118,10 @@ def test_student_from_teacher_layers(env):
     # an HF folder (here a smaller BERT of the same vocabulary) is loaded as the student
     folder = save_tiny_classifier(env["root"] / "small", env["tokenizer"], num_hidden_layers=1, hidden_size=8,
                                   num_attention_heads=2, intermediate_size=8)
-    student = kd.initial_student(teacher, spec, method_config("kd", {"student": str(folder)})).model
+    student = kd.METHOD.initial_student(teacher, spec, method_config("kd", {"student": str(folder)})).model
     assert student.config.hidden_size == 8 and student.config.num_labels == 2
     # a preset: random init with the teacher's vocabulary
-    student = kd.initial_student(teacher, spec, method_config("kd", {"student": "tinybert4"})).model
+    student = kd.METHOD.initial_student(teacher, spec, method_config("kd", {"student": "tinybert4"})).model
     assert (student.config.hidden_size, student.config.num_hidden_layers) == (312, 4)
     assert student.config.vocab_size == teacher.config.vocab_size
 
@@ -145,12 +145,12 @@ def test_student_from_teacher_layers(env):
 ])
 def test_bad_inputs_refused(env, options, message):
     with pytest.raises(KdbertError, match=message):
-        kd.initial_student(load_teacher(env["teacher"]), GLUE_TASKS["sst2"], method_config("kd", options))
+        kd.METHOD.initial_student(load_teacher(env["teacher"]), GLUE_TASKS["sst2"], method_config("kd", options))
 
 
 def test_kd_loss_kl_refused_for_regression(env):
     with pytest.raises(KdbertError, match="regression"):
-        kd.initial_student(load_teacher(env["regression_teacher"], 1), GLUE_TASKS["stsb"],
+        kd.METHOD.initial_student(load_teacher(env["regression_teacher"], 1), GLUE_TASKS["stsb"],
                            method_config("kd", {"kd_loss": "kl"}, "stsb"))
 
 

@@ -11,7 +11,7 @@ from kdbert.errors import KdbertError
 from kdbert.methods.mobilebert_transfer import (
     auxiliary_stages,
     joint_stages,
-    layer_pairs,
+    resolve_transfer,
     plan,
     progressive_stages,
     require_mlm_head,
@@ -146,9 +146,15 @@ def widths(preset="mobilebert-matched", **overrides):
                                             num_attention_heads=12, intermediate_size=1536), **overrides))
 
 
+def layer_pairs(student, teacher, config):
+    return resolve_transfer(student, teacher, config).layer_pairs
+
+
 def test_layer_pairs_uniform_and_explicit():
     assert layer_pairs(widths(), TEACHER, settings()) == [(i, i) for i in range(1, 7)]
     assert layer_pairs(widths(num_hidden_layers=3), TEACHER, settings()) == [(1, 2), (2, 4), (3, 6)]
+    assert "MobileBERT layer map (uniform, student 3 layers, teacher 6)" in resolve_transfer(
+        widths(num_hidden_layers=3), TEACHER, settings()).describe()
     explicit = settings(teacher_layers="1,5,6")
     assert layer_pairs(widths(num_hidden_layers=3), TEACHER, explicit) == [(1, 1), (2, 5), (3, 6)]
 

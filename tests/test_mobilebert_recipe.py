@@ -204,17 +204,17 @@ def test_auxiliary_terms_equal_hand_assembly(env):
     from kdbert.core.loading import load_tokenizer
     from kdbert.core.trace import trace
     from kdbert.methods import mobilebert
-    from kdbert.methods.base import DistillContext
+    from kdbert.core.method import DistillContext
 
     config = _config(options(env, strategy="auxiliary", ground_truth_ratio=0.25, attention_reduction="masked-mean"),
                      general=True)
-    teacher, _ = mobilebert.general_teacher(config)
+    teacher, _ = mobilebert.METHOD.general_teacher(config)
     tokenizer = load_tokenizer(str(env["mlm"]))
-    student = mobilebert.general_student(teacher, tokenizer, config)
-    dataset, collator, _ = mobilebert.general_data([[2, 7, 9, 11, 8, 3], [2, 12, 3]], tokenizer, teacher, config)
+    student = mobilebert.METHOD.general_student(teacher, tokenizer, config)
+    dataset, collator, _ = mobilebert.METHOD.general_data([[2, 7, 9, 11, 8, 3], [2, 12, 3]], tokenizer, teacher, config)
     torch.manual_seed(0)
     batch = collator([dataset[0], dataset[1]])
-    plan = mobilebert.build_general_plan(DistillContext(teacher, student, tokenizer, None, dataset, config),
+    plan = mobilebert.METHOD.build_general_plan(DistillContext(teacher, student, tokenizer, None, dataset, config),
                                          log=lambda _: None)
     terms = stage_terms(plan, batch)
     teacher.eval()
@@ -270,7 +270,7 @@ def test_general_student_from_a_config_folder_or_a_trained_folder(env, tmp_path)
     from kdbert.methods import mobilebert
 
     teacher = BertForMaskedLM.from_pretrained(env["mlm"])
-    shaped = mobilebert.general_student(teacher, None, _config(options(env, student=str(env["root"] / "two-heads"),
+    shaped = mobilebert.METHOD.general_student(teacher, None, _config(options(env, student=str(env["root"] / "two-heads"),
                                                                         head_average=True), general=True))
     assert shaped.model.config.num_attention_heads == 2
     position = teacher.bert.embeddings.position_embeddings.weight  # fitted from the teacher: centred for NoNorm
@@ -278,7 +278,7 @@ def test_general_student_from_a_config_folder_or_a_trained_folder(env, tmp_path)
                                position - position.mean(dim=-1, keepdim=True), rtol=0, atol=1e-7)
     trained = build_mobilebert(mobilebert_config("mobilebert-matched", env["config"]), "masked-lm", seed=5)
     trained.save_pretrained(tmp_path / "trained")
-    loaded = mobilebert.general_student(teacher, None, _config(options(env, student=str(tmp_path / "trained")),
+    loaded = mobilebert.METHOD.general_student(teacher, None, _config(options(env, student=str(tmp_path / "trained")),
                                                                general=True))
     for name, value in trained.state_dict().items():
         torch.testing.assert_close(loaded.model.state_dict()[name], value, msg=name)

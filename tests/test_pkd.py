@@ -18,7 +18,7 @@ from kdbert.data.glue import load_glue_dir
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
 from kdbert.methods import pkd
-from kdbert.methods.base import DistillContext
+from kdbert.core.method import DistillContext
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +42,9 @@ def load_teacher(env):
 def plan_and_batch(env, options):
     teacher = load_teacher(env)
     config = method_config("pkd", options)
-    student = pkd.initial_student(teacher, SPEC, config)
+    student = pkd.METHOD.initial_student(teacher, SPEC, config)
     train = encode_examples(env["tokenizer"], load_glue_dir(SPEC, env["glue"]).train, 32)
-    plan = pkd.build_task_plan(DistillContext(teacher, student, env["tokenizer"], SPEC, train, config))
+    plan = pkd.METHOD.build_task_plan(DistillContext(teacher, student, env["tokenizer"], SPEC, train, config))
     student = student.model
     batch = PaddingCollator(env["tokenizer"].pad_token_id)([train[i] for i in range(6)])
     student.eval()
@@ -62,7 +62,7 @@ def cls(out, layers):
 
 def test_default_student_is_first_half_of_teacher(env):
     teacher = load_teacher(env)
-    student = pkd.initial_student(teacher, SPEC, method_config("pkd")).model
+    student = pkd.METHOD.initial_student(teacher, SPEC, method_config("pkd")).model
     assert student.config.num_hidden_layers == 3 and student.config.hidden_size == 16
     for i in range(3):
         torch.testing.assert_close(student.bert.encoder.layer[i].attention.self.query.weight,
@@ -132,14 +132,14 @@ def test_reference_defaults_and_beta_rescaling(env):
 ])
 def test_bad_inputs_refused(env, options, message):
     with pytest.raises(KdbertError, match=message):
-        pkd.initial_student(load_teacher(env), SPEC, method_config("pkd", options))
+        pkd.METHOD.initial_student(load_teacher(env), SPEC, method_config("pkd", options))
 
 
 def test_student_of_another_width_refused(env):
     with pytest.raises(KdbertError, match="teacher's hidden size 16.*has 8"):
-        pkd.initial_student(load_teacher(env), SPEC, method_config("pkd", {"student": str(env["narrow"])}))
+        pkd.METHOD.initial_student(load_teacher(env), SPEC, method_config("pkd", {"student": str(env["narrow"])}))
     with pytest.raises(KdbertError, match="hidden size"):
-        pkd.initial_student(load_teacher(env), SPEC, method_config("pkd", {"student": "tinybert4"}))
+        pkd.METHOD.initial_student(load_teacher(env), SPEC, method_config("pkd", {"student": "tinybert4"}))
 
 
 def test_end_to_end_cli(env, tmp_path, capsys):
@@ -149,7 +149,7 @@ def test_end_to_end_cli(env, tmp_path, capsys):
                      "--max-steps", "3", "--batch-size", "8", "--no-progress"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "PKD-last" in captured.out
+    assert "PKD layer map (last, student 3 layers, teacher 6)" in captured.out
     report = json.loads((out / "distill_report.json").read_text())
     assert report["method"] == "pkd" and report["layer_map_method"] == "last"
     assert report["layer_map"] == [[1, 4], [2, 5]]

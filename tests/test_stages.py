@@ -23,7 +23,7 @@ from kdbert.errors import KdbertError
 from kdbert.core.matching import Match, MatchLoss
 from kdbert.core.trace import HookAdapter, register_adapter, trace
 from kdbert.methods import tinybert
-from kdbert.methods.base import DistillContext
+from kdbert.core.method import DistillContext
 from kdbert.core.trainer import ParamGroup, RunConfig, Stage, StageConfig, Trainer
 
 SPEC = GLUE_TASKS["rte"]
@@ -52,9 +52,9 @@ def plan_for(env, stages):
 
     teacher = BertForSequenceClassification.from_pretrained(env["teacher"]).eval()
     config = method_config("tinybert", {"student": str(env["student"]), "stages": stages, "seed": 3}, "rte")
-    student = tinybert.initial_student(teacher, SPEC, config)
+    student = tinybert.METHOD.initial_student(teacher, SPEC, config)
     train = encode_examples(env["tokenizer"], load_glue_dir(SPEC, env["glue"]).train, 32)
-    plan = tinybert.build_task_plan(DistillContext(teacher, student, env["tokenizer"], SPEC, train, config, 3))
+    plan = tinybert.METHOD.build_task_plan(DistillContext(teacher, student, env["tokenizer"], SPEC, train, config, 3))
     batch = PaddingCollator(env["tokenizer"].pad_token_id)([train[i] for i in range(6)])
     student.model.eval()
     return plan, batch, teacher, student.model

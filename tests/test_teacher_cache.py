@@ -12,7 +12,7 @@ from conftest import save_tiny_classifier, write_glue_task
 from safetensors.torch import load_file
 from transformers import BertForSequenceClassification
 
-import kdbert.core.teacher_cache as teacher_cache
+import kdbert.core.teacher_store as teacher_store
 from kdbert.core import losses
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import load_glue_dir
@@ -278,7 +278,7 @@ def test_an_interrupted_shard_write_leaves_complete_shards_only(env, tmp_path, m
     cache = TeacherCache(tmp_path, teacher, 64)
     cache.trace(teacher, first, LOGITS, with_attention=False)
     cache.flush()
-    written = teacher_cache.save_file
+    written = teacher_store.save_file
 
     def half_written(tensors, path, metadata=None):
         written(tensors, path, metadata=metadata)
@@ -288,7 +288,7 @@ def test_an_interrupted_shard_write_leaves_complete_shards_only(env, tmp_path, m
 
     cache.trace(teacher, second, LOGITS, with_attention=False)
     with monkeypatch.context() as patch:
-        patch.setattr(teacher_cache, "save_file", half_written)
+        patch.setattr(teacher_store, "save_file", half_written)
         with pytest.raises(KdbertError, match="cannot write a shard"):
             cache.flush()
     assert [p.suffix for p in tmp_path.iterdir()] == [".safetensors"]  # the first shard, no temporary file

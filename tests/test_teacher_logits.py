@@ -1,5 +1,5 @@
-"""Teacher logits stored beside a transfer set: computed once, keyed by teacher and text; and
-`kdbert augment --method bilstm` end to end on generated GLUE files."""
+"""Teacher logits on a transfer set, kept in the teacher-output store: computed once, keyed by
+teacher and text; and `kdbert augment --method bilstm` end to end on generated GLUE files."""
 
 import json
 from pathlib import Path
@@ -7,13 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import count_teacher_runs, save_tiny_classifier
+from conftest import count_teacher_runs, save_tiny_classifier, store_namespaces
 from safetensors.numpy import load_file
 from transformers import BertForSequenceClassification
 
 from kdbert.cli import main
+from kdbert.core.teacher_store import TeacherStore
 from kdbert.data.load import TaskOptions, load_task
-from kdbert.data.teacher_logits import label_with_teacher, store_path, teacher_identity
+from kdbert.data.teacher_logits import label_with_teacher, labelling_namespace, row_keys
 from kdbert.errors import KdbertError
 
 NLTK_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltk_data"
@@ -34,58 +35,68 @@ def direct(model, tokenizer, examples):
 
 def test_logits_are_the_teachers_with_its_mask_token_and_computed_once(tmp_path, teacher, tiny_tokenizer, monkeypatch):
     seen = count_teacher_runs(monkeypatch)
-    data = tmp_path / "train_aug.tsv"
-    got = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32, batch_size=2)
+    store = tmp_path / "store"
+    got = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, store, max_seq_len=32, batch_size=2)
     np.testing.assert_allclose(got, direct(teacher, tiny_tokenizer, EXAMPLES), rtol=0, atol=1e-5)
     assert len(seen) == 3  # the repeated example runs once
-    again = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES[::-1], data, max_seq_len=32, batch_size=2)
+    again = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES[::-1], store, max_seq_len=32, batch_size=2)
     assert np.array_equal(again, got[::-1]) and len(seen) == 3  # reused, in the new order
     more = EXAMPLES + [("blue house", "a tree")]
-    label_with_teacher(teacher, tiny_tokenizer, more, data, max_seq_len=32)
+    label_with_teacher(teacher, tiny_tokenizer, more, store, max_seq_len=32)
     assert seen[3:] == [("blue house", "a tree")]  # a changed file computes only its new rows
-    stored = load_file(str(store_path(data, teacher_identity(teacher, tiny_tokenizer, 32))))
-    assert stored["keys"].shape == (4, 16) and stored["logits"].shape == (4, 3)
+    namespace = labelling_namespace(teacher, tiny_tokenizer, 32)
+    stored = TeacherStore(store, namespace, "--logits-cache")
+    assert stored.entries_at_start == 4 and not stored.skipped_shards
+    key = row_keys(namespace, [("red car", "blue")])[0]
+    assert stored.get(key, "logits").dtype == torch.float32 and stored.get(key, "logits").shape == (3,)
 
 
 def test_another_teacher_or_length_never_reads_these_logits(tmp_path, teacher, tiny_tokenizer, monkeypatch):
-    data = tmp_path / "train_aug.tsv"
-    first = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32)
+    store = tmp_path / "store"
+    first = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, store, max_seq_len=32)
     other = BertForSequenceClassification.from_pretrained(
         save_tiny_classifier(tmp_path / "other", tiny_tokenizer, num_labels=3, seed=1)).eval()
     seen = count_teacher_runs(monkeypatch)
-    second = label_with_teacher(other, tiny_tokenizer, EXAMPLES, data, max_seq_len=32)
+    second = label_with_teacher(other, tiny_tokenizer, EXAMPLES, store, max_seq_len=32)
     np.testing.assert_allclose(second, direct(other, tiny_tokenizer, EXAMPLES), rtol=0, atol=1e-5)
     assert not np.allclose(first, second) and len(seen) == 3
-    label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=16)
+    label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, store, max_seq_len=16)
     assert len(seen) == 6
-    assert len(list(tmp_path.glob("train_aug.tsv.teacher-*.safetensors"))) == 3
+    assert len(store_namespaces(store)) == 3  # three namespaces side by side in one folder
 
 
 def test_bfloat16_labelling_is_close_stored_in_float32_and_apart_from_float32(tmp_path, teacher, tiny_tokenizer,
                                                                               monkeypatch):
-    data = tmp_path / "train_aug.tsv"
-    full = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32)
+    store = tmp_path / "store"
+    full = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, store, max_seq_len=32)
     seen = count_teacher_runs(monkeypatch)
-    half = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32, dtype="bfloat16")
+    half = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, store, max_seq_len=32, dtype="bfloat16")
     assert len(seen) == 3  # the float32 logits are not reused
     assert half.dtype == np.float32 and not np.array_equal(half, full)
     np.testing.assert_allclose(half, full, rtol=0, atol=0.05 * np.abs(full).max())
-    float32_store = store_path(data, teacher_identity(teacher, tiny_tokenizer, 32))
-    bf16_store = store_path(data, teacher_identity(teacher, tiny_tokenizer, 32, "bfloat16"))
-    assert float32_store != bf16_store and float32_store.is_file() and bf16_store.is_file()
-    assert load_file(str(bf16_store))["logits"].dtype == np.float32
-    label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32, dtype="bfloat16")
+    float32_namespace = labelling_namespace(teacher, tiny_tokenizer, 32)
+    bf16_namespace = labelling_namespace(teacher, tiny_tokenizer, 32, "bfloat16")
+    assert float32_namespace != bf16_namespace and store_namespaces(store) == {float32_namespace, bf16_namespace}
+    key = row_keys(bf16_namespace, EXAMPLES[:1])[0]
+    assert TeacherStore(store, bf16_namespace, "--logits-cache").get(key, "logits").dtype == torch.float32
+    label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, store, max_seq_len=32, dtype="bfloat16")
     assert len(seen) == 3  # reused
     with pytest.raises(KdbertError, match="precision 'float16' is unknown"):
-        label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, data, max_seq_len=32, dtype="float16")
+        label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, store, max_seq_len=32, dtype="float16")
 
 
-def test_wrong_label_count_and_damaged_store_are_refused(tmp_path, teacher, tiny_tokenizer):
+def test_wrong_label_count_refused_and_a_damaged_shard_never_trusted(tmp_path, teacher, tiny_tokenizer, monkeypatch):
     with pytest.raises(KdbertError, match="the teacher has 3 output"):
-        label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, tmp_path / "d.tsv", 32, num_labels=2)
-    store_path(tmp_path / "d.tsv", teacher_identity(teacher, tiny_tokenizer, 32)).write_bytes(b"broken")
-    with pytest.raises(KdbertError, match="cannot read the stored teacher logits"):
-        label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, tmp_path / "d.tsv", 32)
+        label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, tmp_path / "store", 32, num_labels=2)
+    assert not (tmp_path / "store").exists()  # refused before anything is written
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "shard-broken.safetensors").write_bytes(b"broken")
+    seen = count_teacher_runs(monkeypatch)
+    got = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, tmp_path / "store", 32)
+    np.testing.assert_allclose(got, direct(teacher, tiny_tokenizer, EXAMPLES), rtol=0, atol=1e-5)
+    assert len(seen) == 3  # computed, not read from the damaged shard
+    reopened = TeacherStore(tmp_path / "store", labelling_namespace(teacher, tiny_tokenizer, 32), "--logits-cache")
+    assert reopened.entries_at_start == 3 and reopened.skipped_shards[0].startswith("shard-broken.safetensors")
 
 
 @pytest.mark.skipif(not NLTK_DATA.is_dir(), reason="needs the offline nltk_data folder")
@@ -101,8 +112,10 @@ def test_augment_method_bilstm_writes_the_task_format_and_stores_teacher_logits(
         data = load_task(TaskOptions(task, data_dir=str(glue_dir), train_file=str(out)))
         originals = load_task(TaskOptions(task, data_dir=str(glue_dir))).train[:6]
         assert len(data.train) > len(originals) and all(ex in data.train for ex in originals)
-        stores = list(tmp_path.glob(f"{task}_aug.tsv.teacher-*.safetensors"))
-        assert len(stores) == 1 and load_file(str(stores[0]))["logits"].shape[1] == 2
+        store = tmp_path / f"{task}_aug.tsv.teacher-logits"
+        assert len(store_namespaces(store)) == 1
+        assert {value.shape for shard in store.glob("shard-*.safetensors") for value in load_file(str(shard)).values()} \
+            == {(2,)}
     assert "examples/s); teacher logits in" in capsys.readouterr().out
 
 

@@ -29,7 +29,7 @@ from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
 from kdbert.core.trace import trace
 from kdbert.methods import tinybert
-from kdbert.methods.base import DistillContext, Student
+from kdbert.core.method import DistillContext, Student
 from kdbert.core.trainer import RunConfig, Trainer
 
 WORDS = "the a cat dog sat on mat ran fast big small red blue man woman child sees house car tree park".split()
@@ -135,61 +135,57 @@ def test_presets_match_the_reference_table_and_load_with_recipe_flag():
     # the paper's general distillation: 3 epochs, batch 256, lr 1e-4, sequences of 128
     assert general == {"method": "tinybert", "student": "tinybert4", "epochs": 3, "learning_rate": 1e-4,
                        "batch_size": 256, "max_seq_len": 128}
-    parser = cli.build_parser()
     argv = ["distill", "task", "--recipe", "tinybert/cola", "--teacher", "t", "--output-dir", "o", "--epochs", "1"]
-    cli._apply_config_file(parser, argv)
-    args = parser.parse_args(argv)
+    args = cli.parse_command_line(argv)
     assert (args.task, args.intermediate_epochs, args.intermediate_lr, args.learning_rate, args.max_seq_len,
             args.epochs, args.batch_size) == ("cola", 50, 5e-5, 3e-5, 64, 1, 32)
-    parser = cli.build_parser()
     argv = ["distill", "general", "--recipe", "tinybert/general", "--corpus", "x.txt", "--output-dir", "o"]
-    cli._apply_config_file(parser, argv)
-    args = parser.parse_args(argv)
+    args = cli.parse_command_line(argv)
     assert (args.student, args.learning_rate, args.batch_size, args.epochs) == ("tinybert4", 1e-4, 256, 3)
 
 
 def test_task_defaults_applied_and_overridden(env):
-    plan = tinybert.build_task_plan(_context(env))
+    plan = tinybert.METHOD.build_task_plan(_context(env))
     inter, pred = (s.config for s in plan.stages)
     assert (inter.epochs, inter.learning_rate, inter.batch_size) == (20, 5e-5, 32)
     assert (pred.epochs, pred.learning_rate, pred.schedule, pred.evaluate) == (3, 3e-5, "linear", True)
     options = {"intermediate_epochs": 2, "intermediate_lr": 1e-3, "intermediate_max_steps": 7, "epochs": 1,
                "learning_rate": 2e-5, "max_steps": 5, "batch_size": 4, "eval_every": 2, "warmup_ratio": 0.2}
-    plan = tinybert.build_task_plan(_context(env, options))
+    plan = tinybert.METHOD.build_task_plan(_context(env, options))
     inter, pred = (s.config for s in plan.stages)
     assert (inter.epochs, inter.learning_rate, inter.max_steps, inter.batch_size) == (2, 1e-3, 7, 4)
     assert (pred.epochs, pred.learning_rate, pred.max_steps, pred.eval_every, pred.warmup_ratio) == (1, 2e-5, 5, 2, 0.2)
     assert plan.report["phases"]["intermediate"]["epochs"] == 2
-    assert tinybert.build_task_plan(_context(env, task="stsb")).stages[0].config.epochs == 20
+    assert tinybert.METHOD.build_task_plan(_context(env, task="stsb")).stages[0].config.epochs == 20
     assert tinybert.task_defaults("cola")["intermediate_epochs"] == 50
 
 
 # ----------------------------------------------------------------------------- layer map
 def test_layer_map_printed_validated_and_reported(env, capsys):
-    plan = tinybert.build_task_plan(_context(env))
+    plan = tinybert.METHOD.build_task_plan(_context(env))
     printed = capsys.readouterr().out
     assert "student -> teacher" in printed and "emb -> emb" in printed and "2 -> 4" in printed
     assert plan.report["layer_map"]["pairs"] == [[0, 0], [1, 2], [2, 4]]
     assert plan.report["layer_map"]["attention_pairs"] == [[0, 1], [1, 3]]
-    explicit = tinybert.build_task_plan(_context(env, {"teacher_layers": "1,3"}))
+    explicit = tinybert.METHOD.build_task_plan(_context(env, {"teacher_layers": "1,3"}))
     assert explicit.report["layer_map"]["pairs"] == [[0, 0], [1, 1], [2, 3]]
     with pytest.raises(KdbertError, match="out of range"):
-        tinybert.build_task_plan(_context(env, {"layer_map": "explicit", "teacher_layers": "2,5"}))
+        tinybert.METHOD.build_task_plan(_context(env, {"layer_map": "explicit", "teacher_layers": "2,5"}))
     with pytest.raises(KdbertError, match="--teacher-layers"):
-        tinybert.build_task_plan(_context(env, {"layer_map": "explicit"}))
+        tinybert.METHOD.build_task_plan(_context(env, {"layer_map": "explicit"}))
     with pytest.raises(KdbertError, match="skip"):
-        tinybert.build_task_plan(_context(env, {"layer_map": "skip"}))
+        tinybert.METHOD.build_task_plan(_context(env, {"layer_map": "skip"}))
     three = _student(env["tok"], num_hidden_layers=3)
     with pytest.raises(KdbertError, match="--teacher-layers 2,3,4"):
-        tinybert.build_task_plan(_context(env, {"layer_map": "uniform"}, student=three))
-    rounded = tinybert.build_task_plan(_context(env, student=three))  # default: ceil(m N / M)
+        tinybert.METHOD.build_task_plan(_context(env, {"layer_map": "uniform"}, student=three))
+    rounded = tinybert.METHOD.build_task_plan(_context(env, student=three))  # default: ceil(m N / M)
     assert rounded.report["layer_map"]["method"] == "uniform-rounded"
     assert rounded.report["layer_map"]["pairs"] == [[0, 0], [1, 2], [2, 3], [3, 4]]
     six_heads = _student(env["tok"], num_attention_heads=6)
     with pytest.raises(KdbertError, match="--head-average"):
-        tinybert.build_task_plan(_context(env, student=six_heads))
-    tinybert.build_task_plan(_context(env, {"head_average": True}, student=six_heads))
-    tinybert.build_task_plan(_context(env, {"no_attention_loss": True}, student=six_heads))
+        tinybert.METHOD.build_task_plan(_context(env, student=six_heads))
+    tinybert.METHOD.build_task_plan(_context(env, {"head_average": True}, student=six_heads))
+    tinybert.METHOD.build_task_plan(_context(env, {"no_attention_loss": True}, student=six_heads))
 
 
 # ----------------------------------------------------------------------------- projections and terms
@@ -200,7 +196,7 @@ def _linears(plan):
 
 def _built(ctx):
     """The plan with its stages' projections created from a first batch, as the trainer does."""
-    plan = tinybert.build_task_plan(ctx)
+    plan = tinybert.METHOD.build_task_plan(ctx)
     stage_terms(plan, _batch(ctx))
     return plan
 
@@ -230,7 +226,7 @@ def test_projection_counts_per_layer_vs_shared(env):
 ])
 def test_ablation_switches_remove_exactly_the_named_terms(env, switches, intermediate, prediction):
     ctx = _context(env, switches)
-    plan = tinybert.build_task_plan(ctx)
+    plan = tinybert.METHOD.build_task_plan(ctx)
     names = [s.config.name for s in plan.stages]
     assert names == (["intermediate", "prediction"] if intermediate else ["prediction"])
     batch = _batch(ctx)
@@ -246,7 +242,7 @@ def test_ablation_switches_remove_exactly_the_named_terms(env, switches, interme
 @pytest.mark.parametrize("options", [{}, {"hidden_projection": "shared", "attention_reduction": "masked-mean"}])
 def test_intermediate_loss_equals_hand_assembly(env, options):
     ctx = _context(env, options)
-    plan = tinybert.build_task_plan(ctx)
+    plan = tinybert.METHOD.build_task_plan(ctx)
     ctx.student.model.eval()
     batch = _batch(ctx)
     assert batch["attention_mask"].min() == 0  # padding present: the reductions matter
@@ -274,7 +270,7 @@ def test_intermediate_loss_equals_hand_assembly(env, options):
 
 def test_prediction_stage_losses(env):
     ctx = _context(env, {"temperature": 2.0})
-    plan = tinybert.build_task_plan(ctx)
+    plan = tinybert.METHOD.build_task_plan(ctx)
     ctx.student.model.eval()
     batch = _batch(ctx)
     got = stage_terms(plan, batch, -1)["prediction"]
@@ -286,7 +282,7 @@ def test_prediction_stage_losses(env):
     torch.testing.assert_close(got, losses.soft_cross_entropy(s_logits, t_logits, 2.0))
     # STS-B: MSE to the gold scores, the teacher is not consulted
     ctx = _context(env, task="stsb")
-    plan = tinybert.build_task_plan(ctx)
+    plan = tinybert.METHOD.build_task_plan(ctx)
     ctx.student.model.eval()
     batch = _batch(ctx)
     got = stage_terms(plan, batch, -1)
@@ -298,7 +294,7 @@ def test_prediction_stage_losses(env):
 
 def test_regression_target_teacher_matches_the_teachers_scores(env):
     ctx = _context(env, {"regression_target": "teacher"}, task="stsb")
-    plan = tinybert.build_task_plan(ctx)
+    plan = tinybert.METHOD.build_task_plan(ctx)
     ctx.student.model.eval()
     batch = _batch(ctx)
     got = stage_terms(plan, batch, -1)["prediction"]
@@ -310,12 +306,12 @@ def test_regression_target_teacher_matches_the_teachers_scores(env):
     assert got.item() == pytest.approx(expected, rel=1e-5)
     assert plan.report["prediction_target"] == "teacher scores (MSE)"
     with pytest.raises(KdbertError, match="--regression-target 'labels'"):
-        tinybert.build_task_plan(_context(env, {"regression_target": "labels"}, task="stsb"))
+        tinybert.METHOD.build_task_plan(_context(env, {"regression_target": "labels"}, task="stsb"))
 
 
 def test_intermediate_stage_has_constant_lr(env, tmp_path):
     ctx = _context(env, {"intermediate_max_steps": 3, "batch_size": 2})
-    plan = tinybert.build_task_plan(ctx)
+    plan = tinybert.METHOD.build_task_plan(ctx)
     config = plan.stages[0].config
     assert (config.schedule, config.warmup_ratio, config.evaluate) == ("constant", 0.0, False)
     run = RunConfig(str(tmp_path), seed=0, log_every=1, progress=False)

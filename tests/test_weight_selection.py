@@ -98,22 +98,21 @@ def test_general_student_from_teacher_weights(tiny_tokenizer, tmp_path):
                      num_hidden_layers=2).save_pretrained(tmp_path / "cfg")
     config = method_config("tinybert", {"student": str(tmp_path / "cfg"), "student_init": "teacher-weights",
                                         "seed": 0}, general=True)
-    built = tinybert.general_student(teacher, tiny_tokenizer, config)
+    built = tinybert.METHOD.general_student(teacher, tiny_tokenizer, config)
     student = built.model
     assert built.origin.startswith("teacher-weights (layers 2,4")
     torch.testing.assert_close(student.embeddings.position_embeddings.weight,
                                teacher.embeddings.position_embeddings.weight[:, ::2])
     config = method_config("tinybert", {"student": str(tmp_path / "cfg"), "seed": 0}, general=True)
-    assert tinybert.general_student(teacher, tiny_tokenizer, config).origin == "random"
+    assert tinybert.METHOD.general_student(teacher, tiny_tokenizer, config).origin == "random"
 
 
 def test_tinybert4_from_the_real_teacher(teacher_path):
     teacher = BertForSequenceClassification.from_pretrained(teacher_path, num_labels=2).eval()
     spec = GLUE_TASKS["sst2"]
-    for recipe in (tinybert, kd):
-        config = method_config(recipe.Config.method, {"student": "tinybert4", "student_init": "teacher-weights",
-                                                      "seed": 3})
-        built = recipe.initial_student(teacher, spec, config)
+    for method in (tinybert.METHOD, kd.METHOD):
+        config = method_config(method.name, {"student": "tinybert4", "student_init": "teacher-weights", "seed": 3})
+        built = method.initial_student(teacher, spec, config)
         student = built.model
         assert student.config.hidden_size == 312 and student.config.num_hidden_layers == 4
         assert built.origin == "tinybert4, teacher-weights (layers 2,3,5,6, 312 of 384 units)"
@@ -125,9 +124,7 @@ def test_tinybert4_from_the_real_teacher(teacher_path):
 def test_cpu_recipe_sets_weight_selection():
     from kdbert.cli import commands as cli
 
-    parser = cli.build_parser()
     argv = ["distill", "task", "--recipe", "tinybert/cpu", "--task", "sst2", "--teacher", "t", "--output-dir", "o"]
-    cli._apply_config_file(parser, argv)
-    args = parser.parse_args(argv)
+    args = cli.parse_command_line(argv)
     assert (args.method, args.student, args.student_init, args.max_train_examples, args.intermediate_epochs,
             args.epochs, args.learning_rate) == ("tinybert", "tinybert4", "teacher-weights", 4000, 2, 2, 1e-4)

@@ -3,12 +3,13 @@
 The front does what all methods share and all the I/O: read the options into the method's typed
 config (:func:`kdbert.methods.registry.method_config`), load the task or corpus, the teacher and its
 tokenizer, check the student's vocabulary, prepare the output folder (after every input has been
-accepted, so a refused input leaves no run marker behind), ask the recipe for its
-:class:`~kdbert.methods.base.Plan`, run it with the shared trainer and write the report
+accepted, so a refused input leaves no run marker behind), ask the method for its
+:class:`~kdbert.core.method.Plan`, run it with the shared trainer and write the report
 (``distill_report.json`` / ``general_report.json``: config, layer map, per-stage losses, dev
-metrics, projections, wall time). Recipes only build students and plans; a student that reads
-inputs of its own (the word-level BiLSTM) comes with the recipe's ``task_inputs`` hook, which
-returns its encoded rows, collator and evaluator (:func:`token_inputs` is the default).
+metrics, projections, wall time). Methods only build students and plans, through the hooks of
+:class:`~kdbert.core.method.Method`; a student that reads inputs of its own (the word-level
+BiLSTM) gets its encoded rows, collator and evaluator from its
+:meth:`~kdbert.core.method.Method.task_inputs`.
 """
 
 from __future__ import annotations
@@ -20,17 +21,16 @@ from pathlib import Path
 
 from transformers import set_seed
 
-from kdbert.data.batching import TaskCollator, TokenizerInputs, encode_task
 from kdbert.data.corpus import corpus_files, pack_sequences
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
-from kdbert.core.evaluate import TaskEvaluator
 from kdbert.core.atomic_io import write_json
-from kdbert.methods.registry import method_config, recipe
-from kdbert.core.loading import check_vocabulary, load_sequence_classifier, load_tokenizer, resolve_model_path
-from kdbert.methods.base import DistillContext, Plan, TaskInputs
+from kdbert.methods.registry import get_method, method_config
+from kdbert.core.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
+from kdbert.core.method import DistillContext, Plan, TaskSource
 from kdbert.core.teacher_cache import TeacherCache
-from kdbert.core.trainer import RunConfig, Trainer, is_main_process, prepare_output_dir
+from kdbert.core.run_folder import is_main_process, prepare_output_dir
+from kdbert.core.trainer import RunConfig, Trainer
 
 
 def _config(options, general: bool):
@@ -45,12 +45,6 @@ def _identity(command: str, config, **extra) -> dict:
     # thread count changes only the speed
     values = {k: v for k, v in asdict(config).items() if k not in ("no_progress", "teacher_cache", "threads")}
     return {"command": command, "method": config.method, **extra, **values}
-
-
-def _run_config(out: Path, config, save_every: int | None = None) -> RunConfig:
-    return RunConfig(str(out), seed=config.seed, mixed_precision=config.mixed_precision, threads=config.threads,
-                     keep_checkpoints=config.keep_checkpoints, save_every=save_every,
-                     progress=not config.no_progress)
 
 
 def projection_report(plan: Plan, trainer: Trainer) -> dict | None:
@@ -102,23 +96,6 @@ def _train(plan: Plan, run: RunConfig, collator, tokenizer, resume: bool, evalua
     return train_report, report
 
 
-def token_inputs(method, teacher, tokenizer, data, rows, max_seq_len: int, config, task: TaskOptions) -> TaskInputs:
-    """The default inputs: ``method.initial_student``; the rows encoded once by the teacher's
-    tokenizer and, when the recipe has a ``student_inputs(student, config, spec)`` hook (a student
-    with inputs of its own), by the student's too; :class:`TaskCollator`, :class:`TaskEvaluator`.
-    A recipe whose student is built from the data itself (the BiLSTM's word vocabulary) provides
-    ``task_inputs`` with this signature instead."""
-    if config.student and Path(str(config.student)).is_dir():
-        check_vocabulary(config.student, teacher, tokenizer)
-    student = method.initial_student(teacher, data.spec, config)
-    teacher_inputs = TokenizerInputs(tokenizer, max_seq_len)
-    make_student_inputs = getattr(method, "student_inputs", None)
-    student_inputs = make_student_inputs(student, config, data.spec) if make_student_inputs else None
-    return TaskInputs(student, encode_task(rows, teacher_inputs, student_inputs),
-                      TaskCollator(teacher_inputs, student_inputs, data.spec.is_regression),
-                      TaskEvaluator(data, tokenizer, max_seq_len, inputs=student_inputs), tokenizer)
-
-
 def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = False, overwrite: bool = False) -> dict:
     """Distil ``teacher`` into a student on ``task`` with the options' ``method`` (default tinybert).
 
@@ -126,27 +103,27 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     ``distill task`` options). Returns the report also written to ``distill_report.json``.
     """
     started = time.time()
-    config = _config(options, general=False)
-    data = load_task(task, seed=config.seed)
+    given = _config(options, general=False)
+    data = load_task(task, seed=given.seed)
     spec = data.spec
-    config = config.resolved(spec.name)
+    config = given.resolved(spec.name)
     if not config.teacher:
         raise KdbertError("--teacher is required: a model fine-tuned on the task (see `kdbert finetune`)")
     teacher_path = resolve_model_path(config.teacher)
     teacher = load_sequence_classifier(teacher_path, spec.num_labels, new_head_ok=False, labels=spec.labels)
     tokenizer = load_tokenizer(teacher_path)
-    method = recipe(config.method)
+    method = get_method(config.method)
     set_seed(config.seed)
     max_seq_len = config.max_seq_len or spec.max_seq_len
     rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
-    prepare = getattr(method, "task_inputs", token_inputs)
-    inputs = prepare(method, teacher, tokenizer, data, rows, max_seq_len, config, task)
+    inputs = method.task_inputs(TaskSource(teacher, tokenizer, data, rows, max_seq_len, task), config)
     context = DistillContext(teacher, inputs.student, tokenizer, spec, inputs.train_set, config, config.seed)
     plan = method.build_task_plan(context)
-    identity = _identity("distill task", _config(options, general=False), task=task.task, train_file=task.train_file)
+    identity = _identity("distill task", given, task=task.task, train_file=task.train_file)
     cache = open_teacher_cache(config, plan, max_seq_len)
     out = prepare_output_dir(output_dir, identity, resume, overwrite)
-    train_report, plan_report = _train(plan, _run_config(out, config), inputs.collator, inputs.saved_with_student,
+    run = RunConfig.from_options(out, config)
+    train_report, plan_report = _train(plan, run, inputs.collator, inputs.saved_with_student,
                                        resume, inputs.evaluator, cache)
     if not is_main_process():
         return {}
@@ -167,7 +144,7 @@ def distill_general(options, output_dir: str, resume: bool = False, overwrite: b
     distilbert); writes the student folder and ``general_report.json`` and returns the report."""
     started = time.time()
     config = _config(options, general=True)
-    method = recipe(config.method, general=True)
+    method = get_method(config.method, general=True)
     if not config.corpus:
         raise KdbertError("--corpus is required: text files or folders to distil on")
     corpus = corpus_files([config.corpus] if isinstance(config.corpus, (str, Path)) else config.corpus)
@@ -182,7 +159,8 @@ def distill_general(options, output_dir: str, resume: bool = False, overwrite: b
                                cache_path=out / "packed_corpus.safetensors" if is_main_process() else None)
     dataset, collator, data_report = method.general_data(sequences, tokenizer, teacher, config)
     plan = method.build_general_plan(DistillContext(teacher, student, tokenizer, None, dataset, config, config.seed))
-    train_report, plan_report = _train(plan, _run_config(out, config, config.save_every), collator, tokenizer, resume)
+    run = RunConfig.from_options(out, config, save_every=config.save_every)
+    train_report, plan_report = _train(plan, run, collator, tokenizer, resume)
     if not is_main_process():
         return {}
     report = {

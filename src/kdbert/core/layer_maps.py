@@ -15,10 +15,17 @@ Methods (M student layers, N teacher layers):
   - last:    BERT-PKD-Last, student layers 1..M-1 only, g(m) = N - M + m
              (12 -> 6: teacher 7..11, the reference's 0-based {6..10}).
 PKD leaves the last student layer out: it is covered by the logit KD term.
+
+:func:`resolve_layer_map` is the one resolver every method calls: a method states its
+:class:`LayerMapRules` (the maps it offers, its default, whether the embeddings and the last
+student layer are matched) and the resolver reads ``--layer-map`` / ``--teacher-layers``, refuses
+what does not fit with one-line errors, and returns a validated :class:`ResolvedLayerMap` whose
+:meth:`~ResolvedLayerMap.describe` is what every method prints.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kdbert.errors import KdbertError
@@ -210,3 +217,105 @@ def resolve(method: str, m: int, n: int, explicit: list[int] | None = None) -> L
             "or drop the list"
         )
     return _BUILDERS[method](m, n)
+
+
+# ----------------------------------------------------------------------------- the resolver
+EVEN_MAPS = ("uniform", "skip")  # g(m) = m * N / M: the teacher depth must be a multiple of the student's
+
+
+def rounded_uniform(m: int, n: int) -> list[int]:
+    """g(m) = ceil(m * N / M), m = 1..M: the uniform map when N is not a multiple of M (6 -> 4: 2,3,5,6)."""
+    return [math.ceil(i * n / m) for i in range(1, m + 1)]
+
+
+@dataclass(frozen=True)
+class LayerMapRules:
+    """How a method maps its student's layers.
+
+    Attributes:
+        method: the method's name in messages and the printed table ("TinyBERT").
+        maps: the ``--layer-map`` values it accepts; ``explicit`` is the ``--teacher-layers`` list.
+        default: the map without ``--layer-map`` or ``--teacher-layers``.
+        embeddings: the map starts with the embeddings pair 0 -> 0.
+        last_layer: the student's last layer is matched (PKD leaves it to the logit loss).
+        rounded_default: when the default is ``uniform`` and N % M != 0, use :func:`rounded_uniform`
+            (announced as ``uniform-rounded``) instead of refusing.
+    """
+
+    method: str
+    maps: tuple[str, ...]
+    default: str
+    embeddings: bool = True
+    last_layer: bool = True
+    rounded_default: bool = False
+
+    def matched(self, student_depth: int) -> int:
+        """How many student layers (1..k) the map gives a teacher layer."""
+        return student_depth if self.last_layer else student_depth - 1
+
+
+@dataclass(frozen=True)
+class ResolvedLayerMap:
+    """A validated map, the name it was chosen by and the depths it was resolved for."""
+
+    layer_map: LayerMap
+    name: str
+    method: str
+    student_depth: int
+    teacher_depth: int
+
+    @property
+    def layer_pairs(self) -> list[tuple[int, int]]:
+        """The transformer-layer pairs (the embeddings pair left out)."""
+        return [(s, t) for s, t in self.layer_map.pairs if s > 0]
+
+    def describe(self) -> str:
+        """What a run prints before training: the method, map name, depths and table."""
+        return (f"{self.method} layer map ({self.name}, student {self.student_depth} layers, teacher "
+                f"{self.teacher_depth}):\n{self.layer_map.table()}")
+
+
+def resolve_layer_map(rules: LayerMapRules, student_depth: int, teacher_depth: int, layer_map: str | None = None,
+                      teacher_layers=None) -> ResolvedLayerMap:
+    """The map of an M-layer student and N-layer teacher from the ``--layer-map`` and
+    ``--teacher-layers`` options under ``rules``, validated against both depths."""
+    m, n, method = student_depth, teacher_depth, rules.method
+    if m > n:
+        raise KdbertError(f"the student has {m} layers but the teacher has {n}: {method} gives each student layer a "
+                          f"teacher layer of its own; use a student with at most {n} layers")
+    count = rules.matched(m)
+    if count < 1:
+        raise KdbertError(f"{method} needs a student of at least 2 layers (its last layer is left to the logit loss), "
+                          f"got {m}; use a deeper student, or --method kd")
+    example = ",".join(map(str, rounded_uniform(m, n)[:count]))
+    listed = None if teacher_layers in (None, "") else parse_layers(teacher_layers, "--teacher-layers")
+    name = layer_map or ("explicit" if listed is not None else rules.default)
+    if name not in rules.maps:
+        raise KdbertError(f"--layer-map {name}: not a {method} layer map; use one of {', '.join(rules.maps)}")
+    if name == "explicit" and listed is None:
+        raise KdbertError(f"--layer-map explicit needs --teacher-layers: {count} teacher layers (1-based), one per "
+                          f"student layer 1..{count}, e.g. {example}")
+    if name != "explicit" and listed is not None:
+        raise KdbertError(f"--teacher-layers needs --layer-map explicit, not {name}; drop one of them")
+    if name in EVEN_MAPS and n % m:
+        if layer_map is not None or not rules.rounded_default:
+            others = [f"--layer-map {other}" for other in rules.maps if other not in (name, "explicit")]
+            raise KdbertError(f"the {name} layer map needs the teacher depth ({n}) to be a multiple of the student "
+                              f"depth ({m}); pass --teacher-layers with {count} 1-based teacher layers, e.g. "
+                              f"--teacher-layers {example}{''.join(f', or {o}' for o in others)}")
+        name, listed = "uniform-rounded", rounded_uniform(m, n)[:count]
+    if listed is not None:
+        if len(listed) != count:
+            left_out = "" if rules.last_layer else f" and {method} matches layers 1..{count} (the last is left to " \
+                                                    "the logit loss)"
+            raise KdbertError(f"--teacher-layers lists {len(listed)} layers but the student has {m}{left_out} (got "
+                              f"{teacher_layers}); give {count} teacher layers (1-based), one per matched student "
+                              "layer")
+        if any(t < 1 for t in listed):
+            raise KdbertError(f"--teacher-layers {teacher_layers}: teacher layers are 1-based (1..{n}); 0 is the "
+                              "embeddings")
+        pairs = tuple(enumerate(listed, start=1))
+    else:
+        pairs = tuple((s, t) for s, t in resolve(name, m, n).pairs if 0 < s <= count)
+    pairs = ((0, 0),) + pairs if rules.embeddings else pairs
+    return ResolvedLayerMap(LayerMap(pairs).validate(m, n), name, method, m, n)

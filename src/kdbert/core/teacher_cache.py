@@ -44,54 +44,24 @@ All misses (a cold cache): the teacher runs on the batch exactly as without a ca
 used as is and its rows are stored. Some misses: the teacher runs on the missing rows only (at
 the batch's length), they are stored and the whole batch is assembled from the cache.
 
-Storage: shards ``shard-<random>.safetensors`` (never pickles) of about ``shard_rows`` rows, each
-written under a temporary name and moved into place with ``os.replace``, so an interrupted run
-leaves complete shards only (``.tmp`` files are never read) and the next run serves them: the
-cache resumes. Each shard's metadata names its teacher namespace; opening the cache indexes the
-shards of this namespace from their headers. Several teachers, and runs side by side, can share
-one folder (shard names are random).
+Storage: the shards of :mod:`kdbert.core.teacher_store` (the format the word-level student's
+stored logits use too), whose namespace is the teacher's fingerprint; an interrupted run leaves
+complete shards only and the next run serves them: the cache resumes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import uuid
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 
-from kdbert.errors import KdbertError
+from kdbert.core.teacher_store import TeacherStore, teacher_fingerprint
 from kdbert.core.trace import MASKED_SCORE, Trace, model_batch, trace
 
-FORMAT = "kdbert-teacher-cache-1"
 FEATURE_DTYPE = torch.bfloat16
-SHARD_GLOB = "shard-*.safetensors"
 # What a row's key covers; a batch carrying any other tensor for the teacher is not cached.
 KEYED_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
-# Config entries that name where a teacher came from or its labels, not what its forward computes
-# (``problem_type`` only picks the loss HF computes when given labels, which the teacher never is).
-UNKEYED_CONFIG = ("_name_or_path", "transformers_version", "architectures", "_attn_implementation",
-                  "_attn_implementation_autoset", "_commit_hash", "id2label", "label2id", "problem_type")
-
-
-def teacher_fingerprint(model: torch.nn.Module, max_seq_len: int) -> str:
-    """Hex digest of everything that decides the teacher's outputs on a row: its class, config,
-    weights (names, dtypes, shapes, bytes) and the length limit rows were truncated to."""
-    config = getattr(model, "config", None)
-    described = {k: v for k, v in config.to_dict().items() if k not in UNKEYED_CONFIG} if config is not None else {}
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(json.dumps({"class": type(model).__name__, "max_seq_len": max_seq_len, "config": described},
-                             sort_keys=True, default=str).encode())
-    for name, tensor in sorted(model.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"|{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
-    return digest.hexdigest()
 
 
 def precision(device: torch.device) -> str:
@@ -129,15 +99,6 @@ def teacher_fields(matches, depth: int) -> list[str] | None:
     return sorted(f for f in wanted if not (f.startswith("cls.") and f"hidden.{f[4:]}" in wanted))
 
 
-def _by_length(field: str) -> bool:
-    return field.startswith(("hidden.", "scores."))
-
-
-def _stored_length(field: str, shape) -> int:
-    """``S`` of a stored field: hidden (S, d), scores (H, S, n); 0 for fields without a length."""
-    return int(shape[0]) if field.startswith("hidden.") else int(shape[1]) if field.startswith("scores.") else 0
-
-
 def _row_value(computed: Trace, field: str, row: int) -> torch.Tensor:
     """Field ``field`` of row ``row`` of a computed trace, as stored (a CPU copy)."""
     kind, _, layer = field.partition(".")
@@ -164,7 +125,7 @@ class Counts:
     batches_uncached: int = 0
 
 
-class TeacherCache:
+class TeacherCache(TeacherStore):
     """The cache of one teacher (module docstring) in ``folder``.
 
     Args:
@@ -177,81 +138,13 @@ class TeacherCache:
 
     def __init__(self, folder, teacher: torch.nn.Module, max_seq_len: int, features: bool = False,
                  shard_rows: int = 512, shard_bytes: int = 64 << 20):
-        self.folder = Path(folder).expanduser()
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise KdbertError(f"--teacher-cache {self.folder}: cannot create it ({exc.strerror}); pass a writable "
-                              "folder") from None
-        self.namespace = teacher_fingerprint(teacher, max_seq_len)
+        super().__init__(folder, teacher_fingerprint(teacher, max_seq_len), "--teacher-cache", shard_rows,
+                         shard_bytes)
         self.depth = int(getattr(getattr(teacher, "config", None), "num_hidden_layers", 0) or 0)
-        self.features, self.shard_rows, self.shard_bytes = features, shard_rows, shard_bytes
-        self.index: dict[str, dict[str, tuple[str | None, int]]] = {}  # key -> field -> (shard or None, S)
-        self.pending: dict[str, torch.Tensor] = {}  # "<key>/<field>" -> tensor not yet in a shard
-        self.pending_rows = self.pending_bytes = 0
-        self.handles: dict[str, object] = {}
+        self.features = features
         self.counts: dict[str, Counts] = {}
         self.stages: dict[str, list[str]] = {}  # stage -> fields cached
         self.not_cached: dict[str, str] = {}  # stage -> why its teacher outputs are not cached
-        self.bytes_written = self.shards_written = 0
-        self.skipped_shards: list[str] = []
-        self._load_index()
-        self.entries_at_start = len(self.index)
-
-    # ----------------------------------------------------------------- shards
-    def _load_index(self) -> None:
-        for path in sorted(self.folder.glob(SHARD_GLOB)):
-            try:
-                handle = safe_open(str(path), "pt")
-                if (handle.metadata() or {}).get("teacher") != self.namespace:
-                    continue
-                for name in handle.keys():
-                    key, field = name.split("/", 1)
-                    self._record(key, field, path.name, _stored_length(field, handle.get_slice(name).get_shape()))
-            except Exception as exc:  # written atomically, so only an outside change gets here: never trusted
-                self.skipped_shards.append(f"{path.name} ({type(exc).__name__}: {exc})")
-                continue
-            self.handles[path.name] = handle
-
-    def _record(self, key: str, field: str, shard: str | None, length: int) -> None:
-        """Index ``key/field`` in ``shard`` (``None``: pending); the longest stored length wins."""
-        fields = self.index.setdefault(key, {})
-        if field not in fields or length >= fields[field][1]:
-            fields[field] = (shard, length)
-
-    def flush(self) -> None:
-        """Write the pending rows as one shard (temporary name, then ``os.replace``)."""
-        if not self.pending:
-            return
-        name = f"shard-{uuid.uuid4().hex[:16]}.safetensors"
-        final, tmp = self.folder / name, self.folder / f".{name}.tmp"
-        try:
-            save_file(self.pending, str(tmp), metadata={"teacher": self.namespace, "format": FORMAT})
-            os.replace(tmp, final)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise KdbertError(f"--teacher-cache {self.folder}: cannot write a shard ({exc.strerror or exc}); free "
-                              "some space or drop --teacher-cache") from None
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        self.handles[name] = safe_open(str(final), "pt")
-        for tensor_name in self.pending:
-            key, field = tensor_name.split("/", 1)
-            shard, length = self.index[key][field]
-            if shard is None:
-                self.index[key][field] = (name, length)
-        self.bytes_written += final.stat().st_size
-        self.shards_written += 1
-        self.pending, self.pending_rows, self.pending_bytes = {}, 0, 0
-
-    def close(self) -> None:
-        """Write what is pending (call at the end of a run; an interrupted run loses only that)."""
-        self.flush()
-
-    def disk_bytes(self) -> int:
-        """Bytes of every shard in the folder (all teachers)."""
-        return sum(p.stat().st_size for p in self.folder.glob(SHARD_GLOB))
 
     # ----------------------------------------------------------------- lookups
     def row_keys(self, inputs: dict) -> list[str] | None:
@@ -276,27 +169,10 @@ class TeacherCache:
             keys.append(digest.hexdigest())
         return keys
 
-    def has(self, key: str, fields: list[str], length: int) -> bool:
-        """Whether ``key`` holds every field, those with a length stored at ``length`` or longer."""
-        entry = self.index.get(key, {})
-        return all(f in entry and (not _by_length(f) or entry[f][1] >= length) for f in fields)
-
-    def get(self, key: str, field: str) -> torch.Tensor:
-        shard = self.index[key][field][0]
-        name = f"{key}/{field}"
-        return self.pending[name] if shard is None else self.handles[shard].get_tensor(name)
-
     def store(self, keys: list[str], computed: Trace, fields: list[str]) -> None:
-        """Keep ``fields`` of each row of ``computed`` under its key; a shard is written when enough is pending."""
+        """Keep ``fields`` of each row of ``computed`` under its key."""
         for row, key in enumerate(keys):
-            for field in fields:
-                value = _row_value(computed, field, row)
-                self.pending[f"{key}/{field}"] = value
-                self.pending_bytes += value.numel() * value.element_size()
-                self._record(key, field, None, _stored_length(field, value.shape))
-            self.pending_rows += 1
-        if self.pending_rows >= self.shard_rows or self.pending_bytes >= self.shard_bytes:
-            self.flush()
+            self.put(key, {field: _row_value(computed, field, row) for field in fields})
 
     def assemble(self, keys: list[str], fields: list[str], inputs: dict, model_class: str) -> Trace:
         """The teacher's trace of a batch whose rows are all stored: ``logits`` (B, C) as

@@ -1,20 +1,23 @@
-"""The teacher's logits on a transfer set, computed once and stored beside the data file.
+"""The teacher's logits on a transfer set, computed once and kept in the teacher-output store.
 
-A student distilled from logits alone (the distilled BiLSTM) needs the teacher's outputs on
-every training row, including hundreds of thousands of augmented rows; they do not change
-between epochs, seeds or student settings, so :func:`label_with_teacher` computes them once and
-keeps them in ``<data file>.teacher-<id>.safetensors``.
+A student fitted to logits alone (the distilled BiLSTM) needs the teacher's outputs on every
+training row, including hundreds of thousands of augmented rows; they do not change between
+epochs, seeds or student settings, so :func:`label_with_teacher` computes them once and keeps them
+in a :class:`~kdbert.core.teacher_store.TeacherStore` (the ``--teacher-cache`` format; field
+``logits``, (C,) float32 per row). :func:`stored_teacher_logits`, which the distillation front
+serves, keeps them in ``<training file>.teacher-logits/`` beside the data, or in
+``--logits-cache DIR`` (``$XDG_CACHE_HOME/kdbert/teacher-logits`` when the data's folder is
+read-only or the rows come from HF datasets).
 
-Every stored row is keyed by ``blake2b(teacher identity, the row's texts)``, where the identity
-(:func:`teacher_identity`) hashes the teacher's weights, its tokenizer and the maximum sequence
-length. A changed data file therefore only computes its new rows, and a changed teacher (or
-tokenizer, or length) never reads another teacher's numbers: its keys differ, and so does the
-file name, so the stores of several teachers live side by side.
+A row's key is ``blake2b(namespace, the row's texts)``; the namespace (:func:`labelling_namespace`)
+is the teacher's fingerprint (class, config, weights, maximum sequence length), its tokenizer and
+the labelling precision. A changed data file therefore only computes its new rows, and a changed
+teacher (or tokenizer, length or precision) never reads another's numbers: several teachers'
+shards live side by side in one folder.
 
 ``dtype="bfloat16"`` runs the teacher under ``torch.autocast`` in bfloat16 (about twice as fast
-on CPUs with AVX-512 BF16 or AMX, and on GPUs); its logits are still stored in float32, but
-they are not the float32 ones, so the precision is part of the identity and they get a store of
-their own (the float32 store keeps its name).
+on CPUs with AVX-512 BF16 or AMX, and on GPUs); its logits are still stored in float32, but they
+are not the float32 ones, so the precision is part of the namespace.
 
 The texts the teacher reads are :func:`teacher_view` of the stored ones: the augmentation's
 ``[MASK]`` becomes the teacher tokenizer's own mask token.
@@ -26,19 +29,22 @@ import hashlib
 import inspect
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.numpy import load_file, save_file
 
+from kdbert.core.teacher_store import TeacherStore, teacher_fingerprint
 from kdbert.data.batching import PaddingCollator, encode_examples
-from kdbert.data.glue import Example
-from kdbert.families.bilstm.words import MASK_TOKEN
+from kdbert.data.glue import Example, resolve_glue_dir, split_file
+from kdbert.data.load import TaskOptions, is_data_file
+from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
-
+from kdbert.families.bilstm.words import MASK_TOKEN
 
 DTYPES = ("float32", "bfloat16")
+SHARD_ROWS = 1 << 16  # logits are a few numbers per row: large shards, few files
 
 
 def check_dtype(dtype: str) -> None:
@@ -46,25 +52,17 @@ def check_dtype(dtype: str) -> None:
         raise KdbertError(f"teacher labelling precision {dtype!r} is unknown; use {' or '.join(DTYPES)}")
 
 
-def teacher_identity(model: torch.nn.Module, tokenizer, max_seq_len: int, dtype: str = "float32") -> str:
-    """A hex digest of the teacher's class, weights (names, dtypes, shapes, values), tokenizer,
-    ``max_seq_len`` and the labelling precision ``dtype`` (float32 adds nothing, so float32
-    stores keep their names): everything that decides its logits on a text."""
+def labelling_namespace(model: torch.nn.Module, tokenizer, max_seq_len: int, dtype: str = "float32") -> str:
+    """A hex digest of everything that decides the teacher's logits on a text: its fingerprint
+    (:func:`~kdbert.core.teacher_store.teacher_fingerprint`), its tokenizer and the precision."""
     check_dtype(dtype)
-    digest = hashlib.blake2b(digest_size=16)
-    digest.update(f"{type(model).__name__}|{max_seq_len}|".encode())
-    if dtype != "float32":
-        digest.update(f"autocast-{dtype}|".encode())
-    for name, tensor in sorted(model.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:  # without the truncation / padding state that each call sets
         described = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
         vocab = json.dumps(described, sort_keys=True)
     else:
         vocab = repr(sorted(tokenizer.get_vocab().items()))
+    digest = hashlib.blake2b(f"texts|{teacher_fingerprint(model, max_seq_len)}|{dtype}|".encode(), digest_size=16)
     digest.update(vocab.encode("utf-8"))
     return digest.hexdigest()
 
@@ -79,18 +77,10 @@ def teacher_view(text: str, mask_token: str | None) -> str:
     return text.replace(MASK_TOKEN, mask_token)
 
 
-def example_keys(identity: str, examples: list[tuple[str, ...]]) -> np.ndarray:
-    """(N, 16) uint8: ``blake2b(identity, texts)`` per example."""
-    keys = np.empty((len(examples), 16), dtype=np.uint8)
-    for i, texts in enumerate(examples):
-        digest = hashlib.blake2b("\x1f".join((identity, *texts)).encode("utf-8"), digest_size=16).digest()
-        keys[i] = np.frombuffer(digest, dtype=np.uint8)
-    return keys
-
-
-def store_path(data_path: str | os.PathLike, identity: str) -> Path:
-    """Where the logits of the teacher ``identity`` on ``data_path`` are kept."""
-    return Path(f"{data_path}.teacher-{identity[:16]}.safetensors")
+def row_keys(namespace: str, examples: list[tuple[str, ...]]) -> list[str]:
+    """``blake2b(namespace, texts)`` per example (hex)."""
+    return [hashlib.blake2b("\x1f".join((namespace, *texts)).encode("utf-8"), digest_size=16).hexdigest()
+            for texts in examples]
 
 
 @torch.inference_mode()
@@ -117,42 +107,68 @@ def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len:
     return np.stack(out)
 
 
-def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], data_path: str | os.PathLike,
+def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder: str | os.PathLike,
                        max_seq_len: int, batch_size: int = 64, num_labels: int | None = None,
-                       dtype: str = "float32") -> np.ndarray:
-    """The teacher's logits (N, C) on ``examples`` (one or two texts each), from the store beside
-    ``data_path`` where present; rows not stored yet are computed (shortest first, in batches
-    of ``batch_size``) and added to the store (rewritten atomically). ``num_labels``: the task's
-    output count, checked against the teacher's. ``dtype``: "float32", or "bfloat16" to run the
-    teacher under autocast (logits stored in float32, in a store of their own)."""
+                       dtype: str = "float32", option: str = "--logits-cache") -> np.ndarray:
+    """The teacher's logits (N, C) on ``examples`` (one or two texts each), from the store in
+    ``folder`` where present; rows not stored yet are computed (shortest first, in batches of
+    ``batch_size``) and stored. ``num_labels``: the task's output count, checked against the
+    teacher's. ``dtype``: "float32", or "bfloat16" to run the teacher under autocast (logits
+    stored in float32, under a namespace of their own). ``option`` names the folder in errors."""
     if num_labels is not None and model.config.num_labels != num_labels:
         raise KdbertError(f"the teacher has {model.config.num_labels} output(s) but the task needs {num_labels}; "
                           "use a teacher fine-tuned on this task")
-    identity = teacher_identity(model, tokenizer, max_seq_len, dtype)
-    path = store_path(data_path, identity)
-    keys = example_keys(identity, examples)
-    stored_keys, stored = np.zeros((0, 16), np.uint8), np.zeros((0, model.config.num_labels), np.float32)
-    if path.is_file():
-        try:
-            saved = load_file(str(path))
-            stored_keys, stored = saved["keys"], saved["logits"]
-        except Exception as exc:  # a damaged store is reported, never trusted
-            raise KdbertError(f"{path}: cannot read the stored teacher logits ({exc}); delete the file to "
-                              "recompute them") from None
-    known = {k.tobytes(): i for i, k in enumerate(stored_keys)}
-    new_rows: dict[bytes, int] = {}  # key -> first example with it
+    store = TeacherStore(folder, labelling_namespace(model, tokenizer, max_seq_len, dtype), option,
+                         shard_rows=SHARD_ROWS)
+    keys = row_keys(store.namespace, examples)
+    new_rows: dict[str, int] = {}  # key -> first example with it
     for i, key in enumerate(keys):
-        if key.tobytes() not in known:
-            new_rows.setdefault(key.tobytes(), i)
+        if not store.has(key, ["logits"]):
+            new_rows.setdefault(key, i)
     if new_rows:
-        rows = list(new_rows.values())
-        new = _run_teacher(model, tokenizer, [examples[i] for i in rows], max_seq_len, batch_size, dtype)
-        for offset, key in enumerate(new_rows):
-            known[key] = len(stored_keys) + offset
-        stored_keys = np.concatenate([stored_keys, keys[rows]])
-        stored = np.concatenate([stored, new.astype(np.float32)])
-        tmp = path.with_name(path.name + ".tmp")
-        save_file({"keys": np.ascontiguousarray(stored_keys), "logits": np.ascontiguousarray(stored)}, str(tmp),
-                  metadata={"teacher": identity})
-        os.replace(tmp, path)
-    return stored[[known[k.tobytes()] for k in keys]]
+        computed = _run_teacher(model, tokenizer, [examples[i] for i in new_rows.values()], max_seq_len, batch_size,
+                                dtype)
+        for key, logits in zip(new_rows, computed):
+            store.put(key, {"logits": torch.tensor(logits, dtype=torch.float32)})
+        store.close()
+    return np.stack([store.get(key, "logits").numpy() for key in keys])
+
+
+# ----------------------------------------------------------------------------- where a task's logits live
+def store_folder(data_path: str | os.PathLike) -> Path:
+    """The store beside a transfer-set file: ``<file>.teacher-logits/``."""
+    return Path(f"{data_path}.teacher-logits")
+
+
+def training_file(task: TaskOptions, spec: TaskSpec) -> Path | None:
+    """The file the training rows come from (``None`` for HF datasets)."""
+    if is_data_file(task.task):
+        return Path(task.task)
+    if task.train_file:
+        return Path(task.train_file)
+    if task.data_source == "dir":
+        return split_file(resolve_glue_dir(task.data_dir) / spec.glue_folder, "train")
+    return None
+
+
+def task_store_folder(task: TaskOptions, spec: TaskSpec, folder: str | None) -> Path:
+    """``folder`` (``--logits-cache``) when given; else :func:`store_folder` of the training file
+    when its folder is writable, else ``$XDG_CACHE_HOME/kdbert/teacher-logits``."""
+    if folder:
+        return Path(folder)
+    source = training_file(task, spec)
+    if source is not None and os.access(source.resolve().parent, os.W_OK):
+        return store_folder(source)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kdbert" / "teacher-logits"
+
+
+def stored_teacher_logits(teacher, tokenizer, rows: list[Example], task: TaskOptions, spec: TaskSpec,
+                          max_seq_len: int, dtype: str = "float32", folder: str | None = None):
+    """The teacher's logits (N, C) on ``rows`` (:func:`label_with_teacher`, on a GPU when there is
+    one) from the store of ``task`` (:func:`task_store_folder`), and the facts for the report."""
+    store = task_store_folder(task, spec, folder)
+    started = time.time()
+    teacher.to("cuda" if torch.cuda.is_available() else "cpu")
+    logits = label_with_teacher(teacher, tokenizer, [row.texts for row in rows], store, max_seq_len,
+                                num_labels=spec.num_labels, dtype=dtype)
+    return logits, {"store": str(store), "rows": len(rows), "dtype": dtype, "seconds": round(time.time() - started, 1)}

@@ -1,103 +1,31 @@
-"""What a distillation recipe receives and returns, and the pieces recipes share.
+"""The pieces methods share (no method imports another): logit distillation's options and matches,
+the student sources of BERT students, and plan helpers.
 
-A recipe module (see :mod:`kdbert.methods.registry`) exposes a config dataclass and pure functions: it
-turns the loaded pieces (teacher, student, task data, typed config) into a :class:`Plan` (the
-modules to train and the stages the shared :class:`~kdbert.core.trainer.Trainer` runs). It does no
-I/O beyond building students and never contains a training loop; :mod:`kdbert.core.distill` is the one
-front that loads, trains and reports.
+A method (:class:`kdbert.core.method.Method`) turns the loaded pieces (teacher, student, task data,
+typed config) into a :class:`~kdbert.core.method.Plan`; it never contains a training loop.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from kdbert.data.batching import EncodedDataset
+from kdbert.core.layer_maps import parse_layers
+from kdbert.core.loading import check_vocabulary, load_sequence_classifier, resolve_model_path
+from kdbert.core.matching import Match
+from kdbert.core.method import Student
+from kdbert.core.options import UNIT, MethodConfig, TeacherCacheOptions, in_range, option
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
-from kdbert.methods.finetune import FALLBACK_DEFAULTS, TASK_DEFAULTS
-from kdbert.core.layer_maps import parse_layers
-from kdbert.core.matching import Match
 from kdbert.families import bert as students
-from kdbert.core.loading import check_vocabulary, load_sequence_classifier, resolve_model_path
-from kdbert.core.trainer import Stage
+from kdbert.families.bert import STUDENT_INITS
+from kdbert.methods.finetune import FALLBACK_DEFAULTS, TASK_DEFAULTS
 
 
-@dataclass
-class Student:
-    """The initial student and where it came from (``origin``, for reports and errors)."""
-
-    model: nn.Module
-    origin: str
-
-
-@dataclass
-class TaskInputs:
-    """What task distillation trains on, from the recipe's ``task_inputs`` hook (a student with
-    its own inputs) or the front's default (an HF student on the teacher's tokenizer).
-
-    Attributes:
-        student: the initial :class:`Student`.
-        train_set: encoded training rows (``train_set.lengths`` orders the batches).
-        collator: features -> batch (the student's inputs, labels, whatever the losses read).
-        evaluator: ``evaluator(student) -> metrics`` on the dev split(s), with ``"score"``.
-        saved_with_student: the teacher's tokenizer or the student's vocabulary: anything with
-            ``save_pretrained(folder)``, written beside the saved student.
-        report: facts for ``distill_report.json`` (vocabulary size, stored teacher logits...).
-    """
-
-    student: Student
-    train_set: EncodedDataset
-    collator: Callable
-    evaluator: Callable
-    saved_with_student: Any
-    report: dict = field(default_factory=dict)
-
-
-@dataclass
-class DistillContext:
-    """Inputs of a distillation recipe.
-
-    Attributes:
-        teacher: fine-tuned HF sequence classifier (task) or pre-trained encoder (general).
-        student: the initial :class:`Student`.
-        tokenizer: the teacher's tokenizer (the student's too, unless the batch carries its own inputs).
-        spec: the task (``None`` for general distillation).
-        train_set: encoded training rows.
-        config: the method's typed config, task defaults resolved.
-        seed: run seed.
-    """
-
-    teacher: nn.Module
-    student: Student
-    tokenizer: Any
-    spec: TaskSpec | None
-    train_set: EncodedDataset
-    config: Any
-    seed: int = 42
-
-
-@dataclass
-class Plan:
-    """Output of a recipe: ``modules["student"]`` plus extra trainable modules (projections are
-    added by the stages' losses on the first batch), frozen models (``{"teacher": ...}``), the
-    stages, and facts for the report (layer map, loss weights...)."""
-
-    modules: dict[str, nn.Module]
-    frozen: dict[str, nn.Module]
-    stages: list[Stage]
-    report: dict = field(default_factory=dict)
-
-    @property
-    def matches(self) -> dict[str, list[Match]]:
-        return {s.config.name: list(getattr(s.loss_fn, "matches", [])) for s in self.stages}
-
-
-def teacher_if_needed(teacher: nn.Module, stages: list[Stage]) -> dict:
+def teacher_if_needed(teacher: nn.Module, stages: list) -> dict:
     """``{"teacher": teacher}`` when some stage's loss reads the teacher, else ``{}``."""
     needed = any(getattr(s.loss_fn, "uses_teacher", True) for s in stages)
     return {"teacher": teacher} if needed else {}
@@ -110,6 +38,37 @@ def task_training_defaults(task: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- logit distillation
+TEMPERATURE = in_range(0, 1e4, low_open=True, what="a positive temperature (at most 10000)")
+
+
+@dataclass
+class LogitKDConfig(TeacherCacheOptions, MethodConfig):
+    """Options of every method whose task loss is classic KD (KD, PKD, DistilBERT (D), MobileBERT)."""
+
+    alpha: float = option(0.7, "weight of the soft-target term; the hard-label term gets 1 - alpha", UNIT,
+                          float, "losses")
+    temperature: float = option(20.0, "softmax temperature (default: the method's)", TEMPERATURE, float, "losses")
+    kd_loss: str | None = option(None, "KL on softened probabilities (kl, default) or MSE on logits (mse); "
+                                       "regression tasks use MSE", type=str, group="losses", choices=("kl", "mse"))
+    kd_reduction: str = option("batchmean", "KL reduction: batchmean (per example; kd's default) or mean (per example "
+                                            "and class, the BERT-PKD reference's KLDivLoss default and pkd's)", type=str,
+                               group="losses", choices=("batchmean", "mean"))
+
+    def task_defaults(self, task: str) -> dict:
+        return task_training_defaults(task)
+
+
+@dataclass
+class StudentLayerOptions:
+    """A BERT student made of teacher layers, or a preset's weights selected from the teacher's."""
+
+    student_layers: str | None = option(None, "build the student from these teacher layers (0-based, e.g. 0,1,2) "
+                                              "or the first K layers (an integer), as BERT-PKD does", group="student")
+    student_init: str | None = option(None, "preset student's weights: random (default, as the papers) or "
+                                            "selected from the teacher's (weight selection)", group="student",
+                                      choices=STUDENT_INITS)
+
+
 def logit_matches(alpha: float, temperature: float, kd_loss: str, regression: bool,
                   kd_reduction: str = "batchmean") -> list[Match]:
     """Classic KD's two terms (Hinton et al.), each already weighted; zero-weight terms left out::
@@ -136,6 +95,17 @@ def check_kd_loss(kd_loss: str | None, spec: TaskSpec) -> str:
         raise KdbertError(f"--kd-loss kl needs class probabilities but {spec.name} is a regression task "
                           "(KD uses MSE to the teacher's score there); drop --kd-loss")
     return "mse" if spec.is_regression else (kd_loss or "kl")
+
+
+def kd_matches(config: LogitKDConfig, spec: TaskSpec) -> list[Match]:
+    """The soft and hard terms of ``config`` on ``spec`` (:func:`logit_matches`)."""
+    return logit_matches(config.alpha, config.temperature, check_kd_loss(config.kd_loss, spec), spec.is_regression,
+                         config.kd_reduction)
+
+
+def kd_report(config: LogitKDConfig, spec: TaskSpec) -> dict:
+    return {"alpha": config.alpha, "temperature": config.temperature, "kd_loss": check_kd_loss(config.kd_loss, spec),
+            "kd_reduction": config.kd_reduction, "regression": spec.is_regression}
 
 
 # ----------------------------------------------------------------------------- students

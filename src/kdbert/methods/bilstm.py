@@ -44,27 +44,20 @@ reads and ``kdbert evaluate`` / ``kdbert bench`` accept.
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from kdbert.core.options import POSITIVE_INT, UNIT, MethodConfig, in_range, option, override
-from kdbert.data.glue import resolve_glue_dir, split_file
-from kdbert.data.load import TaskOptions, is_data_file
-from kdbert.data.tasks import TaskSpec
-from kdbert.data.teacher_logits import label_with_teacher, store_path, teacher_identity
-from kdbert.families.bilstm.batching import DistillationCollator, encode_for_distillation
-from kdbert.errors import KdbertError
-from kdbert.families.bilstm.evaluate import WordTaskEvaluator
 from kdbert.core.matching import Match
-from kdbert.families.bilstm.model import BiLSTMStudent, init_bilstm
-from kdbert.core.trace import HookAdapter, register_adapter
-from kdbert.methods.base import DistillContext, Plan, Student, TaskInputs
+from kdbert.core.method import DistillContext, Method, Plan, Student, TaskInputs, TaskSource
+from kdbert.core.options import POSITIVE_INT, UNIT, MethodConfig, in_range, option, override
 from kdbert.core.stages import task_stage
+from kdbert.core.trace import HookAdapter, register_adapter
+from kdbert.errors import KdbertError
+from kdbert.families.bilstm.batching import DistillationCollator, encode_for_distillation
+from kdbert.families.bilstm.evaluate import WordTaskEvaluator
+from kdbert.families.bilstm.model import BiLSTMStudent, init_bilstm
 
 OPTIMIZER_RATES = {"adadelta": 1.0, "adamw": 1e-3}
 
@@ -121,9 +114,6 @@ class BiLSTMDistillConfig(MethodConfig):
                               "texts and --word-vectors (sizes: --hidden-size, --fc-size); drop --student")
 
 
-Config = BiLSTMDistillConfig
-
-
 # ----------------------------------------------------------------------------- the stored teacher
 class StoredTeacherLogits(nn.Module):
     """The teacher during BiLSTM distillation: ``forward(teacher_logits)`` returns the logits
@@ -133,74 +123,13 @@ class StoredTeacherLogits(nn.Module):
     def forward(self, teacher_logits: torch.Tensor | None = None) -> torch.Tensor:
         if teacher_logits is None:
             raise KdbertError("the batch carries no teacher_logits; encode the rows with "
-                              "encode_for_distillation(..., teacher_logits=label_with_teacher(...))")
+                              "encode_for_distillation(..., teacher_logits=TaskSource.teacher_logits(...))")
         return teacher_logits
 
 
 # Neither model is an HF transformer: their output is the logits, no other feature is needed.
 register_adapter(BiLSTMStudent, HookAdapter({}))
 register_adapter(StoredTeacherLogits, HookAdapter({}))
-
-
-# ----------------------------------------------------------------------------- data
-def training_file(task: TaskOptions, spec: TaskSpec) -> Path | None:
-    """The file the training rows come from (``None`` for HF datasets)."""
-    if is_data_file(task.task):
-        return Path(task.task)
-    if task.train_file:
-        return Path(task.train_file)
-    if task.source == "dir":
-        return split_file(resolve_glue_dir(task.data_dir) / spec.glue_folder, "train")
-    return None
-
-
-def logits_store_base(task: TaskOptions, spec: TaskSpec, cache: str | None) -> Path:
-    """The path the stored logits are named after (:func:`kdbert.data.teacher_logits.store_path`):
-    the training file itself when its folder is writable and no ``cache`` folder is given, else
-    a file of the same name in ``cache`` (default ``$XDG_CACHE_HOME/kdbert/teacher-logits``)."""
-    source = training_file(task, spec)
-    if cache is None and source is not None and os.access(source.resolve().parent, os.W_OK):
-        return source
-    folder = Path(cache) if cache else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kdbert" / \
-        "teacher-logits"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise KdbertError(f"--logits-cache {folder}: cannot create it ({exc.strerror}); pass a writable folder") \
-            from None
-    return folder / (source.name if source is not None else f"{spec.name}-train")
-
-
-def task_inputs(method, teacher, tokenizer, data, rows, max_seq_len: int, config: BiLSTMDistillConfig,
-                task: TaskOptions) -> TaskInputs:
-    """The BiLSTM student built from ``rows``' texts and the dev texts (their words with a vector),
-    the rows encoded as word ids with the teacher's stored logits beside them (labelled once; not
-    at all with ``alpha`` 0), and the word-level dev evaluator. ``max_seq_len`` is the teacher's
-    token limit when labelling."""
-    spec = data.spec
-    hidden_size = config.hidden_size or (PAIR_HIDDEN_SIZE if spec.is_pair else HIDDEN_SIZE)
-    model, vocab, built = init_bilstm(
-        [text for row in rows for text in row.texts], spec.num_labels, spec.is_pair, config.word_vectors,
-        config.min_count, config.embedding_dim, config.seed,
-        dev_texts=[text for split in data.dev.values() for row in split for text in row.texts],
-        hidden_size=hidden_size, fc_size=config.fc_size, freeze_embeddings=config.freeze_embeddings,
-        dropout=config.dropout)
-    report = {"student": {"vocab_size": len(vocab), "parameters": sum(p.numel() for p in model.parameters()),
-                          "config": asdict(model.config), "word_vectors": config.word_vectors, **built}}
-    logits = None
-    if config.alpha > 0:
-        base = logits_store_base(task, spec, config.logits_cache)
-        started = time.time()
-        teacher.to("cuda" if torch.cuda.is_available() else "cpu")
-        logits = label_with_teacher(teacher, tokenizer, [row.texts for row in rows], base, max_seq_len,
-                                    num_labels=spec.num_labels, dtype=config.teacher_dtype)
-        identity = teacher_identity(teacher, tokenizer, max_seq_len, config.teacher_dtype)
-        report["teacher_logits"] = {"store": str(store_path(base, identity)), "rows": len(rows),
-                                    "dtype": config.teacher_dtype, "seconds": round(time.time() - started, 1)}
-    train_set = encode_for_distillation(rows, vocab, spec.is_pair, teacher_logits=logits, max_words=config.max_words)
-    origin = f"BiLSTM from {len(rows)} training rows" + (f" and {config.word_vectors}" if config.word_vectors else "")
-    return TaskInputs(Student(model, origin), train_set, DistillationCollator(regression=spec.is_regression),
-                      WordTaskEvaluator(data, vocab), vocab, report)
 
 
 # ----------------------------------------------------------------------------- plan
@@ -219,17 +148,52 @@ TRAINED_WITHOUT_EMBEDDINGS = ("student.forward_lstm.*", "student.backward_lstm.*
                               "student.classifier.*")
 
 
-def build_task_plan(ctx: DistillContext) -> Plan:
-    """One stage ``bilstm``: :func:`bilstm_matches` with the chosen optimiser (Adadelta at a
-    constant rate, or AdamW with linear warmup and decay); frozen embeddings are left out of the
-    trained parameters."""
-    config = ctx.config
-    matches = bilstm_matches(config.alpha)
-    train = TRAINED_WITHOUT_EMBEDDINGS if config.freeze_embeddings else ("student.*",)
-    stage = task_stage("bilstm", config, matches, ctx, optimizer=config.optimizer, train=train,
-                       schedule="constant" if config.optimizer == "adadelta" else "linear",
-                       max_grad_norm=config.max_grad_norm or None)
-    frozen = {"teacher": StoredTeacherLogits()} if config.alpha > 0 else {}
-    return Plan({"student": ctx.student.model}, frozen, [stage],
-                report={"loss": {"alpha": config.alpha, "distill": "squared_l2", "optimizer": config.optimizer,
-                                 "regression": ctx.spec.is_regression}})
+# ----------------------------------------------------------------------------- method
+class BiLSTM(Method):
+    name = "bilstm"
+    help = "distilled BiLSTM (Tang et al.): a word-level BiLSTM fitted to the teacher's stored logits"
+    config = BiLSTMDistillConfig
+
+    def task_inputs(self, source: TaskSource, config: BiLSTMDistillConfig) -> TaskInputs:
+        """The BiLSTM student built from the training rows' texts and the dev texts (their words with
+        a vector), the rows encoded as word ids with the teacher's stored logits beside them
+        (:meth:`~kdbert.core.method.TaskSource.teacher_logits`: labelled once; not at all with
+        ``alpha`` 0), and the word-level dev evaluator."""
+        data, rows = source.data, source.rows
+        spec = data.spec
+        hidden_size = config.hidden_size or (PAIR_HIDDEN_SIZE if spec.is_pair else HIDDEN_SIZE)
+        model, vocab, built = init_bilstm(
+            [text for row in rows for text in row.texts], spec.num_labels, spec.is_pair, config.word_vectors,
+            config.min_count, config.embedding_dim, config.seed,
+            dev_texts=[text for split in data.dev.values() for row in split for text in row.texts],
+            hidden_size=hidden_size, fc_size=config.fc_size, freeze_embeddings=config.freeze_embeddings,
+            dropout=config.dropout)
+        report = {"student": {"vocab_size": len(vocab), "parameters": sum(p.numel() for p in model.parameters()),
+                              "config": asdict(model.config), "word_vectors": config.word_vectors, **built}}
+        logits = None
+        if config.alpha > 0:
+            logits, report["teacher_logits"] = source.teacher_logits(config.teacher_dtype, config.logits_cache)
+        train_set = encode_for_distillation(rows, vocab, spec.is_pair, teacher_logits=logits,
+                                            max_words=config.max_words)
+        vectors = f" and {config.word_vectors}" if config.word_vectors else ""
+        origin = f"BiLSTM from {len(rows)} training rows{vectors}"
+        return TaskInputs(Student(model, origin), train_set, DistillationCollator(regression=spec.is_regression),
+                          WordTaskEvaluator(data, vocab), vocab, report)
+
+    def build_task_plan(self, ctx: DistillContext) -> Plan:
+        """One stage ``bilstm``: :func:`bilstm_matches` with the chosen optimiser (Adadelta at a
+        constant rate, or AdamW with linear warmup and decay); frozen embeddings are left out of the
+        trained parameters."""
+        config = ctx.config
+        matches = bilstm_matches(config.alpha)
+        train = TRAINED_WITHOUT_EMBEDDINGS if config.freeze_embeddings else ("student.*",)
+        stage = task_stage("bilstm", config, matches, ctx, optimizer=config.optimizer, train=train,
+                           schedule="constant" if config.optimizer == "adadelta" else "linear",
+                           max_grad_norm=config.max_grad_norm or None)
+        frozen = {"teacher": StoredTeacherLogits()} if config.alpha > 0 else {}
+        return Plan({"student": ctx.student.model}, frozen, [stage],
+                    report={"loss": {"alpha": config.alpha, "distill": "squared_l2", "optimizer": config.optimizer,
+                                     "regression": ctx.spec.is_regression}})
+
+
+METHOD = BiLSTM()

@@ -30,7 +30,7 @@ Three entry points:
     scaling gives ~5e-5), so 1e-4 is used. ``--recipe distilbert/general`` sets the reference's
     warm-up 0.05 and weight decay 0. The reference's AdamW betas (0.9, 0.98) are not exposed.
 
-    Masking (:class:`DynamicMasker`): per batch, ``ceil(0.15 * n)`` of the ``n`` maskable tokens
+    Masking (:class:`kdbert.data.masking.DynamicMasker`): per batch, ``ceil(0.15 * n)`` of the ``n`` maskable tokens
     (not special, not padding) are drawn without replacement, uniformly or, with
     ``--mlm-smoothing s`` (reference 0.7), with probability proportional to ``count^-s`` (counts
     over the packed corpus) so rare tokens are masked more often. Of the chosen tokens 80 %
@@ -49,38 +49,35 @@ Task time, "DistilBERT (D)" (``distill task --method distilbert``)
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from kdbert.core.options import NON_NEGATIVE, POSITIVE_INT, UNIT, TrainOptions, in_range, option, override
-from kdbert.data.batching import EncodedDataset
-from kdbert.data.tasks import TaskSpec
-from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import save_hf_folder
 from kdbert.core.layer_maps import parse_layers
-from kdbert.core.matching import Match
-from kdbert.families import bert as students
 from kdbert.core.loading import check_vocabulary, load_tokenizer, resolve_model_path
+from kdbert.core.matching import Match
+from kdbert.core.method import DistillContext, Method, Plan, Student
+from kdbert.core.options import NON_NEGATIVE, POSITIVE_INT, UNIT, TrainOptions, in_range, option, override
+from kdbert.core.stages import task_stage
+from kdbert.data.batching import EncodedDataset
+from kdbert.data.masking import MASK_PROB, MASK_SPLIT, DynamicMasker, MlmCollator, token_weights
+from kdbert.data.tasks import TaskSpec
+from kdbert.errors import KdbertError
+from kdbert.families import bert as students
 from kdbert.methods.base import (
-    DistillContext,
-    Plan,
-    Student,
+    TEMPERATURE,
+    LogitKDConfig,
     check_kd_loss,
+    kd_matches,
+    kd_report,
     label_names,
     student_description,
     teacher_if_needed,
 )
-from kdbert.methods.kd import TEMPERATURE, LogitKDConfig, kd_matches, kd_report
-from kdbert.core.stages import task_stage
 
 GENERAL_SAVE_EVERY = 200  # optimiser steps between checkpoints (there is no evaluation to tie them to)
-MASK_PROB = 0.15
-MASK_SPLIT = (0.8, 0.1, 0.1)  # [MASK], random token, unchanged
-GENERAL_MAX_SEQ_LEN = 128
 
 INIT_REPORT = "init_student_report.json"
 GENERAL_REPORT = "general_report.json"
@@ -128,9 +125,6 @@ class DistilBertGeneralConfig(TrainOptions):
     @property
     def uses_teacher(self) -> bool:
         return self.alpha_ce > 0 or self.alpha_cos > 0
-
-
-Config, GeneralConfig = DistilBertConfig, DistilBertGeneralConfig
 
 
 # ----------------------------------------------------------------------------- loading
@@ -218,111 +212,6 @@ def init_student(teacher: str, output_dir: str, layers=None, layer_choice: str |
     return {"output_dir": str(out), **report}
 
 
-# ----------------------------------------------------------------------------- task time: DistilBERT (D)
-def initial_student(teacher, spec: TaskSpec, config: DistilBertConfig) -> Student:
-    """``DistilBertForSequenceClassification`` from the ``--student`` DistilBERT folder (fresh classifier)."""
-    from transformers import DistilBertForSequenceClassification
-
-    check_kd_loss(config.kd_loss, spec)
-    name = config.student
-    if not name:
-        raise KdbertError("--method distilbert needs --student: a DistilBERT folder from `kdbert init-student` "
-                          "or `kdbert distill general --method distilbert`")
-    if name in students.PRESETS:
-        raise KdbertError(f"--student {name} is a BERT preset; --method distilbert needs a DistilBERT folder "
-                          "from `kdbert init-student`")
-    path = resolve_model_path(name)
-    _refuse_non_distilbert(path, _config(path), "--method distilbert")
-    check_vocabulary(path, teacher)
-    problem_type = "regression" if spec.is_regression else "single_label_classification"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        try:
-            model = DistilBertForSequenceClassification.from_pretrained(
-                path, num_labels=spec.num_labels, problem_type=problem_type, ignore_mismatched_sizes=True)
-        except (OSError, ValueError) as exc:
-            raise KdbertError(f"could not load --student {path} as DistilBERT: {str(exc).splitlines()[0]}") from None
-    label_names(model, spec, teacher)
-    return Student(model, path)
-
-
-def build_task_plan(ctx: DistillContext) -> Plan:
-    """One stage ``distilbert``: KD's matches (alpha 0.5, T 2 by default)."""
-    config, spec = ctx.config, ctx.spec
-    matches = kd_matches(config, spec)
-    stages = [task_stage("distilbert", config, matches, ctx)]
-    report = {"loss": kd_report(config, spec), "plain_finetuning": config.alpha == 0,
-              **student_description(ctx.student)}
-    return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages, report=report)
-
-
-# ----------------------------------------------------------------------------- masking
-def token_weights(sequences: list[list[int]], vocab_size: int, smoothing: float) -> torch.Tensor:
-    """``max(count, 1) ** -smoothing`` per vocabulary id, counts over ``sequences`` (reference:
-    ``token_counts.py`` + ``mlm_smoothing``)."""
-    counts = np.bincount(np.fromiter((t for s in sequences for t in s), dtype=np.int64), minlength=vocab_size)
-    return torch.from_numpy(np.maximum(counts[:vocab_size], 1).astype(np.float64) ** -smoothing).float()
-
-
-class DynamicMasker:
-    """BERT-style dynamic masking of a padded batch (see the module docstring).
-
-    ``__call__(input_ids, attention_mask, generator=None) -> (masked_ids, labels)`` with labels
-    -100 except at the chosen positions. Special tokens and padding are never chosen.
-    """
-
-    def __init__(self, tokenizer, mask_prob: float = MASK_PROB, weights: torch.Tensor | None = None,
-                 split: tuple[float, float, float] = MASK_SPLIT):
-        if tokenizer.mask_token_id is None:
-            raise KdbertError("the teacher's tokenizer has no [MASK] token; masked-LM distillation needs one")
-        special = sorted(set(tokenizer.all_special_ids))
-        self.special_ids = torch.tensor(special, dtype=torch.long)
-        self.mask_id = tokenizer.mask_token_id
-        self.random_ids = torch.tensor([i for i in range(len(tokenizer)) if i not in set(special)], dtype=torch.long)
-        self.mask_prob = mask_prob
-        self.weights = weights
-        self.split = split
-
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generator=None):
-        eligible = attention_mask.bool() & ~torch.isin(input_ids, self.special_ids)
-        labels = torch.full_like(input_ids, -100)
-        masked = input_ids.clone()
-        n = math.ceil(self.mask_prob * int(eligible.sum()))
-        if n == 0:
-            return masked, labels
-        probs = eligible.reshape(-1).float()
-        if self.weights is not None:
-            probs = probs * self.weights[input_ids.reshape(-1)]
-        chosen = torch.multinomial(probs, n, replacement=False, generator=generator)
-        flat, flat_labels = masked.view(-1), labels.view(-1)
-        flat_labels[chosen] = flat[chosen]
-        draw = torch.rand(n, generator=generator)
-        to_mask = chosen[draw < self.split[0]]
-        to_random = chosen[(draw >= self.split[0]) & (draw < self.split[0] + self.split[1])]
-        flat[to_mask] = self.mask_id
-        picks = torch.randint(len(self.random_ids), (len(to_random),), generator=generator)
-        flat[to_random] = self.random_ids[picks]
-        return masked, labels
-
-
-class MlmCollator:
-    """Pad ``{"input_ids"}`` features and mask them: ``input_ids``, ``attention_mask``, ``labels``."""
-
-    def __init__(self, pad_token_id: int, masker: DynamicMasker):
-        self.pad_token_id = pad_token_id
-        self.masker = masker
-
-    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        longest = max(len(f["input_ids"]) for f in features)
-        ids = torch.full((len(features), longest), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(features), longest), dtype=torch.long)
-        for row, feature in enumerate(features):
-            ids[row, :len(feature["input_ids"])] = torch.tensor(feature["input_ids"])
-            mask[row, :len(feature["input_ids"])] = 1
-        masked, labels = self.masker(ids, mask)
-        return {"input_ids": masked, "attention_mask": mask, "labels": labels}
-
-
 # ----------------------------------------------------------------------------- general distillation
 def general_matches(config: DistilBertGeneralConfig) -> list[Match]:
     """DistilBERT's triple loss as matches (zero-weight terms left out): ``ce`` the token-level
@@ -338,56 +227,90 @@ def general_matches(config: DistilBertGeneralConfig) -> list[Match]:
     return matches
 
 
-def general_teacher(config: DistilBertGeneralConfig):
-    """The pre-trained BERT teacher, which needs an MLM head (the KL and MLM terms are over its vocabulary)."""
-    return load_bert_teacher(config.teacher, need_mlm_head=True)
+# ----------------------------------------------------------------------------- method
+class DistilBert(Method):
+    name = "distilbert"
+    help = "DistilBERT: logit distillation while fine-tuning a DistilBERT student; general: MLM KL + MLM + cosine"
+    config, general_config = DistilBertConfig, DistilBertGeneralConfig
+
+    def initial_student(self, teacher, spec: TaskSpec, config: DistilBertConfig) -> Student:
+        """``DistilBertForSequenceClassification`` from the ``--student`` DistilBERT folder (fresh classifier)."""
+        from transformers import DistilBertForSequenceClassification
+
+        check_kd_loss(config.kd_loss, spec)
+        name = config.student
+        if not name:
+            raise KdbertError("--method distilbert needs --student: a DistilBERT folder from `kdbert init-student` "
+                              "or `kdbert distill general --method distilbert`")
+        if name in students.PRESETS:
+            raise KdbertError(f"--student {name} is a BERT preset; --method distilbert needs a DistilBERT folder "
+                              "from `kdbert init-student`")
+        path = resolve_model_path(name)
+        _refuse_non_distilbert(path, _config(path), "--method distilbert")
+        check_vocabulary(path, teacher)
+        problem_type = "regression" if spec.is_regression else "single_label_classification"
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            try:
+                model = DistilBertForSequenceClassification.from_pretrained(
+                    path, num_labels=spec.num_labels, problem_type=problem_type, ignore_mismatched_sizes=True)
+            except (OSError, ValueError) as exc:
+                first_line = str(exc).splitlines()[0]
+                raise KdbertError(f"could not load --student {path} as DistilBERT: {first_line}") from None
+        label_names(model, spec, teacher)
+        return Student(model, path)
+
+    def build_task_plan(self, ctx: DistillContext) -> Plan:
+        """One stage ``distilbert``: KD's matches (alpha 0.5, T 2 by default)."""
+        config, spec = ctx.config, ctx.spec
+        matches = kd_matches(config, spec)
+        stages = [task_stage("distilbert", config, matches, ctx)]
+        report = {"loss": kd_report(config, spec), "plain_finetuning": config.alpha == 0,
+                  **student_description(ctx.student)}
+        return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages, report=report)
+
+    def general_teacher(self, config: DistilBertGeneralConfig):
+        """The pre-trained BERT teacher, which needs an MLM head (the KL and MLM terms are over its vocabulary)."""
+        return load_bert_teacher(config.teacher, need_mlm_head=True)
+
+    def general_student(self, teacher, tokenizer, config: DistilBertGeneralConfig) -> Student:
+        """The ``--student`` DistilBertForMaskedLM folder, or every other teacher layer."""
+        from transformers import DistilBertForMaskedLM
+
+        if config.student is None:
+            layers = students.DISTILBERT_LAYER_CHOICES["every-other"](teacher.config.num_hidden_layers)
+            return Student(students.init_distilbert_student(teacher, layers), f"every other teacher layer {layers}")
+        path = resolve_model_path(config.student)
+        model_config = _config(path)
+        _refuse_non_distilbert(path, model_config, "DistilBERT general distillation")
+        if "DistilBertForMaskedLM" not in (model_config.architectures or []):
+            raise KdbertError(f"--student {path} has no DistilBERT MLM head (architectures: "
+                              f"{model_config.architectures}); make the student with `kdbert init-student`")
+        check_vocabulary(path, teacher, tokenizer)
+        return Student(DistilBertForMaskedLM.from_pretrained(path), path)
+
+    def general_data(self, sequences: list[list[int]], tokenizer, teacher, config: DistilBertGeneralConfig):
+        """``(dataset, collator, report)``: packed sequences, masked per batch (:class:`MlmCollator`)."""
+        smoothing = config.mlm_smoothing
+        weights = token_weights(sequences, teacher.config.vocab_size, smoothing) if smoothing is not None else None
+        collator = MlmCollator(tokenizer.pad_token_id, DynamicMasker(tokenizer, MASK_PROB, weights))
+        report = {"masking": {"mask_prob": MASK_PROB, "split_mask_random_keep": list(MASK_SPLIT),
+                              "mlm_smoothing": smoothing}, "tokens": sum(len(s) for s in sequences)}
+        return EncodedDataset([{"input_ids": s} for s in sequences]), collator, report
+
+    def build_general_plan(self, ctx: DistillContext) -> Plan:
+        """One stage ``general`` (no evaluation; gradient clipping 5.0 as the reference)."""
+        config = ctx.config
+        if config.alpha_cos > 0 and ctx.student.model.config.dim != ctx.teacher.config.hidden_size:
+            raise KdbertError(f"the student's width {ctx.student.model.config.dim} differs from the teacher's "
+                              f"{ctx.teacher.config.hidden_size}; the cosine term needs equal widths: set "
+                              "--alpha-cos 0 or use a student from `kdbert init-student`")
+        stages = [task_stage("general", config, general_matches(config), ctx, evaluate=False,
+                             max_grad_norm=config.max_grad_norm, eval_every=None)]
+        report = {"loss": {"temperature": config.temperature, "alpha_ce": config.alpha_ce,
+                           "alpha_mlm": config.alpha_mlm, "alpha_cos": config.alpha_cos},
+                  "student_parameters": sum(p.numel() for p in ctx.student.model.parameters())}
+        return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages, report=report)
 
 
-def general_student(teacher, tokenizer, config: DistilBertGeneralConfig) -> Student:
-    """The ``--student`` DistilBertForMaskedLM folder, or every other teacher layer."""
-    from transformers import DistilBertForMaskedLM
-
-    if config.student is None:
-        layers = students.DISTILBERT_LAYER_CHOICES["every-other"](teacher.config.num_hidden_layers)
-        return Student(students.init_distilbert_student(teacher, layers), f"every other teacher layer {layers}")
-    path = resolve_model_path(config.student)
-    model_config = _config(path)
-    _refuse_non_distilbert(path, model_config, "DistilBERT general distillation")
-    if "DistilBertForMaskedLM" not in (model_config.architectures or []):
-        raise KdbertError(f"--student {path} has no DistilBERT MLM head (architectures: {model_config.architectures}); "
-                          "make the student with `kdbert init-student`")
-    check_vocabulary(path, teacher, tokenizer)
-    return Student(DistilBertForMaskedLM.from_pretrained(path), path)
-
-
-def general_max_seq_len(config: DistilBertGeneralConfig, teacher, student: Student) -> int:
-    limit = min(teacher.config.max_position_embeddings, student.model.config.max_position_embeddings)
-    max_seq_len = config.max_seq_len or min(GENERAL_MAX_SEQ_LEN, limit)
-    if not 3 <= max_seq_len <= limit:
-        raise KdbertError(f"--max-seq-len {max_seq_len} is out of range; the models take 3..{limit} tokens")
-    return max_seq_len
-
-
-def general_data(sequences: list[list[int]], tokenizer, teacher, config: DistilBertGeneralConfig):
-    """``(dataset, collator, report)``: packed sequences, masked per batch (:class:`MlmCollator`)."""
-    smoothing = config.mlm_smoothing
-    weights = token_weights(sequences, teacher.config.vocab_size, smoothing) if smoothing is not None else None
-    collator = MlmCollator(tokenizer.pad_token_id, DynamicMasker(tokenizer, MASK_PROB, weights))
-    report = {"masking": {"mask_prob": MASK_PROB, "split_mask_random_keep": list(MASK_SPLIT),
-                          "mlm_smoothing": smoothing}, "tokens": sum(len(s) for s in sequences)}
-    return EncodedDataset([{"input_ids": s} for s in sequences]), collator, report
-
-
-def build_general_plan(ctx: DistillContext) -> Plan:
-    """One stage ``general`` (no evaluation; gradient clipping 5.0 as the reference)."""
-    config = ctx.config
-    if config.alpha_cos > 0 and ctx.student.model.config.dim != ctx.teacher.config.hidden_size:
-        raise KdbertError(f"the student's width {ctx.student.model.config.dim} differs from the teacher's "
-                          f"{ctx.teacher.config.hidden_size}; the cosine term needs equal widths: set --alpha-cos 0 "
-                          "or use a student from `kdbert init-student`")
-    stages = [task_stage("general", config, general_matches(config), ctx, evaluate=False,
-                         max_grad_norm=config.max_grad_norm, eval_every=None)]
-    report = {"loss": {"temperature": config.temperature, "alpha_ce": config.alpha_ce,
-                       "alpha_mlm": config.alpha_mlm, "alpha_cos": config.alpha_cos},
-              "student_parameters": sum(p.numel() for p in ctx.student.model.parameters())}
-    return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages, report=report)
+METHOD = DistilBert()

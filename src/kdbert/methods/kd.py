@@ -36,81 +36,42 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kdbert.core.options import UNIT, MethodConfig, TeacherCacheOptions, in_range, option
+from kdbert.core.method import DistillContext, Method, Plan, Student
+from kdbert.core.stages import task_stage
 from kdbert.data.tasks import TaskSpec
-from kdbert.families.bert import STUDENT_INITS
 from kdbert.methods.base import (
-    DistillContext,
-    Plan,
+    LogitKDConfig,
+    StudentLayerOptions,
     check_kd_loss,
-    logit_matches,
+    kd_matches,
+    kd_report,
     resolve_student,
     student_description,
-    task_training_defaults,
     teacher_if_needed,
 )
-from kdbert.core.stages import task_stage
-
-TEMPERATURE = in_range(0, 1e4, low_open=True, what="a positive temperature (at most 10000)")
 
 
 @dataclass
-class LogitKDConfig(TeacherCacheOptions, MethodConfig):
-    """Options of every method whose task loss is classic KD (KD, PKD, DistilBERT (D))."""
-
-    alpha: float = option(0.7, "weight of the soft-target term; the hard-label term gets 1 - alpha", UNIT,
-                          float, "losses")
-    temperature: float = option(20.0, "softmax temperature (default: the method's)", TEMPERATURE, float, "losses")
-    kd_loss: str | None = option(None, "KL on softened probabilities (kl, default) or MSE on logits (mse); "
-                                       "regression tasks use MSE", type=str, group="losses", choices=("kl", "mse"))
-    kd_reduction: str = option("batchmean", "KL reduction: batchmean (per example; kd's default) or mean (per example "
-                                            "and class, the BERT-PKD reference's KLDivLoss default and pkd's)", type=str,
-                               group="losses", choices=("batchmean", "mean"))
-
-    def task_defaults(self, task: str) -> dict:
-        return task_training_defaults(task)
-
-    @property
-    def loss_report(self) -> dict:
-        return {"alpha": self.alpha, "temperature": self.temperature}
-
-
-@dataclass
-class KDConfig(LogitKDConfig):
+class KDConfig(StudentLayerOptions, LogitKDConfig):
     """Classic KD (see the module docstring)."""
 
     method = "kd"
-    student_layers: str | None = option(None, "build the student from these teacher layers (0-based, e.g. 0,1,2) "
-                                              "or the first K layers (an integer), as BERT-PKD does", group="student")
-    student_init: str | None = option(None, "preset student's weights: random (default, as the papers) or "
-                                            "selected from the teacher's (weight selection)", group="student",
-                                      choices=STUDENT_INITS)
 
 
-Config = KDConfig
+class KD(Method):
+    name, help, config = "kd", "Hinton soft targets", KDConfig
+
+    def initial_student(self, teacher, spec: TaskSpec, config: KDConfig) -> Student:
+        """KD's initial student (:func:`kdbert.methods.base.resolve_student`)."""
+        check_kd_loss(config.kd_loss, spec)
+        return resolve_student(teacher, spec, config)
+
+    def build_task_plan(self, ctx: DistillContext) -> Plan:
+        """One stage ``kd`` whose matches are :func:`~kdbert.methods.base.logit_matches`."""
+        config, spec = ctx.config, ctx.spec
+        stages = [task_stage("kd", config, kd_matches(config, spec), ctx)]
+        return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages,
+                    report={"loss": kd_report(config, spec), **student_description(ctx.student)})
 
 
-def kd_report(config: LogitKDConfig, spec: TaskSpec) -> dict:
-    return {"alpha": config.alpha, "temperature": config.temperature, "kd_loss": check_kd_loss(config.kd_loss, spec),
-            "kd_reduction": config.kd_reduction, "regression": spec.is_regression}
-
-
-def kd_matches(config: LogitKDConfig, spec: TaskSpec) -> list:
-    """The soft and hard terms of ``config`` on ``spec`` (:func:`~kdbert.methods.base.logit_matches`)."""
-    return logit_matches(config.alpha, config.temperature, check_kd_loss(config.kd_loss, spec), spec.is_regression,
-                         config.kd_reduction)
-
-
-def initial_student(teacher, spec: TaskSpec, config: KDConfig):
-    """KD's initial student (:func:`kdbert.methods.base.resolve_student`)."""
-    check_kd_loss(config.kd_loss, spec)
-    return resolve_student(teacher, spec, config)
-
-
-def build_task_plan(ctx: DistillContext) -> Plan:
-    """One stage ``kd`` whose matches are :func:`~kdbert.methods.base.logit_matches`."""
-    config, spec = ctx.config, ctx.spec
-    matches = kd_matches(config, spec)
-    stages = [task_stage("kd", config, matches, ctx)]
-    return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages,
-                report={"loss": kd_report(config, spec), **student_description(ctx.student)})
+METHOD = KD()

@@ -16,7 +16,7 @@ layer pair the terms are ``100/L * feature_map_mse + 5000/L * mean_transfer + 5/
 variance_transfer + 1/L * attention_kl`` (weights ``--feature-map-weight`` ...), and
 pre-training distillation is the masked-LM cross-entropy to ``r * one-hot + (1 - r) * teacher
 distribution`` (``--ground-truth-ratio`` r, 0.5). Teacher and student read the same dynamically
-masked input (15 % of the tokens, 80/10/10, as :class:`kdbert.methods.distilbert.DynamicMasker`).
+masked input (15 % of the tokens, 80/10/10, as :class:`kdbert.data.masking.DynamicMasker`).
 There is no next-sentence prediction: the corpus stage packs sentences without document pairs.
 
 The student is a preset (``mobilebert-matched``, the default: the teacher's depth, inter-block
@@ -24,7 +24,7 @@ width and head count, so the teacher plays IB-BERT's role and no projection is n
 ``mobilebert``, ``mobilebert-tiny``; ``ib-bert-matched`` trains an IB-BERT from a BERT teacher's
 layers) or a MobileBERT folder. Pooler and MLM-head transform are copied from the teacher where
 shapes allow; the embedding layer is fitted to the teacher's (a truncated SVD of its word table,
-its LayerNorm folded into NoNorm: :func:`kdbert.families.mobilebert.fit_embeddings_to_teacher`), as
+its LayerNorm folded into NoNorm: :func:`kdbert.families.mobilebert_embeddings.fit_embeddings_to_teacher`), as
 the official student starts from IB-BERT's embedding. Embeddings equal to the teacher's stay
 frozen during layer-wise transfer (official), otherwise they train as a layer 0. How distinct
 the student's embedding outputs of different words start is printed and reported. A student whose inter-block width differs from
@@ -52,30 +52,29 @@ from pathlib import Path
 
 import torch
 
-from kdbert.methods import mobilebert_transfer as kt
+from kdbert.core.loading import check_vocabulary, load_sequence_classifier, resolve_model_path
+from kdbert.core.method import DistillContext, Method, Plan, Student
 from kdbert.core.options import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT, TrainOptions, in_range, option, override
+from kdbert.core.stages import task_stage
 from kdbert.data.batching import EncodedDataset
+from kdbert.data.masking import MASK_PROB, MASK_SPLIT, DynamicMasker, MlmCollator
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
 from kdbert.families import mobilebert as mb
-from kdbert.core.loading import check_vocabulary, load_sequence_classifier, resolve_model_path
+from kdbert.families.mobilebert_embeddings import embedding_output_cosine, strip_prefix
+from kdbert.methods import mobilebert_transfer as kt
 from kdbert.methods.base import (
-    DistillContext,
-    Plan,
-    Student,
+    LogitKDConfig,
     check_kd_loss,
+    kd_report,
     label_names,
     logit_matches,
     student_description,
     teacher_if_needed,
 )
-from kdbert.methods.distilbert import MASK_PROB, MASK_SPLIT, DynamicMasker, MlmCollator
-from kdbert.methods.kd import LogitKDConfig, kd_report
-from kdbert.core.stages import task_stage
 
 STUDENT_PRESETS = ("mobilebert-matched", "mobilebert", "mobilebert-tiny", "ib-bert-matched")
 DEFAULT_STUDENT = "mobilebert-matched"
-GENERAL_MAX_SEQ_LEN = 128
 OPTIMISER_NOTE = "AdamW (the official runs use LAMB at lr 1.5e-3, batch 2048)"
 
 
@@ -143,68 +142,12 @@ class MobileBertGeneralConfig(TrainOptions):
                               "L x --layer-steps + --pretrain-steps; set those instead")
 
 
-Config, GeneralConfig = MobileBertConfig, MobileBertGeneralConfig
-
-
-# ----------------------------------------------------------------------------- task stage
+# ----------------------------------------------------------------------------- students
 def _refuse_non_mobilebert(path: str, model_type: str) -> None:
     if model_type != "mobilebert":
         raise KdbertError(f"--student {path} is a {model_type!r} model; --method mobilebert needs a MobileBERT "
                           "folder (from `kdbert distill general --method mobilebert`) or a preset "
                           f"({', '.join(STUDENT_PRESETS[:3])})")
-
-
-def initial_student(teacher, spec: TaskSpec, config: MobileBertConfig) -> Student:
-    """``MobileBertForSequenceClassification`` from a MobileBERT folder (a fresh classifier when it
-    has none for the task) or a preset built on the teacher's vocabulary (random, with the
-    embedding layer fitted to the teacher's, pooler and classifier copied where shapes allow)."""
-    from transformers import AutoConfig
-
-    check_kd_loss(config.kd_loss, spec)
-    name = config.student
-    if not name:
-        raise KdbertError("--method mobilebert needs --student: a folder from `kdbert distill general --method "
-                          f"mobilebert` or a preset ({', '.join(STUDENT_PRESETS[:3])})")
-    if name in STUDENT_PRESETS[:3]:
-        model = mb.build_mobilebert(mb.mobilebert_config(name, teacher.config, spec.num_labels), seed=config.seed)
-        copied = mb.init_from_teacher(model, teacher)["copied"]
-        student = Student(model, f"{name} preset, {len(copied)} tensors copied from the teacher")
-    else:
-        path = resolve_model_path(name)
-        _refuse_non_mobilebert(path, AutoConfig.from_pretrained(path).model_type)
-        check_vocabulary(path, teacher)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            student = Student(load_sequence_classifier(path, spec.num_labels, new_head_ok=True), path)
-    label_names(student.model, spec, teacher)
-    return student
-
-
-def build_task_plan(ctx: DistillContext) -> Plan:
-    """One stage ``mobilebert``: fine-tuning on gold labels, plus KD's soft term when alpha > 0."""
-    config, spec = ctx.config, ctx.spec
-    matches = logit_matches(config.alpha, config.temperature, check_kd_loss(config.kd_loss, spec), spec.is_regression)
-    stages = [task_stage("mobilebert", config, matches, ctx)]
-    report = {"loss": kd_report(config, spec), "plain_finetuning": config.alpha == 0,
-              "student_shape": mb.describe(ctx.student.model.config), **student_description(ctx.student)}
-    return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages, report=report)
-
-
-# ----------------------------------------------------------------------------- general distillation
-def general_teacher(config: MobileBertGeneralConfig):
-    """The pre-trained teacher: ``AutoModelForMaskedLM`` (BERT or an IB-BERT folder), or a bare
-    encoder when no stage distils MLM predictions; refused without an MLM head otherwise."""
-    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
-
-    path = resolve_model_path(config.teacher)
-    try:
-        model_config = AutoConfig.from_pretrained(path)
-    except (OSError, ValueError) as exc:
-        raise KdbertError(f"could not read a model config from --teacher {path}: {str(exc).splitlines()[0]}") from None
-    if kt.uses_mlm(config):
-        kt.require_mlm_head(model_config, config.teacher)
-        return AutoModelForMaskedLM.from_pretrained(path), path
-    return AutoModel.from_pretrained(path), path
 
 
 def _student_model(teacher, config: MobileBertGeneralConfig) -> Student:
@@ -236,39 +179,11 @@ def _student_model(teacher, config: MobileBertGeneralConfig) -> Student:
     return Student(model, f"{origin} ({mb.describe(model.config)}), {len(copied)} tensors copied from the teacher")
 
 
-def general_student(teacher, tokenizer, config: MobileBertGeneralConfig) -> Student:
-    """A ``MobileBertForMaskedLM`` student (module docstring), checked against the teacher
-    (vocabulary, layer map, widths, heads) before any output is written."""
-    student = _student_model(teacher, config)
-    if student.model.config.vocab_size != teacher.config.vocab_size:
-        raise KdbertError(f"--student {config.student} has a vocabulary of {student.model.config.vocab_size} but the "
-                          f"teacher's is {teacher.config.vocab_size}; MobileBERT distillation needs the teacher's "
-                          "tokenizer")
-    kt.layer_pairs(mb.feature_widths(student.model), mb.feature_widths(teacher), config)
-    return student
-
-
-def general_max_seq_len(config: MobileBertGeneralConfig, teacher, student: Student) -> int:
-    limit = min(teacher.config.max_position_embeddings, student.model.config.max_position_embeddings)
-    max_seq_len = config.max_seq_len or min(GENERAL_MAX_SEQ_LEN, limit)
-    if not 3 <= max_seq_len <= limit:
-        raise KdbertError(f"--max-seq-len {max_seq_len} is out of range; the models take 3..{limit} tokens")
-    return max_seq_len
-
-
-def general_data(sequences: list[list[int]], tokenizer, teacher, config: MobileBertGeneralConfig):
-    """``(dataset, collator, report)``: packed sequences, masked per batch for teacher and student."""
-    collator = MlmCollator(tokenizer.pad_token_id, DynamicMasker(tokenizer, MASK_PROB))
-    report = {"masking": {"mask_prob": MASK_PROB, "split_mask_random_keep": list(MASK_SPLIT)},
-              "tokens": sum(len(s) for s in sequences)}
-    return EncodedDataset([{"input_ids": s} for s in sequences]), collator, report
-
-
 def embeddings_from_teacher(student, teacher) -> bool:
     """Whether every student embedding tensor equals the teacher's of the same name (copied)."""
-    teacher_params = {mb.strip_prefix(n): p for n, p in teacher.state_dict().items()}
+    teacher_params = {strip_prefix(n): p for n, p in teacher.state_dict().items()}
     for name, param in student.named_parameters():
-        key = mb.strip_prefix(name)
+        key = strip_prefix(name)
         if key.startswith("embeddings."):
             source = teacher_params.get(key)
             if source is None or source.shape != param.shape or not torch.equal(source, param.detach()):
@@ -289,39 +204,121 @@ def frequent_token_ids(dataset, special_ids, n: int = DISTINCTNESS_TOKENS) -> li
 
 def embedding_distinctness(student, teacher, tokenizer, dataset) -> dict:
     """How far apart the student's and teacher's embedding outputs of different frequent corpus
-    tokens are (:func:`kdbert.families.mobilebert.embedding_output_cosine`; 1.0: collapsed)."""
+    tokens are (:func:`kdbert.families.mobilebert_embeddings.embedding_output_cosine`; 1.0: collapsed)."""
     ids = frequent_token_ids(dataset, tokenizer.all_special_ids)
     if len(ids) < 2:
         return {}
-    return {"tokens": len(ids), "student_mean_cosine": round(mb.embedding_output_cosine(student, ids), 4),
-            "teacher_mean_cosine": round(mb.embedding_output_cosine(teacher, ids), 4)}
+    return {"tokens": len(ids), "student_mean_cosine": round(embedding_output_cosine(student, ids), 4),
+            "teacher_mean_cosine": round(embedding_output_cosine(teacher, ids), 4)}
 
 
-def build_general_plan(ctx: DistillContext, log=print) -> Plan:
-    """The strategy's stages (:func:`kdbert.methods.mobilebert_transfer.plan`); prints how distinct the
-    student's embeddings start, the width bridge and the stage table before training."""
-    config, student = ctx.config, ctx.student.model
-    distinct = embedding_distinctness(student, ctx.teacher, ctx.tokenizer, ctx.train_set)
-    if distinct:
-        log(f"Embedding outputs of the {distinct['tokens']} most frequent corpus tokens, mean cosine between "
-            f"different tokens (1.0 = indistinguishable): student {distinct['student_mean_cosine']:.3f}, "
-            f"teacher {distinct['teacher_mean_cosine']:.3f}")
-    s_widths, t_widths = mb.feature_widths(student), mb.feature_widths(ctx.teacher)
-    pairs = kt.layer_pairs(s_widths, t_widths, config)
-    frozen_embeddings = embeddings_from_teacher(student, ctx.teacher)
+# ----------------------------------------------------------------------------- method
+class MobileBert(Method):
+    name = "mobilebert"
+    help = ("MobileBERT: fine-tuning (+ optional logit KD) of a MobileBERT student; general: "
+            "progressive/joint/auxiliary layer-wise transfer + MLM distillation")
+    config, general_config = MobileBertConfig, MobileBertGeneralConfig
 
-    def make_stage(name, matches, train, steps, schedule):
-        return task_stage(name, config, matches, ctx, max_steps=steps, schedule=schedule, train=train,
-                          evaluate=False, eval_every=None)
+    def initial_student(self, teacher, spec: TaskSpec, config: MobileBertConfig) -> Student:
+        """``MobileBertForSequenceClassification`` from a MobileBERT folder (a fresh classifier when it
+        has none for the task) or a preset built on the teacher's vocabulary (random, with the
+        embedding layer fitted to the teacher's, pooler and classifier copied where shapes allow)."""
+        from transformers import AutoConfig
 
-    stages = kt.plan(s_widths, t_widths, config, make_stage, frozen_embeddings)
-    bridge, table = kt.width_bridge(s_widths, t_widths, pairs), kt.stage_table(stages)
-    log(f"MobileBERT {config.strategy} knowledge transfer, {OPTIMISER_NOTE}\n{bridge}\n{table}")
-    report = {"strategy": config.strategy, "width_bridge": bridge, "stage_table": table,
-              "layer_pairs": [list(p) for p in pairs], "embeddings_from_teacher": frozen_embeddings,
-              "embedding_distinctness": distinct,
-              "previous_layers": config.previous_layers if config.strategy == "progressive" else None,
-              "total_steps": sum(s.config.max_steps for s in stages), "optimiser": OPTIMISER_NOTE,
-              "student": {"shape": mb.describe(student.config),
-                          "parameters": sum(p.numel() for p in student.parameters())}}
-    return Plan({"student": student}, {"teacher": ctx.teacher}, stages, report=report)
+        check_kd_loss(config.kd_loss, spec)
+        name = config.student
+        if not name:
+            raise KdbertError("--method mobilebert needs --student: a folder from `kdbert distill general --method "
+                              f"mobilebert` or a preset ({', '.join(STUDENT_PRESETS[:3])})")
+        if name in STUDENT_PRESETS[:3]:
+            model = mb.build_mobilebert(mb.mobilebert_config(name, teacher.config, spec.num_labels), seed=config.seed)
+            copied = mb.init_from_teacher(model, teacher)["copied"]
+            student = Student(model, f"{name} preset, {len(copied)} tensors copied from the teacher")
+        else:
+            path = resolve_model_path(name)
+            _refuse_non_mobilebert(path, AutoConfig.from_pretrained(path).model_type)
+            check_vocabulary(path, teacher)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(config.seed)
+                student = Student(load_sequence_classifier(path, spec.num_labels, new_head_ok=True), path)
+        label_names(student.model, spec, teacher)
+        return student
+
+    def build_task_plan(self, ctx: DistillContext) -> Plan:
+        """One stage ``mobilebert``: fine-tuning on gold labels, plus KD's soft term when alpha > 0."""
+        config, spec = ctx.config, ctx.spec
+        kd_loss = check_kd_loss(config.kd_loss, spec)
+        matches = logit_matches(config.alpha, config.temperature, kd_loss, spec.is_regression)
+        stages = [task_stage("mobilebert", config, matches, ctx)]
+        report = {"loss": kd_report(config, spec), "plain_finetuning": config.alpha == 0,
+                  "student_shape": mb.describe(ctx.student.model.config), **student_description(ctx.student)}
+        return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages, report=report)
+
+    def general_teacher(self, config: MobileBertGeneralConfig):
+        """The pre-trained teacher: ``AutoModelForMaskedLM`` (BERT or an IB-BERT folder), or a bare
+        encoder when no stage distils MLM predictions; refused without an MLM head otherwise."""
+        from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
+
+        path = resolve_model_path(config.teacher)
+        try:
+            model_config = AutoConfig.from_pretrained(path)
+        except (OSError, ValueError) as exc:
+            first_line = str(exc).splitlines()[0]
+            raise KdbertError(f"could not read a model config from --teacher {path}: {first_line}") from None
+        if kt.uses_mlm(config):
+            kt.require_mlm_head(model_config, config.teacher)
+            return AutoModelForMaskedLM.from_pretrained(path), path
+        return AutoModel.from_pretrained(path), path
+
+    def general_student(self, teacher, tokenizer, config: MobileBertGeneralConfig) -> Student:
+        """A ``MobileBertForMaskedLM`` student (module docstring), checked against the teacher
+        (vocabulary, layer map, widths, heads) before any output is written."""
+        student = _student_model(teacher, config)
+        if student.model.config.vocab_size != teacher.config.vocab_size:
+            raise KdbertError(f"--student {config.student} has a vocabulary of {student.model.config.vocab_size} "
+                              f"but the teacher's is {teacher.config.vocab_size}; MobileBERT distillation needs the "
+                              "teacher's tokenizer")
+        kt.resolve_transfer(mb.feature_widths(student.model), mb.feature_widths(teacher), config)
+        return student
+
+    def general_data(self, sequences: list[list[int]], tokenizer, teacher, config: MobileBertGeneralConfig):
+        """``(dataset, collator, report)``: packed sequences, masked per batch for teacher and student."""
+        collator = MlmCollator(tokenizer.pad_token_id, DynamicMasker(tokenizer, MASK_PROB))
+        report = {"masking": {"mask_prob": MASK_PROB, "split_mask_random_keep": list(MASK_SPLIT)},
+                  "tokens": sum(len(s) for s in sequences)}
+        return EncodedDataset([{"input_ids": s} for s in sequences]), collator, report
+
+    def build_general_plan(self, ctx: DistillContext, log=print) -> Plan:
+        """The strategy's stages (:data:`kdbert.methods.mobilebert_transfer.GENERATORS`); prints how
+        distinct the student's embeddings start, the layer map, the width bridge and the stage table
+        before training."""
+        config, student = ctx.config, ctx.student.model
+        distinct = embedding_distinctness(student, ctx.teacher, ctx.tokenizer, ctx.train_set)
+        if distinct:
+            log(f"Embedding outputs of the {distinct['tokens']} most frequent corpus tokens, mean cosine between "
+                f"different tokens (1.0 = indistinguishable): student {distinct['student_mean_cosine']:.3f}, "
+                f"teacher {distinct['teacher_mean_cosine']:.3f}")
+        s_widths, t_widths = mb.feature_widths(student), mb.feature_widths(ctx.teacher)
+        resolved = kt.resolve_transfer(s_widths, t_widths, config)
+        pairs = resolved.layer_pairs
+        frozen_embeddings = embeddings_from_teacher(student, ctx.teacher)
+
+        def make_stage(name, matches, train, steps, schedule):
+            return task_stage(name, config, matches, ctx, max_steps=steps, schedule=schedule, train=train,
+                              evaluate=False, eval_every=None)
+
+        stages = kt.GENERATORS[config.strategy](pairs, config, make_stage, frozen_embeddings)
+        bridge, table = kt.width_bridge(s_widths, t_widths, pairs), kt.stage_table(stages)
+        log(f"{resolved.describe()}\nMobileBERT {config.strategy} knowledge transfer, {OPTIMISER_NOTE}\n"
+            f"{bridge}\n{table}")
+        report = {"strategy": config.strategy, "width_bridge": bridge, "stage_table": table,
+                  "layer_pairs": [list(p) for p in pairs], "embeddings_from_teacher": frozen_embeddings,
+                  "embedding_distinctness": distinct,
+                  "previous_layers": config.previous_layers if config.strategy == "progressive" else None,
+                  "total_steps": sum(s.config.max_steps for s in stages), "optimiser": OPTIMISER_NOTE,
+                  "student": {"shape": mb.describe(student.config),
+                              "parameters": sum(p.numel() for p in student.parameters())}}
+        return Plan({"student": student}, {"teacher": ctx.teacher}, stages, report=report)
+
+
+METHOD = MobileBert()

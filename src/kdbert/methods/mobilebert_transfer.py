@@ -43,8 +43,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from kdbert.core import layer_maps as mapping
 from kdbert.errors import KdbertError
+from kdbert.core.layer_maps import LayerMapRules, ResolvedLayerMap, resolve_layer_map
 from kdbert.core.matching import Match
 from kdbert.families.mobilebert import FeatureWidths
 from kdbert.core.trainer import ParamGroup, Stage
@@ -84,37 +84,20 @@ def layer_groups(layers, lr_scale: float) -> list[ParamGroup]:
 
 
 # ----------------------------------------------------------------------------- validation
-def layer_pairs(student: FeatureWidths, teacher: FeatureWidths, config) -> list[tuple[int, int]]:
-    """Check that ``student`` can learn from ``teacher`` under ``config``; return the layer pairs.
+LAYER_MAP_RULES = LayerMapRules("MobileBERT", ("uniform", "explicit"), "uniform", embeddings=False)
 
-    Raises a one-line KdbertError, before any training, when the student is deeper than the
-    teacher, the layer map does not fit, the widths differ without ``projection``, or the head
-    counts make attention transfer impossible without ``head_average``.
+
+def resolve_transfer(student: FeatureWidths, teacher: FeatureWidths, config) -> ResolvedLayerMap:
+    """Student layer l -> teacher layer g(l), l = 1..L (uniform, or ``--teacher-layers``:
+    :func:`kdbert.core.layer_maps.resolve_layer_map`), checked for transfer under ``config``.
+
+    Raises a one-line KdbertError, before any training, when the layer map does not fit, the
+    widths differ without ``projection``, or the head counts make attention transfer impossible
+    without ``head_average``.
     """
-    m, n = student.num_layers, teacher.num_layers
-    if m > n:
-        raise KdbertError(
-            f"the student has {m} layers but the teacher has {n}: layer-to-layer transfer needs "
-            f"one teacher layer per student layer; use a student with at most {n} layers "
-            f"(e.g. --student mobilebert-matched, or num_hidden_layers={n})"
-        )
-    if config.teacher_layers in (None, ""):
-        if n % m:
-            raise KdbertError(
-                f"the teacher's {n} layers do not spread evenly over the student's {m}; pass "
-                f"--teacher-layers with {m} 1-based teacher layers"
-            )
-        layer_map = mapping.uniform(m, n)
-    else:
-        chosen = mapping.parse_layers(config.teacher_layers, "--teacher-layers")
-        if len(chosen) != m:
-            raise KdbertError(
-                f"--teacher-layers lists {len(chosen)} layers but the student has {m}; "
-                "give one 1-based teacher layer per student layer"
-            )
-        layer_map = mapping.explicit(chosen, n)
-    pairs = [(s, t) for s, t in layer_map.pairs if s > 0]
-    for s, t in pairs:
+    resolved = resolve_layer_map(LAYER_MAP_RULES, student.num_layers, teacher.num_layers,
+                                 teacher_layers=config.teacher_layers)
+    for s, t in resolved.layer_pairs:
         d_s, d_t = student.hidden[s], teacher.hidden[t]
         if d_s != d_t and not config.projection:
             raise KdbertError(
@@ -137,7 +120,7 @@ def layer_pairs(student: FeatureWidths, teacher: FeatureWidths, config) -> list[
                 f"--head-average averages groups of teacher heads, but {h_t} teacher heads do not "
                 f"split into {h_s} equal groups; use a student head count that divides {h_t}"
             )
-    return pairs
+    return resolved
 
 
 def width_bridge(student: FeatureWidths, teacher: FeatureWidths, pairs: list[tuple[int, int]]) -> str:
@@ -265,14 +248,14 @@ def auxiliary_stages(pairs: list[tuple[int, int]], config, make_stage: StageFact
     return [make_stage("auxiliary", matches, train, config.layer_steps * total + config.pretrain_steps, "linear")]
 
 
-_GENERATORS = {"progressive": progressive_stages, "joint": joint_stages, "auxiliary": auxiliary_stages}
+GENERATORS = {"progressive": progressive_stages, "joint": joint_stages, "auxiliary": auxiliary_stages}
 
 
 def plan(student: FeatureWidths, teacher: FeatureWidths, config, make_stage: StageFactory,
          embeddings_from_teacher: bool = False) -> list[Stage]:
-    """Validate the pair under ``config`` (:func:`layer_pairs`) and generate its stages."""
-    pairs = layer_pairs(student, teacher, config)
-    return _GENERATORS[config.strategy](pairs, config, make_stage, embeddings_from_teacher)
+    """Validate the pair under ``config`` (:func:`resolve_transfer`) and generate its stages."""
+    pairs = resolve_transfer(student, teacher, config).layer_pairs
+    return GENERATORS[config.strategy](pairs, config, make_stage, embeddings_from_teacher)
 
 
 # ----------------------------------------------------------------------------- printing

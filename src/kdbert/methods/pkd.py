@@ -36,33 +36,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kdbert.core.layer_maps import LayerMap, LayerMapRules, ResolvedLayerMap, resolve_layer_map
+from kdbert.core.matching import Match
+from kdbert.core.method import DistillContext, Method, Plan, Student
 from kdbert.core.options import NON_NEGATIVE, option, override
+from kdbert.core.stages import task_stage
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
-from kdbert.core.layer_maps import LayerMap, parse_layers, resolve
-from kdbert.core.matching import Match
 from kdbert.methods.base import (
-    DistillContext,
-    Plan,
-    Student,
+    LogitKDConfig,
+    StudentLayerOptions,
     check_kd_loss,
+    kd_matches,
+    kd_report,
     resolve_student,
     student_description,
     teacher_if_needed,
 )
-from kdbert.methods.kd import KDConfig, kd_matches, kd_report
-from kdbert.core.stages import task_stage
 
 DEFAULT_BETA = 500.0  # for the reference's "mean" reduction
 
 
 @dataclass
-class PKDConfig(KDConfig):
+class PKDConfig(StudentLayerOptions, LogitKDConfig):
     """BERT-PKD (see the module docstring)."""
 
     method = "pkd"
-    temperature: float = override(KDConfig, "temperature", 10.0)
-    kd_reduction: str = override(KDConfig, "kd_reduction", "mean")
+    temperature: float = override(LogitKDConfig, "temperature", 10.0)
+    kd_reduction: str = override(LogitKDConfig, "kd_reduction", "mean")
     beta: float | None = option(None, "weight of the patient loss (default 500 for --patience-reduction mean, "
                                       "rescaled to 500 / (d * n_layers) for sum)", NON_NEGATIVE, float, "losses")
     patience_reduction: str = option("mean", "'mean' as the reference code (beta ~500), 'sum' as the paper",
@@ -73,39 +74,13 @@ class PKDConfig(KDConfig):
                                               "3,6,9,12", group="layer mapping")
 
 
-Config = PKDConfig
-
-
 # ----------------------------------------------------------------------------- settings
-def layer_map(config: PKDConfig, student_depth: int, teacher_depth: int) -> tuple[LayerMap, str]:
-    """The PKD map for student layers 1..M-1 from ``--layer-map`` / ``--teacher-layers``, and its name."""
-    listed = config.teacher_layers
-    method = config.layer_map or ("explicit" if listed else "skip")
-    m, n = student_depth, teacher_depth
-    if m < 2:
-        raise KdbertError(f"PKD needs a student of at least 2 layers (its last layer is left to the logit loss), "
-                          f"got {m}; use --student-layers 2 or more, or --method kd")
-    if m > n:
-        raise KdbertError(f"the student has {m} layers, more than the teacher's {n}; use --student-layers <= {n}")
-    if method in ("skip", "last"):
-        if listed:
-            raise KdbertError(f"--teacher-layers needs --layer-map explicit, not {method}; drop one of them")
-        if method == "skip" and n % m:
-            raise KdbertError(
-                f"--layer-map skip needs the teacher depth ({n}) to be a multiple of the student depth ({m}); "
-                f"use --layer-map last, or --layer-map explicit --teacher-layers with {m - 1} teacher layers "
-                f"(1-based) for student layers 1..{m - 1}")
-        return resolve(method, m, n), method
-    if not listed:
-        raise KdbertError(f"--layer-map explicit needs --teacher-layers: {m - 1} teacher layers (1-based) for "
-                          f"student layers 1..{m - 1}, e.g. {','.join(str(i * (n // m) or 1) for i in range(1, m))}")
-    layers = parse_layers(listed, "--teacher-layers")
-    if len(layers) != m - 1:
-        raise KdbertError(f"--teacher-layers {listed}: PKD matches student layers 1..{m - 1} (the last is left to "
-                          f"the logit loss), so give {m - 1} teacher layers, got {len(layers)}")
-    if any(t < 1 for t in layers):
-        raise KdbertError(f"--teacher-layers {listed}: teacher layers are 1-based (1..{n}); 0 is the embeddings")
-    return LayerMap(tuple((i, t) for i, t in enumerate(layers, start=1))).validate(m, n), method
+LAYER_MAP_RULES = LayerMapRules("PKD", ("skip", "last", "explicit"), "skip", embeddings=False, last_layer=False)
+
+
+def resolve_layers(config: PKDConfig, student_depth: int, teacher_depth: int) -> ResolvedLayerMap:
+    """The patient layers, student layers 1..M-1 (:func:`kdbert.core.layer_maps.resolve_layer_map`)."""
+    return resolve_layer_map(LAYER_MAP_RULES, student_depth, teacher_depth, config.layer_map, config.teacher_layers)
 
 
 def beta_of(config: PKDConfig, hidden_size: int, n_layers: int) -> float:
@@ -132,41 +107,47 @@ def patience_matches(pairs: LayerMap, beta: float, reduction: str) -> list[Match
                   teacher_layer=pairs.teacher_layers, options={"reduction": reduction})]
 
 
-# ----------------------------------------------------------------------------- recipe
-def initial_student(teacher, spec: TaskSpec, config: PKDConfig) -> Student:
-    """The first k teacher layers (default k = half the teacher's depth), or ``--student``.
+# ----------------------------------------------------------------------------- method
+class PKD(Method):
+    name, help, config = "pkd", "BERT-PKD patient loss", PKDConfig
 
-    Refuses, before training: k beyond the teacher's depth, a student of another hidden size, a
-    layer map that does not fit, bad weights.
-    """
-    check_kd_loss(config.kd_loss, spec)
-    student = resolve_student(teacher, spec, config)
-    if config.beta != 0:  # without the patient loss (beta 0) PKD is KD and any width works
-        check_width(student, teacher)
-    layer_map(config, int(student.model.config.num_hidden_layers), int(teacher.config.num_hidden_layers))
-    return student
+    def initial_student(self, teacher, spec: TaskSpec, config: PKDConfig) -> Student:
+        """The first k teacher layers (default k = half the teacher's depth), or ``--student``.
+
+        Refuses, before training: k beyond the teacher's depth, a student of another hidden size, a
+        layer map that does not fit, bad weights.
+        """
+        check_kd_loss(config.kd_loss, spec)
+        student = resolve_student(teacher, spec, config)
+        if config.beta != 0:  # without the patient loss (beta 0) PKD is KD and any width works
+            check_width(student, teacher)
+        resolve_layers(config, int(student.model.config.num_hidden_layers), int(teacher.config.num_hidden_layers))
+        return student
+
+    def build_task_plan(self, ctx: DistillContext) -> Plan:
+        """One stage ``pkd``: KD's matches plus the patient one; the layer map is printed and reported."""
+        config, spec = ctx.config, ctx.spec
+        resolved = resolve_layers(config, int(ctx.student.model.config.num_hidden_layers),
+                                  int(ctx.teacher.config.num_hidden_layers))
+        pairs = resolved.layer_map
+        d, n_layers = int(ctx.teacher.config.hidden_size), len(pairs.pairs)
+        beta = beta_of(config, d, n_layers)
+        if beta > 0:
+            check_width(ctx.student, ctx.teacher)
+        print(resolved.describe())
+        matches = kd_matches(config, spec)
+        stages = [task_stage("pkd", config, matches + patience_matches(pairs, beta, config.patience_reduction), ctx)]
+        reduction = config.patience_reduction
+        report = {
+            "loss": {**kd_report(config, spec), "beta": beta, "patience_reduction": reduction,
+                     # the same weight in the other reduction's units (sum = mean * d * n_layers)
+                     "beta_mean_form": beta if reduction == "mean" else beta * d * n_layers,
+                     "beta_sum_form": beta if reduction == "sum" else beta / (d * n_layers)},
+            "layer_map_method": resolved.name,
+            "layer_map": [list(p) for p in pairs.pairs],
+            **student_description(ctx.student),
+        }
+        return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages, report=report)
 
 
-def build_task_plan(ctx: DistillContext) -> Plan:
-    """One stage ``pkd``: KD's matches plus the patient one; the layer map is printed and reported."""
-    config, spec = ctx.config, ctx.spec
-    pairs, method = layer_map(config, int(ctx.student.model.config.num_hidden_layers),
-                              int(ctx.teacher.config.num_hidden_layers))
-    d, n_layers = int(ctx.teacher.config.hidden_size), len(pairs.pairs)
-    beta = beta_of(config, d, n_layers)
-    if beta > 0:
-        check_width(ctx.student, ctx.teacher)
-    print(f"PKD-{method} patient layers\n{pairs.table()}")
-    matches = kd_matches(config, spec)
-    stages = [task_stage("pkd", config, matches + patience_matches(pairs, beta, config.patience_reduction), ctx)]
-    reduction = config.patience_reduction
-    report = {
-        "loss": {**kd_report(config, spec), "beta": beta, "patience_reduction": reduction,
-                 # the same weight in the other reduction's units (sum = mean * d * n_layers)
-                 "beta_mean_form": beta if reduction == "mean" else beta * d * n_layers,
-                 "beta_sum_form": beta if reduction == "sum" else beta / (d * n_layers)},
-        "layer_map_method": method,
-        "layer_map": [list(p) for p in pairs.pairs],
-        **student_description(ctx.student),
-    }
-    return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages, report=report)
+METHOD = PKD()

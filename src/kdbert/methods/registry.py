@@ -1,66 +1,46 @@
 """The method registry: the one place that lists the distillation methods.
 
-A method is a recipe module registered here. The module provides
-
-- ``Config``: its task-distillation options, a :class:`kdbert.core.options.MethodConfig` dataclass;
-- ``initial_student(teacher, spec, config) -> Student`` and ``build_task_plan(ctx) -> Plan``; a
-  student that does not read the teacher's tokens provides ``task_inputs`` instead of
-  ``initial_student`` (:func:`kdbert.core.distill.token_inputs` is the default);
-- for methods with a general (pre-training) stage, ``GeneralConfig`` and ``general_teacher``,
-  ``general_student``, ``general_max_seq_len``, ``general_data`` and ``build_general_plan``.
-
-The command line's ``--method`` choices and method options, YAML recipes and the Python API are
-all derived from this table (adding a method = one recipe module + one line here).
+A method is one :class:`kdbert.core.method.Method` object (its configs and hooks), defined in its
+own module and listed here. The command line's ``--method`` choices and method options, YAML
+recipes and the Python API are all derived from this table (adding a method = one module + one
+line here).
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, fields
-from types import ModuleType
+from dataclasses import fields
 
+from kdbert.core.method import Method
 from kdbert.core.options import build_config
 from kdbert.errors import KdbertError
+from kdbert.methods import bilstm, distilbert, kd, mobilebert, pkd, tinybert
 
-
-@dataclass(frozen=True)
-class Method:
-    name: str
-    module: str
-    help: str
-
-
-METHODS: dict[str, Method] = {m.name: m for m in [
-    Method("tinybert", "kdbert.methods.tinybert", "intermediate-layer then prediction-layer stages"),
-    Method("kd", "kdbert.methods.kd", "Hinton soft targets"),
-    Method("pkd", "kdbert.methods.pkd", "BERT-PKD patient loss"),
-    Method("distilbert", "kdbert.methods.distilbert", "DistilBERT: logit distillation while fine-tuning a "
-                                                      "DistilBERT student; general: MLM KL + MLM + cosine"),
-    Method("mobilebert", "kdbert.methods.mobilebert", "MobileBERT: fine-tuning (+ optional logit KD) of a "
-                                                      "MobileBERT student; general: progressive/joint/auxiliary "
-                                                      "layer-wise transfer + MLM distillation"),
-]}
-
-# Word-level students (their own vocabulary; the teacher's logits computed once and stored).
-METHODS["bilstm"] = Method("bilstm", "kdbert.methods.bilstm", "distilled BiLSTM (Tang et al.): a word-level "
-                                                                "BiLSTM fitted to the teacher's stored logits")
-
-
-def recipe(name: str, general: bool = False) -> ModuleType:
-    """The recipe module of method ``name`` (with a general stage when ``general``)."""
-    names = general_methods() if general else list(METHODS)
-    if name not in names:
-        raise KdbertError(f"unknown {'general ' if general else ''}--method '{name}'; use one of {', '.join(names)}")
-    return importlib.import_module(METHODS[name].module)
+METHODS: dict[str, Method] = {m.name: m for m in (
+    tinybert.METHOD,
+    kd.METHOD,
+    pkd.METHOD,
+    distilbert.METHOD,
+    mobilebert.METHOD,
+    bilstm.METHOD,
+)}
 
 
 def general_methods() -> list[str]:
-    return [n for n in METHODS if hasattr(importlib.import_module(METHODS[n].module), "GeneralConfig")]
+    """The methods with a general (pre-training) stage."""
+    return [name for name, method in METHODS.items() if method.general_config is not None]
 
 
-def config_class(name: str, general: bool = False):
-    module = recipe(name, general)
-    return module.GeneralConfig if general else module.Config
+def get_method(name: str, general: bool = False) -> Method:
+    """Method ``name`` (one with a general stage when ``general``)."""
+    names = general_methods() if general else list(METHODS)
+    if name not in names:
+        raise KdbertError(f"unknown {'general ' if general else ''}--method '{name}'; use one of {', '.join(names)}")
+    return METHODS[name]
+
+
+def config_class(name: str, general: bool = False) -> type:
+    method = get_method(name, general)
+    return method.general_config if general else method.config
 
 
 def option_owners(general: bool = False) -> dict[str, list[str]]:

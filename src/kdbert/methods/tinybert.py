@@ -35,7 +35,6 @@ Differences from the reference code (huawei-noah TinyBERT), on purpose:
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -53,12 +52,13 @@ from kdbert.core.options import (
 from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
-from kdbert.core.layer_maps import LayerMap, parse_layers, resolve
+from kdbert.core.layer_maps import LayerMap, LayerMapRules, resolve_layer_map
 from kdbert.core.matching import Match
 from kdbert.families import bert as students
 from kdbert.core.loading import check_vocabulary, load_encoder
 from kdbert.families.bert import STUDENT_INITS
-from kdbert.methods.base import DistillContext, Plan, Student, resolve_student
+from kdbert.core.method import DistillContext, Method, Plan, Student
+from kdbert.methods.base import resolve_student
 from kdbert.core.stages import stages_from_data, task_stage
 
 # ----------------------------------------------------------------------------- defaults
@@ -158,7 +158,8 @@ class TinyBertConfig(IntermediateOptions, TeacherCacheOptions, MethodConfig):
     intermediate_max_steps: int | None = option(None, "tinybert: optimiser steps of the intermediate stage",
                                                 POSITIVE_INT, int, "stages")
     stages: list | None = option(None, "a stage plan written as data (recipe YAML), replacing TinyBERT's two "
-                                       "stages; see kdbert.core.stages", type=list, group="plan")
+                                       "stages; see kdbert.core.stages", type=list, group="plan",
+                                command_line=False)
 
     def task_defaults(self, task: str) -> dict:
         return task_defaults(task)
@@ -190,60 +191,26 @@ class TinyBertGeneralConfig(IntermediateOptions, TrainOptions):
         return dict.fromkeys(INTERMEDIATE_TERMS, True)
 
 
-Config, GeneralConfig = TinyBertConfig, TinyBertGeneralConfig
-
-
-# ----------------------------------------------------------------------------- students
-def initial_student(teacher, spec: TaskSpec, config: TinyBertConfig) -> Student:
-    """The student task distillation starts from (a ``...ForSequenceClassification``).
-
-    ``config.student``: a preset (tinybert4, tinybert6; default tinybert4) built on the
-    teacher's vocabulary, or an HF folder (e.g. from general distillation) loaded with a fresh
-    classifier for the task. ``config.student_layers`` instead copies teacher layers
-    (``"0,1,2"``, or ``"3"`` for the first three). Random parts are seeded by ``config.seed``.
-    """
-    folder = Path(str(config.student)).expanduser()
-    if config.student and config.student not in students.PRESETS and not folder.is_dir():
-        raise KdbertError(f"--student {config.student}: not a preset ({', '.join(students.PRESETS)}) nor an "
-                          "existing model folder")
-    return resolve_student(teacher, spec, config, default_preset=None if config.student_layers else DEFAULT_STUDENT)
-
-
 # ----------------------------------------------------------------------------- layer map
-def _rounded_uniform(m: int, n: int) -> list[int]:
-    """g(m) = ceil(m * N / M): the uniform map when N is not a multiple of M (6 -> 4: 2,3,5,6)."""
-    return [math.ceil(i * n / m) for i in range(1, m + 1)]
+LAYER_MAP_RULES = LayerMapRules("TinyBERT", LAYER_MAPS, "uniform", rounded_default=True)
 
 
-def resolve_layer_map(config, m: int, n: int) -> tuple[LayerMap, str]:
-    """The layer map from the ``layer_map`` / ``teacher_layers`` options and its description.
-
-    No choice means ``uniform``; when the teacher depth is not a multiple of the student's,
-    that default becomes the rounded uniform map ceil(m*N/M) (an explicit map, announced).
-    """
-    method = config.layer_map
-    teacher_layers = config.teacher_layers
-    explicit = parse_layers(teacher_layers, "--teacher-layers") if teacher_layers not in (None, "") else None
-    if method is None:
-        if explicit is not None:
-            method = "explicit"
-        elif m >= 1 and n % m != 0:
-            explicit = _rounded_uniform(m, n)
-            return resolve("explicit", m, n, explicit=explicit), "uniform-rounded"
-        else:
-            method = "uniform"
-    if method not in LAYER_MAPS:
-        raise KdbertError(f"--layer-map {method}: not a TinyBERT layer map; use one of {', '.join(LAYER_MAPS)}")
-    if method == "explicit" and explicit is None:
-        raise KdbertError("--layer-map explicit needs --teacher-layers, one teacher layer (1-based) per student layer")
-    if method != "explicit" and explicit is not None:
-        raise KdbertError(f"--teacher-layers is only used with --layer-map explicit, not {method}")
-    if method == "uniform" and (m < 1 or n % m != 0):
-        raise KdbertError(
-            f"--layer-map uniform needs the teacher depth ({n}) to be a multiple of the student's ({m}); "
-            f"pass --teacher-layers {','.join(map(str, _rounded_uniform(m, n)))} or --layer-map top"
-        )
-    return resolve(method, m, n, explicit=explicit), method
+def resolve_layers(config, student, teacher, log=print) -> tuple[LayerMap, dict]:
+    """The layer map (:func:`kdbert.core.layer_maps.resolve_layer_map`; without a choice ``uniform``,
+    rounded when the teacher depth is not a multiple of the student's) checked against both
+    models' head counts, printed with ``log``, and its report."""
+    s_cfg, t_cfg = student.config, teacher.config
+    m, n = s_cfg.num_hidden_layers, t_cfg.num_hidden_layers
+    resolved = resolve_layer_map(LAYER_MAP_RULES, m, n, config.layer_map, config.teacher_layers)
+    layer_map, attention = resolved.layer_map, config.terms_on["attention"]
+    h_s, h_t = s_cfg.num_attention_heads, t_cfg.num_attention_heads
+    if attention and not config.head_average and h_s != h_t:
+        raise KdbertError(f"the student has {h_s} attention heads and the teacher {h_t}: the attention loss needs "
+                          "equal counts; pass --head-average or --no-attention-loss")
+    layer_map.validate(m, n, h_s, h_t, needs_attention=attention, head_average=config.head_average)
+    log(resolved.describe())
+    return layer_map, {"method": resolved.name, "pairs": [list(p) for p in layer_map.pairs],
+                       "attention_pairs": [list(p) for p in layer_map.attention_pairs], "table": layer_map.table()}
 
 
 # ----------------------------------------------------------------------------- matches
@@ -282,25 +249,6 @@ def prediction_matches(regression: bool, temperature: float, gold_only: bool, re
     return [Match("prediction", "logits", "soft_cross_entropy", options={"temperature": temperature})]
 
 
-def _layer_map(config, student, teacher, log=print) -> tuple[LayerMap, dict]:
-    """Resolve and validate the layer map against both models; print its table."""
-    s_cfg, t_cfg = student.config, teacher.config
-    m, n = s_cfg.num_hidden_layers, t_cfg.num_hidden_layers
-    layer_map, method = resolve_layer_map(config, m, n)
-    terms_on = config.terms_on
-    h_s, h_t = s_cfg.num_attention_heads, t_cfg.num_attention_heads
-    if terms_on["attention"] and not config.head_average and h_s != h_t:
-        raise KdbertError(f"the student has {h_s} attention heads and the teacher {h_t}: the attention loss needs "
-                          "equal counts; pass --head-average or --no-attention-loss")
-    layer_map.validate(m, n, h_s, h_t, needs_attention=terms_on["attention"], head_average=config.head_average)
-    if terms_on["embedding"] and layer_map.pairs[0] != (0, 0):
-        raise KdbertError("the TinyBERT layer map must start with embeddings -> embeddings (0 -> 0)")
-    log(f"TinyBERT layer map ({method}, student {m} layers, teacher {n}):\n{layer_map.table()}")
-    report = {"method": method, "pairs": [list(p) for p in layer_map.pairs],
-              "attention_pairs": [list(p) for p in layer_map.attention_pairs], "table": layer_map.table()}
-    return layer_map, report
-
-
 def _intermediate_stage(name: str, config, ctx, layer_map: LayerMap, projections_from=None, **settings):
     matches = intermediate_matches(layer_map, config.terms_on, config.hidden_projection, config.attention_reduction,
                                    config.head_average)
@@ -309,111 +257,130 @@ def _intermediate_stage(name: str, config, ctx, layer_map: LayerMap, projections
                       eval_every=None, **settings)
 
 
-# ----------------------------------------------------------------------------- task plan
-def build_task_plan(ctx: DistillContext) -> Plan:
-    """TinyBERT task distillation: [intermediate, prediction] (see the module docstring), or the
-    config's ``stages`` plan written as data.
+# ----------------------------------------------------------------------------- method
+class TinyBert(Method):
+    name, help = "tinybert", "intermediate-layer then prediction-layer stages"
+    config, general_config = TinyBertConfig, TinyBertGeneralConfig
 
-    Options (None = the task's TinyBERT default): intermediate_epochs, intermediate_lr,
-    intermediate_max_steps (stage 1); epochs, learning_rate, max_steps, warmup_ratio, eval_every
-    (stage 2); batch_size, grad_accum, weight_decay (both stages); temperature; layer_map,
-    teacher_layers, attention_reduction, head_average, hidden_projection; regression_target;
-    ablations no_embedding_loss, no_attention_loss, no_hidden_loss, no_prediction_loss,
-    skip_intermediate.
-    """
-    config, spec, student = ctx.config, ctx.spec, ctx.student.model
-    terms_on = config.terms_on
-    run_intermediate = any(terms_on.values()) and not config.skip_intermediate
-    report: dict = {"layer_map": None, "projections": None}
-    if config.stages:
-        layer_map, report["layer_map"] = _layer_map(config, student, ctx.teacher)
-        stages = stages_from_data(config.stages, config, ctx, layer_map, int(student.config.num_hidden_layers))
-        report.update(stage_plan="recipe", phases={s.config.name: asdict(s.config) for s in stages})
-        return Plan({"student": student}, {"teacher": ctx.teacher}, stages, report)
-    stages = []
-    if run_intermediate:
-        layer_map, report["layer_map"] = _layer_map(config, student, ctx.teacher)
-        folder = config.student if config.student and Path(str(config.student)).is_dir() else None
-        stages.append(_intermediate_stage("intermediate", config, ctx, layer_map, folder,
-                                          epochs=config.intermediate_epochs,
-                                          max_steps=config.intermediate_max_steps,
-                                          learning_rate=config.intermediate_lr, schedule="constant", warmup_ratio=0.0))
-        report["projections"] = {"mode": config.hidden_projection}
-        report["attention_reduction"] = config.attention_reduction if terms_on["attention"] else None
-        report["head_average"] = config.head_average
-    gold_only = config.no_prediction_loss
-    stages.append(task_stage("prediction", config, prediction_matches(
-        spec.is_regression, config.temperature, gold_only, config.regression_target), ctx))
+    def initial_student(self, teacher, spec: TaskSpec, config: TinyBertConfig) -> Student:
+        """The student task distillation starts from (a ``...ForSequenceClassification``).
 
-    if gold_only:
-        prediction_terms = ["task"]
-        prediction_target = "gold labels (cross-entropy)" if not spec.is_regression else "gold scores (MSE)"
-    elif spec.is_regression and config.regression_target == "teacher":
-        prediction_terms, prediction_target = ["prediction"], "teacher scores (MSE)"
-    elif spec.is_regression:
-        prediction_terms, prediction_target = ["prediction"], "gold scores (MSE), as the reference"
-    else:
-        prediction_terms, prediction_target = ["prediction"], f"teacher soft cross-entropy, T={config.temperature:g}"
-    report.update({
-        "loss_terms": {"intermediate": [t for t, on in terms_on.items() if on] if run_intermediate else [],
-                       "prediction": prediction_terms},
-        "prediction_target": prediction_target,
-        "temperature": config.temperature,
-        "phases": {s.config.name: asdict(s.config) for s in stages},
-        "task_defaults": task_defaults(spec.name),
-    })
-    return Plan(modules={"student": student}, frozen={"teacher": ctx.teacher}, stages=stages, report=report)
+        ``config.student``: a preset (tinybert4, tinybert6; default tinybert4) built on the
+        teacher's vocabulary, or an HF folder (e.g. from general distillation) loaded with a fresh
+        classifier for the task. ``config.student_layers`` instead copies teacher layers
+        (``"0,1,2"``, or ``"3"`` for the first three). Random parts are seeded by ``config.seed``.
+        """
+        folder = Path(str(config.student)).expanduser()
+        if config.student and config.student not in students.PRESETS and not folder.is_dir():
+            raise KdbertError(f"--student {config.student}: not a preset ({', '.join(students.PRESETS)}) nor an "
+                              "existing model folder")
+        default_preset = None if config.student_layers else DEFAULT_STUDENT
+        return resolve_student(teacher, spec, config, default_preset=default_preset)
+
+    def build_task_plan(self, ctx: DistillContext) -> Plan:
+        """TinyBERT task distillation: [intermediate, prediction] (see the module docstring), or the
+        config's ``stages`` plan written as data.
+
+        Options (None = the task's TinyBERT default): intermediate_epochs, intermediate_lr,
+        intermediate_max_steps (stage 1); epochs, learning_rate, max_steps, warmup_ratio, eval_every
+        (stage 2); batch_size, grad_accum, weight_decay (both stages); temperature; layer_map,
+        teacher_layers, attention_reduction, head_average, hidden_projection; regression_target;
+        ablations no_embedding_loss, no_attention_loss, no_hidden_loss, no_prediction_loss,
+        skip_intermediate.
+        """
+        config, spec, student = ctx.config, ctx.spec, ctx.student.model
+        terms_on = config.terms_on
+        run_intermediate = any(terms_on.values()) and not config.skip_intermediate
+        report: dict = {"layer_map": None, "projections": None}
+        if config.stages:
+            layer_map, report["layer_map"] = resolve_layers(config, student, ctx.teacher)
+            stages = stages_from_data(config.stages, config, ctx, layer_map, int(student.config.num_hidden_layers))
+            report.update(stage_plan="recipe", phases={s.config.name: asdict(s.config) for s in stages})
+            return Plan({"student": student}, {"teacher": ctx.teacher}, stages, report)
+        stages = []
+        if run_intermediate:
+            layer_map, report["layer_map"] = resolve_layers(config, student, ctx.teacher)
+            folder = config.student if config.student and Path(str(config.student)).is_dir() else None
+            stages.append(_intermediate_stage("intermediate", config, ctx, layer_map, folder,
+                                              epochs=config.intermediate_epochs,
+                                              max_steps=config.intermediate_max_steps,
+                                              learning_rate=config.intermediate_lr, schedule="constant",
+                                              warmup_ratio=0.0))
+            report["projections"] = {"mode": config.hidden_projection}
+            report["attention_reduction"] = config.attention_reduction if terms_on["attention"] else None
+            report["head_average"] = config.head_average
+        gold_only = config.no_prediction_loss
+        stages.append(task_stage("prediction", config, prediction_matches(
+            spec.is_regression, config.temperature, gold_only, config.regression_target), ctx))
+
+        if gold_only:
+            prediction_terms = ["task"]
+            prediction_target = "gold labels (cross-entropy)" if not spec.is_regression else "gold scores (MSE)"
+        elif spec.is_regression and config.regression_target == "teacher":
+            prediction_terms, prediction_target = ["prediction"], "teacher scores (MSE)"
+        elif spec.is_regression:
+            prediction_terms, prediction_target = ["prediction"], "gold scores (MSE), as the reference"
+        else:
+            prediction_target = f"teacher soft cross-entropy, T={config.temperature:g}"
+            prediction_terms = ["prediction"]
+        report.update({
+            "loss_terms": {"intermediate": [t for t, on in terms_on.items() if on] if run_intermediate else [],
+                           "prediction": prediction_terms},
+            "prediction_target": prediction_target,
+            "temperature": config.temperature,
+            "phases": {s.config.name: asdict(s.config) for s in stages},
+            "task_defaults": task_defaults(spec.name),
+        })
+        return Plan(modules={"student": student}, frozen={"teacher": ctx.teacher}, stages=stages, report=report)
+
+    def general_teacher(self, config: TinyBertGeneralConfig):
+        """The pre-trained teacher, as a bare encoder."""
+        return load_encoder(config.teacher)
+
+    def general_student(self, teacher, tokenizer, config: TinyBertGeneralConfig) -> Student:
+        """A bare ``BertModel`` student from a preset or a config folder: randomly initialised, or
+        selected from the teacher's weights with ``student_init="teacher-weights"``."""
+        from transformers import BertConfig
+
+        name = config.student
+        if name in students.PRESETS:
+            model_config = students.student_config(name, teacher.config, num_labels=2)
+        else:
+            path = Path(str(name)).expanduser()
+            if not (path / "config.json").is_file():
+                raise KdbertError(f"--student {name}: not a preset ({', '.join(students.PRESETS)}) nor a folder "
+                                  "with a config.json")
+            check_vocabulary(str(path), teacher)
+            model_config = BertConfig.from_pretrained(path)
+        model_config.architectures = None
+        model = students.build_student(model_config, seed=config.seed).bert
+        return Student(model, students.apply_student_init(model, teacher, config.student_init))
+
+    def general_max_seq_len(self, config: TinyBertGeneralConfig, teacher, student: Student) -> int:
+        if config.max_seq_len > teacher.config.max_position_embeddings:
+            raise KdbertError(f"--max-seq-len {config.max_seq_len} exceeds the teacher's "
+                              f"{teacher.config.max_position_embeddings} positions; use a smaller value")
+        return config.max_seq_len
+
+    def general_data(self, sequences: list[list[int]], tokenizer, teacher, config: TinyBertGeneralConfig):
+        """``(dataset, collator, report)``: packed sequences as single-segment BERT inputs."""
+        rows = [{"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)}
+                for ids in sequences]
+        return EncodedDataset(rows), PaddingCollator(tokenizer.pad_token_id), {}
+
+    def build_general_plan(self, ctx: DistillContext) -> Plan:
+        """One stage ``general``: stage 1's matches on raw text (linear schedule, no evaluation)."""
+        config, student = ctx.config, ctx.student.model
+        layer_map, map_report = resolve_layers(config, student, ctx.teacher)
+        stages = [_intermediate_stage("general", config, ctx, layer_map)]
+        report = {"student": {"source": config.student, "init": ctx.student.origin,
+                              "num_hidden_layers": student.config.num_hidden_layers,
+                              "hidden_size": student.config.hidden_size,
+                              "parameters": sum(p.numel() for p in student.parameters())},
+                  "layer_map": map_report, "loss_terms": list(INTERMEDIATE_TERMS),
+                  "attention_reduction": config.attention_reduction, "head_average": config.head_average,
+                  "projections": {"mode": config.hidden_projection}}
+        return Plan({"student": student}, {"teacher": ctx.teacher}, stages, report=report)
 
 
-# ----------------------------------------------------------------------------- general distillation
-def general_teacher(config: TinyBertGeneralConfig):
-    """The pre-trained teacher, as a bare encoder."""
-    return load_encoder(config.teacher)
-
-
-def general_student(teacher, tokenizer, config: TinyBertGeneralConfig) -> Student:
-    """A bare ``BertModel`` student from a preset or a config folder: randomly initialised, or
-    selected from the teacher's weights with ``student_init="teacher-weights"``."""
-    from transformers import BertConfig
-
-    name = config.student
-    if name in students.PRESETS:
-        model_config = students.student_config(name, teacher.config, num_labels=2)
-    else:
-        path = Path(str(name)).expanduser()
-        if not (path / "config.json").is_file():
-            raise KdbertError(f"--student {name}: not a preset ({', '.join(students.PRESETS)}) nor a folder "
-                              "with a config.json")
-        check_vocabulary(str(path), teacher)
-        model_config = BertConfig.from_pretrained(path)
-    model_config.architectures = None
-    model = students.build_student(model_config, seed=config.seed).bert
-    return Student(model, students.apply_student_init(model, teacher, config.student_init))
-
-
-def general_max_seq_len(config: TinyBertGeneralConfig, teacher, student: Student) -> int:
-    if config.max_seq_len > teacher.config.max_position_embeddings:
-        raise KdbertError(f"--max-seq-len {config.max_seq_len} exceeds the teacher's "
-                          f"{teacher.config.max_position_embeddings} positions; use a smaller value")
-    return config.max_seq_len
-
-
-def general_data(sequences: list[list[int]], tokenizer, teacher, config: TinyBertGeneralConfig):
-    """``(dataset, collator, report)``: packed sequences as single-segment BERT inputs."""
-    rows = [{"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)} for ids in sequences]
-    return EncodedDataset(rows), PaddingCollator(tokenizer.pad_token_id), {}
-
-
-def build_general_plan(ctx: DistillContext) -> Plan:
-    """One stage ``general``: stage 1's matches on raw text (linear schedule, no evaluation)."""
-    config, student = ctx.config, ctx.student.model
-    layer_map, map_report = _layer_map(config, student, ctx.teacher)
-    stages = [_intermediate_stage("general", config, ctx, layer_map)]
-    report = {"student": {"source": config.student, "init": ctx.student.origin,
-                          "num_hidden_layers": student.config.num_hidden_layers,
-                          "hidden_size": student.config.hidden_size,
-                          "parameters": sum(p.numel() for p in student.parameters())},
-              "layer_map": map_report, "loss_terms": list(INTERMEDIATE_TERMS),
-              "attention_reduction": config.attention_reduction, "head_average": config.head_average,
-              "projections": {"mode": config.hidden_projection}}
-    return Plan({"student": student}, {"teacher": ctx.teacher}, stages, report=report)
+METHOD = TinyBert()
