@@ -48,7 +48,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 from common import machine_info, save_result
 from paths import CORPUS, GLUE_DIR, run_folder
 
-from kdbert.core import losses
+from kdbert.core import transfer_losses as losses
 from kdbert.cli import main as kdbert_main
 
 STRATEGIES = ("progressive", "joint", "auxiliary")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kdbert.errors import KdbertError
-from kdbert.core.losses import (
+from kdbert.core.transfer_losses import (
     attention_kl,
     average_head_groups,
     feature_map_mse,

@@ -13,7 +13,7 @@ from conftest import save_tiny_classifier, sentence, stage_terms, tiny_bert_conf
 from transformers import AutoModelForSequenceClassification, BertForMaskedLM, BertModel, MobileBertForMaskedLM
 
 from kdbert.cli import commands as cli
-from kdbert.core import losses
+from kdbert.core import transfer_losses as losses
 from kdbert.core.distill import distill_general
 from kdbert.families.mobilebert import mobilebert_config
 from kdbert.core.trainer import Trainer

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kdbert.core import losses
+from kdbert.core import losses, transfer_losses
 from kdbert.errors import KdbertError
 from kdbert.core.trace import Trace, model_batch, trace
 
@@ -83,13 +83,15 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {
     "cosine": lambda s, t, batch: losses.cosine_hidden_loss(s, t, _mask(batch)),
     "masked_lm_cross_entropy": lambda s, t, batch: losses.masked_lm_cross_entropy(s, t),
     # MobileBERT (kdbert.methods.mobilebert_transfer): layer-wise transfer and pre-training distillation
-    "feature_map_mse": lambda s, t, batch, reduction="mean": losses.feature_map_mse(s, t, _mask(batch), reduction),
-    "mean_transfer": lambda s, t, batch, reduction="mean": losses.mean_transfer_loss(s, t, _mask(batch), reduction),
-    "variance_transfer": lambda s, t, batch, reduction="mean": losses.variance_transfer_loss(
+    "feature_map_mse": lambda s, t, batch, reduction="mean": transfer_losses.feature_map_mse(
         s, t, _mask(batch), reduction),
-    "attention_kl": lambda s, t, batch, reduction="reference", head_average=False: losses.attention_kl(
+    "mean_transfer": lambda s, t, batch, reduction="mean": transfer_losses.mean_transfer_loss(
+        s, t, _mask(batch), reduction),
+    "variance_transfer": lambda s, t, batch, reduction="mean": transfer_losses.variance_transfer_loss(
+        s, t, _mask(batch), reduction),
+    "attention_kl": lambda s, t, batch, reduction="reference", head_average=False: transfer_losses.attention_kl(
         s, t, _mask(batch), reduction, head_average),
-    "mlm_distillation": lambda s, t, batch, ground_truth_ratio=0.5: losses.mlm_distillation_loss(
+    "mlm_distillation": lambda s, t, batch, ground_truth_ratio=0.5: transfer_losses.mlm_distillation_loss(
         s, t, batch["labels"], ground_truth_ratio),
 }
 
