@@ -246,11 +246,11 @@ def target_summary(task: str, files: dict[str, Path], data_dir: str) -> dict:
     """What the student is fitted to, per training file, beside the dev set's gold labels: for a
     classification task the share of rows per class (the teacher's argmax; dev: the gold label),
     for regression the mean and std of the teacher's score (dev: of the gold score). Reads the
-    teacher's stored logits (``<file>.teacher-*.safetensors``, the newest one)."""
+    teacher's stored logits (``<file>.teacher-logits/``, the teacher stored last)."""
     import numpy as np
-    from safetensors.numpy import load_file
 
     from kdbert.data.load import TaskOptions, load_task
+    from kdbert.data.teacher_logits import newest_stored_logits
 
     spec = GLUE_TASKS[task]
 
@@ -262,9 +262,8 @@ def target_summary(task: str, files: dict[str, Path], data_dir: str) -> dict:
 
     out = {}
     for kind, file in files.items():
-        stores = sorted(file.parent.glob(f"{file.name}.teacher-*.safetensors"), key=lambda p: p.stat().st_mtime)
-        if stores:
-            logits = load_file(str(stores[-1]))["logits"]
+        logits = newest_stored_logits(file)
+        if logits is not None:
             out[kind] = summary(logits[:, 0] if spec.is_regression else logits.argmax(-1))
     dev = next(iter(load_task(TaskOptions(task, data_dir=data_dir)).dev.values()))
     out["dev (gold)"] = summary(np.array([example.label for example in dev]))

@@ -14,7 +14,13 @@ from transformers import BertForSequenceClassification
 from kdbert.cli import main
 from kdbert.core.teacher_store import TeacherStore
 from kdbert.data.load import TaskOptions, load_task
-from kdbert.data.teacher_logits import label_with_teacher, labelling_namespace, row_keys
+from kdbert.data.teacher_logits import (
+    label_with_teacher,
+    labelling_namespace,
+    newest_stored_logits,
+    row_keys,
+    store_folder,
+)
 from kdbert.errors import KdbertError
 
 NLTK_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltk_data"
@@ -63,6 +69,18 @@ def test_another_teacher_or_length_never_reads_these_logits(tmp_path, teacher, t
     label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, store, max_seq_len=16)
     assert len(seen) == 6
     assert len(store_namespaces(store)) == 3  # three namespaces side by side in one folder
+
+
+def test_the_newest_teachers_logits_beside_a_file(tmp_path, teacher, tiny_tokenizer):
+    data = tmp_path / "train_aug.tsv"
+    assert newest_stored_logits(data) is None
+    first = label_with_teacher(teacher, tiny_tokenizer, EXAMPLES, store_folder(data), max_seq_len=32)
+    other = BertForSequenceClassification.from_pretrained(
+        save_tiny_classifier(tmp_path / "other", tiny_tokenizer, num_labels=3, seed=1)).eval()
+    stored = newest_stored_logits(data)
+    assert stored.shape == (3, 3) and {tuple(r) for r in stored} == {tuple(r) for r in first}
+    second = label_with_teacher(other, tiny_tokenizer, EXAMPLES, store_folder(data), max_seq_len=32)
+    assert {tuple(r) for r in newest_stored_logits(data)} == {tuple(r) for r in second}
 
 
 def test_bfloat16_labelling_is_close_stored_in_float32_and_apart_from_float32(tmp_path, teacher, tiny_tokenizer,

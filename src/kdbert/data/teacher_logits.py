@@ -34,8 +34,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import safe_open
 
-from kdbert.core.teacher_store import TeacherStore, teacher_fingerprint
+from kdbert.core.teacher_store import SHARD_GLOB, TeacherStore, teacher_fingerprint
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import Example, resolve_glue_dir, split_file
 from kdbert.data.load import TaskOptions, is_data_file
@@ -138,6 +139,18 @@ def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder
 def store_folder(data_path: str | os.PathLike) -> Path:
     """The store beside a transfer-set file: ``<file>.teacher-logits/``."""
     return Path(f"{data_path}.teacher-logits")
+
+
+def newest_stored_logits(data_path: str | os.PathLike) -> np.ndarray | None:
+    """Every row's logits (N, C) in the store beside ``data_path``, of the namespace (teacher) whose
+    shard was written last; ``None`` when nothing is stored."""
+    folder = store_folder(data_path)
+    shards = sorted(folder.glob(SHARD_GLOB), key=lambda path: path.stat().st_mtime)
+    if not shards:
+        return None
+    with safe_open(str(shards[-1]), "pt") as newest:
+        store = TeacherStore(folder, newest.metadata()["teacher"], "--logits-cache")
+    return np.stack([store.get(key, "logits").numpy() for key in store.index])
 
 
 def training_file(task: TaskOptions, spec: TaskSpec) -> Path | None:
