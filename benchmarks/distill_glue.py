@@ -67,6 +67,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import yaml
+
 from common import compare_rerun, load_results, machine_info, save_result
 from glue_inputs import aug_file, build_augmented, fine_tune, general_argv, recorded_settings
 from paths import CORPUS, GLUE_DIR, run_folder
@@ -78,43 +80,8 @@ from kdbert.core.distill import distill_task
 from kdbert.methods.mlm_head import fit_mlm_head
 from kdbert.core.loading import default_model_path
 
-VARIANTS = {
-    "tinybert4-finetune": {"method": "tinybert", "student": "tinybert4", "skip_intermediate": True,
-                           "no_prediction_loss": True, "learning_rate": 1e-4},
-    "tinybert-task": {"method": "tinybert", "student": "tinybert4", "learning_rate": 1e-4},
-    "tinybert-general-task": {"method": "tinybert", "student": "{general_student}", "learning_rate": 1e-4},
-    "tinybert-general-task-aug": {"method": "tinybert", "student": "{general_student}", "train_file": "{aug_file}",
-                                  "learning_rate": 1e-4, "regression_target": "teacher"},
-    "tinybert4-ws-finetune": {"method": "tinybert", "student": "tinybert4", "student_init": "teacher-weights",
-                              "skip_intermediate": True, "no_prediction_loss": True, "learning_rate": 1e-4},
-    "tinybert-ws-task": {"method": "tinybert", "student": "tinybert4", "student_init": "teacher-weights",
-                         "learning_rate": 1e-4},
-    "tinybert-ws-general-task": {"method": "tinybert", "student": "{general_ws_student}", "learning_rate": 1e-4},
-    "tinybert-ws-general-task-x2": {"method": "tinybert", "student": "{general_ws_student}", "learning_rate": 1e-4,
-                                    "epoch_factor": 2},
-    "tinybert-ws-general-task-aug": {"method": "tinybert", "student": "{general_ws_student}",
-                                     "train_file": "{aug_file}", "learning_rate": 1e-4, "regression_target": "teacher"},
-    "tinybert-ws-general-task-aug-gold": {"method": "tinybert", "student": "{general_ws_student}",
-                                          "train_file": "{aug_file}", "learning_rate": 1e-4},
-    "tinybert-ws-general-task-aug-x4": {"method": "tinybert", "student": "{general_ws_student}",
-                                        "train_file": "{aug_file}", "learning_rate": 1e-4,
-                                        "regression_target": "teacher", "aug_step_factor": 4},
-    "tinybert-l3": {"method": "tinybert", "student_layers": "3", "learning_rate": 1e-4},
-    "l3-finetune": {"method": "kd", "student_layers": "3", "alpha": 0.0},
-    "kd": {"method": "kd", "student_layers": "3"},
-    "pkd-skip": {"method": "pkd", "student_layers": "3", "layer_map": "skip"},
-    "pkd-last": {"method": "pkd", "student_layers": "3", "layer_map": "last"},
-    "distilbert-d": {"method": "distilbert", "student": "{distilbert_student}"},
-    "distilbert-general-d": {"method": "distilbert", "student": "{distilbert_general}"},
-    "mobilebert-task": {"method": "mobilebert", "student": "{mobilebert_general}", "alpha": 0.5, "temperature": 2.0},
-    "mobilebert-finetune": {"method": "mobilebert", "student": "{mobilebert_general}", "alpha": 0.0},
-    "mobilebert-long-task": {"method": "mobilebert", "student": "{mobilebert_long_general}", "alpha": 0.5,
-                             "temperature": 2.0},
-    "mobilebert-long-finetune": {"method": "mobilebert", "student": "{mobilebert_long_general}", "alpha": 0.0},
-    "mobilebert-fitted-task": {"method": "mobilebert", "student": "{mobilebert_fitted_general}", "alpha": 0.5,
-                               "temperature": 2.0},
-    "mobilebert-fitted-finetune": {"method": "mobilebert", "student": "{mobilebert_fitted_general}", "alpha": 0.0},
-}
+VARIANTS = yaml.safe_load((Path(__file__).parent / "distill_variants.yaml").read_text())
+"""Each variant's options (benchmarks/distill_variants.yaml)."""
 
 
 BATCH_SIZE = 32  # kdbert's task-distillation default
