@@ -1,4 +1,5 @@
-"""benchmarks/throughput.py's arithmetic and its BENCHMARKS.md section, on hand-computed values (nothing timed)."""
+"""benchmarks/distill_step.py's arithmetic (the step benchmarks/throughput.py times) and its BENCHMARKS.md
+section, on hand-computed values (nothing timed)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import throughput  # noqa: E402
+import distill_step  # noqa: E402
 from sections import speed_results  # noqa: E402
 
 from kdbert.core.matching import Match  # noqa: E402
@@ -20,22 +21,22 @@ def test_step_flops_counts_the_teacher_once_and_the_student_and_projections_thre
     # 2*384*384 + 2*384*2, as kdbert.deploy.bench.count_flops counts it
     teacher = 6 * (64 * (8 * 384**2 + 4 * 384 * 1536) + 4 * 64**2 * 384) + 2 * 384 * 384 + 2 * 384 * 2
     assert teacher == 1_396_999_680
-    projections = throughput.projection_flops(64, [(312, 384)] * 5)
+    projections = distill_step.projection_flops(64, [(312, 384)] * 5)
     assert projections == 5 * 2 * 312 * 384 * 64 == 76_677_120
-    assert throughput.step_flops(teacher, 600_000_000, projections) == teacher + 3 * (600_000_000 + 76_677_120)
-    assert throughput.step_flops(10, 2) == 16
+    assert distill_step.step_flops(teacher, 600_000_000, projections) == teacher + 3 * (600_000_000 + 76_677_120)
+    assert distill_step.step_flops(10, 2) == 16
 
 
 def test_examples_per_second_uses_the_steps_after_the_warmup():
     times = [0.0, 10.0, 11.0, 12.5, 13.0]  # end of steps 1..5
-    assert throughput.examples_per_second(times, warmup=2, steps=3, batch_size=32) == pytest.approx(32 * 3 / 3.0)
-    assert throughput.examples_per_second(times, warmup=1, steps=1, batch_size=8) == pytest.approx(8 / 10.0)
+    assert distill_step.examples_per_second(times, warmup=2, steps=3, batch_size=32) == pytest.approx(32 * 3 / 3.0)
+    assert distill_step.examples_per_second(times, warmup=1, steps=1, batch_size=8) == pytest.approx(8 / 10.0)
     with pytest.raises(ValueError):
-        throughput.examples_per_second(times, warmup=2, steps=4, batch_size=32)
+        distill_step.examples_per_second(times, warmup=2, steps=4, batch_size=32)
 
 
 def test_gflops_and_share_of_the_peak():
-    achieved, share = throughput.gflops_and_share(40.0, 3.5e9, 200.0)  # 40 * 3.5 = 140 GFLOP/s of 200
+    achieved, share = distill_step.gflops_and_share(40.0, 3.5e9, 200.0)  # 40 * 3.5 = 140 GFLOP/s of 200
     assert achieved == pytest.approx(140.0) and share == pytest.approx(70.0)
 
 
@@ -43,14 +44,14 @@ def test_kdbert_matches_become_textbrewer_matches_with_hf_layer_numbers():
     matches = [Match("embedding", "embeddings", "hidden_mse", student_layer=0, teacher_layer=0, projection="linear"),
                Match("attention", "attention_scores", "attention_mse", student_layer=1, teacher_layer=2),
                Match("hidden", "hidden", "hidden_mse", student_layer=4, teacher_layer=6, projection="linear")]
-    assert throughput.textbrewer_matches(matches, 312, 384, 1e-4) == [
+    assert distill_step.textbrewer_matches(matches, 312, 384, 1e-4) == [
         {"layer_T": 0, "layer_S": 0, "feature": "hidden", "loss": "hidden_mse", "weight": 1.0,
          "proj": ["linear", 312, 384, {"lr": 1e-4}]},
         {"layer_T": 1, "layer_S": 0, "feature": "attention", "loss": "attention_mse", "weight": 1.0},
         {"layer_T": 6, "layer_S": 4, "feature": "hidden", "loss": "hidden_mse", "weight": 1.0,
          "proj": ["linear", 312, 384, {"lr": 1e-4}]}]
     with pytest.raises(ValueError):
-        throughput.textbrewer_matches([Match("prediction", "logits", "soft_cross_entropy")], 312, 384, 1e-4)
+        distill_step.textbrewer_matches([Match("prediction", "logits", "soft_cross_entropy")], 312, 384, 1e-4)
 
 
 def _row(framework, precision, rate, vs_same, vs_fp32, share):
