@@ -245,7 +245,8 @@ def add_commands(sub, table: dict) -> None:
     p.add_argument("--top-k", type=int, help="tinybert: candidates per word (K, default 15)")
     p.add_argument("--max-words", type=int, help="tinybert: word vectors loaded (first N of the file, default 100000)")
     p.add_argument("--max-rows", type=int, help="augment only the first N training rows")
-    p.add_argument("--batch-size", type=int, default=64, help="most MLM queries (bilstm: teacher rows) per forward pass")
+    p.add_argument("--batch-size", type=int, default=64,
+                   help="most MLM queries (bilstm: teacher rows) per forward pass")
     p.add_argument("--batch-tokens", type=int,
                    help="tinybert: most padded tokens per forward pass (default 2048; long inputs get smaller "
                         "batches; faster on CPU)")

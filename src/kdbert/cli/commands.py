@@ -125,7 +125,7 @@ def config_file(args: argparse.Namespace) -> Path | None:
     return Path(args.config) if args.config else None
 
 
-def read_config_file(path: Path, known: set[str]) -> dict:
+def read_config_file(path: Path, known: set[str], command: str) -> dict:
     """The option values of a YAML file, keys spelled as option names (``max_steps`` or ``max-steps``)."""
     import yaml
 
@@ -136,7 +136,7 @@ def read_config_file(path: Path, known: set[str]) -> dict:
     for key, value in values.items():
         name = str(key).replace("-", "_")
         if name not in known:
-            raise KdbertError(f"{path}: unknown option '{key}'; see `kdbert ... --help` for the command's options")
+            raise KdbertError(f"{path}: unknown option '{key}'; see `kdbert {command} --help` for its options")
         options[name] = value
     return options
 
@@ -152,7 +152,7 @@ def parse_command_line(argv: list[str]) -> argparse.Namespace:
     path = config_file(args)
     if path is not None:
         known = set(vars(args)) - set(INTERNAL)
-        table[args.command_name].set_defaults(**read_config_file(path, known))
+        table[args.command_name].set_defaults(**read_config_file(path, known, args.command_name))
         args = parser.parse_args(argv)
     needed = getattr(args, "required_options", None) or {}
     missing = [spelling for name, spelling in needed.items() if getattr(args, name) is None]

@@ -2,13 +2,14 @@
 
 Every option is a dataclass field made with :func:`option`, whose metadata carries the help text,
 the command-line group and the check. The command line's flags are generated from these fields
-(:func:`kdbert.cli.common.add_config_options`: ``finetune``, ``distill task|general``, ``mlm-head``,
+(:class:`kdbert.cli.common.OptionFlags`: ``finetune``, ``distill task|general``, ``mlm-head``,
 the data options), and the command line, YAML recipes (``--recipe``, ``--config``) and Python dicts
 all become a config through :func:`build_config`, so a value is checked, and an option of another
 method refused, the same way whichever door it came in.
 
-``None`` in a field means "the default for this task": :meth:`Checked.resolved` fills those once,
-from :meth:`Checked.task_defaults` (TinyBERT's per-task epochs, the fine-tuning table...).
+``None`` in a field means "the default for this task": :meth:`CheckedOptions.resolved` fills
+those once, from :meth:`CheckedOptions.task_defaults` (TinyBERT's per-task epochs, the
+fine-tuning table...).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def override(cls, name: str, default):
 
 
 # ----------------------------------------------------------------------------- configs
-class Checked:
+class CheckedOptions:
     """A config whose fields check themselves (:meth:`check`) and whose ``None`` fields may take
     per-task defaults (:meth:`task_defaults`, filled once by :meth:`resolved`)."""
 
@@ -122,7 +123,7 @@ class Checked:
 
 
 @dataclass
-class OptimOptions(Checked):
+class OptimOptions(CheckedOptions):
     """How every training command optimises (``--epochs``, ``--learning-rate``, ...); the fields
     a stage takes from them are :data:`kdbert.core.trainer.STAGE_OPTIONS`."""
 
@@ -144,7 +145,7 @@ class OptimOptions(Checked):
 
 
 @dataclass
-class RunOptions(Checked):
+class RunOptions(CheckedOptions):
     """How a training run runs (seed, precision, threads, checkpoints kept, progress bar), whatever
     it trains; :meth:`kdbert.core.trainer.RunConfig.from_options` reads them."""
 
@@ -165,7 +166,7 @@ class TrainOptions(RunOptions, OptimOptions):
 
 
 @dataclass
-class OutputOptions(Checked):
+class OutputOptions(CheckedOptions):
     """Where a training command writes its run, and what to do with a run already there."""
 
     output_dir: str | None = option(None, "where the model, metrics, logs and checkpoints go", group="run")

@@ -51,12 +51,8 @@ def init_std(model) -> float:
 def task_stage(name: str, config, matches: list[Match], ctx, projections_from=None, **overrides) -> Stage:
     """A stage with the method's optimisation options (``overrides`` win) and a :class:`MatchLoss`
     (``projections_from``: a folder whose saved projections seed the new ones)."""
-    settings = dict(epochs=config.epochs, max_steps=config.max_steps, learning_rate=config.learning_rate,
-                    warmup_ratio=config.warmup_ratio, weight_decay=config.weight_decay,
-                    batch_size=config.batch_size, grad_accum=config.grad_accum, eval_every=config.eval_every)
-    settings.update(overrides)
     loss = MatchLoss(matches, seed=ctx.seed, init_std=init_std(ctx.student.model), projections_from=projections_from)
-    return Stage(StageConfig(name, **settings), loss, ctx.train_set)
+    return Stage(StageConfig.from_options(name, config, **overrides), loss, ctx.train_set)
 
 
 # ----------------------------------------------------------------------------- plans written as data
