@@ -8,16 +8,14 @@ import json
 from pathlib import Path
 
 from common import load_results
-from paths import GLUE_DIR
+from paths import GLUE_DIR, REPO
 
 from kdbert.deploy.report import build_table, format_mean_std, mean_std
 from kdbert.errors import KdbertError
 
-BENCHMARKS = Path(__file__).resolve().parents[1]
-NOTES = BENCHMARKS / "notes"
-
-ROOT = BENCHMARKS.parent
-GPU_RESULTS = BENCHMARKS / "results" / "gpu-h100"
+ROOT = REPO
+NOTES = REPO / "benchmarks" / "notes"
+GPU_RESULTS = REPO / "benchmarks" / "results" / "gpu-h100"
 RENAMED_SCRIPTS = {f"benchmarks/{old}.py": f"benchmarks/bench_{old}.py"
                    for old in ("deploy", "quickstart", "teacher_cache", "mlm_head")}
 """Benchmark scripts renamed after results recorded commands naming them (their names repeated
