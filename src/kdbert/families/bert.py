@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+from functools import partial
 from typing import Callable
 
 import torch
@@ -23,6 +24,7 @@ from transformers import (
 )
 
 from kdbert.errors import KdbertError
+from kdbert.families.registry import Candidate, ShapeContext
 
 # TinyBERT students (Jiao et al., 2020). With BERT's 30522-word vocabulary tinybert4's
 # BertModel (pooler included) has 14,350,248 parameters; the paper rounds to 14.5M.
@@ -352,3 +354,28 @@ def apply_student_init(student: PreTrainedModel, teacher: PreTrainedModel, init:
         return "random"
     picked = select_teacher_weights(student, teacher)
     return f"teacher-weights (layers {','.join(map(str, picked['teacher_layers']))}, {picked['hidden_units']} units)"
+
+
+# ----------------------------------------------------------------------------- shapes worth timing
+SPEED_DEPTHS = (1, 2, 3, 4)
+SPEED_WIDTHS = (128, 192, 256, 384)
+"""BERT-style students whose deployed speed ``kdbert compress`` measures: every depth x width up to
+the teacher's, heads of 64 dims (at least 2), FFN 4x the width."""
+
+
+def _random_student(shape: dict, context: ShapeContext) -> tuple[BertForSequenceClassification, object]:
+    config = student_config(None, context.teacher_config, context.num_labels, **shape)
+    return build_student(config, "regression" if context.num_labels == 1 else "classification"), context.tokenizer
+
+
+def speed_candidates(context: ShapeContext) -> list[Candidate]:
+    """The BERT-style shapes of :data:`SPEED_DEPTHS` x :data:`SPEED_WIDTHS` no larger than the teacher."""
+    teacher = context.teacher_config
+    candidates = []
+    for layers in (d for d in SPEED_DEPTHS if d <= teacher.num_hidden_layers):
+        for hidden in (w for w in SPEED_WIDTHS if w <= teacher.hidden_size):
+            shape = {"num_hidden_layers": layers, "hidden_size": hidden,
+                     "num_attention_heads": max(2, hidden // 64), "intermediate_size": 4 * hidden}
+            candidates.append(Candidate(f"bert-{layers}x{hidden}", "hf", tuple(shape.items()),
+                                        partial(_random_student, shape)))
+    return candidates

@@ -18,7 +18,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from kdbert.errors import KdbertError
-from kdbert.families.registry import Family, InputSpec, register_family
+from kdbert.families.registry import Candidate, Family, InputSpec, ShapeContext, register_family
 
 TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 SYNTHETIC_ROWS = 64
@@ -95,6 +95,14 @@ class HFFamily(Family):
         config = model.config
         return InputSpec(tuple(n for n in TOKEN_INPUTS if n in accepted),
                          getattr(config, "max_position_embeddings", None), config.vocab_size)
+
+    def candidates(self, context: ShapeContext) -> list[Candidate]:
+        """BERT-style students (depth x width) and teacher-matched MobileBERTs, for a BERT-shaped teacher."""
+        from kdbert.families import bert, mobilebert
+
+        if not all(hasattr(context.teacher_config, key) for key in ("num_hidden_layers", "hidden_size")):
+            return []
+        return bert.speed_candidates(context) + mobilebert.speed_candidates(context)
 
     def evaluator(self, data, encoder, max_seq_len: int | None, batch_size: int):
         from kdbert.core.evaluate import TaskEvaluator

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from transformers import (
@@ -58,6 +59,7 @@ from transformers import (
 
 from kdbert.errors import KdbertError
 from kdbert.families.mobilebert_embeddings import can_fit_embeddings, fit_embeddings_to_teacher, strip_prefix
+from kdbert.families.registry import Candidate, ShapeContext
 
 # Shape keys a preset may set; anything else passed as an override is refused.
 SHAPE_KEYS = (
@@ -356,3 +358,22 @@ def describe(config: MobileBertConfig) -> str:
         f"{config.num_feedforward_networks}, embedding {config.embedding_size}"
         f"{' trigram' if config.trigram_input else ''}, {config.normalization_type}, {config.hidden_act}"
     )
+
+
+SPEED_DEPTHS = (2, 4)
+"""Depths of the teacher-matched MobileBERT (bottlenecks a quarter of the teacher's width) whose
+deployed speed ``kdbert compress`` measures."""
+
+
+def _random_student(layers: int, context: ShapeContext):
+    config = mobilebert_config("mobilebert-matched", context.teacher_config, context.num_labels,
+                               num_hidden_layers=layers)
+    return build_mobilebert(config), context.tokenizer
+
+
+def speed_candidates(context: ShapeContext) -> list[Candidate]:
+    """``mobilebert-matched`` at :data:`SPEED_DEPTHS` (no deeper than the teacher)."""
+    teacher = context.teacher_config
+    return [Candidate(f"mobilebert-{layers}x{teacher.hidden_size}", "hf", (("num_hidden_layers", layers),),
+                      partial(_random_student, layers))
+            for layers in SPEED_DEPTHS if layers <= teacher.num_hidden_layers]

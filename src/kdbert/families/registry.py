@@ -31,8 +31,8 @@ from kdbert.errors import KdbertError
 BUILT_IN = ("kdbert.families.hf", "kdbert.families.bilstm.family")
 """Modules of the built-in families, imported on the first lookup (each registers itself)."""
 
-__all__ = ["InputSpec", "Family", "register_family", "family_of_folder", "family_of_model", "example_inputs",
-           "count_matmul_flops", "Logits", "TorchRunner"]
+__all__ = ["InputSpec", "Family", "ShapeContext", "Candidate", "register_family", "families", "family_of_folder",
+           "family_of_model", "example_inputs", "count_matmul_flops", "Logits", "TorchRunner"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,29 @@ class InputSpec:
     def length_axis(self, name: str) -> str:
         """The name of input ``name``'s sequence axis: ``sequence``, or ``sequence_b`` for a pair's second text."""
         return "sequence_b" if name.endswith("_b") else "sequence"
+
+
+@dataclass(frozen=True)
+class ShapeContext:
+    """What a student shape is built for: the teacher's config (vocabulary, positions), its
+    tokenizer, the task's outputs and sentence count, and its training texts (word vocabularies)."""
+
+    teacher_config: Any
+    tokenizer: Any
+    num_labels: int
+    pair: bool
+    texts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A student shape of one family, measurable for speed before any training: ``build(context)``
+    gives a model of that shape with random weights and its encoder."""
+
+    name: str
+    family: str
+    shape: tuple[tuple[str, Any], ...]
+    build: Callable[[ShapeContext], tuple[nn.Module, Any]]
 
 
 def example_inputs(spec: InputSpec, seq_len: int, batch_size: int = 1) -> dict[str, torch.Tensor]:
@@ -201,6 +224,10 @@ class Family:
         """The PyTorch model as the reference an export's outputs are compared with."""
         return TorchRunner(model, spec)
 
+    def candidates(self, context: ShapeContext) -> list[Candidate]:
+        """The student shapes of this family worth timing for ``context`` (none by default)."""
+        return []
+
     def check_fits(self, where: str, num_labels: int | None, pair: bool, task) -> None:
         """Refuse a model with another number of outputs than ``task`` (a TaskSpec) needs."""
         if num_labels not in (None, task.num_labels):
@@ -210,7 +237,7 @@ class Family:
 
 _registered: list[Family] = []
 _built_in: list[Family] = []
-_loading = False
+_built_ins_imported = False
 
 
 def register_family(family: Family, built_in: bool = False) -> Family:
@@ -230,10 +257,11 @@ def register_family(family: Family, built_in: bool = False) -> Family:
     return family
 
 
-def _families() -> list[Family]:
-    global _loading
-    if not _loading and not _built_in:
-        _loading = True
+def families() -> list[Family]:
+    """Every registered family, in the order they are asked (the built-ins imported first)."""
+    global _built_ins_imported
+    if not _built_ins_imported:
+        _built_ins_imported = True
         for module in BUILT_IN:
             importlib.import_module(module)
     return _registered + _built_in
@@ -242,14 +270,14 @@ def _families() -> list[Family]:
 def family_of_folder(folder: str | Path) -> Family:
     """The family of the model (or export) saved in ``folder``; any other name is the HF family's (a hub id)."""
     path = Path(folder).expanduser()
-    return next(f for f in _families() if f.recognises(path))
+    return next(f for f in families() if f.recognises(path))
 
 
 def family_of_model(model: nn.Module) -> Family:
     """The family of a PyTorch ``model``."""
-    for family in _families():
+    for family in families():
         if family.owns(model):
             return family
-    names = ", ".join(f.name for f in _families())
+    names = ", ".join(f.name for f in families())
     raise KdbertError(f"no student family owns a {type(model).__name__} (registered: {names}); "
                       "register one with kdbert.families.registry.register_family")

@@ -11,6 +11,7 @@ example's). ``FlopCounterMode`` does not count LSTMs: its FLOPs are
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -18,11 +19,25 @@ from torch import nn
 
 from kdbert.core.trace import HookAdapter
 from kdbert.errors import KdbertError
-from kdbert.families.bilstm.model import BiLSTMConfig, BiLSTMStudent, bilstm_flops, is_bilstm_folder, load_bilstm
+from kdbert.families.bilstm.model import (
+    BiLSTMConfig,
+    BiLSTMStudent,
+    bilstm_flops,
+    build_bilstm,
+    is_bilstm_folder,
+    load_bilstm,
+)
 from kdbert.families.bilstm.words import Vocab
-from kdbert.families.registry import Family, InputSpec, register_family
+from kdbert.families.registry import Candidate, Family, InputSpec, ShapeContext, register_family
 
 SYNTHETIC_ROWS = 64
+SPEED_HIDDEN_SIZES = (150, 300)  # the paper's sentence and pair settings
+
+
+def _random_student(hidden: int, context: ShapeContext) -> tuple[BiLSTMStudent, Vocab]:
+    vocab = Vocab.build(context.texts)
+    config = BiLSTMConfig(vocab_size=len(vocab), num_labels=context.num_labels, pair=context.pair, hidden_size=hidden)
+    return build_bilstm(config), vocab
 
 
 class BiLSTMFamily(Family):
@@ -84,6 +99,14 @@ class BiLSTMFamily(Family):
 
     def runner(self, model: nn.Module, spec: InputSpec):
         return model
+
+    def candidates(self, context: ShapeContext) -> list[Candidate]:
+        """The distilled BiLSTM at hidden 150 and 300 (300-d word vectors), its vocabulary the
+        training texts' words; none without training texts."""
+        if not context.texts:
+            return []
+        return [Candidate(f"bilstm-h{hidden}", self.name, (("hidden_size", hidden),), partial(_random_student, hidden))
+                for hidden in SPEED_HIDDEN_SIZES]
 
     def check_fits(self, where: str, num_labels: int | None, pair: bool, task) -> None:
         """Refuse a student whose outputs or sentence count differ from the task's."""

@@ -1,0 +1,135 @@
+"""Step 1 of ``kdbert compress``: the deployed speed of the teacher and of every candidate shape,
+measured on this machine before anything is trained.
+
+Each candidate (every registered family's :meth:`~kdbert.families.registry.Family.candidates`:
+BERT-style depth x width, teacher-matched MobileBERTs, the BiLSTM) is built with random weights
+(speed does not depend on them), exported as it would ship (ONNX, int8 by default; fp32 parity
+checked) and timed in ONNX Runtime on the task's dev rows at their own lengths, batch 1, and on
+a throughput batch (:func:`kdbert.deploy.onnx_runtime.bench_onnx`)::
+
+    speedup = teacher latency_real_p50_ms / candidate latency_real_p50_ms
+
+A candidate meets the target when ``speedup >= target_speedup`` (or ``latency_real_p50_ms <=
+target_latency_ms``). Every export and the table (``speed.json``) stay in the output folder, so
+a rerun measures only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from kdbert.core.atomic_io import write_json
+from kdbert.data.load import TaskOptions, load_task
+from kdbert.deploy.export import export_classifier, export_model
+from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, bench_onnx
+from kdbert.errors import KdbertError
+from kdbert.families.registry import Candidate, ShapeContext, families, family_of_folder
+
+TABLE = "speed.json"
+RUNTIMES = {"onnx-int8": INT8_FILE, "onnx-fp32": FP32_FILE}
+
+
+@dataclass(frozen=True)
+class SpeedSettings:
+    """How candidates are timed: ``runtime`` (a key of :data:`RUNTIMES`), threads (None: all
+    cores), task rows timed at batch 1, timed runs of the fixed-length and throughput figures,
+    and the fixed length itself."""
+
+    runtime: str = "onnx-int8"
+    threads: int | None = None
+    length_rows: int = 200
+    runs: int = 10
+    seq_len: int = 64
+
+    def __post_init__(self):
+        if self.runtime not in RUNTIMES:
+            raise KdbertError(f"--runtime {self.runtime} is unknown; use one of {', '.join(RUNTIMES)}")
+
+    def key(self) -> dict:
+        """What makes two measurements comparable: these settings on this machine."""
+        return {"runtime": self.runtime, "threads": self.threads or os.cpu_count(), "length_rows": self.length_rows,
+                "seq_len": self.seq_len, "machine": f"{platform.processor() or platform.machine()} "
+                                                    f"({os.cpu_count()} CPUs)"}
+
+
+def shape_context(teacher_dir: str | os.PathLike, task: TaskOptions) -> ShapeContext:
+    """What candidates are built for: the teacher's config and tokenizer, the task's outputs and texts."""
+    teacher, tokenizer = family_of_folder(teacher_dir).load(Path(teacher_dir))
+    data = load_task(task)
+    texts = tuple(text for example in data.train for text in example.texts)
+    return ShapeContext(teacher.config, tokenizer, data.spec.num_labels, data.spec.is_pair, texts)
+
+
+def all_candidates(context: ShapeContext) -> list[Candidate]:
+    """Every registered family's candidates for ``context``."""
+    return [candidate for family in families() for candidate in family.candidates(context)]
+
+
+def _timed(file: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
+    row = bench_onnx(file, seq_len=settings.seq_len, threads=settings.threads, runs=settings.runs,
+                     task=task, length_rows=settings.length_rows)
+    keep = ("latency_real_p50_ms", "latency_real_p90_ms", "latency_median_ms", "throughput", "throughput_batch_size",
+            "params_total", "flops_per_example", "size_mb", "real_length_p50")
+    return {key: row[key] for key in keep}
+
+
+def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,
+                  settings: SpeedSettings = SpeedSettings(), candidates: list[Candidate] | None = None) -> dict:
+    """The teacher's and each candidate's deployed speed (see module doc), as ``{"settings",
+    "teacher": row, "candidates": {name: row}}``, also written to ``output_dir/speed.json`` after
+    every candidate; rows already there for the same settings are reused."""
+    out = Path(output_dir)
+    table_path = out / TABLE
+    table = {"settings": settings.key(), "teacher": None, "candidates": {}}
+    if table_path.is_file():
+        previous = json.loads(table_path.read_text())
+        if previous.get("settings") == settings.key():
+            table = previous
+    file_name = RUNTIMES[settings.runtime]
+    quantize = "int8" if settings.runtime == "onnx-int8" else None
+    if table["teacher"] is None:
+        export_model(teacher_dir, out / "teacher-onnx", quantize=quantize)
+        table["teacher"] = _timed(out / "teacher-onnx" / file_name, task, settings)
+        write_json(table_path, table)
+    context = shape_context(teacher_dir, task)
+    for candidate in all_candidates(context) if candidates is None else candidates:
+        if candidate.name in table["candidates"]:
+            continue
+        model, encoder = candidate.build(context)
+        folder = out / "speed" / candidate.name
+        export_classifier(model, encoder, folder, quantize=quantize, source=f"{candidate.name} (random weights)")
+        row = _timed(folder / file_name, task, settings)
+        row["speedup"] = table["teacher"]["latency_real_p50_ms"] / row["latency_real_p50_ms"]
+        table["candidates"][candidate.name] = {"family": candidate.family, "shape": dict(candidate.shape), **row}
+        write_json(table_path, table)
+    return table
+
+
+def meeting_target(table: dict, target_speedup: float | None = None, target_latency_ms: float | None = None) -> list[str]:
+    """Names of the candidates that meet the target, fastest first; a target none meets is refused
+    with the fastest measured."""
+    if (target_speedup is None) == (target_latency_ms is None):
+        raise KdbertError("pass one of --target-speedup N or --target-latency-ms L")
+    rows = table["candidates"]
+    if not rows:
+        raise KdbertError("no candidate was measured; check the teacher and the task")
+
+    def meets(row: dict) -> bool:
+        if target_speedup is not None:
+            return row["speedup"] >= target_speedup
+        return row["latency_real_p50_ms"] <= target_latency_ms
+
+    kept = sorted((name for name, row in rows.items() if meets(row)), key=lambda n: rows[n]["latency_real_p50_ms"])
+    if not kept:
+        name = min(rows, key=lambda n: rows[n]["latency_real_p50_ms"])
+        fastest = rows[name]
+        target = (f"--target-speedup {target_speedup:g}" if target_speedup is not None
+                  else f"--target-latency-ms {target_latency_ms:g}")
+        raise KdbertError(f"no candidate meets {target} on this machine: the fastest, {name}, runs in "
+                          f"{fastest['latency_real_p50_ms']:.2f} ms per row ({fastest['speedup']:.1f}x the teacher); "
+                          "lower the target")
+    return kept

@@ -1,0 +1,70 @@
+"""kdbert compress, step 1: candidate shapes from every family, exported and timed at the task's
+real lengths against the exported teacher; reruns reuse what was measured; targets filter."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import save_tiny_classifier, write_glue_task
+
+from kdbert.compress import speed
+from kdbert.data.load import TaskOptions
+from kdbert.errors import KdbertError
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, tiny_tokenizer):
+    root = tmp_path_factory.mktemp("compress")
+    write_glue_task(root / "glue", "SST-2", n_train=12, n_dev=8)
+    teacher = save_tiny_classifier(root / "teacher", tiny_tokenizer, hidden_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, intermediate_size=256)
+    return {"root": root, "teacher": teacher, "task": TaskOptions("sst2", data_dir=str(root / "glue"))}
+
+
+def test_every_family_offers_shapes_no_larger_than_the_teacher(env):
+    context = speed.shape_context(env["teacher"], env["task"])
+    names = [c.name for c in speed.all_candidates(context)]
+    # depths 1-2 (the teacher's 2) x width 128 (the teacher's), MobileBERT at depth 2, BiLSTM 150/300
+    assert names == ["bilstm-h150", "bilstm-h300", "bert-1x128", "bert-2x128", "mobilebert-2x128"]
+    model, vocab = speed.all_candidates(context)[0].build(context)
+    words = {w for text in context.texts for w in text.lower().split()}
+    assert model.config.hidden_size == 150 and set(vocab.words) >= words  # the training texts' words
+    bert, tokenizer = speed.all_candidates(context)[2].build(context)
+    assert (bert.config.num_hidden_layers, bert.config.hidden_size, bert.config.num_attention_heads,
+            bert.config.intermediate_size, tokenizer) == (1, 128, 2, 512, context.tokenizer)
+
+
+def test_speed_table_is_measured_once_and_targets_filter_it(env, monkeypatch):
+    out = env["root"] / "run"
+    settings = speed.SpeedSettings(length_rows=8, runs=2, threads=1)
+    context = speed.shape_context(env["teacher"], env["task"])
+    chosen = [c for c in speed.all_candidates(context) if c.name in ("bert-1x128", "bilstm-h150")]
+    table = speed.measure_speed(env["teacher"], env["task"], out, settings, chosen)
+    assert json.loads((out / "speed.json").read_text()) == table
+    assert set(table["candidates"]) == {"bert-1x128", "bilstm-h150"}
+    assert (out / "speed" / "bert-1x128" / "model.int8.onnx").is_file()
+    for row in table["candidates"].values():
+        assert row["speedup"] == table["teacher"]["latency_real_p50_ms"] / row["latency_real_p50_ms"]
+    assert table["candidates"]["bert-1x128"]["shape"] == {"num_hidden_layers": 1, "hidden_size": 128,
+                                                          "num_attention_heads": 2, "intermediate_size": 512}
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("a measured candidate was exported again")
+
+    monkeypatch.setattr(speed, "export_classifier", no_export)
+    monkeypatch.setattr(speed, "export_model", no_export)
+    assert speed.measure_speed(env["teacher"], env["task"], out, settings, chosen) == table
+
+    by_speed = sorted(table["candidates"], key=lambda n: table["candidates"][n]["latency_real_p50_ms"])
+    slowest = table["candidates"][by_speed[-1]]
+    assert speed.meeting_target(table, target_speedup=slowest["speedup"]) == by_speed
+    assert speed.meeting_target(table, target_latency_ms=slowest["latency_real_p50_ms"]) == by_speed
+    fastest = table["candidates"][by_speed[0]]
+    with pytest.raises(KdbertError, match=rf"no candidate meets --target-speedup 1e\+06 on this machine: the "
+                                          rf"fastest, {by_speed[0]}, runs in {fastest['latency_real_p50_ms']:.2f} ms"):
+        speed.meeting_target(table, target_speedup=1e6)
+    with pytest.raises(KdbertError, match="pass one of --target-speedup N or --target-latency-ms L"):
+        speed.meeting_target(table)
+    with pytest.raises(KdbertError, match="--runtime tflite is unknown; use one of onnx-int8, onnx-fp32"):
+        speed.SpeedSettings(runtime="tflite")
