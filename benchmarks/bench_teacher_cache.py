@@ -32,7 +32,7 @@ from common import machine_info, save_result
 from paths import GLUE_DIR, run_folder
 
 from kdbert.data.load import TaskOptions
-from kdbert.core.distill import distill_task
+from kdbert.methods.front import distill_task
 from kdbert.core.matching import MatchLoss
 from kdbert.core.trainer import Trainer
 

@@ -250,7 +250,7 @@ def target_summary(task: str, files: dict[str, Path], data_dir: str) -> dict:
     import numpy as np
 
     from kdbert.data.load import TaskOptions, load_task
-    from kdbert.data.teacher_logits import newest_stored_logits
+    from kdbert.core.teacher_logits import newest_stored_logits
 
     spec = GLUE_TASKS[task]
 

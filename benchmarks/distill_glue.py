@@ -76,7 +76,7 @@ from paths import CORPUS, GLUE_DIR, run_folder
 from kdbert.cli.augment import task_rows
 from kdbert.data.load import TaskOptions
 from kdbert.cli import main as kdbert_main
-from kdbert.core.distill import distill_task
+from kdbert.methods.front import distill_task
 from kdbert.methods.mlm_head import fit_mlm_head
 from kdbert.core.loading import default_model_path
 

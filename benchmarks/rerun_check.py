@@ -28,7 +28,7 @@ from paths import GLUE_DIR, run_folder
 
 from kdbert.cli import main as kdbert_main
 from kdbert.data.load import TaskOptions
-from kdbert.core.distill import distill_task
+from kdbert.methods.front import distill_task
 
 
 CODE_COMMIT: list[str] = []  # --code-commit: the commit of the code that produced the runs, when not HEAD

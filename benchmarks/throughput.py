@@ -13,7 +13,7 @@ pairs whose encoding is at least ``L`` tokens, truncated to exactly ``L`` (64 an
 batch of both frameworks has the same shape and the same FLOPs; rows are repeated so that no
 epoch ends (kdbert checkpoints at epoch ends) inside the timed steps.
 
-- **kdbert** runs through its public pieces, as ``kdbert.core.distill.distill_task`` builds them:
+- **kdbert** runs through its public pieces, as ``kdbert.methods.front.distill_task`` builds them:
   ``Method.task_inputs`` (student, encoded rows, collator), ``Method.build_task_plan`` (its
   intermediate stage only, no evaluation) and the shared ``Trainer`` with
   ``--mixed-precision no|bf16``.

@@ -194,7 +194,7 @@ def store_namespaces(folder) -> set[str]:
 
 def count_teacher_runs(monkeypatch) -> list:
     """The examples the teacher-logit store sends to the teacher from now on (a list that fills)."""
-    import kdbert.data.teacher_logits as teacher_logits
+    import kdbert.core.teacher_logits as teacher_logits
 
     seen = []
     run = teacher_logits._run_teacher

@@ -10,7 +10,7 @@ import pytest
 from kdbert.augment.bilstm import BiLSTMAugmenter, PosCandidates, TaggedText, augment_rows, synthesize
 from kdbert.augment.tinybert import text_seed
 from kdbert.augment.pos_tagging import NltkTagger
-from kdbert.data.teacher_logits import teacher_view
+from kdbert.core.teacher_logits import teacher_view
 from kdbert.families.bilstm.words import MASK_TOKEN, Vocab, word_spans
 from kdbert.errors import KdbertError
 

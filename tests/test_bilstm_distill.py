@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from conftest import WORDS, count_teacher_runs, save_tiny_classifier, store_namespaces, write_glue_task
 from transformers import BertForSequenceClassification
 
-import kdbert.data.teacher_logits as teacher_logits
+import kdbert.core.teacher_logits as teacher_logits
 from kdbert.cli import main
 from kdbert.data.load import TaskOptions, load_task
-from kdbert.core.distill import distill_task
+from kdbert.methods.front import distill_task
 from kdbert.families.bilstm.model import init_bilstm, is_bilstm_folder, load_bilstm
 
 DIM = 4

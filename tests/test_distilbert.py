@@ -31,7 +31,7 @@ from kdbert.errors import KdbertError
 from kdbert.families.bert import init_distilbert_student
 from kdbert.data import masking
 from kdbert.methods import distilbert
-from kdbert.core.distill import distill_general
+from kdbert.methods.front import distill_general
 from kdbert.core.matching import MatchLoss
 from kdbert.core.method import DistillContext
 

@@ -183,7 +183,7 @@ def test_end_to_end_cli(env, tmp_path, capsys):
 def test_python_api_takes_the_typed_config(env, tmp_path):
     """The Python API reads the same dataclass as the command line and YAML recipes."""
     from kdbert.data.load import TaskOptions
-    from kdbert.core.distill import distill_task
+    from kdbert.methods.front import distill_task
 
     config = kd.KDConfig(teacher=str(env["teacher"]), student_layers="2", alpha=0.5, max_steps=2, batch_size=8,
                          no_progress=True)

@@ -14,7 +14,7 @@ from transformers import AutoModelForSequenceClassification, BertForMaskedLM, Be
 
 from kdbert.cli import commands as cli
 from kdbert.core import transfer_losses as losses
-from kdbert.core.distill import distill_general
+from kdbert.methods.front import distill_general
 from kdbert.families.mobilebert import mobilebert_config
 from kdbert.core.trainer import Trainer
 
@@ -200,7 +200,7 @@ def test_progressive_run_resumes_mid_way(env, tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- terms
 def test_auxiliary_terms_equal_hand_assembly(env):
-    from kdbert.core.distill import _config
+    from kdbert.methods.front import _config
     from kdbert.core.loading import load_tokenizer
     from kdbert.core.trace import trace
     from kdbert.methods import mobilebert
@@ -265,7 +265,7 @@ def test_task_stage_refuses_a_non_mobilebert_student(env, tmp_path, capsys):
 
 
 def test_general_student_from_a_config_folder_or_a_trained_folder(env, tmp_path):
-    from kdbert.core.distill import _config
+    from kdbert.methods.front import _config
     from kdbert.families.mobilebert import build_mobilebert
     from kdbert.methods import mobilebert
 

@@ -18,7 +18,7 @@ from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import load_glue_dir
 from kdbert.data.load import TaskOptions
 from kdbert.data.tasks import GLUE_TASKS
-from kdbert.core.distill import distill_task
+from kdbert.methods.front import distill_task
 from kdbert.errors import KdbertError
 from kdbert.core.matching import Match
 from kdbert.core.trace import trace

@@ -14,7 +14,7 @@ from transformers import BertForSequenceClassification
 from kdbert.cli import main
 from kdbert.core.teacher_store import TeacherStore
 from kdbert.data.load import TaskOptions, load_task
-from kdbert.data.teacher_logits import (
+from kdbert.core.teacher_logits import (
     label_with_teacher,
     labelling_namespace,
     newest_stored_logits,

@@ -11,7 +11,7 @@ from transformers import BertForSequenceClassification, BertModel
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
 from kdbert.families import bert as students
-from kdbert.core.distill import distill_general
+from kdbert.methods.front import distill_general
 from kdbert.methods import kd
 from kdbert.methods import tinybert
 

@@ -53,7 +53,8 @@ import numpy as np
 
 from kdbert.augment.tinybert import text_seed, write_augmented_rows
 from kdbert.augment.pos_tagging import PosTagger
-from kdbert.families.bilstm.words import MASK_TOKEN, word_spans
+from kdbert.data.masking import MASK_TOKEN
+from kdbert.families.bilstm.words import word_spans
 from kdbert.errors import KdbertError
 
 NGRAM_MODES = ("keep", "mask")

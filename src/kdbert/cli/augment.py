@@ -112,14 +112,14 @@ def augment_task_bilstm(task: TaskOptions, output: str | None = None, p_mask: fl
     POS candidates come from all of the task's training rows, also with ``max_rows`` (which
     limits the rows augmented). ``num_workers`` processes tag the texts (the slow part). With ``teacher`` (a model fine-tuned on the task), its logits on
     every output row are computed and stored beside the output
-    (:func:`kdbert.data.teacher_logits.label_with_teacher`), with ``max_seq_len`` defaulting to
+    (:func:`kdbert.core.teacher_logits.label_with_teacher`), with ``max_seq_len`` defaulting to
     the task's, in ``teacher_dtype`` (float32, or bfloat16 under autocast).
     """
     from kdbert.augment.bilstm import P_NG, PAIR_P_NG, BiLSTMAugmenter, augment_rows
     from kdbert.augment.pos_tagging import NltkTagger
 
     if teacher is not None:
-        from kdbert.data.teacher_logits import check_dtype
+        from kdbert.core.teacher_logits import check_dtype
 
         check_dtype(teacher_dtype)  # before the slow part
     rows, columns, has_header, suffix = task_rows(task)
@@ -153,7 +153,7 @@ def label_augmented(task: TaskOptions, output: str, columns: list[str], has_head
                     max_seq_len: int | None, batch_size: int, device: str | None, dtype: str = "float32") -> dict:
     """Store ``teacher``'s logits (computed in ``dtype``) on every row of the augmented file ``output``."""
     from kdbert.data.load import load_task
-    from kdbert.data.teacher_logits import label_with_teacher, store_folder
+    from kdbert.core.teacher_logits import label_with_teacher, store_folder
     from kdbert.core.loading import load_sequence_classifier, load_tokenizer
 
     spec = load_task(task).spec if is_data_file(task.task) else GLUE_TASKS[canonical_task_name(task.task)]

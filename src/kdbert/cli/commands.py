@@ -14,78 +14,11 @@ import sys
 from pathlib import Path
 
 from kdbert.cli import augment, quickstart, train
-from kdbert.cli.common import INTERNAL, add_command, add_task_arguments, require
-from kdbert.cli.deploy import cmd_bench, cmd_evaluate, cmd_export, cmd_report
+from kdbert.cli.common import INTERNAL
+from kdbert.cli.deploy import add_deploy_commands
 from kdbert.errors import KdbertError
 
 RECIPE_DIR = Path(__file__).parents[1] / "methods" / "presets"
-
-
-def add_deploy_commands(sub, table: dict) -> None:
-    p = add_command(sub, table, "evaluate", cmd_evaluate,
-                    help="evaluate a fine-tuned classifier on a task's dev split(s)",
-                    description="Print and save a fine-tuned model's GLUE metrics on dev.")
-    p.add_argument("--model", help="fine-tuned HF folder or hub id, or an export of `kdbert export` (its folder or "
-                                   ".onnx file, run in ONNX Runtime) (required)")
-    require(p, "model")
-    add_task_arguments(p)
-    p.add_argument("--max-seq-len", type=int, help="token limit (default: the task's)")
-    p.add_argument("--batch-size", type=int, default=64, help="evaluation batch size")
-    p.add_argument("--output", help="metrics JSON path (default: MODEL/eval_TASK.json)")
-
-    p = add_command(sub, table, "bench", cmd_bench,
-                    help="size, FLOPs, CPU latency and throughput, optionally against another model",
-                    description="Parameters, FLOPs per example, batch-1 latency, batch-32 throughput, size on "
-                                "disk and efficiency (share of the measured matrix-multiply rate), in PyTorch "
-                                "or, for an exported model, ONNX Runtime.")
-    p.add_argument("--model", help="HF folder or hub id ('default' = the packaged teacher), or an export of "
-                                   "`kdbert export` (folder or .onnx file: ONNX Runtime) (required)")
-    require(p, "model")
-    p.add_argument("--compare", help="baseline model (e.g. the teacher, PyTorch or ONNX) for speedup and size ratios")
-    p.add_argument("--seq-len", type=int, default=128, help="sequence length of the synthetic input")
-    p.add_argument("--threads", type=int, help="CPU threads of torch / ONNX Runtime (default: torch's)")
-    p.add_argument("--runs", type=int, default=30, help="timed runs for latency")
-    p.add_argument("--output", help="write the rows as JSON here")
-    p.add_argument("--length-rows", type=int, default=200,
-                   help="with --task: how many dev rows are timed, each at its own length, batch 1")
-    add_task_arguments(p, required=False, task_help="also time batch-1 latency over this task's dev rows at their "
-                                                    "own lengths (p50/p90 over rows)")
-
-    p = add_command(sub, table, "export", cmd_export,
-                    help="export a fine-tuned model to ONNX (optionally int8) with a parity check",
-                    description="Export a fine-tuned classifier to ONNX with dynamic batch and sequence axes, "
-                                "tokenizer and config beside it, optionally a dynamic int8 copy, and "
-                                "export_report.json: max |logit difference| against PyTorch and, with --task, "
-                                "the dev metric of PyTorch, ONNX fp32 and ONNX int8.")
-    p.add_argument("--model", help="fine-tuned model folder (teacher or student) (required)")
-    require(p, "model")
-    p.add_argument("--format", choices=["onnx"], default="onnx", help="export format")
-    p.add_argument("--quantize", choices=["int8"], help="also write model.int8.onnx (ONNX Runtime dynamic int8)")
-    p.add_argument("--output-dir", help="export folder (default: MODEL/onnx)")
-    p.add_argument("--max-seq-len", type=int, help="token limit of the parity rows (default: the task's, else 128)")
-    p.add_argument("--batch-size", type=int, default=64, help="batch size of the parity check")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
-    add_task_arguments(p, required=False, task_help="check parity and metrics on this task's dev rows "
-                                                    "(default: synthetic rows, no metric)")
-
-    p = add_command(sub, table, "report", cmd_report,
-                    help="paper-style table (methods x tasks) and Pareto plot of run folders",
-                    description="Mean +/- std over seeds of each method's dev score per task, the share of the "
-                                "teacher's score kept, parameters, FLOPs, and batch-1 latency and speedup in "
-                                "PyTorch and ONNX Runtime int8; written as Markdown, CSV and JSON with a "
-                                "Pareto plot (PNG) of dev score against latency.")
-    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR",
-                   help="finetune / distill run folders (a distilled student's teacher is added automatically)")
-    p.add_argument("--results", help="instead of RUN_DIRs: a JSON file of run records "
-                                     "(e.g. benchmarks/results/deploy.json)")
-    p.add_argument("--output-dir", default="report", help="where report.md/.csv/.json and pareto.png go")
-    p.add_argument("--bench", action="store_true",
-                   help="time each method's first run: PyTorch, and ONNX int8 where RUN_DIR/onnx/model.int8.onnx "
-                        "exists (see `kdbert export`)")
-    p.add_argument("--seq-len", type=int, default=128, help="sequence length of FLOPs and timings")
-    p.add_argument("--threads", type=int, help="CPU threads for timings (default: torch's)")
-    p.add_argument("--plot-latency", choices=["onnx_int8", "pytorch"], default=None,
-                   help="latency axis of the Pareto plot (default: ONNX int8 when every point has it)")
 
 
 def build_parser(table: dict[str, argparse.ArgumentParser] | None = None) -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ import argparse
 from collections import Counter
 from dataclasses import MISSING, Field, fields
 
-from kdbert.core.options import build_config, flag
+from kdbert.options import build_config, flag
 from kdbert.data.load import TaskOptions
 
 # the namespace entries a command line carries besides its options
@@ -57,7 +57,7 @@ def default_note(defaults: dict[str, object]) -> str:
 
 
 class OptionFlags:
-    """The flags of one command, generated from config dataclasses (:func:`kdbert.core.options.option`
+    """The flags of one command, generated from config dataclasses (:func:`kdbert.options.option`
     fields): help, group, type and choices from each field's metadata, the default noted in the help.
     A flag not given parses to ``None``, so the config's own default stands: the command line has no
     defaults of its own."""

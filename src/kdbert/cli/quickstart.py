@@ -12,9 +12,9 @@
 4. print and save the table (``summary.md``, ``summary.json``), with the student's speedup over
    the teacher deployed the same way (both int8), which is distillation's own share.
 
-Budget ``short`` (default) trains in about 5 minutes on 2 idle CPU cores with avx512_bf16 (bf16,
-kdbert's default there): 16,000 training rows and one epoch per stage; the two exports and their
-dev checks take about 1 more. ``full`` uses the
+Budget ``short`` (default): 16,000 training rows and one epoch per stage; the whole job, exports
+and their dev checks included, takes about 6 minutes on 2 idle CPU cores (BENCHMARKS.md: 5.9 min
+in bf16 where the CPU has it, 6.5 in float32). ``full`` uses the
 per-task defaults on the whole training set. Each step is skipped when its output already exists,
 and a step interrupted mid-way resumes from its last checkpoint, so rerunning the command
 continues where it stopped.
@@ -45,7 +45,7 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", me
     ``model`` is the teacher to fine-tune (default: the packaged all-MiniLM-L6-v2);
     ``max_train_examples`` overrides the budget's training subset.
     """
-    from kdbert.core.distill import distill_task
+    from kdbert.methods.front import distill_task
     from kdbert.deploy.bench import bench_model, compare, format_table
     from kdbert.deploy.export import export_model
     from kdbert.methods.finetune import finetune

@@ -1,9 +1,9 @@
 """The training commands: ``finetune``, ``distill task|general``, ``mlm-head`` and ``init-student``.
 
-Their options are the typed configs' fields (:mod:`kdbert.core.options`): the flags are generated
+Their options are the typed configs' fields (:mod:`kdbert.options`): the flags are generated
 from them (:class:`~kdbert.cli.common.OptionFlags`), and what the command line and its
 ``--config`` file set goes, as a dict of option names, through the same
-:func:`~kdbert.core.options.build_config` as a Python caller's dict.
+:func:`~kdbert.options.build_config` as a Python caller's dict.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from kdbert.cli.common import (
     OptionFlags, add_command, add_task_arguments, format_metrics, given_options, require, task_options,
 )
-from kdbert.core.options import OutputOptions
+from kdbert.options import OutputOptions
 
 TASK_PRESET = {"optimisation": "optimisation (default: the task's preset)"}
 
@@ -40,7 +40,7 @@ def distill_options(args, general: bool) -> dict:
 
 
 def cmd_distill_task(args) -> int:
-    from kdbert.core.distill import distill_task
+    from kdbert.methods.front import distill_task
 
     report = distill_task(task_options(args), distill_options(args, general=False), args.output_dir,
                           resume=bool(args.resume), overwrite=bool(args.overwrite))
@@ -52,7 +52,7 @@ def cmd_distill_task(args) -> int:
 
 
 def cmd_distill_general(args) -> int:
-    from kdbert.core.distill import distill_general
+    from kdbert.methods.front import distill_general
 
     report = distill_general(distill_options(args, general=True), args.output_dir, resume=bool(args.resume),
                              overwrite=bool(args.overwrite))

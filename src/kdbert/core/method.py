@@ -1,7 +1,7 @@
 """The protocol between the distillation front and a method: what a method receives and returns.
 
 A method (registered in :mod:`kdbert.methods.registry`) is one :class:`Method` object: its typed
-configs and the hooks the front (:mod:`kdbert.core.distill`) calls, in this order::
+configs and the hooks the front (:mod:`kdbert.methods.front`) calls, in this order::
 
     task:     task_inputs(source, config) -> TaskInputs      (default: initial_student + the
                                                                teacher's tokens, student_inputs)
@@ -25,6 +25,7 @@ from torch import nn
 
 from kdbert.core.evaluate import TaskEvaluator
 from kdbert.core.loading import check_vocabulary
+from kdbert.core.teacher_logits import stored_teacher_logits
 from kdbert.data.batching import EncodedDataset, ModelInputs, TaskCollator, TokenizerInputs, encode_task
 from kdbert.data.glue import Example, TaskData
 from kdbert.data.load import TaskOptions
@@ -81,10 +82,8 @@ class TaskSource:
 
     def teacher_logits(self, dtype: str = "float32", folder: str | None = None):
         """The teacher's logits (N, C) on ``rows``, computed once and stored (beside the training
-        file, or in ``folder``: :func:`kdbert.data.teacher_logits.stored_teacher_logits`), and the
+        file, or in ``folder``: :func:`kdbert.core.teacher_logits.stored_teacher_logits`), and the
         facts for the report."""
-        from kdbert.data.teacher_logits import stored_teacher_logits
-
         return stored_teacher_logits(self.teacher, self.tokenizer, self.rows, self.task, self.data.spec,
                                      self.max_seq_len, dtype, folder)
 
@@ -130,7 +129,7 @@ class Plan:
 
 class Method:
     """A distillation method (module docstring). Subclasses set ``name``, ``help``, ``config``
-    (the task options, a :class:`kdbert.core.options.MethodConfig`) and, with a general stage,
+    (the task options, a :class:`kdbert.options.MethodConfig`) and, with a general stage,
     ``general_config``, and override the hooks they use."""
 
     name: str = ""

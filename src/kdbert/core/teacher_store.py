@@ -2,7 +2,7 @@
 
 Both ways kdbert keeps a teacher's outputs write this format: ``--teacher-cache`` (the trace of
 each training row, :mod:`kdbert.core.teacher_cache`) and the logits a word-level student is
-fitted to (:mod:`kdbert.data.teacher_logits`). They differ only in how a row's key is made.
+fitted to (:mod:`kdbert.core.teacher_logits`). They differ only in how a row's key is made.
 
 An entry is a row key (hex, 16 bytes) with named fields; each field is one tensor named
 ``<key>/<field>`` in a shard ``shard-<random>.safetensors`` (never pickles). A shard's metadata

@@ -80,7 +80,7 @@ class StageConfig:
         return cls(name, **{**{key: getattr(options, key) for key in STAGE_OPTIONS}, **overrides})
 
 
-# the optimisation options (kdbert.core.options.OptimOptions) a stage takes over as they are
+# the optimisation options (kdbert.options.OptimOptions) a stage takes over as they are
 STAGE_OPTIONS = ("epochs", "max_steps", "learning_rate", "warmup_ratio", "weight_decay", "batch_size", "grad_accum",
                  "eval_every")
 
@@ -136,7 +136,7 @@ class RunConfig:
 
     @classmethod
     def from_options(cls, output_dir, options, **overrides) -> RunConfig:
-        """The run settings of a config's :class:`~kdbert.core.options.RunOptions` (``overrides`` win)."""
+        """The run settings of a config's :class:`~kdbert.options.RunOptions` (``overrides`` win)."""
         return cls(str(output_dir), **{"seed": options.seed, "mixed_precision": options.mixed_precision,
                                        "threads": options.threads, "keep_checkpoints": options.keep_checkpoints,
                                        "progress": not options.no_progress, **overrides})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdbert.core.options import CheckedOptions, option
+from kdbert.options import CheckedOptions, option
 from kdbert.data.custom import SUPPORTED_SUFFIXES, load_custom_task
 from kdbert.data.glue import TaskData, load_glue_dir, load_glue_hf, read_glue_tsv
 from kdbert.data.tasks import GLUE_TASKS, canonical_task_name

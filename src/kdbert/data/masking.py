@@ -18,6 +18,7 @@ import torch
 
 from kdbert.errors import KdbertError
 
+MASK_TOKEN = "[MASK]"  # the word augmenters write for a masked word; the teacher reads its own mask token there
 MASK_PROB = 0.15
 MASK_SPLIT = (0.8, 0.1, 0.1)  # [MASK], random token, unchanged
 

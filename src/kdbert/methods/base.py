@@ -17,7 +17,7 @@ from kdbert.core.layer_maps import parse_layers
 from kdbert.core.loading import check_vocabulary, load_sequence_classifier, resolve_model_path
 from kdbert.core.matching import Match
 from kdbert.core.method import Student
-from kdbert.core.options import UNIT, MethodConfig, TeacherCacheOptions, in_range, option
+from kdbert.options import UNIT, MethodConfig, TeacherCacheOptions, in_range, option
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
 from kdbert.families import bert as students

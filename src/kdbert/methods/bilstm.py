@@ -10,7 +10,7 @@ Hidden size: ``--hidden-size``, by default :data:`HIDDEN_SIZE` (the paper's 150)
 recipe provides :func:`task_inputs` (the front's hook for students with their own inputs)
 instead of ``initial_student``:
 
-1. the teacher labels every training row once (:func:`kdbert.data.teacher_logits.label_with_teacher`,
+1. the teacher labels every training row once (:func:`kdbert.core.teacher_logits.label_with_teacher`,
    ``--teacher-dtype bfloat16`` under bf16 autocast): its logits are stored beside the training
    file (``--logits-cache`` elsewhere) keyed by the teacher's identity and each row's texts, and
    reused by later runs, seeds and student sizes;
@@ -51,7 +51,7 @@ from torch import nn
 
 from kdbert.core.matching import Match
 from kdbert.core.method import DistillContext, Method, Plan, Student, TaskInputs, TaskSource
-from kdbert.core.options import POSITIVE_INT, UNIT, MethodConfig, in_range, option, override
+from kdbert.options import POSITIVE_INT, UNIT, MethodConfig, in_range, option, override
 from kdbert.core.stages import task_stage
 from kdbert.core.trace import HookAdapter, register_adapter
 from kdbert.errors import KdbertError

@@ -59,7 +59,7 @@ from kdbert.core.layer_maps import parse_layers
 from kdbert.core.loading import check_vocabulary, load_tokenizer, resolve_model_path
 from kdbert.core.matching import Match
 from kdbert.core.method import DistillContext, Method, Plan, Student
-from kdbert.core.options import NON_NEGATIVE, POSITIVE_INT, UNIT, TrainOptions, in_range, option, override
+from kdbert.options import NON_NEGATIVE, POSITIVE_INT, UNIT, TrainOptions, in_range, option, override
 from kdbert.core.stages import task_stage
 from kdbert.data.batching import EncodedDataset
 from kdbert.data.masking import MASK_PROB, MASK_SPLIT, DynamicMasker, MlmCollator, token_weights

@@ -16,7 +16,7 @@ from transformers import set_seed
 from kdbert.core.evaluate import TaskEvaluator
 from kdbert.core.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
 from kdbert.core.matching import Match, MatchLoss
-from kdbert.core.options import TrainOptions, build_config, option
+from kdbert.options import TrainOptions, build_config, option
 from kdbert.core.run_folder import prepare_output_dir
 from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
 from kdbert.data.batching import PaddingCollator, encode_examples

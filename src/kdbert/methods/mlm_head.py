@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from kdbert.core.atomic_io import write_json
 from kdbert.core.loading import resolve_model_path
-from kdbert.core.options import LEARNING_RATE, POSITIVE_INT, RunOptions, build_config, option, override
+from kdbert.options import LEARNING_RATE, POSITIVE_INT, RunOptions, build_config, option, override
 from kdbert.core.run_folder import prepare_output_dir
 from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
 from kdbert.data.batching import EncodedDataset

@@ -54,7 +54,7 @@ import torch
 
 from kdbert.core.loading import check_vocabulary, load_sequence_classifier, resolve_model_path
 from kdbert.core.method import DistillContext, Method, Plan, Student
-from kdbert.core.options import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT, TrainOptions, in_range, option, override
+from kdbert.options import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT, TrainOptions, in_range, option, override
 from kdbert.core.stages import task_stage
 from kdbert.data.batching import EncodedDataset
 from kdbert.data.masking import MASK_PROB, MASK_SPLIT, DynamicMasker, MlmCollator

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from kdbert.core.layer_maps import LayerMap, LayerMapRules, ResolvedLayerMap, resolve_layer_map
 from kdbert.core.matching import Match
 from kdbert.core.method import DistillContext, Method, Plan, Student
-from kdbert.core.options import NON_NEGATIVE, option, override
+from kdbert.options import NON_NEGATIVE, option, override
 from kdbert.core.stages import task_stage
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError

@@ -12,7 +12,7 @@ import importlib
 from dataclasses import fields
 
 from kdbert.core.method import Method
-from kdbert.core.options import build_config
+from kdbert.options import build_config
 from kdbert.errors import KdbertError
 
 # One line per method: the module whose ``METHOD`` it is (the order of ``--method``'s choices).

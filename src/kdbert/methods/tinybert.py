@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kdbert.core.options import (
+from kdbert.options import (
     EPOCHS,
     LEARNING_RATE,
     POSITIVE_INT,

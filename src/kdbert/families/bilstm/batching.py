@@ -3,7 +3,7 @@
 A word-level student (the distilled BiLSTM) and its BERT teacher read the same example through
 different inputs: the student its vocabulary's word ids (``[MASK]`` has an id of its own, see
 :mod:`kdbert.families.bilstm.words`), the teacher its tokenizer's ids (``[MASK]`` as its mask token, see
-:func:`kdbert.data.teacher_logits.teacher_view`). :func:`encode_for_distillation` encodes both
+:func:`kdbert.core.teacher_logits.teacher_view`). :func:`encode_for_distillation` encodes both
 once; :class:`DistillationCollator` pads a batch of them into::
 
     {"student": {"input_ids": (B, L), "attention_mask": (B, L),            # word ids, right-padded
@@ -13,7 +13,7 @@ once; :class:`DistillationCollator` pads a batch of them into::
      "labels": (B,) long, or float for regression}                         # labelled rows only
 
 ``batch["student"]`` is exactly the keyword arguments of :class:`kdbert.families.bilstm.model.BiLSTMStudent`.
-With stored teacher logits (computed once, :func:`kdbert.data.teacher_logits.label_with_teacher`)
+With stored teacher logits (computed once, :func:`kdbert.core.teacher_logits.label_with_teacher`)
 the teacher's inputs are not needed at all.
 """
 
@@ -24,7 +24,7 @@ import torch
 
 from kdbert.data.batching import EncodedDataset, PaddingCollator, encode_examples
 from kdbert.data.glue import Example
-from kdbert.data.teacher_logits import teacher_view
+from kdbert.core.teacher_logits import teacher_view
 from kdbert.families.bilstm.words import Vocab
 from kdbert.errors import KdbertError
 
@@ -58,7 +58,7 @@ def encode_for_distillation(examples: list[Example], vocab: Vocab, pair: bool, t
                             max_words: int | None = None) -> DistillationDataset:
     """Encode ``examples`` for the student (word ids) and, given a ``tokenizer``, for the teacher
     (token ids of :func:`teacher_view` of the texts, cut to ``max_seq_len``). ``teacher_logits``
-    (N, C), e.g. from :func:`kdbert.data.teacher_logits.label_with_teacher`, ride along per row."""
+    (N, C), e.g. from :func:`kdbert.core.teacher_logits.label_with_teacher`, ride along per row."""
     if teacher_logits is not None and len(teacher_logits) != len(examples):
         raise KdbertError(f"{len(teacher_logits)} rows of teacher logits for {len(examples)} examples; "
                           "label the same examples with the teacher")

@@ -38,11 +38,11 @@ from typing import Iterable
 
 import numpy as np
 
+from kdbert.data.masking import MASK_TOKEN
 from kdbert.errors import KdbertError
 
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
-MASK_TOKEN = "[MASK]"
 
 _WORD = re.compile(r"\[MASK\]|(?i:n't)\b|\w+?(?=(?i:n't)\b)|\w+|'\w+|[^\w\s]")
 

@@ -40,9 +40,9 @@ from kdbert.core.teacher_store import SHARD_GLOB, TeacherStore, teacher_fingerpr
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import Example, resolve_glue_dir, split_file
 from kdbert.data.load import TaskOptions, is_data_file
+from kdbert.data.masking import MASK_TOKEN
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
-from kdbert.families.bilstm.words import MASK_TOKEN
 
 DTYPES = ("float32", "bfloat16")
 SHARD_ROWS = 1 << 16  # logits are a few numbers per row: large shards, few files
