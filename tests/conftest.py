@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import tqdm
 from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
 SHARED_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue_data"
@@ -22,6 +23,9 @@ os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 # Pinned values are float32: `--mixed-precision auto` means float32 in tests whatever the CPU.
 os.environ["KDBERT_MIXED_PRECISION"] = "no"
+# No tqdm monitor thread: tests/test_kill_resume.py forks this process, and a child forked while
+# the monitor holds tqdm's lock hangs at its first progress bar (seen once in a full run).
+tqdm.tqdm.monitor_interval = 0
 
 WORDS = ("the a cat dog sat on mat ran fast slow big small red blue happy sad man woman child "
          "plays reads sees house car tree park good bad is was not very".split())
