@@ -13,7 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from kdbert.cli import augment, quickstart, train
+import kdbert.cli.augment as augment
+import kdbert.cli.quickstart as quickstart
+import kdbert.cli.train as train
 from kdbert.cli.common import INTERNAL
 from kdbert.cli.deploy import add_deploy_commands
 from kdbert.errors import KdbertError

@@ -94,13 +94,16 @@ def hidden_mse(
     )
 
 
-def attention_mse(
-    student_scores: torch.Tensor,
-    teacher_scores: torch.Tensor,
-    attention_mask: torch.Tensor,
-    reduction: str = "tinybert-reference",
-    head_average: bool = False,
-) -> torch.Tensor:
+def check_attention_mask(loss: str, attention_mask: torch.Tensor, scores: torch.Tensor) -> None:
+    """Refuse an attention mask that is not (B, L) for scores of shape (B, H, L, L)."""
+    b, _, lq, lk = scores.shape
+    if attention_mask.shape != (b, lk) or lq != lk:
+        raise KdbertError(f"{loss}: attention_mask shape {tuple(attention_mask.shape)} does not fit scores "
+                          f"of shape {tuple(scores.shape)}; pass the (B, L) mask of the batch")
+
+
+def attention_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor, attention_mask: torch.Tensor,
+                  reduction: str = "tinybert-reference", head_average: bool = False) -> torch.Tensor:
     """TinyBERT attention loss: ``(1/h) * sum_i MSE(A_i^S, A_i^T)`` on pre-softmax scores.
 
     Scores are PRE-softmax, shape (B, H, L, L) with queries on dim 2 and keys on dim 3:
@@ -142,12 +145,7 @@ def attention_mse(
         t = torch.where(teacher_scores <= REFERENCE_SCORE_THRESHOLD, zero, teacher_scores)
         return F.mse_loss(s, t)
     if reduction == "masked-mean":
-        b, _, lq, lk = student_scores.shape
-        if attention_mask.shape != (b, lk) or lq != lk:
-            raise KdbertError(
-                f"attention_mse: attention_mask shape {tuple(attention_mask.shape)} does not "
-                f"fit scores of shape {tuple(student_scores.shape)}; pass the (B, L) mask"
-            )
+        check_attention_mask("attention_mse", attention_mask, student_scores)
         valid = attention_mask.bool()
         pairs = valid[:, None, :, None] & valid[:, None, None, :]  # (B, 1, L, L)
         pairs = pairs.expand_as(student_scores)

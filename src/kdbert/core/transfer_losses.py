@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kdbert.core.losses import check_same_shape, masked_lm_cross_entropy, select_tokens
+from kdbert.core.losses import check_attention_mask, check_same_shape, masked_lm_cross_entropy, select_tokens
 from kdbert.errors import KdbertError
 
 
@@ -127,13 +127,8 @@ def average_head_groups(probabilities: torch.Tensor, num_groups: int) -> torch.T
     return probabilities.reshape(b, num_groups, heads // num_groups, lq, lk).mean(dim=2)
 
 
-def attention_kl(
-    student_scores: torch.Tensor,
-    teacher_scores: torch.Tensor,
-    attention_mask: torch.Tensor,
-    reduction: str = "reference",
-    head_average: bool = False,
-) -> torch.Tensor:
+def attention_kl(student_scores: torch.Tensor, teacher_scores: torch.Tensor, attention_mask: torch.Tensor,
+                 reduction: str = "reference", head_average: bool = False) -> torch.Tensor:
     """MobileBERT attention transfer: ``KL(a_t || a_s)`` per head and query, over the keys.
 
     ``a = softmax(scores)`` over keys, from PRE-softmax scores (B, H, L, L) with queries on
@@ -159,12 +154,7 @@ def attention_kl(
             f"attention_kl: student has {h_s} attention heads, teacher has {h_t}; use a student "
             f"with {h_t} heads or pass head_average=True (averages groups of teacher heads)"
         )
-    b, _, lq, lk = student_scores.shape
-    if attention_mask.shape != (b, lk) or lq != lk:
-        raise KdbertError(
-            f"attention_kl: attention_mask shape {tuple(attention_mask.shape)} does not fit scores "
-            f"of shape {tuple(student_scores.shape)}; pass the (B, L) mask of the batch"
-        )
+    check_attention_mask("attention_kl", attention_mask, student_scores)
     valid = attention_mask.bool()
     if not valid.any(dim=1).all():
         raise KdbertError("attention_kl: an example has no valid token; check the batch's attention mask")

@@ -153,14 +153,8 @@ def synthetic_batch(model: nn.Module, seq_len: int, batch_size: int) -> dict[str
 # --------------------------------------------------------------------------- speed
 
 
-def measure_latency(
-    model: nn.Module,
-    seq_len: int,
-    batch_size: int = 1,
-    warmup: int = 5,
-    runs: int = 30,
-    threads: int | None = None,
-) -> dict[str, float]:
+def measure_latency(model: nn.Module, seq_len: int, batch_size: int = 1, warmup: int = 5, runs: int = 30,
+                    threads: int | None = None) -> dict[str, float]:
     """Time ``runs`` forward passes of one batch after ``warmup`` untimed ones.
 
     Returns ``median_ms``, ``p90_ms`` (nearest rank), ``mean_ms``, ``min_ms`` for the whole
@@ -190,14 +184,8 @@ def measure_latency(
     return {**timing, "batch_size": batch_size, "threads": threads}
 
 
-def measure_throughput(
-    model: nn.Module,
-    seq_len: int,
-    batch_size: int = 32,
-    warmup: int = 3,
-    runs: int = 10,
-    threads: int | None = None,
-) -> float:
+def measure_throughput(model: nn.Module, seq_len: int, batch_size: int = 32, warmup: int = 3, runs: int = 10,
+                       threads: int | None = None) -> float:
     """Examples per second at ``batch_size``: ``batch_size / (median batch latency in s)``."""
     latency = measure_latency(model, seq_len, batch_size, warmup=warmup, runs=runs, threads=threads)
     return batch_size / (latency["median_ms"] / 1000.0)

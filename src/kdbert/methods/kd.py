@@ -39,16 +39,8 @@ from dataclasses import dataclass
 from kdbert.core.method import DistillContext, Method, Plan, Student
 from kdbert.core.stages import task_stage
 from kdbert.data.tasks import TaskSpec
-from kdbert.methods.base import (
-    LogitKDConfig,
-    StudentLayerOptions,
-    check_kd_loss,
-    kd_matches,
-    kd_report,
-    resolve_student,
-    student_description,
-    teacher_if_needed,
-)
+from kdbert.methods.base import (LogitKDConfig, StudentLayerOptions, check_kd_loss, kd_matches, kd_report,
+                                 resolve_student, student_description, teacher_if_needed)
 
 
 @dataclass

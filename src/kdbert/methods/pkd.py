@@ -43,16 +43,8 @@ from kdbert.options import NON_NEGATIVE, option, override
 from kdbert.core.stages import task_stage
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
-from kdbert.methods.base import (
-    LogitKDConfig,
-    StudentLayerOptions,
-    check_kd_loss,
-    kd_matches,
-    kd_report,
-    resolve_student,
-    student_description,
-    teacher_if_needed,
-)
+from kdbert.methods.base import (LogitKDConfig, StudentLayerOptions, check_kd_loss, kd_matches, kd_report,
+                                 resolve_student, student_description, teacher_if_needed)
 
 DEFAULT_BETA = 500.0  # for the reference's "mean" reduction
 
