@@ -40,17 +40,20 @@ def to_predictions(spec: TaskSpec, logits: np.ndarray) -> np.ndarray:
 
 
 class SplitEvaluator:
-    """Callable ``evaluator(model) -> metrics`` over a task's dev split(s), encoded once
-    (``splits``: name -> rows); subclasses encode the rows and say how a model predicts them.
+    """Callable ``evaluator(model) -> metrics`` over a task's dev split(s), encoded once by
+    ``encode(rows)`` (``splits``: name -> rows); subclasses say how a model predicts them.
 
     Metrics are in percent, keyed by name (MNLI: ``dev_matched/accuracy`` ...), plus ``score``,
-    the mean of the task's metrics, which selects the best checkpoint.
+    the mean of the task's metrics. With held-out training rows (``data.held_out``) they are
+    scored too, as ``held-out/<metric>``, and ``selection_score`` (their score) picks the best
+    checkpoint instead of ``score``, so that dev only scores the checkpoint it did not pick.
     """
 
-    def __init__(self, data: TaskData, splits: dict, batch_size: int):
+    def __init__(self, data: TaskData, encode, batch_size: int):
         self.spec = data.spec
-        self.splits = splits
+        self.splits = {name: encode(rows) for name, rows in data.dev.items()}
         self.references = {name: np.array([ex.label for ex in rows]) for name, rows in data.dev.items()}
+        self.held_out = (encode(data.held_out), np.array([ex.label for ex in data.held_out])) if data.held_out else None
         self.batch_size = batch_size
 
     def predict(self, model, dataset) -> np.ndarray:
@@ -65,6 +68,12 @@ class SplitEvaluator:
             metrics.update(compute_metrics(self.spec.metrics, predictions, self.references[name],
                                            split_prefix(name, splits)))
         metrics["score"] = task_score(metrics, self.spec.metrics, splits)
+        if self.held_out is not None:
+            dataset, references = self.held_out
+            held = compute_metrics(self.spec.metrics, to_predictions(self.spec, self.predict(model, dataset)),
+                                   references, "")
+            metrics.update({f"held-out/{name}": value for name, value in held.items()})
+            metrics["selection_score"] = task_score(held, self.spec.metrics, ("held-out",))
         return metrics
 
 
@@ -76,8 +85,7 @@ class TaskEvaluator(SplitEvaluator):
                  inputs: ModelInputs | None = None):
         self.max_seq_len = max_seq_len or data.spec.max_seq_len
         inputs = inputs or TokenizerInputs(tokenizer, self.max_seq_len)
-        super().__init__(data, {name: EncodedDataset(inputs.encode(rows)) for name, rows in data.dev.items()},
-                         batch_size)
+        super().__init__(data, lambda rows: EncodedDataset(inputs.encode(rows)), batch_size)
         self.collator = inputs.collate
 
     def predict(self, model, dataset: EncodedDataset) -> np.ndarray:

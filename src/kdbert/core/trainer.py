@@ -411,9 +411,9 @@ class Trainer:
         record = {"stage": stage_name, "step": self.state["step"], "eval": metrics}
         self.state["history"].append(record)
         self._log(record)
-        best = self.state["best_score"]
-        if best is None or metrics["score"] > best:
-            self.state.update(best_score=metrics["score"], best_metrics=metrics, best_stage=stage_name,
+        best, score = self.state["best_score"], metrics.get("selection_score", metrics["score"])
+        if best is None or score > best:
+            self.state.update(best_score=score, best_metrics=metrics, best_stage=stage_name,
                               best_step=self.state["step"])
             self._export(self.out / "best", metrics)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdbert.data.tasks import TaskSpec
@@ -32,11 +32,13 @@ class Example:
 
 @dataclass
 class TaskData:
-    """A task's training rows and its evaluation split(s)."""
+    """A task's training rows, its evaluation split(s), and the training rows held out to pick
+    checkpoints on (empty unless ``--held-out-fraction``; :func:`kdbert.data.load.hold_out`)."""
 
     spec: TaskSpec
     train: list[Example]
     dev: dict[str, list[Example]]
+    held_out: list[Example] = field(default_factory=list)
 
 
 def resolve_glue_dir(data_dir: str | os.PathLike | None) -> Path:

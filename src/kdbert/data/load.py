@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdbert.options import CheckedOptions, option
+from kdbert.options import CheckedOptions, in_range, option
 from kdbert.data.custom import SUPPORTED_SUFFIXES, load_custom_task
 from kdbert.data.glue import TaskData, load_glue_dir, load_glue_hf, read_glue_tsv
 from kdbert.data.tasks import GLUE_TASKS, canonical_task_name
@@ -36,6 +37,10 @@ class TaskOptions(CheckedOptions):
     regression: bool = option(False, "own data: the label is a real-valued score", type=bool, group="data")
     train_file: str | None = option(None, "replace the GLUE task's training split with this file in the task's "
                                           "format (e.g. train_aug.tsv)", group="data")
+    held_out_fraction: float = option(0.0, "hold out this share of the training rows (the same rows for every run) "
+                                           "to pick the best checkpoint on; dev then only scores it (0: dev picks "
+                                           "and scores, as the papers do)", type=float, group="data",
+                                      check=in_range(0, 0.5, what="a share of the training rows in [0, 0.5]"))
 
     def __post_init__(self) -> None:
         if isinstance(self.text_columns, str):
@@ -47,12 +52,39 @@ def is_data_file(task: str) -> bool:
     return name.endswith(SUPPORTED_SUFFIXES)
 
 
+HELD_OUT_SEED = "kdbert-held-out"
+
+
+def hold_out(data: TaskData, fraction: float) -> TaskData:
+    """Move ``round(fraction * N)`` of the N training rows (at least one) into ``data.held_out``:
+    a shuffle seeded by :data:`HELD_OUT_SEED`, so every run, seed and method holds out the same rows."""
+    count = max(1, round(fraction * len(data.train)))
+    if count >= len(data.train):
+        raise KdbertError(f"--held-out-fraction {fraction:g} leaves no training rows of {len(data.train)}; "
+                          "lower it")
+    order = list(range(len(data.train)))
+    random.Random(HELD_OUT_SEED).shuffle(order)
+    chosen = set(order[:count])
+    data.held_out = [row for index, row in enumerate(data.train) if index in chosen]
+    data.train = [row for index, row in enumerate(data.train) if index not in chosen]
+    return data
+
+
 def load_task(options: TaskOptions, seed: int = 42) -> TaskData:
-    """Load train and dev examples for ``options.task``.
+    """Load train and dev examples for ``options.task``, with ``held_out_fraction`` of the
+    training rows held out (:func:`hold_out`).
 
     ``train_file`` replaces a GLUE task's training split (e.g. TinyBERT's ``train_aug.tsv``),
     read in the task's own format.
     """
+    if options.held_out_fraction and options.train_file:
+        raise KdbertError("--held-out-fraction with --train-file would train on augmented copies of held-out rows; "
+                          "hold out rows before augmenting, or leave one of them out")
+    data = _load_task(options, seed)
+    return hold_out(data, options.held_out_fraction) if options.held_out_fraction else data
+
+
+def _load_task(options: TaskOptions, seed: int) -> TaskData:
     if not options.task:
         raise KdbertError("--task is required: a GLUE task name (e.g. rte) or a .csv/.tsv/.jsonl training file")
     if is_data_file(options.task):

@@ -60,7 +60,8 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     max_seq_len = config.max_seq_len or spec.max_seq_len
     model_path = resolve_model_path(config.model)
     identity = {"command": "finetune", "task": task.task, "model": model_path, "max_seq_len": max_seq_len,
-                "train_file": task.train_file, **{name: getattr(config, name) for name in IDENTITY_OPTIONS}}
+                "train_file": task.train_file, **{name: getattr(config, name) for name in IDENTITY_OPTIONS},
+                **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {})}
     out = prepare_output_dir(config.output_dir, identity, resume, overwrite)
     tokenizer = load_tokenizer(model_path)
     set_seed(config.seed)

@@ -119,7 +119,8 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     inputs = method.task_inputs(TaskSource(teacher, tokenizer, data, rows, max_seq_len, task), config)
     context = DistillContext(teacher, inputs.student, tokenizer, spec, inputs.train_set, config, config.seed)
     plan = method.build_task_plan(context)
-    identity = _identity("distill task", given, task=task.task, train_file=task.train_file)
+    identity = _identity("distill task", given, task=task.task, train_file=task.train_file,
+                         **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {}))
     cache = open_teacher_cache(config, plan, max_seq_len)
     out = prepare_output_dir(output_dir, identity, resume, overwrite)
     run = RunConfig.from_options(out, config)
@@ -132,6 +133,7 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
         "student_init": inputs.student.origin, **inputs.report, **plan_report,
         "stages": train_report["stages"], "stage_losses": stage_losses(out / "log.jsonl"),
         "dev_metrics": train_report["best_metrics"], "best_stage": train_report["best_stage"],
+        "selected_on": f"held-out training rows ({len(data.held_out)})" if data.held_out else "dev",
         "best_step": train_report["best_step"], "eval_history": train_report["history"],
         "runtime": train_report["runtime"], "wall_seconds": round(time.time() - started, 1),
     }

@@ -48,8 +48,7 @@ class WordTaskEvaluator(SplitEvaluator):
     with the student's vocabulary (whole texts); same metrics and keys as the token-level one."""
 
     def __init__(self, data: TaskData, vocab: Vocab, batch_size: int = 256):
-        super().__init__(data, {name: encode_for_distillation(rows, vocab, data.spec.is_pair)
-                                for name, rows in data.dev.items()}, batch_size)
+        super().__init__(data, lambda rows: encode_for_distillation(rows, vocab, data.spec.is_pair), batch_size)
 
     def predict(self, model, dataset: DistillationDataset) -> np.ndarray:
         return predict_words(model, dataset, self.batch_size)
