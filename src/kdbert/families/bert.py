@@ -360,7 +360,8 @@ def apply_student_init(student: PreTrainedModel, teacher: PreTrainedModel, init:
 SPEED_DEPTHS = (1, 2, 3, 4)
 SPEED_WIDTHS = (128, 192, 256, 384)
 """BERT-style students whose deployed speed ``kdbert compress`` measures: every depth x width up to
-the teacher's, heads of 64 dims (at least 2), FFN 4x the width."""
+the teacher's, with the teacher's head size and FFN-to-width ratio, so that every one of them can
+take its weights from the teacher (:func:`select_teacher_weights`)."""
 
 
 def _random_student(shape: dict, context: ShapeContext) -> tuple[BertForSequenceClassification, object]:
@@ -368,14 +369,22 @@ def _random_student(shape: dict, context: ShapeContext) -> tuple[BertForSequence
     return build_student(config, "regression" if context.num_labels == 1 else "classification"), context.tokenizer
 
 
+def _student_from_teacher(shape: dict, teacher: PreTrainedModel, context: ShapeContext) -> BertForSequenceClassification:
+    """The shape's student with weights selected from the teacher (:func:`select_teacher_weights`)."""
+    student, _ = _random_student(shape, context)
+    select_teacher_weights(student, teacher)
+    return student
+
+
 def speed_candidates(context: ShapeContext) -> list[Candidate]:
     """The BERT-style shapes of :data:`SPEED_DEPTHS` x :data:`SPEED_WIDTHS` no larger than the teacher."""
     teacher = context.teacher_config
+    head_size = teacher.hidden_size // teacher.num_attention_heads
     candidates = []
     for layers in (d for d in SPEED_DEPTHS if d <= teacher.num_hidden_layers):
-        for hidden in (w for w in SPEED_WIDTHS if w <= teacher.hidden_size):
-            shape = {"num_hidden_layers": layers, "hidden_size": hidden,
-                     "num_attention_heads": max(2, hidden // 64), "intermediate_size": 4 * hidden}
+        for hidden in (w for w in SPEED_WIDTHS if w <= teacher.hidden_size and w % head_size == 0):
+            shape = {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": hidden // head_size,
+                     "intermediate_size": hidden * teacher.intermediate_size // teacher.hidden_size}
             candidates.append(Candidate(f"bert-{layers}x{hidden}", "hf", tuple(shape.items()),
-                                        partial(_random_student, shape)))
+                                        partial(_random_student, shape), partial(_student_from_teacher, shape)))
     return candidates

@@ -371,9 +371,17 @@ def _random_student(layers: int, context: ShapeContext):
     return build_mobilebert(config), context.tokenizer
 
 
+def _student_from_teacher(layers: int, teacher: PreTrainedModel, context: ShapeContext):
+    """The shape's student with the teacher's embedding layer fitted and its head copied
+    (:func:`init_from_teacher`); the encoder still needs distillation."""
+    student, _ = _random_student(layers, context)
+    init_from_teacher(student, teacher)
+    return student
+
+
 def speed_candidates(context: ShapeContext) -> list[Candidate]:
     """``mobilebert-matched`` at :data:`SPEED_DEPTHS` (no deeper than the teacher)."""
     teacher = context.teacher_config
     return [Candidate(f"mobilebert-{layers}x{teacher.hidden_size}", "hf", (("num_hidden_layers", layers),),
-                      partial(_random_student, layers))
+                      partial(_random_student, layers), partial(_student_from_teacher, layers))
             for layers in SPEED_DEPTHS if layers <= teacher.num_hidden_layers]

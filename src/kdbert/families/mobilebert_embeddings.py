@@ -40,14 +40,15 @@ def _teacher_embedding_tables(teacher: PreTrainedModel) -> dict[str, torch.Tenso
 
 def can_fit_embeddings(student: PreTrainedModel, teacher: PreTrainedModel) -> bool:
     """Whether :func:`fit_embeddings_to_teacher` applies: a MobileBERT student whose embedding
-    output, position and token-type tables have the teacher's width and vocabulary."""
+    output, position and token-type tables have the teacher's width and vocabulary, and whose
+    word-table rank fits the teacher's table (k <= min(V, d))."""
     config = student.config
     tables = _teacher_embedding_tables(teacher)
     if getattr(config, "model_type", None) != "mobilebert" or tables is None:
         return False
     word, position, token_type = tables["word"], tables["position"], tables["type"]
     return (word.shape[0] == config.vocab_size and word.shape[1] == config.hidden_size
-            and config.embedding_size <= word.shape[1]
+            and config.embedding_size <= min(word.shape)
             and position.shape[0] >= config.max_position_embeddings and token_type.shape[0] >= config.type_vocab_size)
 
 

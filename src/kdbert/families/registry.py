@@ -71,12 +71,15 @@ class ShapeContext:
 @dataclass(frozen=True)
 class Candidate:
     """A student shape of one family, measurable for speed before any training: ``build(context)``
-    gives a model of that shape with random weights and its encoder."""
+    gives a model of that shape with random weights and its encoder; ``from_teacher(teacher,
+    context)``, where the family can, the same shape initialised from the teacher's weights (the
+    start of its distillation)."""
 
     name: str
     family: str
     shape: tuple[tuple[str, Any], ...]
     build: Callable[[ShapeContext], tuple[nn.Module, Any]]
+    from_teacher: Callable[[nn.Module, ShapeContext], nn.Module] | None = None
 
 
 def example_inputs(spec: InputSpec, seq_len: int, batch_size: int = 1) -> dict[str, torch.Tensor]:

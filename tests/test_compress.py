@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from conftest import save_tiny_classifier, write_glue_task
 
 from kdbert.compress import speed
@@ -31,8 +32,9 @@ def test_every_family_offers_shapes_no_larger_than_the_teacher(env):
     words = {w for text in context.texts for w in text.lower().split()}
     assert model.config.hidden_size == 150 and set(vocab.words) >= words  # the training texts' words
     bert, tokenizer = speed.all_candidates(context)[2].build(context)
+    # the teacher's head size (32) and FFN-to-width ratio (256 / 128)
     assert (bert.config.num_hidden_layers, bert.config.hidden_size, bert.config.num_attention_heads,
-            bert.config.intermediate_size, tokenizer) == (1, 128, 2, 512, context.tokenizer)
+            bert.config.intermediate_size, tokenizer) == (1, 128, 4, 256, context.tokenizer)
 
 
 def test_speed_table_is_measured_once_and_targets_filter_it(env, monkeypatch):
@@ -47,7 +49,7 @@ def test_speed_table_is_measured_once_and_targets_filter_it(env, monkeypatch):
     for row in table["candidates"].values():
         assert row["speedup"] == table["teacher"]["latency_real_p50_ms"] / row["latency_real_p50_ms"]
     assert table["candidates"]["bert-1x128"]["shape"] == {"num_hidden_layers": 1, "hidden_size": 128,
-                                                          "num_attention_heads": 2, "intermediate_size": 512}
+                                                          "num_attention_heads": 4, "intermediate_size": 256}
 
     def no_export(*args, **kwargs):
         raise AssertionError("a measured candidate was exported again")
@@ -68,3 +70,27 @@ def test_speed_table_is_measured_once_and_targets_filter_it(env, monkeypatch):
         speed.meeting_target(table)
     with pytest.raises(KdbertError, match="--runtime tflite is unknown; use one of onnx-int8, onnx-fp32"):
         speed.SpeedSettings(runtime="tflite")
+
+
+def test_kept_candidates_are_built_from_the_teacher_weights(env, tmp_path):
+    from transformers import BertForSequenceClassification
+
+    from kdbert.compress.build import build_from_teacher
+    from kdbert.families.registry import family_of_folder
+
+    context = speed.shape_context(env["teacher"], env["task"])
+    by_name = {c.name: c for c in speed.all_candidates(context)}
+    folder = build_from_teacher(by_name["bert-1x128"], env["teacher"], env["task"], tmp_path / "bert")
+    assert family_of_folder(folder).name == "hf"
+    assert json.loads((folder / "student_init.json").read_text())["shape"]["num_hidden_layers"] == 1
+    student = BertForSequenceClassification.from_pretrained(folder)
+    teacher = BertForSequenceClassification.from_pretrained(env["teacher"])
+    # the one student layer is teacher layer g(1) = ceil(1 * 2 / 1) = 2, whole (same width, heads, FFN)
+    s_layer, t_layer = student.bert.encoder.layer[0], teacher.bert.encoder.layer[1]
+    for name in ("attention.self.query", "attention.output.dense", "intermediate.dense", "output.LayerNorm"):
+        assert torch.equal(s_layer.get_submodule(name).weight, t_layer.get_submodule(name).weight), name
+    assert torch.equal(student.bert.embeddings.word_embeddings.weight, teacher.bert.embeddings.word_embeddings.weight)
+    mobile = build_from_teacher(by_name["mobilebert-2x128"], env["teacher"], env["task"], tmp_path / "mobile")
+    assert (mobile / "model.safetensors").is_file() and (mobile / "tokenizer.json").is_file()
+    with pytest.raises(KdbertError, match="candidate bilstm-h150 is built by its own method"):
+        build_from_teacher(by_name["bilstm-h150"], env["teacher"], env["task"], tmp_path / "bilstm")
