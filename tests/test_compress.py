@@ -94,3 +94,43 @@ def test_kept_candidates_are_built_from_the_teacher_weights(env, tmp_path):
     assert (mobile / "model.safetensors").is_file() and (mobile / "tokenizer.json").is_file()
     with pytest.raises(KdbertError, match="candidate bilstm-h150 is built by its own method"):
         build_from_teacher(by_name["bilstm-h150"], env["teacher"], env["task"], tmp_path / "bilstm")
+
+
+def test_successive_halving_distils_the_better_half_longer_and_resumes(env, monkeypatch):
+    from kdbert.compress import search
+
+    task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
+    context = speed.shape_context(env["teacher"], task)
+    chosen = [c for c in speed.all_candidates(context) if c.name in ("bert-1x128", "bert-2x128")]
+    settings = search.SearchSettings(rounds=2, first_steps=2, batch_size=4, budget_minutes=30)
+    out = env["root"] / "search"
+    state = search.successive_halving(chosen, env["teacher"], task, out, settings)
+    first, second = state["rounds"]
+    assert sorted(row["candidate"] for row in first) == ["bert-1x128", "bert-2x128"] and {r["steps"] for r in first} == {2}
+    best = max(first, key=lambda row: row["selection_score"])["candidate"]
+    assert [(row["candidate"], row["steps"]) for row in second] == [(best, 4)]
+    report = json.loads((out / "rounds" / "1" / best / "distill_report.json").read_text())
+    assert report["selected_on"] == "held-out training rows (3)" and report["options"]["max_steps"] == 4
+    assert json.loads((out / "search.json").read_text()) == state
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a finished run was distilled again")
+
+    monkeypatch.setattr(search, "_distil", no_run)
+    assert search.successive_halving(chosen, env["teacher"], task, out, settings) == state
+    with pytest.raises(KdbertError, match="the search picks on held-out training rows: pass --held-out-fraction"):
+        search.successive_halving(chosen, env["teacher"], env["task"], out, settings)
+
+
+def test_the_winner_is_the_fastest_that_keeps_enough_else_the_best():
+    from kdbert.compress.search import pick_winner
+
+    speed_rows = {"a": {"latency_real_p50_ms": 1.0}, "b": {"latency_real_p50_ms": 2.0}, "c": {"latency_real_p50_ms": 3.0}}
+    last = [{"candidate": "a", "selection_score": 80.0}, {"candidate": "b", "selection_score": 88.0},
+            {"candidate": "c", "selection_score": 90.0}]
+    winner = pick_winner(last, speed_rows, teacher_selection_score=90.0, min_kept=0.97)
+    assert (winner["candidate"], winner["kept"], winner["rule"]) == ("b", 88.0 / 90.0, "fastest keeping 0.97")
+    winner = pick_winner(last[:2], speed_rows, teacher_selection_score=95.0, min_kept=0.97)
+    assert (winner["candidate"], winner["rule"]) == ("b", "none keeps 0.97: best score")
+    with pytest.raises(KdbertError, match="no candidate finished a round within --budget-minutes"):
+        pick_winner([], speed_rows, 90.0, 0.97)

@@ -1,0 +1,115 @@
+"""Steps 2-3 of ``kdbert compress``: distil the candidates that meet the speed target by successive
+halving, and pick the winner on held-out training rows.
+
+Round r (r = 0, 1, ...) distils each remaining candidate for ``first_steps * 2^r`` optimiser steps
+from its start (:func:`kdbert.compress.build.build_from_teacher`) with logit KD from the teacher,
+every run an ordinary run folder ``rounds/<r>/<candidate>``; the better half by held-out score
+(``selection_score``, the rows ``--held-out-fraction`` keeps out of training) goes on to the next
+round, until a round has run one candidate or the rounds end. A round that would overrun ``budget_minutes`` (judged
+from the time its candidates took per step so far) is not started.
+
+The winner (:func:`pick_winner`): among the last round's candidates, the fastest whose held-out
+score keeps ``min_kept`` of the teacher's held-out score; if none does, the best held-out score
+(all of them meet the speed target). The teacher was trained on the held-out rows, so its score
+there is optimistic and "kept" errs low; dev only reports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kdbert.compress.build import build_from_teacher
+from kdbert.core.atomic_io import write_json
+from kdbert.data.load import TaskOptions
+from kdbert.errors import KdbertError
+from kdbert.families.registry import Candidate
+from kdbert.methods.front import distill_task
+
+STATE = "search.json"
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """The distillation budget: rounds of successive halving, steps of the first round (doubled
+    each round), the wall-time cap, and the KD run's batch size, learning rate and seed."""
+
+    rounds: int = 3
+    first_steps: int = 200
+    budget_minutes: float = 30.0
+    batch_size: int = 32
+    learning_rate: float = 1e-4
+    seed: int = 42
+
+    def __post_init__(self):
+        if self.rounds < 1 or self.first_steps < 1 or self.budget_minutes <= 0:
+            raise KdbertError(f"--rounds, --first-steps and --budget-minutes must be positive (got {self.rounds}, "
+                              f"{self.first_steps}, {self.budget_minutes:g})")
+
+
+def _distil(candidate: Candidate, start: Path, teacher_dir: str, task: TaskOptions, steps: int,
+            settings: SearchSettings, out: Path) -> dict:
+    options = {"method": "kd", "teacher": str(teacher_dir), "student": str(start), "max_steps": steps,
+               "eval_every": max(1, steps // 2), "batch_size": settings.batch_size,
+               "learning_rate": settings.learning_rate, "seed": settings.seed, "no_progress": True}
+    started = time.time()
+    report = distill_task(task, options, str(out), overwrite=True)
+    return {"candidate": candidate.name, "steps": steps, "seconds": round(time.time() - started, 1),
+            "selection_score": report["dev_metrics"].get("selection_score", report["dev_metrics"]["score"]),
+            "dev_score": report["dev_metrics"]["score"], "run": str(out)}
+
+
+def successive_halving(candidates: list[Candidate], teacher_dir: str, task: TaskOptions, output_dir,
+                       settings: SearchSettings = SearchSettings()) -> dict:
+    """Distil ``candidates`` (those meeting the speed target; built from the teacher) by rounds of
+    successive halving (module doc). Every finished run is recorded in ``output_dir/search.json``
+    and not run again when the search is resumed. Returns ``{"rounds": [[row, ...], ...]}``."""
+    if not task.held_out_fraction:
+        raise KdbertError("the search picks on held-out training rows: pass --held-out-fraction (e.g. 0.1)")
+    out = Path(output_dir)
+    state_path = out / STATE
+    state = json.loads(state_path.read_text()) if state_path.is_file() else {"rounds": []}
+    remaining = list(candidates)
+    for round_index in range(settings.rounds):
+        steps = settings.first_steps * 2 ** round_index
+        finished = state["rounds"][round_index] if round_index < len(state["rounds"]) else []
+        todo = [c for c in remaining if c.name not in {row["candidate"] for row in finished}]
+        runs = [row for rows in state["rounds"] for row in rows]
+        if runs and todo:  # the seconds per step so far, times the steps this round still needs
+            spent = sum(row["seconds"] for row in runs)
+            needed = spent / sum(row["steps"] for row in runs) * steps * len(todo)
+            if spent + needed > settings.budget_minutes * 60:
+                break
+        if round_index == len(state["rounds"]):
+            state["rounds"].append([])
+        for candidate in todo:
+            start = out / "starts" / candidate.name
+            if not (start / "config.json").is_file():
+                build_from_teacher(candidate, teacher_dir, task, start)
+            row = _distil(candidate, start, teacher_dir, task, steps, settings,
+                          out / "rounds" / str(round_index) / candidate.name)
+            state["rounds"][round_index].append(row)
+            write_json(state_path, state)
+        ranked = sorted(state["rounds"][round_index], key=lambda row: -row["selection_score"])
+        keep = {row["candidate"] for row in ranked[: max(1, math.ceil(len(ranked) / 2))]}
+        remaining = [c for c in remaining if c.name in keep]
+        if len(ranked) == 1:  # the last one left has had its longest run
+            break
+    return state
+
+
+def pick_winner(last_round: list[dict], speed: dict[str, dict], teacher_selection_score: float,
+                min_kept: float) -> dict:
+    """The fastest of ``last_round``'s candidates keeping ``min_kept`` of the teacher's held-out score,
+    else the best held-out score; with ``kept`` and ``rule`` (which of the two picked it)."""
+    if not last_round:
+        raise KdbertError("no candidate finished a round within --budget-minutes; raise it or lower --first-steps")
+    rows = [{**row, "kept": row["selection_score"] / teacher_selection_score,
+             "latency_real_p50_ms": speed[row["candidate"]]["latency_real_p50_ms"]} for row in last_round]
+    keeping = [row for row in rows if row["kept"] >= min_kept]
+    if keeping:
+        return {**min(keeping, key=lambda row: row["latency_real_p50_ms"]), "rule": f"fastest keeping {min_kept:g}"}
+    return {**max(rows, key=lambda row: row["selection_score"]), "rule": f"none keeps {min_kept:g}: best score"}
