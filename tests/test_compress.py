@@ -134,3 +134,43 @@ def test_the_winner_is_the_fastest_that_keeps_enough_else_the_best():
     assert (winner["candidate"], winner["rule"]) == ("b", "none keeps 0.97: best score")
     with pytest.raises(KdbertError, match="no candidate finished a round within --budget-minutes"):
         pick_winner([], speed_rows, 90.0, 0.97)
+
+
+def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, monkeypatch):
+    from collections import Counter
+
+    from kdbert.cli import main
+    from kdbert.compress import search
+    from kdbert.data.load import load_task
+
+    out = tmp_path / "compress"
+    args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+            "--candidates", "bert-1x128,bert-2x128", "--rounds", "2", "--first-steps", "2", "--batch-size", "4",
+            "--length-rows", "4", "--threads", "1", "--output-dir", str(out)]
+    assert main([*args, "--target-speedup", "0.01"]) == 0
+    report = json.loads((out / "compress_report.json").read_text())
+    assert report["held_out_rows"] == 1  # the default --held-out-fraction 0.1 of 12 rows
+    assert report["winner"]["candidate"] in {"bert-1x128", "bert-2x128"}
+    assert report["winner"]["candidate"] == report["search"]["rounds"][-1][0]["candidate"]
+    exported = json.loads((out / "winner" / "export_report.json").read_text())
+    assert report["shipped"]["dev_score"] == exported["dev_metrics"]["onnx_int8"]["score"]
+    assert report["shipped"]["kept_dev"] == report["shipped"]["dev_score"] / report["teacher_scores"]["dev"]
+    data = load_task(TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.1))
+    majority = Counter(row.label for row in data.train).most_common(1)[0][0]
+    dev = data.dev[next(iter(data.dev))]
+    assert report["shipped"]["majority_dev"] == pytest.approx(100.0 * sum(r.label == majority for r in dev) / len(dev))
+    assert "Winner: **" in (out / "compress_report.md").read_text()
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a finished run was distilled again")
+
+    monkeypatch.setattr(search, "_distil", no_run)
+    assert main([*args, "--target-speedup", "0.01"]) == 0  # resumed: timings and runs reused
+    assert json.loads((out / "compress_report.json").read_text())["winner"] == report["winner"]
+    capsys.readouterr()
+    assert main([*args, "--target-speedup", "1e6"]) == 2
+    assert "no candidate meets --target-speedup 1e+06 on this machine: the fastest" in capsys.readouterr().err
+    assert main(args) == 2
+    assert "pass one of --target-speedup N or --target-latency-ms L" in capsys.readouterr().err
+    assert main([*args, "--target-speedup", "2", "--candidates", "bert-9x999"]) == 2
+    assert "--candidates: unknown bert-9x999; this teacher offers" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import kdbert.cli.augment as augment
+import kdbert.cli.compress as compress
 import kdbert.cli.quickstart as quickstart
 import kdbert.cli.train as train
 from kdbert.cli.common import INTERNAL
@@ -31,6 +32,7 @@ def build_parser(table: dict[str, argparse.ArgumentParser] | None = None) -> arg
     quickstart.add_commands(sub, table)
     train.add_commands(sub, table)
     augment.add_commands(sub, table)
+    compress.add_commands(sub, table)
     add_deploy_commands(sub, table)
     for name, command in table.items():
         if command.get_default("func") is None:  # a group of commands (distill)

@@ -107,7 +107,10 @@ def pick_winner(last_round: list[dict], speed: dict[str, dict], teacher_selectio
     else the best held-out score; with ``kept`` and ``rule`` (which of the two picked it)."""
     if not last_round:
         raise KdbertError("no candidate finished a round within --budget-minutes; raise it or lower --first-steps")
-    rows = [{**row, "kept": row["selection_score"] / teacher_selection_score,
+    def kept(score: float) -> float:  # a teacher scoring 0 there: a student keeps it all when it does as well
+        return score / teacher_selection_score if teacher_selection_score > 0 else float(score >= teacher_selection_score)
+
+    rows = [{**row, "kept": kept(row["selection_score"]),
              "latency_real_p50_ms": speed[row["candidate"]]["latency_real_p50_ms"]} for row in last_round]
     keeping = [row for row in rows if row["kept"] >= min_kept]
     if keeping:

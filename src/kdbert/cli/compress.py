@@ -1,0 +1,31 @@
+"""``kdbert compress``: its flags are :class:`~kdbert.compress.pipeline.CompressConfig`'s fields and
+the data options; the work is :func:`kdbert.compress.pipeline.compress`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kdbert.cli.common import OptionFlags, add_command, add_task_arguments, given_options, require, task_options
+from kdbert.compress.pipeline import CompressConfig, compress
+from kdbert.options import build_config
+
+
+def cmd_compress(args) -> int:
+    config = build_config(CompressConfig, given_options(args, CompressConfig))
+    report = compress(task_options(args), config, args.output_dir)
+    print((Path(args.output_dir) / "compress_report.md").read_text())
+    print(f"shipped: {report['shipped']['folder']}")
+    return 0
+
+
+def add_commands(sub, table: dict) -> None:
+    p = add_command(sub, table, "compress", cmd_compress,
+                    help="find, distil and ship the fastest student that keeps the teacher's score",
+                    description="Time the exported teacher and candidate students on this machine at the task's "
+                                "real lengths, distil those that meet the speed target by successive halving, "
+                                "pick the winner on held-out training rows (--held-out-fraction, default 0.1), "
+                                "export it and report. Rerun to continue an interrupted search.")
+    p.add_argument("--output-dir", help="where the timings, runs, winner and report go (required)")
+    require(p, "output_dir")
+    add_task_arguments(p)
+    OptionFlags(p).add(CompressConfig, required=("teacher",))

@@ -1,0 +1,169 @@
+"""``kdbert compress``: the fastest student that keeps the teacher's score, found and proven on this
+machine, in four steps (each resumable; every candidate run is an ordinary run folder):
+
+1. time the exported teacher and every family's candidate shapes in the runtime shipped
+   (:mod:`kdbert.compress.speed`), keeping those that meet the speed target;
+2. build the kept candidates from the teacher and distil them by successive halving
+   (:mod:`kdbert.compress.build`, :mod:`kdbert.compress.search`);
+3. pick the winner on held-out training rows (:func:`kdbert.compress.search.pick_winner`);
+4. export it as it ships, checked on dev, and write ``compress_report.json`` / ``.md``.
+
+Shares in the report: ``kept = student / teacher`` score, and the share of the teacher's gain over
+the majority class kept, ``(student - majority) / (teacher - majority)``, which stays meaningful
+where the teacher is near chance. Candidates whose family builds them with its own method (the
+BiLSTM) are timed but not yet distilled here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from kdbert.compress.search import SearchSettings, pick_winner, successive_halving
+from kdbert.compress.speed import RUNTIMES, SpeedSettings, all_candidates, measure_speed, meeting_target, shape_context
+from kdbert.core.atomic_io import write_json
+from kdbert.core.metrics import compute_metrics, task_score
+from kdbert.data.load import TaskOptions, load_task
+from kdbert.deploy.export import export_model
+from kdbert.errors import KdbertError
+from kdbert.families.registry import family_of_folder
+from kdbert.options import POSITIVE, UNIT, CheckedOptions, in_range, option
+
+REPORT = "compress_report.json"
+
+
+@dataclass
+class CompressConfig(CheckedOptions):
+    """What ``kdbert compress`` searches for and with which budget."""
+
+    teacher: str | None = option(None, "the fine-tuned teacher (HF folder)", group="compress")
+    target_speedup: float | None = option(None, "keep students at least this many times faster than the teacher, "
+                                                "both deployed in --runtime, on the task's dev rows", type=float,
+                                          group="compress", check=POSITIVE)
+    target_latency_ms: float | None = option(None, "or: keep students whose median latency per dev row is at most "
+                                                   "this", type=float, group="compress", check=POSITIVE)
+    min_kept: float = option(0.97, "the share of the teacher's held-out score the winner must keep", type=float,
+                             group="compress", check=UNIT)
+    runtime: str = option("onnx-int8", "the runtime students are timed and shipped in", group="compress",
+                          choices=tuple(RUNTIMES))
+    budget_minutes: float = option(30.0, "wall time for distilling the candidates", type=float, group="compress",
+                                   check=POSITIVE)
+    rounds: int = option(3, "rounds of successive halving", type=int, group="compress",
+                         check=in_range(1, 10, int, what="a number of rounds in [1, 10]"))
+    first_steps: int = option(200, "optimiser steps per candidate in the first round (doubled each round)", type=int,
+                              group="compress", check=in_range(1, 10**7, int, what="a positive number of steps"))
+    candidates: str | None = option(None, "only these candidates (comma-separated names, e.g. bert-2x256); default: "
+                                          "every family's", group="compress")
+    length_rows: int = option(200, "dev rows timed per model, each at its own length, batch 1", type=int,
+                              group="compress", check=in_range(1, 10**6, int, what="a positive number of rows"))
+    threads: int | None = option(None, "CPU threads of the timed runtime (default: all cores)", type=int,
+                                 group="compress", check=in_range(1, 1024, int, what="a positive number of threads"))
+    batch_size: int = option(32, "distillation batch size", type=int, group="compress",
+                             check=in_range(1, 10**6, int, what="a positive batch size"))
+    learning_rate: float = option(1e-4, "distillation learning rate", type=float, group="compress",
+                                  check=in_range(0, 1, low_open=True, what="a learning rate in (0, 1]"))
+    seed: int = option(42, "random seed of every distillation run", type=int, group="compress")
+
+    def check(self) -> None:
+        super().check()
+        if not self.teacher:
+            raise KdbertError("--teacher is required: a model fine-tuned on the task (see `kdbert finetune`)")
+        if (self.target_speedup is None) == (self.target_latency_ms is None):
+            raise KdbertError("pass one of --target-speedup N or --target-latency-ms L")
+
+
+def _majority_score(data) -> float:
+    """The dev score of always answering the most frequent training label (the mean for regression)."""
+    labels = [row.label for row in data.train]
+    if data.spec.is_regression:
+        constant = sum(labels) / len(labels)
+    else:
+        constant = Counter(labels).most_common(1)[0][0]
+    metrics = {}
+    for name, rows in data.dev.items():
+        predictions = np.full(len(rows), constant, dtype=float if data.spec.is_regression else int)
+        references = np.array([row.label for row in rows])
+        metrics.update(compute_metrics(data.spec.metrics, predictions, references,
+                                       "" if len(data.dev) == 1 else f"{name}/"))
+    return task_score(metrics, data.spec.metrics, tuple(data.dev))
+
+
+def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.PathLike) -> dict:
+    """Run the four steps (module doc) into ``output_dir``; returns the report."""
+    config.check()
+    if not task.held_out_fraction:
+        task = replace(task, held_out_fraction=0.1)
+    out = Path(output_dir)
+    teacher_dir = str(Path(config.teacher).expanduser())
+    speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
+    context = shape_context(teacher_dir, task)
+    offered = all_candidates(context)
+    if config.candidates:
+        wanted = [name.strip() for name in config.candidates.split(",") if name.strip()]
+        unknown = sorted(set(wanted) - {c.name for c in offered})
+        if unknown:
+            raise KdbertError(f"--candidates: unknown {', '.join(unknown)}; this teacher offers "
+                              f"{', '.join(c.name for c in offered)}")
+        offered = [c for c in offered if c.name in wanted]
+    table = measure_speed(teacher_dir, task, out, speed_settings, offered)
+    fast = meeting_target(table, config.target_speedup, config.target_latency_ms)
+    distillable = [c for c in offered if c.name in fast and c.from_teacher is not None]
+    if not distillable:
+        raise KdbertError(f"the candidates meeting the target ({', '.join(fast)}) are built by their own methods; "
+                          "compress distils BERT-style and MobileBERT candidates so far")
+    search = successive_halving(distillable, teacher_dir, task, out,
+                                SearchSettings(config.rounds, config.first_steps, config.budget_minutes,
+                                               config.batch_size, config.learning_rate, config.seed))
+    data = load_task(task)
+    teacher_family = family_of_folder(teacher_dir)
+    teacher, tokenizer = teacher_family.load(Path(teacher_dir), data.spec)
+    teacher_metrics = teacher_family.evaluator(data, tokenizer, None, 64)(teacher)
+    winner = pick_winner(search["rounds"][-1], table["candidates"], teacher_metrics["selection_score"],
+                         config.min_kept)
+    shipped = export_model(winner["run"], out / "winner", quantize="int8" if config.runtime == "onnx-int8" else None,
+                           task=task)
+    runtime_key = "onnx_int8" if config.runtime == "onnx-int8" else "onnx_fp32"
+    majority = _majority_score(data)
+    student_dev, teacher_dev = shipped["dev_metrics"][runtime_key]["score"], teacher_metrics["score"]
+    report = {
+        "task": data.spec.name, "teacher": teacher_dir, "runtime": config.runtime,
+        "target": {"speedup": config.target_speedup, "latency_ms": config.target_latency_ms,
+                   "min_kept": config.min_kept},
+        "held_out_rows": len(data.held_out), "speed": table, "search": search, "winner": winner,
+        "teacher_scores": {"held_out": teacher_metrics["selection_score"], "dev": teacher_dev},
+        "shipped": {"folder": str(out / "winner"), "dev_score": student_dev, "parity": shipped["parity"],
+                    "speedup": table["candidates"][winner["candidate"]]["speedup"],
+                    "kept_dev": student_dev / teacher_dev,
+                    "gain_kept_dev": (student_dev - majority) / (teacher_dev - majority)
+                    if teacher_dev != majority else None,
+                    "majority_dev": majority},
+    }
+    write_json(out / REPORT, report)
+    (out / "compress_report.md").write_text(format_report(report))
+    return report
+
+
+def format_report(report: dict) -> str:
+    """The report as Markdown: the winner, then every candidate timed (and distilled)."""
+    shipped, speed = report["shipped"], report["speed"]
+    finals = {row["candidate"]: row for rows in report["search"]["rounds"] for row in rows}
+    lines = [f"# kdbert compress: {report['task']}, {report['runtime']}", "",
+             f"Winner: **{report['winner']['candidate']}** ({report['winner']['rule']}): "
+             f"{shipped['speedup']:.2f}x the teacher's speed on dev rows, dev score {shipped['dev_score']:.2f} "
+             f"against {report['teacher_scores']['dev']:.2f} ({100 * shipped['kept_dev']:.1f}% kept"
+             + (f", {100 * shipped['gain_kept_dev']:.1f}% of the gain over the majority class "
+                f"{shipped['majority_dev']:.2f}" if shipped["gain_kept_dev"] is not None else "") + ").", "",
+             "| model | ms / dev row (p50) | speedup | held-out score | dev score (PyTorch) | steps |",
+             "|---|---:|---:|---:|---:|---:|",
+             f"| teacher | {speed['teacher']['latency_real_p50_ms']:.2f} | 1.00x | "
+             f"{report['teacher_scores']['held_out']:.2f} | {report['teacher_scores']['dev']:.2f} | - |"]
+    for name, row in sorted(speed["candidates"].items(), key=lambda item: item[1]["latency_real_p50_ms"]):
+        run = finals.get(name)
+        lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x | "
+                     + (f"{run['selection_score']:.2f} | {run['dev_score']:.2f} | {run['steps']} |" if run else
+                        "- | - | - |"))
+    return "\n".join(lines) + "\n"
