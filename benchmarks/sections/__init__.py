@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sections import (augmentation_results, bilstm_results, distill_results, mobilebert_results, reproduction,
-                      speed_results)
+from sections import (augmentation_results, bilstm_results, compress_results, distill_results, mobilebert_results,
+                      reproduction, speed_results)
 
 SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("intro", reproduction.intro_section),
     ("quickstart", speed_results.quickstart_section),
+    ("compress", compress_results.compress_section),
     ("rerun", reproduction.rerun_section),
     ("deploy", speed_results.deploy_section),
     ("teacher", distill_results.teacher_section),
