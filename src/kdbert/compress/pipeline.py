@@ -109,7 +109,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
             raise KdbertError(f"--candidates: unknown {', '.join(unknown)}; this teacher offers "
                               f"{', '.join(c.name for c in offered)}")
         offered = [c for c in offered if c.name in wanted]
-    table = measure_speed(teacher_dir, task, out, speed_settings, offered)
+    table = measure_speed(teacher_dir, task, out, speed_settings, offered, context)
     fast = meeting_target(table, config.target_speedup, config.target_latency_ms)
     distillable = [c for c in offered if c.name in fast and c.from_teacher is not None]
     if not distillable:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdbert.compress.build import build_from_teacher
+from kdbert.compress.speed import shape_context
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
@@ -72,7 +73,7 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
     out = Path(output_dir)
     state_path = out / STATE
     state = json.loads(state_path.read_text()) if state_path.is_file() else {"rounds": []}
-    remaining = list(candidates)
+    remaining, context = list(candidates), None
     for round_index in range(settings.rounds):
         steps = settings.first_steps * 2 ** round_index
         finished = state["rounds"][round_index] if round_index < len(state["rounds"]) else []
@@ -88,7 +89,8 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
         for candidate in todo:
             start = out / "starts" / candidate.name
             if not (start / "config.json").is_file():
-                build_from_teacher(candidate, teacher_dir, task, start)
+                context = context or shape_context(teacher_dir, task)
+                build_from_teacher(candidate, teacher_dir, task, start, context)
             row = _distil(candidate, start, teacher_dir, task, steps, settings,
                           out / "rounds" / str(round_index) / candidate.name)
             state["rounds"][round_index].append(row)

@@ -78,7 +78,8 @@ def _timed(file: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
 
 
 def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,
-                  settings: SpeedSettings = SpeedSettings(), candidates: list[Candidate] | None = None) -> dict:
+                  settings: SpeedSettings = SpeedSettings(), candidates: list[Candidate] | None = None,
+                  context: ShapeContext | None = None) -> dict:
     """The teacher's and each candidate's deployed speed (see module doc), as ``{"settings",
     "teacher": row, "candidates": {name: row}}``, also written to ``output_dir/speed.json`` after
     every candidate; rows already there for the same settings are reused."""
@@ -95,7 +96,7 @@ def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir:
         export_model(teacher_dir, out / "teacher-onnx", quantize=quantize)
         table["teacher"] = _timed(out / "teacher-onnx" / file_name, task, settings)
         write_json(table_path, table)
-    context = shape_context(teacher_dir, task)
+    context = context or shape_context(teacher_dir, task)
     for candidate in all_candidates(context) if candidates is None else candidates:
         if candidate.name in table["candidates"]:
             continue
