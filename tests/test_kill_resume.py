@@ -15,11 +15,14 @@ import multiprocessing
 import os
 import random
 import signal
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import torch
+import tqdm.auto
+import tqdm.std
 from conftest import WORDS, save_tiny_classifier, tiny_bert_config, write_glue_task
 from safetensors.torch import load_file
 from transformers import BertForMaskedLM
@@ -34,6 +37,10 @@ def cli(*args) -> list[str]:
 
 
 def _quiet_main(argv: list[str]) -> None:
+    # A fresh progress-bar lock: tqdm's inherited one is a semaphore shared with the earlier children,
+    # and a child killed while holding it leaves it held for good (the next child would hang).
+    for cls in (tqdm.std.tqdm, tqdm.auto.tqdm):
+        cls.set_lock(threading.RLock())
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
