@@ -13,7 +13,7 @@ import argparse
 import time
 
 from common import machine_info, save_result
-from paths import GLUE_DIR, run_folder
+from paths import GLUE_DIR, WORD_VECTORS, run_folder
 
 from kdbert.compress.pipeline import CompressConfig, compress
 from kdbert.data.load import TaskOptions
@@ -30,22 +30,27 @@ def main() -> None:
     parser.add_argument("--budget-minutes", type=float, default=25.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--first-steps", type=int, default=300)
-    parser.add_argument("--output-dir", default=run_folder("compress-{task}"))
+    parser.add_argument("--word-vectors", default=WORD_VECTORS, help="the BiLSTM candidates' word vectors ('' for none)")
+    parser.add_argument("--intermediate-share", type=float, default=0.5)
+    parser.add_argument("--output-dir", default=run_folder("compress-{task}-x{target:g}"))
     args = parser.parse_args()
-    teacher, out = args.teacher.format(task=args.task), args.output_dir.format(task=args.task)
+    teacher = args.teacher.format(task=args.task)
+    out = args.output_dir.format(task=args.task, target=args.target_speedup)
     config = CompressConfig(teacher=teacher, target_speedup=args.target_speedup, candidates=args.candidates,
                             threads=args.threads, budget_minutes=args.budget_minutes, rounds=args.rounds,
-                            first_steps=args.first_steps)
+                            first_steps=args.first_steps, word_vectors=args.word_vectors or None,
+                            intermediate_share=args.intermediate_share)
     started = time.time()
     report = compress(TaskOptions(args.task, data_dir=args.data_dir), config, out)
     command = (f"OMP_NUM_THREADS=1 python benchmarks/bench_compress.py --task {args.task} --target-speedup "
                f"{args.target_speedup:g} --threads {args.threads} --budget-minutes {args.budget_minutes:g} "
-               f"--rounds {args.rounds} --first-steps {args.first_steps}"
+               f"--rounds {args.rounds} --first-steps {args.first_steps} --intermediate-share "
+               f"{args.intermediate_share:g}" + (" --word-vectors ''" if not args.word_vectors else "")
                + (f" --candidates {args.candidates}" if args.candidates else ""))
     save_result("compress", f"{args.task}/x{args.target_speedup:g}",
                 {**machine_info(), "command": command, "seconds_this_call": round(time.time() - started, 1),
-                 **{key: report[key] for key in ("task", "runtime", "target", "held_out_rows", "speed", "search",
-                                                 "winner", "teacher_scores", "shipped")}})
+                 **{key: report.get(key) for key in ("task", "runtime", "target", "held_out_rows", "speed", "search",
+                                                     "winner", "teacher_scores", "shipped", "seconds_per_candidate")}})
     print(open(f"{out}/compress_report.md").read())
 
 

@@ -110,7 +110,10 @@ def test_successive_halving_distils_the_better_half_longer_and_resumes(env, monk
     best = max(first, key=lambda row: row["selection_score"])["candidate"]
     assert [(row["candidate"], row["steps"]) for row in second] == [(best, 4)]
     report = json.loads((out / "rounds" / "1" / best / "distill_report.json").read_text())
-    assert report["selected_on"] == "held-out training rows (3)" and report["options"]["max_steps"] == 4
+    assert report["selected_on"] == "held-out training rows (3)"
+    # TinyBERT's two stages share the round's 4 steps
+    assert (report["method"], report["options"]["intermediate_max_steps"], report["options"]["max_steps"]) == \
+        ("tinybert", 2, 2)
     assert json.loads((out / "search.json").read_text()) == state
 
     def no_run(*args, **kwargs):
@@ -145,13 +148,18 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
 
     out = tmp_path / "compress"
     args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
-            "--candidates", "bert-1x128,bert-2x128", "--rounds", "2", "--first-steps", "2", "--batch-size", "4",
+            "--candidates", "bert-1x128,bilstm-h150", "--rounds", "2", "--first-steps", "2", "--batch-size", "4",
             "--length-rows", "4", "--threads", "1", "--output-dir", str(out)]
     assert main([*args, "--target-speedup", "0.01"]) == 0
     report = json.loads((out / "compress_report.json").read_text())
     assert report["held_out_rows"] == 1  # the default --held-out-fraction 0.1 of 12 rows
-    assert report["winner"]["candidate"] in {"bert-1x128", "bert-2x128"}
+    first_round = {row["candidate"]: row for row in report["search"]["rounds"][0]}
+    assert {name: row["method"] for name, row in first_round.items()} == {"bert-1x128": "tinybert",
+                                                                          "bilstm-h150": "bilstm"}
     assert report["winner"]["candidate"] == report["search"]["rounds"][-1][0]["candidate"]
+    last = report["search"]["rounds"][-1][0]
+    assert report["seconds_per_candidate"][last["candidate"]] == pytest.approx(
+        first_round[last["candidate"]]["seconds"] + last["seconds"], abs=0.11)
     exported = json.loads((out / "winner" / "export_report.json").read_text())
     assert report["shipped"]["dev_score"] == exported["dev_metrics"]["onnx_int8"]["score"]
     assert report["shipped"]["kept_dev"] == report["shipped"]["dev_score"] / report["teacher_scores"]["dev"]
@@ -159,7 +167,13 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     majority = Counter(row.label for row in data.train).most_common(1)[0][0]
     dev = data.dev[next(iter(data.dev))]
     assert report["shipped"]["majority_dev"] == pytest.approx(100.0 * sum(r.label == majority for r in dev) / len(dev))
-    assert "Winner: **" in (out / "compress_report.md").read_text()
+    markdown = (out / "compress_report.md").read_text()
+    assert "Winner: **" in markdown and "![dev score against latency](pareto.png)" in markdown
+    assert (out / "pareto.png").stat().st_size > 0
+    # the shipped export timed again with its trained weights, against the same teacher figure
+    assert report["shipped"]["speedup"] == pytest.approx(report["speed"]["teacher"]["latency_real_p50_ms"]
+                                                         / report["shipped"]["latency_real_p50_ms"])
+    assert report["shipped"]["agreement_measure"] == "% of rows, same class"
 
     def no_run(*args, **kwargs):
         raise AssertionError("a finished run was distilled again")
@@ -174,3 +188,40 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert "pass one of --target-speedup N or --target-latency-ms L" in capsys.readouterr().err
     assert main([*args, "--target-speedup", "2", "--candidates", "bert-9x999"]) == 2
     assert "--candidates: unknown bert-9x999; this teacher offers" in capsys.readouterr().err
+
+
+def test_each_kind_of_candidate_gets_its_recipe():
+    from kdbert.compress.recipes import SearchSettings, run_options
+    from kdbert.families.registry import Candidate
+
+    def candidate(name, from_teacher=lambda teacher, context: teacher, **shape):
+        return Candidate(name, "x", tuple(shape.items()), build=None, from_teacher=from_teacher)
+
+    settings = SearchSettings(batch_size=16, learning_rate=2e-4, seed=7, word_vectors="glove.txt",
+                              intermediate_share=0.25)
+    bert = run_options(candidate("bert-2x256"), 400, settings, "cache")
+    assert bert == {"method": "tinybert", "intermediate_max_steps": 100, "intermediate_lr": 2e-4, "max_steps": 300,
+                    "seed": 7, "eval_every": 150, "no_progress": True, "batch_size": 16, "learning_rate": 2e-4,
+                    "teacher_cache": "cache"}
+    none = run_options(candidate("bert-2x256"), 400, SearchSettings(intermediate_share=0.0), "cache")
+    assert (none["skip_intermediate"], none["max_steps"], "intermediate_max_steps" in none) == (True, 400, False)
+    assert run_options(candidate("mobilebert-2x384"), 400, settings, "cache")["method"] == "kd"
+    bilstm = run_options(candidate("bilstm-h300", from_teacher=None, hidden_size=300, embedding_dim=50), 400,
+                         settings, "cache")
+    assert bilstm == {"method": "bilstm", "max_steps": 400, "hidden_size": 300, "word_vectors": "glove.txt",
+                      "seed": 7, "eval_every": 200, "no_progress": True}  # its own optimiser, batch and rate
+    with pytest.raises(KdbertError, match="compress has no distillation recipe for gru candidates"):
+        run_options(candidate("gru-1x64"), 400, settings, "cache")
+    with pytest.raises(KdbertError, match="--intermediate-share 1 must be in"):
+        SearchSettings(intermediate_share=1.0)
+
+
+def test_bilstm_candidates_take_the_word_vectors_size(env, tmp_path):
+    vectors = tmp_path / "vectors.txt"
+    vectors.write_text("good 0.1 0.2 0.3 0.4\nbad 0.4 0.3 0.2 0.1\n")
+    context = speed.shape_context(env["teacher"], env["task"], vectors)
+    bilstm = [c for c in speed.all_candidates(context) if c.name == "bilstm-h150"][0]
+    assert dict(bilstm.shape) == {"hidden_size": 150, "embedding_dim": 4}
+    assert bilstm.build(context)[0].config.embedding_dim == 4
+    with pytest.raises(KdbertError, match="word-vector file .*missing.txt does not exist"):
+        speed.shape_context(env["teacher"], env["task"], tmp_path / "missing.txt")

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from kdbert.core.metrics import compute_metric, compute_metrics, task_score
@@ -46,3 +47,16 @@ def test_task_score():
     assert task_score(mrpc, ("accuracy", "f1"), ("dev",)) == pytest.approx((60 + 200 / 3) / 2)
     mnli = {"dev_matched/accuracy": 80.0, "dev_mismatched/accuracy": 70.0}
     assert task_score(mnli, ("accuracy",), ("dev_matched", "dev_mismatched")) == 75.0
+
+
+def test_agreement_is_the_share_of_same_classes_or_the_correlation_of_scores():
+    from kdbert.core.evaluate import agreement
+    from kdbert.data.tasks import GLUE_TASKS
+
+    student = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7]])
+    teacher = np.array([[0.1, 0.9], [0.4, 0.6], [0.7, 0.3], [0.0, 1.0]])
+    assert agreement(GLUE_TASKS["sst2"], student, teacher) == 75.0  # rows 2-4 agree
+    # STS-B: Pearson of (1, 2, 4) with (2, 3, 3): deviations (-4, -1, 5)/3 and (-2, 1, 1)/3, so
+    # r = 12 / sqrt(42 * 6) = 0.755929
+    scores = agreement(GLUE_TASKS["stsb"], np.array([[1.0], [2.0], [4.0]]), np.array([[2.0], [3.0], [3.0]]))
+    assert scores == pytest.approx(100 * 0.755929, abs=1e-4)

@@ -10,12 +10,14 @@ machine, in four steps (each resumable; every candidate run is an ordinary run f
 
 Shares in the report: ``kept = student / teacher`` score, and the share of the teacher's gain over
 the majority class kept, ``(student - majority) / (teacher - majority)``, which stays meaningful
-where the teacher is near chance. Candidates whose family builds them with its own method (the
-BiLSTM) are timed but not yet distilled here.
+where the teacher is near chance; agreement: the share of dev rows on which the shipped student
+predicts the teacher's class (Pearson x 100 for regression). The shipped export is timed again
+with its trained weights, the speedup reported.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -23,17 +25,30 @@ from pathlib import Path
 
 import numpy as np
 
-from kdbert.compress.search import SearchSettings, pick_winner, successive_halving
-from kdbert.compress.speed import RUNTIMES, SpeedSettings, all_candidates, measure_speed, meeting_target, shape_context
+from kdbert.compress.recipes import SearchSettings
+from kdbert.compress.search import pick_winner, successive_halving
+from kdbert.compress.speed import (
+    RUNTIMES,
+    SpeedSettings,
+    all_candidates,
+    measure_speed,
+    meeting_target,
+    shape_context,
+    time_export,
+)
 from kdbert.core.atomic_io import write_json
+from kdbert.core.evaluate import agreement
 from kdbert.core.metrics import compute_metrics, task_score
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.export import export_model
+from kdbert.deploy.onnx_runtime import OnnxClassifier
+from kdbert.deploy.report import build_table, plot_pareto
 from kdbert.errors import KdbertError
 from kdbert.families.registry import family_of_folder
 from kdbert.options import POSITIVE, UNIT, CheckedOptions, in_range, option
 
 REPORT = "compress_report.json"
+PLOT = "pareto.png"
 
 
 @dataclass
@@ -67,6 +82,11 @@ class CompressConfig(CheckedOptions):
     learning_rate: float = option(1e-4, "distillation learning rate", type=float, group="compress",
                                   check=in_range(0, 1, low_open=True, what="a learning rate in (0, 1]"))
     seed: int = option(42, "random seed of every distillation run", type=int, group="compress")
+    word_vectors: str | None = option(None, "GloVe or word2vec text file the BiLSTM candidates' embeddings start "
+                                            "from (default: random, 300-d)", group="compress")
+    intermediate_share: float = option(0.5, "share of a BERT-style candidate's steps spent on TinyBERT's "
+                                            "intermediate stage (0: the prediction stage only)", type=float,
+                                       group="compress", check=in_range(0, 0.9, what="a share in [0, 0.9]"))
 
     def check(self) -> None:
         super().check()
@@ -92,6 +112,29 @@ def _majority_score(data) -> float:
     return task_score(metrics, data.spec.metrics, tuple(data.dev))
 
 
+def _agreement(data, teacher_family, teacher, teacher_tokenizer, shipped_folder: Path, file_name: str) -> float:
+    """Dev agreement (:func:`kdbert.core.evaluate.agreement`) of the shipped export with the teacher,
+    over every dev split's rows."""
+    student = OnnxClassifier(shipped_folder / file_name)
+    student_eval = student.family.evaluator(data, student.encoder, None, 64)
+    teacher_eval = teacher_family.evaluator(data, teacher_tokenizer, None, 64)
+    student_logits = np.concatenate([student_eval.predict(student, d) for d in student_eval.splits.values()])
+    teacher_logits = np.concatenate([teacher_eval.predict(teacher, d) for d in teacher_eval.splits.values()])
+    return agreement(data.spec, student_logits, teacher_logits)
+
+
+def _ship(winner: dict, out: Path, task: TaskOptions, runtime: str) -> dict:
+    """The winner's run exported as it ships (int8 for ``onnx-int8``), checked on dev; reused when
+    the folder already holds the export of that run."""
+    folder = out / "winner"
+    report_path = folder / "export_report.json"
+    if report_path.is_file():
+        previous = json.loads(report_path.read_text())
+        if previous.get("source") == str(winner["run"]):
+            return previous
+    return export_model(winner["run"], folder, quantize="int8" if runtime == "onnx-int8" else None, task=task)
+
+
 def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.PathLike) -> dict:
     """Run the four steps (module doc) into ``output_dir``; returns the report."""
     config.check()
@@ -100,7 +143,10 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     out = Path(output_dir)
     teacher_dir = str(Path(config.teacher).expanduser())
     speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
-    context = shape_context(teacher_dir, task)
+    search_settings = SearchSettings(config.rounds, config.first_steps, config.budget_minutes, config.batch_size,
+                                     config.learning_rate, config.seed, config.word_vectors,
+                                     config.intermediate_share)
+    context = shape_context(teacher_dir, task, config.word_vectors)
     offered = all_candidates(context)
     if config.candidates:
         wanted = [name.strip() for name in config.candidates.split(",") if name.strip()]
@@ -110,60 +156,101 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
                               f"{', '.join(c.name for c in offered)}")
         offered = [c for c in offered if c.name in wanted]
     table = measure_speed(teacher_dir, task, out, speed_settings, offered, context)
-    fast = meeting_target(table, config.target_speedup, config.target_latency_ms)
-    distillable = [c for c in offered if c.name in fast and c.from_teacher is not None]
-    if not distillable:
-        raise KdbertError(f"the candidates meeting the target ({', '.join(fast)}) are built by their own methods; "
-                          "compress distils BERT-style and MobileBERT candidates so far")
-    search = successive_halving(distillable, teacher_dir, task, out,
-                                SearchSettings(config.rounds, config.first_steps, config.budget_minutes,
-                                               config.batch_size, config.learning_rate, config.seed))
+    fast = set(meeting_target(table, config.target_speedup, config.target_latency_ms))
+    search = successive_halving([c for c in offered if c.name in fast], teacher_dir, task, out, search_settings)
     data = load_task(task)
     teacher_family = family_of_folder(teacher_dir)
     teacher, tokenizer = teacher_family.load(Path(teacher_dir), data.spec)
     teacher_metrics = teacher_family.evaluator(data, tokenizer, None, 64)(teacher)
     winner = pick_winner(search["rounds"][-1], table["candidates"], teacher_metrics["selection_score"],
                          config.min_kept)
-    shipped = export_model(winner["run"], out / "winner", quantize="int8" if config.runtime == "onnx-int8" else None,
-                           task=task)
+    shipped = _ship(winner, out, task, config.runtime)
+    file_name = RUNTIMES[config.runtime]
+    shipped_speed = time_export(out / "winner" / file_name, task, speed_settings)
     runtime_key = "onnx_int8" if config.runtime == "onnx-int8" else "onnx_fp32"
     majority = _majority_score(data)
     student_dev, teacher_dev = shipped["dev_metrics"][runtime_key]["score"], teacher_metrics["score"]
+    teacher_p50 = table["teacher"]["latency_real_p50_ms"]
     report = {
         "task": data.spec.name, "teacher": teacher_dir, "runtime": config.runtime,
         "target": {"speedup": config.target_speedup, "latency_ms": config.target_latency_ms,
                    "min_kept": config.min_kept},
         "held_out_rows": len(data.held_out), "speed": table, "search": search, "winner": winner,
+        "seconds_per_candidate": _seconds_per_candidate(search),
         "teacher_scores": {"held_out": teacher_metrics["selection_score"], "dev": teacher_dev},
         "shipped": {"folder": str(out / "winner"), "dev_score": student_dev, "parity": shipped["parity"],
-                    "speedup": table["candidates"][winner["candidate"]]["speedup"],
+                    "speedup": teacher_p50 / shipped_speed["latency_real_p50_ms"],
+                    "speedup_random_weights": table["candidates"][winner["candidate"]]["speedup"],
+                    "latency_real_p50_ms": shipped_speed["latency_real_p50_ms"],
                     "kept_dev": student_dev / teacher_dev,
                     "gain_kept_dev": (student_dev - majority) / (teacher_dev - majority)
                     if teacher_dev != majority else None,
-                    "majority_dev": majority},
+                    "majority_dev": majority,
+                    "agreement_dev": _agreement(data, teacher_family, teacher, tokenizer, out / "winner", file_name),
+                    "agreement_measure": "Pearson r x 100" if data.spec.is_regression else "% of rows, same class"},
     }
     write_json(out / REPORT, report)
-    (out / "compress_report.md").write_text(format_report(report))
+    plotted = plot_pareto(build_table(_plot_records(report)), out / PLOT, latency="onnx_int8",
+                          title=f"kdbert compress, {report['task']}: dev score against ms per dev row "
+                                f"({config.runtime}, batch 1)")
+    (out / "compress_report.md").write_text(format_report(report, PLOT if plotted else None))
     return report
 
 
-def format_report(report: dict) -> str:
+def _seconds_per_candidate(search: dict) -> dict[str, float]:
+    """Wall seconds each candidate's distillation took, over every round it ran."""
+    seconds: dict[str, float] = {}
+    for rows in search["rounds"]:
+        for row in rows:
+            seconds[row["candidate"]] = round(seconds.get(row["candidate"], 0.0) + row["seconds"], 1)
+    return seconds
+
+
+def _last_runs(report: dict) -> dict[str, dict]:
+    """Each distilled candidate's longest run (the last round it reached)."""
+    return {row["candidate"]: row for rows in report["search"]["rounds"] for row in rows}
+
+
+def _plot_records(report: dict) -> list[dict]:
+    """:func:`kdbert.deploy.report.build_table` records of the teacher and every distilled candidate:
+    dev score (PyTorch) against the deployed latency per dev row; the latency axis says ORT int8
+    for either runtime's figure."""
+    speed = report["speed"]
+    records = [{"name": "teacher", "task": report["task"], "score": report["teacher_scores"]["dev"],
+                "teacher": True, "params": speed["teacher"]["params_total"],
+                "latency_onnx_int8_ms": speed["teacher"]["latency_real_p50_ms"]}]
+    for name, run in _last_runs(report).items():
+        row = speed["candidates"][name]
+        records.append({"name": name, "task": report["task"], "score": run["dev_score"], "teacher": False,
+                        "params": row["params_total"], "latency_onnx_int8_ms": row["latency_real_p50_ms"]})
+    return records
+
+
+def format_report(report: dict, plot: str | None = None) -> str:
     """The report as Markdown: the winner, then every candidate timed (and distilled)."""
     shipped, speed = report["shipped"], report["speed"]
-    finals = {row["candidate"]: row for rows in report["search"]["rounds"] for row in rows}
+    finals = _last_runs(report)
+    seconds = report["seconds_per_candidate"]
     lines = [f"# kdbert compress: {report['task']}, {report['runtime']}", "",
              f"Winner: **{report['winner']['candidate']}** ({report['winner']['rule']}): "
-             f"{shipped['speedup']:.2f}x the teacher's speed on dev rows, dev score {shipped['dev_score']:.2f} "
-             f"against {report['teacher_scores']['dev']:.2f} ({100 * shipped['kept_dev']:.1f}% kept"
+             f"{shipped['speedup']:.2f}x the teacher's speed on dev rows (trained export, "
+             f"{shipped['latency_real_p50_ms']:.2f} against {speed['teacher']['latency_real_p50_ms']:.2f} ms), "
+             f"dev score {shipped['dev_score']:.2f} against {report['teacher_scores']['dev']:.2f} "
+             f"({100 * shipped['kept_dev']:.1f}% kept"
              + (f", {100 * shipped['gain_kept_dev']:.1f}% of the gain over the majority class "
-                f"{shipped['majority_dev']:.2f}" if shipped["gain_kept_dev"] is not None else "") + ").", "",
-             "| model | ms / dev row (p50) | speedup | held-out score | dev score (PyTorch) | steps |",
-             "|---|---:|---:|---:|---:|---:|",
+                f"{shipped['majority_dev']:.2f}" if shipped["gain_kept_dev"] is not None else "")
+             + f"); agreement with the teacher on dev: {shipped['agreement_dev']:.1f} "
+             f"({shipped['agreement_measure']}).", "",
+             "| model | ms / dev row (p50) | speedup | held-out score | dev score (PyTorch) | method | steps "
+             "| distillation time |",
+             "|---|---:|---:|---:|---:|---|---:|---:|",
              f"| teacher | {speed['teacher']['latency_real_p50_ms']:.2f} | 1.00x | "
-             f"{report['teacher_scores']['held_out']:.2f} | {report['teacher_scores']['dev']:.2f} | - |"]
+             f"{report['teacher_scores']['held_out']:.2f} | {report['teacher_scores']['dev']:.2f} | - | - | - |"]
     for name, row in sorted(speed["candidates"].items(), key=lambda item: item[1]["latency_real_p50_ms"]):
         run = finals.get(name)
         lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x | "
-                     + (f"{run['selection_score']:.2f} | {run['dev_score']:.2f} | {run['steps']} |" if run else
-                        "- | - | - |"))
+                     + (f"{run['selection_score']:.2f} | {run['dev_score']:.2f} | {run.get('method', 'kd')} | "
+                        f"{run['steps']} | {seconds[name] / 60:.1f} min |" if run else "- | - | - | - | - |"))
+    if plot:
+        lines += ["", f"![dev score against latency]({plot})"]
     return "\n".join(lines) + "\n"

@@ -2,8 +2,9 @@
 halving, and pick the winner on held-out training rows.
 
 Round r (r = 0, 1, ...) distils each remaining candidate for ``first_steps * 2^r`` optimiser steps
-from its start (:func:`kdbert.compress.build.build_from_teacher`) with logit KD from the teacher,
-every run an ordinary run folder ``rounds/<r>/<candidate>``; the better half by held-out score
+with its family's recipe (:mod:`kdbert.compress.recipes`: TinyBERT for BERT-style candidates from
+their weight-selected start, :func:`kdbert.compress.build.build_from_teacher`; logit KD for
+MobileBERT; the distilled BiLSTM), every run an ordinary run folder ``rounds/<r>/<candidate>``; the better half by held-out score
 (``selection_score``, the rows ``--held-out-fraction`` keeps out of training) goes on to the next
 round, until a round has run one candidate or the rounds end. A round that would overrun ``budget_minutes`` (judged
 from the time its candidates took per step so far) is not started.
@@ -19,10 +20,10 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from kdbert.compress.build import build_from_teacher
+from kdbert.compress.recipes import SearchSettings, run_options, starts_from_teacher
 from kdbert.compress.speed import shape_context
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions
@@ -33,32 +34,18 @@ from kdbert.methods.front import distill_task
 STATE = "search.json"
 
 
-@dataclass(frozen=True)
-class SearchSettings:
-    """The distillation budget: rounds of successive halving, steps of the first round (doubled
-    each round), the wall-time cap, and the KD run's batch size, learning rate and seed."""
-
-    rounds: int = 3
-    first_steps: int = 200
-    budget_minutes: float = 30.0
-    batch_size: int = 32
-    learning_rate: float = 1e-4
-    seed: int = 42
-
-    def __post_init__(self):
-        if self.rounds < 1 or self.first_steps < 1 or self.budget_minutes <= 0:
-            raise KdbertError(f"--rounds, --first-steps and --budget-minutes must be positive (got {self.rounds}, "
-                              f"{self.first_steps}, {self.budget_minutes:g})")
-
-
-def _distil(candidate: Candidate, start: Path, teacher_dir: str, task: TaskOptions, steps: int,
-            settings: SearchSettings, out: Path) -> dict:
-    options = {"method": "kd", "teacher": str(teacher_dir), "student": str(start), "max_steps": steps,
-               "eval_every": max(1, steps // 2), "batch_size": settings.batch_size,
-               "learning_rate": settings.learning_rate, "seed": settings.seed, "no_progress": True}
+def _distil(candidate: Candidate, start: Path | None, teacher_dir: str, task: TaskOptions, steps: int,
+            settings: SearchSettings, out: Path, caches: Path) -> dict:
+    """One run of ``candidate``'s recipe (:func:`kdbert.compress.recipes.run_options`) into ``out``."""
+    options = {**run_options(candidate, steps, settings, str(caches / "teacher-cache")), "teacher": str(teacher_dir)}
+    if start is not None:
+        options["student"] = str(start)
+    else:  # a student of its own (the BiLSTM): the teacher's logits stored once for every run
+        options["logits_cache"] = str(caches / "teacher-logits")
     started = time.time()
     report = distill_task(task, options, str(out), overwrite=True)
-    return {"candidate": candidate.name, "steps": steps, "seconds": round(time.time() - started, 1),
+    return {"candidate": candidate.name, "method": options["method"], "steps": steps,
+            "seconds": round(time.time() - started, 1),
             "selection_score": report["dev_metrics"].get("selection_score", report["dev_metrics"]["score"]),
             "dev_score": report["dev_metrics"]["score"], "run": str(out)}
 
@@ -87,12 +74,12 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
         if round_index == len(state["rounds"]):
             state["rounds"].append([])
         for candidate in todo:
-            start = out / "starts" / candidate.name
-            if not (start / "config.json").is_file():
+            start = out / "starts" / candidate.name if starts_from_teacher(candidate) else None
+            if start is not None and not (start / "config.json").is_file():
                 context = context or shape_context(teacher_dir, task)
                 build_from_teacher(candidate, teacher_dir, task, start, context)
             row = _distil(candidate, start, teacher_dir, task, steps, settings,
-                          out / "rounds" / str(round_index) / candidate.name)
+                          out / "rounds" / str(round_index) / candidate.name, out)
             state["rounds"][round_index].append(row)
             write_json(state_path, state)
         ranked = sorted(state["rounds"][round_index], key=lambda row: -row["selection_score"])

@@ -11,7 +11,8 @@ a throughput batch (:func:`kdbert.deploy.onnx_runtime.bench_onnx`)::
 
 A candidate meets the target when ``speedup >= target_speedup`` (or ``latency_real_p50_ms <=
 target_latency_ms``). Every export and the table (``speed.json``) stay in the output folder, so
-a rerun measures only what is missing.
+a rerun measures only what is missing (or a candidate whose shape changed, e.g. the BiLSTM's
+embedding size with other word vectors).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.export import export_classifier, export_model
 from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, bench_onnx
 from kdbert.errors import KdbertError
+from kdbert.families.bilstm.words import word_vector_dim
 from kdbert.families.registry import Candidate, ShapeContext, families, family_of_folder
 
 TABLE = "speed.json"
@@ -56,12 +58,15 @@ class SpeedSettings:
                                                     f"({os.cpu_count()} CPUs)"}
 
 
-def shape_context(teacher_dir: str | os.PathLike, task: TaskOptions) -> ShapeContext:
-    """What candidates are built for: the teacher's config and tokenizer, the task's outputs and texts."""
+def shape_context(teacher_dir: str | os.PathLike, task: TaskOptions,
+                  word_vectors: str | os.PathLike | None = None) -> ShapeContext:
+    """What candidates are built for: the teacher's config and tokenizer, the task's outputs and
+    texts, and the size of ``word_vectors`` (the BiLSTM's embeddings), when given."""
     teacher, tokenizer = family_of_folder(teacher_dir).load(Path(teacher_dir))
     data = load_task(task)
     texts = tuple(text for example in data.train for text in example.texts)
-    return ShapeContext(teacher.config, tokenizer, data.spec.num_labels, data.spec.is_pair, texts)
+    dim = word_vector_dim(word_vectors) if word_vectors else None
+    return ShapeContext(teacher.config, tokenizer, data.spec.num_labels, data.spec.is_pair, texts, dim)
 
 
 def all_candidates(context: ShapeContext) -> list[Candidate]:
@@ -69,7 +74,8 @@ def all_candidates(context: ShapeContext) -> list[Candidate]:
     return [candidate for family in families() for candidate in family.candidates(context)]
 
 
-def _timed(file: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
+def time_export(file: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
+    """The figures compress keeps of one exported model timed with ``settings`` (see module doc)."""
     row = bench_onnx(file, seq_len=settings.seq_len, threads=settings.threads, runs=settings.runs,
                      task=task, length_rows=settings.length_rows)
     keep = ("latency_real_p50_ms", "latency_real_p90_ms", "latency_median_ms", "throughput", "throughput_batch_size",
@@ -94,16 +100,16 @@ def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir:
     quantize = "int8" if settings.runtime == "onnx-int8" else None
     if table["teacher"] is None:
         export_model(teacher_dir, out / "teacher-onnx", quantize=quantize)
-        table["teacher"] = _timed(out / "teacher-onnx" / file_name, task, settings)
+        table["teacher"] = time_export(out / "teacher-onnx" / file_name, task, settings)
         write_json(table_path, table)
     context = context or shape_context(teacher_dir, task)
     for candidate in all_candidates(context) if candidates is None else candidates:
-        if candidate.name in table["candidates"]:
+        if table["candidates"].get(candidate.name, {}).get("shape") == dict(candidate.shape):
             continue
         model, encoder = candidate.build(context)
         folder = out / "speed" / candidate.name
         export_classifier(model, encoder, folder, quantize=quantize, source=f"{candidate.name} (random weights)")
-        row = _timed(folder / file_name, task, settings)
+        row = time_export(folder / file_name, task, settings)
         row["speedup"] = table["teacher"]["latency_real_p50_ms"] / row["latency_real_p50_ms"]
         table["candidates"][candidate.name] = {"family": candidate.family, "shape": dict(candidate.shape), **row}
         write_json(table_path, table)

@@ -39,6 +39,16 @@ def to_predictions(spec: TaskSpec, logits: np.ndarray) -> np.ndarray:
     return logits[:, 0] if spec.is_regression else logits.argmax(axis=-1)
 
 
+def agreement(spec: TaskSpec, student_logits: np.ndarray, teacher_logits: np.ndarray) -> float:
+    """How closely a student follows its teacher on the same rows, in percent: the share of rows
+    whose predicted class is the teacher's, or for regression the Pearson correlation of their
+    scores (x 100)."""
+    student, teacher = to_predictions(spec, student_logits), to_predictions(spec, teacher_logits)
+    if spec.is_regression:
+        return 100.0 * float(np.corrcoef(student, teacher)[0, 1])
+    return 100.0 * float(np.mean(student == teacher))
+
+
 class SplitEvaluator:
     """Callable ``evaluator(model) -> metrics`` over a task's dev split(s), encoded once by
     ``encode(rows)`` (``splits``: name -> rows); subclasses say how a model predicts them.

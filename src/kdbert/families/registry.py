@@ -59,13 +59,15 @@ class InputSpec:
 @dataclass(frozen=True)
 class ShapeContext:
     """What a student shape is built for: the teacher's config (vocabulary, positions), its
-    tokenizer, the task's outputs and sentence count, and its training texts (word vocabularies)."""
+    tokenizer, the task's outputs and sentence count, its training texts (word vocabularies), and
+    the size of the word vectors word-level students start from (None: none given)."""
 
     teacher_config: Any
     tokenizer: Any
     num_labels: int
     pair: bool
     texts: tuple[str, ...] = ()
+    word_vector_dim: int | None = None
 
 
 @dataclass(frozen=True)

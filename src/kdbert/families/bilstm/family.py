@@ -32,11 +32,13 @@ from kdbert.families.registry import Candidate, Family, InputSpec, ShapeContext,
 
 SYNTHETIC_ROWS = 64
 SPEED_HIDDEN_SIZES = (150, 300)  # the paper's sentence and pair settings
+DEFAULT_EMBEDDING_DIM = BiLSTMConfig.__dataclass_fields__["embedding_dim"].default  # without word vectors
 
 
 def _random_student(hidden: int, context: ShapeContext) -> tuple[BiLSTMStudent, Vocab]:
     vocab = Vocab.build(context.texts)
-    config = BiLSTMConfig(vocab_size=len(vocab), num_labels=context.num_labels, pair=context.pair, hidden_size=hidden)
+    config = BiLSTMConfig(vocab_size=len(vocab), num_labels=context.num_labels, pair=context.pair, hidden_size=hidden,
+                          embedding_dim=context.word_vector_dim or DEFAULT_EMBEDDING_DIM)
     return build_bilstm(config), vocab
 
 
@@ -101,12 +103,13 @@ class BiLSTMFamily(Family):
         return model
 
     def candidates(self, context: ShapeContext) -> list[Candidate]:
-        """The distilled BiLSTM at hidden 150 and 300 (300-d word vectors), its vocabulary the
-        training texts' words; none without training texts."""
+        """The distilled BiLSTM at hidden 150 and 300, its embeddings the size of the word vectors
+        given (else 300), its vocabulary the training texts' words; none without training texts."""
         if not context.texts:
             return []
-        return [Candidate(f"bilstm-h{hidden}", self.name, (("hidden_size", hidden),), partial(_random_student, hidden))
-                for hidden in SPEED_HIDDEN_SIZES]
+        dim = context.word_vector_dim or DEFAULT_EMBEDDING_DIM
+        return [Candidate(f"bilstm-h{hidden}", self.name, (("hidden_size", hidden), ("embedding_dim", dim)),
+                          partial(_random_student, hidden)) for hidden in SPEED_HIDDEN_SIZES]
 
     def check_fits(self, where: str, num_labels: int | None, pair: bool, task) -> None:
         """Refuse a student whose outputs or sentence count differ from the task's."""

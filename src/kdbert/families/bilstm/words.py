@@ -233,6 +233,26 @@ def read_word_vectors(path: str | Path, wanted: Iterable[str] | None = None,
     return WordVectors(words, matrix, str(path))
 
 
+def word_vector_dim(path: str | Path) -> int:
+    """The dimension of a GloVe or word2vec text file, from its first line (word2vec's ``COUNT DIM``
+    header, else the fields after the word); refuses a missing or empty file like
+    :func:`read_word_vectors`."""
+    path = Path(path)
+    if not path.is_file():
+        raise KdbertError(f"word-vector file {path} does not exist; pass a GloVe (.txt/.txt.gz) or "
+                          "word2vec text file with --word-vectors")
+    try:
+        with _open_binary(path) as handle:
+            parts = handle.readline().decode("utf-8").rstrip().split(" ")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise KdbertError(f"{path}: cannot read its first line ({exc}); pass a GloVe or word2vec text file") from None
+    if len(parts) == 2 and all(p.isdigit() for p in parts):
+        return int(parts[1])
+    if len(parts) < 2:
+        raise KdbertError(f"{path}:1: expected a word and its numbers; pass a GloVe or word2vec text file")
+    return len(parts) - 1
+
+
 def embedding_matrix(vocab: Vocab, dim: int, vectors: WordVectors | None = None,
                      seed: int = 42) -> tuple[np.ndarray, dict]:
     """The student's initial embeddings (len(vocab), dim) and a coverage report.

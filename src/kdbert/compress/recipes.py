@@ -1,0 +1,104 @@
+"""How ``kdbert compress`` distils each kind of candidate: one recipe per kind, as data.
+
+A candidate's kind is its name's prefix (``bert-2x256`` is a ``bert``). A round gives a candidate
+``steps`` optimiser steps; its kind's recipe says which method spends them and how (options of
+``kdbert distill task``):
+
+- ``bert``: TinyBERT task distillation from the weight-selected start, the round's steps split
+  between the intermediate stage (embeddings, attention scores and hidden states through g(m))
+  and the prediction stage (the teacher's logits), ``intermediate_share`` to the first;
+- ``mobilebert``: logit KD from the fitted start (its intermediate transfer needs a
+  general-distilled student, which compress does not build);
+- ``bilstm``: the distilled BiLSTM (its own vocabulary, the paper's Adadelta and batch 50, the
+  teacher's stored logits), its hidden size the candidate's, its embeddings the word vectors
+  given (``--word-vectors``) or random.
+
+Every token-level recipe reads the teacher's logits through one teacher cache shared by all
+candidates and rounds (``teacher_cache``), so the teacher's logits are computed once per distinct
+training row for the whole search (TinyBERT's intermediate stage still runs the teacher for its
+features: stored, they take ~0.2 MB a row of SST-2); the BiLSTM's stored logits are likewise
+labelled once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kdbert.errors import KdbertError
+from kdbert.families.registry import Candidate
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """The distillation budget: rounds of successive halving, steps of the first round (doubled
+    each round), the wall-time cap, the token-level runs' batch size and learning rate, the seed,
+    the BiLSTM's word vectors, and the share of a TinyBERT round spent on intermediate matches."""
+
+    rounds: int = 3
+    first_steps: int = 200
+    budget_minutes: float = 30.0
+    batch_size: int = 32
+    learning_rate: float = 1e-4
+    seed: int = 42
+    word_vectors: str | None = None
+    intermediate_share: float = 0.5
+
+    def __post_init__(self):
+        if self.rounds < 1 or self.first_steps < 1 or self.budget_minutes <= 0:
+            raise KdbertError(f"--rounds, --first-steps and --budget-minutes must be positive (got {self.rounds}, "
+                              f"{self.first_steps}, {self.budget_minutes:g})")
+        if not 0.0 <= self.intermediate_share < 1.0:
+            raise KdbertError(f"--intermediate-share {self.intermediate_share:g} must be in [0, 1): the prediction "
+                              "stage needs steps of its own")
+
+
+def _tinybert(candidate: Candidate, steps: int, settings: SearchSettings) -> dict:
+    intermediate = int(steps * settings.intermediate_share)
+    options = {"method": "tinybert", "max_steps": steps - intermediate}
+    if intermediate:
+        options["intermediate_max_steps"] = intermediate
+        options["intermediate_lr"] = settings.learning_rate
+    else:
+        options["skip_intermediate"] = True
+    return options
+
+
+def _kd(candidate: Candidate, steps: int, settings: SearchSettings) -> dict:
+    return {"method": "kd", "max_steps": steps}
+
+
+def _bilstm(candidate: Candidate, steps: int, settings: SearchSettings) -> dict:
+    options = {"method": "bilstm", "max_steps": steps, "hidden_size": dict(candidate.shape)["hidden_size"]}
+    if settings.word_vectors:
+        options["word_vectors"] = settings.word_vectors
+    return options
+
+
+RECIPES = {"bert": _tinybert, "mobilebert": _kd, "bilstm": _bilstm}
+"""Candidate kind -> ``recipe(candidate, steps, settings)``: the method and its step options."""
+
+
+def kind(candidate: Candidate) -> str:
+    """The candidate's kind: its name up to the first dash (``bert``, ``mobilebert``, ``bilstm``)."""
+    return candidate.name.split("-", 1)[0]
+
+
+def starts_from_teacher(candidate: Candidate) -> bool:
+    """Whether the candidate's runs start from its build from the teacher (``--student FOLDER``);
+    the BiLSTM builds its own student from the task's words."""
+    return candidate.from_teacher is not None
+
+
+def run_options(candidate: Candidate, steps: int, settings: SearchSettings, teacher_cache: str) -> dict:
+    """The ``kdbert distill task`` options of one candidate's run of ``steps`` optimiser steps
+    (evaluated twice: half-way and at the end, the better on held-out rows kept)."""
+    recipe = RECIPES.get(kind(candidate))
+    if recipe is None:
+        raise KdbertError(f"compress has no distillation recipe for {kind(candidate)} candidates "
+                          f"({candidate.name}); leave it out with --candidates")
+    options = recipe(candidate, steps, settings)
+    options.update(seed=settings.seed, eval_every=max(1, options["max_steps"] // 2), no_progress=True)
+    if starts_from_teacher(candidate):
+        options.update(batch_size=settings.batch_size, learning_rate=settings.learning_rate,
+                       teacher_cache=teacher_cache)
+    return options
