@@ -225,3 +225,49 @@ def test_bilstm_candidates_take_the_word_vectors_size(env, tmp_path):
     assert bilstm.build(context)[0].config.embedding_dim == 4
     with pytest.raises(KdbertError, match="word-vector file .*missing.txt does not exist"):
         speed.shape_context(env["teacher"], env["task"], tmp_path / "missing.txt")
+
+
+def test_a_budget_too_small_for_one_candidate_is_refused_before_any_run():
+    from kdbert.compress.search import SearchSettings, check_budget
+    from kdbert.families.registry import Candidate
+
+    # the deployed teacher: 100 rows/s at 64 tokens, median dev row 32 tokens -> 0.005 s per row
+    table = {"settings": {"seq_len": 64}, "teacher": {"throughput": 100.0, "real_length_p50": 32}}
+    bert = Candidate("bert-1x128", "hf", (), build=None, from_teacher=lambda teacher, context: teacher)
+    bilstm = Candidate("bilstm-h150", "bilstm", (), build=None)
+    settings = SearchSettings(first_steps=300, batch_size=32, budget_minutes=0.5)
+    with pytest.raises(KdbertError, match=r"--budget-minutes 0.5 is too small for one candidate: its first round "
+                                          r"runs the teacher on at least 9600 rows, about 0.8 min on this machine"):
+        check_budget(table, [bert], settings, train_rows=60000)  # 9600 rows x 0.005 s = 48 s > 30 s
+    check_budget(table, [bert], SearchSettings(first_steps=300, batch_size=32, budget_minutes=0.9), 60000)
+    check_budget(table, [bert, bilstm], settings, train_rows=5000)  # the BiLSTM labels 5000 rows: 25 s
+
+
+def test_a_teacher_the_runtime_cannot_export_and_a_tiny_budget_are_one_line_errors(env, tmp_path, capsys,
+                                                                                   monkeypatch):
+    import torch.onnx
+
+    from kdbert.cli import main
+
+    out = tmp_path / "compress"
+    args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+            "--candidates", "bert-1x128", "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01",
+            "--output-dir", str(out)]
+    assert main([*args, "--first-steps", "100000", "--budget-minutes", "0.001"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--budget-minutes 0.001 is too small for one candidate: its first round runs the teacher on at least " \
+           "3200000 rows" in err and len(err.splitlines()) == 1
+    assert not (out / "search.json").exists() and not (out / "rounds").exists()
+
+    def unsupported(*args, **kwargs):
+        raise RuntimeError("Unsupported operator: aten::fancy_op.default")
+
+    monkeypatch.setattr(torch.onnx, "export", unsupported)
+    other = tmp_path / "unexportable"
+    assert main([*args[:-1], str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"--teacher {env['teacher']} cannot be deployed in onnx-int8, so there is no teacher to time "
+                        "students against: cannot export BertForSequenceClassification to ONNX: unsupported "
+                        "operator(s) aten.fancy_op")
+    assert len(err.splitlines()) == 1 and not (other / "speed.json").exists()
+    assert not [p for p in other.rglob("*") if p.is_file()]  # nothing half-written

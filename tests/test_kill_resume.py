@@ -97,15 +97,22 @@ def assert_nothing_half_written(out: Path) -> None:
             load_file(path)
 
 
-def kill_repeatedly_then_finish(command: list[str], out: Path, resume_flag: str | None = "--resume") -> None:
-    """Start, kill -9 once the run has moved on, resume, ... ``KILLS`` times; then finish it."""
+def files_written(out: Path) -> int:
+    """How far a command that writes many folders (compress) has got: the files under ``out``."""
+    return sum(1 for path in out.rglob("*") if path.is_file()) if out.is_dir() else 0
+
+
+def kill_repeatedly_then_finish(command: list[str], out: Path, resume_flag: str | None = "--resume",
+                                marks=progress_marks) -> None:
+    """Start, kill -9 once the run has moved on (``marks(out)`` changed), resume, ... ``KILLS``
+    times; then finish it."""
     rng = random.Random(str(out))
     kills = 0
     for kill in range(KILLS):
         process = start(command + ([resume_flag] if kill and resume_flag else []))
-        before = progress_marks(out)
+        before = marks(out)
         deadline = time.time() + 120
-        while time.time() < deadline and process.is_alive() and progress_marks(out) == before:
+        while time.time() < deadline and process.is_alive() and marks(out) == before:
             time.sleep(0.002)
         time.sleep(rng.uniform(0, 0.02))
         if not process.is_alive():
@@ -196,3 +203,25 @@ def test_augmentation_killed_five_times(tmp_path, models):
     run(command(straight))
     kill_repeatedly_then_finish(command(resumed), resumed, resume_flag=None)
     assert resumed.read_text() == straight.read_text()
+
+
+def test_compress_killed_five_times(tmp_path, tiny_tokenizer, glue_dir):
+    """A search killed anywhere (timing, building starts, mid-run, exporting the winner) and run
+    again ends with the runs and the winner of an uninterrupted one."""
+    teacher = save_tiny_classifier(tmp_path / "teacher", tiny_tokenizer, hidden_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, intermediate_size=256)
+
+    def command(out):
+        return cli("compress", "--teacher", teacher, "--task", "rte", "--data-dir", glue_dir,
+                   "--candidates", "bert-1x128,bert-2x128,bilstm-h150", "--target-speedup", "0.01", "--rounds", "2",
+                   "--first-steps", "6", "--batch-size", "4", "--length-rows", "4", "--threads", "1",
+                   "--output-dir", out)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run(command(straight))
+    kill_repeatedly_then_finish(command(resumed), resumed, resume_flag=None, marks=files_written)
+    a, b = (json.loads((folder / "compress_report.json").read_text()) for folder in (straight, resumed))
+    keys = ("candidate", "method", "steps", "selection_score", "dev_score")
+    assert [[{k: row[k] for k in keys} for row in rows] for rows in a["search"]["rounds"]] == \
+        [[{k: row[k] for k in keys} for row in rows] for rows in b["search"]["rounds"]]
+    assert a["winner"]["candidate"] == b["winner"]["candidate"]
+    assert a["shipped"]["dev_score"] == b["shipped"]["dev_score"]

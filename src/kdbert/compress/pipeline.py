@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from kdbert.compress.recipes import SearchSettings
-from kdbert.compress.search import pick_winner, successive_halving
+from kdbert.compress.search import STATE as SEARCH_STATE
+from kdbert.compress.search import check_budget, pick_winner, successive_halving
 from kdbert.compress.speed import (
     RUNTIMES,
     SpeedSettings,
@@ -157,8 +158,11 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         offered = [c for c in offered if c.name in wanted]
     table = measure_speed(teacher_dir, task, out, speed_settings, offered, context)
     fast = set(meeting_target(table, config.target_speedup, config.target_latency_ms))
-    search = successive_halving([c for c in offered if c.name in fast], teacher_dir, task, out, search_settings)
+    kept = [c for c in offered if c.name in fast]
     data = load_task(task)
+    if not (out / SEARCH_STATE).is_file():  # a search under way was judged when it started
+        check_budget(table, kept, search_settings, len(data.train))
+    search = successive_halving(kept, teacher_dir, task, out, search_settings)
     teacher_family = family_of_folder(teacher_dir)
     teacher, tokenizer = teacher_family.load(Path(teacher_dir), data.spec)
     teacher_metrics = teacher_family.evaluator(data, tokenizer, None, 64)(teacher)

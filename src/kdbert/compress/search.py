@@ -50,6 +50,23 @@ def _distil(candidate: Candidate, start: Path | None, teacher_dir: str, task: Ta
             "dev_score": report["dev_metrics"]["score"], "run": str(out)}
 
 
+def check_budget(table: dict, candidates: list[Candidate], settings: SearchSettings, train_rows: int) -> None:
+    """Refuse a budget too small for one candidate's first round: that round runs the teacher on
+    at least ``first_steps * batch_size`` rows (the BiLSTM: every training row, labelled once),
+    each costing about the deployed teacher's time per row on this machine (its throughput
+    batch at the timed length, scaled to the task's median row length). A lower estimate: the
+    student's own steps come on top."""
+    teacher = table["teacher"]
+    seconds_per_row = (1.0 / teacher["throughput"]) * teacher["real_length_p50"] / table["settings"]["seq_len"]
+    rows = min(train_rows if not starts_from_teacher(c) else settings.first_steps * settings.batch_size
+               for c in candidates)
+    needed = rows * seconds_per_row
+    if needed > settings.budget_minutes * 60:
+        raise KdbertError(f"--budget-minutes {settings.budget_minutes:g} is too small for one candidate: its first "
+                          f"round runs the teacher on at least {rows} rows, about {needed / 60:.1f} min on this "
+                          "machine; raise --budget-minutes or lower --first-steps")
+
+
 def successive_halving(candidates: list[Candidate], teacher_dir: str, task: TaskOptions, output_dir,
                        settings: SearchSettings = SearchSettings()) -> dict:
     """Distil ``candidates`` (those meeting the speed target; built from the teacher) by rounds of

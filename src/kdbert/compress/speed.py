@@ -99,7 +99,11 @@ def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir:
     file_name = RUNTIMES[settings.runtime]
     quantize = "int8" if settings.runtime == "onnx-int8" else None
     if table["teacher"] is None:
-        export_model(teacher_dir, out / "teacher-onnx", quantize=quantize)
+        try:
+            export_model(teacher_dir, out / "teacher-onnx", quantize=quantize)
+        except KdbertError as err:
+            raise KdbertError(f"--teacher {teacher_dir} cannot be deployed in {settings.runtime}, so there is no "
+                              f"teacher to time students against: {err}") from None
         table["teacher"] = time_export(out / "teacher-onnx" / file_name, task, settings)
         write_json(table_path, table)
     context = context or shape_context(teacher_dir, task)
