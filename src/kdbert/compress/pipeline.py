@@ -231,20 +231,23 @@ def _plot_records(report: dict) -> list[dict]:
 
 
 def format_report(report: dict, plot: str | None = None) -> str:
-    """The report as Markdown: the winner, then every candidate timed (and distilled)."""
+    """The report as Markdown: the winner, then every candidate timed (and distilled). Reports
+    written before a figure existed (the trained export's timing, agreement, time per candidate,
+    the method per run: logit KD then) render without it."""
     shipped, speed = report["shipped"], report["speed"]
     finals = _last_runs(report)
-    seconds = report["seconds_per_candidate"]
+    seconds = report.get("seconds_per_candidate") or _seconds_per_candidate(report["search"])
+    timed = (f" (trained export, {shipped['latency_real_p50_ms']:.2f} against "
+             f"{speed['teacher']['latency_real_p50_ms']:.2f} ms)" if "latency_real_p50_ms" in shipped else "")
+    gain = (f", {100 * shipped['gain_kept_dev']:.1f}% of the gain over the majority class {shipped['majority_dev']:.2f}"
+            if shipped["gain_kept_dev"] is not None else "")
+    agreement_text = (f"; agreement with the teacher on dev: {shipped['agreement_dev']:.1f} "
+                      f"({shipped['agreement_measure']})" if "agreement_dev" in shipped else "")
     lines = [f"# kdbert compress: {report['task']}, {report['runtime']}", "",
              f"Winner: **{report['winner']['candidate']}** ({report['winner']['rule']}): "
-             f"{shipped['speedup']:.2f}x the teacher's speed on dev rows (trained export, "
-             f"{shipped['latency_real_p50_ms']:.2f} against {speed['teacher']['latency_real_p50_ms']:.2f} ms), "
-             f"dev score {shipped['dev_score']:.2f} against {report['teacher_scores']['dev']:.2f} "
-             f"({100 * shipped['kept_dev']:.1f}% kept"
-             + (f", {100 * shipped['gain_kept_dev']:.1f}% of the gain over the majority class "
-                f"{shipped['majority_dev']:.2f}" if shipped["gain_kept_dev"] is not None else "")
-             + f"); agreement with the teacher on dev: {shipped['agreement_dev']:.1f} "
-             f"({shipped['agreement_measure']}).", "",
+             f"{shipped['speedup']:.2f}x the teacher's speed on dev rows{timed}, dev score {shipped['dev_score']:.2f} "
+             f"against {report['teacher_scores']['dev']:.2f} ({100 * shipped['kept_dev']:.1f}% kept{gain})"
+             f"{agreement_text}.", "",
              "| model | ms / dev row (p50) | speedup | held-out score | dev score (PyTorch) | method | steps "
              "| distillation time |",
              "|---|---:|---:|---:|---:|---|---:|---:|",
