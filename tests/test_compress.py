@@ -200,7 +200,7 @@ def test_each_kind_of_candidate_gets_its_recipe():
     settings = SearchSettings(batch_size=16, learning_rate=2e-4, seed=7, word_vectors="glove.txt",
                               intermediate_share=0.25)
     bert = run_options(candidate("bert-2x256"), 400, settings, "cache")
-    assert bert == {"method": "tinybert", "intermediate_max_steps": 100, "intermediate_lr": 2e-4, "max_steps": 300,
+    assert bert == {"method": "tinybert", "head_average": True, "intermediate_max_steps": 100, "intermediate_lr": 2e-4, "max_steps": 300,
                     "seed": 7, "eval_every": 150, "no_progress": True, "batch_size": 16, "learning_rate": 2e-4,
                     "teacher_cache": "cache"}
     none = run_options(candidate("bert-2x256"), 400, SearchSettings(intermediate_share=0.0), "cache")

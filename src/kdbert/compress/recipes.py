@@ -5,8 +5,9 @@ A candidate's kind is its name's prefix (``bert-2x256`` is a ``bert``). A round 
 ``kdbert distill task``):
 
 - ``bert``: TinyBERT task distillation from the weight-selected start, the round's steps split
-  between the intermediate stage (embeddings, attention scores and hidden states through g(m))
-  and the prediction stage (the teacher's logits), ``intermediate_share`` to the first;
+  between the intermediate stage (embeddings, attention scores averaged over heads, hidden states
+  through g(m)) and the prediction stage (the teacher's logits), ``intermediate_share`` to the
+  first;
 - ``mobilebert``: logit KD from the fitted start (its intermediate transfer needs a
   general-distilled student, which compress does not build);
 - ``bilstm``: the distilled BiLSTM (its own vocabulary, the paper's Adadelta and batch 50, the
@@ -54,7 +55,9 @@ class SearchSettings:
 
 def _tinybert(candidate: Candidate, steps: int, settings: SearchSettings) -> dict:
     intermediate = int(steps * settings.intermediate_share)
-    options = {"method": "tinybert", "max_steps": steps - intermediate}
+    # candidates keep the teacher's head size, so narrower ones have fewer heads: attention is
+    # matched as the mean over heads
+    options = {"method": "tinybert", "max_steps": steps - intermediate, "head_average": True}
     if intermediate:
         options["intermediate_max_steps"] = intermediate
         options["intermediate_lr"] = settings.learning_rate
