@@ -271,3 +271,28 @@ def test_a_teacher_the_runtime_cannot_export_and_a_tiny_budget_are_one_line_erro
                         "operator(s) aten.fancy_op")
     assert len(err.splitlines()) == 1 and not (other / "speed.json").exists()
     assert not [p for p in other.rglob("*") if p.is_file()]  # nothing half-written
+
+
+def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, tmp_path, monkeypatch):
+    from kdbert.compress import search
+    from kdbert.families.registry import Candidate
+
+    cost = {"a": 1.0, "b": 0.1, "c": 0.01}  # seconds per step
+    score = {"a": 70.0, "b": 80.0, "c": 90.0}
+
+    def fake_distil(candidate, start, teacher_dir, task, steps, settings, out, caches):
+        return {"candidate": candidate.name, "method": "fake", "steps": steps, "seconds": cost[candidate.name] * steps,
+                "selection_score": score[candidate.name], "dev_score": score[candidate.name], "run": str(out)}
+
+    monkeypatch.setattr(search, "_distil", fake_distil)
+    candidates = [Candidate(name, "x", (), build=None) for name in "abc"]
+    task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
+    # spent after each round: 11.1 s, 13.3 s (b and c, 20 steps), 13.7 s (c alone, 40 steps); the
+    # next round (c, 80 steps: 0.8 s by its latest run) would end at 14.5 s, over the 14 s budget
+    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=14.0 / 60)
+    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
+        [[("a", 10), ("b", 10), ("c", 10)], [("b", 20), ("c", 20)], [("c", 40)]]
+    more = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=15.0 / 60)  # resumed with more time
+    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, more)
+    assert [(row["candidate"], row["steps"]) for row in state["rounds"][-1]] == [("c", 80)]

@@ -6,8 +6,10 @@ with its family's recipe (:mod:`kdbert.compress.recipes`: TinyBERT for BERT-styl
 their weight-selected start, :func:`kdbert.compress.build.build_from_teacher`; logit KD for
 MobileBERT; the distilled BiLSTM), every run an ordinary run folder ``rounds/<r>/<candidate>``; the better half by held-out score
 (``selection_score``, the rows ``--held-out-fraction`` keeps out of training) goes on to the next
-round, until a round has run one candidate or the rounds end. A round that would overrun ``budget_minutes`` (judged
-from the time its candidates took per step so far) is not started.
+round; once one candidate is left, it goes on alone with twice the steps each round, so that the
+budget left goes to the best one. The rounds end at ``rounds``, or before a round that would overrun
+``budget_minutes``, judged from each candidate's seconds per step in its latest run (a candidate
+not run yet: the mean over every run so far).
 
 The winner (:func:`pick_winner`): among the last round's candidates, the fastest whose held-out
 score keeps ``min_kept`` of the teacher's held-out score; if none does, the best held-out score
@@ -83,11 +85,8 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
         finished = state["rounds"][round_index] if round_index < len(state["rounds"]) else []
         todo = [c for c in remaining if c.name not in {row["candidate"] for row in finished}]
         runs = [row for rows in state["rounds"] for row in rows]
-        if runs and todo:  # the seconds per step so far, times the steps this round still needs
-            spent = sum(row["seconds"] for row in runs)
-            needed = spent / sum(row["steps"] for row in runs) * steps * len(todo)
-            if spent + needed > settings.budget_minutes * 60:
-                break
+        if runs and todo and _spent(runs) + _needed(runs, todo, steps) > settings.budget_minutes * 60:
+            break
         if round_index == len(state["rounds"]):
             state["rounds"].append([])
         for candidate in todo:
@@ -102,9 +101,19 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
         ranked = sorted(state["rounds"][round_index], key=lambda row: -row["selection_score"])
         keep = {row["candidate"] for row in ranked[: max(1, math.ceil(len(ranked) / 2))]}
         remaining = [c for c in remaining if c.name in keep]
-        if len(ranked) == 1:  # the last one left has had its longest run
-            break
     return state
+
+
+def _spent(runs: list[dict]) -> float:
+    return sum(row["seconds"] for row in runs)
+
+
+def _needed(runs: list[dict], todo: list[Candidate], steps: int) -> float:
+    """Seconds ``todo``'s runs of ``steps`` steps should take: each candidate's seconds per step in
+    its latest run (the first BiLSTM run also labels the training rows), else the mean of all runs."""
+    mean = _spent(runs) / sum(row["steps"] for row in runs)
+    latest = {row["candidate"]: row["seconds"] / row["steps"] for row in runs}
+    return sum(latest.get(candidate.name, mean) * steps for candidate in todo)
 
 
 def pick_winner(last_round: list[dict], speed: dict[str, dict], teacher_selection_score: float,
