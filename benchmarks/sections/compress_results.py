@@ -22,4 +22,4 @@ def compress_section() -> list[str]:
                   f"### {result['task']}", "", f"Measured on {result['machine']} ({result['date']}), "
                   f"{result['speed']['settings']['threads']} runtime thread(s), {result['held_out_rows']} training "
                   "rows held out to pick on.", "", *body, "", f"Command: `{result['command']}`.", ""]
-    return lines
+    return lines + [note("compress-reading"), ""]
