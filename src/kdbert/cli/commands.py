@@ -116,6 +116,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kdbert: error: {where}{exc.strerror or exc}; check the path, its permissions and free space",
               file=sys.stderr)
         return 2
+    finally:
+        _end_process_group()
+
+
+def _end_process_group() -> None:
+    """Tear down the process group of a multi-process run (torchrun) before the interpreter exits:
+    left to the exit, a rank's communication threads could be destroyed still joinable, which
+    aborts it (SIGABRT, "terminate called without an active exception") after its work is done."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
