@@ -113,12 +113,11 @@ def _majority_score(data) -> float:
     return task_score(metrics, data.spec.metrics, tuple(data.dev))
 
 
-def _agreement(data, teacher_family, teacher, teacher_tokenizer, shipped_folder: Path, file_name: str) -> float:
-    """Dev agreement (:func:`kdbert.core.evaluate.agreement`) of the shipped export with the teacher,
-    over every dev split's rows."""
+def _agreement(data, teacher, teacher_eval, shipped_folder: Path, file_name: str) -> float:
+    """Dev agreement (:func:`kdbert.core.evaluate.agreement`) of the shipped export with the teacher
+    (scored by ``teacher_eval``, its evaluator), over every dev split's rows."""
     student = OnnxClassifier(shipped_folder / file_name)
     student_eval = student.family.evaluator(data, student.encoder, None, 64)
-    teacher_eval = teacher_family.evaluator(data, teacher_tokenizer, None, 64)
     student_logits = np.concatenate([student_eval.predict(student, d) for d in student_eval.splits.values()])
     teacher_logits = np.concatenate([teacher_eval.predict(teacher, d) for d in teacher_eval.splits.values()])
     return agreement(data.spec, student_logits, teacher_logits)
@@ -165,7 +164,8 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     search = successive_halving(kept, teacher_dir, task, out, search_settings)
     teacher_family = family_of_folder(teacher_dir)
     teacher, tokenizer = teacher_family.load(Path(teacher_dir), data.spec)
-    teacher_metrics = teacher_family.evaluator(data, tokenizer, None, 64)(teacher)
+    teacher_eval = teacher_family.evaluator(data, tokenizer, None, 64)
+    teacher_metrics = teacher_eval(teacher)
     winner = pick_winner(search["rounds"][-1], table["candidates"], teacher_metrics["selection_score"],
                          config.min_kept)
     shipped = _ship(winner, out, task, config.runtime)
@@ -190,7 +190,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
                     "gain_kept_dev": (student_dev - majority) / (teacher_dev - majority)
                     if teacher_dev != majority else None,
                     "majority_dev": majority,
-                    "agreement_dev": _agreement(data, teacher_family, teacher, tokenizer, out / "winner", file_name),
+                    "agreement_dev": _agreement(data, teacher, teacher_eval, out / "winner", file_name),
                     "agreement_measure": "Pearson r x 100" if data.spec.is_regression else "% of rows, same class"},
     }
     write_json(out / REPORT, report)

@@ -2,11 +2,11 @@
 halving, and pick the winner on held-out training rows.
 
 Round r (r = 0, 1, ...) distils each remaining candidate for ``first_steps * 2^r`` optimiser steps
-with its family's recipe (:mod:`kdbert.compress.recipes`: TinyBERT for BERT-style candidates from
+with its kind's recipe (:mod:`kdbert.compress.recipes`: TinyBERT for BERT-style candidates from
 their weight-selected start, :func:`kdbert.compress.build.build_from_teacher`; logit KD for
-MobileBERT; the distilled BiLSTM), every run an ordinary run folder ``rounds/<r>/<candidate>``; the better half by held-out score
-(``selection_score``, the rows ``--held-out-fraction`` keeps out of training) goes on to the next
-round; once one candidate is left, it goes on alone with twice the steps each round, so that the
+MobileBERT; the distilled BiLSTM), every run an ordinary run folder ``rounds/<r>/<candidate>``;
+the better half by held-out score (``selection_score``, the rows ``--held-out-fraction`` keeps out
+of training) goes on to the next round; once one candidate is left, it goes on alone with twice the steps each round, so that the
 budget left goes to the best one. The rounds end at ``rounds``, or before a round that would overrun
 ``budget_minutes``, judged from each candidate's seconds per step in its latest run (a candidate
 not run yet: the mean over every run so far).

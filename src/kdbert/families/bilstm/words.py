@@ -170,6 +170,11 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+def _header_dim(parts: list[str]) -> int | None:
+    """The dimension a word2vec text header (``COUNT DIM``, the first line's fields) gives, else None."""
+    return int(parts[1]) if len(parts) == 2 and all(p.isdigit() for p in parts) else None
+
+
 def read_word_vectors(path: str | Path, wanted: Iterable[str] | None = None,
                       expected_dim: int | None = None) -> WordVectors:
     """Read a GloVe or word2vec text file (``.gz`` ok), keeping the vectors of ``wanted`` words.
@@ -195,8 +200,8 @@ def read_word_vectors(path: str | Path, wanted: Iterable[str] | None = None,
             for line_no, raw in enumerate(handle, 1):
                 line = raw.decode("utf-8")
                 parts = line.rstrip().split(" ")
-                if line_no == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
-                    dim = int(parts[1])  # word2vec text header: COUNT DIM
+                if line_no == 1 and _header_dim(parts) is not None:
+                    dim = _header_dim(parts)
                     continue
                 if not line.strip():
                     continue
@@ -246,8 +251,8 @@ def word_vector_dim(path: str | Path) -> int:
             parts = handle.readline().decode("utf-8").rstrip().split(" ")
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise KdbertError(f"{path}: cannot read its first line ({exc}); pass a GloVe or word2vec text file") from None
-    if len(parts) == 2 and all(p.isdigit() for p in parts):
-        return int(parts[1])
+    if _header_dim(parts) is not None:
+        return _header_dim(parts)
     if len(parts) < 2:
         raise KdbertError(f"{path}:1: expected a word and its numbers; pass a GloVe or word2vec text file")
     return len(parts) - 1
