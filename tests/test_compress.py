@@ -160,6 +160,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     last = report["search"]["rounds"][-1][0]
     assert report["seconds_per_candidate"][last["candidate"]] == pytest.approx(
         first_round[last["candidate"]]["seconds"] + last["seconds"], abs=0.11)
+    assert sorted(p.name for p in (out / "teacher-logits").iterdir())  # the BiLSTM's logits stored in the search
     exported = json.loads((out / "winner" / "export_report.json").read_text())
     assert report["shipped"]["dev_score"] == exported["dev_metrics"]["onnx_int8"]["score"]
     assert report["shipped"]["kept_dev"] == report["shipped"]["dev_score"] / report["teacher_scores"]["dev"]
@@ -296,3 +297,11 @@ def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, t
     more = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=15.0 / 60)  # resumed with more time
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, more)
     assert [(row["candidate"], row["steps"]) for row in state["rounds"][-1]] == [("c", 80)]
+
+
+def test_distillation_time_adds_up_every_round_a_candidate_ran():
+    from kdbert.compress.pipeline import _seconds_per_candidate
+
+    search = {"rounds": [[{"candidate": "a", "seconds": 10.2}, {"candidate": "b", "seconds": 3.1}],
+                         [{"candidate": "a", "seconds": 20.5}], [{"candidate": "a", "seconds": 41.0}]]}
+    assert _seconds_per_candidate(search) == {"a": 71.7, "b": 3.1}
