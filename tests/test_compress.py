@@ -102,7 +102,7 @@ def test_successive_halving_distils_the_better_half_longer_and_resumes(env, monk
     task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
     context = speed.shape_context(env["teacher"], task)
     chosen = [c for c in speed.all_candidates(context) if c.name in ("bert-1x128", "bert-2x128")]
-    settings = search.SearchSettings(rounds=2, first_steps=2, batch_size=4, budget_minutes=30)
+    settings = search.SearchSettings(rounds=2, first_steps=2, batch_size=4, budget_minutes=30, round_share="steps")
     out = env["root"] / "search"
     state = search.successive_halving(chosen, env["teacher"], task, out, settings)
     first, second = state["rounds"]
@@ -290,13 +290,42 @@ def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, t
     task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
     # spent after each round: 11.1 s, 13.3 s (b and c, 20 steps), 13.7 s (c alone, 40 steps); the
     # next round (c, 80 steps: 0.8 s by its latest run) would end at 14.5 s, over the 14 s budget
-    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=14.0 / 60)
+    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=14.0 / 60, round_share="steps")
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
     assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
         [[("a", 10), ("b", 10), ("c", 10)], [("b", 20), ("c", 20)], [("c", 40)]]
-    more = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=15.0 / 60)  # resumed with more time
+    more = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=15.0 / 60, round_share="steps")
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, more)
     assert [(row["candidate"], row["steps"]) for row in state["rounds"][-1]] == [("c", 80)]
+
+
+def test_rounds_shared_by_wall_time_give_cheap_steps_more_of_them(env, tmp_path, monkeypatch):
+    from kdbert.compress import search
+    from kdbert.families.registry import Candidate
+
+    cost = {"a": 1.0, "b": 0.1, "c": 0.01}  # training seconds per step
+    score = {"a": 70.0, "b": 80.0, "c": 90.0}
+    labelled = set()
+
+    def fake_distil(candidate, start, teacher_dir, task, steps, settings, out, caches):
+        labelling = 5.0 if candidate.name == "c" and not labelled else 0.0  # c's first run labels its rows
+        labelled.add(candidate.name)
+        return {"candidate": candidate.name, "method": "fake", "steps": steps,
+                "seconds": cost[candidate.name] * steps + labelling, "labelling_seconds": labelling,
+                "selection_score": score[candidate.name], "dev_score": score[candidate.name], "run": str(out)}
+
+    monkeypatch.setattr(search, "_distil", fake_distil)
+    candidates = [Candidate(name, "x", (), build=None) for name in "abc"]
+    task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
+    # round 0: 10 steps each, training 10 + 1 + 0.1 s over 30 steps: 0.37 s a step on average; round 1
+    # gives b and c 20 * 0.37 = 7.4 s each (74 and 740 steps), round 2 c alone 14.8 s (1480 steps):
+    # 16.1 + 14.8 + 14.8 = 45.7 s spent; round 3 (29.6 s more) would overrun the 50 s budget
+    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=50.0 / 60)
+    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
+        [[("a", 10), ("b", 10), ("c", 10)], [("b", 74), ("c", 740)], [("c", 1480)]]
+    with pytest.raises(KdbertError, match="--round-share 'flops': choose one of time, steps"):
+        search.SearchSettings(round_share="flops")
 
 
 def test_distillation_time_adds_up_every_round_a_candidate_ran():

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kdbert.compress.recipes import SearchSettings
+from kdbert.compress.recipes import ROUND_SHARES, SearchSettings
 from kdbert.compress.search import STATE as SEARCH_STATE
 from kdbert.compress.search import check_budget, pick_winner, successive_halving
 from kdbert.compress.speed import (
@@ -88,6 +88,9 @@ class CompressConfig(CheckedOptions):
     intermediate_share: float = option(0.5, "share of a BERT-style candidate's steps spent on TinyBERT's "
                                             "intermediate stage (0: the prediction stage only)", type=float,
                                        group="compress", check=in_range(0, 0.9, what="a share in [0, 0.9]"))
+    round_share: str = option("time", "what a round of the search shares out equally: wall time (cheap steps, "
+                                      "e.g. the BiLSTM's, buy more steps) or steps", group="compress",
+                              choices=ROUND_SHARES)
 
     def check(self) -> None:
         super().check()
@@ -145,7 +148,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
     search_settings = SearchSettings(config.rounds, config.first_steps, config.budget_minutes, config.batch_size,
                                      config.learning_rate, config.seed, config.word_vectors,
-                                     config.intermediate_share)
+                                     config.intermediate_share, config.round_share)
     context = shape_context(teacher_dir, task, config.word_vectors)
     offered = all_candidates(context)
     if config.candidates:

@@ -29,11 +29,15 @@ from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate
 
 
+ROUND_SHARES = ("time", "steps")
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     """The distillation budget: rounds of successive halving, steps of the first round (doubled
     each round), the wall-time cap, the token-level runs' batch size and learning rate, the seed,
-    the BiLSTM's word vectors, and the share of a TinyBERT round spent on intermediate matches."""
+    the BiLSTM's word vectors, the share of a TinyBERT round spent on intermediate matches, and
+    whether a round gives every candidate the same wall time or the same steps (``round_share``)."""
 
     rounds: int = 3
     first_steps: int = 200
@@ -43,6 +47,7 @@ class SearchSettings:
     seed: int = 42
     word_vectors: str | None = None
     intermediate_share: float = 0.5
+    round_share: str = "time"
 
     def __post_init__(self):
         if self.rounds < 1 or self.first_steps < 1 or self.budget_minutes <= 0:
@@ -51,6 +56,8 @@ class SearchSettings:
         if not 0.0 <= self.intermediate_share < 1.0:
             raise KdbertError(f"--intermediate-share {self.intermediate_share:g} must be in [0, 1): the prediction "
                               "stage needs steps of its own")
+        if self.round_share not in ROUND_SHARES:
+            raise KdbertError(f"--round-share {self.round_share!r}: choose one of {', '.join(ROUND_SHARES)}")
 
 
 def _tinybert(candidate: Candidate, steps: int, settings: SearchSettings) -> dict:

@@ -1,15 +1,21 @@
 """Steps 2-3 of ``kdbert compress``: distil the candidates that meet the speed target by successive
 halving, and pick the winner on held-out training rows.
 
-Round r (r = 0, 1, ...) distils each remaining candidate for ``first_steps * 2^r`` optimiser steps
-with its kind's recipe (:mod:`kdbert.compress.recipes`: TinyBERT for BERT-style candidates from
-their weight-selected start, :func:`kdbert.compress.build.build_from_teacher`; logit KD for
-MobileBERT; the distilled BiLSTM), every run an ordinary run folder ``rounds/<r>/<candidate>``;
-the better half by held-out score (``selection_score``, the rows ``--held-out-fraction`` keeps out
-of training) goes on to the next round; once one candidate is left, it goes on alone with twice the steps each round, so that the
-budget left goes to the best one. The rounds end at ``rounds``, or before a round that would overrun
-``budget_minutes``, judged from each candidate's seconds per step in its latest run (a candidate
-not run yet: the mean over every run so far).
+Round 0 distils every candidate for ``first_steps`` optimiser steps with its kind's recipe
+(:mod:`kdbert.compress.recipes`: TinyBERT for BERT-style candidates from their weight-selected
+start, :func:`kdbert.compress.build.build_from_teacher`; logit KD for MobileBERT; the distilled
+BiLSTM), every run an ordinary run folder ``rounds/<r>/<candidate>``; the better half by held-out
+score (``selection_score``, the rows ``--held-out-fraction`` keeps out of training) goes on to the
+next round, which runs each from its start again, longer. Once one candidate is left, it goes on
+alone, so that the budget left goes to the best one.
+
+How long round r runs (:func:`round_steps`): with ``round_share="time"`` (the default) every
+candidate gets the same wall time, ``2^r`` times what ``first_steps`` steps cost on average in round
+0, so a candidate whose steps are cheap (the BiLSTM's cost about a tenth of a small BERT's) gets
+proportionally more of them; with ``"steps"`` every candidate gets ``first_steps * 2^r`` steps.
+Costs are training seconds per step (the run's wall time less the teacher's labelling of the
+BiLSTM's rows), each candidate's from its latest run. The rounds end at ``rounds``, or before a
+round that would overrun ``budget_minutes`` (a candidate not run yet is costed at the mean).
 
 The winner (:func:`pick_winner`): among the last round's candidates, the fastest whose held-out
 score keeps ``min_kept`` of the teacher's held-out score; if none does, the best held-out score
@@ -48,6 +54,7 @@ def _distil(candidate: Candidate, start: Path | None, teacher_dir: str, task: Ta
     report = distill_task(task, options, str(out), overwrite=True)
     return {"candidate": candidate.name, "method": options["method"], "steps": steps,
             "seconds": round(time.time() - started, 1),
+            "labelling_seconds": (report.get("teacher_logits") or {}).get("seconds", 0.0),
             "selection_score": report["dev_metrics"].get("selection_score", report["dev_metrics"]["score"]),
             "dev_score": report["dev_metrics"]["score"], "run": str(out)}
 
@@ -81,7 +88,7 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
     state = json.loads(state_path.read_text()) if state_path.is_file() else {"rounds": []}
     remaining, context = list(candidates), None
     for round_index in range(settings.rounds):
-        steps = settings.first_steps * 2 ** round_index
+        steps = round_steps(state["rounds"][:round_index], remaining, round_index, settings)
         finished = state["rounds"][round_index] if round_index < len(state["rounds"]) else []
         todo = [c for c in remaining if c.name not in {row["candidate"] for row in finished}]
         runs = [row for rows in state["rounds"] for row in rows]
@@ -94,7 +101,7 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
             if start is not None and not (start / "config.json").is_file():
                 context = context or shape_context(teacher_dir, task)
                 build_from_teacher(candidate, teacher_dir, task, start, context)
-            row = _distil(candidate, start, teacher_dir, task, steps, settings,
+            row = _distil(candidate, start, teacher_dir, task, steps[candidate.name], settings,
                           out / "rounds" / str(round_index) / candidate.name, out)
             state["rounds"][round_index].append(row)
             write_json(state_path, state)
@@ -104,16 +111,35 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
     return state
 
 
+def round_steps(earlier_rounds: list[list[dict]], remaining: list[Candidate], round_index: int,
+                settings: SearchSettings) -> dict[str, int]:
+    """Each remaining candidate's steps in round ``round_index`` (module doc): ``first_steps * 2^r``
+    for all in round 0 or with ``round_share="steps"``; else ``2^r * first_steps * mean_cost /
+    own_cost`` (at least ``first_steps``), the same wall time for every candidate."""
+    base = settings.first_steps * 2 ** round_index
+    if round_index == 0 or settings.round_share == "steps":
+        return {candidate.name: base for candidate in remaining}
+    first = earlier_rounds[0]
+    mean_cost = sum(_training_seconds(row) for row in first) / sum(row["steps"] for row in first)
+    own_cost = {row["candidate"]: _training_seconds(row) / row["steps"] for rows in earlier_rounds for row in rows}
+    return {c.name: max(settings.first_steps, round(base * mean_cost / max(own_cost.get(c.name, mean_cost), 1e-6)))
+            for c in remaining}
+
+
+def _training_seconds(row: dict) -> float:
+    return row["seconds"] - row.get("labelling_seconds", 0.0)
+
+
 def _spent(runs: list[dict]) -> float:
     return sum(row["seconds"] for row in runs)
 
 
-def _needed(runs: list[dict], todo: list[Candidate], steps: int) -> float:
-    """Seconds ``todo``'s runs of ``steps`` steps should take: each candidate's seconds per step in
-    its latest run (the first BiLSTM run also labels the training rows), else the mean of all runs."""
-    mean = _spent(runs) / sum(row["steps"] for row in runs)
-    latest = {row["candidate"]: row["seconds"] / row["steps"] for row in runs}
-    return sum(latest.get(candidate.name, mean) * steps for candidate in todo)
+def _needed(runs: list[dict], todo: list[Candidate], steps: dict[str, int]) -> float:
+    """Seconds ``todo``'s runs of ``steps[name]`` steps should take: each candidate's training seconds
+    per step in its latest run, else the mean of all runs."""
+    mean = sum(_training_seconds(row) for row in runs) / sum(row["steps"] for row in runs)
+    latest = {row["candidate"]: _training_seconds(row) / row["steps"] for row in runs}
+    return sum(latest.get(candidate.name, mean) * steps[candidate.name] for candidate in todo)
 
 
 def pick_winner(last_round: list[dict], speed: dict[str, dict], teacher_selection_score: float,
