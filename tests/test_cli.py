@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import SHARED_GLUE, save_tiny_classifier
@@ -144,27 +145,41 @@ def test_real_teacher_finetunes_and_evaluates_on_real_rte(tmp_path, capsys):
     assert model.config.id2label == {0: "entailment", 1: "not_entailment"}
 
 
-def test_quickstart_runs_the_whole_path_and_resumes(tmp_path, capsys, tiny_tokenizer, glue_dir):
-    teacher = save_tiny_classifier(tmp_path / "base", tiny_tokenizer, num_hidden_layers=4, hidden_dropout_prob=0.0)
+def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, tiny_tokenizer, glue_dir,
+                                                              monkeypatch):
+    from kdbert.compress import search
+
+    teacher = save_tiny_classifier(tmp_path / "base", tiny_tokenizer, num_hidden_layers=4, hidden_dropout_prob=0.0,
+                                   hidden_size=128, intermediate_size=256)
     args = ["quickstart", "--task", "sst2", "--data-dir", glue_dir, "--model", teacher, "--output-dir",
-            tmp_path / "qs", "--student-layers", "0,2", "--max-train-examples", 16, "--no-progress"]
+            tmp_path / "qs", "--target-speedup", "0.01", "--candidates", "bert-1x128,bert-2x128", "--first-steps", 2,
+            "--max-train-examples", 16, "--no-progress"]
     code, stdout, err = run_cli(capsys, *args)
     assert code == 0, err
-    summary = json.loads((tmp_path / "qs" / "summary.json").read_text())
+    out = tmp_path / "qs"
+    summary = json.loads((out / "summary.json").read_text())
+    report = json.loads((out / "compress" / "compress_report.json").read_text())
     teacher_row, student_row, teacher_int8, student_int8 = summary["rows"]
+    assert summary["winner"] == report["winner"]["candidate"] and student_row["name"] == f"student ({summary['winner']})"
     assert teacher_row["speedup"] == pytest.approx(1.0)
     assert student_row["params_non_embedding"] < teacher_row["params_non_embedding"]
     assert [r["runtime"] for r in summary["rows"]] == ["pytorch fp32"] * 2 + ["onnxruntime int8"] * 2
-    for folder, row in (("teacher", teacher_int8), ("student-tinybert", student_int8)):  # the int8 export's score
-        export = json.loads((tmp_path / "qs" / folder / "onnx" / "export_report.json").read_text())
+    for folder, row in (("teacher-onnx", teacher_int8), ("winner", student_int8)):  # the int8 export's score
+        export = json.loads((out / "compress" / folder / "export_report.json").read_text())
         assert row["dev_score"] == export["dev_metrics"]["onnx_int8"]["score"]
-    assert summary["int8_speedup_vs_int8_teacher"] == pytest.approx(
-        teacher_int8["latency_median_ms"] / student_int8["latency_median_ms"])
-    assert "Dev score" in stdout and "keeps" in stdout and "faster than the int8 teacher" in stdout
+    # the search distilled on the 16 rows the teacher was fine-tuned on (less the held-out tenth)
+    run = json.loads((Path(report["winner"]["run"]) / "distill_report.json").read_text())
+    assert run["options"]["max_train_examples"] == 16
+    assert summary["int8_speedup_vs_int8_teacher"] == report["shipped"]["speedup"]
+    assert "faster than the int8 teacher" in stdout and "winner of the search" in stdout and "Dev score" in stdout
     # conftest sets $KDBERT_MIXED_PRECISION=no: `auto` trains in float32 here
-    assert summary["training_precision"] == {"teacher": "float32", "student": "float32"}
-    assert "trained in float32 (teacher), float32 (student)" in stdout
-    assert json.loads((tmp_path / "qs" / "student-tinybert" / "distill_report.json").read_text())["method"] == "tinybert"
+    assert summary["training_precision"] == {"teacher": "float32"} and "trained in float32 (teacher)" in stdout
+    assert (out / "compress" / "pareto.png").is_file()
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a finished run was distilled again")
+
+    monkeypatch.setattr(search, "_distil", no_run)
     code, stdout, _ = run_cli(capsys, *args)  # finished steps are skipped, not redone
-    assert code == 0 and "fine-tuning the teacher" not in stdout and "distilling" not in stdout
-    assert "exporting" not in stdout
+    assert code == 0 and "fine-tuning the teacher" not in stdout
+    assert json.loads((out / "summary.json").read_text())["winner"] == summary["winner"]

@@ -164,6 +164,8 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     exported = json.loads((out / "winner" / "export_report.json").read_text())
     assert report["shipped"]["dev_score"] == exported["dev_metrics"]["onnx_int8"]["score"]
     assert report["shipped"]["kept_dev"] == report["shipped"]["dev_score"] / report["teacher_scores"]["dev"]
+    teacher_export = json.loads((out / "teacher-onnx" / "export_report.json").read_text())
+    assert report["teacher_scores"]["dev_deployed"] == teacher_export["dev_metrics"]["onnx_int8"]["score"]
     data = load_task(TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.1))
     majority = Counter(row.label for row in data.train).most_common(1)[0][0]
     dev = data.dev[next(iter(data.dev))]
@@ -211,6 +213,10 @@ def test_each_kind_of_candidate_gets_its_recipe():
                          settings, "cache")
     assert bilstm == {"method": "bilstm", "max_steps": 400, "hidden_size": 300, "word_vectors": "glove.txt",
                       "seed": 7, "eval_every": 200, "no_progress": True}  # its own optimiser, batch and rate
+    subset = SearchSettings(max_train_examples=5000)
+    assert run_options(candidate("bilstm-h150", from_teacher=None, hidden_size=150), 400, subset,
+                       "cache")["max_train_examples"] == 5000
+    assert run_options(candidate("bert-2x256"), 400, subset, "cache")["max_train_examples"] == 5000
     with pytest.raises(KdbertError, match="compress has no distillation recipe for gru candidates"):
         run_options(candidate("gru-1x64"), 400, settings, "cache")
     with pytest.raises(KdbertError, match="--intermediate-share 1 must be in"):

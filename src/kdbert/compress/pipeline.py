@@ -46,7 +46,7 @@ from kdbert.deploy.onnx_runtime import OnnxClassifier
 from kdbert.deploy.report import build_table, plot_pareto
 from kdbert.errors import KdbertError
 from kdbert.families.registry import family_of_folder
-from kdbert.options import POSITIVE, UNIT, CheckedOptions, in_range, option
+from kdbert.options import POSITIVE, POSITIVE_INT, UNIT, CheckedOptions, in_range, option
 
 REPORT = "compress_report.json"
 PLOT = "pareto.png"
@@ -91,6 +91,9 @@ class CompressConfig(CheckedOptions):
     round_share: str = option("time", "what a round of the search shares out equally: wall time (cheap steps, "
                                       "e.g. the BiLSTM's, buy more steps) or steps", group="compress",
                               choices=ROUND_SHARES)
+    max_train_examples: int | None = option(None, "distil on the first N training rows only (default: all)", type=int,
+                                            group="compress",
+                                            check=POSITIVE_INT)
 
     def check(self) -> None:
         super().check()
@@ -126,6 +129,12 @@ def _agreement(data, teacher, teacher_eval, shipped_folder: Path, file_name: str
     return agreement(data.spec, student_logits, teacher_logits)
 
 
+def _deployed_dev_score(export_folder: Path, runtime_key: str) -> float | None:
+    """The dev score of an export in the runtime shipped (None for an export made without a task)."""
+    report = json.loads((export_folder / "export_report.json").read_text())
+    return report.get("dev_metrics", {}).get(runtime_key, {}).get("score")
+
+
 def _ship(winner: dict, out: Path, task: TaskOptions, runtime: str) -> dict:
     """The winner's run exported as it ships (int8 for ``onnx-int8``), checked on dev; reused when
     the folder already holds the export of that run."""
@@ -148,7 +157,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
     search_settings = SearchSettings(config.rounds, config.first_steps, config.budget_minutes, config.batch_size,
                                      config.learning_rate, config.seed, config.word_vectors,
-                                     config.intermediate_share, config.round_share)
+                                     config.intermediate_share, config.round_share, config.max_train_examples)
     context = shape_context(teacher_dir, task, config.word_vectors)
     offered = all_candidates(context)
     if config.candidates:
@@ -163,7 +172,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     kept = [c for c in offered if c.name in fast]
     data = load_task(task)
     if not (out / SEARCH_STATE).is_file():  # a search under way was judged when it started
-        check_budget(table, kept, search_settings, len(data.train))
+        check_budget(table, kept, search_settings, min(len(data.train), config.max_train_examples or len(data.train)))
     search = successive_halving(kept, teacher_dir, task, out, search_settings)
     teacher_family = family_of_folder(teacher_dir)
     teacher, tokenizer = teacher_family.load(Path(teacher_dir), data.spec)
@@ -184,7 +193,8 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
                    "min_kept": config.min_kept},
         "held_out_rows": len(data.held_out), "speed": table, "search": search, "winner": winner,
         "seconds_per_candidate": _seconds_per_candidate(search),
-        "teacher_scores": {"held_out": teacher_metrics["selection_score"], "dev": teacher_dev},
+        "teacher_scores": {"held_out": teacher_metrics["selection_score"], "dev": teacher_dev,
+                           "dev_deployed": _deployed_dev_score(out / "teacher-onnx", runtime_key)},
         "shipped": {"folder": str(out / "winner"), "dev_score": student_dev, "parity": shipped["parity"],
                     "speedup": teacher_p50 / shipped_speed["latency_real_p50_ms"],
                     "speedup_random_weights": table["candidates"][winner["candidate"]]["speedup"],
@@ -246,10 +256,12 @@ def format_report(report: dict, plot: str | None = None) -> str:
             if shipped["gain_kept_dev"] is not None else "")
     agreement_text = (f"; agreement with the teacher on dev: {shipped['agreement_dev']:.1f} "
                       f"({shipped['agreement_measure']})" if "agreement_dev" in shipped else "")
+    deployed = (f" (the teacher in {report['runtime']}: {report['teacher_scores']['dev_deployed']:.2f})"
+                if report["teacher_scores"].get("dev_deployed") is not None else "")
     lines = [f"# kdbert compress: {report['task']}, {report['runtime']}", "",
              f"Winner: **{report['winner']['candidate']}** ({report['winner']['rule']}): "
              f"{shipped['speedup']:.2f}x the teacher's speed on dev rows{timed}, dev score {shipped['dev_score']:.2f} "
-             f"against {report['teacher_scores']['dev']:.2f} ({100 * shipped['kept_dev']:.1f}% kept{gain})"
+             f"against {report['teacher_scores']['dev']:.2f}{deployed} ({100 * shipped['kept_dev']:.1f}% kept{gain})"
              f"{agreement_text}.", "",
              "| model | ms / dev row (p50) | speedup | held-out score | dev score (PyTorch) | method | steps "
              "| distillation time |",

@@ -37,7 +37,8 @@ class SearchSettings:
     """The distillation budget: rounds of successive halving, steps of the first round (doubled
     each round), the wall-time cap, the token-level runs' batch size and learning rate, the seed,
     the BiLSTM's word vectors, the share of a TinyBERT round spent on intermediate matches, and
-    whether a round gives every candidate the same wall time or the same steps (``round_share``)."""
+    whether a round gives every candidate the same wall time or the same steps (``round_share``);
+    ``max_train_examples`` distils on the first rows of the training split only (None: all)."""
 
     rounds: int = 3
     first_steps: int = 200
@@ -48,6 +49,7 @@ class SearchSettings:
     word_vectors: str | None = None
     intermediate_share: float = 0.5
     round_share: str = "time"
+    max_train_examples: int | None = None
 
     def __post_init__(self):
         if self.rounds < 1 or self.first_steps < 1 or self.budget_minutes <= 0:
@@ -108,6 +110,8 @@ def run_options(candidate: Candidate, steps: int, settings: SearchSettings, teac
                           f"({candidate.name}); leave it out with --candidates")
     options = recipe(candidate, steps, settings)
     options.update(seed=settings.seed, eval_every=max(1, options["max_steps"] // 2), no_progress=True)
+    if settings.max_train_examples:
+        options["max_train_examples"] = settings.max_train_examples
     if starts_from_teacher(candidate):
         options.update(batch_size=settings.batch_size, learning_rate=settings.learning_rate,
                        teacher_cache=teacher_cache)

@@ -100,7 +100,7 @@ def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir:
     quantize = "int8" if settings.runtime == "onnx-int8" else None
     if table["teacher"] is None:
         try:
-            export_model(teacher_dir, out / "teacher-onnx", quantize=quantize)
+            export_model(teacher_dir, out / "teacher-onnx", quantize=quantize, task=task)  # with its dev score
         except KdbertError as err:
             raise KdbertError(f"--teacher {teacher_dir} cannot be deployed in {settings.runtime}, so there is no "
                               f"teacher to time students against: {err}") from None
