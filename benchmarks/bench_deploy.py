@@ -49,9 +49,11 @@ def default_models(task: str, runs_dir: Path) -> list[tuple[str, Path, str]]:
                    "teacher"),
                   ("distilbert (3 layers)", runs_dir / f"distill-{task}-distilbert-d-s42", "teacher")]
     if task == "sst2":
-        candidates += [("quickstart teacher", runs_dir / "quickstart" / "teacher", "quickstart teacher"),
-                       ("quickstart student (tinybert, 3 layers)", runs_dir / "quickstart" / "student-tinybert",
-                        "quickstart teacher")]
+        candidates.append(("quickstart teacher", runs_dir / "quickstart" / "teacher", "quickstart teacher"))
+        search = runs_dir / "quickstart" / "compress" / "compress_report.json"
+        if search.is_file():  # the search's winner, as distilled (the run folder named in its report)
+            winner = json.loads(search.read_text())["winner"]
+            candidates.append((f"quickstart winner ({winner['candidate']})", Path(winner["run"]), "quickstart teacher"))
     return [c for c in candidates if (c[1] / "config.json").is_file() or (c[1] / "onnx" / "model.int8.onnx").is_file()]
 
 
