@@ -4,6 +4,8 @@ real lengths against the exported teacher; reruns reuse what was measured; targe
 from __future__ import annotations
 
 import json
+import math
+import os
 
 import pytest
 import torch
@@ -143,7 +145,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     from collections import Counter
 
     from kdbert.cli import main
-    from kdbert.compress import search
+    from kdbert.compress import breakdown, search
     from kdbert.data.load import load_task
 
     out = tmp_path / "compress"
@@ -177,12 +179,24 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert report["shipped"]["speedup"] == pytest.approx(report["speed"]["teacher"]["latency_real_p50_ms"]
                                                          / report["shipped"]["latency_real_p50_ms"])
     assert report["shipped"]["agreement_measure"] == "% of rows, same class"
+    rows = report["speedup_breakdown"]
+    assert [(row["model"], row["change"]) for row in rows] == [
+        ("teacher", "PyTorch fp32, padded to 64 tokens"), ("teacher", "each row at its own length"),
+        ("teacher", "ONNX Runtime fp32"), ("teacher", "ONNX Runtime int8 (dynamic)"), ("winner", "distilled"),
+        *([("winner", f"{os.cpu_count()} threads instead of 1")] if os.cpu_count() > 1 else [])]
+    assert [row["dev_score"] for row in rows[2:5]] == [teacher_export["dev_metrics"]["onnx_fp32"]["score"],
+                                                      report["teacher_scores"]["dev_deployed"],
+                                                      report["shipped"]["dev_score"]]
+    assert math.prod(row["factor"] for row in rows) == pytest.approx(rows[-1]["total"])
+    assert rows[-1]["total"] == pytest.approx(rows[0]["latency_ms"] / rows[-1]["latency_ms"])
+    assert "Where the speedup comes from" in markdown
 
     def no_run(*args, **kwargs):
         raise AssertionError("a finished run was distilled again")
 
     monkeypatch.setattr(search, "_distil", no_run)
-    assert main([*args, "--target-speedup", "0.01"]) == 0  # resumed: timings and runs reused
+    monkeypatch.setattr(breakdown, "bench_model", no_run)
+    assert main([*args, "--target-speedup", "0.01"]) == 0  # resumed: timings, runs and the breakdown reused
     assert json.loads((out / "compress_report.json").read_text())["winner"] == report["winner"]
     capsys.readouterr()
     assert main([*args, "--target-speedup", "1e6"]) == 2

@@ -12,7 +12,8 @@ Shares in the report: ``kept = student / teacher`` score, and the share of the t
 the majority class kept, ``(student - majority) / (teacher - majority)``, which stays meaningful
 where the teacher is near chance; agreement: the share of dev rows on which the shipped student
 predicts the teacher's class (Pearson x 100 for regression). The shipped export is timed again
-with its trained weights, the speedup reported.
+with its trained weights, the speedup reported, and the speedup is broken down step by step
+(:mod:`kdbert.compress.breakdown`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kdbert.compress.breakdown import format_breakdown, speedup_breakdown
 from kdbert.compress.recipes import ROUND_SHARES, SearchSettings
 from kdbert.compress.search import STATE as SEARCH_STATE
 from kdbert.compress.search import check_budget, pick_winner, successive_halving
@@ -187,12 +189,16 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     majority = _majority_score(data)
     student_dev, teacher_dev = shipped["dev_metrics"][runtime_key]["score"], teacher_metrics["score"]
     teacher_p50 = table["teacher"]["latency_real_p50_ms"]
+    breakdown = speedup_breakdown(teacher_dir, out, task, speed_settings, {
+        "teacher": teacher_dev, "teacher_onnx_fp32": _deployed_dev_score(out / "teacher-onnx", "onnx_fp32"),
+        "teacher_onnx_int8": _deployed_dev_score(out / "teacher-onnx", "onnx_int8"), "winner": student_dev},
+        winner["run"])
     report = {
         "task": data.spec.name, "teacher": teacher_dir, "runtime": config.runtime,
         "target": {"speedup": config.target_speedup, "latency_ms": config.target_latency_ms,
                    "min_kept": config.min_kept},
         "held_out_rows": len(data.held_out), "speed": table, "search": search, "winner": winner,
-        "seconds_per_candidate": _seconds_per_candidate(search),
+        "seconds_per_candidate": _seconds_per_candidate(search), "speedup_breakdown": breakdown,
         "teacher_scores": {"held_out": teacher_metrics["selection_score"], "dev": teacher_dev,
                            "dev_deployed": _deployed_dev_score(out / "teacher-onnx", runtime_key)},
         "shipped": {"folder": str(out / "winner"), "dev_score": student_dev, "parity": shipped["parity"],
@@ -273,6 +279,9 @@ def format_report(report: dict, plot: str | None = None) -> str:
         lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x | "
                      + (f"{run['selection_score']:.2f} | {run['dev_score']:.2f} | {run.get('method', 'kd')} | "
                         f"{run['steps']} | {seconds[name] / 60:.1f} min |" if run else "- | - | - | - | - |"))
+    if report.get("speedup_breakdown"):
+        lines += ["", "Where the speedup comes from, one change at a time (batch 1, dev rows):", "",
+                  *format_breakdown(report["speedup_breakdown"])]
     if plot:
         lines += ["", f"![dev score against latency]({plot})"]
     return "\n".join(lines) + "\n"
