@@ -50,7 +50,8 @@ def main() -> None:
     save_result("compress", f"{args.task}/x{args.target_speedup:g}",
                 {**machine_info(), "command": command, "seconds_this_call": round(time.time() - started, 1),
                  **{key: report.get(key) for key in ("task", "runtime", "target", "held_out_rows", "speed", "search",
-                                                     "winner", "teacher_scores", "shipped", "seconds_per_candidate")}})
+                                                     "winner", "teacher_scores", "shipped", "seconds_per_candidate",
+                                                     "speedup_breakdown")}})
     print(open(f"{out}/compress_report.md").read())
 
 

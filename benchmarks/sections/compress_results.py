@@ -13,7 +13,7 @@ def compress_section() -> list[str]:
     if not results:
         return []
     lines = ["## `kdbert compress`: the fastest student that keeps the score, found on this machine", "",
-             note("compress-intro"), ""]
+             note("compress-intro"), "", *summary_table(results), ""]
     for key in sorted(results):
         result = results[key]
         body = format_report(result).splitlines()[2:]  # without its title
@@ -23,3 +23,21 @@ def compress_section() -> list[str]:
                   f"{result['speed']['settings']['threads']} runtime thread(s), {result['held_out_rows']} training "
                   "rows held out to pick on.", "", *body, "", f"Command: `{result['command']}`.", ""]
     return lines + [note("compress-reading"), ""]
+
+
+def summary_table(results: dict) -> list[str]:
+    """One row per recorded search: the winner shipped, its speedup over the deployed teacher and
+    the shares of the teacher's dev score (and of its gain over the majority class) it keeps."""
+    lines = ["| task | target | winner | speedup (int8 vs int8 teacher) | dev: teacher / winner | kept | gain kept "
+             "| agreement | search budget |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for key in sorted(results):
+        result = results[key]
+        shipped, teacher = result["shipped"], result["teacher_scores"]
+        gain = "-" if shipped["gain_kept_dev"] is None else f"{100 * shipped['gain_kept_dev']:.1f}%"
+        agreement = f"{shipped['agreement_dev']:.1f}" if "agreement_dev" in shipped else "-"
+        budget = result["command"].split("--budget-minutes ")[1].split()[0] if "--budget-minutes" in result["command"] \
+            else "-"
+        lines.append(f"| {result['task']} | {result['target']['speedup']:g}x | {result['winner']['candidate']} | "
+                     f"{shipped['speedup']:.2f}x | {teacher['dev']:.2f} / {shipped['dev_score']:.2f} | "
+                     f"{100 * shipped['kept_dev']:.1f}% | {gain} | {agreement} | {budget} min |")
+    return lines
