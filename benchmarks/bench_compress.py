@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--candidates", help="comma-separated candidate names (default: every family's)")
     parser.add_argument("--threads", type=int, default=1, help="threads of the timed runtime")
     parser.add_argument("--budget-minutes", type=float, default=25.0)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--first-steps", type=int, default=300)
     parser.add_argument("--word-vectors", default=WORD_VECTORS, help="the BiLSTM candidates' word vectors ('' for none)")
     parser.add_argument("--intermediate-share", type=float, default=0.5)

@@ -313,7 +313,7 @@ def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, t
     settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=14.0 / 60, round_share="steps")
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
     assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
-        [[("a", 10), ("b", 10), ("c", 10)], [("b", 20), ("c", 20)], [("c", 40)]]
+        [[("a", 10), ("b", 10), ("c", 10)], [("c", 20), ("b", 20)], [("c", 40)]]
     more = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=15.0 / 60, round_share="steps")
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, more)
     assert [(row["candidate"], row["steps"]) for row in state["rounds"][-1]] == [("c", 80)]
@@ -343,9 +343,31 @@ def test_rounds_shared_by_wall_time_give_cheap_steps_more_of_them(env, tmp_path,
     settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=50.0 / 60)
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
     assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
-        [[("a", 10), ("b", 10), ("c", 10)], [("b", 74), ("c", 740)], [("c", 1480)]]
+        [[("a", 10), ("b", 10), ("c", 10)], [("c", 740), ("b", 74)], [("c", 1480)]]
     with pytest.raises(KdbertError, match="--round-share 'flops': choose one of time, steps"):
         search.SearchSettings(round_share="flops")
+
+
+def test_a_round_over_budget_runs_only_the_best_candidates_that_fit(env, tmp_path, monkeypatch):
+    from kdbert.compress import search
+    from kdbert.families.registry import Candidate
+
+    score = {"a": 60.0, "b": 70.0, "c": 80.0, "d": 90.0}
+
+    def fake_distil(candidate, start, teacher_dir, task, steps, settings, out, caches):
+        return {"candidate": candidate.name, "method": "fake", "steps": steps, "seconds": 0.1 * steps,
+                "selection_score": score[candidate.name], "dev_score": score[candidate.name], "run": str(out)}
+
+    monkeypatch.setattr(search, "_distil", fake_distil)
+    candidates = [Candidate(name, "x", (), build=None) for name in "abcd"]
+    task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
+    # round 0: 4 x 1 s; round 1 would run d and c for 2 s each (8 s in all, over the 7 s budget):
+    # only d, the best, fits (6 s); round 2 (d, 4 s more) does not
+    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=7.0 / 60, round_share="steps")
+    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
+        [[("a", 10), ("b", 10), ("c", 10), ("d", 10)], [("d", 20)]]
+    assert state["plans"] == [{"a": 10, "b": 10, "c": 10, "d": 10}, {"d": 20}]
 
 
 def test_distillation_time_adds_up_every_round_a_candidate_ran():

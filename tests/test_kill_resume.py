@@ -214,7 +214,7 @@ def test_compress_killed_five_times(tmp_path, tiny_tokenizer, glue_dir):
     def command(out):
         return cli("compress", "--teacher", teacher, "--task", "rte", "--data-dir", glue_dir,
                    "--candidates", "bert-1x128,bert-2x128,bilstm-h150", "--target-speedup", "0.01", "--rounds", "2",
-                   "--first-steps", "6", "--batch-size", "4", "--length-rows", "4", "--threads", "1",
+                   "--round-share", "steps", "--first-steps", "6", "--batch-size", "4", "--length-rows", "4", "--threads", "1",
                    "--output-dir", out)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run(command(straight))

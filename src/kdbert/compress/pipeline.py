@@ -70,7 +70,8 @@ class CompressConfig(CheckedOptions):
                           choices=tuple(RUNTIMES))
     budget_minutes: float = option(30.0, "wall time for distilling the candidates", type=float, group="compress",
                                    check=POSITIVE)
-    rounds: int = option(3, "rounds of successive halving", type=int, group="compress",
+    rounds: int = option(8, "rounds of successive halving, at most (the budget usually ends the search first)",
+                         type=int, group="compress",
                          check=in_range(1, 10, int, what="a number of rounds in [1, 10]"))
     first_steps: int = option(200, "optimiser steps per candidate in the first round (doubled each round)", type=int,
                               group="compress", check=in_range(1, 10**7, int, what="a positive number of steps"))

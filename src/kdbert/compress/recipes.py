@@ -40,7 +40,7 @@ class SearchSettings:
     whether a round gives every candidate the same wall time or the same steps (``round_share``);
     ``max_train_examples`` distils on the first rows of the training split only (None: all)."""
 
-    rounds: int = 3
+    rounds: int = 8
     first_steps: int = 200
     budget_minutes: float = 30.0
     batch_size: int = 32

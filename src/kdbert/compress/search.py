@@ -14,8 +14,9 @@ candidate gets the same wall time, ``2^r`` times what ``first_steps`` steps cost
 0, so a candidate whose steps are cheap (the BiLSTM's cost about a tenth of a small BERT's) gets
 proportionally more of them; with ``"steps"`` every candidate gets ``first_steps * 2^r`` steps.
 Costs are training seconds per step (the run's wall time less the teacher's labelling of the
-BiLSTM's rows), each candidate's from its latest run. The rounds end at ``rounds``, or before a
-round that would overrun ``budget_minutes`` (a candidate not run yet is costed at the mean).
+BiLSTM's rows), each candidate's from its latest run. A round that would overrun
+``budget_minutes`` leaves out its lowest-ranked candidates until it fits (:func:`plan_round`); the
+rounds end at ``rounds``, or when not even the best candidate's round fits.
 
 The winner (:func:`pick_winner`): among the last round's candidates, the fastest whose held-out
 score keeps ``min_kept`` of the teacher's held-out score; if none does, the best held-out score
@@ -79,36 +80,56 @@ def check_budget(table: dict, candidates: list[Candidate], settings: SearchSetti
 def successive_halving(candidates: list[Candidate], teacher_dir: str, task: TaskOptions, output_dir,
                        settings: SearchSettings = SearchSettings()) -> dict:
     """Distil ``candidates`` (those meeting the speed target; built from the teacher) by rounds of
-    successive halving (module doc). Every finished run is recorded in ``output_dir/search.json``
-    and not run again when the search is resumed. Returns ``{"rounds": [[row, ...], ...]}``."""
+    successive halving (module doc). Each round's plan (who runs, how many steps) is recorded in
+    ``output_dir/search.json`` before it starts and every finished run after it ends, so a resumed
+    search carries out the same plan and runs nothing twice. Returns ``{"plans": [...],
+    "rounds": [[row, ...], ...]}``."""
     if not task.held_out_fraction:
         raise KdbertError("the search picks on held-out training rows: pass --held-out-fraction (e.g. 0.1)")
     out = Path(output_dir)
     state_path = out / STATE
     state = json.loads(state_path.read_text()) if state_path.is_file() else {"rounds": []}
-    remaining, context = list(candidates), None
+    state.setdefault("plans", [{row["candidate"]: row["steps"] for row in rows} for rows in state["rounds"]])
+    by_name = {candidate.name: candidate for candidate in candidates}
+    ranked, context = list(candidates), None
     for round_index in range(settings.rounds):
-        steps = round_steps(state["rounds"][:round_index], remaining, round_index, settings)
-        finished = state["rounds"][round_index] if round_index < len(state["rounds"]) else []
-        todo = [c for c in remaining if c.name not in {row["candidate"] for row in finished}]
-        runs = [row for rows in state["rounds"] for row in rows]
-        if runs and todo and _spent(runs) + _needed(runs, todo, steps) > settings.budget_minutes * 60:
-            break
-        if round_index == len(state["rounds"]):
+        if round_index == len(state["plans"]):
+            plan = plan_round(state["rounds"], ranked, round_index, settings)
+            if not plan:
+                break
+            state["plans"].append(plan)
             state["rounds"].append([])
-        for candidate in todo:
-            start = out / "starts" / candidate.name if starts_from_teacher(candidate) else None
+            out.mkdir(parents=True, exist_ok=True)
+            write_json(state_path, state)
+        finished = {row["candidate"] for row in state["rounds"][round_index]}
+        for name, steps in state["plans"][round_index].items():
+            if name in finished:
+                continue
+            candidate = by_name[name]
+            start = out / "starts" / name if starts_from_teacher(candidate) else None
             if start is not None and not (start / "config.json").is_file():
                 context = context or shape_context(teacher_dir, task)
                 build_from_teacher(candidate, teacher_dir, task, start, context)
-            row = _distil(candidate, start, teacher_dir, task, steps[candidate.name], settings,
-                          out / "rounds" / str(round_index) / candidate.name, out)
+            row = _distil(candidate, start, teacher_dir, task, steps, settings, out / "rounds" / str(round_index) / name,
+                          out)
             state["rounds"][round_index].append(row)
             write_json(state_path, state)
-        ranked = sorted(state["rounds"][round_index], key=lambda row: -row["selection_score"])
-        keep = {row["candidate"] for row in ranked[: max(1, math.ceil(len(ranked) / 2))]}
-        remaining = [c for c in remaining if c.name in keep]
+        rows = sorted(state["rounds"][round_index], key=lambda row: -row["selection_score"])
+        ranked = [by_name[row["candidate"]] for row in rows[: max(1, math.ceil(len(rows) / 2))]]
     return state
+
+
+def plan_round(earlier_rounds: list[list[dict]], ranked: list[Candidate], round_index: int,
+               settings: SearchSettings) -> dict[str, int]:
+    """Round ``round_index``'s plan, ``{candidate name: steps}``: the ``ranked`` candidates (best
+    first) with :func:`round_steps`, the lowest ranked left out while the round would overrun
+    ``budget_minutes`` (empty: not even the best one fits, the search ends)."""
+    steps = round_steps(earlier_rounds, ranked, round_index, settings)
+    runs = [row for rows in earlier_rounds for row in rows]
+    chosen = list(ranked)
+    while chosen and runs and _spent(runs) + _needed(runs, chosen, steps) > settings.budget_minutes * 60:
+        chosen.pop()
+    return {candidate.name: steps[candidate.name] for candidate in chosen}
 
 
 def round_steps(earlier_rounds: list[list[dict]], remaining: list[Candidate], round_index: int,
