@@ -12,7 +12,7 @@
    latency, speedup) and print and save the table (``summary.md``, ``summary.json``), with the
    winner's speedup over the teacher deployed the same way (both int8) on the task's dev rows.
 
-Budget ``short`` (default): 16,000 training rows, one epoch for the teacher, a 4-minute search;
+Budget ``short`` (default): 16,000 training rows, one epoch for the teacher, a 6-minute search;
 about 10 minutes on 2 idle CPU cores (BENCHMARKS.md). ``full`` fine-tunes on the whole training
 set with the per-task defaults (the search keeps its own budget). Each step is skipped when its
 output exists, and an interrupted step resumes, so rerunning the command continues where it
@@ -37,15 +37,18 @@ def _finished(folder: Path) -> dict | None:
 
 
 def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", target_speedup: float = 4.0,
-                   budget_minutes: float = 4.0, first_steps: int = 100, candidates: str | None = None,
+                   budget_minutes: float = 6.0, first_steps: int = 100, intermediate_share: float = 0.0,
+                   candidates: str | None = None,
                    word_vectors: str | None = None, seed: int = 42, progress: bool = True, model: str = "default",
                    max_train_examples: int | None = None, log=print) -> dict:
     """Run the main job; returns the summary (also written to ``output_dir``).
 
     ``model`` is the teacher to fine-tune (default: the packaged all-MiniLM-L6-v2);
     ``max_train_examples`` overrides the budget's training subset (the search distils on it too);
-    ``target_speedup``, ``budget_minutes``, ``first_steps``, ``candidates`` and ``word_vectors`` are
-    ``kdbert compress``'s options.
+    ``target_speedup``, ``budget_minutes``, ``first_steps``, ``intermediate_share``, ``candidates`` and
+    ``word_vectors`` are ``kdbert compress``'s options; ``intermediate_share`` defaults to 0 here (the
+    prediction stage only): at a few hundred steps TinyBERT's intermediate stage left most small
+    students at the majority class (BENCHMARKS.md, the compress readings).
     """
     from kdbert.compress.pipeline import CompressConfig, compress
     from kdbert.deploy.bench import bench_model, compare, format_table
@@ -66,7 +69,8 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", ta
     log(f"[2/3] compress: students >= {target_speedup:g}x faster than the int8 teacher, distilled for "
         f"{budget_minutes:g} min -> {search_dir}")
     config = CompressConfig(teacher=str(teacher_dir), target_speedup=target_speedup, budget_minutes=budget_minutes,
-                            first_steps=first_steps, candidates=candidates, word_vectors=word_vectors, seed=seed,
+                            first_steps=first_steps, intermediate_share=intermediate_share, candidates=candidates,
+                            word_vectors=word_vectors, seed=seed,
                             max_train_examples=limits.get("max_train_examples"))
     report = compress(task, config, search_dir)
     winner = report["winner"]
@@ -120,7 +124,8 @@ def _describe(metrics: dict) -> str:
 
 def cmd_quickstart(args) -> int:
     run_quickstart(task_options(args), args.output_dir, budget=args.budget, target_speedup=args.target_speedup,
-                   budget_minutes=args.budget_minutes, first_steps=args.first_steps, candidates=args.candidates,
+                   budget_minutes=args.budget_minutes, first_steps=args.first_steps,
+                   intermediate_share=args.intermediate_share, candidates=args.candidates,
                    word_vectors=args.word_vectors, seed=args.seed, progress=not args.no_progress, model=args.model,
                    max_train_examples=args.max_train_examples)
     return 0
@@ -140,8 +145,10 @@ def add_commands(sub, table: dict) -> None:
                    help="short: a 16000-row subset, one epoch for the teacher; full: per-task defaults")
     p.add_argument("--target-speedup", type=float, default=4.0,
                    help="students at least this many times faster than the int8 teacher are distilled")
-    p.add_argument("--budget-minutes", type=float, default=4.0, help="wall time for distilling the candidates")
+    p.add_argument("--budget-minutes", type=float, default=6.0, help="wall time for distilling the candidates")
     p.add_argument("--first-steps", type=int, default=100, help="steps per candidate in the search's first round")
+    p.add_argument("--intermediate-share", type=float, default=0.0,
+                   help="share of a BERT-style candidate's steps on TinyBERT's intermediate stage (0: prediction only)")
     p.add_argument("--candidates", help="only these candidates (comma-separated, e.g. bert-2x256; default: all)")
     p.add_argument("--word-vectors", help="GloVe or word2vec text file for the BiLSTM candidates (default: random)")
     p.add_argument("--model", default="default", help="teacher to fine-tune (default: the packaged all-MiniLM-L6-v2)")
