@@ -294,20 +294,31 @@ def test_a_teacher_the_runtime_cannot_export_and_a_tiny_budget_are_one_line_erro
     assert not [p for p in other.rglob("*") if p.is_file()]  # nothing half-written
 
 
-def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, tmp_path, monkeypatch):
+def fake_search(env, monkeypatch, cost: dict, score: dict, first_labelling: dict | None = None):
+    """The search module with its runs faked: a run of candidate ``name`` takes ``cost[name]`` training
+    seconds a step (plus ``first_labelling[name]`` seconds of labelling in its first run) and scores
+    ``score[name]``; returns the module, the candidates and a task holding rows out."""
     from kdbert.compress import search
     from kdbert.families.registry import Candidate
 
-    cost = {"a": 1.0, "b": 0.1, "c": 0.01}  # seconds per step
-    score = {"a": 70.0, "b": 80.0, "c": 90.0}
+    labelled = set()
 
     def fake_distil(candidate, start, teacher_dir, task, steps, settings, out, caches):
-        return {"candidate": candidate.name, "method": "fake", "steps": steps, "seconds": cost[candidate.name] * steps,
-                "selection_score": score[candidate.name], "dev_score": score[candidate.name], "run": str(out)}
+        name = candidate.name
+        labelling = 0.0 if name in labelled else (first_labelling or {}).get(name, 0.0)
+        labelled.add(name)
+        return {"candidate": name, "method": "fake", "steps": steps, "seconds": cost[name] * steps + labelling,
+                "labelling_seconds": labelling, "selection_score": score[name], "dev_score": score[name],
+                "run": str(out)}
 
     monkeypatch.setattr(search, "_distil", fake_distil)
-    candidates = [Candidate(name, "x", (), build=None) for name in "abc"]
-    task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
+    candidates = [Candidate(name, "x", (), build=None) for name in score]
+    return search, candidates, TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
+
+
+def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, tmp_path, monkeypatch):
+    search, candidates, task = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
+                                           score={"a": 70.0, "b": 80.0, "c": 90.0})
     # spent after each round: 11.1 s, 13.3 s (b and c, 20 steps), 13.7 s (c alone, 40 steps); the
     # next round (c, 80 steps: 0.8 s by its latest run) would end at 14.5 s, over the 14 s budget
     settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=14.0 / 60, round_share="steps")
@@ -320,23 +331,9 @@ def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, t
 
 
 def test_rounds_shared_by_wall_time_give_cheap_steps_more_of_them(env, tmp_path, monkeypatch):
-    from kdbert.compress import search
-    from kdbert.families.registry import Candidate
-
-    cost = {"a": 1.0, "b": 0.1, "c": 0.01}  # training seconds per step
-    score = {"a": 70.0, "b": 80.0, "c": 90.0}
-    labelled = set()
-
-    def fake_distil(candidate, start, teacher_dir, task, steps, settings, out, caches):
-        labelling = 5.0 if candidate.name == "c" and not labelled else 0.0  # c's first run labels its rows
-        labelled.add(candidate.name)
-        return {"candidate": candidate.name, "method": "fake", "steps": steps,
-                "seconds": cost[candidate.name] * steps + labelling, "labelling_seconds": labelling,
-                "selection_score": score[candidate.name], "dev_score": score[candidate.name], "run": str(out)}
-
-    monkeypatch.setattr(search, "_distil", fake_distil)
-    candidates = [Candidate(name, "x", (), build=None) for name in "abc"]
-    task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
+    # c's first run also labels its rows (5 s)
+    search, candidates, task = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
+                                           score={"a": 70.0, "b": 80.0, "c": 90.0}, first_labelling={"c": 5.0})
     # round 0: 10 steps each, training 10 + 1 + 0.1 s over 30 steps: 0.37 s a step on average; round 1
     # gives b and c 20 * 0.37 = 7.4 s each (74 and 740 steps), round 2 c alone 14.8 s (1480 steps):
     # 16.1 + 14.8 + 14.8 = 45.7 s spent; round 3 (29.6 s more) would overrun the 50 s budget
@@ -349,18 +346,8 @@ def test_rounds_shared_by_wall_time_give_cheap_steps_more_of_them(env, tmp_path,
 
 
 def test_a_round_over_budget_runs_only_the_best_candidates_that_fit(env, tmp_path, monkeypatch):
-    from kdbert.compress import search
-    from kdbert.families.registry import Candidate
-
-    score = {"a": 60.0, "b": 70.0, "c": 80.0, "d": 90.0}
-
-    def fake_distil(candidate, start, teacher_dir, task, steps, settings, out, caches):
-        return {"candidate": candidate.name, "method": "fake", "steps": steps, "seconds": 0.1 * steps,
-                "selection_score": score[candidate.name], "dev_score": score[candidate.name], "run": str(out)}
-
-    monkeypatch.setattr(search, "_distil", fake_distil)
-    candidates = [Candidate(name, "x", (), build=None) for name in "abcd"]
-    task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
+    search, candidates, task = fake_search(env, monkeypatch, cost=dict.fromkeys("abcd", 0.1),
+                                           score={"a": 60.0, "b": 70.0, "c": 80.0, "d": 90.0})
     # round 0: 4 x 1 s; round 1 would run d and c for 2 s each (8 s in all, over the 7 s budget):
     # only d, the best, fits (6 s); round 2 (d, 4 s more) does not
     settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=7.0 / 60, round_share="steps")

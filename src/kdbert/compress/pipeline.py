@@ -132,10 +132,11 @@ def _agreement(data, teacher, teacher_eval, shipped_folder: Path, file_name: str
     return agreement(data.spec, student_logits, teacher_logits)
 
 
-def _deployed_dev_score(export_folder: Path, runtime_key: str) -> float | None:
-    """The dev score of an export in the runtime shipped (None for an export made without a task)."""
+def _export_dev_scores(export_folder: Path) -> dict[str, float]:
+    """An export's dev score per runtime (``onnx_fp32``, ``onnx_int8``; empty for an export made
+    without a task)."""
     report = json.loads((export_folder / "export_report.json").read_text())
-    return report.get("dev_metrics", {}).get(runtime_key, {}).get("score")
+    return {runtime: metrics["score"] for runtime, metrics in report.get("dev_metrics", {}).items()}
 
 
 def _ship(winner: dict, out: Path, task: TaskOptions, runtime: str) -> dict:
@@ -190,10 +191,11 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     majority = _majority_score(data)
     student_dev, teacher_dev = shipped["dev_metrics"][runtime_key]["score"], teacher_metrics["score"]
     teacher_p50 = table["teacher"]["latency_real_p50_ms"]
+    teacher_deployed = _export_dev_scores(out / "teacher-onnx")
     breakdown = speedup_breakdown(teacher_dir, out, task, speed_settings, {
-        "teacher": teacher_dev, "teacher_onnx_fp32": _deployed_dev_score(out / "teacher-onnx", "onnx_fp32"),
-        "teacher_onnx_int8": _deployed_dev_score(out / "teacher-onnx", "onnx_int8"), "winner": student_dev},
-        winner["run"])
+        "teacher": teacher_dev, "teacher_onnx_fp32": teacher_deployed.get("onnx_fp32"),
+        "teacher_onnx_int8": teacher_deployed.get("onnx_int8"), "winner": student_dev},
+        winner["run"], shipped_speed["latency_real_p50_ms"])
     report = {
         "task": data.spec.name, "teacher": teacher_dir, "runtime": config.runtime,
         "target": {"speedup": config.target_speedup, "latency_ms": config.target_latency_ms,
@@ -201,7 +203,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         "held_out_rows": len(data.held_out), "speed": table, "search": search, "winner": winner,
         "seconds_per_candidate": _seconds_per_candidate(search), "speedup_breakdown": breakdown,
         "teacher_scores": {"held_out": teacher_metrics["selection_score"], "dev": teacher_dev,
-                           "dev_deployed": _deployed_dev_score(out / "teacher-onnx", runtime_key)},
+                           "dev_deployed": teacher_deployed.get(runtime_key)},
         "shipped": {"folder": str(out / "winner"), "dev_score": student_dev, "parity": shipped["parity"],
                     "speedup": teacher_p50 / shipped_speed["latency_real_p50_ms"],
                     "speedup_random_weights": table["candidates"][winner["candidate"]]["speedup"],
