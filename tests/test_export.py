@@ -172,9 +172,12 @@ def test_a_registered_non_hf_family_exports_and_int8_is_refused_without_matmuls(
     with pytest.raises(KdbertError, match=r"no MatMul/Gemm weights to quantise.*Gather.*deploy the fp32"):
         export_classifier(model, tiny_tokenizer, tmp_path / "int8", quantize="int8")
     assert not (tmp_path / "int8").exists()  # nothing half-written
-    with pytest.raises(KdbertError, match=r"cannot export Cholesky to ONNX: unsupported operator\(s\) "
-                                          r"aten\.linalg_cholesky_ex$"):
+    with pytest.raises(KdbertError, match=r"cannot export Cholesky to ONNX \(torchscript exporter\): unsupported operator\(s\) "
+                                          r"aten\.linalg_cholesky$"):
         export_classifier(Cholesky(), tiny_tokenizer, tmp_path / "chol")
+    with pytest.raises(KdbertError, match=r"cannot export Cholesky to ONNX \(dynamo exporter\): unsupported operator\(s\) "
+                                          r"aten\.linalg_cholesky_ex$"):
+        export_classifier(Cholesky(), tiny_tokenizer, tmp_path / "chol", graph="dynamo")
 
 
 def test_bad_inputs_give_one_line_errors(exported, tmp_path, capsys):

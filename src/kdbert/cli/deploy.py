@@ -6,6 +6,7 @@ from pathlib import Path
 
 from kdbert.cli.common import add_command, add_task_arguments, format_metrics, require, task_options
 from kdbert.core.atomic_io import write_json
+from kdbert.deploy.graphs import GRAPHS
 from kdbert.errors import KdbertError
 
 
@@ -60,10 +61,14 @@ def cmd_export(args) -> int:
 
     task = task_options(args) if args.task else None
     report = export_model(args.model, args.output_dir, quantize=args.quantize, task=task,
-                          max_seq_len=args.max_seq_len, batch_size=args.batch_size, overwrite=args.overwrite)
+                          max_seq_len=args.max_seq_len, batch_size=args.batch_size, overwrite=args.overwrite,
+                          graph=args.graph)
     out = Path(args.output_dir or Path(args.model) / "onnx")
-    parity = report["parity"]
+    parity, graph = report["parity"], report["graph"]
     print(f"exported {args.model} -> {out} ({', '.join(f['file'] for f in report['files'].values())})")
+    fused = ", ".join(f"{count} {name}" for name, count in graph.get("fused_operators", {}).items())
+    print(f"graph: {graph['graph']}" + (f" ({fused})" if fused else "")
+          + (f"; fusion not kept: {graph['fusion_rejected']}" if "fusion_rejected" in graph else ""))
     print(f"parity on {parity['examples']} {parity['source']} rows: max |logit diff| fp32 "
           f"{parity['max_abs_logit_diff_fp32']:.2e} (tolerance {parity['tolerance']:g})"
           + (f", int8 {parity['max_abs_logit_diff_int8']:.2e}" if "max_abs_logit_diff_int8" in parity else ""))
@@ -126,6 +131,10 @@ def add_deploy_commands(sub, table: dict) -> None:
     require(p, "model")
     p.add_argument("--format", choices=["onnx"], default="onnx", help="export format")
     p.add_argument("--quantize", choices=["int8"], help="also write model.int8.onnx (ONNX Runtime dynamic int8)")
+    p.add_argument("--graph", choices=GRAPHS, help="how the graph is made: dynamo or torchscript exporter, or "
+                                                   "fused (TorchScript + ONNX Runtime's transformer fusion, kept "
+                                                   "only within 1e-4 of the unfused logits) (default: the "
+                                                   "model family's)")
     p.add_argument("--output-dir", help="export folder (default: MODEL/onnx)")
     p.add_argument("--max-seq-len", type=int, help="token limit of the parity rows (default: the task's, else 128)")
     p.add_argument("--batch-size", type=int, default=64, help="batch size of the parity check")

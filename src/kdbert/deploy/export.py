@@ -2,7 +2,9 @@
 
 ``kdbert export --model DIR --format onnx [--quantize int8]`` writes, into ``DIR/onnx`` by default::
 
-    model.onnx            fp32 graph, inputs (batch, sequence) int64, output logits (batch, C)
+    model.onnx            fp32 graph, inputs (batch, sequence) int64, output logits (batch, C);
+                          --graph picks how it is made (dynamo, torchscript, fused:
+                          :mod:`kdbert.deploy.graphs`; default: the family's)
     model.int8.onnx       with --quantize int8: dynamic quantisation (ORT ``quantize_dynamic``):
                           int8 per-channel weights of every MatMul/Gemm and of the embeddings,
                           activations quantised per call
@@ -18,7 +20,7 @@ on 64 synthetic rows of random ids and lengths with padding::
 PyTorch, ORT fp32 and ORT int8.
 
 Families: the model's student family (:mod:`kdbert.families.registry`) says how it is called
-(:class:`~kdbert.families.registry.InputSpec`: input names, position limit, vocabulary, exporter),
+(:class:`~kdbert.families.registry.InputSpec`: input names, position limit, vocabulary, graphs),
 which rows parity is checked on and how the exported model is scored; a word-level student's
 vocabulary is saved where a tokenizer would be. A model of a family of your own is exported with
 :func:`export_classifier` once its family is registered.
@@ -26,11 +28,8 @@ vocabulary is saved where a tokenizer would be. A model of a family of your own 
 
 from __future__ import annotations
 
-import logging
 import os
-import re
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -40,87 +39,16 @@ from torch import nn
 
 from kdbert.core.atomic_io import replace_dir, write_json
 from kdbert.deploy.bench import count_flops, count_parameters
+from kdbert.deploy.graphs import export_graph
 from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, REPORT_FILE, OnnxClassifier, is_onnx_model
 from kdbert.deploy.quantize import quantize_int8
 from kdbert.errors import KdbertError
-from kdbert.families.registry import Family, InputSpec, Logits, family_of_folder, family_of_model
+from kdbert.families.registry import Family, InputSpec, family_of_folder, family_of_model
 
 PARITY_TOLERANCE = 1e-4
 FLOP_LENGTHS = (16, 32, 64, 128, 256, 512)  # sequence lengths whose FLOPs the report records
 
-__all__ = ["export_onnx", "export_classifier", "export_model"]
-
-
-def _example_inputs(spec: InputSpec, batch_size: int = 2, seq_len: int = 11) -> tuple[torch.Tensor, ...]:
-    """Example (batch_size, seq_len) inputs (a pair's second text: seq_len - 1 long); batch >= 2
-    so the exporter keeps the batch axis dynamic (a size-1 dimension is specialised)."""
-    seq_len = min(seq_len, spec.max_positions or seq_len)
-    generator = torch.Generator().manual_seed(0)
-    values = {}
-    for length, suffix in ((seq_len, ""), (max(2, seq_len - 1), "_b")):
-        values[f"input_ids{suffix}"] = torch.randint(0, spec.vocab_size, (batch_size, length), generator=generator)
-        values[f"attention_mask{suffix}"] = torch.ones(batch_size, length, dtype=torch.long)
-        values[f"token_type_ids{suffix}"] = torch.zeros(batch_size, length, dtype=torch.long)
-    return tuple(values[name] for name in spec.names)
-
-
-def _unsupported_operators(message: str) -> list[str]:
-    """ATen operators (``aten.foo``, from ``aten.foo.default`` or ``aten::foo``) named in an exporter error."""
-    return sorted({f"aten.{name}" for name in re.findall(r"aten(?:\.|::)([A-Za-z_0-9]+)", message)})
-
-
-def _summary(message: str, err: Exception) -> str:
-    """The one line of an exporter error that says what failed (its 'Exception summary')."""
-    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in message.splitlines()]
-    lines = [line for line in lines if line]
-    if "## Exception summary" in lines:
-        following = lines[lines.index("## Exception summary") + 1:]
-        if following:
-            return following[0]
-    return lines[0] if lines else type(err).__name__
-
-
-def export_onnx(model: nn.Module, path: str | os.PathLike, spec: InputSpec | None = None) -> InputSpec:
-    """Write ``model`` (eval mode) to ``path`` as ONNX with dynamic batch and sequence axes.
-
-    Uses the dynamo exporter (``torch.onnx.export(..., dynamo=True)``), or the TorchScript one
-    for a family that asks (:attr:`InputSpec.legacy_exporter`); inputs are the family's
-    :class:`InputSpec` names, the output is ``logits``. An operator the exporter cannot
-    translate is named in the error.
-    """
-    spec = spec or family_of_model(model).input_spec(model)
-    if spec.legacy_exporter:
-        options = {"dynamo": False, "dynamic_axes": {name: {0: "batch", 1: spec.length_axis(name)}
-                                                     for name in spec.names}}
-    else:
-        batch = torch.export.Dim("batch", min=1, max=4096)
-        lengths = {axis: torch.export.Dim(axis, min=2, max=spec.max_positions or 100_000)
-                   for axis in {spec.length_axis(name) for name in spec.names}}
-        shapes = (tuple({0: batch, 1: lengths[spec.length_axis(name)]} for name in spec.names),)  # the *inputs
-        options = {"dynamo": True, "dynamic_shapes": shapes, "optimize": True}
-    was_training = model.training
-    model.eval()
-    onnx_logger = logging.getLogger("torch.onnx")
-    level = onnx_logger.level
-    onnx_logger.setLevel(logging.ERROR)  # the exporter logs skipped torchvision operators at WARNING
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # exporter deprecation and axis-naming notes
-            program = torch.onnx.export(Logits(model, spec.names).eval(), _example_inputs(spec),
-                                        str(path) if spec.legacy_exporter else None,
-                                        input_names=list(spec.names), output_names=["logits"], verbose=False,
-                                        **options)
-    except Exception as err:  # the exporter raises many types; all mean "cannot export this model"
-        message = str(err)
-        operators = _unsupported_operators(message)
-        cause = (f"unsupported operator(s) {', '.join(operators)}" if operators else _summary(message, err))
-        raise KdbertError(f"cannot export {type(model).__name__} to ONNX: {cause}") from None
-    finally:
-        model.train(was_training)
-        onnx_logger.setLevel(level)
-    if program is not None:  # the dynamo exporter returns the program; the TorchScript one wrote the file
-        program.save(str(path))
-    return spec
+__all__ = ["export_classifier", "export_model"]
 
 
 # --------------------------------------------------------------------------- parity
@@ -168,13 +96,14 @@ def _parity(model: nn.Module, spec: InputSpec, encoder, files: dict[str, Path], 
 
 def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, quantize: str | None = None,
                       task=None, max_seq_len: int | None = None, batch_size: int = 64,
-                      source: str | None = None, overwrite: bool = True) -> dict:
+                      source: str | None = None, overwrite: bool = True, graph: str | None = None) -> dict:
     """Export ``model`` with ``encoder`` (what its family encodes text with: an HF tokenizer, a
     word-level student's vocabulary) and its config into ``output_dir``.
 
     ``quantize="int8"`` adds ``model.int8.onnx``; ``task`` (a :class:`~kdbert.data.load.TaskOptions`)
     checks parity and metrics on its dev rows; ``max_seq_len`` is the length rows are cut to
-    (default: the task's, else 128, at most the model's limit). The folder is written atomically.
+    (default: the task's, else 128, at most the model's limit); ``graph`` is the kind of graph
+    (:data:`~kdbert.deploy.graphs.GRAPHS`; default: the family's). The folder is written atomically.
     Returns the report.
     """
     if quantize not in (None, "int8"):
@@ -200,7 +129,7 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        export_onnx(model, tmp / FP32_FILE, spec)
+        graph_report = export_graph(model, tmp / FP32_FILE, spec, graph)
         files = {"fp32": tmp / FP32_FILE}
         if quantize == "int8":
             files["int8"] = quantize_int8(tmp / FP32_FILE, tmp / INT8_FILE)
@@ -214,7 +143,7 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
         import onnxruntime
 
         report = {
-            "source": source, "family": type(model).__name__, "inputs": list(spec.names),
+            "source": source, "family": type(model).__name__, "inputs": list(spec.names), "graph": graph_report,
             "max_positions": spec.max_positions, "vocab_size": spec.vocab_size,
             "files": {p: {"file": f.name, "size_mb": f.stat().st_size / 1e6} for p, f in files.items()},
             "quantization": "onnxruntime quantize_dynamic, QInt8 per-channel weights" if quantize else None,
@@ -232,7 +161,7 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
 
 def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | None = None,
                  quantize: str | None = None, task=None, max_seq_len: int | None = None,
-                 batch_size: int = 64, overwrite: bool = True) -> dict:
+                 batch_size: int = 64, overwrite: bool = True, graph: str | None = None) -> dict:
     """Export the trained classifier saved in ``model_dir``, loaded by its family (default output:
     ``model_dir/onnx``)."""
     folder = Path(model_dir).expanduser()
@@ -246,4 +175,5 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
                           "(finetune, distill, quickstart), e.g. runs/quickstart/teacher")
     model, encoder = family_of_folder(folder).load(folder)
     return export_classifier(model, encoder, output_dir or folder / "onnx", quantize=quantize, task=task,
-                             max_seq_len=max_seq_len, batch_size=batch_size, source=str(folder), overwrite=overwrite)
+                             max_seq_len=max_seq_len, batch_size=batch_size, source=str(folder), overwrite=overwrite,
+                             graph=graph)

@@ -67,7 +67,8 @@ def quantize_int8(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) ->
     level = root.level
     root.setLevel(logging.ERROR)  # quantize_dynamic logs a pre-processing hint at WARNING
     try:
-        quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True)
+        quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fused ops have no type rules
     except Exception as err:  # ORT raises plain exceptions for graphs it cannot handle
         cause = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise KdbertError(f"ONNX Runtime cannot quantise {fp32_path} to int8: {cause}; deploy the fp32 model") from None
@@ -76,7 +77,7 @@ def quantize_int8(fp32_path: str | os.PathLike, int8_path: str | os.PathLike) ->
         if fp32_path.name.endswith(".unshared.onnx"):
             fp32_path.unlink(missing_ok=True)
     graph = onnx.load(str(int8_path), load_external_data=False).graph
-    if not any(node.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul", "ConvInteger")
+    if not any(node.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul", "ConvInteger", "QAttention")
                for node in graph.node):
         Path(int8_path).unlink()
         operators = sorted({node.op_type for node in graph.node})

@@ -8,6 +8,7 @@ read the tokenizer's ``input_ids``, ``attention_mask`` and, when ``forward`` nam
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 from pathlib import Path
@@ -22,6 +23,7 @@ from kdbert.families.registry import Candidate, Family, InputSpec, ShapeContext,
 
 TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 SYNTHETIC_ROWS = 64
+FUSABLE = ("bert", "distilbert")  # model types ORT's "bert" transformer fusions apply to
 
 
 def _looks_local(path: str) -> bool:
@@ -90,11 +92,35 @@ class HFFamily(Family):
         return AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(str(folder)))
 
     def input_spec(self, model: nn.Module) -> InputSpec:
-        """The inputs ``forward`` names, the position limit and the vocabulary size."""
+        """The inputs ``forward`` names, the position limit, the vocabulary size, and the graphs:
+        ``fused`` too where ORT's transformer optimiser knows the architecture."""
         accepted = inspect.signature(model.forward).parameters
         config = model.config
+        graphs = ("torchscript", "fused", "dynamo") if self.fusion_settings(model) else ("torchscript", "dynamo")
         return InputSpec(tuple(n for n in TOKEN_INPUTS if n in accepted),
-                         getattr(config, "max_position_embeddings", None), config.vocab_size)
+                         getattr(config, "max_position_embeddings", None), config.vocab_size, graphs)
+
+    @contextlib.contextmanager
+    def export_form(self, model: nn.Module):
+        """The model with eager attention while it is traced: ORT's optimisers recognise its
+        MatMul-Softmax-MatMul pattern, not the one ``scaled_dot_product_attention`` exports to."""
+        previous = getattr(getattr(model, "config", None), "_attn_implementation", None)
+        switch = previous not in (None, "eager") and hasattr(model, "set_attn_implementation")
+        if switch:
+            model.set_attn_implementation("eager")
+        try:
+            yield model
+        finally:
+            if switch:
+                model.set_attn_implementation(previous)
+
+    def fusion_settings(self, model: nn.Module) -> dict | None:
+        """ORT's ``bert`` fusions for BERT and DistilBERT (heads and width from the config)."""
+        config = getattr(model, "config", None)
+        if getattr(config, "model_type", None) not in FUSABLE:
+            return None
+        return {"model_type": "bert", "num_heads": getattr(config, "num_attention_heads", None) or config.n_heads,
+                "hidden_size": getattr(config, "hidden_size", None) or config.dim}
 
     def candidates(self, context: ShapeContext) -> list[Candidate]:
         """BERT-style students (depth x width) and teacher-matched MobileBERTs, for a BERT-shaped teacher."""

@@ -15,6 +15,7 @@ folder with a ``config.json`` and any hub id, is asked last.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,14 +43,14 @@ class InputSpec:
     ``names`` is a subset of ``input_ids``, ``attention_mask``, ``token_type_ids`` (in that
     order), or a word-level student's inputs, where names ending in ``_b`` (a pair's second
     sentence) have a length axis of their own; ``max_positions`` is the longest sequence the
-    model accepts (``None``: no limit); ``vocab_size`` bounds the ids. ``legacy_exporter``:
-    export with the TorchScript exporter (``dynamo=False``) instead of the dynamo one.
+    model accepts (``None``: no limit); ``vocab_size`` bounds the ids. ``graphs``: the kinds of
+    ONNX graph the model exports to (:data:`kdbert.deploy.graphs.GRAPHS`), its default first.
     """
 
     names: tuple[str, ...]
     max_positions: int | None
     vocab_size: int
-    legacy_exporter: bool = False
+    graphs: tuple[str, ...] = ("torchscript", "dynamo")
 
     def length_axis(self, name: str) -> str:
         """The name of input ``name``'s sequence axis: ``sequence``, or ``sequence_b`` for a pair's second text."""
@@ -210,6 +211,16 @@ class Family:
 
     def input_spec(self, model: nn.Module) -> InputSpec:
         raise NotImplementedError
+
+    def export_form(self, model: nn.Module):
+        """A context manager giving the module the ONNX exporter traces (``model`` itself by
+        default), restored when it exits."""
+        return contextlib.nullcontext(model)
+
+    def fusion_settings(self, model: nn.Module) -> dict | None:
+        """Keyword arguments of ORT's ``optimize_model`` (``model_type``, ``num_heads``,
+        ``hidden_size``) for the ``fused`` graph; None: the family has none."""
+        return None
 
     def flops(self, model: nn.Module, seq_len: int) -> int:
         """FLOPs of one example of ``seq_len`` tokens (:func:`count_matmul_flops` by default)."""

@@ -70,7 +70,7 @@ class BiLSTMFamily(Family):
         return BiLSTMStudent(BiLSTMConfig.from_dict(json.loads(config_path.read_text()), str(config_path)))
 
     def input_spec(self, model: nn.Module) -> InputSpec:
-        return InputSpec(model.config.input_names, None, model.config.vocab_size, legacy_exporter=True)
+        return InputSpec(model.config.input_names, None, model.config.vocab_size, graphs=("torchscript",))
 
     def flops(self, model: nn.Module, seq_len: int) -> int:
         return bilstm_flops(model.config, seq_len)
