@@ -24,13 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 
 import onnxruntime
 
-from common import machine_info, save_result
+from common import cpu_model, machine_info, save_result
 from paths import GLUE_DIR, run_folder
 
 from kdbert.deploy.bench import bench_model
@@ -55,16 +54,6 @@ def default_models(task: str, runs_dir: Path) -> list[tuple[str, Path, str]]:
             winner = json.loads(search.read_text())["winner"]
             candidates.append((f"quickstart winner ({winner['candidate']})", Path(winner["run"]), "quickstart teacher"))
     return [c for c in candidates if (c[1] / "config.json").is_file() or (c[1] / "onnx" / "model.int8.onnx").is_file()]
-
-
-def cpu_model() -> str:
-    """The processor's model name (Linux ``/proc/cpuinfo``), else the platform's machine type."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.machine()
 
 
 def shape_folder(preset: str, teacher: Path, runs_dir: Path) -> Path:

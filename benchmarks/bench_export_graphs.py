@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 from pathlib import Path
 
 import onnxruntime
 
-from common import machine_info, save_result
+from common import cpu_model, machine_info, save_result
 from paths import GLUE_DIR, run_folder
 
 from kdbert.data.load import TaskOptions, load_task
@@ -124,7 +123,7 @@ def main() -> None:
     reports = export_all(models, task, out)
     timings = time_all(models, reports, task, out, args.threads, args.length_rows, args.passes)
     result = {
-        **machine_info(), "cpu": platform.processor() or platform.machine(), "onnxruntime": onnxruntime.__version__,
+        **machine_info(), "cpu": cpu_model(), "onnxruntime": onnxruntime.__version__,
         "command": "OMP_NUM_THREADS=1 python benchmarks/bench_export_graphs.py " + " ".join(sys.argv[1:]),
         "threads": args.threads, "length_rows": args.length_rows, "passes": args.passes,
         "load_average_before": load_before, "load_average_after": os.getloadavg()[0],

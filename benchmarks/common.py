@@ -22,6 +22,16 @@ RESULTS_DIR = Path(os.environ.get("KDBERT_RESULTS_DIR") or Path(__file__).parent
 separate folder for figures measured on another kind of machine, so they never replace these)."""
 
 
+def cpu_model() -> str:
+    """The processor's model name (Linux ``/proc/cpuinfo``), else the platform's machine type."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
 def machine_info() -> dict:
     """Where and when a figure was measured."""
     return {

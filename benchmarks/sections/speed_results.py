@@ -281,3 +281,37 @@ def teacher_cache_section() -> list[str]:
             f"| {' / '.join(str(run['load_average']['before'][0]) for run in runs)} | {r['machine']} | {r['date']} |")
     lines += ["", note("teacher-cache-reading"), ""]
     return lines
+
+
+GRAPH_ORDER = ["dynamo", "torchscript", "fused"]
+
+
+def export_graphs_section() -> list[str]:
+    results = load_results("export_graphs")
+    if not results:
+        return []
+    lines = ["## Export graphs: dynamo, TorchScript, fused (`kdbert export --graph`)", "", note("export-graphs-intro"), ""]
+    for key, r in results.items():
+        lines += [f"`{r['command']}` ({r['date']}, {r['machine']}, {r['cpu']}, ONNX Runtime {r['onnxruntime']}, "
+                  f"{r['threads']} thread(s), {r['length_rows']} dev rows at their own length, median of "
+                  f"{r['passes']} interleaved passes; load average {r['load_average_before']:.2f} before, "
+                  f"{r['load_average_after']:.2f} after)", "",
+                  "| model | graph | fused operators | fp32 ms / row (p50) | int8 ms / row (p50) | int8 speedup vs dynamo "
+                  "| dev PyTorch / ORT fp32 / ORT int8 | max \\|logit diff\\| fp32 / int8 |",
+                  "|---|---|---|---:|---:|---:|---|---|"]
+        for name, graphs in sorted(r["models"].items(), key=lambda item: item[0] != "teacher"):
+            base = graphs["dynamo"]["timing"]["int8"]["latency_real_p50_ms"]
+            for graph, row in sorted(graphs.items(), key=lambda item: GRAPH_ORDER.index(item[0])):
+                fused = ", ".join(f"{count} {op}" for op, count in row["graph"].get("fused_operators", {}).items())
+                if "fusion_rejected" in row["graph"]:
+                    fused = f"not kept: {row['graph']['fusion_rejected']}"
+                int8 = row["timing"]["int8"]["latency_real_p50_ms"]
+                dev = " / ".join(f"{row['dev_metrics'][k]['score']:.2f}" for k in ("pytorch", "onnx_fp32", "onnx_int8"))
+                parity = row["parity"]
+                lines.append(f"| {name} | {row['graph']['graph']} | {fused or '-'} "
+                             f"| {row['timing']['fp32']['latency_real_p50_ms']:.3f} | {int8:.3f} "
+                             f"| {base / int8:.2f}x | {dev} | {parity['max_abs_logit_diff_fp32']:.1e} / "
+                             f"{parity['max_abs_logit_diff_int8']:.2f} |")
+        lines.append("")
+    lines += [note("export-graphs-reading"), ""]
+    return lines
