@@ -288,7 +288,7 @@ def test_a_teacher_the_runtime_cannot_export_and_a_tiny_budget_are_one_line_erro
     assert main([*args[:-1], str(other)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith(f"--teacher {env['teacher']} cannot be deployed in onnx-int8, so there is no teacher to time "
-                        "students against: cannot export BertForSequenceClassification to ONNX: unsupported "
+                        "students against: cannot export BertForSequenceClassification to ONNX (torchscript exporter): unsupported "
                         "operator(s) aten.fancy_op")
     assert len(err.splitlines()) == 1 and not (other / "speed.json").exists()
     assert not [p for p in other.rglob("*") if p.is_file()]  # nothing half-written
