@@ -55,13 +55,18 @@ def default_models(task: str, runs_dir: Path) -> list[tuple[str, Path]]:
     return [(name, folder) for name, folder in models if (folder / "config.json").is_file()]
 
 
+def export_folder(out: Path, name: str, graph: str) -> Path:
+    """Where model ``name``'s export as ``graph`` goes: ``out/<first word of name>/<graph>``."""
+    return out / name.split(" ")[0] / graph
+
+
 def export_all(models: list[tuple[str, Path]], task: TaskOptions, out: Path) -> dict[str, dict[str, dict]]:
     """Every model exported as every graph its family offers: name -> graph -> export report."""
     reports: dict[str, dict[str, dict]] = {}
     for name, folder in models:
         reports[name] = {}
         for graph in GRAPHS:
-            target = out / name.split(" ")[0] / graph
+            target = export_folder(out, name, graph)
             report_path = target / "export_report.json"
             if report_path.is_file() and json.loads(report_path.read_text())["graph"]["requested"] == graph:
                 reports[name][graph] = json.loads(report_path.read_text())
@@ -82,7 +87,7 @@ def time_all(models: list[tuple[str, Path]], reports: dict, task: TaskOptions, o
     for name, _ in models:
         for graph in reports[name]:
             for precision, file in PRECISIONS.items():
-                sessions[name, graph, precision] = OnnxClassifier(out / name.split(" ")[0] / graph / file, threads)
+                sessions[name, graph, precision] = OnnxClassifier(export_folder(out, name, graph) / file, threads)
         first = sessions[name, next(iter(reports[name])), "fp32"]
         spec = first.input_spec()
         max_seq_len = min(data.spec.max_seq_len, spec.max_positions or data.spec.max_seq_len)

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from kdbert.deploy.onnx_runtime import ort_session
 from kdbert.errors import KdbertError
 from kdbert.families.registry import InputSpec, Logits, example_inputs, family_of_model
 
@@ -132,12 +133,7 @@ def _fusion_check_feeds(spec: InputSpec) -> list[dict[str, np.ndarray]]:
 
 def _max_difference(file_a: Path, file_b: Path, spec: InputSpec) -> float:
     """max |logits_a - logits_b| of two graphs over :func:`_fusion_check_feeds`, in ONNX Runtime."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    sessions = [ort.InferenceSession(str(file), options, providers=["CPUExecutionProvider"])
-                for file in (file_a, file_b)]
+    sessions = [ort_session(file) for file in (file_a, file_b)]
     return max(float(np.abs(sessions[0].run(None, feed)[0] - sessions[1].run(None, feed)[0]).max())
                for feed in _fusion_check_feeds(spec))
 
@@ -178,7 +174,7 @@ def export_graph(model: nn.Module, path: Path, spec: InputSpec, graph: str | Non
     try:
         try:
             operators = _fuse(path, fused, settings)
-            difference = _max_difference(path, fused, spec)
+            difference = _max_difference(path, fused, spec) if operators else None
         except Exception as err:  # ORT raises plain exceptions for patterns it cannot rewrite
             cause = (str(err).strip().splitlines() or [type(err).__name__])[0]
             return {"graph": "torchscript", "requested": requested, "fusion_rejected": f"optimiser failed: {cause}"}

@@ -39,7 +39,7 @@ REPORT_FILE = "export_report.json"
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 PAIR_INPUTS = ("input_ids_b", "attention_mask_b")  # a siamese word-level student's second sentence
 
-__all__ = ["OnnxClassifier", "is_onnx_model", "onnx_file", "ort_matmul_rate", "bench_onnx"]
+__all__ = ["OnnxClassifier", "is_onnx_model", "onnx_file", "ort_session", "ort_matmul_rate", "bench_onnx"]
 
 
 def is_onnx_model(path: str | os.PathLike) -> bool:
@@ -57,7 +57,8 @@ def onnx_file(path: str | os.PathLike) -> Path:
     return file
 
 
-def _session(file: Path, threads: int | None):
+def ort_session(file: Path, threads: int | None = None):
+    """An ONNX Runtime CPU session of ``file`` (``threads``: None for ORT's default), errors only logged."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -89,7 +90,7 @@ class OnnxClassifier:
         self.file = onnx_file(path)
         self.folder = self.file.parent
         self.precision = _precision(self.file)
-        self.session = _session(self.file, threads)
+        self.session = ort_session(self.file, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
         unknown = [n for n in self.input_names if n not in ONNX_INPUTS + PAIR_INPUTS]
         if unknown:
@@ -175,7 +176,7 @@ def ort_matmul_rate(precision: str = "fp32", threads: int | None = None, n: int 
         onnx.save(_matmul_graph(n), file)
         if precision == "int8":
             file = quantize_int8(file, Path(tmp) / "matmul.int8.onnx")
-        session = _session(file, threads)
+        session = ort_session(file, threads)
         x = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
         timing = time_calls(lambda: session.run(None, {"X": x}), warmup=2, runs=10)
     return 2 * n**3 / (timing["median_ms"] / 1000.0)
