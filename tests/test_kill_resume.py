@@ -225,11 +225,12 @@ def test_compress_killed_five_times(tmp_path, tiny_tokenizer, glue_dir):
     assert [[{k: row[k] for k in keys} for row in rows] for rows in a["search"]["rounds"]] == \
         [[{k: row[k] for k in keys} for row in rows] for rows in b["search"]["rounds"]]
     # Latencies are measured anew in each folder, so the winner is checked against the rule on the
-    # resumed folder's own timings, and its shipped export against exporting the uninterrupted run.
+    # resumed folder's own timings, and its shipped export against exporting the uninterrupted run
+    # with the int8 method the resumed one chose (the choice among methods is by measured latency).
     expected = pick_winner(b["search"]["rounds"][-1], b["speed"]["candidates"], b["teacher_scores"]["held_out"], 0.97)
     assert b["winner"]["candidate"] == expected["candidate"]
     straight_run = next(row["run"] for row in a["search"]["rounds"][-1] if row["candidate"] == expected["candidate"])
-    run(cli("export", "--model", straight_run, "--quantize", "int8", "--task", "rte", "--data-dir", glue_dir,
-            "--output-dir", tmp_path / "straight-export"))
+    run(cli("export", "--model", straight_run, "--quantize", "int8", "--int8-method", b["shipped"]["int8"]["method"],
+            "--task", "rte", "--data-dir", glue_dir, "--output-dir", tmp_path / "straight-export"))
     exported = json.loads((tmp_path / "straight-export" / "export_report.json").read_text())
     assert b["shipped"]["dev_score"] == exported["dev_metrics"]["onnx_int8"]["score"]

@@ -205,6 +205,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         "teacher_scores": {"held_out": teacher_metrics["selection_score"], "dev": teacher_dev,
                            "dev_deployed": teacher_deployed.get(runtime_key)},
         "shipped": {"folder": str(out / "winner"), "dev_score": student_dev, "parity": shipped["parity"],
+                    "int8": shipped.get("quantization"),
                     "speedup": teacher_p50 / shipped_speed["latency_real_p50_ms"],
                     "speedup_random_weights": table["candidates"][winner["candidate"]]["speedup"],
                     "latency_real_p50_ms": shipped_speed["latency_real_p50_ms"],

@@ -5,9 +5,9 @@
     model.onnx            fp32 graph, inputs (batch, sequence) int64, output logits (batch, C);
                           --graph picks how it is made (dynamo, torchscript, fused:
                           :mod:`kdbert.deploy.graphs`; default: the family's)
-    model.int8.onnx       with --quantize int8: dynamic quantisation (ORT ``quantize_dynamic``):
-                          int8 per-channel weights of every MatMul/Gemm and of the embeddings,
-                          activations quantised per call
+    model.int8.onnx       with --quantize int8: int8 per-channel weights, uint8 activations,
+                          quantised dynamically or statically (--int8-method; default auto: the
+                          fastest within 0.5 dev points of fp32, :mod:`kdbert.deploy.int8_choice`)
     config.json, tokenizer files
     export_report.json    parity and size (below)
 
@@ -41,7 +41,7 @@ from kdbert.core.atomic_io import replace_dir, write_json
 from kdbert.deploy.bench import count_flops, count_parameters
 from kdbert.deploy.graphs import export_graph
 from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, REPORT_FILE, OnnxClassifier, is_onnx_model
-from kdbert.deploy.quantize import quantize_int8
+from kdbert.deploy.int8_choice import INT8_CHOICES, choose_int8
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Family, InputSpec, family_of_folder, family_of_model
 
@@ -54,29 +54,26 @@ __all__ = ["export_classifier", "export_model"]
 # --------------------------------------------------------------------------- parity
 
 
-def _parity_rows(family: Family, encoder, spec: InputSpec, task, seq_len: int, batch_size: int):
-    """The rows parity is checked on and ``predict(runner) -> logits`` over them: the task's first
-    dev split encoded by the family's evaluator (which also scores every runner), else the
-    family's synthetic rows."""
-    if task is None:
+def _parity_rows(family: Family, encoder, spec: InputSpec, evaluator, task_name: str | None, seq_len: int,
+                 batch_size: int):
+    """The rows parity is checked on and ``predict(runner) -> logits`` over them: the first dev
+    split of the task's ``evaluator`` (which also scores every runner), else the family's
+    synthetic rows."""
+    if evaluator is None:
         dataset, predict = family.synthetic_rows(spec, seq_len, encoder, batch_size)
-        return None, predict, len(dataset), "synthetic (random ids and lengths)"
-    from kdbert.data.load import load_task
-
-    data = load_task(task)
-    evaluator = family.evaluator(data, encoder, seq_len, batch_size)
+        return predict, len(dataset), "synthetic (random ids and lengths)"
     split = next(iter(evaluator.splits))
     dataset = evaluator.splits[split]
-    return evaluator, (lambda runner: evaluator.predict(runner, dataset)), len(dataset), f"dev ({data.spec.name}, split {split})"
+    return (lambda runner: evaluator.predict(runner, dataset)), len(dataset), f"dev ({task_name}, split {split})"
 
 
-def _parity(model: nn.Module, spec: InputSpec, encoder, files: dict[str, Path], task, seq_len: int,
-            batch_size: int) -> tuple[dict, dict]:
+def _parity(model: nn.Module, spec: InputSpec, encoder, files: dict[str, Path], evaluator, task_name: str | None,
+            seq_len: int, batch_size: int) -> tuple[dict, dict]:
     """Logit differences and (with a task) dev metrics of PyTorch and every exported file."""
     family = family_of_model(model)
     runners = {"pytorch": family.runner(model, spec)}
     runners.update({f"onnx_{precision}": OnnxClassifier(file, load_encoder=False) for precision, file in files.items()})
-    evaluator, predict, examples, source = _parity_rows(family, encoder, spec, task, seq_len, batch_size)
+    predict, examples, source = _parity_rows(family, encoder, spec, evaluator, task_name, seq_len, batch_size)
     metrics = {name: evaluator(runner) for name, runner in runners.items()} if evaluator else {}
     reference = predict(runners["pytorch"])
     parity: dict[str, Any] = {"examples": examples, "source": source, "max_seq_len": seq_len,
@@ -96,25 +93,32 @@ def _parity(model: nn.Module, spec: InputSpec, encoder, files: dict[str, Path], 
 
 def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, quantize: str | None = None,
                       task=None, max_seq_len: int | None = None, batch_size: int = 64,
-                      source: str | None = None, overwrite: bool = True, graph: str | None = None) -> dict:
+                      source: str | None = None, overwrite: bool = True, graph: str | None = None,
+                      int8_method: str = "auto") -> dict:
     """Export ``model`` with ``encoder`` (what its family encodes text with: an HF tokenizer, a
     word-level student's vocabulary) and its config into ``output_dir``.
 
     ``quantize="int8"`` adds ``model.int8.onnx``; ``task`` (a :class:`~kdbert.data.load.TaskOptions`)
     checks parity and metrics on its dev rows; ``max_seq_len`` is the length rows are cut to
     (default: the task's, else 128, at most the model's limit); ``graph`` is the kind of graph
-    (:data:`~kdbert.deploy.graphs.GRAPHS`; default: the family's). The folder is written atomically.
+    (:data:`~kdbert.deploy.graphs.GRAPHS`; default: the family's); ``int8_method`` how the int8
+    graph is made (:data:`~kdbert.deploy.int8_choice.INT8_CHOICES`; ``auto``: the fastest within
+    0.5 dev points of fp32, :mod:`kdbert.deploy.int8_choice`). The folder is written atomically.
     Returns the report.
     """
     if quantize not in (None, "int8"):
         raise KdbertError(f"--quantize {quantize} is not supported; use --quantize int8 or leave it out")
-    spec = family_of_model(model).input_spec(model)
-    if max_seq_len is None:  # the task's length (else 128), within the model's limit
-        max_seq_len = 128
-        if task is not None:
-            from kdbert.data.load import load_task
+    if int8_method not in INT8_CHOICES:
+        raise KdbertError(f"--int8-method {int8_method} is unknown; choose one of {', '.join(INT8_CHOICES)}")
+    family = family_of_model(model)
+    spec = family.input_spec(model)
+    data = None
+    if task is not None:
+        from kdbert.data.load import load_task
 
-            max_seq_len = load_task(task).spec.max_seq_len
+        data = load_task(task)
+    if max_seq_len is None:  # the task's length (else 128), within the model's limit
+        max_seq_len = data.spec.max_seq_len if data is not None else 128
         max_seq_len = min(max_seq_len, spec.max_positions or max_seq_len)
     if max_seq_len < 2:
         raise KdbertError(f"--max-seq-len {max_seq_len} is too short; pass at least 2 ([CLS] and [SEP])")
@@ -131,12 +135,17 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
     try:
         graph_report = export_graph(model, tmp / FP32_FILE, spec, graph)
         files = {"fp32": tmp / FP32_FILE}
+        evaluator = None if data is None else family.evaluator(data, encoder, max_seq_len, batch_size)
+        int8_report = None
         if quantize == "int8":
-            files["int8"] = quantize_int8(tmp / FP32_FILE, tmp / INT8_FILE)
+            int8_report = choose_int8(tmp / FP32_FILE, tmp / INT8_FILE, int8_method, family, encoder, spec, data,
+                                      evaluator, max_seq_len, threads=torch.get_num_threads())
+            files["int8"] = tmp / INT8_FILE
         encoder.save_pretrained(tmp)
         if getattr(model, "config", None) is not None and hasattr(model.config, "save_pretrained"):
             model.config.save_pretrained(tmp)
-        parity, metrics = _parity(model, spec, encoder, files, task, max_seq_len, batch_size)
+        parity, metrics = _parity(model, spec, encoder, files, evaluator, data and data.spec.name, max_seq_len,
+                                  batch_size)
         params = count_parameters(model)
         limit = spec.max_positions or max(FLOP_LENGTHS)
         flops = {str(length): count_flops(model, length) for length in FLOP_LENGTHS if length <= limit}
@@ -146,7 +155,7 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
             "source": source, "family": type(model).__name__, "inputs": list(spec.names), "graph": graph_report,
             "max_positions": spec.max_positions, "vocab_size": spec.vocab_size,
             "files": {p: {"file": f.name, "size_mb": f.stat().st_size / 1e6} for p, f in files.items()},
-            "quantization": "onnxruntime quantize_dynamic, QInt8 per-channel weights" if quantize else None,
+            "quantization": int8_report,
             "parity": parity, "dev_metrics": metrics,
             "params_total": params["total"], "params_non_embedding": params["non_embedding"],
             "flops_per_example": flops,
@@ -161,7 +170,8 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
 
 def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | None = None,
                  quantize: str | None = None, task=None, max_seq_len: int | None = None,
-                 batch_size: int = 64, overwrite: bool = True, graph: str | None = None) -> dict:
+                 batch_size: int = 64, overwrite: bool = True, graph: str | None = None,
+                 int8_method: str = "auto") -> dict:
     """Export the trained classifier saved in ``model_dir``, loaded by its family (default output:
     ``model_dir/onnx``)."""
     folder = Path(model_dir).expanduser()
@@ -176,4 +186,4 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
     model, encoder = family_of_folder(folder).load(folder)
     return export_classifier(model, encoder, output_dir or folder / "onnx", quantize=quantize, task=task,
                              max_seq_len=max_seq_len, batch_size=batch_size, source=str(folder), overwrite=overwrite,
-                             graph=graph)
+                             graph=graph, int8_method=int8_method)

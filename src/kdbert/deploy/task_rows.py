@@ -13,6 +13,7 @@ with ``p90`` the nearest-rank 90th percentile and ``mean`` the mean over rows.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -42,12 +43,15 @@ def _feed(row: dict, names: tuple[str, ...]) -> dict[str, np.ndarray]:
     return feed
 
 
-def task_feeds(family, encoder, spec, data, max_seq_len: int | None, rows: int = 200) -> list[dict[str, np.ndarray]]:
-    """Up to ``rows`` evenly spaced rows of ``data``'s first dev split, encoded by ``family``'s
-    evaluator with ``encoder`` (cut to ``max_seq_len``), as batch-1 feeds named by ``spec``
-    (an :class:`~kdbert.families.registry.InputSpec`)."""
+def task_feeds(family, encoder, spec, data, max_seq_len: int | None, rows: int = 200,
+               split: str = "dev") -> list[dict[str, np.ndarray]]:
+    """Up to ``rows`` evenly spaced rows of ``data``'s first dev split (``split="train"``: of its
+    training rows), encoded by ``family``'s evaluator with ``encoder`` (cut to ``max_seq_len``), as
+    batch-1 feeds named by ``spec`` (an :class:`~kdbert.families.registry.InputSpec`)."""
     if rows < 1:
         raise KdbertError(f"--length-rows {rows} must be positive; pass at least 1 row")
+    if split == "train":  # encode only the rows kept
+        data = dataclasses.replace(data, dev={"train": data.train[::max(1, len(data.train) // rows)][:rows]})
     evaluator = family.evaluator(data, encoder, max_seq_len, 1)
     dataset = next(iter(evaluator.splits.values()))
     step = max(1, len(dataset) // rows)

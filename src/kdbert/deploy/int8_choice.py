@@ -1,0 +1,100 @@
+"""Which int8 graph an export ships: each method of :data:`~kdbert.deploy.quantize.INT8_METHODS`
+scored on dev and timed at batch 1 over dev rows at their own lengths.
+
+``--int8-method auto`` (the default) keeps::
+
+    the fastest method m (median batch-1 latency over dev rows) with
+        score_fp32 - score_m <= MAX_SCORE_DROP points (score_fp32: the ORT fp32 graph's dev score)
+    else, when none qualifies, the method with the highest dev score
+
+Without a task there are no rows to calibrate on or to check against: ``auto`` is ``dynamic``.
+Latency is the smaller of two rounds that alternate between methods, so that a drift of the
+machine's speed during the measurement does not favour the method timed first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kdbert.deploy.quantize import INT8_METHODS, calibration_batches, quantize_int8
+from kdbert.deploy.task_rows import task_feeds, time_feeds
+from kdbert.errors import KdbertError
+
+MAX_SCORE_DROP = 0.5  # points of the task's score an int8 graph may lose against fp32
+CALIBRATION_ROWS = 256  # training rows the static methods calibrate on
+TIMED_ROWS = 100  # dev rows timed per method
+ROUNDS = 2
+
+__all__ = ["INT8_CHOICES", "MAX_SCORE_DROP", "choose_int8", "pick_int8"]
+
+INT8_CHOICES = ("auto",) + INT8_METHODS
+
+
+def _calibration(family, encoder, spec, data, max_seq_len: int):
+    feeds = task_feeds(family, encoder, spec, data, max_seq_len, CALIBRATION_ROWS, split="train")
+    return calibration_batches(feeds, pad_id=getattr(encoder, "pad_token_id", 0) or 0), len(feeds)
+
+
+def pick_int8(variants: dict[str, dict], fp32_score: float) -> tuple[str, str]:
+    """The method the rule of the module doc keeps among ``variants`` (method -> ``dev_score``,
+    ``latency_real_p50_ms``; entries with an ``error`` are skipped), and the rule that decided."""
+    scored = {name: v for name, v in variants.items() if "dev_score" in v}
+    kept = [name for name, v in scored.items() if fp32_score - v["dev_score"] <= MAX_SCORE_DROP]
+    if kept:
+        return (min(kept, key=lambda name: scored[name]["latency_real_p50_ms"]),
+                f"fastest within {MAX_SCORE_DROP} points of the fp32 dev score")
+    return (max(scored, key=lambda name: scored[name]["dev_score"]),
+            f"none within {MAX_SCORE_DROP} points of the fp32 dev score: the best dev score")
+
+
+def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, spec, data=None,
+                evaluator=None, max_seq_len: int = 128, threads: int | None = None) -> dict:
+    """Quantise ``fp32_file`` into ``int8_file`` with ``method`` (one of :data:`INT8_CHOICES`) and
+    return what was chosen and why: ``{"method", "requested", "rule", "variants": {method:
+    {"dev_score", "latency_real_p50_ms", "size_mb"} | {"error"}}, ...}``. ``data`` (a TaskData)
+    and ``evaluator`` (its family's dev evaluator) are needed by the static methods and by ``auto``."""
+    from kdbert.deploy.onnx_runtime import OnnxClassifier
+
+    if method not in INT8_CHOICES:
+        raise KdbertError(f"--int8-method {method} is unknown; choose one of {', '.join(INT8_CHOICES)}")
+    if data is None:
+        if method not in ("auto", "dynamic"):
+            raise KdbertError(f"--int8-method {method} calibrates on the task's training rows; pass --task")
+        quantize_int8(fp32_file, int8_file)
+        return {"method": "dynamic", "requested": method,
+                "rule": "no task: dynamic (static methods need training rows to calibrate, dev rows to check)"}
+    methods = INT8_METHODS if method == "auto" else (method,)
+    calibration, calibration_rows = (None, 0) if methods == ("dynamic",) else _calibration(
+        family, encoder, spec, data, max_seq_len)
+    variants: dict[str, dict] = {}
+    files: dict[str, Path] = {}
+    for name in methods:
+        file = int8_file.with_name(f"{name}.int8.onnx")
+        try:
+            files[name] = quantize_int8(fp32_file, file, name, calibration)
+        except KdbertError as err:
+            if method != "auto":
+                raise
+            variants[name] = {"error": str(err)}
+    report = {"requested": method, "calibration_rows": calibration_rows}
+    if method != "auto":
+        files[method].replace(int8_file)
+        return {"method": method, **report, "rule": "requested"}
+    fp32_score = evaluator(OnnxClassifier(fp32_file, threads=threads, load_encoder=False))["score"]
+    runners = {name: OnnxClassifier(file, threads=threads, load_encoder=False) for name, file in files.items()}
+    feeds = task_feeds(family, encoder, spec, data, max_seq_len, TIMED_ROWS)
+    latency = {name: float("inf") for name in runners}
+    for _ in range(ROUNDS):
+        for name, runner in runners.items():
+            latency[name] = min(latency[name], time_feeds(runner, feeds)["latency_real_p50_ms"])
+    for name, runner in runners.items():
+        variants[name] = {"dev_score": evaluator(runner)["score"], "latency_real_p50_ms": latency[name],
+                          "size_mb": files[name].stat().st_size / 1e6}
+    chosen, rule = pick_int8(variants, fp32_score)
+    del runners
+    files[chosen].replace(int8_file)
+    for name, file in files.items():
+        if name != chosen:
+            file.unlink()
+    return {"method": chosen, **report, "rule": rule, "fp32_dev_score": fp32_score, "timed_rows": len(feeds),
+            "variants": variants}
