@@ -5,7 +5,7 @@ models, timed side by side in ONNX Runtime fp32 and int8 at batch 1 over a task'
 
 Each model (``--model NAME=DIR``; default: the SST-2 teacher of ``benchmarks/teacher_glue.py`` and
 the winners of the SST-2 compress searches that exist under ``runs/``) is exported once per graph
-with ``--quantize int8`` and the task (parity, dev scores of PyTorch, ORT fp32 and int8, and the
+with ``--quantize int8 --int8-method dynamic`` and the task (parity, dev scores of PyTorch, ORT fp32 and int8, and the
 fused operators go into each ``export_report.json``) under ``runs/export-graphs/<name>/<graph>``
 (reused on a rerun). Then every export is timed in ``--passes`` interleaved passes (one pass times
 each variant once over the same ``--length-rows`` dev rows, each row at its own length), so a
@@ -72,7 +72,8 @@ def export_all(models: list[tuple[str, Path]], task: TaskOptions, out: Path) -> 
                 reports[name][graph] = json.loads(report_path.read_text())
                 continue
             try:
-                reports[name][graph] = export_model(folder, target, quantize="int8", task=task, graph=graph)
+                reports[name][graph] = export_model(folder, target, quantize="int8", task=task, graph=graph,
+                                                      int8_method="dynamic")
             except Exception as err:  # a graph the family does not offer: recorded, not timed
                 print(f"{name} {graph}: {err}", file=sys.stderr)
         print(f"exported {name}: {', '.join(reports[name])}", flush=True)
