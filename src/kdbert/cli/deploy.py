@@ -8,6 +8,7 @@ from kdbert.cli.common import add_command, add_task_arguments, format_metrics, r
 from kdbert.core.atomic_io import write_json
 from kdbert.deploy.graphs import GRAPHS
 from kdbert.deploy.int8_choice import INT8_CHOICES
+from kdbert.deploy.openvino_runtime import RUNTIMES, check_runtime
 from kdbert.errors import KdbertError
 
 
@@ -18,16 +19,20 @@ def cmd_evaluate(args) -> int:
     from kdbert.families.registry import family_of_folder
 
     data = load_task(task_options(args))
-    if is_onnx_model(args.model):  # an export of `kdbert export`, run in ONNX Runtime
-        model = OnnxClassifier(args.model)
+    if is_onnx_model(args.model):  # an export of `kdbert export`, run in ONNX Runtime or OpenVINO
+        model = OnnxClassifier(args.model, runtime=args.runtime)
         if args.max_seq_len:
             model.check_seq_len(args.max_seq_len)
         else:  # the task's length, within the model's limit
             args.max_seq_len = min(data.spec.max_seq_len, model.max_seq_len or data.spec.max_seq_len)
         family, encoder, path = model.family, model.encoder, str(model.folder)
         family.check_fits(str(model.file), model.num_labels, model.pair, data.spec)
-        default_output = model.folder / f"eval_{data.spec.name}_{model.file.stem}.json"
+        runtime = "" if args.runtime == "onnxruntime" else f"_{args.runtime}"
+        default_output = model.folder / f"eval_{data.spec.name}_{model.file.stem}{runtime}.json"
     else:
+        if args.runtime != "onnxruntime":
+            raise KdbertError(f"--runtime {args.runtime} runs an ONNX export; pass the folder or .onnx file of "
+                              "`kdbert export`, or leave --runtime out for a PyTorch model")
         path = resolve_model_path(args.model)
         family = family_of_folder(path)
         model, encoder = family.load(Path(path), data.spec)
@@ -41,16 +46,37 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def fastest_runtime(rows: list[dict]) -> str:
+    """One line: which runtime row is fastest at batch 1 (real rows when timed, else the fixed
+    length), and by how much over the slowest and over the first."""
+    key = "latency_real_p50_ms" if all(row.get("latency_real_p50_ms") for row in rows) else "latency_median_ms"
+    fastest = min(rows, key=lambda row: row[key])
+    slowest = max(rows, key=lambda row: row[key])
+    return (f"fastest here: {fastest['runtime']} ({fastest[key]:.3f} ms, {key}), {rows[0][key] / fastest[key]:.2f}x "
+            f"{rows[0]['runtime']}, {slowest[key] / fastest[key]:.2f}x the slowest ({slowest['runtime']})")
+
+
 def cmd_bench(args) -> int:
     from kdbert.deploy.bench import bench_model, compare, format_table
+    from kdbert.deploy.onnx_runtime import runtime_parity
 
     options = {"seq_len": args.seq_len, "threads": args.threads, "runs": args.runs,
                "task": task_options(args) if args.task else None, "length_rows": args.length_rows}
-    rows = [bench_model(args.model, **options)]
-    if args.compare:
-        rows.insert(0, bench_model(args.compare, **options))
+    runtimes = [name.strip() for name in args.runtime.split(",") if name.strip()]
+    for runtime in runtimes:
+        check_runtime(runtime)
+    rows = [bench_model(args.model, runtime=runtime, **options) for runtime in runtimes]
+    if len(runtimes) > 1:
+        parity = runtime_parity(args.model, runtimes, args.threads, options["task"], args.seq_len, args.length_rows)
+        for row, runtime in zip(rows[1:], runtimes[1:]):
+            row["max_abs_logit_diff"] = parity[runtime]
+    if args.compare or len(rows) > 1:
+        if args.compare:
+            rows.insert(0, bench_model(args.compare, runtime=runtimes[0], **options))
         rows = compare(rows, baseline_index=0)
     print(format_table(rows))
+    if len(runtimes) > 1:
+        print(fastest_runtime(rows[-len(runtimes):]))
     if args.output:
         write_json(Path(args.output), rows)
         print(f"saved {args.output}")
@@ -109,6 +135,9 @@ def add_deploy_commands(sub, table: dict) -> None:
     p.add_argument("--max-seq-len", type=int, help="token limit (default: the task's)")
     p.add_argument("--batch-size", type=int, default=64, help="evaluation batch size")
     p.add_argument("--output", help="metrics JSON path (default: MODEL/eval_TASK.json)")
+    p.add_argument("--runtime", choices=RUNTIMES, default="onnxruntime",
+                   help="what runs an ONNX export: ONNX Runtime, OpenVINO fp32, or OpenVINO with bf16 matrix "
+                        "products (optional: pip install openvino)")
 
     p = add_command(sub, table, "bench", cmd_bench,
                     help="size, FLOPs, CPU latency and throughput, optionally against another model",
@@ -123,6 +152,9 @@ def add_deploy_commands(sub, table: dict) -> None:
     p.add_argument("--threads", type=int, help="CPU threads of torch / ONNX Runtime (default: torch's)")
     p.add_argument("--runs", type=int, default=30, help="timed runs for latency")
     p.add_argument("--output", help="write the rows as JSON here")
+    p.add_argument("--runtime", default="onnxruntime",
+                   help=f"what runs an ONNX export, or several comma-separated to compare them (one row each, "
+                        f"max |logit diff| against the first, the fastest named): {', '.join(RUNTIMES)}")
     p.add_argument("--length-rows", type=int, default=200,
                    help="with --task: how many dev rows are timed, each at its own length, batch 1")
     add_task_arguments(p, required=False, task_help="also time batch-1 latency over this task's dev rows at their "

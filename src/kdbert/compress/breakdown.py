@@ -5,7 +5,7 @@ batch 1 over the task's dev rows (the same rows and threads as the search's spee
 1. teacher, PyTorch fp32, every row padded to ``seq_len``;
 2. the same, each row at its own length (sequence length);
 3. teacher, ONNX Runtime fp32 (runtime);
-4. teacher, ONNX Runtime int8, dynamic quantisation (int8; only when shipping int8);
+4. teacher, ONNX Runtime int8, the method its export kept (int8; only when shipping int8);
 5. the winner in the shipped runtime (distillation);
 6. the same on every core (threads; only when the search timed fewer threads than the machine has).
 
@@ -52,7 +52,8 @@ def speedup_breakdown(teacher_dir: str, out: Path, task: TaskOptions, settings: 
              ("teacher", "ONNX Runtime fp32", teacher_fp32["latency_real_p50_ms"], scores["teacher_onnx_fp32"])]
     if settings.runtime == "onnx-int8":
         teacher_int8 = time_export(out / "teacher-onnx" / RUNTIMES["onnx-int8"], task, settings)
-        steps.append(("teacher", "ONNX Runtime int8 (dynamic)", teacher_int8["latency_real_p50_ms"],
+        quantization = json.loads((out / "teacher-onnx" / "export_report.json").read_text())["quantization"]
+        steps.append(("teacher", f"ONNX Runtime int8 ({quantization['method']})", teacher_int8["latency_real_p50_ms"],
                       scores["teacher_onnx_int8"]))
     steps.append(("winner", "distilled", winner_latency_ms, scores["winner"]))
     if threads < (os.cpu_count() or 1):

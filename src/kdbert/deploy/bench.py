@@ -41,7 +41,7 @@ V / P / T = vocabulary / max positions / token types, N = layers, C = labels):
 
   ``matmul_rate`` is measured at bench time in the same runtime, precision and thread count, on
   one 1024 x 1024 x 1024 product (:func:`torch_matmul_rate`; ONNX Runtime:
-  :func:`kdbert.deploy.onnx_runtime.ort_matmul_rate`).
+  :func:`kdbert.deploy.onnx_runtime.matmul_rate`).
 
 Paths to an exported model (``kdbert export``: a folder with ``model.onnx`` or an ``.onnx``
 file) are timed in ONNX Runtime (:func:`kdbert.deploy.onnx_runtime.bench_onnx`) and give the same keys.
@@ -217,6 +217,7 @@ def bench_model(
     throughput_batch_size: int = 32,
     task=None,
     length_rows: int = 200,
+    runtime: str = "onnxruntime",
 ) -> dict[str, Any]:
     """Benchmark one model (an ``nn.Module`` or a path / hub id) and return a flat row.
 
@@ -227,7 +228,7 @@ def bench_model(
     ``machine`` and ``cpu_count``. With ``task`` (a :class:`~kdbert.data.load.TaskOptions`; a
     path only) also batch-1 latency over ``length_rows`` of the task's dev rows at their own
     lengths (:mod:`kdbert.deploy.task_rows`: ``latency_real_p50_ms`` ...). An exported model's path
-    is timed in ONNX Runtime.
+    is timed in ``runtime`` (ONNX Runtime, or OpenVINO: :mod:`kdbert.deploy.openvino_runtime`).
     """
     if not isinstance(model_or_path, nn.Module):
         from kdbert.deploy.onnx_runtime import bench_onnx, is_onnx_model
@@ -235,8 +236,11 @@ def bench_model(
         if is_onnx_model(model_or_path):
             return bench_onnx(model_or_path, seq_len=seq_len, threads=threads, runs=runs, warmup=warmup,
                               name=name, throughput_batch_size=throughput_batch_size, task=task,
-                              length_rows=length_rows)
-    elif task is not None:
+                              length_rows=length_rows, runtime=runtime)
+    if runtime != "onnxruntime":
+        raise KdbertError(f"--runtime {runtime} runs an ONNX export; pass the folder or .onnx file of "
+                          "`kdbert export`, or leave --runtime out for a PyTorch model")
+    if task is not None and isinstance(model_or_path, nn.Module):
         raise KdbertError("bench_model times a task's rows for a saved model only; pass its folder, not the module")
     size_mb = None
     if isinstance(model_or_path, nn.Module):
@@ -362,6 +366,7 @@ _COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("Disk (MB)", "size_mb", lambda v: f"{v:.1f}"),
     ("Efficiency", "efficiency", lambda v: f"{100 * v:.1f}%"),
     ("Matmul GFLOP/s", "matmul_gflops", lambda v: f"{v:.0f}"),
+    ("Max |logit diff|", "max_abs_logit_diff", lambda v: f"{v:.1e}"),
     ("Speedup", "speedup", lambda v: f"{v:.2f}x"),
     ("Speedup real rows", "speedup_real", lambda v: f"{v:.2f}x"),
     ("Size", "size_ratio", lambda v: f"{v:.2f}x"),

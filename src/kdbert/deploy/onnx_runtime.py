@@ -12,7 +12,7 @@ Efficiency (the ``efficiency`` column of ``kdbert bench``)::
     efficiency = achieved / matmul_rate
 
 where ``matmul_rate`` is this machine's rate on one 1024 x 1024 x 1024 matrix product in the
-same runtime, precision and thread count, measured at bench time (:func:`ort_matmul_rate`;
+same runtime, precision and thread count, measured at bench time (:func:`matmul_rate`;
 PyTorch rows use :func:`kdbert.deploy.bench.torch_matmul_rate`).
 """
 
@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from kdbert.deploy.openvino_runtime import OpenVinoSession, check_runtime
 from kdbert.deploy.quantize import quantize_int8
-from kdbert.deploy.task_rows import time_task_rows
+from kdbert.deploy.task_rows import task_feeds, time_task_rows
 from kdbert.deploy.timing import time_calls
 from kdbert.errors import KdbertError
 from kdbert.families.registry import InputSpec, example_inputs, family_of_folder
@@ -39,7 +40,7 @@ REPORT_FILE = "export_report.json"
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 PAIR_INPUTS = ("input_ids_b", "attention_mask_b")  # a siamese word-level student's second sentence
 
-__all__ = ["OnnxClassifier", "is_onnx_model", "onnx_file", "ort_session", "ort_matmul_rate", "bench_onnx"]
+__all__ = ["OnnxClassifier", "is_onnx_model", "onnx_file", "ort_session", "matmul_rate", "bench_onnx", "runtime_parity"]
 
 
 def is_onnx_model(path: str | os.PathLike) -> bool:
@@ -76,7 +77,8 @@ def _precision(file: Path) -> str:
 
 
 class OnnxClassifier:
-    """An exported sequence classifier in an ONNX Runtime session.
+    """An exported sequence classifier in an ONNX Runtime session (``runtime``: or in OpenVINO,
+    :mod:`kdbert.deploy.openvino_runtime`).
 
     ``classifier.predict(dataset, collator, batch_size)`` returns logits (N, C) like
     :func:`kdbert.core.evaluate.predict`, so :class:`kdbert.core.evaluate.TaskEvaluator` scores it as it
@@ -86,20 +88,27 @@ class OnnxClassifier:
     the folder unless ``load_encoder`` is False; score it with ``family.evaluator``.
     """
 
-    def __init__(self, path: str | os.PathLike, threads: int | None = None, load_encoder: bool = True):
+    def __init__(self, path: str | os.PathLike, threads: int | None = None, load_encoder: bool = True,
+                 runtime: str = "onnxruntime"):
         self.file = onnx_file(path)
         self.folder = self.file.parent
         self.precision = _precision(self.file)
-        self.session = ort_session(self.file, threads)
-        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.runtime = runtime
+        check_runtime(runtime)
+        if runtime == "onnxruntime":
+            self.session = ort_session(self.file, threads)
+            self.input_names = [i.name for i in self.session.get_inputs()]
+            labels = self.session.get_outputs()[0].shape[-1]
+            self.num_labels = labels if isinstance(labels, int) else None
+        else:
+            self.session = OpenVinoSession(self.file, threads, bf16=runtime == "openvino-bf16")
+            self.input_names, self.num_labels = self.session.input_names, self.session.num_labels
         unknown = [n for n in self.input_names if n not in ONNX_INPUTS + PAIR_INPUTS]
         if unknown:
             raise KdbertError(f"{self.file} takes inputs {unknown} kdbert does not make; "
                               f"export it with `kdbert export` (inputs {', '.join(ONNX_INPUTS)})")
         self.family = family_of_folder(self.folder)
         self.pair = "input_ids_b" in self.input_names
-        labels = self.session.get_outputs()[0].shape[-1]
-        self.num_labels = labels if isinstance(labels, int) else None
         report_path = self.folder / REPORT_FILE
         self.report = json.loads(report_path.read_text()) if report_path.is_file() else {}
         self.max_seq_len = self.report.get("max_positions") or _config_value(self.folder, "max_position_embeddings")
@@ -161,23 +170,29 @@ def _matmul_graph(n: int):
 
 
 @lru_cache(maxsize=None)
-def ort_matmul_rate(precision: str = "fp32", threads: int | None = None, n: int = 1024) -> float:
-    """FLOP/s of ONNX Runtime on one ``n x n @ n x n`` product (``2 n^3`` FLOPs): median of 10 runs.
+def matmul_rate(precision: str = "fp32", threads: int | None = None, n: int = 1024,
+                runtime: str = "onnxruntime") -> float:
+    """FLOP/s of ``runtime`` on one ``n x n @ n x n`` product (``2 n^3`` FLOPs): median of 10 runs.
 
-    ``precision="int8"`` times the graph after ``quantize_dynamic`` (DynamicQuantizeLinear +
-    MatMulInteger), which is what an int8 export runs for each weight matrix.
+    ``precision="int8"`` times the graph as an int8 export runs each weight matrix: in ONNX Runtime
+    after ``quantize_dynamic`` (DynamicQuantizeLinear + MatMulInteger), in OpenVINO after static
+    QDQ quantisation (its int8 kernels); ``openvino-bf16`` computes in bf16 where the CPU can.
     """
     import tempfile
 
     import onnx
 
+    x = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp:
         file = Path(tmp) / "matmul.onnx"
         onnx.save(_matmul_graph(n), file)
         if precision == "int8":
-            file = quantize_int8(file, Path(tmp) / "matmul.int8.onnx")
-        session = ort_session(file, threads)
-        x = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
+            method, calibration = ("dynamic", None) if runtime == "onnxruntime" else ("static-minmax", [{"X": x}])
+            file = quantize_int8(file, Path(tmp) / "matmul.int8.onnx", method, calibration)
+        if runtime == "onnxruntime":
+            session = ort_session(file, threads)
+        else:
+            session = OpenVinoSession(file, threads, bf16=runtime == "openvino-bf16")
         timing = time_calls(lambda: session.run(None, {"X": x}), warmup=2, runs=10)
     return 2 * n**3 / (timing["median_ms"] / 1000.0)
 
@@ -204,12 +219,13 @@ def _default_name(file: Path) -> str:
 
 def bench_onnx(path: str | os.PathLike, seq_len: int = 128, threads: int | None = None, runs: int = 30,
                warmup: int = 5, name: str | None = None, throughput_batch_size: int = 32, task=None,
-               length_rows: int = 200) -> dict[str, Any]:
+               length_rows: int = 200, runtime: str = "onnxruntime") -> dict[str, Any]:
     """:func:`kdbert.deploy.bench.bench_model` for an exported model: the same keys, timed in ONNX Runtime.
 
     ``params_*`` come from ``export_report.json`` (the PyTorch model's counts), ``size_mb`` is
-    the ``.onnx`` file, ``efficiency`` is against :func:`ort_matmul_rate` at the model's precision;
-    with ``task``, the latency over the task's rows at their own lengths.
+    the ``.onnx`` file, ``efficiency`` is against :func:`matmul_rate` at the model's precision;
+    with ``task``, the latency over the task's rows at their own lengths. ``runtime``: ONNX Runtime,
+    or OpenVINO (:data:`~kdbert.deploy.openvino_runtime.RUNTIMES`).
     """
     import onnxruntime
     import torch
@@ -217,7 +233,7 @@ def bench_onnx(path: str | os.PathLike, seq_len: int = 128, threads: int | None 
     if seq_len < 2:
         raise KdbertError(f"seq_len {seq_len} is too short; pass seq_len >= 2 ([CLS] and [SEP])")
     threads = threads or torch.get_num_threads()
-    classifier = OnnxClassifier(path, threads=threads, load_encoder=False)
+    classifier = OnnxClassifier(path, threads=threads, load_encoder=False, runtime=runtime)
     classifier.check_seq_len(seq_len, "--seq-len")
     spec = classifier.input_spec()
     one, many = ({name: value.numpy() for name, value in example_inputs(spec, seq_len, size).items()}
@@ -225,13 +241,13 @@ def bench_onnx(path: str | os.PathLike, seq_len: int = 128, threads: int | None 
     latency = time_calls(lambda: classifier(one), warmup=warmup, runs=runs)
     batch = time_calls(lambda: classifier(many), warmup=min(warmup, 2), runs=max(1, runs // 3))
     flops = _flops(classifier, seq_len)
-    rate = ort_matmul_rate(classifier.precision, threads)
+    rate = matmul_rate(classifier.precision, threads, runtime=runtime)
     real = {} if task is None else time_task_rows(classifier, classifier.family,
                                                   classifier.family.load_encoder(classifier.folder), spec, task,
                                                   length_rows)
     return {
         "name": name or _default_name(classifier.file),
-        "runtime": f"onnxruntime {classifier.precision}",
+        "runtime": f"{runtime} {classifier.precision}",
         "params_total": classifier.report.get("params_total"),
         "params_non_embedding": classifier.report.get("params_non_embedding"),
         "flops_per_example": flops,
@@ -249,3 +265,23 @@ def bench_onnx(path: str | os.PathLike, seq_len: int = 128, threads: int | None 
         "cpu_count": os.cpu_count(),
         **real,
     }
+
+
+def runtime_parity(path: str | os.PathLike, runtimes: list[str], threads: int | None = None, task=None,
+                   seq_len: int = 128, rows: int = 200) -> dict[str, float]:
+    """max |logits_r - logits_{runtimes[0]}| of the export at ``path`` in every other runtime r, over
+    the task's dev rows at their own lengths (``task``), else one padded batch of synthetic ids."""
+    classifiers = [OnnxClassifier(path, threads, load_encoder=task is not None, runtime=r) for r in runtimes]
+    first = classifiers[0]
+    spec = first.input_spec()
+    if task is not None:
+        from kdbert.data.load import load_task
+
+        data = load_task(task)
+        max_seq_len = min(data.spec.max_seq_len, spec.max_positions or data.spec.max_seq_len)
+        feeds = task_feeds(first.family, first.encoder, spec, data, max_seq_len, rows)
+    else:
+        feeds = [{name: value.numpy() for name, value in example_inputs(spec, seq_len, 8).items()}]
+    reference = [first(feed) for feed in feeds]
+    return {other.runtime: max(float(np.abs(other(feed) - ref).max()) for feed, ref in zip(feeds, reference))
+            for other in classifiers[1:]}
