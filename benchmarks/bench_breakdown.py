@@ -10,11 +10,13 @@ Steps, each timed at batch 1 over the same ``--length-rows`` dev rows:
 3. ONNX Runtime fp32, the family's default graph (``kdbert export``);
 4. ONNX Runtime fp32, the fused graph (``--graph fused``; where the family offers it);
 5. ONNX Runtime int8, the method ``--int8-method auto`` keeps by this run's figures (the fastest
-   within 0.5 dev points of fp32; :mod:`kdbert.deploy.int8_choice`), on the default graph.
+   within 0.5 dev points of fp32; :mod:`kdbert.deploy.int8_choice`), on the default graph;
+6. OpenVINO (when installed): the fastest of fp32, bf16 and int8 on the static graphs that stays
+   within 0.5 dev points of ONNX Runtime fp32.
 
 ``factor`` = previous step's latency / this one, ``total`` = step 1's / this one. Beside the steps,
 every int8 method (dynamic; static QDQ calibrated on 256 training rows with MinMax, percentile or
-entropy ranges) with its latency and dev score. Every export is made once under
+entropy ranges) with its latency and dev score, and every OpenVINO variant. Every export is made once under
 ``runs/breakdown/<task>/<model>/<variant>`` (reused on a rerun); the timing is ``--passes``
 interleaved passes (each pass times every variant of every model once), a variant's figure the
 median over passes of its p50 over rows.
@@ -42,9 +44,11 @@ from paths import GLUE_DIR, run_folder
 
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.export import export_model
-from kdbert.deploy.int8_choice import pick_int8
+from kdbert.deploy.int8_choice import MAX_SCORE_DROP, pick_int8
 from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, OnnxClassifier
+from kdbert.deploy.openvino_runtime import check_runtime
 from kdbert.deploy.quantize import INT8_METHODS
+from kdbert.errors import KdbertError
 from kdbert.deploy.task_rows import task_feeds, time_feeds
 from kdbert.families.registry import Logits, example_inputs, family_of_folder
 
@@ -90,12 +94,27 @@ def callers(folder: Path, out: Path, name: str, variants: dict, threads: int, fi
         sessions["fused-fp32"] = OnnxClassifier(base / "fused" / FP32_FILE, threads)
     for method in INT8_METHODS:
         sessions[f"int8-{method}"] = OnnxClassifier(base / f"int8-{method}" / INT8_FILE, threads)
+    if openvino_installed():
+        sessions["openvino-fp32"] = OnnxClassifier(base / "int8-dynamic" / FP32_FILE, threads, runtime="openvino")
+        sessions["openvino-bf16"] = OnnxClassifier(base / "int8-dynamic" / FP32_FILE, threads, runtime="openvino-bf16")
+        for method in INT8_METHODS[1:]:  # OpenVINO's int8 kernels take the static (QDQ) graphs
+            sessions[f"openvino-int8-{method}"] = OnnxClassifier(base / f"int8-{method}" / INT8_FILE, threads,
+                                                                 runtime="openvino")
     calls.update({key: (lambda feed, s=session: s.session.run(None, feed)) for key, session in sessions.items()})
-    return calls, sessions["onnx-fp32"]
+    return calls, sessions
 
 
-def steps(reports: dict, timing: dict, fixed_len: int) -> tuple[list[dict], dict]:
-    """The rows of the module doc, and the int8 methods with the one auto keeps."""
+def openvino_installed() -> bool:
+    try:
+        check_runtime("openvino")
+    except KdbertError:
+        return False
+    return True
+
+
+def steps(reports: dict, timing: dict, fixed_len: int, openvino: dict) -> tuple[list[dict], dict]:
+    """The rows of the module doc, and the int8 methods with the one auto keeps; ``openvino``:
+    variant -> dev score in OpenVINO (empty without it)."""
     dynamic = reports["int8-dynamic"]
     scores = {"pytorch": dynamic["dev_metrics"]["pytorch"]["score"], "fp32": dynamic["dev_metrics"]["onnx_fp32"]["score"]}
     methods = {method: {"dev_score": reports[f"int8-{method}"]["dev_metrics"]["onnx_int8"]["score"],
@@ -109,6 +128,10 @@ def steps(reports: dict, timing: dict, fixed_len: int) -> tuple[list[dict], dict
         chain.append(("fused graph (ORT transformer fusion)", "fused-fp32",
                       reports["fused"]["dev_metrics"]["onnx_fp32"]["score"]))
     chain.append((f"int8 {chosen} ({dynamic['graph']['graph']} graph)", f"int8-{chosen}", methods[chosen]["dev_score"]))
+    passing = [key for key, score in openvino.items() if scores["fp32"] - score <= MAX_SCORE_DROP]
+    if passing:  # the other runtime: its fastest variant within the drop
+        fastest = min(passing, key=lambda key: timing[key]["latency_real_p50_ms"])
+        chain.append((f"OpenVINO ({fastest.removeprefix('openvino-')})", fastest, openvino[fastest]))
     rows, first, previous = [], None, None
     for change, key, score in chain:
         latency = timing[key]["latency_real_p50_ms"]
@@ -116,7 +139,10 @@ def steps(reports: dict, timing: dict, fixed_len: int) -> tuple[list[dict], dict
         rows.append({"change": change, "variant": key, "latency_ms": latency, "factor": previous / latency,
                      "total": first / latency, "dev_score": score})
         previous = latency
-    return rows, {"chosen": chosen, "rule": rule, "fp32_dev_score": scores["fp32"], "methods": methods}
+    runtimes = {key: {"dev_score": score, "latency_real_p50_ms": timing[key]["latency_real_p50_ms"]}
+                for key, score in openvino.items()}
+    return rows, {"chosen": chosen, "rule": rule, "fp32_dev_score": scores["fp32"], "methods": methods,
+                  "openvino": runtimes}
 
 
 def main() -> None:
@@ -141,10 +167,14 @@ def main() -> None:
     out = Path(args.output_dir) / args.task
     load_before = os.getloadavg()[0]
     reports = {name: export_variants(name, folder, task, out) for name, folder in models}
-    calls, feeds = {}, {}
+    calls, feeds, openvino = {}, {}, {}
     for name, folder in models:
-        model_calls, reference = callers(folder, out, name, reports[name], args.threads, args.fixed_len)
+        model_calls, sessions = callers(folder, out, name, reports[name], args.threads, args.fixed_len)
         calls.update({(name, key): call for key, call in model_calls.items()})
+        reference = sessions["onnx-fp32"]
+        evaluator = reference.family.evaluator(data, reference.encoder, None, 64)
+        openvino[name] = {key: evaluator(session)["score"] for key, session in sessions.items()
+                          if key.startswith("openvino")}
         spec = reference.input_spec()
         max_seq_len = min(data.spec.max_seq_len, spec.max_positions or data.spec.max_seq_len)
         feeds[name] = task_feeds(reference.family, reference.encoder, spec, data, max_seq_len, args.length_rows)
@@ -158,7 +188,7 @@ def main() -> None:
         timing = {key: {"latency_real_p50_ms": statistics.median(f["latency_real_p50_ms"] for f in figures),
                         "pass_p50s_ms": [f["latency_real_p50_ms"] for f in figures]}
                   for (model, key), figures in per_pass.items() if model == name}
-        rows, int8 = steps(reports[name], timing, args.fixed_len)
+        rows, int8 = steps(reports[name], timing, args.fixed_len, openvino[name])
         result_models[name] = {"steps": rows, "int8": int8, "timing": timing,
                                "real_length_p50": per_pass[name, "pytorch"][0]["real_length_p50"]}
     result = {
@@ -174,6 +204,8 @@ def main() -> None:
                   f"{step['total']:5.2f}x dev {step['dev_score']:.2f}")
         for method, figures in row["int8"]["methods"].items():
             print(f"{name:28s} int8 {method:18s} {figures['latency_real_p50_ms']:7.3f} ms dev {figures['dev_score']:.2f}")
+        for key, figures in row["int8"]["openvino"].items():
+            print(f"{name:28s} {key:23s} {figures['latency_real_p50_ms']:7.3f} ms dev {figures['dev_score']:.2f}")
 
 
 if __name__ == "__main__":
