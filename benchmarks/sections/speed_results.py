@@ -315,3 +315,39 @@ def export_graphs_section() -> list[str]:
         lines.append("")
     lines += [note("export-graphs-reading"), ""]
     return lines
+
+
+def breakdown_section() -> list[str]:
+    """Deployment step by step (bench_breakdown.py): PyTorch padded -> own length -> ORT fp32 ->
+    fused -> int8 -> OpenVINO, and every int8 method and OpenVINO variant beside it."""
+    results = load_results("breakdown")
+    if not results:
+        return []
+    lines = ["## Speedup breakdown of deployment, and the int8 methods (`benchmarks/bench_breakdown.py`)", "",
+             note("breakdown-intro"), ""]
+    for key, r in results.items():
+        lines += [f"`{r['command']}` ({r['date']}, {r['machine']}, {r['cpu']}, ONNX Runtime {r['onnxruntime']}, "
+                  f"{r['threads']} thread(s), batch 1, {r['length_rows']} SST-2 dev rows, median of {r['passes']} "
+                  f"interleaved passes; load average {r['load_average_before']:.2f} before, "
+                  f"{r['load_average_after']:.2f} after)", "",
+                  "| model | step | ms / row (p50) | factor | total | dev score |", "|---|---|---:|---:|---:|---:|"]
+        for name, model in r["models"].items():
+            for step in model["steps"]:
+                lines.append(f"| {name} | {step['change']} | {step['latency_ms']:.3f} | {step['factor']:.2f}x "
+                             f"| {step['total']:.2f}x | {step['dev_score']:.2f} |")
+        lines += ["", "| model | variant | ms / row (p50) | vs ORT int8 dynamic | dev score | vs ORT fp32 dev | "
+                      "kept by `--int8-method auto` |", "|---|---|---:|---:|---:|---:|---|"]
+        for name, model in r["models"].items():
+            int8 = model["int8"]
+            base = int8["methods"]["dynamic"]["latency_real_p50_ms"]
+            variants = {f"ORT int8 {method}": figures for method, figures in int8["methods"].items()}
+            variants.update({key.replace("openvino-", "OpenVINO "): figures
+                             for key, figures in int8.get("openvino", {}).items()})
+            for variant, figures in variants.items():
+                chosen = "yes" if variant == f"ORT int8 {int8['chosen']}" else ""
+                lines.append(f"| {name} | {variant} | {figures['latency_real_p50_ms']:.3f} "
+                             f"| {base / figures['latency_real_p50_ms']:.2f}x | {figures['dev_score']:.2f} "
+                             f"| {figures['dev_score'] - int8['fp32_dev_score']:+.2f} | {chosen} |")
+        lines.append("")
+    lines += [note("breakdown-reading"), ""]
+    return lines

@@ -89,7 +89,8 @@ def cmd_export(args) -> int:
     task = task_options(args) if args.task else None
     report = export_model(args.model, args.output_dir, quantize=args.quantize, task=task,
                           max_seq_len=args.max_seq_len, batch_size=args.batch_size, overwrite=args.overwrite,
-                          graph=args.graph, int8_method=args.int8_method)
+                          graph=args.graph, int8_method=args.int8_method, prune_vocab=args.prune_vocab,
+                          prune_vocab_corpus=args.prune_vocab_corpus)
     out = Path(args.output_dir or Path(args.model) / "onnx")
     parity, graph = report["parity"], report["graph"]
     print(f"exported {args.model} -> {out} ({', '.join(f['file'] for f in report['files'].values())})")
@@ -99,6 +100,11 @@ def cmd_export(args) -> int:
     print(f"parity on {parity['examples']} {parity['source']} rows: max |logit diff| fp32 "
           f"{parity['max_abs_logit_diff_fp32']:.2e} (tolerance {parity['tolerance']:g})"
           + (f", int8 {parity['max_abs_logit_diff_int8']:.2e}" if "max_abs_logit_diff_int8" in parity else ""))
+    vocabulary = report["vocabulary"]
+    if vocabulary:
+        print(f"vocabulary: {vocabulary['kept_tokens']} of {vocabulary['vocab_size']} tokens kept "
+              f"({', '.join(vocabulary['sources'])}): embedding {vocabulary['embedding_params_before']:,} -> "
+              f"{vocabulary['embedding_params_after']:,} parameters")
     int8 = report["quantization"]
     if int8:
         print(f"int8: {int8['method']} ({int8['rule']})")
@@ -177,6 +183,10 @@ def add_deploy_commands(sub, table: dict) -> None:
                                                    "fused (TorchScript + ONNX Runtime's transformer fusion, kept "
                                                    "only within 1e-4 of the unfused logits) (default: the "
                                                    "model family's)")
+    p.add_argument("--prune-vocab", action="store_true",
+                   help="keep only the embedding rows of tokens in the task's texts (train, held-out, dev; with "
+                        "--task) and the special tokens, read through an id map so the tokenizer is unchanged")
+    p.add_argument("--prune-vocab-corpus", help="with --prune-vocab: also keep the tokens of this text file")
     p.add_argument("--output-dir", help="export folder (default: MODEL/onnx)")
     p.add_argument("--max-seq-len", type=int, help="token limit of the parity rows (default: the task's, else 128)")
     p.add_argument("--batch-size", type=int, default=64, help="batch size of the parity check")

@@ -11,6 +11,9 @@
     config.json, tokenizer files
     export_report.json    parity and size (below)
 
+With ``--prune-vocab`` the graph's embedding keeps only the rows of the task's tokens, read through
+an id map (:mod:`kdbert.deploy.vocabulary`; ``export_report.json["vocabulary"]``).
+
 Parity (``export_report.json["parity"]``) on the task's dev rows (``--task``) or, without one,
 on 64 synthetic rows of random ids and lengths with padding::
 
@@ -40,8 +43,9 @@ from torch import nn
 from kdbert.core.atomic_io import replace_dir, write_json
 from kdbert.deploy.bench import count_flops, count_parameters
 from kdbert.deploy.graphs import export_graph
-from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, REPORT_FILE, OnnxClassifier, is_onnx_model
 from kdbert.deploy.int8_choice import INT8_CHOICES, choose_int8
+from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, REPORT_FILE, OnnxClassifier, is_onnx_model
+from kdbert.deploy.vocabulary import prune_vocabulary
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Family, InputSpec, family_of_folder, family_of_model
 
@@ -94,7 +98,7 @@ def _parity(model: nn.Module, spec: InputSpec, encoder, files: dict[str, Path], 
 def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, quantize: str | None = None,
                       task=None, max_seq_len: int | None = None, batch_size: int = 64,
                       source: str | None = None, overwrite: bool = True, graph: str | None = None,
-                      int8_method: str = "auto") -> dict:
+                      int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None) -> dict:
     """Export ``model`` with ``encoder`` (what its family encodes text with: an HF tokenizer, a
     word-level student's vocabulary) and its config into ``output_dir``.
 
@@ -103,7 +107,10 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
     (default: the task's, else 128, at most the model's limit); ``graph`` is the kind of graph
     (:data:`~kdbert.deploy.graphs.GRAPHS`; default: the family's); ``int8_method`` how the int8
     graph is made (:data:`~kdbert.deploy.int8_choice.INT8_CHOICES`; ``auto``: the fastest within
-    0.5 dev points of fp32, :mod:`kdbert.deploy.int8_choice`). The folder is written atomically.
+    0.5 dev points of fp32, :mod:`kdbert.deploy.int8_choice`); ``prune_vocab`` exports the model
+    with its embedding cut to the tokens of the task (and ``prune_vocab_corpus``), read through an
+    id remap (:mod:`kdbert.deploy.vocabulary`), checked against the unpruned model. The folder is
+    written atomically.
     Returns the report.
     """
     if quantize not in (None, "int8"):
@@ -117,6 +124,11 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
         from kdbert.data.load import load_task
 
         data = load_task(task)
+    exported, vocabulary = model, None
+    if prune_vocab:
+        if data is None:
+            raise KdbertError("--prune-vocab keeps the tokens of a task's texts; pass --task")
+        exported, vocabulary = prune_vocabulary(model, encoder, data, prune_vocab_corpus)
     if max_seq_len is None:  # the task's length (else 128), within the model's limit
         max_seq_len = data.spec.max_seq_len if data is not None else 128
         max_seq_len = min(max_seq_len, spec.max_positions or max_seq_len)
@@ -133,7 +145,7 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        graph_report = export_graph(model, tmp / FP32_FILE, spec, graph)
+        graph_report = export_graph(exported, tmp / FP32_FILE, spec, graph)
         files = {"fp32": tmp / FP32_FILE}
         evaluator = None if data is None else family.evaluator(data, encoder, max_seq_len, batch_size)
         int8_report = None
@@ -146,16 +158,16 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
             model.config.save_pretrained(tmp)
         parity, metrics = _parity(model, spec, encoder, files, evaluator, data and data.spec.name, max_seq_len,
                                   batch_size)
-        params = count_parameters(model)
+        params = count_parameters(exported)
         limit = spec.max_positions or max(FLOP_LENGTHS)
-        flops = {str(length): count_flops(model, length) for length in FLOP_LENGTHS if length <= limit}
+        flops = {str(length): count_flops(exported, length) for length in FLOP_LENGTHS if length <= limit}
         import onnxruntime
 
         report = {
             "source": source, "family": type(model).__name__, "inputs": list(spec.names), "graph": graph_report,
             "max_positions": spec.max_positions, "vocab_size": spec.vocab_size,
             "files": {p: {"file": f.name, "size_mb": f.stat().st_size / 1e6} for p, f in files.items()},
-            "quantization": int8_report,
+            "quantization": int8_report, "vocabulary": vocabulary,
             "parity": parity, "dev_metrics": metrics,
             "params_total": params["total"], "params_non_embedding": params["non_embedding"],
             "flops_per_example": flops,
@@ -171,7 +183,7 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
 def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | None = None,
                  quantize: str | None = None, task=None, max_seq_len: int | None = None,
                  batch_size: int = 64, overwrite: bool = True, graph: str | None = None,
-                 int8_method: str = "auto") -> dict:
+                 int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None) -> dict:
     """Export the trained classifier saved in ``model_dir``, loaded by its family (default output:
     ``model_dir/onnx``)."""
     folder = Path(model_dir).expanduser()
@@ -186,4 +198,5 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
     model, encoder = family_of_folder(folder).load(folder)
     return export_classifier(model, encoder, output_dir or folder / "onnx", quantize=quantize, task=task,
                              max_seq_len=max_seq_len, batch_size=batch_size, source=str(folder), overwrite=overwrite,
-                             graph=graph, int8_method=int8_method)
+                             graph=graph, int8_method=int8_method, prune_vocab=prune_vocab,
+                             prune_vocab_corpus=prune_vocab_corpus)
