@@ -16,7 +16,9 @@ Steps, each timed at batch 1 over the same ``--length-rows`` dev rows:
 
 ``factor`` = previous step's latency / this one, ``total`` = step 1's / this one. Beside the steps,
 every int8 method (dynamic; static QDQ calibrated on 256 training rows with MinMax, percentile or
-entropy ranges) with its latency and dev score, and every OpenVINO variant. Every export is made once under
+entropy ranges) with its latency and dev score, every OpenVINO variant, and the dynamic int8
+export with its vocabulary pruned to the task's tokens (``--prune-vocab``): size and latency
+before and after. Every export is made once under
 ``runs/breakdown/<task>/<model>/<variant>`` (reused on a rerun); the timing is ``--passes``
 interleaved passes (each pass times every variant of every model once), a variant's figure the
 median over passes of its p50 over rows.
@@ -57,6 +59,7 @@ def export_variants(name: str, folder: Path, task: TaskOptions, out: Path) -> di
     """The model exported once per int8 method (default graph) and once fused (fp32): variant ->
     export report (reused when the folder holds the same request)."""
     requests = {f"int8-{method}": {"quantize": "int8", "int8_method": method} for method in INT8_METHODS}
+    requests["pruned"] = {"quantize": "int8", "int8_method": "dynamic", "prune_vocab": True}
     family = family_of_folder(folder)
     if "fused" in family.input_spec(family.from_config(folder)).graphs:
         requests["fused"] = {"graph": "fused"}
@@ -94,6 +97,7 @@ def callers(folder: Path, out: Path, name: str, variants: dict, threads: int, fi
         sessions["fused-fp32"] = OnnxClassifier(base / "fused" / FP32_FILE, threads)
     for method in INT8_METHODS:
         sessions[f"int8-{method}"] = OnnxClassifier(base / f"int8-{method}" / INT8_FILE, threads)
+    sessions["pruned-int8-dynamic"] = OnnxClassifier(base / "pruned" / INT8_FILE, threads)
     if openvino_installed():
         sessions["openvino-fp32"] = OnnxClassifier(base / "int8-dynamic" / FP32_FILE, threads, runtime="openvino")
         sessions["openvino-bf16"] = OnnxClassifier(base / "int8-dynamic" / FP32_FILE, threads, runtime="openvino-bf16")
@@ -141,8 +145,15 @@ def steps(reports: dict, timing: dict, fixed_len: int, openvino: dict) -> tuple[
         previous = latency
     runtimes = {key: {"dev_score": score, "latency_real_p50_ms": timing[key]["latency_real_p50_ms"]}
                 for key, score in openvino.items()}
+    pruned = reports["pruned"]
+    vocabulary = {**pruned["vocabulary"], "dev_score": pruned["dev_metrics"]["onnx_int8"]["score"],
+                  "max_abs_logit_diff_fp32": pruned["parity"]["max_abs_logit_diff_fp32"],
+                  "latency_real_p50_ms": timing["pruned-int8-dynamic"]["latency_real_p50_ms"],
+                  "latency_before_ms": timing["int8-dynamic"]["latency_real_p50_ms"],
+                  "int8_mb": pruned["files"]["int8"]["size_mb"], "int8_mb_before": dynamic["files"]["int8"]["size_mb"],
+                  "fp32_mb": pruned["files"]["fp32"]["size_mb"], "fp32_mb_before": dynamic["files"]["fp32"]["size_mb"]}
     return rows, {"chosen": chosen, "rule": rule, "fp32_dev_score": scores["fp32"], "methods": methods,
-                  "openvino": runtimes}
+                  "openvino": runtimes, "vocabulary": vocabulary}
 
 
 def main() -> None:
