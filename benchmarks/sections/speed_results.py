@@ -331,13 +331,13 @@ def breakdown_section() -> list[str]:
                   f"interleaved passes; load average {r['load_average_before']:.2f} before, "
                   f"{r['load_average_after']:.2f} after)", "",
                   "| model | step | ms / row (p50) | factor | total | dev score |", "|---|---|---:|---:|---:|---:|"]
-        for name, model in r["models"].items():
+        for name, model in sorted(r["models"].items(), key=lambda item: item[0] != "teacher"):
             for step in model["steps"]:
                 lines.append(f"| {name} | {step['change']} | {step['latency_ms']:.3f} | {step['factor']:.2f}x "
                              f"| {step['total']:.2f}x | {step['dev_score']:.2f} |")
         lines += ["", "| model | variant | ms / row (p50) | vs ORT int8 dynamic | dev score | vs ORT fp32 dev | "
                       "kept by `--int8-method auto` |", "|---|---|---:|---:|---:|---:|---|"]
-        for name, model in r["models"].items():
+        for name, model in sorted(r["models"].items(), key=lambda item: item[0] != "teacher"):
             int8 = model["int8"]
             base = int8["methods"]["dynamic"]["latency_real_p50_ms"]
             variants = {f"ORT int8 {method}": figures for method, figures in int8["methods"].items()}
@@ -348,6 +348,18 @@ def breakdown_section() -> list[str]:
                 lines.append(f"| {name} | {variant} | {figures['latency_real_p50_ms']:.3f} "
                              f"| {base / figures['latency_real_p50_ms']:.2f}x | {figures['dev_score']:.2f} "
                              f"| {figures['dev_score'] - int8['fp32_dev_score']:+.2f} | {chosen} |")
+        lines += ["", "| model (ORT int8 dynamic) | tokens kept | embedding params | fp32 file MB | int8 file MB "
+                      "| ms / row (p50) | dev score | max \\|logit diff\\| fp32 vs unpruned |",
+                  "|---|---:|---|---|---|---|---|---:|"]
+        for name, model in sorted(r["models"].items(), key=lambda item: item[0] != "teacher"):
+            v = model["int8"].get("vocabulary")
+            if v:
+                lines.append(f"| {name} | {v['kept_tokens']:,} of {v['vocab_size']:,} "
+                             f"| {v['embedding_params_before'] / 1e6:.2f}M -> {v['embedding_params_after'] / 1e6:.2f}M "
+                             f"| {v['fp32_mb_before']:.1f} -> {v['fp32_mb']:.1f} | {v['int8_mb_before']:.1f} -> "
+                             f"{v['int8_mb']:.1f} | {v['latency_before_ms']:.3f} -> {v['latency_real_p50_ms']:.3f} "
+                             f"| {model['int8']['methods']['dynamic']['dev_score']:.2f} -> {v['dev_score']:.2f} "
+                             f"| {v['max_abs_logit_diff_fp32']:.1e} |")
         lines.append("")
     lines += [note("breakdown-reading"), ""]
     return lines
