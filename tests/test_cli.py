@@ -167,6 +167,8 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
     for folder, row in (("teacher-onnx", teacher_int8), ("winner", student_int8)):  # the int8 export's score
         export = json.loads((out / "compress" / folder / "export_report.json").read_text())
         assert row["dev_score"] == export["dev_metrics"]["onnx_int8"]["score"]
+        assert summary["int8_methods"]["teacher" if folder == "teacher-onnx" else "student"] == \
+            export["quantization"]["method"]
     # the search distilled on the 16 rows the teacher was fine-tuned on (less the held-out tenth)
     run = json.loads((Path(report["winner"]["run"]) / "distill_report.json").read_text())
     assert run["options"]["max_train_examples"] == 16
