@@ -40,9 +40,8 @@ from pathlib import Path
 import onnxruntime
 import torch
 
-from bench_export_graphs import default_models
+from bench_export_graphs import add_model_arguments, chosen_models
 from common import cpu_model, machine_info, save_result
-from paths import GLUE_DIR, run_folder
 
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.export import export_model
@@ -50,8 +49,8 @@ from kdbert.deploy.int8_choice import MAX_SCORE_DROP, pick_int8
 from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, OnnxClassifier
 from kdbert.deploy.openvino_runtime import check_runtime
 from kdbert.deploy.quantize import INT8_METHODS
-from kdbert.errors import KdbertError
 from kdbert.deploy.task_rows import task_feeds, time_feeds
+from kdbert.errors import KdbertError
 from kdbert.families.registry import Logits, example_inputs, family_of_folder
 
 
@@ -158,21 +157,11 @@ def steps(reports: dict, timing: dict, fixed_len: int, openvino: dict) -> tuple[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default="sst2")
-    parser.add_argument("--data-dir", default=GLUE_DIR)
-    parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR",
-                        help="a model to export and time (repeatable; default: see above)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--length-rows", type=int, default=200)
-    parser.add_argument("--passes", type=int, default=3)
+    add_model_arguments(parser, passes=3, output="breakdown")
     parser.add_argument("--fixed-len", type=int, default=128)
-    parser.add_argument("--output-dir", default=run_folder("breakdown"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    models = ([(spec.split("=", 1)[0], Path(spec.split("=", 1)[1])) for spec in args.model]
-              or default_models(args.task, Path(run_folder())))
-    if not models:
-        sys.exit(f"no models for {args.task} under {run_folder()}; pass --model NAME=DIR")
+    models = chosen_models(args)
     task = TaskOptions(args.task, data_dir=args.data_dir)
     data = load_task(task)
     out = Path(args.output_dir) / args.task

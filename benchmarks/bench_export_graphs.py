@@ -55,6 +55,27 @@ def default_models(task: str, runs_dir: Path) -> list[tuple[str, Path]]:
     return [(name, folder) for name, folder in models if (folder / "config.json").is_file()]
 
 
+def add_model_arguments(parser: argparse.ArgumentParser, passes: int, output: str) -> None:
+    """The options this benchmark shares with bench_breakdown.py: task, models, threads, rows, passes."""
+    parser.add_argument("--task", default="sst2")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR",
+                        help="a model to export and time (repeatable; default: see above)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--length-rows", type=int, default=200)
+    parser.add_argument("--passes", type=int, default=passes)
+    parser.add_argument("--output-dir", default=run_folder(output))
+
+
+def chosen_models(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """(name, folder) of every ``--model NAME=DIR``, else :func:`default_models`; exits when there are none."""
+    models = ([(spec.split("=", 1)[0], Path(spec.split("=", 1)[1])) for spec in args.model]
+              or default_models(args.task, Path(run_folder())))
+    if not models:
+        sys.exit(f"no models for {args.task} under {run_folder()}; pass --model NAME=DIR")
+    return models
+
+
 def export_folder(out: Path, name: str, graph: str) -> Path:
     """Where model ``name``'s export as ``graph`` goes: ``out/<first word of name>/<graph>``."""
     return out / name.split(" ")[0] / graph
@@ -110,19 +131,9 @@ def time_all(models: list[tuple[str, Path]], reports: dict, task: TaskOptions, o
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default="sst2")
-    parser.add_argument("--data-dir", default=GLUE_DIR)
-    parser.add_argument("--model", action="append", default=[], metavar="NAME=DIR",
-                        help="a model to export and time (repeatable; default: see above)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--length-rows", type=int, default=200)
-    parser.add_argument("--passes", type=int, default=5)
-    parser.add_argument("--output-dir", default=run_folder("export-graphs"))
+    add_model_arguments(parser, passes=5, output="export-graphs")
     args = parser.parse_args()
-    models = ([(spec.split("=", 1)[0], Path(spec.split("=", 1)[1])) for spec in args.model]
-              or default_models(args.task, Path(run_folder())))
-    if not models:
-        sys.exit(f"no models for {args.task} under {run_folder()}; pass --model NAME=DIR")
+    models = chosen_models(args)
     task = TaskOptions(args.task, data_dir=args.data_dir)
     out = Path(args.output_dir) / args.task
     load_before = os.getloadavg()[0]

@@ -286,20 +286,30 @@ def teacher_cache_section() -> list[str]:
 GRAPH_ORDER = ["dynamo", "torchscript", "fused"]
 
 
+def _interleaved_run(r: dict) -> str:
+    """The command and conditions of a run timed in interleaved passes (export graphs, breakdown)."""
+    return (f"`{r['command']}` ({r['date']}, {r['machine']}, {r['cpu']}, ONNX Runtime {r['onnxruntime']}, "
+            f"{r['threads']} thread(s), batch 1, {r['length_rows']} dev rows at their own length, median of "
+            f"{r['passes']} interleaved passes; load average {r['load_average_before']:.2f} before, "
+            f"{r['load_average_after']:.2f} after)")
+
+
+def _teacher_first(models: dict) -> list:
+    """``models.items()`` with the teacher's first."""
+    return sorted(models.items(), key=lambda item: item[0] != "teacher")
+
+
 def export_graphs_section() -> list[str]:
     results = load_results("export_graphs")
     if not results:
         return []
     lines = ["## Export graphs: dynamo, TorchScript, fused (`kdbert export --graph`)", "", note("export-graphs-intro"), ""]
     for key, r in results.items():
-        lines += [f"`{r['command']}` ({r['date']}, {r['machine']}, {r['cpu']}, ONNX Runtime {r['onnxruntime']}, "
-                  f"{r['threads']} thread(s), {r['length_rows']} dev rows at their own length, median of "
-                  f"{r['passes']} interleaved passes; load average {r['load_average_before']:.2f} before, "
-                  f"{r['load_average_after']:.2f} after)", "",
+        lines += [_interleaved_run(r), "",
                   "| model | graph | fused operators | fp32 ms / row (p50) | int8 ms / row (p50) | int8 speedup vs dynamo "
                   "| dev PyTorch / ORT fp32 / ORT int8 | max \\|logit diff\\| fp32 / int8 |",
                   "|---|---|---|---:|---:|---:|---|---|"]
-        for name, graphs in sorted(r["models"].items(), key=lambda item: item[0] != "teacher"):
+        for name, graphs in _teacher_first(r["models"]):
             base = graphs["dynamo"]["timing"]["int8"]["latency_real_p50_ms"]
             for graph, row in sorted(graphs.items(), key=lambda item: GRAPH_ORDER.index(item[0])):
                 fused = ", ".join(f"{count} {op}" for op, count in row["graph"].get("fused_operators", {}).items())
@@ -326,18 +336,15 @@ def breakdown_section() -> list[str]:
     lines = ["## Speedup breakdown of deployment, and the int8 methods (`benchmarks/bench_breakdown.py`)", "",
              note("breakdown-intro"), ""]
     for key, r in results.items():
-        lines += [f"`{r['command']}` ({r['date']}, {r['machine']}, {r['cpu']}, ONNX Runtime {r['onnxruntime']}, "
-                  f"{r['threads']} thread(s), batch 1, {r['length_rows']} SST-2 dev rows, median of {r['passes']} "
-                  f"interleaved passes; load average {r['load_average_before']:.2f} before, "
-                  f"{r['load_average_after']:.2f} after)", "",
+        lines += [_interleaved_run(r), "",
                   "| model | step | ms / row (p50) | factor | total | dev score |", "|---|---|---:|---:|---:|---:|"]
-        for name, model in sorted(r["models"].items(), key=lambda item: item[0] != "teacher"):
+        for name, model in _teacher_first(r["models"]):
             for step in model["steps"]:
                 lines.append(f"| {name} | {step['change']} | {step['latency_ms']:.3f} | {step['factor']:.2f}x "
                              f"| {step['total']:.2f}x | {step['dev_score']:.2f} |")
         lines += ["", "| model | variant | ms / row (p50) | vs ORT int8 dynamic | dev score | vs ORT fp32 dev | "
                       "kept by `--int8-method auto` |", "|---|---|---:|---:|---:|---:|---|"]
-        for name, model in sorted(r["models"].items(), key=lambda item: item[0] != "teacher"):
+        for name, model in _teacher_first(r["models"]):
             int8 = model["int8"]
             base = int8["methods"]["dynamic"]["latency_real_p50_ms"]
             variants = {f"ORT int8 {method}": figures for method, figures in int8["methods"].items()}
@@ -351,7 +358,7 @@ def breakdown_section() -> list[str]:
         lines += ["", "| model (ORT int8 dynamic) | tokens kept | embedding params | fp32 file MB | int8 file MB "
                       "| ms / row (p50) | dev score | max \\|logit diff\\| fp32 vs unpruned |",
                   "|---|---:|---|---|---|---|---|---:|"]
-        for name, model in sorted(r["models"].items(), key=lambda item: item[0] != "teacher"):
+        for name, model in _teacher_first(r["models"]):
             v = model["int8"].get("vocabulary")
             if v:
                 lines.append(f"| {name} | {v['kept_tokens']:,} of {v['vocab_size']:,} "

@@ -95,8 +95,8 @@ def _weight_products(graph) -> list[str]:
     return [node.name for node in graph.node if node.op_type in ("MatMul", "Gemm") and node.input[1] in weights]
 
 
-def _quantize_static(fp32_path: Path, int8_path: Path, method: str, calibration: list[dict[str, np.ndarray]]) -> None:
-    import onnx
+def _quantize_static(fp32_path: Path, int8_path: Path, method: str, calibration: list[dict[str, np.ndarray]],
+                     products: list[str]) -> None:
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                           quantize_static)
 
@@ -107,7 +107,6 @@ def _quantize_static(fp32_path: Path, int8_path: Path, method: str, calibration:
         def get_next(self):
             return next(self.batches, None)
 
-    products = _weight_products(onnx.load(str(fp32_path), load_external_data=False).graph)
     if not products:
         raise KdbertError(f"{fp32_path} has no MatMul/Gemm with a weight operand to quantise statically; "
                           "use --int8-method dynamic")
@@ -150,7 +149,7 @@ def quantize_int8(fp32_path: str | os.PathLike, int8_path: str | os.PathLike, me
             quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True,
                              extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fused ops: no type rules
         else:
-            _quantize_static(fp32_path, Path(int8_path), method, calibration)
+            _quantize_static(fp32_path, Path(int8_path), method, calibration, _weight_products(source.graph))
     except KdbertError:
         raise
     except Exception as err:  # ORT raises plain exceptions for graphs it cannot handle
