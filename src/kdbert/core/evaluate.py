@@ -89,12 +89,12 @@ class SplitEvaluator:
 
 class TaskEvaluator(SplitEvaluator):
     """:class:`SplitEvaluator` of token-level models: rows encoded with the model's inputs
-    (``inputs``; default: ``tokenizer``'s, cut to ``max_seq_len``)."""
+    (``inputs``; default: ``tokenizer``'s, cut to ``max_seq_len`` by the task's truncation)."""
 
     def __init__(self, data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64,
                  inputs: ModelInputs | None = None):
         self.max_seq_len = max_seq_len or data.spec.max_seq_len
-        inputs = inputs or TokenizerInputs(tokenizer, self.max_seq_len)
+        inputs = inputs or TokenizerInputs(tokenizer, self.max_seq_len, data.spec.truncation)
         super().__init__(data, lambda rows: EncodedDataset(inputs.encode(rows)), batch_size)
         self.collator = inputs.collate
 

@@ -156,7 +156,7 @@ class Method:
         if config.student and Path(str(config.student)).is_dir():
             check_vocabulary(config.student, teacher, tokenizer)
         student = self.initial_student(teacher, spec, config)
-        teacher_inputs = TokenizerInputs(tokenizer, source.max_seq_len)
+        teacher_inputs = TokenizerInputs(tokenizer, source.max_seq_len, spec.truncation)
         student_inputs = self.student_inputs(student, config, spec)
         return TaskInputs(student, encode_task(source.rows, teacher_inputs, student_inputs),
                           TaskCollator(teacher_inputs, student_inputs, spec.is_regression),

@@ -53,9 +53,11 @@ def check_dtype(dtype: str) -> None:
         raise KdbertError(f"teacher labelling precision {dtype!r} is unknown; use {' or '.join(DTYPES)}")
 
 
-def labelling_namespace(model: torch.nn.Module, tokenizer, max_seq_len: int, dtype: str = "float32") -> str:
+def labelling_namespace(model: torch.nn.Module, tokenizer, max_seq_len: int, dtype: str = "float32",
+                        truncation: str = "head") -> str:
     """A hex digest of everything that decides the teacher's logits on a text: its fingerprint
-    (:func:`~kdbert.core.teacher_store.teacher_fingerprint`), its tokenizer and the precision."""
+    (:func:`~kdbert.core.teacher_store.teacher_fingerprint`), its tokenizer, the precision and
+    which tokens a long text keeps (``truncation``)."""
     check_dtype(dtype)
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:  # without the truncation / padding state that each call sets
@@ -63,7 +65,9 @@ def labelling_namespace(model: torch.nn.Module, tokenizer, max_seq_len: int, dty
         vocab = json.dumps(described, sort_keys=True)
     else:
         vocab = repr(sorted(tokenizer.get_vocab().items()))
-    digest = hashlib.blake2b(f"texts|{teacher_fingerprint(model, max_seq_len)}|{dtype}|".encode(), digest_size=16)
+    kept = "" if truncation == "head" else f"{truncation}|"  # head: the namespace of earlier stores
+    digest = hashlib.blake2b(f"texts|{teacher_fingerprint(model, max_seq_len)}|{dtype}|{kept}".encode(),
+                             digest_size=16)
     digest.update(vocab.encode("utf-8"))
     return digest.hexdigest()
 
@@ -86,7 +90,7 @@ def row_keys(namespace: str, examples: list[tuple[str, ...]]) -> list[str]:
 
 @torch.inference_mode()
 def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len: int, batch_size: int,
-                 dtype: str = "float32") -> np.ndarray:
+                 dtype: str = "float32", truncation: str = "head") -> np.ndarray:
     mask_token = getattr(tokenizer, "mask_token", None)
     rows = [Example(tuple(teacher_view(t, mask_token) for t in texts), None) for texts in examples]
     order = sorted(range(len(rows)), key=lambda i: sum(len(t) for t in rows[i].texts))
@@ -98,7 +102,7 @@ def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len:
     out = [None] * len(rows)
     for begin in range(0, len(order), batch_size):
         indices = order[begin:begin + batch_size]
-        dataset = encode_examples(tokenizer, [rows[i] for i in indices], max_seq_len)
+        dataset = encode_examples(tokenizer, [rows[i] for i in indices], max_seq_len, truncation)
         batch = collator([dataset[j] for j in range(len(indices))])
         inputs = {k: v.to(device) for k, v in batch.items() if k in accepted}
         with autocast:
@@ -110,16 +114,17 @@ def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len:
 
 def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder: str | os.PathLike,
                        max_seq_len: int, batch_size: int = 64, num_labels: int | None = None,
-                       dtype: str = "float32", option: str = "--logits-cache") -> np.ndarray:
+                       dtype: str = "float32", option: str = "--logits-cache", truncation: str = "head") -> np.ndarray:
     """The teacher's logits (N, C) on ``examples`` (one or two texts each), from the store in
     ``folder`` where present; rows not stored yet are computed (shortest first, in batches of
     ``batch_size``) and stored. ``num_labels``: the task's output count, checked against the
     teacher's. ``dtype``: "float32", or "bfloat16" to run the teacher under autocast (logits
-    stored in float32, under a namespace of their own). ``option`` names the folder in errors."""
+    stored in float32, under a namespace of their own). ``option`` names the folder in errors;
+    ``truncation`` is the task's (:data:`kdbert.data.tasks.TRUNCATIONS`)."""
     if num_labels is not None and model.config.num_labels != num_labels:
         raise KdbertError(f"the teacher has {model.config.num_labels} output(s) but the task needs {num_labels}; "
                           "use a teacher fine-tuned on this task")
-    store = TeacherStore(folder, labelling_namespace(model, tokenizer, max_seq_len, dtype), option,
+    store = TeacherStore(folder, labelling_namespace(model, tokenizer, max_seq_len, dtype, truncation), option,
                          shard_rows=SHARD_ROWS)
     keys = row_keys(store.namespace, examples)
     new_rows: dict[str, int] = {}  # key -> first example with it
@@ -128,7 +133,7 @@ def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder
             new_rows.setdefault(key, i)
     if new_rows:
         computed = _run_teacher(model, tokenizer, [examples[i] for i in new_rows.values()], max_seq_len, batch_size,
-                                dtype)
+                                dtype, truncation)
         for key, logits in zip(new_rows, computed):
             store.put(key, {"logits": torch.tensor(logits, dtype=torch.float32)})
         store.close()
@@ -159,7 +164,7 @@ def training_file(task: TaskOptions, spec: TaskSpec) -> Path | None:
         return Path(task.task)
     if task.train_file:
         return Path(task.train_file)
-    if task.data_source == "dir":
+    if task.data_source == "dir" and spec.glue_folder:
         return split_file(resolve_glue_dir(task.data_dir) / spec.glue_folder, "train")
     return None
 
@@ -183,5 +188,17 @@ def stored_teacher_logits(teacher, tokenizer, rows: list[Example], task: TaskOpt
     started = time.time()
     teacher.to("cuda" if torch.cuda.is_available() else "cpu")
     logits = label_with_teacher(teacher, tokenizer, [row.texts for row in rows], store, max_seq_len,
-                                num_labels=spec.num_labels, dtype=dtype)
+                                num_labels=spec.num_labels, dtype=dtype, truncation=spec.truncation)
     return logits, {"store": str(store), "rows": len(rows), "dtype": dtype, "seconds": round(time.time() - started, 1)}
+
+
+def teacher_labelled(teacher, tokenizer, rows: list[Example], task: TaskOptions, spec: TaskSpec, max_seq_len: int,
+                     dtype: str = "float32") -> tuple[list[Example], dict]:
+    """``rows`` (unlabelled, ``--unlabelled``) with the teacher's label: the argmax of its stored
+    logits (:func:`stored_teacher_logits`), or its score for regression; and the facts for the report
+    (rows, store, and the share of rows per label)."""
+    logits, facts = stored_teacher_logits(teacher, tokenizer, rows, task, spec, max_seq_len, dtype)
+    labels = logits[:, 0].tolist() if spec.is_regression else logits.argmax(axis=-1).tolist()
+    if not spec.is_regression:
+        facts["label_shares"] = {name: round(labels.count(i) / len(labels), 4) for i, name in enumerate(spec.labels)}
+    return [Example(row.texts, label) for row, label in zip(rows, labels)], facts

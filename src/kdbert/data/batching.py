@@ -22,6 +22,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from typing import Protocol
 
 from kdbert.data.glue import Example
+from kdbert.errors import KdbertError
 
 
 class EncodedDataset(Dataset):
@@ -46,17 +47,47 @@ def _length(row: dict) -> int:
     return len(row["input_ids"]) if "input_ids" in row else max(len(v) for v in row.values() if isinstance(v, list))
 
 
-def encode_examples(tokenizer, examples: list[Example], max_seq_len: int) -> EncodedDataset:
-    """Tokenise examples (pairs as ``[CLS] a [SEP] b [SEP]``), truncating to ``max_seq_len``."""
+def kept_positions(special_tokens_mask: list[int], max_seq_len: int, truncation: str) -> list[int]:
+    """Positions of one encoded text that a limit of ``max_seq_len`` tokens keeps: every special
+    token at either end, and of the B = ``max_seq_len`` - specials content tokens the first B
+    (``head``), the last B (``tail``) or the first round(B/4) and the last B - round(B/4)
+    (``head+tail``; 128 + 382 at 512 with BERT's two specials)."""
+    length = len(special_tokens_mask)
+    if length <= max_seq_len:
+        return list(range(length))
+    lead = next(i for i, special in enumerate(special_tokens_mask) if not special)
+    trail = next(i for i, special in enumerate(reversed(special_tokens_mask)) if not special)
+    budget = max_seq_len - lead - trail
+    if budget < 1:
+        raise KdbertError(f"a token limit of {max_seq_len} leaves no room for text beside {lead + trail} special "
+                          "tokens; raise --max-seq-len")
+    head = {"head": budget, "tail": 0, "head+tail": round(budget / 4)}[truncation]
+    content = range(lead, length - trail)
+    chosen = list(content[:head]) + list(content[len(content) - (budget - head):])
+    return list(range(lead)) + chosen + list(range(length - trail, length))
+
+
+def encode_examples(tokenizer, examples: list[Example], max_seq_len: int, truncation: str = "head") -> EncodedDataset:
+    """Tokenise examples (pairs as ``[CLS] a [SEP] b [SEP]``), cut to ``max_seq_len`` tokens: pairs
+    and ``head`` by the tokenizer, single texts by ``tail`` or ``head+tail`` (:func:`kept_positions`)."""
     columns = list(zip(*(ex.texts for ex in examples))) if examples else [[]]
-    encoded = tokenizer(*[list(c) for c in columns], truncation=True, max_length=max_seq_len)
-    features = []
-    for i, example in enumerate(examples):
-        row = {key: encoded[key][i] for key in encoded.keys()}
+    if truncation == "head":
+        encoded = tokenizer(*[list(c) for c in columns], truncation=True, max_length=max_seq_len)
+        rows = [{key: encoded[key][i] for key in encoded.keys()} for i in range(len(examples))]
+    elif len(columns) == 1:
+        encoded = tokenizer(list(columns[0]), return_special_tokens_mask=True, verbose=False)
+        rows = []
+        for i in range(len(examples)):
+            kept = kept_positions(encoded["special_tokens_mask"][i], max_seq_len, truncation)
+            rows.append({key: [encoded[key][i][p] for p in kept] for key in encoded.keys()
+                         if key != "special_tokens_mask"})
+    else:
+        raise KdbertError(f"--truncation {truncation} applies to single-text tasks; pairs are cut from the head "
+                          "(leave --truncation at head)")
+    for row, example in zip(rows, examples):
         if example.label is not None:
             row["labels"] = example.label
-        features.append(row)
-    return EncodedDataset(features)
+    return EncodedDataset(rows)
 
 
 class PaddingCollator:
@@ -97,15 +128,15 @@ class ModelInputs(Protocol):
 
 class TokenizerInputs:
     """:class:`ModelInputs` of an HF tokenizer: token ids, token types when the tokenizer makes
-    them, attention mask; truncated to ``max_seq_len``, padded per batch."""
+    them, attention mask; cut to ``max_seq_len`` by ``truncation``, padded per batch."""
 
-    def __init__(self, tokenizer, max_seq_len: int):
-        self.tokenizer, self.max_seq_len = tokenizer, max_seq_len
+    def __init__(self, tokenizer, max_seq_len: int, truncation: str = "head"):
+        self.tokenizer, self.max_seq_len, self.truncation = tokenizer, max_seq_len, truncation
         self.padding = PaddingCollator(tokenizer.pad_token_id)
 
     def encode(self, examples: list[Example]) -> list[dict]:
         return [{k: v for k, v in row.items() if k != "labels"}
-                for row in encode_examples(self.tokenizer, examples, self.max_seq_len).features]
+                for row in encode_examples(self.tokenizer, examples, self.max_seq_len, self.truncation).features]
 
     def collate(self, features: list[dict]) -> dict[str, torch.Tensor]:
         return self.padding(features)
@@ -116,7 +147,7 @@ def encode_task(examples: list[Example], teacher: TokenizerInputs,
     """Training rows: one shared dict (``student=None``: the student reads the teacher's inputs),
     or ``{"teacher", "student", "labels"}`` with each model's own inputs."""
     if student is None:
-        return encode_examples(teacher.tokenizer, examples, teacher.max_seq_len)
+        return encode_examples(teacher.tokenizer, examples, teacher.max_seq_len, teacher.truncation)
     rows = [{"teacher": t, "student": s} for t, s in zip(teacher.encode(examples), student.encode(examples))]
     for row, example in zip(rows, examples):
         if example.label is not None:

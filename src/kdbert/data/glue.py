@@ -32,13 +32,15 @@ class Example:
 
 @dataclass
 class TaskData:
-    """A task's training rows, its evaluation split(s), and the training rows held out to pick
-    checkpoints on (empty unless ``--held-out-fraction``; :func:`kdbert.data.load.hold_out`)."""
+    """A task's training rows, its evaluation split(s), the training rows held out to pick
+    checkpoints on (empty unless ``--held-out-fraction``; :func:`kdbert.data.load.hold_out`), and
+    rows without labels for the teacher to label (``--unlabelled``)."""
 
     spec: TaskSpec
     train: list[Example]
     dev: dict[str, list[Example]]
     held_out: list[Example] = field(default_factory=list)
+    unlabelled: list[Example] = field(default_factory=list)
 
 
 def resolve_glue_dir(data_dir: str | os.PathLike | None) -> Path:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kdbert.options import CheckedOptions, in_range, option
-from kdbert.data.custom import SUPPORTED_SUFFIXES, load_custom_task
-from kdbert.data.glue import TaskData, load_glue_dir, load_glue_hf, read_glue_tsv
-from kdbert.data.tasks import GLUE_TASKS, canonical_task_name
+from kdbert.data.custom import SUPPORTED_SUFFIXES, load_custom_task, read_rows
+from kdbert.data.glue import Example, TaskData, load_glue_dir, load_glue_hf, read_glue_tsv
+from kdbert.data.imdb import load_imdb, load_imdb_hf, load_imdb_unlabelled
+from kdbert.data.tasks import GLUE_TASKS, IMDB_TASK, TRUNCATIONS, canonical_task_name
 from kdbert.errors import KdbertError
 
 
@@ -22,11 +23,12 @@ class TaskOptions(CheckedOptions):
     may be given as one comma-separated string ("question,sentence").
     """
 
-    task: str | None = option(None, "GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or a "
+    task: str | None = option(None, "GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli), imdb, or a "
                                     ".csv/.tsv/.jsonl training file of your own", group="data")
     data_dir: str | None = option(None, "GLUE root in the standard glue_data layout (default: $KDBERT_GLUE_DIR, "
-                                        "else ./glue_data)", group="data")
-    data_source: str = option("dir", "read GLUE from --data-dir (dir) or from HF datasets, online (hf)",
+                                        "else ./glue_data); for imdb the aclImdb folder, its parent or a folder "
+                                        "of its .tar.gz files (default: $KDBERT_IMDB_DIR)", group="data")
+    data_source: str = option("dir", "read GLUE or IMDb from --data-dir (dir) or from HF datasets, online (hf)",
                               group="data", choices=("dir", "hf"))
     text_columns: tuple[str, ...] = option(("text",), "own data: the text column, or two comma-separated columns "
                                                       "for pairs", group="data")
@@ -41,6 +43,20 @@ class TaskOptions(CheckedOptions):
                                            "to pick the best checkpoint on; dev then only scores it (0: dev picks "
                                            "and scores, as the papers do)", type=float, group="data",
                                       check=in_range(0, 0.5, what="a share of the training rows in [0, 0.5]"))
+    truncation: str = option("head", "what a text longer than the token limit keeps: its first tokens (head), its "
+                                     "last (tail), or a quarter from the head and the rest from the tail (head+tail, "
+                                     "best on IMDb in Sun et al. 2019); single-text tasks", group="data",
+                             choices=TRUNCATIONS)
+    unlabelled: str | None = option(None, "distillation: more training rows without labels, labelled by the "
+                                          "teacher (its logits, argmax as the hard label): a .csv/.tsv/.jsonl file "
+                                          "with the task's text column(s), or imdb-unsup (IMDb's 50,000 unlabelled "
+                                          "reviews, from --data-dir)", group="data")
+    max_unlabelled: int | None = option(None, "use only the first N rows of --unlabelled", type=int, group="data",
+                                        check=in_range(1, 10**9, int, what="a positive integer"))
+    max_dev_examples: int | None = option(None, "score only the first N rows of each evaluation split (IMDb's "
+                                                "come in a fixed shuffled order, so they are a sample of both "
+                                                "classes)", type=int, group="data",
+                                          check=in_range(1, 10**9, int, what="a positive integer"))
 
     def __post_init__(self) -> None:
         if isinstance(self.text_columns, str):
@@ -53,6 +69,15 @@ def is_data_file(task: str) -> bool:
 
 
 HELD_OUT_SEED = "kdbert-held-out"
+# options that change the rows a run trains or is scored on, once set (a resumed run must share them)
+ROW_OPTIONS = ("truncation", "unlabelled", "max_unlabelled", "max_dev_examples")
+
+
+def task_identity(options: TaskOptions) -> dict:
+    """The :data:`ROW_OPTIONS` a run was given, for its identity (``run_config.json``); defaults
+    left out, so earlier runs' identities are unchanged."""
+    defaults = TaskOptions()
+    return {name: getattr(options, name) for name in ROW_OPTIONS if getattr(options, name) != getattr(defaults, name)}
 
 
 def hold_out(data: TaskData, fraction: float) -> TaskData:
@@ -72,7 +97,8 @@ def hold_out(data: TaskData, fraction: float) -> TaskData:
 
 def load_task(options: TaskOptions, seed: int = 42) -> TaskData:
     """Load train and dev examples for ``options.task``, with ``held_out_fraction`` of the
-    training rows held out (:func:`hold_out`).
+    training rows held out (:func:`hold_out`), the task's ``truncation`` and at most
+    ``max_dev_examples`` rows per evaluation split.
 
     ``train_file`` replaces a GLUE task's training split (e.g. TinyBERT's ``train_aug.tsv``),
     read in the task's own format.
@@ -81,6 +107,15 @@ def load_task(options: TaskOptions, seed: int = 42) -> TaskData:
         raise KdbertError("--held-out-fraction with --train-file would train on augmented copies of held-out rows; "
                           "hold out rows before augmenting, or leave one of them out")
     data = _load_task(options, seed)
+    if options.truncation != "head":
+        if data.spec.is_pair:
+            raise KdbertError(f"--truncation {options.truncation} applies to single-text tasks and {data.spec.name} "
+                              "has pairs; leave --truncation at head")
+        data.spec = replace(data.spec, truncation=options.truncation)
+    if options.max_dev_examples:
+        data.dev = {name: rows[: options.max_dev_examples] for name, rows in data.dev.items()}
+    if options.unlabelled:
+        data.unlabelled = load_unlabelled(options, data.spec)[: options.max_unlabelled]
     return hold_out(data, options.held_out_fraction) if options.held_out_fraction else data
 
 
@@ -92,10 +127,12 @@ def _load_task(options: TaskOptions, seed: int) -> TaskData:
             options.task, list(options.text_columns), options.label_column, options.dev_file,
             options.dev_fraction, options.regression, seed=seed,
         )
+    if options.task.strip().lower() == IMDB_TASK.name:
+        return _load_imdb(options)
     name = canonical_task_name(options.task)
     if name is None:
         raise KdbertError(
-            f"unknown task '{options.task}'; use one of {sorted(GLUE_TASKS)} or a .csv/.tsv/.jsonl "
+            f"unknown task '{options.task}'; use one of {sorted(GLUE_TASKS)}, imdb, or a .csv/.tsv/.jsonl "
             "training file with --text-columns and --label-column"
         )
     spec = GLUE_TASKS[name]
@@ -106,9 +143,48 @@ def _load_task(options: TaskOptions, seed: int) -> TaskData:
         data = load_glue_dir(spec, options.data_dir, splits)
     else:
         raise KdbertError(f"unknown --data-source '{options.data_source}'; use 'dir' or 'hf'")
+    return _replace_train_file(data, options)
+
+
+IMDB_UNLABELLED = "imdb-unsup"
+
+
+def load_unlabelled(options: TaskOptions, spec) -> list[Example]:
+    """The rows of ``--unlabelled``: IMDb's unlabelled reviews, or the text column(s) of a file."""
+    if options.unlabelled == IMDB_UNLABELLED:
+        if spec.name != IMDB_TASK.name:
+            raise KdbertError(f"--unlabelled {IMDB_UNLABELLED} is IMDb's transfer set and the task is {spec.name}; "
+                              "pass a file of the task's texts")
+        return load_imdb_unlabelled(options.data_dir)
+    if not is_data_file(options.unlabelled):
+        raise KdbertError(f"--unlabelled {options.unlabelled}: expected a .csv/.tsv/.jsonl file of texts or "
+                          f"{IMDB_UNLABELLED}")
+    columns = list(options.text_columns) if is_data_file(options.task) else list(spec.text_fields)
+    if len(columns) != len(spec.text_fields):
+        raise KdbertError(f"--unlabelled rows need {len(spec.text_fields)} text column(s) for {spec.name}; "
+                          "set --text-columns")
+    examples = []
+    for line_no, row in read_rows(options.unlabelled):
+        missing = [c for c in columns if c not in row]
+        if missing:
+            raise KdbertError(f"{options.unlabelled}:{line_no}: column(s) {missing} not found (have {sorted(row)}); "
+                              f"name the text column(s) {columns}")
+        examples.append(Example(tuple(str(row[c]) for c in columns), None))
+    return examples
+
+
+def _load_imdb(options: TaskOptions) -> TaskData:
+    if options.data_source == "hf":
+        data = load_imdb_hf(("test",) if options.train_file else ("train", "test"))
+    else:
+        data = load_imdb(options.data_dir, ("test",) if options.train_file else ("train", "test"))
+    return _replace_train_file(data, options)
+
+
+def _replace_train_file(data: TaskData, options: TaskOptions) -> TaskData:
     if options.train_file:
         path = Path(options.train_file)
         if not path.is_file():
             raise KdbertError(f"--train-file {path} does not exist")
-        data.train = read_glue_tsv(spec, path)
+        data.train = read_glue_tsv(data.spec, path)
     return data

@@ -20,7 +20,8 @@ from kdbert.options import TrainOptions, build_config, option
 from kdbert.core.run_folder import prepare_output_dir
 from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
 from kdbert.data.batching import PaddingCollator, encode_examples
-from kdbert.data.load import TaskOptions, load_task
+from kdbert.data.load import TaskOptions, load_task, task_identity
+from kdbert.errors import KdbertError
 
 # epochs, learning rate, batch size per task (for small (~20M-parameter) BERT-family models).
 # 1e-4 beat 3e-5 on MRPC and RTE for all-MiniLM-L6-v2; CoLA did best at 3e-5 for 5 epochs
@@ -54,6 +55,9 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     training report (best dev metrics included)."""
     given = options if isinstance(options, FinetuneConfig) else build_config(FinetuneConfig, options)
     given.check()
+    if task.unlabelled:
+        raise KdbertError("--unlabelled rows are labelled by a teacher; fine-tuning has none (use `kdbert distill "
+                          "task --teacher T --unlabelled ...`)")
     data = load_task(task, seed=given.seed)
     spec = data.spec
     config = given.resolved(spec.name)
@@ -61,6 +65,7 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     model_path = resolve_model_path(config.model)
     identity = {"command": "finetune", "task": task.task, "model": model_path, "max_seq_len": max_seq_len,
                 "train_file": task.train_file, **{name: getattr(config, name) for name in IDENTITY_OPTIONS},
+                **task_identity(task),
                 **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {})}
     out = prepare_output_dir(config.output_dir, identity, resume, overwrite)
     tokenizer = load_tokenizer(model_path)
@@ -72,7 +77,7 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     stage = Stage(StageConfig.from_options("finetune", config),
                   MatchLoss([Match("task", "logits", "hard_label", target="labels")]),
-                  encode_examples(tokenizer, train_rows, max_seq_len))
+                  encode_examples(tokenizer, train_rows, max_seq_len, spec.truncation))
     trainer = Trainer({"student": model}, [stage], RunConfig.from_options(out, config),
                       PaddingCollator(tokenizer.pad_token_id, spec.is_regression),
                       evaluator=TaskEvaluator(data, tokenizer, max_seq_len), tokenizer=tokenizer)

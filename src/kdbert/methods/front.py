@@ -22,13 +22,14 @@ from pathlib import Path
 from transformers import set_seed
 
 from kdbert.data.corpus import corpus_files, pack_sequences
-from kdbert.data.load import TaskOptions, load_task
+from kdbert.data.load import TaskOptions, load_task, task_identity
 from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import write_json
 from kdbert.methods.registry import get_method, method_config
 from kdbert.core.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
 from kdbert.core.method import DistillContext, Plan, TaskSource
 from kdbert.core.teacher_cache import TeacherCache
+from kdbert.core.teacher_logits import teacher_labelled
 from kdbert.core.run_folder import is_main_process, prepare_output_dir
 from kdbert.core.trainer import RunConfig, Trainer
 
@@ -116,11 +117,18 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     set_seed(config.seed)
     max_seq_len = config.max_seq_len or spec.max_seq_len
     rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
+    unlabelled = None
+    if data.unlabelled:
+        labelled, unlabelled = teacher_labelled(teacher, tokenizer, data.unlabelled, task, spec, max_seq_len)
+        rows = rows + labelled
+        if is_main_process():
+            print(f"unlabelled: {len(labelled)} rows labelled by the teacher ({unlabelled['seconds']} s)")
     inputs = method.task_inputs(TaskSource(teacher, tokenizer, data, rows, max_seq_len, task), config)
     context = DistillContext(teacher, inputs.student, tokenizer, spec, inputs.train_set, config, config.seed)
     plan = method.build_task_plan(context)
     identity = _identity("distill task", given, task=task.task, train_file=task.train_file,
-                         **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {}))
+                         **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {}),
+                         **task_identity(task))
     cache = open_teacher_cache(config, plan, max_seq_len)
     out = prepare_output_dir(output_dir, identity, resume, overwrite)
     run = RunConfig.from_options(out, config)
@@ -130,7 +138,8 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
         return {}
     report = {
         "method": config.method, "task": spec.name, "teacher": teacher_path, "options": identity,
-        "student_init": inputs.student.origin, **inputs.report, **plan_report,
+        "student_init": inputs.student.origin, "train_rows": len(rows), **inputs.report, **plan_report,
+        **({"unlabelled": unlabelled} if unlabelled else {}),
         "stages": train_report["stages"], "stage_losses": stage_losses(out / "log.jsonl"),
         "dev_metrics": train_report["best_metrics"], "best_stage": train_report["best_stage"],
         "selected_on": f"held-out training rows ({len(data.held_out)})" if data.held_out else "dev",

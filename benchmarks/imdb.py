@@ -1,0 +1,107 @@
+"""IMDb on a CPU budget: which truncation wins for the teacher, and how students keep its score.
+
+    python benchmarks/imdb.py                    # every step not recorded yet, in order
+    python benchmarks/imdb.py --steps teacher-head teacher-tail
+    python benchmarks/imdb.py --full-test        # then score the recorded models on all 25,000 test rows
+
+Budget (stated beside every figure): the first ``TRAIN_ROWS`` rows of the official training split
+(IMDb's rows come in a fixed shuffled order, so a sample of both classes), ``MAX_SEQ_LEN`` tokens,
+scored on the first ``DEV_ROWS`` test rows during training (dev picks the checkpoint, as the papers);
+``--full-test`` scores each recorded model on the whole test split once more. Each step is a run
+folder under ``runs/imdb/<step>`` (resumable) and a record in ``benchmarks/results/imdb.json``;
+students distil the teacher of the truncation that scored best. Precision follows
+``$KDBERT_MIXED_PRECISION`` (bf16 where recorded so).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from common import load_results, machine_info, save_result
+from paths import DATA_ROOT, WORD_VECTORS, run_folder
+
+from kdbert.data.load import TaskOptions, load_task
+from kdbert.families.registry import family_of_folder
+from kdbert.methods.finetune import FinetuneConfig, finetune
+from kdbert.methods.front import distill_task
+
+IMDB_DIR = str(DATA_ROOT / "imdb")
+TRAIN_ROWS, DEV_ROWS, MAX_SEQ_LEN, UNLABELLED_ROWS = 2000, 2000, 256, 4000
+TRUNCATIONS = ("head", "tail", "head+tail")
+STUDENTS = {  # step -> distillation options (the teacher and the truncation are added)
+    "kd-3L": {"method": "kd", "student_layers": "3", "epochs": 3},
+    "kd-3L-unlabelled": {"method": "kd", "student_layers": "3", "epochs": 3, "unlabelled": "imdb-unsup"},
+    "bilstm": {"method": "bilstm", "word_vectors": WORD_VECTORS, "epochs": 10},
+}
+STEPS = tuple(f"teacher-{t}" for t in TRUNCATIONS) + tuple(STUDENTS)
+
+
+def task_options(truncation: str, unlabelled: str | None = None, dev_rows: int | None = DEV_ROWS) -> TaskOptions:
+    return TaskOptions("imdb", data_dir=IMDB_DIR, truncation=truncation, max_dev_examples=dev_rows,
+                       unlabelled=unlabelled, max_unlabelled=UNLABELLED_ROWS if unlabelled else None)
+
+
+def best_teacher(results: dict) -> tuple[str, str]:
+    """The recorded teacher of the best truncation: (truncation, folder)."""
+    teachers = {key: r for key, r in results.items() if key.startswith("teacher-")}
+    if len(teachers) < len(TRUNCATIONS):
+        raise SystemExit("students need the three teachers first: run the teacher-* steps")
+    key = max(teachers, key=lambda k: teachers[k]["metrics"]["score"])
+    return teachers[key]["truncation"], teachers[key]["output_dir"]
+
+
+def run_step(step: str, runs: Path) -> dict:
+    out = runs / step
+    resume = (out / "run_config.json").exists()
+    if step.startswith("teacher-"):
+        truncation = step.removeprefix("teacher-")
+        config = FinetuneConfig(output_dir=str(out), epochs=2, learning_rate=1e-4, batch_size=32,
+                                max_seq_len=MAX_SEQ_LEN, max_train_examples=TRAIN_ROWS, no_progress=True)
+        report = finetune(task_options(truncation), config, resume=resume)
+        return {"truncation": truncation, "metrics": report["best_metrics"], "train_seconds": report["train_seconds"],
+                "options": {"epochs": 2, "learning_rate": 1e-4, "batch_size": 32}, "output_dir": str(out)}
+    truncation, teacher = best_teacher(load_results("imdb"))
+    options = {**STUDENTS[step], "teacher": teacher, "max_seq_len": MAX_SEQ_LEN, "max_train_examples": TRAIN_ROWS,
+               "no_progress": True}
+    unlabelled = options.pop("unlabelled", None)
+    report = distill_task(task_options(truncation, unlabelled), options, str(out), resume=resume)
+    return {"truncation": truncation, "teacher": teacher, "metrics": report["dev_metrics"],
+            "train_rows": report["train_rows"], "options": {k: v for k, v in options.items() if k != "no_progress"},
+            "unlabelled": report.get("unlabelled"), "wall_seconds": report["wall_seconds"], "output_dir": str(out)}
+
+
+def full_test(results: dict) -> None:
+    """Score every recorded model on all 25,000 test rows (once; recorded under ``full_test``)."""
+    for key, record in results.items():
+        if "full_test" in record:
+            continue
+        data = load_task(task_options(record["truncation"], dev_rows=None))
+        family = family_of_folder(record["output_dir"])
+        model, encoder = family.load(Path(record["output_dir"]), data.spec)
+        metrics = family.evaluator(data, encoder, MAX_SEQ_LEN, 64)(model)
+        save_result("imdb", key, {**record, "full_test": metrics})
+        print(f"{key}: full test {metrics}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", nargs="*", choices=STEPS, help="steps to run (default: every one not recorded)")
+    parser.add_argument("--runs-dir", default=run_folder("imdb"))
+    parser.add_argument("--full-test", action="store_true", help="score recorded models on the whole test split")
+    args = parser.parse_args()
+    if args.full_test:
+        full_test(load_results("imdb"))
+        return
+    for step in args.steps or STEPS:
+        if step in load_results("imdb") and not args.steps:
+            continue
+        result = run_step(step, Path(args.runs_dir))
+        save_result("imdb", step, {**result, "budget": {"train_rows": TRAIN_ROWS, "test_rows_scored": DEV_ROWS,
+                                                        "max_seq_len": MAX_SEQ_LEN},
+                                   "command": f"python benchmarks/imdb.py --steps {step}", **machine_info()})
+        print(f"{step}: {result['metrics']}")
+
+
+if __name__ == "__main__":
+    main()
