@@ -27,7 +27,7 @@ from kdbert.methods.finetune import FinetuneConfig, finetune
 from kdbert.methods.front import distill_task
 
 IMDB_DIR = str(DATA_ROOT / "imdb")
-TRAIN_ROWS, DEV_ROWS, MAX_SEQ_LEN, UNLABELLED_ROWS = 2000, 2000, 256, 4000
+TRAIN_ROWS, DEV_ROWS, MAX_SEQ_LEN, UNLABELLED_ROWS = 1000, 1000, 256, 2000
 TRUNCATIONS = ("head", "tail", "head+tail")
 STUDENTS = {  # step -> distillation options (the teacher and the truncation are added)
     "kd-3L": {"method": "kd", "student_layers": "3", "epochs": 3},

@@ -10,6 +10,7 @@ from kdbert.data.glue import TaskData
 from kdbert.data.tasks import TaskSpec
 from kdbert.core.metrics import compute_metrics, split_prefix, task_score
 from kdbert.core.trace import model_inputs
+from kdbert.errors import KdbertError
 
 
 @torch.no_grad()
@@ -94,9 +95,23 @@ class TaskEvaluator(SplitEvaluator):
     def __init__(self, data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64,
                  inputs: ModelInputs | None = None):
         self.max_seq_len = max_seq_len or data.spec.max_seq_len
-        inputs = inputs or TokenizerInputs(tokenizer, self.max_seq_len, data.spec.truncation)
+        inputs = inputs or TokenizerInputs.for_task(tokenizer, self.max_seq_len, data.spec)
         super().__init__(data, lambda rows: EncodedDataset(inputs.encode(rows)), batch_size)
         self.collator = inputs.collate
 
     def predict(self, model, dataset: EncodedDataset) -> np.ndarray:
         return predict(model, dataset, self.collator, self.batch_size)
+
+
+def task_evaluator(data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64,
+                   inputs: ModelInputs | None = None):
+    """The evaluator of ``data``'s task: :class:`~kdbert.core.qa_evaluate.QAEvaluator` (EM / F1 over
+    windows) for question answering, else :class:`TaskEvaluator`."""
+    if data.spec.question_answering:
+        from kdbert.core.qa_evaluate import QAEvaluator
+
+        if inputs is not None:
+            raise KdbertError(f"{data.spec.name} is question answering, which needs a token-level student on the "
+                              "teacher's tokenizer")
+        return QAEvaluator(data, tokenizer, max_seq_len, batch_size)
+    return TaskEvaluator(data, tokenizer, max_seq_len, batch_size, inputs)

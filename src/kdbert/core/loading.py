@@ -90,6 +90,34 @@ def load_sequence_classifier(name_or_path: str | None, num_labels: int, new_head
     return model
 
 
+def load_question_answerer(name_or_path: str | None, new_head_ok: bool = True):
+    """Load ``AutoModelForQuestionAnswering`` (start and end logits per token); ``new_head_ok=False``
+    (a teacher, a model to evaluate) requires the folder to hold a trained QA head."""
+    from transformers import AutoConfig, AutoModelForQuestionAnswering
+
+    path = resolve_model_path(name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise KdbertError(f"could not load a model config from {path}: {str(exc).splitlines()[0]}") from None
+    if not new_head_ok and not any(a.endswith("ForQuestionAnswering") for a in config.architectures or []):
+        raise KdbertError(f"{path} has no question-answering head (architectures {config.architectures}); "
+                          "fine-tune it on the QA task first (`kdbert finetune --task squad`)")
+    try:
+        return AutoModelForQuestionAnswering.from_pretrained(path, config=config)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise KdbertError(f"could not load {path} as a question-answering model: {str(exc).splitlines()[0]}") from None
+
+
+def load_task_model(name_or_path: str | None, spec, new_head_ok: bool = True):
+    """The model of a task: a QA model for question answering (:func:`load_question_answerer`), else a
+    sequence classifier with the task's outputs (:func:`load_sequence_classifier`)."""
+    if spec.question_answering:
+        return load_question_answerer(name_or_path, new_head_ok)
+    return load_sequence_classifier(name_or_path, spec.num_labels, new_head_ok=new_head_ok,
+                                    labels=None if new_head_ok else spec.labels)
+
+
 def check_classifier_head(path: str, config, num_labels: int) -> None:
     """Refuse a model without a fine-tuned classifier for ``num_labels`` labels."""
     architectures = config.architectures or []

@@ -55,9 +55,13 @@ ATTENTION = ("attention_scores", "attention_probs")
 
 def hard_label_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """The task loss on gold labels: cross-entropy on class ids (logits (B, C)), or MSE of the
-    single output (B, 1) to the gold score (regression, float labels)."""
+    single output (B, 1) to the gold score (regression, float labels). Question answering (logits
+    (B, 2, L), labels (B, 2) start and end positions): the mean of the start and end cross-entropies
+    over positions, BERT's SQuAD loss."""
     if labels.is_floating_point():
         return losses.regression_mse(logits, labels)
+    if logits.dim() == 3:
+        return F.cross_entropy(logits.transpose(1, 2), labels)
     return F.cross_entropy(logits, labels)
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from torch import nn
 
-from kdbert.core.evaluate import TaskEvaluator
+from kdbert.core.evaluate import task_evaluator
 from kdbert.core.loading import check_vocabulary
 from kdbert.core.teacher_logits import stored_teacher_logits
 from kdbert.data.batching import EncodedDataset, ModelInputs, TaskCollator, TokenizerInputs, encode_task
@@ -149,18 +149,18 @@ class Method:
     def task_inputs(self, source: TaskSource, config) -> TaskInputs:
         """:meth:`initial_student`; the rows encoded once by the teacher's tokenizer and, when
         :meth:`student_inputs` gives inputs of its own, by the student's too;
-        :class:`~kdbert.data.batching.TaskCollator`, :class:`~kdbert.core.evaluate.TaskEvaluator`.
+        :class:`~kdbert.data.batching.TaskCollator`, :func:`~kdbert.core.evaluate.task_evaluator`.
         A method whose student is built from the data itself (the BiLSTM's word vocabulary)
         overrides this."""
         teacher, tokenizer, spec = source.teacher, source.tokenizer, source.data.spec
         if config.student and Path(str(config.student)).is_dir():
             check_vocabulary(config.student, teacher, tokenizer)
         student = self.initial_student(teacher, spec, config)
-        teacher_inputs = TokenizerInputs(tokenizer, source.max_seq_len, spec.truncation)
+        teacher_inputs = TokenizerInputs.for_task(tokenizer, source.max_seq_len, spec)
         student_inputs = self.student_inputs(student, config, spec)
         return TaskInputs(student, encode_task(source.rows, teacher_inputs, student_inputs),
                           TaskCollator(teacher_inputs, student_inputs, spec.is_regression),
-                          TaskEvaluator(source.data, tokenizer, source.max_seq_len, inputs=student_inputs), tokenizer)
+                          task_evaluator(source.data, tokenizer, source.max_seq_len, inputs=student_inputs), tokenizer)
 
     def build_task_plan(self, ctx: DistillContext) -> Plan:
         raise NotImplementedError

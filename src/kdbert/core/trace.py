@@ -55,7 +55,8 @@ class Trace:
         hidden_states: tuple of (B, L, d), ``hidden_states[0]`` is the embedding output and
             ``hidden_states[m]`` the output of layer m (1-based), so it has num_layers + 1 items.
         attention_scores: tuple of (B, H, L, L) pre-softmax scores, one per layer.
-        logits: (B, C) for classifiers, (B, L, V) for masked LMs, ``None`` for bare encoders.
+        logits: (B, C) for classifiers, (B, L, V) for masked LMs, (B, 2, L) start and end logits
+            for question answering (:func:`qa_logits`), ``None`` for bare encoders.
         attention_mask: (B, L), 1 for real tokens.
         features: custom named features (hook adapter).
         model_class: the traced model's class name, for errors.
@@ -82,6 +83,12 @@ class Trace:
             raise KdbertError(f"the {role} ({self.model_class}) recorded no {name}: {why}; drop the matches "
                               f"that use it, or trace the model with an adapter that records it")
         return value
+
+
+def qa_logits(outputs) -> torch.Tensor:
+    """Start and end logits of a QA model's output stacked as (B, 2, L): per row a distribution over
+    positions for the start and one for the end, so logit losses treat them as two rows of L classes."""
+    return torch.stack([outputs.start_logits, outputs.end_logits], dim=1)
 
 
 def model_batch(batch: dict, role: str) -> dict:
@@ -159,8 +166,10 @@ class HFAdapter:
             outputs = model(**inputs, output_hidden_states=True, return_dict=True)
             scores = tuple(records) or None
         hidden = getattr(outputs, "hidden_states", None)
+        logits = qa_logits(outputs) if getattr(outputs, "start_logits", None) is not None else \
+            getattr(outputs, "logits", None)
         return Trace(hidden_states=tuple(hidden) if hidden is not None else None, attention_scores=scores,
-                     logits=getattr(outputs, "logits", None), attention_mask=attention_mask,
+                     logits=logits, attention_mask=attention_mask,
                      model_class=type(model).__name__)
 
 

@@ -22,6 +22,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from typing import Protocol
 
 from kdbert.data.glue import Example
+from kdbert.data.qa_windows import encode_qa
 from kdbert.errors import KdbertError
 
 
@@ -130,13 +131,24 @@ class TokenizerInputs:
     """:class:`ModelInputs` of an HF tokenizer: token ids, token types when the tokenizer makes
     them, attention mask; cut to ``max_seq_len`` by ``truncation``, padded per batch."""
 
-    def __init__(self, tokenizer, max_seq_len: int, truncation: str = "head"):
+    def __init__(self, tokenizer, max_seq_len: int, truncation: str = "head", doc_stride: int | None = None):
         self.tokenizer, self.max_seq_len, self.truncation = tokenizer, max_seq_len, truncation
+        self.doc_stride = doc_stride
         self.padding = PaddingCollator(tokenizer.pad_token_id)
 
+    @classmethod
+    def for_task(cls, tokenizer, max_seq_len: int, spec) -> "TokenizerInputs":
+        """The inputs of ``spec``: its truncation, and windows of ``spec.doc_stride`` for QA."""
+        return cls(tokenizer, max_seq_len, spec.truncation, spec.doc_stride if spec.question_answering else None)
+
+    def rows(self, examples: list[Example]) -> EncodedDataset:
+        """Rows with labels: one per example, or one per window for QA (:func:`~kdbert.data.qa_windows.encode_qa`)."""
+        if self.doc_stride is not None:
+            return EncodedDataset(encode_qa(self.tokenizer, examples, self.max_seq_len, self.doc_stride))
+        return encode_examples(self.tokenizer, examples, self.max_seq_len, self.truncation)
+
     def encode(self, examples: list[Example]) -> list[dict]:
-        return [{k: v for k, v in row.items() if k != "labels"}
-                for row in encode_examples(self.tokenizer, examples, self.max_seq_len, self.truncation).features]
+        return [{k: v for k, v in row.items() if k != "labels"} for row in self.rows(examples).features]
 
     def collate(self, features: list[dict]) -> dict[str, torch.Tensor]:
         return self.padding(features)
@@ -147,7 +159,7 @@ def encode_task(examples: list[Example], teacher: TokenizerInputs,
     """Training rows: one shared dict (``student=None``: the student reads the teacher's inputs),
     or ``{"teacher", "student", "labels"}`` with each model's own inputs."""
     if student is None:
-        return encode_examples(teacher.tokenizer, examples, teacher.max_seq_len, teacher.truncation)
+        return teacher.rows(examples)
     rows = [{"teacher": t, "student": s} for t, s in zip(teacher.encode(examples), student.encode(examples))]
     for row, example in zip(rows, examples):
         if example.label is not None:

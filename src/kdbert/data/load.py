@@ -10,7 +10,8 @@ from kdbert.options import CheckedOptions, in_range, option
 from kdbert.data.custom import SUPPORTED_SUFFIXES, load_custom_task, read_rows
 from kdbert.data.glue import Example, TaskData, load_glue_dir, load_glue_hf, read_glue_tsv
 from kdbert.data.imdb import load_imdb, load_imdb_hf, load_imdb_unlabelled
-from kdbert.data.tasks import GLUE_TASKS, IMDB_TASK, TRUNCATIONS, canonical_task_name
+from kdbert.data.squad import load_squad
+from kdbert.data.tasks import GLUE_TASKS, IMDB_TASK, SQUAD_TASKS, TRUNCATIONS, canonical_task_name
 from kdbert.errors import KdbertError
 
 
@@ -33,7 +34,8 @@ class TaskOptions(CheckedOptions):
     text_columns: tuple[str, ...] = option(("text",), "own data: the text column, or two comma-separated columns "
                                                       "for pairs", group="data")
     label_column: str = option("label", "own data: the label column", group="data")
-    dev_file: str | None = option(None, "own data: dev file (default: hold out --dev-fraction of train)",
+    dev_file: str | None = option(None, "own data: dev file (default: hold out --dev-fraction of train); squad: "
+                                        "the SQuAD-format file to score on",
                                   group="data")
     dev_fraction: float = option(0.1, "own data: held-out fraction without --dev-file", type=float, group="data")
     regression: bool = option(False, "own data: the label is a real-valued score", type=bool, group="data")
@@ -53,6 +55,12 @@ class TaskOptions(CheckedOptions):
                                           "reviews, from --data-dir)", group="data")
     max_unlabelled: int | None = option(None, "use only the first N rows of --unlabelled", type=int, group="data",
                                         check=in_range(1, 10**9, int, what="a positive integer"))
+    train_articles: int | None = option(None, "squad without a training file: train on the first N articles of "
+                                              "the dev file and score the rest (not comparable with published "
+                                              "figures)", type=int, group="data",
+                                        check=in_range(1, 10**6, int, what="a positive integer"))
+    doc_stride: int = option(128, "squad: tokens shared by consecutive windows of a context longer than the token "
+                                  "limit", type=int, group="data", check=in_range(1, 10**6, int, what="a positive integer"))
     max_dev_examples: int | None = option(None, "score only the first N rows of each evaluation split (IMDb's "
                                                 "come in a fixed shuffled order, so they are a sample of both "
                                                 "classes)", type=int, group="data",
@@ -70,7 +78,7 @@ def is_data_file(task: str) -> bool:
 
 HELD_OUT_SEED = "kdbert-held-out"
 # options that change the rows a run trains or is scored on, once set (a resumed run must share them)
-ROW_OPTIONS = ("truncation", "unlabelled", "max_unlabelled", "max_dev_examples")
+ROW_OPTIONS = ("truncation", "unlabelled", "max_unlabelled", "max_dev_examples", "train_articles", "doc_stride")
 
 
 def task_identity(options: TaskOptions) -> dict:
@@ -112,6 +120,8 @@ def load_task(options: TaskOptions, seed: int = 42) -> TaskData:
             raise KdbertError(f"--truncation {options.truncation} applies to single-text tasks and {data.spec.name} "
                               "has pairs; leave --truncation at head")
         data.spec = replace(data.spec, truncation=options.truncation)
+    if data.spec.question_answering:
+        data.spec = replace(data.spec, doc_stride=options.doc_stride)
     if options.max_dev_examples:
         data.dev = {name: rows[: options.max_dev_examples] for name, rows in data.dev.items()}
     if options.unlabelled:
@@ -129,6 +139,9 @@ def _load_task(options: TaskOptions, seed: int) -> TaskData:
         )
     if options.task.strip().lower() == IMDB_TASK.name:
         return _load_imdb(options)
+    if options.task.strip().lower() in SQUAD_TASKS:
+        return load_squad(SQUAD_TASKS[options.task.strip().lower()], options.data_dir, options.train_file,
+                          options.dev_file, options.train_articles)
     name = canonical_task_name(options.task)
     if name is None:
         raise KdbertError(

@@ -31,6 +31,9 @@ class TaskSpec:
         max_seq_len: default maximum sequence length (64 single sentence, 128 pairs).
         dev_splits: names of the evaluation splits (MNLI has matched and mismatched).
         truncation: which tokens a text longer than the limit keeps (:data:`TRUNCATIONS`).
+        question_answering: extractive QA (``texts`` = question, context; the label is the gold
+            answers; the model gives a start and an end logit per token; :mod:`kdbert.data.squad`),
+            read in windows that share ``doc_stride`` tokens (:mod:`kdbert.data.qa_windows`).
     """
 
     name: str
@@ -43,14 +46,17 @@ class TaskSpec:
     hf_config: str | None = None
     file_columns: dict = field(default_factory=dict, compare=False, hash=False)
     truncation: str = "head"
+    question_answering: bool = False
+    doc_stride: int = 128
 
     @property
     def is_regression(self) -> bool:
-        return self.labels is None
+        return self.labels is None and not self.question_answering
 
     @property
     def num_labels(self) -> int:
-        return 1 if self.labels is None else len(self.labels)
+        """Outputs per row (per token for QA: start and end)."""
+        return 2 if self.question_answering else 1 if self.labels is None else len(self.labels)
 
     @property
     def is_pair(self) -> bool:
@@ -97,6 +103,12 @@ GLUE_TASKS: dict[str, TaskSpec] = {
 # scored on the official test split (:mod:`kdbert.data.imdb`)
 IMDB_TASK = TaskSpec("imdb", ("text",), ("neg", "pos"), ("accuracy",), 512, ("test",),
                      file_columns={"text": "text", "label": "label"})
+
+# SQuAD (Rajpurkar et al., 2016 / 2018): name -> file version; scored with the official EM / F1;
+# 384-token windows as the BERT and DistilBERT papers
+QA_TASKS = {"squad": "v1.1", "squad2": "v2.0"}
+SQUAD_TASKS = {name: TaskSpec(name, ("question", "context"), None, ("exact_match", "f1"), 384,
+                              question_answering=True) for name in QA_TASKS}
 
 _ALIASES = {"sst-2": "sst2", "sts-b": "stsb", "mnli-m": "mnli", "mnli-mm": "mnli"}
 

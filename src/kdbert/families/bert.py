@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from transformers import (
     BertConfig,
+    BertForQuestionAnswering,
     BertForSequenceClassification,
     BertModel,
     DistilBertConfig,
@@ -151,7 +152,8 @@ def init_from_teacher_layers(
     """A BERT student of the teacher's width built from chosen teacher layers (BERT-PKD).
 
     Copies the embeddings, teacher encoder layers ``layers`` (0-based, increasing) into
-    student layers 0..k-1, and the pooler; the classifier is fresh (seeded). PKD initialises
+    student layers 0..k-1, and the pooler; the classifier is fresh (seeded), a QA head (start, end)
+    when the teacher answers questions. PKD initialises
     from the first k layers: ``layers=list(range(k))``. num_labels 1 means regression.
     """
     bert = _bert_of(teacher)
@@ -161,14 +163,15 @@ def init_from_teacher_layers(
     config.num_labels = num_labels
     config.problem_type = "regression" if num_labels == 1 else None
     config.architectures = None
+    question_answering = isinstance(teacher, BertForQuestionAnswering)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        student = BertForSequenceClassification(config)
+        student = BertForQuestionAnswering(config) if question_answering else BertForSequenceClassification(config)
     with torch.no_grad():
         student.bert.embeddings.load_state_dict(bert.embeddings.state_dict())
         for i, layer in enumerate(layers):
             student.bert.encoder.layer[i].load_state_dict(bert.encoder.layer[layer].state_dict())
-        if bert.pooler is not None:
+        if bert.pooler is not None and student.bert.pooler is not None:
             student.bert.pooler.load_state_dict(bert.pooler.state_dict())
     return student
 

@@ -42,11 +42,12 @@ class HFFamily(Family):
         """A fine-tuned classifier with its tokenizer; without ``task``, with the head it was saved with."""
         from transformers import AutoConfig
 
-        from kdbert.core.loading import check_classifier_head, load_sequence_classifier, load_tokenizer
+        from kdbert.core.loading import (check_classifier_head, load_sequence_classifier, load_task_model,
+                                         load_tokenizer)
 
         path = str(folder)
         if task is not None:
-            model = load_sequence_classifier(path, task.num_labels, new_head_ok=False, labels=task.labels)
+            model = load_task_model(path, task, new_head_ok=False)
         else:
             try:
                 config = AutoConfig.from_pretrained(path)
@@ -131,9 +132,9 @@ class HFFamily(Family):
         return bert.speed_candidates(context) + mobilebert.speed_candidates(context)
 
     def evaluator(self, data, encoder, max_seq_len: int | None, batch_size: int):
-        from kdbert.core.evaluate import TaskEvaluator
+        from kdbert.core.evaluate import task_evaluator
 
-        return TaskEvaluator(data, encoder, max_seq_len, batch_size)
+        return task_evaluator(data, encoder, max_seq_len, batch_size)
 
     def synthetic_rows(self, spec: InputSpec, seq_len: int, encoder, batch_size: int):
         """64 rows of random ids (>= 1) and lengths 2..seq_len, padded with the tokenizer's pad id."""

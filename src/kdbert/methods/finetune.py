@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass
 
 from transformers import set_seed
 
-from kdbert.core.evaluate import TaskEvaluator
-from kdbert.core.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
+from kdbert.core.evaluate import task_evaluator
+from kdbert.core.loading import load_task_model, load_tokenizer, resolve_model_path
 from kdbert.core.matching import Match, MatchLoss
 from kdbert.options import TrainOptions, build_config, option
 from kdbert.core.run_folder import prepare_output_dir
 from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
-from kdbert.data.batching import PaddingCollator, encode_examples
+from kdbert.data.batching import PaddingCollator, TokenizerInputs
 from kdbert.data.load import TaskOptions, load_task, task_identity
 from kdbert.errors import KdbertError
 
@@ -70,17 +70,17 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     out = prepare_output_dir(config.output_dir, identity, resume, overwrite)
     tokenizer = load_tokenizer(model_path)
     set_seed(config.seed)
-    model = load_sequence_classifier(model_path, spec.num_labels, new_head_ok=True)
+    model = load_task_model(model_path, spec, new_head_ok=True)
     if spec.labels is not None:
         model.config.id2label = dict(enumerate(spec.labels))
         model.config.label2id = {label: i for i, label in enumerate(spec.labels)}
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     stage = Stage(StageConfig.from_options("finetune", config),
                   MatchLoss([Match("task", "logits", "hard_label", target="labels")]),
-                  encode_examples(tokenizer, train_rows, max_seq_len, spec.truncation))
+                  TokenizerInputs.for_task(tokenizer, max_seq_len, spec).rows(train_rows))
     trainer = Trainer({"student": model}, [stage], RunConfig.from_options(out, config),
                       PaddingCollator(tokenizer.pad_token_id, spec.is_regression),
-                      evaluator=TaskEvaluator(data, tokenizer, max_seq_len), tokenizer=tokenizer)
+                      evaluator=task_evaluator(data, tokenizer, max_seq_len), tokenizer=tokenizer)
     report = trainer.train(resume=resume)
     if not report:  # not the main process of a multi-process run
         return {}

@@ -26,7 +26,7 @@ from kdbert.data.load import TaskOptions, load_task, task_identity
 from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import write_json
 from kdbert.methods.registry import get_method, method_config
-from kdbert.core.loading import load_sequence_classifier, load_tokenizer, resolve_model_path
+from kdbert.core.loading import load_task_model, load_tokenizer, resolve_model_path
 from kdbert.core.method import DistillContext, Plan, TaskSource
 from kdbert.core.teacher_cache import TeacherCache
 from kdbert.core.teacher_logits import teacher_labelled
@@ -68,6 +68,10 @@ def open_teacher_cache(config, plan: Plan, max_seq_len: int) -> TeacherCache | N
         return None
     if "teacher" not in plan.frozen:
         print("teacher cache: no stage runs the teacher; nothing to cache")
+        return None
+    if plan.frozen["teacher"].config.architectures and \
+            any(a.endswith("ForQuestionAnswering") for a in plan.frozen["teacher"].config.architectures):
+        print("teacher cache: not for question answering yet (per-window logits); the teacher runs every step")
         return None
     cache = TeacherCache(folder, plan.frozen["teacher"], max_seq_len, features=config.teacher_cache_features)
     cache.attach(plan.stages)
@@ -111,7 +115,7 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     if not config.teacher:
         raise KdbertError("--teacher is required: a model fine-tuned on the task (see `kdbert finetune`)")
     teacher_path = resolve_model_path(config.teacher)
-    teacher = load_sequence_classifier(teacher_path, spec.num_labels, new_head_ok=False, labels=spec.labels)
+    teacher = load_task_model(teacher_path, spec, new_head_ok=False)
     tokenizer = load_tokenizer(teacher_path)
     method = get_method(config.method)
     set_seed(config.seed)

@@ -1,0 +1,160 @@
+"""SQuAD-format question answering: the reader and its checks, windows, the official EM / F1, the
+span search, and fine-tuning, distillation and evaluation through the CLI on tiny files."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from conftest import WORDS, save_tiny_classifier
+from test_cli import run_cli
+
+from kdbert.core.qa_evaluate import best_answer, exact_match, f1_score, normalize_answer, squad_scores
+from kdbert.data.glue import Example
+from kdbert.data.load import TaskOptions, load_task
+from kdbert.data.qa_windows import answer_positions, encode_qa
+from kdbert.data.squad import Answers, read_squad
+from kdbert.errors import KdbertError
+
+
+def squad_file(path, articles: int = 4, questions: int = 3, seed: int = 0, version: str = "1.1"):
+    """A SQuAD-format file of tiny-vocabulary contexts whose answers are real spans."""
+    rng = random.Random(seed)
+    data = []
+    for a in range(articles):
+        paragraphs = []
+        for p in range(2):
+            context = " ".join(rng.choice(WORDS) for _ in range(rng.randint(12, 30)))
+            words = context.split()
+            qas = []
+            for q in range(questions):
+                first = rng.randrange(len(words) - 2)
+                text = " ".join(words[first:first + rng.randint(1, 2)])
+                start = len(" ".join(words[:first])) + (1 if first else 0)
+                qas.append({"id": f"{a}-{p}-{q}", "question": " ".join(rng.choice(WORDS) for _ in range(5)),
+                            "answers": [{"text": text, "answer_start": start}]})
+            paragraphs.append({"context": context, "qas": qas})
+        data.append({"title": f"article {a}", "paragraphs": paragraphs})
+    path.write_text(json.dumps({"version": version, "data": data}))
+    return path
+
+
+def test_official_normalisation_exact_match_and_f1_by_hand():
+    assert normalize_answer("The  Cat, sat!") == "cat sat"
+    assert normalize_answer("an Apple a day") == "apple day"
+    assert exact_match("the cat", "Cat.") == 1.0 and exact_match("cat sat", "cat") == 0.0
+    # pred "cat sat on mat" vs gold "the cat on a mat": common 3 (cat, on, mat); P 3/4, R 3/3
+    assert f1_score("cat sat on mat", "the cat on a mat") == pytest.approx(2 * 0.75 * 1.0 / 1.75)
+    assert f1_score("dog", "cat") == 0.0 and f1_score("", "") == 1.0 and f1_score("", "cat") == 0.0
+    examples = [Example(("q", "c"), Answers([("the cat", 0), ("a dog", 9)])), Example(("q", "c"), Answers())]
+    # question 1: best over its golds (EM 1 with "dog"); question 2 unanswerable: "" is right
+    assert squad_scores(["dog", ""], examples) == {"exact_match": 100.0, "f1": 100.0}
+    assert squad_scores(["cat dog", "x"], examples) == pytest.approx({"exact_match": 0.0, "f1": 100 * (2 / 3) / 2})
+
+
+def test_best_answer_picks_the_best_valid_span_over_windows():
+    offsets = [None, None, (0, 3), (4, 7), (8, 11), None]  # [CLS] q [SEP]? context "cat sat mat" [SEP]
+    context = "cat sat mat"
+    start = np.array([5.0, 0, 1.0, 3.0, 0.5, 9.0])  # position 5 is outside the context: never chosen
+    end = np.array([5.0, 0, 0.2, 0.1, 2.0, 9.0])
+    assert best_answer(context, [(start, end, offsets)], allow_empty=False) == "sat mat"  # 3.0 + 2.0
+    assert best_answer(context, [(start, end, offsets)], allow_empty=True) == ""  # [CLS] 10 > 5
+    # a second window with a better span wins
+    other = (np.array([0, 0, 4.0, 0, 0, 0]), np.array([0, 0, 4.0, 0, 0, 0]), offsets)
+    assert best_answer(context, [(start, end, offsets), other], allow_empty=False) == "cat"
+
+
+def test_answer_positions_by_hand():
+    offsets = [None, None, None, (0, 3), (4, 7), (8, 11), None]
+    assert answer_positions(Answers([("sat mat", 4)]), offsets) == [4, 5]
+    assert answer_positions(Answers([("at", 5)]), offsets) == [4, 4]  # inside one token
+    assert answer_positions(Answers([("mat dog", 8)]), offsets) == [0, 0]  # runs past the window
+    assert answer_positions(Answers(), offsets) == [0, 0]
+
+
+def test_windows_cover_a_long_context_with_the_stride(tiny_tokenizer):
+    context = " ".join(WORDS[:20])
+    start = context.index("small red")
+    example = Example(("cat dog", context), Answers([("small red", start)]))
+    rows = encode_qa(tiny_tokenizer, [example], max_seq_len=19, doc_stride=4)
+    # [CLS] cat dog [SEP] + 14 context tokens + [SEP]: the 20 one-token words in windows 0-13 and
+    # 10-19 (the second starts 4 tokens before the first ends)
+    assert [len(r["input_ids"]) for r in rows] == [19, 4 + 10 + 1]
+    assert [r["offsets"][4] for r in rows] == [(0, 3), (context.index("big"), context.index("big") + 3)]
+    for row in rows:
+        assert row["example"] == 0 and row["offsets"][:4] == [None] * 4 and row["offsets"][-1] is None
+        s, e = row["labels"]
+        if (s, e) != (0, 0):
+            assert context[row["offsets"][s][0]:row["offsets"][e][1]] == "small red"
+    assert sum(r["labels"] != [0, 0] for r in rows) == 2  # the answer lies in both windows (the overlap)
+
+
+def test_reader_checks_answers_contexts_and_splits_by_article(tmp_path):
+    path = squad_file(tmp_path / "dev.json")
+    articles = read_squad(path)
+    assert len(articles) == 4 and all(len(q) == 6 for _, q in articles)
+    first = articles[0][1][0]
+    assert first.label.qid == "0-0-0" and first.texts[1][first.label[0][1]:].startswith(first.label[0][0])
+    data = load_task(TaskOptions("squad", dev_file=str(path), train_articles=3))
+    assert len(data.train) == 18 and len(data.dev["dev"]) == 6 and data.spec.question_answering
+    document = json.loads(path.read_text())
+    document["data"][1]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 1
+    path.write_text(json.dumps(document))
+    with pytest.raises(KdbertError, match=r"article 'article 1', question 1-0-0: answer .* is not at offset"):
+        read_squad(path)
+    document["data"][1]["paragraphs"][0]["context"] = ""
+    path.write_text(json.dumps(document))
+    with pytest.raises(KdbertError, match="question 1-0-0: the question has no context"):
+        read_squad(path)
+    with pytest.raises(KdbertError, match=r"missing .*dev-v1.1.json"):
+        load_task(TaskOptions("squad", data_dir=str(tmp_path)))
+    with pytest.raises(KdbertError, match="--train-articles 4: the dev file has 4 articles"):
+        load_task(TaskOptions("squad", dev_file=str(squad_file(tmp_path / "ok.json")), train_articles=4))
+
+
+def test_finetune_distil_and_evaluate_question_answering(tmp_path, capsys, tiny_tokenizer):
+    dev = squad_file(tmp_path / "dev.json", articles=5)
+    base = save_tiny_classifier(tmp_path / "base", tiny_tokenizer)
+    common = ["--task", "squad", "--dev-file", dev, "--train-articles", 4, "--max-seq-len", 32, "--doc-stride", 8,
+              "--no-progress"]
+    code, stdout, _ = run_cli(capsys, "finetune", "--model", base, "--output-dir", tmp_path / "teacher",
+                              "--max-steps", 4, "--batch-size", 8, *common)
+    assert code == 0 and "exact_match=" in stdout and "f1=" in stdout
+    code, _, err = run_cli(capsys, "distill", "task", "--method", "kd", "--teacher", tmp_path / "teacher",
+                           "--student-layers", 1, "--temperature", 2, "--output-dir", tmp_path / "kd",
+                           "--max-steps", 3, *common)
+    assert code == 0, err
+    report = json.loads((tmp_path / "kd" / "distill_report.json").read_text())
+    assert set(report["dev_metrics"]) == {"exact_match", "f1", "score"}
+    code, _, _ = run_cli(capsys, "evaluate", "--model", tmp_path / "kd", "--task", "squad", "--dev-file", dev,
+                         "--train-articles", 4, "--max-seq-len", 32, "--doc-stride", 8)
+    assert code == 0
+    assert json.loads((tmp_path / "kd" / "eval_squad.json").read_text()) == pytest.approx(report["dev_metrics"])
+
+
+def test_qa_losses_are_the_mean_of_start_and_end_terms_by_hand():
+    import math
+
+    import torch
+
+    from kdbert.core.losses import kl_div_loss
+    from kdbert.core.matching import hard_label_loss
+
+    logits = torch.tensor([[[0.0, 1.0, 2.0], [2.0, 0.0, 0.0]]])  # (B=1, start/end, L=3)
+    # start: -log softmax([0,1,2])[2]; end: -log softmax([2,0,0])[0]
+    start = -(2.0 - math.log(1 + math.e + math.e ** 2))
+    end = -(2.0 - math.log(math.e ** 2 + 2))
+    assert hard_label_loss(logits, torch.tensor([[2, 0]])).item() == pytest.approx((start + end) / 2)
+    teacher = torch.tensor([[[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]])
+    # T = 1: KL(uniform || softmax([0,1,2])) and KL(softmax([1,0,0]) || softmax([2,0,0])), averaged
+    def kl(p, q):
+        return sum(a * math.log(a / b) for a, b in zip(p, q))
+
+    def softmax(xs):
+        z = sum(math.exp(x) for x in xs)
+        return [math.exp(x) / z for x in xs]
+
+    expected = (kl([1 / 3] * 3, softmax([0, 1, 2])) + kl(softmax([1, 0, 0]), softmax([2, 0, 0]))) / 2
+    assert kl_div_loss(logits, teacher, 1.0).item() == pytest.approx(expected, rel=1e-5)
