@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sections import (augmentation_results, bilstm_results, compress_results, distill_results, mobilebert_results,
-                      reproduction, speed_results)
+from sections import (augmentation_results, bilstm_results, compress_results, distill_results, long_text_results,
+                      mobilebert_results, reproduction, speed_results)
 
 SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("intro", reproduction.intro_section),
@@ -34,6 +34,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("bilstm-augment", bilstm_results.bilstm_augment_section),
     ("bilstm-distill", bilstm_results.bilstm_distill_section),
     ("teacher-cache", speed_results.teacher_cache_section),
+    ("imdb", long_text_results.imdb_section),
     ("reruns", reproduction.reruns_section),
 ]
 
