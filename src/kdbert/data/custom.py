@@ -63,7 +63,8 @@ def read_rows(path: str | Path) -> list[tuple[int, dict]]:
     return rows
 
 
-def _check_columns(path, line_no, row, columns):
+def check_columns(path, line_no, row, columns):
+    """Refuse a row of ``path`` that lacks any of ``columns``, naming the line and the columns it has."""
     missing = [c for c in columns if c not in row]
     if missing:
         raise KdbertError(
@@ -99,7 +100,7 @@ def load_custom_task(
     train_rows = read_rows(train_file)
     columns = list(text_columns) + [label_column]
     for line_no, row in train_rows:
-        _check_columns(train_file, line_no, row, columns)
+        check_columns(train_file, line_no, row, columns)
     if regression:
         label_set = None
     else:
@@ -115,7 +116,7 @@ def load_custom_task(
     def to_examples(path, rows):
         out = []
         for line_no, row in rows:
-            _check_columns(path, line_no, row, columns)
+            check_columns(path, line_no, row, columns)
             texts = tuple(str(row[c]) for c in text_columns)
             out.append(Example(texts, parse_label(spec, str(row[label_column]), f"{path}:{line_no}")))
         return out

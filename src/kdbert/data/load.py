@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kdbert.options import CheckedOptions, in_range, option
-from kdbert.data.custom import SUPPORTED_SUFFIXES, load_custom_task, read_rows
+from kdbert.data.custom import SUPPORTED_SUFFIXES, check_columns, load_custom_task, read_rows
 from kdbert.data.glue import Example, TaskData, load_glue_dir, load_glue_hf, read_glue_tsv
 from kdbert.data.imdb import load_imdb, load_imdb_hf, load_imdb_unlabelled
 from kdbert.data.squad import load_squad
@@ -178,10 +178,7 @@ def load_unlabelled(options: TaskOptions, spec) -> list[Example]:
                           "set --text-columns")
     examples = []
     for line_no, row in read_rows(options.unlabelled):
-        missing = [c for c in columns if c not in row]
-        if missing:
-            raise KdbertError(f"{options.unlabelled}:{line_no}: column(s) {missing} not found (have {sorted(row)}); "
-                              f"name the text column(s) {columns}")
+        check_columns(options.unlabelled, line_no, row, columns)
         examples.append(Example(tuple(str(row[c]) for c in columns), None))
     return examples
 

@@ -58,9 +58,10 @@ def projection_report(plan: Plan, trainer: Trainer) -> dict | None:
             "parameters": sum(p.numel() for p in projections.parameters()), "loaded_from_student": loaded}
 
 
-def open_teacher_cache(config, plan: Plan, max_seq_len: int) -> TeacherCache | None:
+def open_teacher_cache(config, plan: Plan, max_seq_len: int, spec) -> TeacherCache | None:
     """The ``--teacher-cache`` of a task distillation, attached to the plan's stages that run the
-    teacher (``None`` without the option, or when no stage runs it); announced on stdout."""
+    teacher (``None`` without the option, when no stage runs it, or for question answering, whose
+    per-window logits it does not store yet); announced on stdout."""
     folder = getattr(config, "teacher_cache", None)
     if not folder:
         if getattr(config, "teacher_cache_features", False):
@@ -69,8 +70,7 @@ def open_teacher_cache(config, plan: Plan, max_seq_len: int) -> TeacherCache | N
     if "teacher" not in plan.frozen:
         print("teacher cache: no stage runs the teacher; nothing to cache")
         return None
-    if plan.frozen["teacher"].config.architectures and \
-            any(a.endswith("ForQuestionAnswering") for a in plan.frozen["teacher"].config.architectures):
+    if spec.question_answering:
         print("teacher cache: not for question answering yet (per-window logits); the teacher runs every step")
         return None
     cache = TeacherCache(folder, plan.frozen["teacher"], max_seq_len, features=config.teacher_cache_features)
@@ -133,7 +133,7 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     identity = _identity("distill task", given, task=task.task, train_file=task.train_file,
                          **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {}),
                          **task_identity(task))
-    cache = open_teacher_cache(config, plan, max_seq_len)
+    cache = open_teacher_cache(config, plan, max_seq_len, spec)
     out = prepare_output_dir(output_dir, identity, resume, overwrite)
     run = RunConfig.from_options(out, config)
     train_report, plan_report = _train(plan, run, inputs.collator, inputs.saved_with_student,
