@@ -8,10 +8,12 @@ import random
 
 import numpy as np
 import pytest
-from conftest import WORDS, save_tiny_classifier
+from conftest import WORDS, save_tiny_classifier, tiny_bert_config
 from test_cli import run_cli
+from transformers import BertForQuestionAnswering
 
 from kdbert.core.qa_evaluate import best_answer, exact_match, f1_score, normalize_answer, squad_scores
+from kdbert.data.batching import PAD_LOGIT, EncodedDataset, PaddingCollator, predict_rows
 from kdbert.data.glue import Example
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.data.qa_windows import answer_positions, encode_qa
@@ -158,3 +160,86 @@ def test_qa_losses_are_the_mean_of_start_and_end_terms_by_hand():
 
     expected = (kl([1 / 3] * 3, softmax([0, 1, 2])) + kl(softmax([1, 0, 0]), softmax([2, 0, 0]))) / 2
     assert kl_div_loss(logits, teacher, 1.0).item() == pytest.approx(expected, rel=1e-5)
+
+
+def save_tiny_qa_model(folder, tokenizer, seed: int = 0):
+    """A tiny random BertForQuestionAnswering + tokenizer saved as an HF folder."""
+    import torch
+
+    torch.manual_seed(seed)
+    BertForQuestionAnswering(tiny_bert_config(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_per_position_outputs_are_cut_to_each_row_and_padded_in_dataset_order():
+    rows = EncodedDataset([{"input_ids": [5] * n, "attention_mask": [1] * n} for n in (3, 1, 2)])
+    seen = []
+
+    def outputs_of(batch):  # (B, 2, L): start = position, end = 10 * batch length + position
+        seen.append(batch["input_ids"].shape)
+        b, length = batch["input_ids"].shape
+        return np.stack([np.stack([np.arange(length), 10 * length + np.arange(length)])] * b)
+
+    logits = predict_rows(rows, PaddingCollator(0), 2, outputs_of)
+    assert seen == [(2, 2), (1, 3)]  # length-sorted batches: rows 1 and 2, then row 0
+    p = PAD_LOGIT
+    assert logits.tolist() == [[[0, 1, 2], [30, 31, 32]],
+                               [[0, p, p], [20, p, p]],
+                               [[0, 1, p], [20, 21, p]]]
+
+
+def test_qa_export_has_parity_and_the_same_em_f1_in_every_runtime(tmp_path, capsys, tiny_tokenizer):
+    import onnxruntime as ort
+
+    dev = squad_file(tmp_path / "dev.json", articles=5, questions=4)
+    model = save_tiny_qa_model(tmp_path / "qa", tiny_tokenizer)
+    task = ["--task", "squad", "--dev-file", dev, "--train-articles", 4, "--max-seq-len", 24, "--doc-stride", 8]
+    code, _, err = run_cli(capsys, "export", "--model", model, "--quantize", "int8", "--int8-method", "dynamic",
+                           "--output-dir", tmp_path / "onnx", *task)
+    assert code == 0, err
+    report = json.loads((tmp_path / "onnx" / "export_report.json").read_text())
+    parity, metrics = report["parity"], report["dev_metrics"]
+    assert parity["fp32_within_tolerance"] and parity["examples"] > 8  # windows of the 8 dev questions
+    assert metrics["onnx_fp32"] == pytest.approx(metrics["pytorch"])
+    assert set(metrics["pytorch"]) == {"exact_match", "f1", "score"}
+    # the graph's logits are (B, 2, L) at any length
+    session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
+    for length in (5, 17):
+        feed = {i.name: np.ones((3, length), dtype=np.int64) for i in session.get_inputs()}
+        assert session.run(None, feed)[0].shape == (3, 2, length)
+    code, _, err = run_cli(capsys, "evaluate", "--model", tmp_path / "onnx", *task)
+    assert code == 0, err
+    assert json.loads((tmp_path / "onnx" / "eval_squad_model.json").read_text()) == pytest.approx(metrics["onnx_fp32"])
+
+
+@pytest.mark.parametrize("method", ["distilbert", "mobilebert"])
+def test_distilbert_and_mobilebert_students_answer_questions(tmp_path, capsys, tiny_tokenizer, method):
+    dev = squad_file(tmp_path / "dev.json", articles=3)
+    teacher = save_tiny_qa_model(tmp_path / "teacher", tiny_tokenizer)
+    task = ["--task", "squad", "--dev-file", dev, "--train-articles", 2, "--max-seq-len", 24, "--doc-stride", 8,
+            "--no-progress"]
+    if method == "distilbert":
+        code, _, err = run_cli(capsys, "init-student", "--from", teacher, "--layers", "0", "--output-dir",
+                               tmp_path / "init")
+        assert code == 0, err
+        student = ["--student", tmp_path / "init"]
+    else:
+        student = ["--student", "mobilebert-tiny"]
+    code, _, err = run_cli(capsys, "distill", "task", "--method", method, "--teacher", teacher, "--alpha", 0.5,
+                           "--output-dir", tmp_path / "student", "--max-steps", 2, *student, *task)
+    assert code == 0, err
+    config = json.loads((tmp_path / "student" / "config.json").read_text())
+    assert config["architectures"] == [f"{'DistilBert' if method == 'distilbert' else 'MobileBert'}ForQuestionAnswering"]
+    report = json.loads((tmp_path / "student" / "distill_report.json").read_text())
+    assert set(report["dev_metrics"]) == {"exact_match", "f1", "score"}
+
+
+def test_the_bilstm_refuses_question_answering_in_one_line(tmp_path, capsys, tiny_tokenizer):
+    dev = squad_file(tmp_path / "dev.json", articles=3)
+    teacher = save_tiny_qa_model(tmp_path / "teacher", tiny_tokenizer)
+    code, _, err = run_cli(capsys, "distill", "task", "--method", "bilstm", "--teacher", teacher, "--task", "squad",
+                           "--dev-file", dev, "--train-articles", 2, "--output-dir", tmp_path / "s")
+    assert code == 2
+    assert err.strip() == ("kdbert: error: --method bilstm classifies whole texts and cannot point at answer spans in "
+                           "squad; use --method kd, tinybert, pkd, distilbert or mobilebert")

@@ -5,17 +5,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kdbert.data.batching import EncodedDataset, ModelInputs, TokenizerInputs, sequential_batches
+from kdbert.data.batching import EncodedDataset, ModelInputs, TokenizerInputs, predict_rows
 from kdbert.data.glue import TaskData
 from kdbert.data.tasks import TaskSpec
 from kdbert.core.metrics import compute_metrics, split_prefix, task_score
-from kdbert.core.trace import model_inputs
+from kdbert.core.trace import model_inputs, qa_logits
 from kdbert.errors import KdbertError
 
 
 @torch.no_grad()
 def predict(model, dataset: EncodedDataset, collator, batch_size: int = 64) -> np.ndarray:
-    """Logits (N, C) of ``model`` on ``dataset`` in the dataset's order (length-sorted batches).
+    """Logits (N, C) of ``model`` on ``dataset`` in the dataset's order (length-sorted batches); a QA
+    model's start and end logits (N, 2, n_max) (:func:`~kdbert.data.batching.predict_rows`).
 
     ``model`` is an ``nn.Module`` or an exported model with its own ``predict(dataset,
     collator, batch_size)`` (:class:`kdbert.deploy.onnx_runtime.OnnxClassifier`).
@@ -24,15 +25,14 @@ def predict(model, dataset: EncodedDataset, collator, batch_size: int = 64) -> n
         return model.predict(dataset, collator, batch_size)
     model.eval()
     device = next(model.parameters()).device
-    outputs = [None] * len(dataset)
-    for indices in sequential_batches(dataset, batch_size):
-        batch = collator([dataset[i] for i in indices])
-        inputs = model_inputs(model, {k: v.to(device) for k, v in batch.items()})
-        output = model(**inputs)
-        logits = (output if torch.is_tensor(output) else output.logits).float().cpu().numpy()
-        for row, index in enumerate(indices):
-            outputs[index] = logits[row]
-    return np.stack(outputs)
+
+    def outputs_of(batch: dict) -> np.ndarray:
+        output = model(**model_inputs(model, {k: v.to(device) for k, v in batch.items()}))
+        logits = output if torch.is_tensor(output) else qa_logits(output) if hasattr(output, "start_logits") \
+            else output.logits
+        return logits.float().cpu().numpy()
+
+    return predict_rows(dataset, collator, batch_size, outputs_of)
 
 
 def to_predictions(spec: TaskSpec, logits: np.ndarray) -> np.ndarray:

@@ -90,6 +90,11 @@ def load_sequence_classifier(name_or_path: str | None, num_labels: int, new_head
     return model
 
 
+def has_qa_head(config) -> bool:
+    """Whether a saved model's config names a question-answering architecture."""
+    return any(a.endswith("ForQuestionAnswering") for a in getattr(config, "architectures", None) or [])
+
+
 def load_question_answerer(name_or_path: str | None, new_head_ok: bool = True):
     """Load ``AutoModelForQuestionAnswering`` (start and end logits per token); ``new_head_ok=False``
     (a teacher, a model to evaluate) requires the folder to hold a trained QA head."""
@@ -100,7 +105,7 @@ def load_question_answerer(name_or_path: str | None, new_head_ok: bool = True):
         config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise KdbertError(f"could not load a model config from {path}: {str(exc).splitlines()[0]}") from None
-    if not new_head_ok and not any(a.endswith("ForQuestionAnswering") for a in config.architectures or []):
+    if not new_head_ok and not has_qa_head(config):
         raise KdbertError(f"{path} has no question-answering head (architectures {config.architectures}); "
                           "fine-tune it on the QA task first (`kdbert finetune --task squad`)")
     try:

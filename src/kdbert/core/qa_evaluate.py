@@ -23,10 +23,9 @@ import re
 import string
 
 import numpy as np
-import torch
 
-from kdbert.core.trace import model_inputs, qa_logits
-from kdbert.data.batching import PaddingCollator
+from kdbert.core.evaluate import predict
+from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.data.glue import Example, TaskData
 from kdbert.data.qa_windows import encode_qa
 
@@ -84,52 +83,43 @@ def best_answer(context: str, windows: list[tuple[np.ndarray, np.ndarray, list]]
     return context[best_span[0]:best_span[1]]
 
 
-@torch.no_grad()
-def predict_windows(model, rows: list[dict], collator, batch_size: int) -> list[np.ndarray]:
-    """Start and end logits (2, n) of every window row, cut to the row's n tokens, in row order."""
-    model.eval()
-    device = next(model.parameters()).device
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["input_ids"]))
-    outputs: list = [None] * len(rows)
-    for begin in range(0, len(order), batch_size):
-        indices = order[begin:begin + batch_size]
-        batch = collator([rows[i] for i in indices])
-        logits = qa_logits(model(**model_inputs(model, {k: v.to(device) for k, v in batch.items()}))).float().cpu()
-        for row, index in enumerate(indices):
-            outputs[index] = logits[row, :, : len(rows[index]["input_ids"])].numpy()
-    return outputs
-
-
 class QAEvaluator:
     """Callable ``evaluator(model) -> metrics`` of a QA task: ``exact_match``, ``f1`` and ``score``
     (their mean) on dev, and on held-out training rows as ``held-out/...`` with ``selection_score``
-    (:class:`kdbert.core.evaluate.SplitEvaluator`'s contract)."""
+    (:class:`kdbert.core.evaluate.SplitEvaluator`'s contract). ``model``: a PyTorch QA model or an
+    export (:class:`~kdbert.deploy.onnx_runtime.OnnxClassifier`); ``splits`` holds each split's
+    encoded windows, ``predict(model, windows)`` their start and end logits (N, 2, n_max)."""
 
     def __init__(self, data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64):
         self.spec = data.spec
         self.max_seq_len = max_seq_len or data.spec.max_seq_len
         self.tokenizer, self.batch_size = tokenizer, batch_size
         self.collator = PaddingCollator(tokenizer.pad_token_id)
-        self.splits = {name: (rows, self.encode(rows)) for name, rows in data.dev.items()}
+        self.examples = dict(data.dev)
+        self.splits = {name: self.encode(rows) for name, rows in data.dev.items()}
         self.held_out = (data.held_out, self.encode(data.held_out)) if data.held_out else None
 
-    def encode(self, examples: list[Example]) -> list[dict]:
-        return encode_qa(self.tokenizer, examples, self.max_seq_len, self.spec.doc_stride)
+    def encode(self, examples: list[Example]) -> EncodedDataset:
+        return EncodedDataset(encode_qa(self.tokenizer, examples, self.max_seq_len, self.spec.doc_stride))
 
-    def answers(self, model, examples: list[Example], rows: list[dict]) -> list[str]:
+    def predict(self, model, windows: EncodedDataset) -> np.ndarray:
+        return predict(model, windows, self.collator, self.batch_size)
+
+    def answers(self, model, examples: list[Example], windows: EncodedDataset) -> list[str]:
         """The predicted answer text of every example."""
-        logits = predict_windows(model, rows, self.collator, self.batch_size)
-        windows: list[list] = [[] for _ in examples]
-        for row, row_logits in zip(rows, logits):
-            windows[row["example"]].append((row_logits[0], row_logits[1], row["offsets"]))
+        logits = self.predict(model, windows)
+        spans: list[list] = [[] for _ in examples]
+        for index, row in enumerate(windows.features):
+            n = len(row["input_ids"])
+            spans[row["example"]].append((logits[index, 0, :n], logits[index, 1, :n], row["offsets"]))
         allow_empty = any(not ex.label for ex in examples)
-        return [best_answer(ex.texts[1], w, allow_empty) for ex, w in zip(examples, windows)]
+        return [best_answer(ex.texts[1], w, allow_empty) for ex, w in zip(examples, spans)]
 
     def __call__(self, model) -> dict[str, float]:
         metrics: dict[str, float] = {}
         prefix = len(self.splits) > 1
-        for name, (examples, rows) in self.splits.items():
-            scores = squad_scores(self.answers(model, examples, rows), examples)
+        for name, windows in self.splits.items():
+            scores = squad_scores(self.answers(model, self.examples[name], windows), self.examples[name])
             metrics.update({(f"{name}/{k}" if prefix else k): v for k, v in scores.items()})
         metrics["score"] = float(np.mean([v for v in metrics.values()]))
         if self.held_out is not None:

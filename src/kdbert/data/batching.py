@@ -15,6 +15,7 @@ is what lets a resumed run continue with exactly the batches it would have seen.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 from transformers.trainer_pt_utils import LengthGroupedSampler
@@ -199,3 +200,23 @@ def sequential_batches(dataset: EncodedDataset, batch_size: int):
     lengths = dataset.lengths
     order = sorted(range(len(dataset)), key=lambda i: lengths[i])
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+PAD_LOGIT = -1e4  # fills the positions past a row's end in per-position outputs (QA windows)
+
+
+def predict_rows(dataset: EncodedDataset, collator, batch_size: int, outputs_of) -> np.ndarray:
+    """``outputs_of(batch) -> (B, ...) array`` over ``dataset`` in length-sorted batches, returned in
+    the dataset's order: (N, C) for a classifier; per-position outputs (B, K, L) (QA: start and end
+    logits, K = 2) are cut to each row's own n tokens and padded with :data:`PAD_LOGIT` to the
+    longest row, (N, K, n_max), so a row's values do not depend on the batch it was run in."""
+    rows: list = [None] * len(dataset)
+    lengths = dataset.lengths
+    for indices in sequential_batches(dataset, batch_size):
+        values = np.asarray(outputs_of(collator([dataset[i] for i in indices])), dtype=np.float32)
+        for row, index in enumerate(indices):
+            rows[index] = values[row] if values.ndim < 3 else values[row, :, :lengths[index]]
+    if rows and rows[0].ndim == 2:
+        longest = max(r.shape[-1] for r in rows)
+        rows = [np.pad(r, ((0, 0), (0, longest - r.shape[-1])), constant_values=PAD_LOGIT) for r in rows]
+    return np.stack(rows)

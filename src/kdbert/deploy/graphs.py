@@ -79,7 +79,8 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, spec: InputSpec | Non
                 exporter: str = "torchscript") -> InputSpec:
     """Write ``model`` (eval mode, in its family's export form) to ``path`` as ONNX with dynamic
     batch and sequence axes, traced by ``exporter`` (``dynamo`` or ``torchscript``); inputs are
-    the family's :class:`InputSpec` names, the output is ``logits``. An operator the exporter
+    the family's :class:`InputSpec` names, the output is ``logits`` (B, C), or for a QA model its
+    start and end logits (B, 2, L). An operator the exporter
     cannot translate is named in the error."""
     family = family_of_model(model)
     spec = spec or family.input_spec(model)

@@ -136,16 +136,12 @@ class OnnxClassifier:
         return self.session.run(None, feed)[0]
 
     def predict(self, dataset, collator, batch_size: int = 64) -> np.ndarray:
-        """Logits (N, C) on an :class:`~kdbert.data.batching.EncodedDataset`, in its order."""
-        from kdbert.data.batching import sequential_batches
+        """Logits (N, C) on an :class:`~kdbert.data.batching.EncodedDataset`, in its order (a QA
+        export: (N, 2, n_max), :func:`~kdbert.data.batching.predict_rows`)."""
+        from kdbert.data.batching import predict_rows
 
-        outputs = [None] * len(dataset)
-        for indices in sequential_batches(dataset, batch_size):
-            batch = collator([dataset[i] for i in indices])
-            logits = self({k: v.numpy() for k, v in batch.items() if k in ONNX_INPUTS})
-            for row, index in enumerate(indices):
-                outputs[index] = logits[row]
-        return np.stack(outputs).astype(np.float32)
+        return predict_rows(dataset, collator, batch_size,
+                            lambda batch: self({k: v.numpy() for k, v in batch.items() if k in ONNX_INPUTS}))
 
 
 def _config_value(folder: Path, key: str):

@@ -39,11 +39,12 @@ class HFFamily(Family):
         return True
 
     def load(self, folder: Path, task=None) -> tuple[nn.Module, Any]:
-        """A fine-tuned classifier with its tokenizer; without ``task``, with the head it was saved with."""
+        """A fine-tuned classifier (or QA model) with its tokenizer; without ``task``, with the head it
+        was saved with."""
         from transformers import AutoConfig
 
-        from kdbert.core.loading import (check_classifier_head, load_sequence_classifier, load_task_model,
-                                         load_tokenizer)
+        from kdbert.core.loading import (check_classifier_head, has_qa_head, load_question_answerer,
+                                         load_sequence_classifier, load_task_model, load_tokenizer)
 
         path = str(folder)
         if task is not None:
@@ -53,13 +54,18 @@ class HFFamily(Family):
                 config = AutoConfig.from_pretrained(path)
             except (OSError, ValueError) as err:
                 raise KdbertError(f"{folder}/config.json is not a model config: {str(err).splitlines()[0]}") from None
-            check_classifier_head(path, config, config.num_labels)
-            model = load_sequence_classifier(path, config.num_labels, new_head_ok=False)
+            if has_qa_head(config):
+                model = load_question_answerer(path, new_head_ok=False)
+            else:
+                check_classifier_head(path, config, config.num_labels)
+                model = load_sequence_classifier(path, config.num_labels, new_head_ok=False)
         return model, load_tokenizer(path)
 
     def load_for_bench(self, path: str) -> nn.Module:
-        """The classifier in ``path`` (a folder or hub id), else its bare encoder."""
-        from transformers import AutoModel, AutoModelForSequenceClassification
+        """The classifier (or QA model) in ``path`` (a folder or hub id), else its bare encoder."""
+        from transformers import AutoConfig, AutoModel, AutoModelForQuestionAnswering, AutoModelForSequenceClassification
+
+        from kdbert.core.loading import has_qa_head
 
         local = Path(path).expanduser()
         missing = f"model path {path} does not exist; pass a folder saved with save_pretrained or a hub id"
@@ -68,6 +74,8 @@ class HFFamily(Family):
         source = str(local) if local.exists() else path
         try:
             try:
+                if has_qa_head(AutoConfig.from_pretrained(source)):
+                    return AutoModelForQuestionAnswering.from_pretrained(source)
                 return AutoModelForSequenceClassification.from_pretrained(source)
             except (ValueError, KeyError):  # no classification head for this architecture
                 return AutoModel.from_pretrained(source)
@@ -88,9 +96,13 @@ class HFFamily(Family):
                               "(it saves the tokenizer) or copy the model's tokenizer files into that folder") from None
 
     def from_config(self, folder: Path) -> nn.Module:
-        from transformers import AutoConfig, AutoModelForSequenceClassification
+        from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
-        return AutoModelForSequenceClassification.from_config(AutoConfig.from_pretrained(str(folder)))
+        from kdbert.core.loading import has_qa_head
+
+        config = AutoConfig.from_pretrained(str(folder))
+        head = AutoModelForQuestionAnswering if has_qa_head(config) else AutoModelForSequenceClassification
+        return head.from_config(config)
 
     def input_spec(self, model: nn.Module) -> InputSpec:
         """The inputs ``forward`` names, the position limit, the vocabulary size, and the graphs:

@@ -1,7 +1,7 @@
 """MobileBERT students and IB-BERT teachers as plain Hugging Face MobileBERT models.
 
-Every model here is a ``MobileBertForSequenceClassification`` or ``MobileBertForMaskedLM``
-built from a ``MobileBertConfig``: ``save_pretrained`` output loads with the transformers Auto
+Every model here is a ``MobileBertForSequenceClassification``, ``MobileBertForQuestionAnswering``
+or ``MobileBertForMaskedLM`` built from a ``MobileBertConfig``: ``save_pretrained`` output loads with the transformers Auto
 classes, no kdbert needed.
 
 Shapes (Sun et al., 2020, Table 1; official TF configs). In HF's config, ``hidden_size`` is the
@@ -52,6 +52,7 @@ import torch
 from transformers import (
     MobileBertConfig,
     MobileBertForMaskedLM,
+    MobileBertForQuestionAnswering,
     MobileBertForSequenceClassification,
     PretrainedConfig,
     PreTrainedModel,
@@ -104,7 +105,7 @@ PAPER_PARAMETERS = {"mobilebert": 25.3e6, "mobilebert-tiny": 15.1e6, "ib-bert-la
 # The inter-block width ib-bert-matched uses unless told otherwise: MobileBERT's.
 IB_BERT_INTER_BLOCK_SIZE = 512
 
-HEADS = ("sequence-classification", "masked-lm")
+HEADS = ("sequence-classification", "question-answering", "masked-lm")
 
 
 def _teacher_shape(teacher_config: PretrainedConfig, preset: str) -> dict:
@@ -194,8 +195,9 @@ def mobilebert_config(
 
 def build_mobilebert(
     config: MobileBertConfig, head: str = "sequence-classification", seed: int = 0
-) -> MobileBertForSequenceClassification | MobileBertForMaskedLM:
-    """A randomly initialised (seeded) MobileBERT with a classification or masked-LM head."""
+) -> MobileBertForSequenceClassification | MobileBertForQuestionAnswering | MobileBertForMaskedLM:
+    """A randomly initialised (seeded) MobileBERT with a classification, question-answering (start and
+    end logits per token) or masked-LM head."""
     if head not in HEADS:
         raise KdbertError(f"unknown head {head!r}; use one of {', '.join(HEADS)}")
     if head == "masked-lm" and config.embedding_size > config.hidden_size:
@@ -203,7 +205,8 @@ def build_mobilebert(
             f"a MobileBERT masked-LM head needs embedding_size ({config.embedding_size}) <= "
             f"hidden_size ({config.hidden_size}); lower embedding_size"
         )
-    cls = MobileBertForSequenceClassification if head == "sequence-classification" else MobileBertForMaskedLM
+    cls = {"sequence-classification": MobileBertForSequenceClassification,
+           "question-answering": MobileBertForQuestionAnswering, "masked-lm": MobileBertForMaskedLM}[head]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return cls(config)

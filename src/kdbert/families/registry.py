@@ -142,6 +142,10 @@ class Logits(nn.Module):
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         output = self.model(**dict(zip(self.names, inputs)))
+        if hasattr(output, "start_logits"):  # question answering: (B, 2, L)
+            from kdbert.core.trace import qa_logits
+
+            return qa_logits(output)
         return output.logits if hasattr(output, "logits") else output
 
 
@@ -155,17 +159,15 @@ class TorchRunner:
 
     @torch.no_grad()
     def predict(self, dataset, collator, batch_size: int = 64) -> np.ndarray:
-        """Logits (N, C) over an encoded dataset, in its order."""
-        from kdbert.data.batching import sequential_batches
+        """Logits (N, C) over an encoded dataset, in its order (QA: (N, 2, n_max),
+        :func:`~kdbert.data.batching.predict_rows`)."""
+        from kdbert.data.batching import predict_rows
 
-        outputs = [None] * len(dataset)
-        for indices in sequential_batches(dataset, batch_size):
-            batch = collator([dataset[i] for i in indices])
+        def outputs_of(batch: dict) -> np.ndarray:
             inputs = [batch[name] if name in batch else torch.zeros_like(batch["input_ids"]) for name in self.names]
-            logits = self.logits(*inputs).float().numpy()
-            for row, index in enumerate(indices):
-                outputs[index] = logits[row]
-        return np.stack(outputs)
+            return self.logits(*inputs).float().numpy()
+
+        return predict_rows(dataset, collator, batch_size, outputs_of)
 
 
 class Family:

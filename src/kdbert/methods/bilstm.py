@@ -161,6 +161,9 @@ class BiLSTM(Method):
         ``alpha`` 0), and the word-level dev evaluator."""
         data, rows = source.data, source.rows
         spec = data.spec
+        if spec.question_answering:
+            raise KdbertError(f"--method bilstm classifies whole texts and cannot point at answer spans in "
+                              f"{spec.name}; use --method kd, tinybert, pkd, distilbert or mobilebert")
         hidden_size = config.hidden_size or (PAIR_HIDDEN_SIZE if spec.is_pair else HIDDEN_SIZE)
         model, vocab, built = init_bilstm(
             [text for row in rows for text in row.texts], spec.num_labels, spec.is_pair, config.word_vectors,

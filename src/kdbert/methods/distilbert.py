@@ -234,8 +234,9 @@ class DistilBert(Method):
     config, general_config = DistilBertConfig, DistilBertGeneralConfig
 
     def initial_student(self, teacher, spec: TaskSpec, config: DistilBertConfig) -> Student:
-        """``DistilBertForSequenceClassification`` from the ``--student`` DistilBERT folder (fresh classifier)."""
-        from transformers import DistilBertForSequenceClassification
+        """``DistilBertForSequenceClassification`` from the ``--student`` DistilBERT folder (fresh classifier;
+        ``DistilBertForQuestionAnswering`` for question answering)."""
+        from transformers import DistilBertForQuestionAnswering, DistilBertForSequenceClassification
 
         check_kd_loss(config.kd_loss, spec)
         name = config.student
@@ -252,8 +253,11 @@ class DistilBert(Method):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
             try:
-                model = DistilBertForSequenceClassification.from_pretrained(
-                    path, num_labels=spec.num_labels, problem_type=problem_type, ignore_mismatched_sizes=True)
+                if spec.question_answering:
+                    model = DistilBertForQuestionAnswering.from_pretrained(path)
+                else:
+                    model = DistilBertForSequenceClassification.from_pretrained(
+                        path, num_labels=spec.num_labels, problem_type=problem_type, ignore_mismatched_sizes=True)
             except (OSError, ValueError) as exc:
                 first_line = str(exc).splitlines()[0]
                 raise KdbertError(f"could not load --student {path} as DistilBERT: {first_line}") from None

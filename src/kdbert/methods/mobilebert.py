@@ -41,7 +41,8 @@ Task stage (``kdbert distill task --method mobilebert``): fine-tune a MobileBERT
 folder from general distillation, or a preset built on the teacher's vocabulary) on a GLUE task
 or the user's data, with optional logit distillation from the fine-tuned teacher (``--alpha``,
 default 0: plain fine-tuning, the paper's GLUE protocol; ``--alpha 0.5 --temperature 2`` adds
-KD's soft term). The saved student is a plain ``MobileBertForSequenceClassification``.
+KD's soft term). The saved student is a plain ``MobileBertForSequenceClassification`` (for question
+answering ``MobileBertForQuestionAnswering``, start and end logits distilled like two rows of classes).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from pathlib import Path
 
 import torch
 
-from kdbert.core.loading import check_vocabulary, load_sequence_classifier, resolve_model_path
+from kdbert.core.loading import check_vocabulary, load_task_model, resolve_model_path
 from kdbert.core.method import DistillContext, Method, Plan, Student
 from kdbert.options import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT, TrainOptions, in_range, option, override
 from kdbert.core.stages import task_stage
@@ -220,8 +221,8 @@ class MobileBert(Method):
     config, general_config = MobileBertConfig, MobileBertGeneralConfig
 
     def initial_student(self, teacher, spec: TaskSpec, config: MobileBertConfig) -> Student:
-        """``MobileBertForSequenceClassification`` from a MobileBERT folder (a fresh classifier when it
-        has none for the task) or a preset built on the teacher's vocabulary (random, with the
+        """``MobileBertForSequenceClassification`` (``...ForQuestionAnswering`` for QA) from a MobileBERT
+        folder (a fresh head when it has none for the task) or a preset built on the teacher's vocabulary (random, with the
         embedding layer fitted to the teacher's, pooler and classifier copied where shapes allow)."""
         from transformers import AutoConfig
 
@@ -231,7 +232,8 @@ class MobileBert(Method):
             raise KdbertError("--method mobilebert needs --student: a folder from `kdbert distill general --method "
                               f"mobilebert` or a preset ({', '.join(STUDENT_PRESETS[:3])})")
         if name in STUDENT_PRESETS[:3]:
-            model = mb.build_mobilebert(mb.mobilebert_config(name, teacher.config, spec.num_labels), seed=config.seed)
+            head = "question-answering" if spec.question_answering else "sequence-classification"
+            model = mb.build_mobilebert(mb.mobilebert_config(name, teacher.config, spec.num_labels), head, config.seed)
             copied = mb.init_from_teacher(model, teacher)["copied"]
             student = Student(model, f"{name} preset, {len(copied)} tensors copied from the teacher")
         else:
@@ -240,7 +242,7 @@ class MobileBert(Method):
             check_vocabulary(path, teacher)
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(config.seed)
-                student = Student(load_sequence_classifier(path, spec.num_labels, new_head_ok=True), path)
+                student = Student(load_task_model(path, spec, new_head_ok=True), path)
         label_names(student.model, spec, teacher)
         return student
 
