@@ -243,3 +243,51 @@ def test_the_bilstm_refuses_question_answering_in_one_line(tmp_path, capsys, tin
     assert code == 2
     assert err.strip() == ("kdbert: error: --method bilstm classifies whole texts and cannot point at answer spans in "
                            "squad; use --method kd, tinybert, pkd, distilbert or mobilebert")
+
+
+def test_qa_teacher_cache_serves_start_and_end_logits_at_any_shorter_batch_length(tmp_path, tiny_tokenizer):
+    import torch
+    from safetensors.torch import load_file
+
+    from kdbert.core.teacher_cache import TeacherCache
+    from kdbert.methods.front import distill_task
+
+    dev = squad_file(tmp_path / "dev.json", articles=5)
+    teacher_dir = save_tiny_qa_model(tmp_path / "teacher", tiny_tokenizer, seed=3)
+    task = TaskOptions("squad", dev_file=str(dev), train_articles=4, doc_stride=8)
+
+    def distill(out, cache=None):
+        options = {"method": "kd", "teacher": str(teacher_dir), "student_layers": "1", "max_seq_len": 24,
+                   "epochs": 2, "batch_size": 8, "no_progress": True, "temperature": 2.0,
+                   "teacher_cache": str(cache) if cache else None}
+        return distill_task(task, options, str(out)), load_file(str(out / "model.safetensors"))
+
+    _, plain = distill(tmp_path / "plain")
+    cold_report, cold = distill(tmp_path / "cold", tmp_path / "cache")
+    warm_report, warm = distill(tmp_path / "warm", tmp_path / "cache")
+    cold_cache, warm_cache = cold_report["teacher_cache"], warm_report["teacher_cache"]
+    rows = cold_cache["rows_stored"]
+    assert rows > 24 and cold_cache["stages"]["kd"]["fields"] == ["span_logits"]
+    # epoch 2 is served whenever a row's batch is no longer than the batch it was stored from
+    assert cold_cache["rows_looked_up"] == 2 * rows and cold_cache["rows_served"] > 0
+    assert (warm_cache["teacher_batches_run"], warm_cache["rows_served"]) == (0, 2 * rows)
+    for name, value in cold.items():
+        assert torch.equal(warm[name], value), name
+        torch.testing.assert_close(value, plain[name], rtol=1e-5, atol=1e-6, msg=name)
+    # served rows are the computed logits, cut to the batch's length
+    teacher = BertForQuestionAnswering.from_pretrained(teacher_dir).eval()
+    cache = TeacherCache(tmp_path / "cache2", teacher, 24, question_answering=True)
+    windows = [{k: r[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+               for r in encode_qa(tiny_tokenizer, load_task(task).train[:6], 24, 8)]
+    collate = PaddingCollator(tiny_tokenizer.pad_token_id)
+    long_batch = collate(windows)
+    short = sorted(range(len(windows)), key=lambda i: len(windows[i]["input_ids"]))[:2]
+    short_batch = collate([windows[i] for i in short])
+    length = short_batch["input_ids"].shape[1]
+    assert length < long_batch["input_ids"].shape[1]
+    cache.trace(teacher, short_batch, ["span_logits"], with_attention=False)  # stored at the short length
+    computed = cache.trace(teacher, long_batch, ["span_logits"], with_attention=False).logits  # too short: run
+    served = cache.trace(teacher, short_batch, ["span_logits"], with_attention=False).logits
+    assert served.shape == (2, 2, length) and torch.equal(served, computed[short][:, :, :length])
+    counts = cache.counts[""]
+    assert (counts.teacher_batches_run, counts.teacher_batches_skipped) == (2, 1)

@@ -20,6 +20,7 @@ output, length limit or precision never reads another's numbers.
 Fields of an entry, each a tensor named ``<key>/<field>`` in a shard::
 
     logits       (C,)        as computed (float32 in a float32 run)
+    span_logits  (2, S)      a QA teacher's start and end logits, as computed
     cls.<l>      (1, d)      [CLS] state of hidden layer l (PKD's patient loss), as computed
     hidden.<l>   (S, d)      output of hidden layer l, 0 = embeddings               bfloat16
     scores.<l>   (H, S, n)   pre-softmax attention scores of layer l >= 1 on the   bfloat16
@@ -30,7 +31,8 @@ mantissa: a relative error up to 2^-9; the -10000 masked score becomes -9984), a
 float32. Logits and [CLS] states (a few numbers per row) keep their computed dtype, so they are
 served bit for bit as computed. ``S`` is the padded length of
 the batch the row was computed in (at least its real length): padded positions are kept because
-TinyBERT's reference reductions read them (padded query rows, hidden states of pad tokens). A pad
+TinyBERT's reference reductions read them (padded query rows, hidden states of pad tokens) and
+QA's logit losses cover every position of the batch. A pad
 token attends to real tokens only and no real token attends to a pad, so those values do not
 depend on how far the batch is padded: a row stored at length ``S`` serves any batch of length
 ``L <= S`` (trimmed to ``L``), and is a miss in a longer batch. Scores on padded keys are not
@@ -102,7 +104,7 @@ def teacher_fields(matches, depth: int) -> list[str] | None:
 def _row_value(computed: Trace, field: str, row: int) -> torch.Tensor:
     """Field ``field`` of row ``row`` of a computed trace, as stored (a CPU copy)."""
     kind, _, layer = field.partition(".")
-    if kind == "logits":
+    if kind in ("logits", "span_logits"):
         value, dtype = computed.require("logits", "teacher")[row], None
     elif kind == "scores":
         real = int(computed.attention_mask[row].sum())  # keys past it are padding
@@ -133,15 +135,17 @@ class TeacherCache(TeacherStore):
         teacher: the frozen teacher (fingerprinted once here).
         max_seq_len: the length rows were truncated to.
         features: also keep hidden states / attention scores (bf16) for stages that match them.
+        question_answering: the teacher's logits are per position (B, 2, L): kept as ``span_logits``.
         shard_rows, shard_bytes: write a shard once this many rows or bytes are pending.
     """
 
     def __init__(self, folder, teacher: torch.nn.Module, max_seq_len: int, features: bool = False,
-                 shard_rows: int = 512, shard_bytes: int = 64 << 20):
+                 question_answering: bool = False, shard_rows: int = 512, shard_bytes: int = 64 << 20):
         super().__init__(folder, teacher_fingerprint(teacher, max_seq_len), "--teacher-cache", shard_rows,
                          shard_bytes)
         self.depth = int(getattr(getattr(teacher, "config", None), "num_hidden_layers", 0) or 0)
         self.features = features
+        self.logits_field = "span_logits" if question_answering else "logits"
         self.counts: dict[str, Counts] = {}
         self.stages: dict[str, list[str]] = {}  # stage -> fields cached
         self.not_cached: dict[str, str] = {}  # stage -> why its teacher outputs are not cached
@@ -176,7 +180,7 @@ class TeacherCache(TeacherStore):
 
     def assemble(self, keys: list[str], fields: list[str], inputs: dict, model_class: str) -> Trace:
         """The teacher's trace of a batch whose rows are all stored: ``logits`` (B, C) as
-        computed; ``hidden_states[l]`` (B, L, d) float32, or (B, 1, d) as computed when only its
+        computed (QA: (B, 2, L)); ``hidden_states[l]`` (B, L, d) float32, or (B, 1, d) as computed when only its
         [CLS] is read; ``attention_scores[l - 1]`` (B, H, L, L) float32, ``MASKED_SCORE`` on padded
         keys; layers not read are ``None``."""
         length, device = inputs["input_ids"].shape[1], inputs["input_ids"].device
@@ -188,6 +192,8 @@ class TeacherCache(TeacherStore):
             rows = [self.get(key, field) for key in keys]
             if kind == "logits":
                 logits = torch.stack(rows).to(device)
+            elif kind == "span_logits":
+                logits = torch.stack([r[:, :length] for r in rows]).to(device)
             elif kind == "cls":
                 hidden[int(layer)] = torch.stack(rows).to(device)
             elif kind == "scores":
@@ -241,13 +247,15 @@ class TeacherCache(TeacherStore):
             if not getattr(loss, "uses_teacher", False) or not hasattr(loss, "use_teacher_cache"):
                 continue
             fields = teacher_fields(loss.matches, self.depth)
+            if fields is not None:
+                fields = sorted(self.logits_field if f == "logits" else f for f in fields)
             if fields is None:
                 self.not_cached[name] = "it reads a teacher feature the cache does not keep"
             elif not fields:
                 continue
-            elif fields != ["logits"] and not self.features:
-                self.not_cached[name] = (f"it reads teacher {', '.join(f for f in fields if f != 'logits')}; "
-                                         "--teacher-cache-features keeps them")
+            elif fields != [self.logits_field] and not self.features:
+                features = ", ".join(f for f in fields if f != self.logits_field)
+                self.not_cached[name] = f"it reads teacher {features}; --teacher-cache-features keeps them"
             else:
                 self.stages[name] = fields
                 loss.use_teacher_cache(self, name, fields)

@@ -55,13 +55,16 @@ def teacher_fingerprint(model: torch.nn.Module, max_seq_len: int) -> str:
 
 
 def stored_length(field: str, shape) -> int:
-    """``S`` of a stored field: hidden (S, d), scores (H, S, n); 0 for fields without a length."""
-    return int(shape[0]) if field.startswith("hidden.") else int(shape[1]) if field.startswith("scores.") else 0
+    """``S`` of a stored field: hidden (S, d), scores (H, S, n), span_logits (2, S); 0 for fields
+    without a length."""
+    if field.startswith("hidden."):
+        return int(shape[0])
+    return int(shape[1]) if field.startswith(("scores.", "span_logits")) else 0
 
 
 def by_length(field: str) -> bool:
     """Whether a field is stored at a padded length (and serves batches up to it)."""
-    return field.startswith(("hidden.", "scores."))
+    return field.startswith(("hidden.", "scores.", "span_logits"))
 
 
 class TeacherStore:

@@ -60,8 +60,7 @@ def projection_report(plan: Plan, trainer: Trainer) -> dict | None:
 
 def open_teacher_cache(config, plan: Plan, max_seq_len: int, spec) -> TeacherCache | None:
     """The ``--teacher-cache`` of a task distillation, attached to the plan's stages that run the
-    teacher (``None`` without the option, when no stage runs it, or for question answering, whose
-    per-window logits it does not store yet); announced on stdout."""
+    teacher (``None`` without the option or when no stage runs it); announced on stdout."""
     folder = getattr(config, "teacher_cache", None)
     if not folder:
         if getattr(config, "teacher_cache_features", False):
@@ -70,10 +69,8 @@ def open_teacher_cache(config, plan: Plan, max_seq_len: int, spec) -> TeacherCac
     if "teacher" not in plan.frozen:
         print("teacher cache: no stage runs the teacher; nothing to cache")
         return None
-    if spec.question_answering:
-        print("teacher cache: not for question answering yet (per-window logits); the teacher runs every step")
-        return None
-    cache = TeacherCache(folder, plan.frozen["teacher"], max_seq_len, features=config.teacher_cache_features)
+    cache = TeacherCache(folder, plan.frozen["teacher"], max_seq_len, features=config.teacher_cache_features,
+                         question_answering=spec.question_answering)
     cache.attach(plan.stages)
     if is_main_process():
         print(cache.describe_start())
