@@ -291,3 +291,41 @@ def test_qa_teacher_cache_serves_start_and_end_logits_at_any_shorter_batch_lengt
     assert served.shape == (2, 2, length) and torch.equal(served, computed[short][:, :, :length])
     counts = cache.counts[""]
     assert (counts.teacher_batches_run, counts.teacher_batches_skipped) == (2, 1)
+
+
+def test_compress_finds_distils_and_ships_a_question_answerer(tmp_path, tiny_tokenizer):
+    from kdbert.cli import main
+    from kdbert.core.qa_evaluate import QAEvaluator
+    from kdbert.deploy.onnx_runtime import OnnxClassifier
+
+    dev = squad_file(tmp_path / "dev.json", articles=5)
+    teacher_dir = save_tiny_qa_model(tmp_path / "teacher", tiny_tokenizer)
+    out = tmp_path / "compress"
+    task = ["--task", "squad", "--dev-file", str(dev), "--train-articles", "4", "--doc-stride", "8"]
+    assert main(["compress", "--teacher", str(teacher_dir), *task, "--candidates", "mobilebert-2x16", "--rounds", "1",
+                 "--first-steps", "2", "--batch-size", "4", "--length-rows", "4", "--threads", "1",
+                 "--output-dir", str(out), "--target-speedup", "0.01"]) == 0
+    report = json.loads((out / "compress_report.json").read_text())
+    config = json.loads((out / "winner" / "config.json").read_text())
+    assert config["architectures"] == ["MobileBertForQuestionAnswering"]
+    exported = json.loads((out / "winner" / "export_report.json").read_text())
+    shipped = report["shipped"]
+    assert shipped["dev_score"] == exported["dev_metrics"]["onnx_int8"]["score"]
+    assert (shipped["majority_dev"], shipped["gain_kept_dev"]) == (None, None)  # no constant answer to beat
+    # agreement: the share of dev questions whose shipped answer is the teacher's, by hand
+    data = load_task(TaskOptions("squad", dev_file=str(dev), train_articles=4, doc_stride=8, held_out_fraction=0.1))
+    student = OnnxClassifier(out / "winner" / "model.int8.onnx")
+    teacher = BertForQuestionAnswering.from_pretrained(teacher_dir).eval()
+    ours, theirs = (QAEvaluator(data, tiny_tokenizer) for _ in range(2))
+    rows = data.dev["dev"]
+    same = [a == b for a, b in zip(ours.answers(student, rows, ours.splits["dev"]),
+                                   theirs.answers(teacher, rows, theirs.splits["dev"]))]
+    assert shipped["agreement_measure"] == "% of questions, same answer"
+    assert shipped["agreement_dev"] == pytest.approx(100.0 * sum(same) / len(same))
+    # every candidate offered for QA is built with start and end logits; the BiLSTM is not offered
+    from kdbert.compress.speed import all_candidates, shape_context
+
+    context = shape_context(teacher_dir, TaskOptions("squad", dev_file=str(dev), train_articles=4))
+    offered = all_candidates(context)
+    assert [c.name for c in offered] == ["mobilebert-2x16"]
+    assert all(type(c.build(context)[0]).__name__.endswith("ForQuestionAnswering") for c in offered)

@@ -42,6 +42,7 @@ from kdbert.compress.speed import (
 from kdbert.core.atomic_io import write_json
 from kdbert.core.evaluate import agreement
 from kdbert.core.metrics import compute_metrics, task_score
+from kdbert.core.qa_evaluate import answer_agreement
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.export import export_model
 from kdbert.deploy.onnx_runtime import OnnxClassifier
@@ -106,8 +107,11 @@ class CompressConfig(CheckedOptions):
             raise KdbertError("pass one of --target-speedup N or --target-latency-ms L")
 
 
-def _majority_score(data) -> float:
-    """The dev score of always answering the most frequent training label (the mean for regression)."""
+def _majority_score(data) -> float | None:
+    """The dev score of always answering the most frequent training label (the mean for regression);
+    ``None`` for question answering, which has no such constant answer."""
+    if data.spec.question_answering:
+        return None
     labels = [row.label for row in data.train]
     if data.spec.is_regression:
         constant = sum(labels) / len(labels)
@@ -123,13 +127,22 @@ def _majority_score(data) -> float:
 
 
 def _agreement(data, teacher, teacher_eval, shipped_folder: Path, file_name: str) -> float:
-    """Dev agreement (:func:`kdbert.core.evaluate.agreement`) of the shipped export with the teacher
-    (scored by ``teacher_eval``, its evaluator), over every dev split's rows."""
+    """Dev agreement (:func:`kdbert.core.evaluate.agreement`; QA: the share of questions with the
+    teacher's answer, :func:`kdbert.core.qa_evaluate.answer_agreement`) of the shipped export with
+    the teacher (scored by ``teacher_eval``, its evaluator), over every dev split's rows."""
     student = OnnxClassifier(shipped_folder / file_name)
     student_eval = student.family.evaluator(data, student.encoder, None, 64)
+    if data.spec.question_answering:
+        return answer_agreement(student_eval, student, teacher_eval, teacher)
     student_logits = np.concatenate([student_eval.predict(student, d) for d in student_eval.splits.values()])
     teacher_logits = np.concatenate([teacher_eval.predict(teacher, d) for d in teacher_eval.splits.values()])
     return agreement(data.spec, student_logits, teacher_logits)
+
+
+def _agreement_measure(spec) -> str:
+    if spec.question_answering:
+        return "% of questions, same answer"
+    return "Pearson r x 100" if spec.is_regression else "% of rows, same class"
 
 
 def _export_dev_scores(export_folder: Path) -> dict[str, float]:
@@ -211,10 +224,10 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
                     "latency_real_p50_ms": shipped_speed["latency_real_p50_ms"],
                     "kept_dev": student_dev / teacher_dev,
                     "gain_kept_dev": (student_dev - majority) / (teacher_dev - majority)
-                    if teacher_dev != majority else None,
+                    if majority is not None and teacher_dev != majority else None,
                     "majority_dev": majority,
                     "agreement_dev": _agreement(data, teacher, teacher_eval, out / "winner", file_name),
-                    "agreement_measure": "Pearson r x 100" if data.spec.is_regression else "% of rows, same class"},
+                    "agreement_measure": _agreement_measure(data.spec)},
     }
     write_json(out / REPORT, report)
     plotted = plot_pareto(build_table(_plot_records(report)), out / PLOT, latency="onnx_int8",

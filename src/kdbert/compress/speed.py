@@ -66,7 +66,8 @@ def shape_context(teacher_dir: str | os.PathLike, task: TaskOptions,
     data = load_task(task)
     texts = tuple(text for example in data.train for text in example.texts)
     dim = word_vector_dim(word_vectors) if word_vectors else None
-    return ShapeContext(teacher.config, tokenizer, data.spec.num_labels, data.spec.is_pair, texts, dim)
+    return ShapeContext(teacher.config, tokenizer, data.spec.num_labels, data.spec.is_pair, texts, dim,
+                        data.spec.question_answering)
 
 
 def all_candidates(context: ShapeContext) -> list[Candidate]:

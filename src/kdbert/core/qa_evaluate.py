@@ -83,6 +83,19 @@ def best_answer(context: str, windows: list[tuple[np.ndarray, np.ndarray, list]]
     return context[best_span[0]:best_span[1]]
 
 
+def answer_agreement(student_eval: "QAEvaluator", student, teacher_eval: "QAEvaluator", teacher) -> float:
+    """How closely a student follows its teacher, in percent: the share of dev questions whose
+    predicted answer text is the teacher's (each scored by its own evaluator: its tokenizer, its
+    windows)."""
+    same = total = 0
+    for name, examples in student_eval.examples.items():
+        ours = student_eval.answers(student, examples, student_eval.splits[name])
+        theirs = teacher_eval.answers(teacher, examples, teacher_eval.splits[name])
+        same += sum(a == b for a, b in zip(ours, theirs))
+        total += len(examples)
+    return 100.0 * same / total
+
+
 class QAEvaluator:
     """Callable ``evaluator(model) -> metrics`` of a QA task: ``exact_match``, ``f1`` and ``score``
     (their mean) on dev, and on held-out training rows as ``held-out/...`` with ``selection_score``

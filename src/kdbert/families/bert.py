@@ -41,7 +41,7 @@ DISTILBERT_LAYER_CHOICES: dict[str, list[int] | Callable[[int], list[int]]] = {
     "hf-bert-base": [0, 2, 4, 7, 9, 11],
 }
 
-TASK_KINDS = ("classification", "regression")
+TASK_KINDS = ("classification", "regression", "question-answering")
 
 
 def student_config(
@@ -87,10 +87,11 @@ def student_config(
 
 def build_student(
     config: BertConfig, task_kind: str = "classification", seed: int = 0
-) -> BertForSequenceClassification:
+) -> BertForSequenceClassification | BertForQuestionAnswering:
     """A randomly initialised ``BertForSequenceClassification``; same seed, same weights.
 
-    ``task_kind="regression"`` sets num_labels 1 and problem_type "regression" (STS-B).
+    ``task_kind="regression"`` sets num_labels 1 and problem_type "regression" (STS-B);
+    ``"question-answering"`` gives a ``BertForQuestionAnswering`` (start and end logits).
     The global torch RNG is left untouched.
     """
     if task_kind not in TASK_KINDS:
@@ -99,9 +100,11 @@ def build_student(
     if task_kind == "regression":
         config.num_labels = 1
         config.problem_type = "regression"
+    if task_kind == "question-answering":
+        config.num_labels = 2
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return BertForSequenceClassification(config)
+        return (BertForQuestionAnswering if task_kind == "question-answering" else BertForSequenceClassification)(config)
 
 
 def _bert_of(teacher: PreTrainedModel) -> BertModel:
@@ -367,9 +370,16 @@ the teacher's, with the teacher's head size and FFN-to-width ratio, so that ever
 take its weights from the teacher (:func:`select_teacher_weights`)."""
 
 
+def task_kind(spec_or_context) -> str:
+    """The :data:`TASK_KINDS` entry of a task spec or shape context."""
+    if spec_or_context.question_answering:
+        return "question-answering"
+    return "regression" if spec_or_context.num_labels == 1 else "classification"
+
+
 def _random_student(shape: dict, context: ShapeContext) -> tuple[BertForSequenceClassification, object]:
     config = student_config(None, context.teacher_config, context.num_labels, **shape)
-    return build_student(config, "regression" if context.num_labels == 1 else "classification"), context.tokenizer
+    return build_student(config, task_kind(context)), context.tokenizer
 
 
 def _student_from_teacher(shape: dict, teacher: PreTrainedModel, context: ShapeContext) -> BertForSequenceClassification:

@@ -371,7 +371,8 @@ deployed speed ``kdbert compress`` measures."""
 def _random_student(layers: int, context: ShapeContext):
     config = mobilebert_config("mobilebert-matched", context.teacher_config, context.num_labels,
                                num_hidden_layers=layers)
-    return build_mobilebert(config), context.tokenizer
+    head = "question-answering" if context.question_answering else "sequence-classification"
+    return build_mobilebert(config, head), context.tokenizer
 
 
 def _student_from_teacher(layers: int, teacher: PreTrainedModel, context: ShapeContext):

@@ -60,8 +60,9 @@ class InputSpec:
 @dataclass(frozen=True)
 class ShapeContext:
     """What a student shape is built for: the teacher's config (vocabulary, positions), its
-    tokenizer, the task's outputs and sentence count, its training texts (word vocabularies), and
-    the size of the word vectors word-level students start from (None: none given)."""
+    tokenizer, the task's outputs and sentence count, its training texts (word vocabularies), the
+    size of the word vectors word-level students start from (None: none given), and whether the
+    task is question answering (start and end logits per token)."""
 
     teacher_config: Any
     tokenizer: Any
@@ -69,6 +70,7 @@ class ShapeContext:
     pair: bool
     texts: tuple[str, ...] = ()
     word_vector_dim: int | None = None
+    question_answering: bool = False
 
 
 @dataclass(frozen=True)

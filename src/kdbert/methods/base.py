@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from kdbert.core.layer_maps import parse_layers
-from kdbert.core.loading import check_vocabulary, load_sequence_classifier, resolve_model_path
+from kdbert.core.loading import check_vocabulary, load_task_model, resolve_model_path
 from kdbert.core.matching import Match
 from kdbert.core.method import Student
 from kdbert.options import UNIT, MethodConfig, TeacherCacheOptions, in_range, option
@@ -146,19 +146,19 @@ def teacher_layer_student(teacher, spec: TaskSpec, value, seed: int) -> Student:
 def preset_student(name: str, teacher, spec: TaskSpec, init: str | None, seed: int) -> Student:
     """A preset (tinybert4, tinybert6) on the teacher's vocabulary, random or weight-selected."""
     config = students.student_config(name, teacher.config, spec.num_labels)
-    model = students.build_student(config, "regression" if spec.is_regression else "classification", seed)
+    model = students.build_student(config, students.task_kind(spec), seed)
     return Student(model, f"{name}, {students.apply_student_init(model, teacher, init)}")
 
 
 def folder_student(name: str, teacher, spec: TaskSpec, seed: int) -> Student:
-    """An HF folder loaded as a sequence classifier (a fresh head when the label count differs),
-    refused when its vocabulary is not the teacher's; random parts seeded by ``seed``."""
+    """An HF folder loaded as the task's model (a sequence classifier with a fresh head when the label
+    count differs; a QA model for question answering), refused when its vocabulary is not the teacher's; random parts seeded by ``seed``."""
     path = resolve_model_path(name)
     if Path(path).is_dir():
         check_vocabulary(path, teacher)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = load_sequence_classifier(path, spec.num_labels, new_head_ok=True)
+        model = load_task_model(path, spec, new_head_ok=True)
     return Student(model, path)
 
 

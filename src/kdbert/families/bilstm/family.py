@@ -104,8 +104,9 @@ class BiLSTMFamily(Family):
 
     def candidates(self, context: ShapeContext) -> list[Candidate]:
         """The distilled BiLSTM at hidden 150 and 300, its embeddings the size of the word vectors
-        given (else 300), its vocabulary the training texts' words; none without training texts."""
-        if not context.texts:
+        given (else 300), its vocabulary the training texts' words; none without training texts or
+        for question answering (it classifies whole texts)."""
+        if not context.texts or context.question_answering:
             return []
         dim = context.word_vector_dim or DEFAULT_EMBEDDING_DIM
         return [Candidate(f"bilstm-h{hidden}", self.name, (("hidden_size", hidden), ("embedding_dim", dim)),
