@@ -21,7 +21,8 @@ BERT):
 
 ``bench`` exports each model to ONNX (fp32 and dynamic int8, EM / F1 of each runtime on the 10
 articles) and times PyTorch and ONNX Runtime int8 at 384 tokens, batch 1. Each step is a run folder
-under ``runs/squad/<step>`` (resumable) and a record in ``benchmarks/results/squad.json``.
+under ``runs/squad/<step>`` (resumable; the teacher's window logits shared through
+``runs/squad/teacher-cache``) and a record in ``benchmarks/results/squad.json``.
 Precision follows ``$KDBERT_MIXED_PRECISION`` (bf16 where recorded so).
 """
 
@@ -67,7 +68,8 @@ def run_step(step: str, runs: Path) -> dict:
                 "output_dir": str(out)}
     teacher = str(runs / "teacher")
     options = {**STUDENTS[step], "teacher": teacher, "student_layers": STUDENT_LAYERS, "max_seq_len": MAX_SEQ_LEN,
-               "max_train_examples": TRAIN_QUESTIONS, "batch_size": 32, "no_progress": True}
+               "max_train_examples": TRAIN_QUESTIONS, "batch_size": 32, "no_progress": True,
+               "teacher_cache": str(runs / "teacher-cache")}
     report = distill_task(task_options(), options, str(out), resume=resume)
     return {"teacher": teacher, "metrics": report["dev_metrics"], "train_rows": report["train_rows"],
             "options": {k: v for k, v in options.items() if k != "no_progress"},
