@@ -32,6 +32,7 @@ TRUNCATIONS = ("head", "tail", "head+tail")
 STUDENTS = {  # step -> distillation options (the teacher and the truncation are added)
     "kd-3L": {"method": "kd", "student_layers": "3", "epochs": 3},
     "kd-3L-unlabelled": {"method": "kd", "student_layers": "3", "epochs": 3, "unlabelled": "imdb-unsup"},
+    "tinybert-3L": {"method": "tinybert", "student_layers": "3", "intermediate_epochs": 2, "epochs": 2},
     "bilstm": {"method": "bilstm", "word_vectors": WORD_VECTORS, "epochs": 10},
 }
 STEPS = tuple(f"teacher-{t}" for t in TRUNCATIONS) + tuple(STUDENTS)

@@ -35,6 +35,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("bilstm-distill", bilstm_results.bilstm_distill_section),
     ("teacher-cache", speed_results.teacher_cache_section),
     ("imdb", long_text_results.imdb_section),
+    ("squad", long_text_results.squad_section),
     ("reruns", reproduction.reruns_section),
 ]
 
