@@ -9,7 +9,7 @@ from kdbert.data.batching import EncodedDataset, ModelInputs, TokenizerInputs, p
 from kdbert.data.glue import TaskData
 from kdbert.data.tasks import TaskSpec
 from kdbert.core.metrics import compute_metrics, split_prefix, task_score
-from kdbert.core.trace import model_inputs, qa_logits
+from kdbert.core.trace import model_inputs, output_logits
 from kdbert.errors import KdbertError
 
 
@@ -28,9 +28,7 @@ def predict(model, dataset: EncodedDataset, collator, batch_size: int = 64) -> n
 
     def outputs_of(batch: dict) -> np.ndarray:
         output = model(**model_inputs(model, {k: v.to(device) for k, v in batch.items()}))
-        logits = output if torch.is_tensor(output) else qa_logits(output) if hasattr(output, "start_logits") \
-            else output.logits
-        return logits.float().cpu().numpy()
+        return output_logits(output).float().cpu().numpy()
 
     return predict_rows(dataset, collator, batch_size, outputs_of)
 

@@ -91,6 +91,16 @@ def qa_logits(outputs) -> torch.Tensor:
     return torch.stack([outputs.start_logits, outputs.end_logits], dim=1)
 
 
+def output_logits(outputs) -> torch.Tensor | None:
+    """The logits of a model's output: a tensor as is, a QA model's start and end logits as (B, 2, L)
+    (:func:`qa_logits`), else ``.logits`` (``None`` for a bare encoder)."""
+    if torch.is_tensor(outputs):
+        return outputs
+    if getattr(outputs, "start_logits", None) is not None:
+        return qa_logits(outputs)
+    return getattr(outputs, "logits", None)
+
+
 def model_batch(batch: dict, role: str) -> dict:
     """The inputs of ``role`` ("teacher" or "student"): its own sub-dict, or the shared batch."""
     return batch[role] if role in batch else batch
@@ -166,10 +176,8 @@ class HFAdapter:
             outputs = model(**inputs, output_hidden_states=True, return_dict=True)
             scores = tuple(records) or None
         hidden = getattr(outputs, "hidden_states", None)
-        logits = qa_logits(outputs) if getattr(outputs, "start_logits", None) is not None else \
-            getattr(outputs, "logits", None)
         return Trace(hidden_states=tuple(hidden) if hidden is not None else None, attention_scores=scores,
-                     logits=logits, attention_mask=attention_mask,
+                     logits=output_logits(outputs), attention_mask=attention_mask,
                      model_class=type(model).__name__)
 
 

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
+from kdbert.core.trace import output_logits
 from kdbert.errors import KdbertError
 
 BUILT_IN = ("kdbert.families.hf", "kdbert.families.bilstm.family")
@@ -144,11 +145,8 @@ class Logits(nn.Module):
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         output = self.model(**dict(zip(self.names, inputs)))
-        if hasattr(output, "start_logits"):  # question answering: (B, 2, L)
-            from kdbert.core.trace import qa_logits
-
-            return qa_logits(output)
-        return output.logits if hasattr(output, "logits") else output
+        logits = output_logits(output)  # QA: start and end logits (B, 2, L)
+        return output if logits is None else logits
 
 
 class TorchRunner:
