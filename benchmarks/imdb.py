@@ -9,8 +9,11 @@ Budget (stated beside every figure): the first ``TRAIN_ROWS`` rows of the offici
 scored on the first ``DEV_ROWS`` test rows during training (dev picks the checkpoint, as the papers);
 ``--full-test`` scores each recorded model on the whole test split once more. Each step is a run
 folder under ``runs/imdb/<step>`` (resumable) and a record in ``benchmarks/results/imdb.json``;
-students distil the teacher of the truncation that scored best. Precision follows
-``$KDBERT_MIXED_PRECISION`` (bf16 where recorded so).
+students distil the teacher of the truncation that scored best of head, tail and head+tail.
+``teacher-windows`` and ``kd-3L-windows`` read every review whole instead, in windows of
+``MAX_SEQ_LEN`` tokens sharing ``DOC_STRIDE``, each window a training row, a review scored by the
+mean of its windows' logits (the KD student distils that teacher on the same windows). Precision
+follows ``$KDBERT_MIXED_PRECISION`` (bf16 where recorded so).
 """
 
 from __future__ import annotations
@@ -27,25 +30,27 @@ from kdbert.methods.finetune import FinetuneConfig, finetune
 from kdbert.methods.front import distill_task
 
 IMDB_DIR = str(DATA_ROOT / "imdb")
-TRAIN_ROWS, DEV_ROWS, MAX_SEQ_LEN, UNLABELLED_ROWS = 1000, 1000, 256, 2000
-TRUNCATIONS = ("head", "tail", "head+tail")
-STUDENTS = {  # step -> distillation options (the teacher and the truncation are added)
+TRAIN_ROWS, DEV_ROWS, MAX_SEQ_LEN, UNLABELLED_ROWS, DOC_STRIDE = 1000, 1000, 256, 2000, 128
+TRUNCATIONS = ("head", "tail", "head+tail")  # the students distil the best of these
+STUDENTS = {  # step -> distillation options (the teacher and, but for windows, the truncation are added)
     "kd-3L": {"method": "kd", "student_layers": "3", "epochs": 3},
     "kd-3L-unlabelled": {"method": "kd", "student_layers": "3", "epochs": 3, "unlabelled": "imdb-unsup"},
     "tinybert-3L": {"method": "tinybert", "student_layers": "3", "intermediate_epochs": 2, "epochs": 2},
     "bilstm": {"method": "bilstm", "word_vectors": WORD_VECTORS, "epochs": 10},
+    "kd-3L-windows": {"method": "kd", "student_layers": "3", "epochs": 3, "truncation": "windows"},
 }
-STEPS = tuple(f"teacher-{t}" for t in TRUNCATIONS) + tuple(STUDENTS)
+STEPS = tuple(f"teacher-{t}" for t in (*TRUNCATIONS, "windows")) + tuple(STUDENTS)
 
 
 def task_options(truncation: str, unlabelled: str | None = None, dev_rows: int | None = DEV_ROWS) -> TaskOptions:
     return TaskOptions("imdb", data_dir=IMDB_DIR, truncation=truncation, max_dev_examples=dev_rows,
-                       unlabelled=unlabelled, max_unlabelled=UNLABELLED_ROWS if unlabelled else None)
+                       unlabelled=unlabelled, max_unlabelled=UNLABELLED_ROWS if unlabelled else None,
+                       doc_stride=DOC_STRIDE)
 
 
 def best_teacher(results: dict) -> tuple[str, str]:
     """The recorded teacher of the best truncation: (truncation, folder)."""
-    teachers = {key: r for key, r in results.items() if key.startswith("teacher-")}
+    teachers = {key: r for key, r in results.items() if key.startswith("teacher-") and r["truncation"] in TRUNCATIONS}
     if len(teachers) < len(TRUNCATIONS):
         raise SystemExit("students need the three teachers first: run the teacher-* steps")
     key = max(teachers, key=lambda k: teachers[k]["metrics"]["score"])
@@ -62,13 +67,17 @@ def run_step(step: str, runs: Path) -> dict:
         report = finetune(task_options(truncation), config, resume=resume)
         return {"truncation": truncation, "metrics": report["best_metrics"], "train_seconds": report["train_seconds"],
                 "options": {"epochs": 2, "learning_rate": 1e-4, "batch_size": 32}, "output_dir": str(out)}
-    truncation, teacher = best_teacher(load_results("imdb"))
-    options = {**STUDENTS[step], "teacher": teacher, "max_seq_len": MAX_SEQ_LEN, "max_train_examples": TRAIN_ROWS,
-               "no_progress": True}
+    options = {**STUDENTS[step], "max_seq_len": MAX_SEQ_LEN, "max_train_examples": TRAIN_ROWS, "no_progress": True}
     unlabelled = options.pop("unlabelled", None)
+    if options.pop("truncation", None) == "windows":
+        truncation, teacher = "windows", load_results("imdb")["teacher-windows"]["output_dir"]
+    else:
+        truncation, teacher = best_teacher(load_results("imdb"))
+    options["teacher"] = teacher
     report = distill_task(task_options(truncation, unlabelled), options, str(out), resume=resume)
     return {"truncation": truncation, "teacher": teacher, "metrics": report["dev_metrics"],
-            "train_rows": report["train_rows"], "options": {k: v for k, v in options.items() if k != "no_progress"},
+            "train_rows": report["train_rows"], "train_windows": report.get("train_windows"),
+            "options": {k: v for k, v in options.items() if k != "no_progress"},
             "unlabelled": report.get("unlabelled"), "wall_seconds": report["wall_seconds"], "output_dir": str(out)}
 
 

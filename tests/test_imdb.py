@@ -1,5 +1,5 @@
 """IMDb: the aclImdb layout read from a folder or from tarballs, long texts cut by head, tail or
-head+tail, and a run through the CLI on a tiny generated copy."""
+head+tail or read in windows with pooled logits, and a run through the CLI on a tiny generated copy."""
 
 from __future__ import annotations
 
@@ -8,14 +8,17 @@ import json
 import random
 import tarfile
 
+import numpy as np
 import pytest
+import torch
 from conftest import save_tiny_classifier, sentence
 from test_cli import run_cli
 
 from transformers import AutoModelForSequenceClassification
 
-from kdbert.core.evaluate import predict
-from kdbert.data.batching import PaddingCollator, encode_examples, kept_positions
+from kdbert.core.evaluate import TaskEvaluator, predict
+from kdbert.core.teacher_logits import label_with_teacher, labelling_namespace
+from kdbert.data.batching import EncodedDataset, PaddingCollator, encode_examples, kept_positions, pool_windows
 from kdbert.data.glue import Example
 from kdbert.data.imdb import clean_review, load_imdb, load_imdb_unlabelled, shuffled
 from kdbert.data.load import TaskOptions, load_task
@@ -128,6 +131,66 @@ def test_encode_examples_cuts_long_texts_by_the_strategy(tiny_tokenizer):
         encode_examples(tiny_tokenizer, [Example(("a b", "c d"), 0)], 8, "tail")
 
 
+def test_windows_cover_a_long_text_sharing_the_stride_by_hand(tiny_tokenizer):
+    words = "the a cat dog sat on mat ran fast slow".split()
+    rows = [Example((" ".join(words),), 1), Example(("cat dog",), 0)]
+    windows = encode_examples(tiny_tokenizer, rows, 8, "windows", doc_stride=2).features
+    decoded = [tiny_tokenizer.decode(r["input_ids"], skip_special_tokens=True) for r in windows]
+    # 6 text tokens per window; each next window starts 2 tokens before the last one ended
+    assert decoded == ["the a cat dog sat on", "sat on mat ran fast slow", "cat dog"]
+    assert [r["example"] for r in windows] == [0, 0, 1] and [r["labels"] for r in windows] == [1, 1, 0]
+    assert [len(r["input_ids"]) for r in windows] == [8, 8, 4]
+    three = encode_examples(tiny_tokenizer, rows, 8, "windows", doc_stride=4).features
+    assert [tiny_tokenizer.decode(r["input_ids"], skip_special_tokens=True) for r in three] == \
+        ["the a cat dog sat on", "cat dog sat on mat ran", "sat on mat ran fast slow", "cat dog"]
+    with pytest.raises(KdbertError, match="--doc-stride 6 does not fit windows of --max-seq-len 8: they hold 6 "
+                                          "text tokens, so share at most 5; lower --doc-stride"):
+        encode_examples(tiny_tokenizer, rows, 8, "windows", doc_stride=6)
+    with pytest.raises(KdbertError, match="applies to single-text tasks"):
+        encode_examples(tiny_tokenizer, [Example(("a b", "c d"), 0)], 8, "windows")
+
+
+def test_pool_windows_averages_each_texts_logits_by_hand():
+    logits = np.array([[1.0, 2.0], [3.0, 6.0], [5.0, -1.0]], dtype=np.float32)
+    windows = EncodedDataset([{"input_ids": [1], "example": 0}, {"input_ids": [2], "example": 0},
+                              {"input_ids": [3], "example": 1}])
+    assert pool_windows(logits, windows).tolist() == [[2.0, 4.0], [5.0, -1.0]]
+    plain = EncodedDataset([{"input_ids": [1]}, {"input_ids": [2]}, {"input_ids": [3]}])
+    assert pool_windows(logits, plain) is logits
+
+
+def window_logits_one_by_one(model, tokenizer, texts: list[str], max_seq_len: int, doc_stride: int) -> np.ndarray:
+    """Each text's windows run alone through ``model`` (no padding), their logits averaged."""
+    pooled = []
+    for text in texts:
+        encoded = tokenizer(text, truncation=True, max_length=max_seq_len, stride=doc_stride,
+                            return_overflowing_tokens=True)
+        with torch.no_grad():
+            window = [model(input_ids=torch.tensor([ids])).logits[0].numpy() for ids in encoded["input_ids"]]
+        pooled.append(np.mean(window, axis=0))
+    return np.stack(pooled)
+
+
+def test_windows_evaluator_and_teacher_labels_average_each_reviews_windows(tmp_path, tiny_tokenizer):
+    root = write_folder(tmp_path / "imdb", imdb_files())
+    data = load_task(TaskOptions("imdb", data_dir=str(root), truncation="windows", doc_stride=4))
+    assert data.spec.truncation == "windows" and data.spec.doc_stride == 4
+    model = AutoModelForSequenceClassification.from_pretrained(save_tiny_classifier(tmp_path / "m", tiny_tokenizer))
+    reviews = data.dev["test"]
+    expected = window_logits_one_by_one(model, tiny_tokenizer, [ex.texts[0] for ex in reviews], 16, 4)
+    evaluator = TaskEvaluator(data, tiny_tokenizer, 16, batch_size=5)
+    assert len(evaluator.splits["test"]) > len(reviews)  # several windows per review
+    np.testing.assert_allclose(evaluator.predict(model, evaluator.splits["test"]), expected, atol=1e-5)
+    labels = np.array([ex.label for ex in reviews])
+    assert evaluator(model)["accuracy"] == pytest.approx(100 * np.mean(expected.argmax(-1) == labels))
+    texts = [ex.texts for ex in reviews]
+    stored = label_with_teacher(model, tiny_tokenizer, texts, tmp_path / "store", 16, batch_size=3,
+                                truncation="windows", doc_stride=4)
+    np.testing.assert_allclose(stored, expected, atol=1e-5)
+    assert len({labelling_namespace(model, tiny_tokenizer, 16, truncation=t, doc_stride=d)
+                for t, d in (("head", 4), ("windows", 4), ("windows", 8), ("tail", 4))}) == 4
+
+
 def test_task_options_set_truncation_and_cut_dev(tmp_path, glue_dir):
     root = write_folder(tmp_path, imdb_files())
     data = load_task(TaskOptions("imdb", data_dir=str(root), truncation="head+tail", max_dev_examples=5))
@@ -146,10 +209,14 @@ def test_task_options_set_truncation_and_cut_dev(tmp_path, glue_dir):
     assert data.unlabelled == [Example(("the cat sat",), None)]
 
 
-def test_finetune_and_distil_imdb_from_tarballs_with_tail_truncation(tmp_path, capsys, tiny_tokenizer):
+@pytest.mark.parametrize("truncation", ["tail", "windows"])
+def test_finetune_and_distil_imdb_from_tarballs_with_long_text_truncation(tmp_path, capsys, tiny_tokenizer,
+                                                                          truncation):
     root = write_tarballs(tmp_path / "imdb", imdb_files())
     model = save_tiny_classifier(tmp_path / "tiny", tiny_tokenizer)
-    common = ["--task", "imdb", "--data-dir", root, "--truncation", "tail", "--max-seq-len", 24, "--no-progress"]
+    window = ["--doc-stride", 8] if truncation == "windows" else []
+    common = ["--task", "imdb", "--data-dir", root, "--truncation", truncation, "--max-seq-len", 24, *window,
+              "--no-progress"]
     code, stdout, _ = run_cli(capsys, "finetune", "--model", model, "--output-dir", tmp_path / "teacher",
                               "--max-steps", 2, "--batch-size", 4, *common)
     assert code == 0 and "test/accuracy=" not in stdout and "accuracy=" in stdout
@@ -158,8 +225,10 @@ def test_finetune_and_distil_imdb_from_tarballs_with_tail_truncation(tmp_path, c
     assert code == 0
     report = json.loads((tmp_path / "kd" / "distill_report.json").read_text())
     assert report["task"] == "imdb" and report["options"]["task"] == "imdb"
+    assert report["train_rows"] == 12 and report.get("train_windows") == (None if truncation == "tail" else len(
+        encode_examples(tiny_tokenizer, load_imdb(root).train, 24, "windows", doc_stride=8).features))
     code, _, _ = run_cli(capsys, "evaluate", "--model", tmp_path / "kd", "--task", "imdb", "--data-dir", root,
-                         "--truncation", "tail", "--max-seq-len", 24)
+                         "--truncation", truncation, "--max-seq-len", 24, *window)
     assert code == 0
     evaluated = json.loads((tmp_path / "kd" / "eval_imdb.json").read_text())
     assert evaluated["accuracy"] == pytest.approx(report["dev_metrics"]["accuracy"])

@@ -91,6 +91,14 @@ def test_windows_cover_a_long_context_with_the_stride(tiny_tokenizer):
         if (s, e) != (0, 0):
             assert context[row["offsets"][s][0]:row["offsets"][e][1]] == "small red"
     assert sum(r["labels"] != [0, 0] for r in rows) == 2  # the answer lies in both windows (the overlap)
+    # 19 - 3 specials - 2 question tokens = 14 context tokens a window: sharing 13, each window moves
+    # on by one token (7 windows for 20); sharing 14 cannot move on
+    assert len(encode_qa(tiny_tokenizer, [example], max_seq_len=19, doc_stride=13)) == 7
+    with pytest.raises(KdbertError, match="--doc-stride 14 does not fit windows of --max-seq-len 19 beside a question "
+                                          "of 2 tokens: they hold 14 text tokens, so share at most 13"):
+        encode_qa(tiny_tokenizer, [example], max_seq_len=19, doc_stride=14)
+    with pytest.raises(KdbertError, match="--max-seq-len 5 leaves no room for text beside a question of 2 tokens"):
+        encode_qa(tiny_tokenizer, [example], max_seq_len=5, doc_stride=1)
 
 
 def test_reader_checks_answers_contexts_and_splits_by_article(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kdbert.data.batching import EncodedDataset, ModelInputs, TokenizerInputs, predict_rows
+from kdbert.data.batching import EncodedDataset, ModelInputs, TokenizerInputs, pool_windows, predict_rows
 from kdbert.data.glue import TaskData
 from kdbert.data.tasks import TaskSpec
 from kdbert.core.metrics import compute_metrics, split_prefix, task_score
@@ -88,7 +88,8 @@ class SplitEvaluator:
 
 class TaskEvaluator(SplitEvaluator):
     """:class:`SplitEvaluator` of token-level models: rows encoded with the model's inputs
-    (``inputs``; default: ``tokenizer``'s, cut to ``max_seq_len`` by the task's truncation)."""
+    (``inputs``; default: ``tokenizer``'s, cut to ``max_seq_len`` by the task's truncation); a text
+    read in windows is scored by the mean of its windows' logits (:func:`~kdbert.data.batching.pool_windows`)."""
 
     def __init__(self, data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64,
                  inputs: ModelInputs | None = None):
@@ -98,7 +99,8 @@ class TaskEvaluator(SplitEvaluator):
         self.collator = inputs.collate
 
     def predict(self, model, dataset: EncodedDataset) -> np.ndarray:
-        return predict(model, dataset, self.collator, self.batch_size)
+        """Logits (N_texts, C) of ``model`` on one of ``splits``."""
+        return pool_windows(predict(model, dataset, self.collator, self.batch_size), dataset)
 
 
 def task_evaluator(data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64,

@@ -37,7 +37,7 @@ import torch
 from safetensors import safe_open
 
 from kdbert.core.teacher_store import SHARD_GLOB, TeacherStore, teacher_fingerprint
-from kdbert.data.batching import PaddingCollator, encode_examples
+from kdbert.data.batching import PaddingCollator, encode_examples, pool_windows
 from kdbert.data.glue import Example, resolve_glue_dir, split_file
 from kdbert.data.load import TaskOptions, is_data_file
 from kdbert.data.masking import MASK_TOKEN
@@ -54,10 +54,10 @@ def check_dtype(dtype: str) -> None:
 
 
 def labelling_namespace(model: torch.nn.Module, tokenizer, max_seq_len: int, dtype: str = "float32",
-                        truncation: str = "head") -> str:
+                        truncation: str = "head", doc_stride: int = 128) -> str:
     """A hex digest of everything that decides the teacher's logits on a text: its fingerprint
     (:func:`~kdbert.core.teacher_store.teacher_fingerprint`), its tokenizer, the precision and
-    which tokens a long text keeps (``truncation``)."""
+    which tokens a long text keeps (``truncation``; for ``windows``, their ``doc_stride`` too)."""
     check_dtype(dtype)
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:  # without the truncation / padding state that each call sets
@@ -65,7 +65,7 @@ def labelling_namespace(model: torch.nn.Module, tokenizer, max_seq_len: int, dty
         vocab = json.dumps(described, sort_keys=True)
     else:
         vocab = repr(sorted(tokenizer.get_vocab().items()))
-    kept = "" if truncation == "head" else f"{truncation}|"  # head: the namespace of earlier stores
+    kept = {"head": "", "windows": f"windows:{doc_stride}|"}.get(truncation, f"{truncation}|")  # head: earlier stores
     digest = hashlib.blake2b(f"texts|{teacher_fingerprint(model, max_seq_len)}|{dtype}|{kept}".encode(),
                              digest_size=16)
     digest.update(vocab.encode("utf-8"))
@@ -90,7 +90,9 @@ def row_keys(namespace: str, examples: list[tuple[str, ...]]) -> list[str]:
 
 @torch.inference_mode()
 def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len: int, batch_size: int,
-                 dtype: str = "float32", truncation: str = "head") -> np.ndarray:
+                 dtype: str = "float32", truncation: str = "head", doc_stride: int = 128) -> np.ndarray:
+    """The teacher's logits (N, C) on ``examples``, shortest first in batches; a text read in
+    windows gets the mean of its windows' logits (:func:`~kdbert.data.batching.pool_windows`)."""
     mask_token = getattr(tokenizer, "mask_token", None)
     rows = [Example(tuple(teacher_view(t, mask_token) for t in texts), None) for texts in examples]
     order = sorted(range(len(rows)), key=lambda i: sum(len(t) for t in rows[i].texts))
@@ -102,30 +104,31 @@ def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len:
     out = [None] * len(rows)
     for begin in range(0, len(order), batch_size):
         indices = order[begin:begin + batch_size]
-        dataset = encode_examples(tokenizer, [rows[i] for i in indices], max_seq_len, truncation)
-        batch = collator([dataset[j] for j in range(len(indices))])
+        dataset = encode_examples(tokenizer, [rows[i] for i in indices], max_seq_len, truncation, doc_stride)
+        batch = collator(dataset.features)
         inputs = {k: v.to(device) for k, v in batch.items() if k in accepted}
         with autocast:
             logits = model(**inputs).logits.float().cpu().numpy()
-        for row, index in zip(logits, indices):
+        for row, index in zip(pool_windows(logits, dataset), indices):
             out[index] = row
     return np.stack(out)
 
 
 def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder: str | os.PathLike,
                        max_seq_len: int, batch_size: int = 64, num_labels: int | None = None,
-                       dtype: str = "float32", option: str = "--logits-cache", truncation: str = "head") -> np.ndarray:
+                       dtype: str = "float32", option: str = "--logits-cache", truncation: str = "head",
+                       doc_stride: int = 128) -> np.ndarray:
     """The teacher's logits (N, C) on ``examples`` (one or two texts each), from the store in
     ``folder`` where present; rows not stored yet are computed (shortest first, in batches of
     ``batch_size``) and stored. ``num_labels``: the task's output count, checked against the
     teacher's. ``dtype``: "float32", or "bfloat16" to run the teacher under autocast (logits
     stored in float32, under a namespace of their own). ``option`` names the folder in errors;
-    ``truncation`` is the task's (:data:`kdbert.data.tasks.TRUNCATIONS`)."""
+    ``truncation`` and ``doc_stride`` are the task's (:data:`kdbert.data.tasks.TRUNCATIONS`)."""
     if num_labels is not None and model.config.num_labels != num_labels:
         raise KdbertError(f"the teacher has {model.config.num_labels} output(s) but the task needs {num_labels}; "
                           "use a teacher fine-tuned on this task")
-    store = TeacherStore(folder, labelling_namespace(model, tokenizer, max_seq_len, dtype, truncation), option,
-                         shard_rows=SHARD_ROWS)
+    store = TeacherStore(folder, labelling_namespace(model, tokenizer, max_seq_len, dtype, truncation, doc_stride),
+                         option, shard_rows=SHARD_ROWS)
     keys = row_keys(store.namespace, examples)
     new_rows: dict[str, int] = {}  # key -> first example with it
     for i, key in enumerate(keys):
@@ -133,7 +136,7 @@ def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder
             new_rows.setdefault(key, i)
     if new_rows:
         computed = _run_teacher(model, tokenizer, [examples[i] for i in new_rows.values()], max_seq_len, batch_size,
-                                dtype, truncation)
+                                dtype, truncation, doc_stride)
         for key, logits in zip(new_rows, computed):
             store.put(key, {"logits": torch.tensor(logits, dtype=torch.float32)})
         store.close()
@@ -188,7 +191,8 @@ def stored_teacher_logits(teacher, tokenizer, rows: list[Example], task: TaskOpt
     started = time.time()
     teacher.to("cuda" if torch.cuda.is_available() else "cpu")
     logits = label_with_teacher(teacher, tokenizer, [row.texts for row in rows], store, max_seq_len,
-                                num_labels=spec.num_labels, dtype=dtype, truncation=spec.truncation)
+                                num_labels=spec.num_labels, dtype=dtype, truncation=spec.truncation,
+                                doc_stride=spec.doc_stride)
     return logits, {"store": str(store), "rows": len(rows), "dtype": dtype, "seconds": round(time.time() - started, 1)}
 
 

@@ -23,7 +23,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from typing import Protocol
 
 from kdbert.data.glue import Example
-from kdbert.data.qa_windows import encode_qa
+from kdbert.data.qa_windows import check_stride, encode_qa
 from kdbert.errors import KdbertError
 
 
@@ -69,27 +69,64 @@ def kept_positions(special_tokens_mask: list[int], max_seq_len: int, truncation:
     return list(range(lead)) + chosen + list(range(length - trail, length))
 
 
-def encode_examples(tokenizer, examples: list[Example], max_seq_len: int, truncation: str = "head") -> EncodedDataset:
+def encode_examples(tokenizer, examples: list[Example], max_seq_len: int, truncation: str = "head",
+                    doc_stride: int = 128) -> EncodedDataset:
     """Tokenise examples (pairs as ``[CLS] a [SEP] b [SEP]``), cut to ``max_seq_len`` tokens: pairs
-    and ``head`` by the tokenizer, single texts by ``tail`` or ``head+tail`` (:func:`kept_positions`)."""
+    and ``head`` by the tokenizer, single texts by ``tail`` or ``head+tail`` (:func:`kept_positions`)
+    or into ``windows`` (:func:`encode_windows`)."""
     columns = list(zip(*(ex.texts for ex in examples))) if examples else [[]]
     if truncation == "head":
         encoded = tokenizer(*[list(c) for c in columns], truncation=True, max_length=max_seq_len)
         rows = [{key: encoded[key][i] for key in encoded.keys()} for i in range(len(examples))]
-    elif len(columns) == 1:
+    elif len(columns) > 1:
+        raise KdbertError(f"--truncation {truncation} applies to single-text tasks; pairs are cut from the head "
+                          "(leave --truncation at head)")
+    elif truncation == "windows":
+        return encode_windows(tokenizer, examples, max_seq_len, doc_stride)
+    else:
         encoded = tokenizer(list(columns[0]), return_special_tokens_mask=True, verbose=False)
         rows = []
         for i in range(len(examples)):
             kept = kept_positions(encoded["special_tokens_mask"][i], max_seq_len, truncation)
             rows.append({key: [encoded[key][i][p] for p in kept] for key in encoded.keys()
                          if key != "special_tokens_mask"})
-    else:
-        raise KdbertError(f"--truncation {truncation} applies to single-text tasks; pairs are cut from the head "
-                          "(leave --truncation at head)")
     for row, example in zip(rows, examples):
         if example.label is not None:
             row["labels"] = example.label
     return EncodedDataset(rows)
+
+
+def encode_windows(tokenizer, examples: list[Example], max_seq_len: int, doc_stride: int) -> EncodedDataset:
+    """Single texts cut into windows of at most ``max_seq_len`` tokens, consecutive windows sharing
+    ``doc_stride`` tokens (a text that fits is one window). Each window is a row with its text's label
+    and ``example``, the text's index in ``examples``, by which :func:`pool_windows` scores the text."""
+    if not examples:
+        return EncodedDataset([])
+    if not getattr(tokenizer, "is_fast", True):
+        raise KdbertError("--truncation windows needs a fast (Rust) tokenizer; load the model's tokenizer.json")
+    check_stride(doc_stride, max_seq_len - tokenizer.num_special_tokens_to_add(pair=False), max_seq_len)
+    encoded = tokenizer([ex.texts[0] for ex in examples], truncation=True, max_length=max_seq_len,
+                        stride=doc_stride, return_overflowing_tokens=True)
+    keys = [key for key in encoded.keys() if key != "overflow_to_sample_mapping"]
+    rows = []
+    for w, index in enumerate(encoded["overflow_to_sample_mapping"]):
+        row = {key: encoded[key][w] for key in keys}
+        row["example"] = index
+        if examples[index].label is not None:
+            row["labels"] = examples[index].label
+        rows.append(row)
+    return EncodedDataset(rows)
+
+
+def pool_windows(logits: np.ndarray, dataset: EncodedDataset) -> np.ndarray:
+    """One row of logits per text: the mean over its windows, (N_texts, C), when ``dataset``'s rows
+    are windows of texts (:func:`encode_windows`: they carry ``example``); else ``logits`` as they are."""
+    if not dataset.features or "example" not in dataset.features[0]:
+        return logits
+    owners = np.array([row["example"] for row in dataset.features])
+    sums = np.zeros((owners.max() + 1, *logits.shape[1:]), dtype=np.float64)
+    np.add.at(sums, owners, logits)
+    return (sums / np.bincount(owners)[:, None]).astype(logits.dtype)
 
 
 class PaddingCollator:
@@ -130,23 +167,26 @@ class ModelInputs(Protocol):
 
 class TokenizerInputs:
     """:class:`ModelInputs` of an HF tokenizer: token ids, token types when the tokenizer makes
-    them, attention mask; cut to ``max_seq_len`` by ``truncation``, padded per batch."""
+    them, attention mask; cut to ``max_seq_len`` by ``truncation``, padded per batch. QA rows, and
+    texts cut into ``windows``, are windows sharing ``doc_stride`` tokens."""
 
-    def __init__(self, tokenizer, max_seq_len: int, truncation: str = "head", doc_stride: int | None = None):
+    def __init__(self, tokenizer, max_seq_len: int, truncation: str = "head", doc_stride: int = 128,
+                 question_answering: bool = False):
         self.tokenizer, self.max_seq_len, self.truncation = tokenizer, max_seq_len, truncation
-        self.doc_stride = doc_stride
+        self.doc_stride, self.question_answering = doc_stride, question_answering
         self.padding = PaddingCollator(tokenizer.pad_token_id)
 
     @classmethod
     def for_task(cls, tokenizer, max_seq_len: int, spec) -> "TokenizerInputs":
-        """The inputs of ``spec``: its truncation, and windows of ``spec.doc_stride`` for QA."""
-        return cls(tokenizer, max_seq_len, spec.truncation, spec.doc_stride if spec.question_answering else None)
+        """The inputs of ``spec``: its truncation, windows of ``spec.doc_stride``, QA or not."""
+        return cls(tokenizer, max_seq_len, spec.truncation, spec.doc_stride, spec.question_answering)
 
     def rows(self, examples: list[Example]) -> EncodedDataset:
-        """Rows with labels: one per example, or one per window for QA (:func:`~kdbert.data.qa_windows.encode_qa`)."""
-        if self.doc_stride is not None:
+        """Rows with labels: one per example, or one per window for QA (:func:`~kdbert.data.qa_windows.encode_qa`)
+        and for ``windows`` (:func:`encode_windows`)."""
+        if self.question_answering:
             return EncodedDataset(encode_qa(self.tokenizer, examples, self.max_seq_len, self.doc_stride))
-        return encode_examples(self.tokenizer, examples, self.max_seq_len, self.truncation)
+        return encode_examples(self.tokenizer, examples, self.max_seq_len, self.truncation, self.doc_stride)
 
     def encode(self, examples: list[Example]) -> list[dict]:
         return [{k: v for k, v in row.items() if k != "labels"} for row in self.rows(examples).features]
@@ -161,6 +201,9 @@ def encode_task(examples: list[Example], teacher: TokenizerInputs,
     or ``{"teacher", "student", "labels"}`` with each model's own inputs."""
     if student is None:
         return teacher.rows(examples)
+    if teacher.truncation == "windows":
+        raise KdbertError("--truncation windows makes several rows of a text for the teacher, which a student with "
+                          "its own inputs cannot pair with; use head, tail or head+tail")
     rows = [{"teacher": t, "student": s} for t, s in zip(teacher.encode(examples), student.encode(examples))]
     for row, example in zip(rows, examples):
         if example.label is not None:

@@ -46,8 +46,10 @@ class TaskOptions(CheckedOptions):
                                            "and scores, as the papers do)", type=float, group="data",
                                       check=in_range(0, 0.5, what="a share of the training rows in [0, 0.5]"))
     truncation: str = option("head", "what a text longer than the token limit keeps: its first tokens (head), its "
-                                     "last (tail), or a quarter from the head and the rest from the tail (head+tail, "
-                                     "best on IMDb in Sun et al. 2019); single-text tasks", group="data",
+                                     "last (tail), a quarter from the head and the rest from the tail (head+tail, "
+                                     "best on IMDb in Sun et al. 2019), or all of it in windows sharing --doc-stride "
+                                     "tokens, each a training row, scored by the mean of a text's window logits "
+                                     "(windows); single-text tasks", group="data",
                              choices=TRUNCATIONS)
     unlabelled: str | None = option(None, "distillation: more training rows without labels, labelled by the "
                                           "teacher (its logits, argmax as the hard label): a .csv/.tsv/.jsonl file "
@@ -59,8 +61,8 @@ class TaskOptions(CheckedOptions):
                                               "the dev file and score the rest (not comparable with published "
                                               "figures)", type=int, group="data",
                                         check=in_range(1, 10**6, int, what="a positive integer"))
-    doc_stride: int = option(128, "squad: tokens shared by consecutive windows of a context longer than the token "
-                                  "limit", type=int, group="data", check=in_range(1, 10**6, int, what="a positive integer"))
+    doc_stride: int = option(128, "squad and --truncation windows: tokens shared by consecutive windows of a "
+                                  "text longer than the token limit", type=int, group="data", check=in_range(1, 10**6, int, what="a positive integer"))
     max_dev_examples: int | None = option(None, "score only the first N rows of each evaluation split (IMDb's "
                                                 "come in a fixed shuffled order, so they are a sample of both "
                                                 "classes)", type=int, group="data",
@@ -120,7 +122,7 @@ def load_task(options: TaskOptions, seed: int = 42) -> TaskData:
             raise KdbertError(f"--truncation {options.truncation} applies to single-text tasks and {data.spec.name} "
                               "has pairs; leave --truncation at head")
         data.spec = replace(data.spec, truncation=options.truncation)
-    if data.spec.question_answering:
+    if data.spec.question_answering or options.truncation == "windows":
         data.spec = replace(data.spec, doc_stride=options.doc_stride)
     if options.max_dev_examples:
         data.dev = {name: rows[: options.max_dev_examples] for name, rows in data.dev.items()}

@@ -35,13 +35,12 @@ def encode_qa(tokenizer, examples: list[Example], max_seq_len: int, doc_stride: 
     if not examples:
         return []
     questions = _cut_questions(tokenizer, [ex.texts[0] for ex in examples])
-    try:
-        encoded = tokenizer(questions, [ex.texts[1] for ex in examples], truncation="only_second",
-                            max_length=max_seq_len, stride=doc_stride, return_overflowing_tokens=True,
-                            return_offsets_mapping=True)
-    except Exception as exc:  # the tokenizer refuses a stride the window cannot hold
-        raise KdbertError(f"--doc-stride {doc_stride} does not fit windows of --max-seq-len {max_seq_len} beside the "
-                          f"question ({str(exc).strip().splitlines()[0]}); lower --doc-stride") from None
+    longest = max(len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"])
+    check_stride(doc_stride, max_seq_len - tokenizer.num_special_tokens_to_add(pair=True) - longest, max_seq_len,
+                 f" beside a question of {longest} tokens")
+    encoded = tokenizer(questions, [ex.texts[1] for ex in examples], truncation="only_second",
+                        max_length=max_seq_len, stride=doc_stride, return_overflowing_tokens=True,
+                        return_offsets_mapping=True)
     rows = []
     for w, index in enumerate(encoded["overflow_to_sample_mapping"]):
         sequence = encoded.sequence_ids(w)
@@ -50,6 +49,16 @@ def encode_qa(tokenizer, examples: list[Example], max_seq_len: int, doc_stride: 
         row.update(example=index, offsets=offsets, labels=answer_positions(examples[index].label, offsets))
         rows.append(row)
     return rows
+
+
+def check_stride(doc_stride: int, room: int, max_seq_len: int, beside: str = "") -> None:
+    """Refuse windows that cannot move on: ``doc_stride`` shared tokens must be fewer than the
+    ``room`` each window has for text (the tokenizer would panic)."""
+    if room < 1:
+        raise KdbertError(f"--max-seq-len {max_seq_len} leaves no room for text{beside}; raise --max-seq-len")
+    if doc_stride >= room:
+        raise KdbertError(f"--doc-stride {doc_stride} does not fit windows of --max-seq-len {max_seq_len}{beside}: "
+                          f"they hold {room} text tokens, so share at most {room - 1}; lower --doc-stride")
 
 
 def answer_positions(answers, offsets: list) -> list[int]:

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-# what a text longer than the token limit keeps: its first tokens, its last ones, or a quarter of
-# the limit from the head and the rest from the tail (Sun et al., 2019, "How to Fine-Tune BERT for
-# Text Classification?": 128 + 382 of 512 tokens did best on IMDb)
-TRUNCATIONS = ("head", "tail", "head+tail")
+# what a text longer than the token limit keeps: its first tokens, its last ones, a quarter of the
+# limit from the head and the rest from the tail (Sun et al., 2019, "How to Fine-Tune BERT for Text
+# Classification?": 128 + 382 of 512 tokens did best on IMDb), or all of it in windows that share
+# ``doc_stride`` tokens, each trained on as a row and scored by the mean of a text's window logits
+TRUNCATIONS = ("head", "tail", "head+tail", "windows")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class TaskSpec:
         max_seq_len: default maximum sequence length (64 single sentence, 128 pairs).
         dev_splits: names of the evaluation splits (MNLI has matched and mismatched).
         truncation: which tokens a text longer than the limit keeps (:data:`TRUNCATIONS`).
+        doc_stride: tokens shared by consecutive windows (QA, and ``truncation="windows"``).
         question_answering: extractive QA (``texts`` = question, context; the label is the gold
             answers; the model gives a start and an end logit per token; :mod:`kdbert.data.squad`),
             read in windows that share ``doc_stride`` tokens (:mod:`kdbert.data.qa_windows`).

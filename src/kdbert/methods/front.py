@@ -139,7 +139,8 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
         return {}
     report = {
         "method": config.method, "task": spec.name, "teacher": teacher_path, "options": identity,
-        "student_init": inputs.student.origin, "train_rows": len(rows), **inputs.report, **plan_report,
+        "student_init": inputs.student.origin, "train_rows": len(rows),
+        **({"train_windows": len(inputs.train_set)} if len(inputs.train_set) != len(rows) else {}), **inputs.report, **plan_report,
         **({"unlabelled": unlabelled} if unlabelled else {}),
         "stages": train_report["stages"], "stage_losses": stage_losses(out / "log.jsonl"),
         "dev_metrics": train_report["best_metrics"], "best_stage": train_report["best_stage"],
