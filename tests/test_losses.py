@@ -100,6 +100,16 @@ def test_soft_cross_entropy_reference_form():
     assert got.item() == pytest.approx(-(0.5 * math.log(0.75) + 0.5 * math.log(0.25)) / 2)
 
 
+def test_soft_cross_entropy_of_qa_spans_is_per_distribution_not_per_position():
+    # (B=1, start/end, L=3): start: teacher [ln3, 0, 0] -> [3/5, 1/5, 1/5] against a uniform student
+    # (-ln3 each): CE ln3; end: teacher uniform against student [ln2, 0, 0] -> [1/2, 1/4, 1/4]:
+    # CE -(ln(1/2) + 2 ln(1/4)) / 3 = 5 ln2 / 3. Mean of the two, not divided by the 3 positions.
+    student = t([[[0, 0, 0], [LN2, 0, 0]]])
+    teacher = t([[[LN3, 0, 0], [0, 0, 0]]])
+    got = losses.soft_cross_entropy(student, teacher)
+    assert got.item() == pytest.approx((LN3 + 5 * LN2 / 3) / 2)
+
+
 def test_kl_div_loss_batchmean_with_t_squared():
     # Row 0: teacher/T = [ln3, 0] -> [3/4, 1/4] vs uniform student; row 1: identical.
     s = t([[0, 0], [0, 0]])

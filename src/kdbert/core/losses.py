@@ -167,11 +167,16 @@ def soft_cross_entropy(
     per-example cross-entropy divided by C. No T^2 factor (TinyBERT uses T = 1). The paper
     writes plain cross-entropy ``-softmax(z_t/T) . log_softmax(z_s/T)``; the reference code's
     ``.mean()`` scales it by 1/C, which only rescales the learning rate.
+
+    QA span logits (B, 2, L), where the "classes" are the L positions: the plain cross-entropy
+    of each start and end distribution (sum over positions), mean over the 2B of them; the
+    reference's 1/C would divide the loss, and so the learning rate, by the window length.
     """
     check_same_shape("soft_cross_entropy", student_logits, teacher_logits,
                       "student and teacher need the same number of labels")
     targets = F.softmax(teacher_logits / temperature, dim=-1)
-    return (-targets * F.log_softmax(student_logits / temperature, dim=-1)).mean()
+    per_class = -targets * F.log_softmax(student_logits / temperature, dim=-1)
+    return per_class.sum(-1).mean() if student_logits.dim() == 3 else per_class.mean()
 
 
 def kl_div_loss(
