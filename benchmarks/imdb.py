@@ -3,11 +3,13 @@
     python benchmarks/imdb.py                    # every step not recorded yet, in order
     python benchmarks/imdb.py --steps teacher-head teacher-tail
     python benchmarks/imdb.py --full-test        # then score the recorded models on all 25,000 test rows
+    python benchmarks/imdb.py --full-test --steps teacher-tail kd-3L   # only these, in this order
 
 Budget (stated beside every figure): the first ``TRAIN_ROWS`` rows of the official training split
 (IMDb's rows come in a fixed shuffled order, so a sample of both classes), ``MAX_SEQ_LEN`` tokens,
 scored on the first ``DEV_ROWS`` test rows during training (dev picks the checkpoint, as the papers);
-``--full-test`` scores each recorded model on the whole test split once more. Each step is a run
+``--full-test`` scores each recorded model on the whole test split once more (under bf16 autocast when
+``$KDBERT_MIXED_PRECISION`` is bf16). Each step is a run
 folder under ``runs/imdb/<step>`` (resumable) and a record in ``benchmarks/results/imdb.json``;
 students distil the teacher of the truncation that scored best of head, tail and head+tail.
 ``teacher-windows`` and ``kd-3L-windows`` read every review whole instead, in windows of
@@ -19,8 +21,10 @@ follows ``$KDBERT_MIXED_PRECISION`` (bf16 where recorded so).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
+import torch
 from common import load_results, machine_info, save_result
 from paths import DATA_ROOT, WORD_VECTORS, run_folder
 
@@ -30,6 +34,7 @@ from kdbert.methods.finetune import FinetuneConfig, finetune
 from kdbert.methods.front import distill_task
 
 IMDB_DIR = str(DATA_ROOT / "imdb")
+BF16 = os.environ.get("KDBERT_MIXED_PRECISION") == "bf16"  # the full test scored as trained
 TRAIN_ROWS, DEV_ROWS, MAX_SEQ_LEN, UNLABELLED_ROWS, DOC_STRIDE = 1000, 1000, 256, 2000, 128
 TRUNCATIONS = ("head", "tail", "head+tail")  # the students distil the best of these
 STUDENTS = {  # step -> distillation options (the teacher and, but for windows, the truncation are added)
@@ -81,16 +86,19 @@ def run_step(step: str, runs: Path) -> dict:
             "unlabelled": report.get("unlabelled"), "wall_seconds": report["wall_seconds"], "output_dir": str(out)}
 
 
-def full_test(results: dict) -> None:
-    """Score every recorded model on all 25,000 test rows (once; recorded under ``full_test``)."""
-    for key, record in results.items():
-        if "full_test" in record:
+def full_test(results: dict, steps: list[str] | None = None) -> None:
+    """Score the recorded models of ``steps`` (default: all, in :data:`STEPS` order) on all 25,000
+    test rows (once; recorded under ``full_test``)."""
+    for key in steps or STEPS:
+        record = results.get(key)
+        if record is None or "full_test" in record:
             continue
         data = load_task(task_options(record["truncation"], dev_rows=None))
         family = family_of_folder(record["output_dir"])
         model, encoder = family.load(Path(record["output_dir"]), data.spec)
-        metrics = family.evaluator(data, encoder, MAX_SEQ_LEN, 64)(model)
-        save_result("imdb", key, {**record, "full_test": metrics})
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=BF16):
+            metrics = family.evaluator(data, encoder, MAX_SEQ_LEN, 64)(model)
+        save_result("imdb", key, {**record, "full_test": {**metrics, "precision": "bf16" if BF16 else "float32"}})
         print(f"{key}: full test {metrics}")
 
 
@@ -101,7 +109,7 @@ def main() -> None:
     parser.add_argument("--full-test", action="store_true", help="score recorded models on the whole test split")
     args = parser.parse_args()
     if args.full_test:
-        full_test(load_results("imdb"))
+        full_test(load_results("imdb"), args.steps)
         return
     for step in args.steps or STEPS:
         if step in load_results("imdb") and not args.steps:
