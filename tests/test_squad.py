@@ -337,3 +337,16 @@ def test_compress_finds_distils_and_ships_a_question_answerer(tmp_path, tiny_tok
     offered = all_candidates(context)
     assert [c.name for c in offered] == ["mobilebert-2x16"]
     assert all(type(c.build(context)[0]).__name__.endswith("ForQuestionAnswering") for c in offered)
+
+
+def test_pkd_kd_term_on_qa_is_per_distribution_not_per_position():
+    from kdbert.data.tasks import GLUE_TASKS, SQUAD_TASKS
+    from kdbert.methods.base import kd_matches, kd_report
+    from kdbert.methods.pkd import PKDConfig
+
+    config = PKDConfig()
+    assert config.kd_reduction == "mean"  # the reference's, kept on classification
+    soft = {spec.name: next(m for m in kd_matches(config, spec) if m.term == "soft")
+            for spec in (GLUE_TASKS["sst2"], SQUAD_TASKS["squad"])}
+    assert soft["sst2"].options["reduction"] == "mean" and soft["squad"].options["reduction"] == "batchmean"
+    assert kd_report(config, SQUAD_TASKS["squad"])["kd_reduction"] == "batchmean"

@@ -97,15 +97,21 @@ def check_kd_loss(kd_loss: str | None, spec: TaskSpec) -> str:
     return "mse" if spec.is_regression else (kd_loss or "kl")
 
 
+def kd_reduction(config: LogitKDConfig, spec: TaskSpec) -> str:
+    """The effective ``kd_reduction``: ``batchmean`` for QA, whose "classes" are a window's positions,
+    so that ``mean`` (the BERT-PKD reference's, per class) would divide the KL by the window length."""
+    return "batchmean" if spec.question_answering else config.kd_reduction
+
+
 def kd_matches(config: LogitKDConfig, spec: TaskSpec) -> list[Match]:
     """The soft and hard terms of ``config`` on ``spec`` (:func:`logit_matches`)."""
     return logit_matches(config.alpha, config.temperature, check_kd_loss(config.kd_loss, spec), spec.is_regression,
-                         config.kd_reduction)
+                         kd_reduction(config, spec))
 
 
 def kd_report(config: LogitKDConfig, spec: TaskSpec) -> dict:
     return {"alpha": config.alpha, "temperature": config.temperature, "kd_loss": check_kd_loss(config.kd_loss, spec),
-            "kd_reduction": config.kd_reduction, "regression": spec.is_regression}
+            "kd_reduction": kd_reduction(config, spec), "regression": spec.is_regression}
 
 
 # ----------------------------------------------------------------------------- students
