@@ -110,6 +110,15 @@ def test_soft_cross_entropy_of_qa_spans_is_per_distribution_not_per_position():
     assert got.item() == pytest.approx((LN3 + 5 * LN2 / 3) / 2)
 
 
+def test_soft_cross_entropy_is_float32_under_bf16_autocast():
+    generator = torch.Generator().manual_seed(0)
+    student, teacher = (torch.randn(4, 2, 384, generator=generator) * 4 for _ in range(2))
+    expected = losses.soft_cross_entropy(student.bfloat16().float(), teacher.bfloat16().float())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = losses.soft_cross_entropy(student.bfloat16(), teacher.bfloat16())
+    assert got.dtype == torch.float32 and got.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
 def test_kl_div_loss_batchmean_with_t_squared():
     # Row 0: teacher/T = [ln3, 0] -> [3/4, 1/4] vs uniform student; row 1: identical.
     s = t([[0, 0], [0, 0]])

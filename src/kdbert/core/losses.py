@@ -171,11 +171,12 @@ def soft_cross_entropy(
     QA span logits (B, 2, L), where the "classes" are the L positions: the plain cross-entropy
     of each start and end distribution (sum over positions), mean over the 2B of them; the
     reference's 1/C would divide the loss, and so the learning rate, by the window length.
+    Computed in float32 whatever the logits' dtype (CPU autocast leaves softmax in bf16).
     """
     check_same_shape("soft_cross_entropy", student_logits, teacher_logits,
                       "student and teacher need the same number of labels")
-    targets = F.softmax(teacher_logits / temperature, dim=-1)
-    per_class = -targets * F.log_softmax(student_logits / temperature, dim=-1)
+    targets = F.softmax(teacher_logits.float() / temperature, dim=-1)
+    per_class = -targets * F.log_softmax(student_logits.float() / temperature, dim=-1)
     return per_class.sum(-1).mean() if student_logits.dim() == 3 else per_class.mean()
 
 
