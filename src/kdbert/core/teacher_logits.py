@@ -41,7 +41,7 @@ from kdbert.data.batching import PaddingCollator, encode_examples, pool_windows
 from kdbert.data.glue import Example, resolve_glue_dir, split_file
 from kdbert.data.load import TaskOptions, is_data_file
 from kdbert.data.masking import MASK_TOKEN
-from kdbert.data.tasks import TaskSpec
+from kdbert.data.tasks import DOC_STRIDE, TaskSpec
 from kdbert.errors import KdbertError
 
 DTYPES = ("float32", "bfloat16")
@@ -54,7 +54,7 @@ def check_dtype(dtype: str) -> None:
 
 
 def labelling_namespace(model: torch.nn.Module, tokenizer, max_seq_len: int, dtype: str = "float32",
-                        truncation: str = "head", doc_stride: int = 128) -> str:
+                        truncation: str = "head", doc_stride: int = DOC_STRIDE) -> str:
     """A hex digest of everything that decides the teacher's logits on a text: its fingerprint
     (:func:`~kdbert.core.teacher_store.teacher_fingerprint`), its tokenizer, the precision and
     which tokens a long text keeps (``truncation``; for ``windows``, their ``doc_stride`` too)."""
@@ -90,7 +90,7 @@ def row_keys(namespace: str, examples: list[tuple[str, ...]]) -> list[str]:
 
 @torch.inference_mode()
 def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len: int, batch_size: int,
-                 dtype: str = "float32", truncation: str = "head", doc_stride: int = 128) -> np.ndarray:
+                 dtype: str = "float32", truncation: str = "head", doc_stride: int = DOC_STRIDE) -> np.ndarray:
     """The teacher's logits (N, C) on ``examples``, shortest first in batches; a text read in
     windows gets the mean of its windows' logits (:func:`~kdbert.data.batching.pool_windows`)."""
     mask_token = getattr(tokenizer, "mask_token", None)
@@ -117,7 +117,7 @@ def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len:
 def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder: str | os.PathLike,
                        max_seq_len: int, batch_size: int = 64, num_labels: int | None = None,
                        dtype: str = "float32", option: str = "--logits-cache", truncation: str = "head",
-                       doc_stride: int = 128) -> np.ndarray:
+                       doc_stride: int = DOC_STRIDE) -> np.ndarray:
     """The teacher's logits (N, C) on ``examples`` (one or two texts each), from the store in
     ``folder`` where present; rows not stored yet are computed (shortest first, in batches of
     ``batch_size``) and stored. ``num_labels``: the task's output count, checked against the

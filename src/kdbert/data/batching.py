@@ -24,6 +24,7 @@ from typing import Protocol
 
 from kdbert.data.glue import Example
 from kdbert.data.qa_windows import check_stride, encode_qa
+from kdbert.data.tasks import DOC_STRIDE
 from kdbert.errors import KdbertError
 
 
@@ -70,7 +71,7 @@ def kept_positions(special_tokens_mask: list[int], max_seq_len: int, truncation:
 
 
 def encode_examples(tokenizer, examples: list[Example], max_seq_len: int, truncation: str = "head",
-                    doc_stride: int = 128) -> EncodedDataset:
+                    doc_stride: int = DOC_STRIDE) -> EncodedDataset:
     """Tokenise examples (pairs as ``[CLS] a [SEP] b [SEP]``), cut to ``max_seq_len`` tokens: pairs
     and ``head`` by the tokenizer, single texts by ``tail`` or ``head+tail`` (:func:`kept_positions`)
     or into ``windows`` (:func:`encode_windows`)."""
@@ -170,7 +171,7 @@ class TokenizerInputs:
     them, attention mask; cut to ``max_seq_len`` by ``truncation``, padded per batch. QA rows, and
     texts cut into ``windows``, are windows sharing ``doc_stride`` tokens."""
 
-    def __init__(self, tokenizer, max_seq_len: int, truncation: str = "head", doc_stride: int = 128,
+    def __init__(self, tokenizer, max_seq_len: int, truncation: str = "head", doc_stride: int = DOC_STRIDE,
                  question_answering: bool = False):
         self.tokenizer, self.max_seq_len, self.truncation = tokenizer, max_seq_len, truncation
         self.doc_stride, self.question_answering = doc_stride, question_answering

@@ -11,7 +11,7 @@ from kdbert.data.custom import SUPPORTED_SUFFIXES, check_columns, load_custom_ta
 from kdbert.data.glue import Example, TaskData, load_glue_dir, load_glue_hf, read_glue_tsv
 from kdbert.data.imdb import load_imdb, load_imdb_hf, load_imdb_unlabelled
 from kdbert.data.squad import load_squad
-from kdbert.data.tasks import GLUE_TASKS, IMDB_TASK, SQUAD_TASKS, TRUNCATIONS, canonical_task_name
+from kdbert.data.tasks import DOC_STRIDE, GLUE_TASKS, IMDB_TASK, SQUAD_TASKS, TRUNCATIONS, canonical_task_name
 from kdbert.errors import KdbertError
 
 
@@ -61,8 +61,9 @@ class TaskOptions(CheckedOptions):
                                               "the dev file and score the rest (not comparable with published "
                                               "figures)", type=int, group="data",
                                         check=in_range(1, 10**6, int, what="a positive integer"))
-    doc_stride: int = option(128, "squad and --truncation windows: tokens shared by consecutive windows of a "
-                                  "text longer than the token limit", type=int, group="data", check=in_range(1, 10**6, int, what="a positive integer"))
+    doc_stride: int = option(DOC_STRIDE, "squad and --truncation windows: tokens shared by consecutive windows of a "
+                                         "text longer than the token limit", type=int, group="data",
+                             check=in_range(1, 10**6, int, what="a positive integer"))
     max_dev_examples: int | None = option(None, "score only the first N rows of each evaluation split (IMDb's "
                                                 "come in a fixed shuffled order, so they are a sample of both "
                                                 "classes)", type=int, group="data",

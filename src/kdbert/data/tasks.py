@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 # Classification?": 128 + 382 of 512 tokens did best on IMDb), or all of it in windows that share
 # ``doc_stride`` tokens, each trained on as a row and scored by the mean of a text's window logits
 TRUNCATIONS = ("head", "tail", "head+tail", "windows")
+DOC_STRIDE = 128  # tokens consecutive windows share by default (BERT's SQuAD recipe)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class TaskSpec:
     file_columns: dict = field(default_factory=dict, compare=False, hash=False)
     truncation: str = "head"
     question_answering: bool = False
-    doc_stride: int = 128
+    doc_stride: int = DOC_STRIDE
 
     @property
     def is_regression(self) -> bool:
