@@ -32,6 +32,21 @@ def _finished(root: Path) -> list[Path]:
     return sorted(p for p in root.glob("checkpoint-*") if not p.name.endswith((".tmp", ".old")))
 
 
+def save_modules(modules: nn.Module, path: str | Path) -> None:
+    """safetensors' ``save_model`` of ``modules``, each RNN's weights given storage of their own first.
+
+    On CUDA, cuDNN packs an ``nn.LSTM``'s weights into one buffer (views that cover it only
+    together), which safetensors refuses to save; the RNNs are packed again afterwards (the
+    parameters stay the same objects, so the optimiser keeps its state)."""
+    rnns = [m for m in modules.modules() if isinstance(m, nn.RNNBase)]
+    for rnn in rnns:
+        for weight in rnn.parameters(recurse=False):
+            weight.data = weight.data.clone()
+    save_model(modules, str(path))
+    for rnn in rnns:
+        rnn.flatten_parameters()
+
+
 def save_checkpoint(root: Path, accelerator: Accelerator, modules: nn.Module, state: dict, optimizer, scheduler,
                     keep: int) -> None:
     """Checkpoint the run at ``state``'s position (every process takes part; the main one writes)."""
@@ -46,7 +61,7 @@ def save_checkpoint(root: Path, accelerator: Accelerator, modules: nn.Module, st
     tmp = root / (name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_model(accelerator.unwrap_model(modules), str(tmp / "modules.safetensors"))
+    save_modules(accelerator.unwrap_model(modules), tmp / "modules.safetensors")
     scaler = accelerator.scaler  # fp16 only: its loss scale and growth tracker
     torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "cpu_rng": cpu_rng, "cuda_rng": cuda_rng, "processes": accelerator.num_processes,

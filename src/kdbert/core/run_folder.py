@@ -18,10 +18,10 @@ import shutil
 import time
 from pathlib import Path
 
-from safetensors.torch import save_model
 from torch import nn
 
 from kdbert.core.atomic_io import replace_dir, write_json
+from kdbert.core.checkpoints import save_modules
 from kdbert.errors import KdbertError
 
 
@@ -77,12 +77,12 @@ def save_student(final: Path, student: nn.Module, extras: dict[str, nn.Module], 
         student.save_pretrained(tmp)
     else:  # a student that is not an HF model: its weights only
         tmp.mkdir(parents=True)
-        save_model(student, str(tmp / "model.safetensors"))
+        save_modules(student, tmp / "model.safetensors")
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
     extras = {k: v for k, v in extras.items() if any(True for _ in v.parameters())}
     if extras:
-        save_model(nn.ModuleDict(extras), str(tmp / "projections.safetensors"))
+        save_modules(nn.ModuleDict(extras), tmp / "projections.safetensors")
     if metrics is not None:
         write_json(tmp / "metrics.json", metrics)
     replace_dir(tmp, final)

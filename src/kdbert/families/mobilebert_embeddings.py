@@ -129,7 +129,7 @@ def embedding_output_cosine(model: PreTrainedModel, token_ids: list[int]) -> flo
     base = getattr(model, model.base_model_prefix, model)
     was_training = base.training
     base.eval()
-    outputs = base.embeddings(input_ids=torch.tensor(token_ids).unsqueeze(1)).squeeze(1).float()
+    outputs = base.embeddings(input_ids=torch.tensor(token_ids, device=base.device).unsqueeze(1)).squeeze(1).float()
     base.train(was_training)
     unit = torch.nn.functional.normalize(outputs, dim=-1)
     n = len(token_ids)

@@ -100,7 +100,8 @@ def mlm_loss(parts, frozen, batch) -> dict[str, torch.Tensor]:
 
 
 def masked_logits(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """MLM logits at the selected positions only (``labels != -100``) and their labels."""
+    """MLM logits at the selected positions only (``labels != -100``) and their labels (on the model's device)."""
+    batch = {key: value.to(model.device) for key, value in batch.items()}
     hidden = model.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
     selected = batch["labels"] != -100
     return model.cls(hidden[selected]), batch["labels"][selected]
