@@ -51,6 +51,14 @@ def test_calibration_rows_are_padded_to_the_longest_with_the_pad_id_and_a_zero_m
         calibration_batches([])
 
 
+def test_calibration_pads_a_pair_students_second_text_to_its_own_longest():
+    feeds = [{"input_ids": np.array([[5, 6, 7]]), "input_ids_b": np.array([[8]])},
+             {"input_ids": np.array([[4]]), "input_ids_b": np.array([[9, 9, 9, 9]])}]
+    batch = calibration_batches(feeds, pad_id=0, batch_size=2)[0]
+    np.testing.assert_array_equal(batch["input_ids"], [[5, 6, 7], [4, 0, 0]])
+    np.testing.assert_array_equal(batch["input_ids_b"], [[8, 0, 0, 0], [9, 9, 9, 9]])
+
+
 def test_static_minmax_quantises_the_input_with_the_calibration_range_and_weights_per_column(tmp_path):
     calibration = [{"X": np.array([[-1, 0.5, 2, 3]], np.float32)}, {"X": np.array([[0, 1, 1, -2]], np.float32)}]
     int8 = quantize_int8(one_product(tmp_path), tmp_path / "product.int8.onnx", "static-minmax", calibration)

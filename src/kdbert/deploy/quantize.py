@@ -71,19 +71,19 @@ def _unshare_lstm_weights(graph) -> int:
 
 def calibration_batches(feeds: list[dict[str, np.ndarray]], pad_id: int = 0,
                         batch_size: int = CALIBRATION_BATCH) -> list[dict[str, np.ndarray]]:
-    """Batch-1 feeds (each input (1, L_r)) regrouped into ``batch_size`` rows padded to the longest
-    row of all (ids with ``pad_id``, masks and segments with 0); a last incomplete batch is
-    dropped unless it is the only one."""
+    """Batch-1 feeds (each input (1, L_r)) regrouped into ``batch_size`` rows, each input padded to
+    its longest row of all (a pair BiLSTM's second text has its own length; ids with ``pad_id``,
+    masks and segments with 0); a last incomplete batch is dropped unless it is the only one."""
     if not feeds:
         raise KdbertError("no calibration rows; pass a task with training rows")
-    longest = max(feed["input_ids"].shape[1] for feed in feeds)
+    longest = {name: max(feed[name].shape[1] for feed in feeds) for name in feeds[0]}
     batches = []
     for start in range(0, len(feeds), batch_size):
         group = feeds[start:start + batch_size]
         if len(group) < batch_size and batches:
             break
         batches.append({name: np.concatenate([
-            np.pad(feed[name], ((0, 0), (0, longest - feed[name].shape[1])),
+            np.pad(feed[name], ((0, 0), (0, longest[name] - feed[name].shape[1])),
                    constant_values=pad_id if name.startswith("input_ids") else 0) for feed in group])
             for name in group[0]})
     return batches
