@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common import load_results
-from sections.shared import note
+from sections.shared import GPU_RESULTS, note
 
 from kdbert.compress.pipeline import format_report
 
@@ -22,7 +22,17 @@ def compress_section() -> list[str]:
                   f"### {result['task']}", "", f"Measured on {result['machine']} ({result['date']}), "
                   f"{result['speed']['settings']['threads']} runtime thread(s), {result['held_out_rows']} training "
                   "rows held out to pick on.", "", *body, "", f"Command: `{result['command']}`.", ""]
-    return lines + [note("compress-reading"), ""]
+    return lines + [note("compress-reading"), "", *gpu_lines()]
+
+
+def gpu_lines() -> list[str]:
+    """The searches run on a GPU machine (``benchmarks/gpu_session.sh``): their summary and reading."""
+    results = load_results("compress", GPU_RESULTS)
+    if not results:
+        return []
+    first = next(iter(results.values()))
+    return [f"### At a GPU budget ({first['machine']}, {first['date']})", "", note("compress-gpu-intro"), "",
+            *summary_table(results), "", note("compress-gpu-reading"), ""]
 
 
 def summary_table(results: dict) -> list[str]:
