@@ -18,6 +18,8 @@ BERT):
                fine-tuning (DistilBERT's ``run_squad_w_distillation`` defaults: alpha 0.5, T 2);
 ``tinybert-3L`` TinyBERT's task distillation: intermediate (embeddings, attention, hidden; 2
                epochs) then prediction layer (2 epochs), on the same windows.
+``tinybert-3L-pred``  its prediction stage alone (2 epochs): what the intermediate stage adds;
+``tinybert-3L-noatt`` both stages without the attention term.
 
 ``bench`` exports each model to ONNX (fp32 and dynamic int8, EM / F1 of each runtime on the 10
 articles) and times PyTorch and ONNX Runtime int8 at 384 tokens, batch 1. Each step is a run folder
@@ -48,6 +50,9 @@ STUDENTS = {  # step -> distillation options (the teacher, the budget and the la
     "ft-3L": {"method": "kd", "alpha": 0.0, "epochs": 3, "learning_rate": 1e-4},
     "kd-3L-D": {"method": "kd", "alpha": 0.5, "temperature": 2.0, "epochs": 3, "learning_rate": 1e-4},
     "tinybert-3L": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4},
+    "tinybert-3L-pred": {"method": "tinybert", "skip_intermediate": True, "epochs": 2, "learning_rate": 1e-4},
+    "tinybert-3L-noatt": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4,
+                          "no_attention_loss": True},
 }
 STEPS = ("teacher", *STUDENTS, "bench")
 
