@@ -19,7 +19,8 @@ BERT):
 ``tinybert-3L`` TinyBERT's task distillation: intermediate (embeddings, attention, hidden; 2
                epochs) then prediction layer (2 epochs), on the same windows.
 ``tinybert-3L-pred``  its prediction stage alone (2 epochs): what the intermediate stage adds;
-``tinybert-3L-noatt`` both stages without the attention term.
+``tinybert-3L-noatt`` both stages without the attention term;
+``tinybert-3L-fit``   both stages, W_e / W_h fitted to the first batch (``--projection-init fit``).
 
 ``bench`` exports each model to ONNX (fp32 and dynamic int8, EM / F1 of each runtime on the 10
 articles) and times PyTorch and ONNX Runtime int8 at 384 tokens, batch 1. Each step is a run folder
@@ -53,6 +54,8 @@ STUDENTS = {  # step -> distillation options (the teacher, the budget and the la
     "tinybert-3L-pred": {"method": "tinybert", "skip_intermediate": True, "epochs": 2, "learning_rate": 1e-4},
     "tinybert-3L-noatt": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4,
                           "no_attention_loss": True},
+    "tinybert-3L-fit": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4,
+                        "projection_init": "fit"},
 }
 STEPS = ("teacher", *STUDENTS, "bench")
 

@@ -197,6 +197,29 @@ def new_projection(d_in: int, d_out: int, init_std: float) -> nn.Linear:
     return linear
 
 
+PROJECTION_INITS = ("random", "fit")
+
+
+@torch.no_grad()
+def fit_projection(linear: nn.Linear, student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor,
+                   ridge: float = 1e-3) -> None:
+    """Set ``linear`` (d_s -> d_t) to the ridge least-squares map of one batch's student states onto
+    the teacher's, over its real tokens (``mask`` (B, L) true; states (B, L, d)):
+
+        W = (X^T X + r I)^-1 X^T Y,  b = mean(y) - W mean(x),  X, Y centred, r = ridge * mean(diag X^T X).
+
+    A student copied from the teacher's layers then starts near zero loss (W ~ I, or the selection
+    of its dimensions) instead of at a random W that the first steps pull its layers towards."""
+    x, y = student[mask].float(), teacher[mask].float()
+    x_mean, y_mean = x.mean(0), y.mean(0)
+    x, y = x - x_mean, y - y_mean
+    gram = x.T @ x
+    gram += ridge * gram.diagonal().mean() * torch.eye(gram.shape[0], device=gram.device)
+    weight = torch.linalg.solve(gram, x.T @ y).T  # (d_t, d_s)
+    linear.weight.copy_(weight)
+    linear.bias.copy_(y_mean - weight @ x_mean)
+
+
 def load_saved_projections(projections: nn.ModuleDict, folder) -> list[str]:
     """Copy same-named, same-shaped projections saved next to a student (``projections.safetensors``
     of a general-distilled student) into ``projections``; returns the names loaded.
@@ -227,15 +250,20 @@ class MatchLoss:
 
     ``parts["student"]`` is traced with gradients, ``frozen["teacher"]`` without; projections
     come from ``parts["projections"]`` (created by :meth:`setup`). ``seed``/``init_std`` fix the
-    projections' initialisation; ``projections_from`` is a folder whose saved projections of the
-    same name and shape are loaded once created.
+    projections' random initialisation, ``projection_init="fit"`` fits them to the first batch instead
+    (:func:`fit_projection`); ``projections_from`` is a folder whose saved projections of the same
+    name and shape are loaded once created.
     """
 
-    def __init__(self, matches: list[Match], seed: int = 0, init_std: float = 0.02, projections_from=None):
+    def __init__(self, matches: list[Match], seed: int = 0, init_std: float = 0.02, projections_from=None,
+                 projection_init: str = "random"):
         if not matches:
             raise KdbertError("a distillation stage needs at least one match")
+        if projection_init not in PROJECTION_INITS:
+            raise KdbertError(f"projection init {projection_init!r} is unknown; use one of {', '.join(PROJECTION_INITS)}")
         self.matches = list(matches)
         self.seed, self.init_std, self.projections_from = seed, init_std, projections_from
+        self.projection_init = projection_init
         self.loaded_projections: list[str] = []
         self.uses_teacher = any(m.target == "teacher" for m in self.matches)
         self.student_attention = any(m.feature in ATTENTION for m in self.matches)
@@ -289,6 +317,8 @@ class MatchLoss:
                 s = feature(student_trace, match.feature, match.student_layer, "student")
                 t = feature(teacher_trace, match.feature, match.teacher_layer, "teacher")
                 projections[name] = new_projection(s.shape[-1], t.shape[-1], self.init_std).to(s.device)
+                if self.projection_init == "fit":
+                    fit_projection(projections[name], s, t, batch["attention_mask"].bool())
         if self.projections_from is not None:
             self.loaded_projections = load_saved_projections(projections, self.projections_from)
 

@@ -48,10 +48,13 @@ def init_std(model) -> float:
     return float(getattr(getattr(model, "config", None), "initializer_range", 0.02))
 
 
-def task_stage(name: str, config, matches: list[Match], ctx, projections_from=None, **overrides) -> Stage:
+def task_stage(name: str, config, matches: list[Match], ctx, projections_from=None, projection_init: str = "random",
+               **overrides) -> Stage:
     """A stage with the method's optimisation options (``overrides`` win) and a :class:`MatchLoss`
-    (``projections_from``: a folder whose saved projections seed the new ones)."""
-    loss = MatchLoss(matches, seed=ctx.seed, init_std=init_std(ctx.student.model), projections_from=projections_from)
+    (``projections_from``: a folder whose saved projections seed the new ones; ``projection_init``:
+    how new ones start, random or fitted to the first batch)."""
+    loss = MatchLoss(matches, seed=ctx.seed, init_std=init_std(ctx.student.model), projections_from=projections_from,
+                     projection_init=projection_init)
     return Stage(StageConfig.from_options(name, config, **overrides), loss, ctx.train_set)
 
 

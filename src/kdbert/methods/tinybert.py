@@ -53,7 +53,7 @@ from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
 from kdbert.core.layer_maps import LayerMap, LayerMapRules, resolve_layer_map
-from kdbert.core.matching import Match
+from kdbert.core.matching import PROJECTION_INITS, Match
 from kdbert.families import bert as students
 from kdbert.core.loading import check_vocabulary, load_encoder
 from kdbert.families.bert import STUDENT_INITS
@@ -127,6 +127,10 @@ class IntermediateOptions:
                                 type=bool, group="losses")
     hidden_projection: str = option("per-layer", "tinybert: one W_h per matched layer (default) or one shared",
                                     group="losses", choices=PROJECTIONS)
+    projection_init: str = option("random", "tinybert: W_e / W_h start random (default, as the reference) or "
+                                            "fitted to the first batch by least squares (a student copied from "
+                                            "the teacher then starts near zero loss)", group="losses",
+                                  choices=PROJECTION_INITS)
     student_init: str | None = option(None, "preset student's weights: random (default, as the papers) or selected "
                                             "from the teacher's (weight selection)", group="student",
                                       choices=STUDENT_INITS)
@@ -253,8 +257,8 @@ def _intermediate_stage(name: str, config, ctx, layer_map: LayerMap, projections
     matches = intermediate_matches(layer_map, config.terms_on, config.hidden_projection, config.attention_reduction,
                                    config.head_average)
     train = ("student.*", "projections.*") if any(m.projection for m in matches) else ("student.*",)
-    return task_stage(name, config, matches, ctx, projections_from=projections_from, evaluate=False, train=train,
-                      eval_every=None, **settings)
+    return task_stage(name, config, matches, ctx, projections_from=projections_from,
+                      projection_init=config.projection_init, evaluate=False, train=train, eval_every=None, **settings)
 
 
 # ----------------------------------------------------------------------------- method
