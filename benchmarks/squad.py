@@ -20,7 +20,9 @@ BERT):
                epochs) then prediction layer (2 epochs), on the same windows.
 ``tinybert-3L-pred``  its prediction stage alone (2 epochs): what the intermediate stage adds;
 ``tinybert-3L-noatt`` both stages without the attention term;
-``tinybert-3L-fit``   both stages, W_e / W_h fitted to the first batch (``--projection-init fit``).
+``tinybert-3L-fit``   both stages, W_e / W_h fitted to the first batch (``--projection-init fit``);
+``tinybert-3L-copied`` both stages, each student layer matched to the output of the teacher layer it
+               was copied from (1-based 1, 3, 5) instead of the uniform map's 2, 4, 6.
 
 ``bench`` exports each model to ONNX (fp32 and dynamic int8, EM / F1 of each runtime on the 10
 articles) and times PyTorch and ONNX Runtime int8 at 384 tokens, batch 1. Each step is a run folder
@@ -56,6 +58,8 @@ STUDENTS = {  # step -> distillation options (the teacher, the budget and the la
                           "no_attention_loss": True},
     "tinybert-3L-fit": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4,
                         "projection_init": "fit"},
+    "tinybert-3L-copied": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4,
+                           "layer_map": "explicit", "teacher_layers": "1,3,5"},
 }
 STEPS = ("teacher", *STUDENTS, "bench")
 
