@@ -319,13 +319,16 @@ def fake_search(env, monkeypatch, cost: dict, score: dict, first_labelling: dict
 def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, tmp_path, monkeypatch):
     search, candidates, task = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
                                            score={"a": 70.0, "b": 80.0, "c": 90.0})
+    candidates = candidates[::-1]  # cheapest first: round 0's estimate of a's run comes from c's and b's
     # spent after each round: 11.1 s, 13.3 s (b and c, 20 steps), 13.7 s (c alone, 40 steps); the
     # next round (c, 80 steps: 0.8 s by its latest run) would end at 14.5 s, over the 14 s budget
-    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=14.0 / 60, round_share="steps")
+    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=14.0 / 60, round_share="steps",
+                                     first_round_share=1.0)
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
     assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
-        [[("a", 10), ("b", 10), ("c", 10)], [("c", 20), ("b", 20)], [("c", 40)]]
-    more = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=15.0 / 60, round_share="steps")
+        [[("c", 10), ("b", 10), ("a", 10)], [("c", 20), ("b", 20)], [("c", 40)]]
+    more = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=15.0 / 60, round_share="steps",
+                                 first_round_share=1.0)
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, more)
     assert [(row["candidate"], row["steps"]) for row in state["rounds"][-1]] == [("c", 80)]
 
@@ -337,7 +340,7 @@ def test_rounds_shared_by_wall_time_give_cheap_steps_more_of_them(env, tmp_path,
     # round 0: 10 steps each, training 10 + 1 + 0.1 s over 30 steps: 0.37 s a step on average; round 1
     # gives b and c 20 * 0.37 = 7.4 s each (74 and 740 steps), round 2 c alone 14.8 s (1480 steps):
     # 16.1 + 14.8 + 14.8 = 45.7 s spent; round 3 (29.6 s more) would overrun the 50 s budget
-    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=50.0 / 60)
+    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=50.0 / 60, first_round_share=1.0)
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
     assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
         [[("a", 10), ("b", 10), ("c", 10)], [("c", 740), ("b", 74)], [("c", 1480)]]
@@ -350,11 +353,43 @@ def test_a_round_over_budget_runs_only_the_best_candidates_that_fit(env, tmp_pat
                                            score={"a": 60.0, "b": 70.0, "c": 80.0, "d": 90.0})
     # round 0: 4 x 1 s; round 1 would run d and c for 2 s each (8 s in all, over the 7 s budget):
     # only d, the best, fits (6 s); round 2 (d, 4 s more) does not
-    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=7.0 / 60, round_share="steps")
+    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=7.0 / 60, round_share="steps",
+                                     first_round_share=1.0)
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
     assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
         [[("a", 10), ("b", 10), ("c", 10), ("d", 10)], [("d", 20)]]
     assert state["plans"] == [{"a": 10, "b": 10, "c": 10, "d": 10}, {"d": 20}]
+
+
+def test_the_first_round_stops_at_its_share_of_the_budget_and_resumes_the_same(env, tmp_path, monkeypatch):
+    search, candidates, task = fake_search(env, monkeypatch, cost={"a": 0.2, "b": 0.1, "c": 0.1, "d": 0.1, "e": 0.1},
+                                           score={"a": 60.0, "b": 90.0, "c": 80.0, "d": 70.0, "e": 50.0})
+    # a third of a 13.2 s budget, 4.4 s: a (2 s), then b (by a's 0.2 s a step, ending at 4 s) fit; c
+    # would end at 3 + 10 * 0.15 = 4.5 s: round 0 stops with a and b; round 1 runs b alone (20 steps,
+    # 2 s), round 2 b for 40 steps (4 s, ending at 9 s); round 3 (8 s more) does not fit
+    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=13.2 / 60, round_share="steps")
+    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
+        [[("a", 10), ("b", 10)], [("b", 20)], [("b", 40)]]
+    assert state["plans"][0] == {"a": 10, "b": 10}
+    monkeypatch.setattr(search, "_distil", lambda *args: pytest.fail("a resumed search reran a finished run"))
+    assert search.successive_halving(candidates, env["teacher"], task, tmp_path, settings) == state
+    with pytest.raises(KdbertError, match=r"--first-round-share 0 must be in \(0, 1\]"):
+        search.SearchSettings(first_round_share=0.0)
+
+
+def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
+    from kdbert.compress.search import spread_order
+    from kdbert.families.registry import Candidate
+
+    latency = {"bert-1x128": 0.1, "bilstm-h150": 0.15, "bert-1x192": 0.2, "bert-2x128": 0.3, "bert-1x256": 0.4,
+               "bilstm-h300": 0.45, "bert-2x192": 0.5, "mobilebert-2x384": 0.6, "bert-2x256": 0.7}
+    candidates = [Candidate(name, "x", (), build=None) for name in sorted(latency)]
+    # bert by bisection of its six: fastest (0), slowest (5), middle (2), then 1 and 3 (the two
+    # halves' middles), then 4
+    assert [c.name for c in spread_order(candidates, latency)] == [
+        "bert-1x128", "bilstm-h150", "mobilebert-2x384", "bert-2x256", "bilstm-h300", "bert-2x128", "bert-1x192",
+        "bert-1x256", "bert-2x192"]
 
 
 def test_distillation_time_adds_up_every_round_a_candidate_ran():

@@ -29,7 +29,7 @@ import numpy as np
 from kdbert.compress.breakdown import format_breakdown, speedup_breakdown
 from kdbert.compress.recipes import ROUND_SHARES, SearchSettings
 from kdbert.compress.search import STATE as SEARCH_STATE
-from kdbert.compress.search import check_budget, pick_winner, successive_halving
+from kdbert.compress.search import check_budget, pick_winner, spread_order, successive_halving
 from kdbert.compress.speed import (
     RUNTIMES,
     SpeedSettings,
@@ -95,6 +95,10 @@ class CompressConfig(CheckedOptions):
     round_share: str = option("time", "what a round of the search shares out equally: wall time (cheap steps, "
                                       "e.g. the BiLSTM's, buy more steps) or steps", group="compress",
                               choices=ROUND_SHARES)
+    first_round_share: float = option(1 / 3, "the most of --budget-minutes the first round may spend: its runs "
+                                             "(families in turn, spread over the speed range) stop short of it",
+                                      type=float, group="compress",
+                                      check=in_range(0, 1, low_open=True, what="a share in (0, 1]"))
     max_train_examples: int | None = option(None, "distil on the first N training rows only (default: all)", type=int,
                                             group="compress",
                                             check=POSITIVE_INT)
@@ -172,9 +176,12 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     out = Path(output_dir)
     teacher_dir = str(Path(config.teacher).expanduser())
     speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
-    search_settings = SearchSettings(config.rounds, config.first_steps, config.budget_minutes, config.batch_size,
-                                     config.learning_rate, config.seed, config.word_vectors,
-                                     config.intermediate_share, config.round_share, config.max_train_examples)
+    search_settings = SearchSettings(
+        rounds=config.rounds, first_steps=config.first_steps, budget_minutes=config.budget_minutes,
+        batch_size=config.batch_size, learning_rate=config.learning_rate, seed=config.seed,
+        word_vectors=config.word_vectors, intermediate_share=config.intermediate_share,
+        round_share=config.round_share, max_train_examples=config.max_train_examples,
+        first_round_share=config.first_round_share)
     context = shape_context(teacher_dir, task, config.word_vectors)
     offered = all_candidates(context)
     if config.candidates:
@@ -186,7 +193,8 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         offered = [c for c in offered if c.name in wanted]
     table = measure_speed(teacher_dir, task, out, speed_settings, offered, context)
     fast = set(meeting_target(table, config.target_speedup, config.target_latency_ms))
-    kept = [c for c in offered if c.name in fast]
+    latency = {name: row["latency_real_p50_ms"] for name, row in table["candidates"].items()}
+    kept = spread_order([c for c in offered if c.name in fast], latency)
     data = load_task(task)
     if not (out / SEARCH_STATE).is_file():  # a search under way was judged when it started
         check_budget(table, kept, search_settings, min(len(data.train), config.max_train_examples or len(data.train)))

@@ -38,7 +38,8 @@ class SearchSettings:
     each round), the wall-time cap, the token-level runs' batch size and learning rate, the seed,
     the BiLSTM's word vectors, the share of a TinyBERT round spent on intermediate matches, and
     whether a round gives every candidate the same wall time or the same steps (``round_share``);
-    ``max_train_examples`` distils on the first rows of the training split only (None: all)."""
+    ``max_train_examples`` distils on the first rows of the training split only (None: all);
+    ``first_round_share``: the most of the budget round 0 may spend (its runs stop short of it)."""
 
     rounds: int = 8
     first_steps: int = 200
@@ -50,6 +51,7 @@ class SearchSettings:
     intermediate_share: float = 0.5
     round_share: str = "time"
     max_train_examples: int | None = None
+    first_round_share: float = 1 / 3
 
     def __post_init__(self):
         if self.rounds < 1 or self.first_steps < 1 or self.budget_minutes <= 0:
@@ -58,6 +60,9 @@ class SearchSettings:
         if not 0.0 <= self.intermediate_share < 1.0:
             raise KdbertError(f"--intermediate-share {self.intermediate_share:g} must be in [0, 1): the prediction "
                               "stage needs steps of its own")
+        if not 0.0 < self.first_round_share <= 1.0:
+            raise KdbertError(f"--first-round-share {self.first_round_share:g} must be in (0, 1]: the share of "
+                              "--budget-minutes the first round may spend")
         if self.round_share not in ROUND_SHARES:
             raise KdbertError(f"--round-share {self.round_share!r}: choose one of {', '.join(ROUND_SHARES)}")
 

@@ -6,7 +6,10 @@ Round 0 distils every candidate for ``first_steps`` optimiser steps with its kin
 start, :func:`kdbert.compress.build.build_from_teacher`; logit KD for MobileBERT; the distilled
 BiLSTM), every run an ordinary run folder ``rounds/<r>/<candidate>``; the better half by held-out
 score (``selection_score``, the rows ``--held-out-fraction`` keeps out of training) goes on to the
-next round, which runs each from its start again, longer. Once one candidate is left, it goes on
+next round, which runs each from its start again, longer. Round 0 spends at most
+``first_round_share`` of the budget: its runs go in :func:`spread_order` (families in turn, each
+spread over its speed range) and stop before one that would end past that share, so that a long
+candidate list leaves the later rounds their time. Once one candidate is left, it goes on
 alone, so that the budget left goes to the best one.
 
 How long round r runs (:func:`round_steps`): with ``round_share="time"`` (the default) every
@@ -32,7 +35,7 @@ import time
 from pathlib import Path
 
 from kdbert.compress.build import build_from_teacher
-from kdbert.compress.recipes import SearchSettings, run_options, starts_from_teacher
+from kdbert.compress.recipes import SearchSettings, kind, run_options, starts_from_teacher
 from kdbert.compress.speed import shape_context
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions
@@ -102,9 +105,14 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
             out.mkdir(parents=True, exist_ok=True)
             write_json(state_path, state)
         finished = {row["candidate"] for row in state["rounds"][round_index]}
-        for name, steps in state["plans"][round_index].items():
+        for name, steps in list(state["plans"][round_index].items()):
             if name in finished:
                 continue
+            if round_index == 0 and not fits_first_round(state["rounds"][0], steps, settings):
+                ran = {row["candidate"] for row in state["rounds"][0]}
+                state["plans"][0] = {n: s for n, s in state["plans"][0].items() if n in ran}
+                write_json(state_path, state)
+                break
             candidate = by_name[name]
             start = out / "starts" / name if starts_from_teacher(candidate) else None
             if start is not None and not (start / "config.json").is_file():
@@ -117,6 +125,40 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
         rows = sorted(state["rounds"][round_index], key=lambda row: -row["selection_score"])
         ranked = [by_name[row["candidate"]] for row in rows[: max(1, math.ceil(len(rows) / 2))]]
     return state
+
+
+def spread_order(candidates: list[Candidate], latency: dict[str, float]) -> list[Candidate]:
+    """Round 0's running order, so that its first k runs span the families and the speed range
+    whatever k the budget allows: families in turn (the one with the fastest candidate first), each
+    family's candidates by bisection of their order by ``latency`` (the fastest, the slowest, the
+    middle one, then the middles of the two halves, ...)."""
+    families: dict[str, list[Candidate]] = {}
+    for candidate in sorted(candidates, key=lambda c: latency[c.name]):
+        families.setdefault(kind(candidate), []).append(candidate)
+    queues = [_bisection(members) for members in families.values()]
+    return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
+
+
+def _bisection(items: list) -> list:
+    """``items`` reordered: the first, the last, then the midpoints of ever finer halves."""
+    if len(items) <= 2:
+        return list(items)
+    order, intervals = [0, len(items) - 1], [(0, len(items) - 1)]
+    for low, high in intervals:  # breadth first: the list grows while it is read
+        if high - low >= 2:
+            middle = (low + high) // 2
+            order.append(middle)
+            intervals += [(low, middle), (middle, high)]
+    return [items[i] for i in order]
+
+
+def fits_first_round(done: list[dict], steps: int, settings: SearchSettings) -> bool:
+    """Whether round 0's next run of ``steps`` steps should end within ``first_round_share`` of the
+    budget, after the runs ``done`` (its cost estimated by their mean training seconds per step; the
+    first run always goes ahead)."""
+    if not done:
+        return True
+    return _spent(done) + _mean_cost(done) * steps <= settings.first_round_share * settings.budget_minutes * 60
 
 
 def plan_round(earlier_rounds: list[list[dict]], ranked: list[Candidate], round_index: int,
@@ -141,7 +183,7 @@ def round_steps(earlier_rounds: list[list[dict]], remaining: list[Candidate], ro
     if round_index == 0 or settings.round_share == "steps":
         return {candidate.name: base for candidate in remaining}
     first = earlier_rounds[0]
-    mean_cost = sum(_training_seconds(row) for row in first) / sum(row["steps"] for row in first)
+    mean_cost = _mean_cost(first)
     own_cost = {row["candidate"]: _training_seconds(row) / row["steps"] for rows in earlier_rounds for row in rows}
     return {c.name: max(settings.first_steps, round(base * mean_cost / max(own_cost.get(c.name, mean_cost), 1e-6)))
             for c in remaining}
@@ -155,10 +197,15 @@ def _spent(runs: list[dict]) -> float:
     return sum(row["seconds"] for row in runs)
 
 
+def _mean_cost(runs: list[dict]) -> float:
+    """Training seconds per step over ``runs``."""
+    return sum(_training_seconds(row) for row in runs) / sum(row["steps"] for row in runs)
+
+
 def _needed(runs: list[dict], todo: list[Candidate], steps: dict[str, int]) -> float:
     """Seconds ``todo``'s runs of ``steps[name]`` steps should take: each candidate's training seconds
     per step in its latest run, else the mean of all runs."""
-    mean = sum(_training_seconds(row) for row in runs) / sum(row["steps"] for row in runs)
+    mean = _mean_cost(runs)
     latest = {row["candidate"]: _training_seconds(row) / row["steps"] for row in runs}
     return sum(latest.get(candidate.name, mean) * steps[candidate.name] for candidate in todo)
 
