@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--first-steps", type=int, default=300)
     parser.add_argument("--word-vectors", default=WORD_VECTORS, help="the BiLSTM candidates' word vectors ('' for none)")
-    parser.add_argument("--intermediate-share", type=float, default=0.5)
+    parser.add_argument("--intermediate-share", type=float, default=0.0)
     parser.add_argument("--output-dir", default=run_folder("compress-{task}-x{target:g}"))
     args = parser.parse_args()
     teacher = args.teacher.format(task=args.task)

@@ -46,9 +46,7 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", ta
     ``model`` is the teacher to fine-tune (default: the packaged all-MiniLM-L6-v2);
     ``max_train_examples`` overrides the budget's training subset (the search distils on it too);
     ``target_speedup``, ``budget_minutes``, ``first_steps``, ``intermediate_share``, ``candidates`` and
-    ``word_vectors`` are ``kdbert compress``'s options; ``intermediate_share`` defaults to 0 here (the
-    prediction stage only): at a few hundred steps TinyBERT's intermediate stage left most small
-    students at the majority class (BENCHMARKS.md, the compress readings).
+    ``word_vectors`` are ``kdbert compress``'s options.
     """
     from kdbert.compress.pipeline import CompressConfig, compress
     from kdbert.deploy.bench import bench_model, compare, format_table

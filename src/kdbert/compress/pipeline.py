@@ -89,7 +89,7 @@ class CompressConfig(CheckedOptions):
     seed: int = option(42, "random seed of every distillation run", type=int, group="compress")
     word_vectors: str | None = option(None, "GloVe or word2vec text file the BiLSTM candidates' embeddings start "
                                             "from (default: random, 300-d)", group="compress")
-    intermediate_share: float = option(0.5, "share of a BERT-style candidate's steps spent on TinyBERT's "
+    intermediate_share: float = option(0.0, "share of a BERT-style candidate's steps spent on TinyBERT's "
                                             "intermediate stage (0: the prediction stage only)", type=float,
                                        group="compress", check=in_range(0, 0.9, what="a share in [0, 0.9]"))
     round_share: str = option("time", "what a round of the search shares out equally: wall time (cheap steps, "

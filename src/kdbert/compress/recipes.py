@@ -4,10 +4,11 @@ A candidate's kind is its name's prefix (``bert-2x256`` is a ``bert``). A round 
 ``steps`` optimiser steps; its kind's recipe says which method spends them and how (options of
 ``kdbert distill task``):
 
-- ``bert``: TinyBERT task distillation from the weight-selected start, the round's steps split
-  between the intermediate stage (embeddings, attention scores averaged over heads, hidden states
-  through g(m)) and the prediction stage (the teacher's logits), ``intermediate_share`` to the
-  first;
+- ``bert``: TinyBERT task distillation from the weight-selected start: by default its prediction
+  stage alone (the teacher's logits); ``intermediate_share`` of the round's steps go first to the
+  intermediate stage (embeddings, attention scores averaged over heads, hidden states through
+  g(m)). At a few hundred steps the intermediate stage cost more than it gave: on SST-2, 300
+  prediction steps beat 150 + 150 for every candidate and cost half as much (BENCHMARKS.md);
 - ``mobilebert``: logit KD from the fitted start (its intermediate transfer needs a
   general-distilled student, which compress does not build);
 - ``bilstm``: the distilled BiLSTM (its own vocabulary, the paper's Adadelta and batch 50, the
@@ -48,7 +49,7 @@ class SearchSettings:
     learning_rate: float = 1e-4
     seed: int = 42
     word_vectors: str | None = None
-    intermediate_share: float = 0.5
+    intermediate_share: float = 0.0
     round_share: str = "time"
     max_train_examples: int | None = None
     first_round_share: float = 1 / 3
