@@ -104,7 +104,8 @@ def test_successive_halving_distils_the_better_half_longer_and_resumes(env, monk
     task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
     context = speed.shape_context(env["teacher"], task)
     chosen = [c for c in speed.all_candidates(context) if c.name in ("bert-1x128", "bert-2x128")]
-    settings = search.SearchSettings(rounds=2, first_steps=2, batch_size=4, budget_minutes=30, round_share="steps")
+    settings = search.SearchSettings(rounds=2, first_steps=2, batch_size=4, budget_minutes=30, round_share="steps",
+                                     intermediate_share=0.5)
     out = env["root"] / "search"
     state = search.successive_halving(chosen, env["teacher"], task, out, settings)
     first, second = state["rounds"]
