@@ -40,7 +40,8 @@ TRUNCATIONS = ("head", "tail", "head+tail")  # the students distil the best of t
 STUDENTS = {  # step -> distillation options (the teacher and, but for windows, the truncation are added)
     "kd-3L": {"method": "kd", "student_layers": "3", "epochs": 3},
     "kd-3L-unlabelled": {"method": "kd", "student_layers": "3", "epochs": 3, "unlabelled": "imdb-unsup"},
-    "tinybert-3L": {"method": "tinybert", "student_layers": "3", "intermediate_epochs": 2, "epochs": 2},
+    "tinybert-3L": {"method": "tinybert", "student_layers": "3", "intermediate_epochs": 2, "epochs": 2,
+                    "layer_map": "uniform"},  # as recorded (the default for copied layers is now those layers)
     "bilstm": {"method": "bilstm", "word_vectors": WORD_VECTORS, "epochs": 10},
     "kd-3L-windows": {"method": "kd", "student_layers": "3", "epochs": 3, "truncation": "windows"},
 }

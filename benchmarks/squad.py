@@ -17,12 +17,13 @@ BERT):
 ``kd-3L-D``    the "(D)" step: start and end logits distilled from the fine-tuned teacher while
                fine-tuning (DistilBERT's ``run_squad_w_distillation`` defaults: alpha 0.5, T 2);
 ``tinybert-3L`` TinyBERT's task distillation: intermediate (embeddings, attention, hidden; 2
-               epochs) then prediction layer (2 epochs), on the same windows.
+               epochs, the uniform map: teacher layers 2, 4, 6) then prediction layer (2 epochs),
+               on the same windows.
 ``tinybert-3L-pred``  its prediction stage alone (2 epochs): what the intermediate stage adds;
 ``tinybert-3L-noatt`` both stages without the attention term;
 ``tinybert-3L-fit``   both stages, W_e / W_h fitted to the first batch (``--projection-init fit``);
 ``tinybert-3L-copied`` both stages, each student layer matched to the output of the teacher layer it
-               was copied from (1-based 1, 3, 5) instead of the uniform map's 2, 4, 6.
+               was copied from (1-based 1, 3, 5): TinyBERT's default map for such a student since.
 
 ``bench`` exports each model to ONNX (fp32 and dynamic int8, EM / F1 of each runtime on the 10
 articles) and times PyTorch and ONNX Runtime int8 at 384 tokens, batch 1. Each step is a run folder
@@ -52,12 +53,15 @@ STUDENT_LAYERS = "0,2,4"
 STUDENTS = {  # step -> distillation options (the teacher, the budget and the layers are added)
     "ft-3L": {"method": "kd", "alpha": 0.0, "epochs": 3, "learning_rate": 1e-4},
     "kd-3L-D": {"method": "kd", "alpha": 0.5, "temperature": 2.0, "epochs": 3, "learning_rate": 1e-4},
-    "tinybert-3L": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4},
+    # the uniform map (2, 4, 6) as recorded; since then the default for a student of copied layers
+    # is those layers (tinybert-3L-copied)
+    "tinybert-3L": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4,
+                    "layer_map": "uniform"},
     "tinybert-3L-pred": {"method": "tinybert", "skip_intermediate": True, "epochs": 2, "learning_rate": 1e-4},
     "tinybert-3L-noatt": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4,
-                          "no_attention_loss": True},
+                          "no_attention_loss": True, "layer_map": "uniform"},
     "tinybert-3L-fit": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4,
-                        "projection_init": "fit"},
+                        "projection_init": "fit", "layer_map": "uniform"},
     "tinybert-3L-copied": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4,
                            "layer_map": "explicit", "teacher_layers": "1,3,5"},
 }

@@ -359,11 +359,23 @@ def test_end_to_end_task_distillation(env, tmp_path, capsys):
     assert model.config.num_hidden_layers == 2 and model.config.num_labels == 2
     assert (out / "projections.safetensors").is_file()
     report = json.loads((out / "distill_report.json").read_text())
-    assert report["layer_map"]["pairs"] == [[0, 0], [1, 2], [2, 4]]
+    # student layers copied from teacher layers 0 and 2 match those layers' outputs (1-based 1 and 3)
+    assert (report["layer_map"]["method"], report["layer_map"]["pairs"]) == ("copied", [[0, 0], [1, 1], [2, 3]])
     assert report["phases"]["intermediate"]["max_steps"] == 2 and report["phases"]["intermediate"]["epochs"] == 20
     assert set(report["stage_losses"]) == {"intermediate", "prediction"}
     assert {"embedding", "attention", "hidden"} <= set(report["stage_losses"]["intermediate"][-1])
     assert report["dev_metrics"] == evaluate_saved(out, "rte", env["glue"])  # the report describes the saved student
+
+
+def test_a_layer_map_asked_for_overrides_the_copied_layers(env, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = _task_args(env, out, env["root"] / "teacher", "--student-layers", "0,2", "--max-steps", 1)
+    assert _run_cli([*args, "--layer-map", "uniform"]) == 0
+    report = json.loads((out / "distill_report.json").read_text())
+    assert (report["layer_map"]["method"], report["layer_map"]["pairs"]) == ("uniform", [[0, 0], [1, 2], [2, 4]])
+    assert _run_cli([*args, "--teacher-layers", "2,4", "--overwrite"]) == 0
+    report = json.loads((out / "distill_report.json").read_text())
+    assert (report["layer_map"]["method"], report["layer_map"]["pairs"]) == ("explicit", [[0, 0], [1, 2], [2, 4]])
 
 
 def test_general_then_task_distillation(env, tmp_path):

@@ -40,10 +40,13 @@ GENERAL_MAX_SEQ_LEN = 128
 
 @dataclass
 class Student:
-    """The initial student and where it came from (``origin``, for reports and errors)."""
+    """The initial student and where it came from (``origin``, for reports and errors);
+    ``copied_layers``: the 0-based teacher layers its layers were copied from, in order, when it was
+    built so (``--student-layers``)."""
 
     model: nn.Module
     origin: str
+    copied_layers: tuple[int, ...] | None = None
 
 
 @dataclass

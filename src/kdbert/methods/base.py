@@ -146,7 +146,7 @@ def teacher_layer_student(teacher, spec: TaskSpec, value, seed: int) -> Student:
             raise KdbertError(f"--student-layers {text}: layers must be strictly increasing ({layer} comes after "
                               f"{parts[i - 1]})")
     model = students.init_from_teacher_layers(teacher, parts, spec.num_labels, seed=seed)
-    return Student(model, f"teacher layers {parts}")
+    return Student(model, f"teacher layers {parts}", copied_layers=tuple(parts))
 
 
 def preset_student(name: str, teacher, spec: TaskSpec, init: str | None, seed: int) -> Student:
