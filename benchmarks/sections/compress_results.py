@@ -12,6 +12,7 @@ def compress_section() -> list[str]:
     results = load_results("compress")
     if not results:
         return []
+    seeds = load_results("compress_seeds")
     lines = ["## `kdbert compress`: the fastest student that keeps the score, found on this machine", "",
              note("compress-intro"), "", *summary_table(results), ""]
     for key in sorted(results):
@@ -22,7 +23,18 @@ def compress_section() -> list[str]:
                   f"### {result['task']}", "", f"Measured on {result['machine']} ({result['date']}), "
                   f"{result['speed']['settings']['threads']} runtime thread(s), {result['held_out_rows']} training "
                   "rows held out to pick on.", "", *body, "", f"Command: `{result['command']}`.", ""]
+        if key in seeds and seeds[key]["run"] == result["winner"]["run"]:
+            lines += [seeds_line(seeds[key]), ""]
     return lines + [note("compress-reading"), "", *gpu_lines()]
+
+
+def seeds_line(record: dict) -> str:
+    """The winner's final run distilled again with other seeds (``benchmarks/compress_seeds.py``)."""
+    runs = ", ".join(f"seed {seed}: {row['dev']:.2f} (held-out {row['held_out']:.2f})"
+                     for seed, row in record["seeds"].items())
+    return (f"The winner's final run ({record['candidate']}, {record['steps']} steps) with {len(record['seeds'])} "
+            f"seeds, dev (PyTorch): {record['dev_mean']:.2f} +- {record['dev_std']:.2f} ({runs}); {record['machine']}, "
+            f"{record['date']}, `{record['command']}`.")
 
 
 def gpu_lines() -> list[str]:

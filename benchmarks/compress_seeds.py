@@ -1,0 +1,75 @@
+"""A recorded `kdbert compress` winner distilled again with other seeds: how much of its score is luck.
+
+    OMP_NUM_THREADS=1 python benchmarks/compress_seeds.py --search runs/compress-sst2-x8-pred --key sst2/x8 \
+        --seeds 43 44
+
+The winner's last run in the search (its ``run_config.json`` holds every option, the task and its
+held-out fraction) runs again with each seed into ``<search>/seeds/<seed>`` (a finished seed is
+reused), with the same steps. Records, in ``benchmarks/results/compress_seeds.json`` under ``--key``
+(the search's key in ``compress.json``), the held-out and dev (PyTorch) scores of every seed, the
+search's own run included under its seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from common import machine_info, save_result
+from paths import GLUE_DIR
+
+from kdbert.data.load import TaskOptions
+from kdbert.methods.front import distill_task
+
+TASK_FIELDS = {field.name for field in fields(TaskOptions)}
+
+
+def scores(report: dict) -> dict:
+    metrics = report["dev_metrics"]
+    return {"held_out": metrics.get("selection_score", metrics["score"]), "dev": metrics["score"]}
+
+
+def rerun(run: Path, seed: int, out: Path, data_dir: str) -> dict:
+    """``run`` again with ``seed`` into ``out`` (reused when finished); its held-out and dev scores."""
+    if (out / "distill_report.json").is_file():
+        return scores(json.loads((out / "distill_report.json").read_text()))
+    recorded = json.loads((run / "run_config.json").read_text())
+    task = TaskOptions(**{**{k: v for k, v in recorded.items() if k in TASK_FIELDS and v is not None},
+                          "data_dir": data_dir})
+    options = {k: v for k, v in recorded.items() if k not in TASK_FIELDS and k != "command" and v is not None}
+    return scores(distill_task(task, {**options, "seed": seed, "no_progress": True}, str(out), overwrite=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--search", required=True, help="a compress output folder with compress_report.json")
+    parser.add_argument("--key", required=True, help="the search's key in compress.json, e.g. sst2/x8")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[43, 44])
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    args = parser.parse_args()
+    search = Path(args.search)
+    report = json.loads((search / "compress_report.json").read_text())
+    winner = report["winner"]
+    run = Path(winner["run"])
+    own_seed = json.loads((run / "run_config.json").read_text())["seed"]
+    started = time.time()
+    runs = {own_seed: scores(json.loads((run / "distill_report.json").read_text()))}
+    for seed in args.seeds:
+        runs[seed] = rerun(run, seed, search / "seeds" / str(seed), args.data_dir)
+        print(f"seed {seed}: {runs[seed]}")
+    dev = [row["dev"] for row in runs.values()]
+    save_result("compress_seeds", args.key, {
+        **machine_info(), "candidate": winner["candidate"], "steps": winner["steps"], "run": str(run),
+        "seeds": {str(seed): row for seed, row in sorted(runs.items())},
+        "dev_mean": statistics.mean(dev), "dev_std": statistics.stdev(dev) if len(dev) > 1 else 0.0,
+        "seconds_this_call": round(time.time() - started, 1),
+        "command": f"OMP_NUM_THREADS=1 python benchmarks/compress_seeds.py --search {args.search} --key {args.key} "
+                   f"--seeds {' '.join(map(str, args.seeds))}"})
+
+
+if __name__ == "__main__":
+    main()
