@@ -379,6 +379,27 @@ def test_the_first_round_stops_at_its_share_of_the_budget_and_resumes_the_same(e
         search.SearchSettings(first_round_share=0.0)
 
 
+def test_a_first_round_cut_short_by_a_kill_resumes_in_its_own_order(env, tmp_path, monkeypatch):
+    search, candidates, task = fake_search(env, monkeypatch, cost=dict.fromkeys("abc", 0.1),
+                                           score={"c": 60.0, "b": 70.0, "a": 80.0})
+    assert [c.name for c in candidates] == ["c", "b", "a"]  # not the sorted order search.json keeps
+    settings = search.SearchSettings(rounds=1, first_steps=10, budget_minutes=1.0)
+    ran, fake = [], search._distil
+
+    def killed_after_the_first(candidate, *args):
+        if ran:
+            raise KeyboardInterrupt
+        ran.append(candidate.name)
+        return fake(candidate, *args)
+
+    monkeypatch.setattr(search, "_distil", killed_after_the_first)
+    with pytest.raises(KeyboardInterrupt):
+        search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    monkeypatch.setattr(search, "_distil", fake)
+    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    assert [row["candidate"] for row in state["rounds"][0]] == ["c", "b", "a"]
+
+
 def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
     from kdbert.compress.search import spread_order
     from kdbert.families.registry import Candidate

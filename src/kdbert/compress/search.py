@@ -105,7 +105,8 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
             out.mkdir(parents=True, exist_ok=True)
             write_json(state_path, state)
         finished = {row["candidate"] for row in state["rounds"][round_index]}
-        for name, steps in list(state["plans"][round_index].items()):
+        plan = state["plans"][round_index]  # run in ranked order: search.json keeps its keys sorted
+        for name, steps in [(c.name, plan[c.name]) for c in ranked if c.name in plan]:
             if name in finished:
                 continue
             if round_index == 0 and not fits_first_round(state["rounds"][0], steps, settings):
