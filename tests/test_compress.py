@@ -114,6 +114,7 @@ def test_successive_halving_distils_the_better_half_longer_and_resumes(env, monk
     assert [(row["candidate"], row["steps"]) for row in second] == [(best, 4)]
     report = json.loads((out / "rounds" / "1" / best / "distill_report.json").read_text())
     assert report["selected_on"] == "held-out training rows (3)"
+    assert not list(out.rglob("checkpoints")) and (out / "rounds" / "1" / best / "model.safetensors").is_file()
     # TinyBERT's two stages share the round's 4 steps
     assert (report["method"], report["options"]["intermediate_max_steps"], report["options"]["max_steps"]) == \
         ("tinybert", 2, 2)

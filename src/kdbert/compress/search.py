@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -56,6 +57,7 @@ def _distil(candidate: Candidate, start: Path | None, teacher_dir: str, task: Ta
         options["logits_cache"] = str(caches / "teacher-logits")
     started = time.time()
     report = distill_task(task, options, str(out), overwrite=True)
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # finished: its model and best stay, ~2 GB a search less
     return {"candidate": candidate.name, "method": options["method"], "steps": steps,
             "seconds": round(time.time() - started, 1),
             "labelling_seconds": (report.get("teacher_logits") or {}).get("seconds", 0.0),
