@@ -19,6 +19,15 @@ from kdbert.compress.pipeline import CompressConfig, compress
 from kdbert.data.load import TaskOptions
 
 
+RECORDED = ("task", "runtime", "target", "held_out_rows", "speed", "search", "winner", "teacher_scores", "shipped",
+            "seconds_per_candidate", "speedup_breakdown")
+
+
+def recorded_parts(report: dict) -> dict:
+    """The parts of a compress report that ``compress.json`` records (what BENCHMARKS.md renders)."""
+    return {key: report.get(key) for key in RECORDED}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="sst2")
@@ -49,9 +58,7 @@ def main() -> None:
                + (f" --candidates {args.candidates}" if args.candidates else ""))
     save_result("compress", f"{args.task}/x{args.target_speedup:g}",
                 {**machine_info(), "command": command, "seconds_this_call": round(time.time() - started, 1),
-                 **{key: report.get(key) for key in ("task", "runtime", "target", "held_out_rows", "speed", "search",
-                                                     "winner", "teacher_scores", "shipped", "seconds_per_candidate",
-                                                     "speedup_breakdown")}})
+                 **recorded_parts(report)})
     print(open(f"{out}/compress_report.md").read())
 
 

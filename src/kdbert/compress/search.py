@@ -112,8 +112,7 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
             if name in finished:
                 continue
             if round_index == 0 and not fits_first_round(state["rounds"][0], steps, settings):
-                ran = {row["candidate"] for row in state["rounds"][0]}
-                state["plans"][0] = {n: s for n, s in state["plans"][0].items() if n in ran}
+                state["plans"][0] = {n: s for n, s in plan.items() if n in finished}
                 write_json(state_path, state)
                 break
             candidate = by_name[name]
@@ -124,6 +123,7 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
             row = _distil(candidate, start, teacher_dir, task, steps, settings, out / "rounds" / str(round_index) / name,
                           out)
             state["rounds"][round_index].append(row)
+            finished.add(name)
             write_json(state_path, state)
         rows = sorted(state["rounds"][round_index], key=lambda row: -row["selection_score"])
         ranked = [by_name[row["candidate"]] for row in rows[: max(1, math.ceil(len(rows) / 2))]]
