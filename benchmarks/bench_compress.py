@@ -4,7 +4,8 @@
         --candidates bert-1x128,bert-1x256,... --threads 1 --budget-minutes 25
 
 A rerun with the same output folder continues the search (timings and finished runs are reused).
-Results: ``benchmarks/results/compress.json`` under ``<task>/x<target>``.
+Results: ``benchmarks/results/compress.json`` under ``<task>/x<target>`` (``--key-suffix`` appends to
+it, so that a search with other options is recorded beside the first).
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import argparse
 import time
 
 from common import machine_info, save_result
-from paths import GLUE_DIR, WORD_VECTORS, run_folder
+from paths import GLUE_DIR, NLTK_DATA, WORD_VECTORS, run_folder
 
 from kdbert.compress.pipeline import CompressConfig, compress
 from kdbert.data.load import TaskOptions
 
 
-RECORDED = ("task", "runtime", "target", "held_out_rows", "speed", "search", "winner", "teacher_scores", "shipped",
-            "seconds_per_candidate", "speedup_breakdown")
+RECORDED = ("task", "runtime", "target", "held_out_rows", "speed", "augmentation", "search", "winner",
+            "teacher_scores", "shipped", "seconds_per_candidate", "speedup_breakdown")
 
 
 def recorded_parts(report: dict) -> dict:
@@ -41,6 +42,10 @@ def main() -> None:
     parser.add_argument("--first-steps", type=int, default=300)
     parser.add_argument("--word-vectors", default=WORD_VECTORS, help="the BiLSTM candidates' word vectors ('' for none)")
     parser.add_argument("--intermediate-share", type=float, default=0.0)
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--augment", help="candidate kinds that also compete augmented (e.g. bilstm, or all)")
+    parser.add_argument("--nltk-data", default=NLTK_DATA, help="NLTK's POS tagger, for --augment")
+    parser.add_argument("--key-suffix", default="", help="appended to the results key <task>/x<target>")
     parser.add_argument("--output-dir", default=run_folder("compress-{task}-x{target:g}"))
     args = parser.parse_args()
     teacher = args.teacher.format(task=args.task)
@@ -48,15 +53,19 @@ def main() -> None:
     config = CompressConfig(teacher=teacher, target_speedup=args.target_speedup, candidates=args.candidates,
                             threads=args.threads, budget_minutes=args.budget_minutes, rounds=args.rounds,
                             first_steps=args.first_steps, word_vectors=args.word_vectors or None,
-                            intermediate_share=args.intermediate_share)
+                            intermediate_share=args.intermediate_share, learning_rate=args.learning_rate,
+                            augment=args.augment, nltk_data=args.nltk_data if args.augment else None)
     started = time.time()
     report = compress(TaskOptions(args.task, data_dir=args.data_dir), config, out)
     command = (f"OMP_NUM_THREADS=1 python benchmarks/bench_compress.py --task {args.task} --target-speedup "
                f"{args.target_speedup:g} --threads {args.threads} --budget-minutes {args.budget_minutes:g} "
                f"--rounds {args.rounds} --first-steps {args.first_steps} --intermediate-share "
                f"{args.intermediate_share:g}" + (" --word-vectors ''" if not args.word_vectors else "")
-               + (f" --candidates {args.candidates}" if args.candidates else ""))
-    save_result("compress", f"{args.task}/x{args.target_speedup:g}",
+               + (f" --candidates {args.candidates}" if args.candidates else "")
+               + (f" --learning-rate {args.learning_rate:g}" if args.learning_rate != 1e-4 else "")
+               + (f" --augment {args.augment}" if args.augment else "")
+               + (f" --key-suffix {args.key_suffix} --output-dir {out}" if args.key_suffix else ""))
+    save_result("compress", f"{args.task}/x{args.target_speedup:g}{args.key_suffix}",
                 {**machine_info(), "command": command, "seconds_this_call": round(time.time() - started, 1),
                  **recorded_parts(report)})
     print(open(f"{out}/compress_report.md").read())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -413,6 +414,11 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
     assert [c.name for c in spread_order(candidates, latency)] == [
         "bert-1x128", "bilstm-h150", "mobilebert-2x384", "bert-2x256", "bilstm-h300", "bert-2x128", "bert-1x192",
         "bert-1x256", "bert-2x192"]
+    # a kind's augmented variants (same speed) take turns with it as a family of their own
+    latency = {"bilstm-h150": 0.15, "bilstm-h150-aug": 0.15, "bilstm-h300": 0.45, "bilstm-h300-aug": 0.45}
+    candidates = [Candidate(name, "x", (), build=None) for name in sorted(latency)]
+    assert [c.name for c in spread_order(candidates, latency)] == ["bilstm-h150", "bilstm-h150-aug", "bilstm-h300",
+                                                                   "bilstm-h300-aug"]
 
 
 def test_distillation_time_adds_up_every_round_a_candidate_ran():
@@ -421,3 +427,58 @@ def test_distillation_time_adds_up_every_round_a_candidate_ran():
     search = {"rounds": [[{"candidate": "a", "seconds": 10.2}, {"candidate": "b", "seconds": 3.1}],
                          [{"candidate": "a", "seconds": 20.5}], [{"candidate": "a", "seconds": 41.0}]]}
     assert _seconds_per_candidate(search) == {"a": 71.7, "b": 3.1}
+
+
+NLTK_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltk_data"
+
+
+@pytest.mark.skipif(not NLTK_DATA.is_dir(), reason="needs the offline nltk_data folder")
+def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hold_out(env, tmp_path, capsys,
+                                                                                        monkeypatch):
+    from kdbert.augment.bilstm import BiLSTMAugmenter
+    from kdbert.augment.pos_tagging import NltkTagger
+    from kdbert.cli import main
+    from kdbert.core import teacher_logits
+    from kdbert.data.load import load_task
+
+    labelled = []
+    run_teacher = teacher_logits._run_teacher
+
+    def counting(model, tokenizer, examples, *args, **kwargs):
+        labelled.extend(examples)
+        return run_teacher(model, tokenizer, examples, *args, **kwargs)
+
+    monkeypatch.setattr(teacher_logits, "_run_teacher", counting)
+    out = tmp_path / "compress"
+    args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+            "--candidates", "bilstm-h150", "--augment", "bilstm", "--augment-copies", "3", "--nltk-data",
+            str(NLTK_DATA), "--rounds", "1", "--first-steps", "2", "--length-rows", "4", "--threads", "1",
+            "--target-speedup", "0.01", "--output-dir", str(out)]
+    assert main(args) == 0
+    report = json.loads((out / "compress_report.json").read_text())
+    assert sorted(row["candidate"] for row in report["search"]["rounds"][0]) == ["bilstm-h150", "bilstm-h150-aug"]
+    assert report["speed"]["candidates"]["bilstm-h150-aug"]["latency_real_p50_ms"] == \
+        report["speed"]["candidates"]["bilstm-h150"]["latency_real_p50_ms"]
+
+    # the versions come from the 11 training rows left after the hold-out, never from the held-out row
+    data = load_task(TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.1))
+    texts = [row.texts[0] for row in data.train]
+    expected = [v for versions in BiLSTMAugmenter.from_texts(texts, NltkTagger(NLTK_DATA), n_iter=3, seed=42)
+                .augment([row.texts for row in data.train]) for v in versions[1:]]
+    written = [json.loads(line)["sentence"] for line in (out / "augmented.jsonl").read_text().splitlines()]
+    assert written == [v[0] for v in expected] and len(written) > 11
+    assert report["augmentation"] == {"file": str(out / "augmented.jsonl"), "input_rows": 11, "tries_per_row": 3,
+                                      "rows": len(written)}
+    plain = json.loads((out / "rounds" / "0" / "bilstm-h150" / "distill_report.json").read_text())
+    variant = json.loads((out / "rounds" / "0" / "bilstm-h150-aug" / "distill_report.json").read_text())
+    assert (plain["train_rows"], variant["train_rows"], variant["unlabelled"]["rows"]) == \
+        (11, 11 + len(written), len(written))
+    # the teacher labelled each distinct training and augmented row once, for both runs
+    assert len(labelled) == len(set(texts) | set(written)) and len(set(labelled)) == len(labelled)
+    assert "Candidates named -aug also trained on" in (out / "compress_report.md").read_text()
+
+    stamp = (out / "augmented.jsonl").stat().st_mtime_ns
+    assert main(args) == 0 and (out / "augmented.jsonl").stat().st_mtime_ns == stamp  # resumed: reused
+    capsys.readouterr()
+    assert main([*args[:-2], "--output-dir", str(tmp_path / "other"), "--augment", "lstm"]) == 2
+    assert "--augment lstm: unknown kind 'lstm'; use kinds among bert, mobilebert, bilstm" in capsys.readouterr().err

@@ -157,3 +157,20 @@ def test_augment_method_bilstm_on_own_jsonl_data_writes_beside_it(tmp_path, caps
     written = [json.loads(line) for line in (tmp_path / "train_aug.jsonl").read_text().splitlines()]
     assert written[0] == rows[0] and rows[1] in written and 2 < len(written) <= 12
     assert {r["stars"] for r in written} == {"5", "1"} and all(set(r) == {"review", "stars"} for r in written)
+
+
+def test_unlabelled_rows_keep_their_logits_beside_their_file(tmp_path, glue_dir):
+    from dataclasses import replace
+
+    from kdbert.core.teacher_logits import task_store_folder, unlabelled_store_folder
+    from kdbert.data.tasks import GLUE_TASKS
+
+    spec = GLUE_TASKS["sst2"]
+    texts = tmp_path / "more.jsonl"
+    texts.write_text('{"sentence": "a fine film"}\n')
+    task = TaskOptions("sst2", data_dir=str(glue_dir), unlabelled=str(texts))
+    assert unlabelled_store_folder(task, spec, None) == tmp_path / "more.jsonl.teacher-logits"
+    assert unlabelled_store_folder(task, spec, str(tmp_path / "given")) == tmp_path / "given"
+    # IMDb's unlabelled reviews are no file of the user's: stored as the training rows are
+    assert unlabelled_store_folder(replace(task, unlabelled="imdb-unsup"), spec, None) == \
+        task_store_folder(task, spec, None)

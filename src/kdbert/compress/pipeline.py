@@ -4,7 +4,8 @@ machine, in four steps (each resumable; every candidate run is an ordinary run f
 1. time the exported teacher and every family's candidate shapes in the runtime shipped
    (:mod:`kdbert.compress.speed`), keeping those that meet the speed target;
 2. build the kept candidates from the teacher and distil them by successive halving
-   (:mod:`kdbert.compress.build`, :mod:`kdbert.compress.search`);
+   (:mod:`kdbert.compress.build`, :mod:`kdbert.compress.search`), with ``--augment`` beside
+   augmented variants of them (:mod:`kdbert.compress.augment`);
 3. pick the winner on held-out training rows (:func:`kdbert.compress.search.pick_winner`);
 4. export it as it ships, checked on dev, and write ``compress_report.json`` / ``.md``.
 
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kdbert.compress.augment import AugmentSettings, base_name, is_augmented, with_variants, write_augmented_rows
 from kdbert.compress.breakdown import format_breakdown, speedup_breakdown
 from kdbert.compress.recipes import ROUND_SHARES, SearchSettings
 from kdbert.compress.search import STATE as SEARCH_STATE
@@ -43,7 +45,7 @@ from kdbert.core.atomic_io import write_json
 from kdbert.core.evaluate import agreement
 from kdbert.core.metrics import compute_metrics, task_score
 from kdbert.core.qa_evaluate import answer_agreement
-from kdbert.data.load import TaskOptions, load_task
+from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.export import export_model
 from kdbert.deploy.onnx_runtime import OnnxClassifier
 from kdbert.deploy.report import build_table, plot_pareto
@@ -102,6 +104,18 @@ class CompressConfig(CheckedOptions):
     max_train_examples: int | None = option(None, "distil on the first N training rows only (default: all)", type=int,
                                             group="compress",
                                             check=POSITIVE_INT)
+    augment: str | None = option(None, "candidate kinds (bert, mobilebert, bilstm; comma-separated, or all) that "
+                                       "also compete as an augmented variant, NAME-aug, trained on the BiLSTM paper's "
+                                       "new versions of the training rows as well, labelled by the teacher "
+                                       "(default: none)", group="compress")
+    augment_copies: int = option(20, "augmentation: versions tried per training row, at most", type=int,
+                                 group="compress", check=POSITIVE_INT)
+    augment_max_rows: int = option(50_000, "augmentation: new rows in all, at most (fewer versions per row on large "
+                                           "tasks; the teacher labels each once)", type=int, group="compress",
+                                   check=POSITIVE_INT)
+    nltk_data: str | None = option(None, "augmentation: folder with NLTK's POS tagger (taggers/"
+                                         "averaged_perceptron_tagger_eng/; default: NLTK's data path)",
+                                   group="compress")
 
     def check(self) -> None:
         super().check()
@@ -182,6 +196,8 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         word_vectors=config.word_vectors, intermediate_share=config.intermediate_share,
         round_share=config.round_share, max_train_examples=config.max_train_examples,
         first_round_share=config.first_round_share)
+    augment = AugmentSettings.parse(config.augment, copies=config.augment_copies, max_rows=config.augment_max_rows,
+                                    nltk_data=config.nltk_data)
     context = shape_context(teacher_dir, task, config.word_vectors)
     offered = all_candidates(context)
     if config.candidates:
@@ -193,11 +209,20 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         offered = [c for c in offered if c.name in wanted]
     table = measure_speed(teacher_dir, task, out, speed_settings, offered, context)
     fast = set(meeting_target(table, config.target_speedup, config.target_latency_ms))
+    kept = with_variants([c for c in offered if c.name in fast], augment.kinds)
+    table = {**table, "candidates": {c.name: {**table["candidates"][base_name(c.name)],
+                                              **({"augmented": True} if is_augmented(c.name) else {})}
+                                     for c in offered + kept if base_name(c.name) in table["candidates"]}}
     latency = {name: row["latency_real_p50_ms"] for name, row in table["candidates"].items()}
-    kept = spread_order([c for c in offered if c.name in fast], latency)
+    kept = spread_order(kept, latency)
     data = load_task(task)
+    train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     if not (out / SEARCH_STATE).is_file():  # a search under way was judged when it started
-        check_budget(table, kept, search_settings, min(len(data.train), config.max_train_examples or len(data.train)))
+        check_budget(table, kept, search_settings, len(train_rows))
+    augmentation = None
+    if any(is_augmented(c.name) for c in kept):
+        text_fields = list(task.text_columns) if is_data_file(task.task) else list(data.spec.text_fields)
+        augmentation = write_augmented_rows(train_rows, text_fields, out, augment, config.seed)
     search = successive_halving(kept, teacher_dir, task, out, search_settings)
     teacher_family = family_of_folder(teacher_dir)
     teacher, tokenizer = teacher_family.load(Path(teacher_dir), data.spec)
@@ -221,7 +246,8 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         "task": data.spec.name, "teacher": teacher_dir, "runtime": config.runtime,
         "target": {"speedup": config.target_speedup, "latency_ms": config.target_latency_ms,
                    "min_kept": config.min_kept},
-        "held_out_rows": len(data.held_out), "speed": table, "search": search, "winner": winner,
+        "held_out_rows": len(data.held_out), "speed": table, "augmentation": augmentation, "search": search,
+        "winner": winner,
         "seconds_per_candidate": _seconds_per_candidate(search), "speedup_breakdown": breakdown,
         "teacher_scores": {"held_out": teacher_metrics["selection_score"], "dev": teacher_dev,
                            "dev_deployed": teacher_deployed.get(runtime_key)},
@@ -304,6 +330,11 @@ def format_report(report: dict, plot: str | None = None) -> str:
         lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x | "
                      + (f"{run['selection_score']:.2f} | {run['dev_score']:.2f} | {run.get('method', 'kd')} | "
                         f"{run['steps']} | {seconds[name] / 60:.1f} min |" if run else "- | - | - | - | - |"))
+    if report.get("augmentation"):
+        facts = report["augmentation"]
+        lines += ["", f"Candidates named -aug also trained on {facts['rows']} new versions of the "
+                      f"{facts['input_rows']} training rows (the BiLSTM paper's rules, up to {facts['tries_per_row']} "
+                      "tries a row; the held-out rows not among them), labelled by the teacher."]
     if report.get("speedup_breakdown"):
         lines += ["", "Where the speedup comes from, one change at a time (batch 1, dev rows):", "",
                   *format_breakdown(report["speedup_breakdown"])]

@@ -33,8 +33,10 @@ import json
 import math
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from kdbert.compress.augment import ROWS_FILE, base_name, is_augmented
 from kdbert.compress.build import build_from_teacher
 from kdbert.compress.recipes import SearchSettings, kind, run_options, starts_from_teacher
 from kdbert.compress.speed import shape_context
@@ -49,18 +51,24 @@ STATE = "search.json"
 
 def _distil(candidate: Candidate, start: Path | None, teacher_dir: str, task: TaskOptions, steps: int,
             settings: SearchSettings, out: Path, caches: Path) -> dict:
-    """One run of ``candidate``'s recipe (:func:`kdbert.compress.recipes.run_options`) into ``out``."""
+    """One run of ``candidate``'s recipe (:func:`kdbert.compress.recipes.run_options`) into ``out``;
+    an augmented variant (:mod:`kdbert.compress.augment`) also trains on the search's augmented rows."""
     options = {**run_options(candidate, steps, settings, str(caches / "teacher-cache")), "teacher": str(teacher_dir)}
     if start is not None:
         options["student"] = str(start)
     else:  # a student of its own (the BiLSTM): the teacher's logits stored once for every run
         options["logits_cache"] = str(caches / "teacher-logits")
+    if is_augmented(candidate.name):
+        if not (caches / ROWS_FILE).is_file():
+            raise KdbertError(f"{candidate.name} trains on {caches / ROWS_FILE}, which is missing; rerun compress "
+                              "with the same --augment to write it")
+        task = replace(task, unlabelled=str(caches / ROWS_FILE))
     started = time.time()
     report = distill_task(task, options, str(out), overwrite=True)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # finished: its model and best stay, ~2 GB a search less
+    labelling = [(report.get(key) or {}).get("seconds", 0.0) for key in ("teacher_logits", "unlabelled")]
     return {"candidate": candidate.name, "method": options["method"], "steps": steps,
-            "seconds": round(time.time() - started, 1),
-            "labelling_seconds": (report.get("teacher_logits") or {}).get("seconds", 0.0),
+            "seconds": round(time.time() - started, 1), "labelling_seconds": round(sum(labelling), 1),
             "selection_score": report["dev_metrics"].get("selection_score", report["dev_metrics"]["score"]),
             "dev_score": report["dev_metrics"]["score"], "run": str(out)}
 
@@ -116,10 +124,10 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
                 write_json(state_path, state)
                 break
             candidate = by_name[name]
-            start = out / "starts" / name if starts_from_teacher(candidate) else None
+            start = out / "starts" / base_name(name) if starts_from_teacher(candidate) else None
             if start is not None and not (start / "config.json").is_file():
                 context = context or shape_context(teacher_dir, task)
-                build_from_teacher(candidate, teacher_dir, task, start, context)
+                build_from_teacher(replace(candidate, name=base_name(name)), teacher_dir, task, start, context)
             row = _distil(candidate, start, teacher_dir, task, steps, settings, out / "rounds" / str(round_index) / name,
                           out)
             state["rounds"][round_index].append(row)
@@ -132,12 +140,13 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
 
 def spread_order(candidates: list[Candidate], latency: dict[str, float]) -> list[Candidate]:
     """Round 0's running order, so that its first k runs span the families and the speed range
-    whatever k the budget allows: families in turn (the one with the fastest candidate first), each
-    family's candidates by bisection of their order by ``latency`` (the fastest, the slowest, the
-    middle one, then the middles of the two halves, ...)."""
-    families: dict[str, list[Candidate]] = {}
+    whatever k the budget allows: families in turn (the one with the fastest candidate first; a
+    kind's augmented variants are a family of their own), each family's candidates by bisection
+    of their order by ``latency`` (the fastest, the slowest, the middle one, then the middles of
+    the two halves, ...)."""
+    families: dict[tuple[str, bool], list[Candidate]] = {}
     for candidate in sorted(candidates, key=lambda c: latency[c.name]):
-        families.setdefault(kind(candidate), []).append(candidate)
+        families.setdefault((kind(candidate), is_augmented(candidate.name)), []).append(candidate)
     queues = [_bisection(members) for members in families.values()]
     return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
 

@@ -196,12 +196,25 @@ def stored_teacher_logits(teacher, tokenizer, rows: list[Example], task: TaskOpt
     return logits, {"store": str(store), "rows": len(rows), "dtype": dtype, "seconds": round(time.time() - started, 1)}
 
 
+def unlabelled_store_folder(task: TaskOptions, spec: TaskSpec, folder: str | None) -> Path:
+    """Where the teacher's logits on ``--unlabelled`` rows are kept: ``folder`` when given, else
+    beside the unlabelled file when it is one in a writable folder, else as the training rows'
+    (:func:`task_store_folder`)."""
+    if folder:
+        return Path(folder)
+    source = Path(task.unlabelled) if task.unlabelled and is_data_file(task.unlabelled) else None
+    if source is not None and os.access(source.resolve().parent, os.W_OK):
+        return store_folder(source)
+    return task_store_folder(task, spec, None)
+
+
 def teacher_labelled(teacher, tokenizer, rows: list[Example], task: TaskOptions, spec: TaskSpec, max_seq_len: int,
-                     dtype: str = "float32") -> tuple[list[Example], dict]:
+                     dtype: str = "float32", folder: str | None = None) -> tuple[list[Example], dict]:
     """``rows`` (unlabelled, ``--unlabelled``) with the teacher's label: the argmax of its stored
-    logits (:func:`stored_teacher_logits`), or its score for regression; and the facts for the report
-    (rows, store, and the share of rows per label)."""
-    logits, facts = stored_teacher_logits(teacher, tokenizer, rows, task, spec, max_seq_len, dtype)
+    logits (:func:`stored_teacher_logits`, in :func:`unlabelled_store_folder`), or its score for
+    regression; and the facts for the report (rows, store, and the share of rows per label)."""
+    store = unlabelled_store_folder(task, spec, folder)
+    logits, facts = stored_teacher_logits(teacher, tokenizer, rows, task, spec, max_seq_len, dtype, str(store))
     labels = logits[:, 0].tolist() if spec.is_regression else logits.argmax(axis=-1).tolist()
     if not spec.is_regression:
         facts["label_shares"] = {name: round(labels.count(i) / len(labels), 4) for i, name in enumerate(spec.labels)}

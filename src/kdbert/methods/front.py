@@ -120,7 +120,10 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     unlabelled = None
     if data.unlabelled:
-        labelled, unlabelled = teacher_labelled(teacher, tokenizer, data.unlabelled, task, spec, max_seq_len)
+        # a method that stores the teacher's logits itself (the BiLSTM) reads these back from its store
+        labelled, unlabelled = teacher_labelled(teacher, tokenizer, data.unlabelled, task, spec, max_seq_len,
+                                                getattr(config, "teacher_dtype", "float32"),
+                                                getattr(config, "logits_cache", None))
         rows = rows + labelled
         if is_main_process():
             print(f"unlabelled: {len(labelled)} rows labelled by the teacher ({unlabelled['seconds']} s)")
