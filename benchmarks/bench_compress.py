@@ -64,7 +64,7 @@ def main() -> None:
                + (f" --candidates {args.candidates}" if args.candidates else "")
                + (f" --learning-rate {args.learning_rate:g}" if args.learning_rate != 1e-4 else "")
                + (f" --augment {args.augment}" if args.augment else "")
-               + (f" --key-suffix {args.key_suffix} --output-dir {out}" if args.key_suffix else ""))
+               + (f" --key-suffix={args.key_suffix} --output-dir {out}" if args.key_suffix else ""))
     save_result("compress", f"{args.task}/x{args.target_speedup:g}{args.key_suffix}",
                 {**machine_info(), "command": command, "seconds_this_call": round(time.time() - started, 1),
                  **recorded_parts(report)})
