@@ -51,7 +51,7 @@ def summary_table(results: dict) -> list[str]:
     """One row per recorded search: the winner shipped, its speedup over the deployed teacher and
     the shares of the teacher's dev score (and of its gain over the majority class) it keeps."""
     lines = ["| task | target | winner | speedup (int8 vs int8 teacher) | dev: teacher / winner | kept | gain kept "
-             "| agreement | search budget |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "| agreement | search |", "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for key in sorted(results):
         result = results[key]
         shipped, teacher = result["shipped"], result["teacher_scores"]
@@ -59,7 +59,9 @@ def summary_table(results: dict) -> list[str]:
         agreement = f"{shipped['agreement_dev']:.1f}" if "agreement_dev" in shipped else "-"
         budget = result["command"].split("--budget-minutes ")[1].split()[0] if "--budget-minutes" in result["command"] \
             else "-"
+        augmented = f", {result['command'].split('--augment ')[1].split()[0]} augmented too" \
+            if result.get("augmentation") else ""
         lines.append(f"| {result['task']} | {result['target']['speedup']:g}x | {result['winner']['candidate']} | "
                      f"{shipped['speedup']:.2f}x | {teacher['dev']:.2f} / {shipped['dev_score']:.2f} | "
-                     f"{100 * shipped['kept_dev']:.1f}% | {gain} | {agreement} | {budget} min |")
+                     f"{100 * shipped['kept_dev']:.1f}% | {gain} | {agreement} | {budget} min{augmented} |")
     return lines
