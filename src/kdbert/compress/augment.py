@@ -88,7 +88,8 @@ def write_augmented_rows(train_rows: list, text_fields: list[str], out: Path, se
                               "columns": text_fields, "settings": augmenter.settings()})
     stamp = Path(f"{path}.fingerprint")
     if path.is_file() and stamp.is_file() and stamp.read_text() == fingerprint:
-        return {**facts, "rows": sum(1 for _ in path.open())}
+        with path.open() as lines:
+            return {**facts, "rows": sum(1 for _ in lines)}
     if path.is_file() or (stamp.is_file() and stamp.read_text() != fingerprint):
         raise KdbertError(f"{path} holds rows augmented from other rows or settings; use a new --output-dir")
 
