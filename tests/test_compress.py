@@ -210,7 +210,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert "--candidates: unknown bert-9x999; this teacher offers" in capsys.readouterr().err
 
 
-def test_each_kind_of_candidate_gets_its_recipe():
+def test_each_kind_of_candidate_gets_its_recipe(monkeypatch):
     from kdbert.compress.recipes import SearchSettings, run_options
     from kdbert.families.registry import Candidate
 
@@ -226,10 +226,15 @@ def test_each_kind_of_candidate_gets_its_recipe():
     none = run_options(candidate("bert-2x256"), 400, SearchSettings(intermediate_share=0.0), "cache")
     assert (none["skip_intermediate"], none["max_steps"], "intermediate_max_steps" in none) == (True, 400, False)
     assert run_options(candidate("mobilebert-2x384"), 400, settings, "cache")["method"] == "kd"
+    monkeypatch.setenv("KDBERT_MIXED_PRECISION", "bf16")
     bilstm = run_options(candidate("bilstm-h300", from_teacher=None, hidden_size=300, embedding_dim=50), 400,
                          settings, "cache")
     assert bilstm == {"method": "bilstm", "max_steps": 400, "hidden_size": 300, "word_vectors": "glove.txt",
-                      "seed": 7, "eval_every": 200, "no_progress": True}  # its own optimiser, batch and rate
+                      "teacher_dtype": "bfloat16", "seed": 7, "eval_every": 200,
+                      "no_progress": True}  # its own optimiser, batch and rate; labelled in the runs' precision
+    monkeypatch.setenv("KDBERT_MIXED_PRECISION", "no")
+    assert run_options(candidate("bilstm-h300", from_teacher=None, hidden_size=300), 400, settings,
+                       "cache")["teacher_dtype"] == "float32"
     subset = SearchSettings(max_train_examples=5000)
     assert run_options(candidate("bilstm-h150", from_teacher=None, hidden_size=150), 400, subset,
                        "cache")["max_train_examples"] == 5000

@@ -12,8 +12,8 @@ A candidate's kind is its name's prefix (``bert-2x256`` is a ``bert``). A round 
 - ``mobilebert``: logit KD from the fitted start (its intermediate transfer needs a
   general-distilled student, which compress does not build);
 - ``bilstm``: the distilled BiLSTM (its own vocabulary, the paper's Adadelta and batch 50, the
-  teacher's stored logits), its hidden size the candidate's, its embeddings the word vectors
-  given (``--word-vectors``) or random.
+  teacher's stored logits, labelled in bf16 where the runs train in it), its hidden size the
+  candidate's, its embeddings the word vectors given (``--word-vectors``) or random.
 
 Every token-level recipe reads the teacher's logits through one teacher cache shared by all
 candidates and rounds (``teacher_cache``), so the teacher's logits are computed once per distinct
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kdbert.core.hardware import resolve_precision
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate
 
@@ -86,7 +87,10 @@ def _kd(candidate: Candidate, steps: int, settings: SearchSettings) -> dict:
 
 
 def _bilstm(candidate: Candidate, steps: int, settings: SearchSettings) -> dict:
-    options = {"method": "bilstm", "max_steps": steps, "hidden_size": dict(candidate.shape)["hidden_size"]}
+    # the teacher labels every training (and augmented) row once: in bf16 where the runs train in it
+    labelling = "bfloat16" if resolve_precision("auto")[0] == "bf16" else "float32"
+    options = {"method": "bilstm", "max_steps": steps, "hidden_size": dict(candidate.shape)["hidden_size"],
+               "teacher_dtype": labelling}
     if settings.word_vectors:
         options["word_vectors"] = settings.word_vectors
     return options
