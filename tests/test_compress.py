@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -472,14 +473,23 @@ def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hol
                 .augment([row.texts for row in data.train]) for v in versions[1:]]
     written = [json.loads(line)["sentence"] for line in (out / "augmented.jsonl").read_text().splitlines()]
     assert written == [v[0] for v in expected] and len(written) > 11
-    assert report["augmentation"] == {"file": str(out / "augmented.jsonl"), "input_rows": 11, "tries_per_row": 3,
-                                      "rows": len(written)}
+    facts = report["augmentation"]
+    assert {k: facts[k] for k in ("file", "input_rows", "augmented_rows", "tries_per_row", "rows")} == {
+        "file": str(out / "augmented.jsonl"), "input_rows": 11, "augmented_rows": 11, "tries_per_row": 3,
+        "rows": len(written)}
+    assert facts["affordable_rows"] > 11 * 3  # a tiny teacher labels fast: --augment-copies decided
     plain = json.loads((out / "rounds" / "0" / "bilstm-h150" / "distill_report.json").read_text())
     variant = json.loads((out / "rounds" / "0" / "bilstm-h150-aug" / "distill_report.json").read_text())
     assert (plain["train_rows"], variant["train_rows"], variant["unlabelled"]["rows"]) == \
         (11, 11 + len(written), len(written))
-    # the teacher labelled each distinct training and augmented row once, for both runs
-    assert len(labelled) == len(set(texts) | set(written)) and len(set(labelled)) == len(labelled)
+    # the teacher labelled each distinct augmented row once for both runs, and each training row once for
+    # them and once in the timing of its labelling speed
+    from collections import Counter
+
+    counts = Counter(texts[0] for texts in labelled)
+    assert {text: counts[text] for text in written} == {text: 1 for text in written}
+    assert {text: counts[text] for text in texts} == {text: 2 for text in texts} and len(counts) == len(
+        set(texts) | set(written))
     assert "Candidates named -aug also trained on" in (out / "compress_report.md").read_text()
 
     stamp = (out / "augmented.jsonl").stat().st_mtime_ns
@@ -487,3 +497,23 @@ def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hol
     capsys.readouterr()
     assert main([*args[:-2], "--output-dir", str(tmp_path / "other"), "--augment", "lstm"]) == 2
     assert "--augment lstm: unknown kind 'lstm'; use kinds among bert, mobilebert, bilstm" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not NLTK_DATA.is_dir(), reason="needs the offline nltk_data folder")
+def test_augmented_rows_are_capped_by_what_the_teacher_can_label_and_a_rerun_keeps_the_plan(tmp_path):
+    from kdbert.compress.augment import AugmentSettings, write_augmented_rows
+    from kdbert.data.glue import Example
+
+    rows = [Example((f"the {w} film was good and long",), 1) for w in ("first", "second", "third", "fourth")]
+    settings = AugmentSettings(kinds=("bilstm",), copies=5, max_rows=100, nltk_data=str(NLTK_DATA))
+    two_each = write_augmented_rows(rows, ["sentence"], tmp_path / "a", settings, 42, affordable=9)
+    assert (two_each["augmented_rows"], two_each["tries_per_row"]) == (4, 2)  # 9 affordable // 4 rows
+    first_rows = write_augmented_rows(rows, ["sentence"], tmp_path / "b", settings, 42, affordable=3)
+    assert (first_rows["augmented_rows"], first_rows["tries_per_row"]) == (3, 1)  # not one each: the first 3
+    written = (tmp_path / "b" / "augmented.jsonl").read_text()
+    assert "fourth" not in written and first_rows["rows"] == len(written.splitlines())
+    capped = write_augmented_rows(rows, ["sentence"], tmp_path / "c", replace(settings, max_rows=4), 42, 1000)
+    assert capped["tries_per_row"] == 1
+    # a rerun (timed again, at another speed) makes the same rows
+    assert write_augmented_rows(rows, ["sentence"], tmp_path / "b", settings, 42, affordable=1000) == first_rows
+    assert (tmp_path / "b" / "augmented.jsonl").read_text() == written

@@ -8,25 +8,33 @@ augmentation helps depends on the task (in BENCHMARKS.md it gave the BiLSTM +7 p
 cost it 4 on RTE), so the variant competes with its plain twin and the held-out rows decide.
 
 The versions are made from the training rows left after the hold-out (the held-out rows and
-their copies never train), at most ``copies`` per row and, for large tasks, fewer so that they
-number at most ``max_rows``: the teacher labels each once, and that cost counts in the variant's
-first run. They are written once per search to ``augmented.jsonl`` (resumably, with the texts
-only), whose teacher logits are stored beside it.
+their copies never train). The teacher labels each once, and that cost counts in the variant's
+first run, so their number is capped by what it can label in ``labelling_share`` of the search's
+budget (its float32 speed timed on this machine, :func:`affordable_rows`) and by ``max_rows``:
+at most ``copies`` versions per row, fewer on large tasks, and when not even one each fits,
+versions of the first rows only. They are written once per search to ``augmented.jsonl``
+(resumably, with the texts only; ``augmented.json`` keeps the plan, so a rerun makes the same
+rows), whose teacher logits are stored beside it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kdbert.compress.recipes import kind
+from kdbert.core.atomic_io import write_json
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate
 
 SUFFIX = "-aug"
 ROWS_FILE = "augmented.jsonl"
+PLAN_FILE = "augmented.json"
+SAMPLE_ROWS = 256
 KINDS = ("bert", "mobilebert", "bilstm")
 
 
@@ -39,6 +47,7 @@ class AugmentSettings:
     copies: int = 20
     max_rows: int = 50_000
     nltk_data: str | None = None
+    labelling_share: float = 0.1
 
     @classmethod
     def parse(cls, augment: str | None, **settings) -> AugmentSettings:
@@ -66,38 +75,56 @@ def with_variants(candidates: list[Candidate], kinds: tuple[str, ...]) -> list[C
     return list(candidates) + [replace(c, name=c.name + SUFFIX) for c in candidates if kind(c) in kinds]
 
 
+def affordable_rows(teacher, tokenizer, rows: list, spec, seconds: float, sample: int = SAMPLE_ROWS) -> int:
+    """How many rows like ``rows`` (:class:`~kdbert.data.glue.Example`) the teacher labels in
+    ``seconds`` on this machine: timed in float32 on the first ``sample`` of them (a fresh store)."""
+    from kdbert.core.teacher_logits import label_with_teacher
+
+    timed = [row.texts for row in rows[:sample]]
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        label_with_teacher(teacher, tokenizer, timed, folder, spec.max_seq_len, truncation=spec.truncation,
+                           doc_stride=spec.doc_stride)
+        per_row = (time.perf_counter() - started) / max(1, len(timed))
+    return int(seconds / max(per_row, 1e-9))
+
+
 def write_augmented_rows(train_rows: list, text_fields: list[str], out: Path, settings: AugmentSettings,
-                         seed: int) -> dict:
+                         seed: int, affordable: int) -> dict:
     """New versions of ``train_rows`` (:class:`~kdbert.data.glue.Example`) in ``out/augmented.jsonl``,
-    keyed by ``text_fields`` (the names ``--unlabelled`` reads); each row gets
-    ``min(copies, max_rows // len(train_rows))`` tries (at least one), duplicates dropped.
-    Rerun with the same rows and settings, it continues or reuses the file. Returns the facts for
-    the report (rows in and out, tries per row)."""
+    keyed by ``text_fields`` (the names ``--unlabelled`` reads), at most ``min(max_rows,
+    affordable)`` tries in all (module doc; duplicates dropped). A rerun keeps the plan recorded
+    in ``out/augmented.json`` and continues or reuses the file. Returns the facts for the report
+    (rows in, rows augmented, tries per row, rows out)."""
     from kdbert.augment.bilstm import BiLSTMAugmenter
     from kdbert.augment.pos_tagging import NltkTagger
     from kdbert.augment.tinybert import write_augmented_rows as write_rows
 
-    tries = max(1, min(settings.copies, settings.max_rows // max(1, len(train_rows))))
-    path = out / ROWS_FILE
-    rows = [dict(zip(text_fields, row.texts)) for row in train_rows]
-    facts = {"file": str(path), "input_rows": len(rows), "tries_per_row": tries}
+    plan_path, path = out / PLAN_FILE, out / ROWS_FILE
+    if plan_path.is_file():
+        plan = json.loads(plan_path.read_text())
+    else:
+        cap = max(1, min(settings.max_rows, affordable))
+        sources = min(len(train_rows), cap)
+        plan = {"file": str(path), "input_rows": len(train_rows), "augmented_rows": sources,
+                "tries_per_row": max(1, min(settings.copies, cap // sources)), "affordable_rows": affordable}
+    rows = [dict(zip(text_fields, row.texts)) for row in train_rows[: plan["augmented_rows"]]]
     tagger = NltkTagger(settings.nltk_data)
     texts = [text for row in rows for text in row.values()]
-    augmenter = BiLSTMAugmenter.from_texts(texts, tagger, n_iter=tries, seed=seed)
+    augmenter = BiLSTMAugmenter.from_texts(texts, tagger, n_iter=plan["tries_per_row"], seed=seed)
     fingerprint = json.dumps({"rows": hashlib.blake2b(json.dumps(rows).encode(), digest_size=16).hexdigest(),
                               "columns": text_fields, "settings": augmenter.settings()})
-    stamp = Path(f"{path}.fingerprint")
-    if path.is_file() and stamp.is_file() and stamp.read_text() == fingerprint:
-        with path.open() as lines:
-            return {**facts, "rows": sum(1 for _ in lines)}
-    if path.is_file() or (stamp.is_file() and stamp.read_text() != fingerprint):
+    if "fingerprint" in plan and plan["fingerprint"] != fingerprint:
         raise KdbertError(f"{path} holds rows augmented from other rows or settings; use a new --output-dir")
+    plan["fingerprint"] = fingerprint
+    if not path.is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(plan_path, plan)  # first: a killed run resumes its .partial file with the same plan
 
-    def new_versions(chunk: list[dict]) -> list[dict]:
-        versions = augmenter.augment([tuple(row[c] for c in text_fields) for row in chunk])
-        return [dict(zip(text_fields, texts)) for row_versions in versions for texts in row_versions[1:]]
+        def new_versions(chunk: list[dict]) -> list[dict]:
+            versions = augmenter.augment([tuple(row[c] for c in text_fields) for row in chunk])
+            return [dict(zip(text_fields, texts)) for row_versions in versions for texts in row_versions[1:]]
 
-    out.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(fingerprint)  # first: a killed run resumes its .partial file under the same stamp
-    written = write_rows(rows, text_fields, path, new_versions, fingerprint)
-    return {**facts, "rows": written}
+        write_rows(rows, text_fields, path, new_versions, fingerprint)
+    with path.open() as lines:
+        return {**{k: v for k, v in plan.items() if k != "fingerprint"}, "rows": sum(1 for _ in lines)}

@@ -27,7 +27,15 @@ from pathlib import Path
 
 import numpy as np
 
-from kdbert.compress.augment import AugmentSettings, base_name, is_augmented, with_variants, write_augmented_rows
+from kdbert.compress.augment import PLAN_FILE as AUGMENT_PLAN
+from kdbert.compress.augment import (
+    AugmentSettings,
+    affordable_rows,
+    base_name,
+    is_augmented,
+    with_variants,
+    write_augmented_rows,
+)
 from kdbert.compress.breakdown import format_breakdown, speedup_breakdown
 from kdbert.compress.recipes import ROUND_SHARES, SearchSettings
 from kdbert.compress.search import STATE as SEARCH_STATE
@@ -113,6 +121,10 @@ class CompressConfig(CheckedOptions):
     augment_max_rows: int = option(50_000, "augmentation: new rows in all, at most (fewer versions per row on large "
                                            "tasks; the teacher labels each once)", type=int, group="compress",
                                    check=POSITIVE_INT)
+    augment_labelling_share: float = option(0.1, "augmentation: the share of --budget-minutes the teacher may "
+                                                 "spend labelling the new rows (their number is capped by its "
+                                                 "speed, timed here)", type=float, group="compress",
+                                            check=in_range(0, 1, low_open=True, what="a share in (0, 1]"))
     nltk_data: str | None = option(None, "augmentation: folder with NLTK's POS tagger (taggers/"
                                          "averaged_perceptron_tagger_eng/; default: NLTK's data path)",
                                    group="compress")
@@ -197,7 +209,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         round_share=config.round_share, max_train_examples=config.max_train_examples,
         first_round_share=config.first_round_share)
     augment = AugmentSettings.parse(config.augment, copies=config.augment_copies, max_rows=config.augment_max_rows,
-                                    nltk_data=config.nltk_data)
+                                    nltk_data=config.nltk_data, labelling_share=config.augment_labelling_share)
     context = shape_context(teacher_dir, task, config.word_vectors)
     offered = all_candidates(context)
     if config.candidates:
@@ -219,13 +231,15 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     if not (out / SEARCH_STATE).is_file():  # a search under way was judged when it started
         check_budget(table, kept, search_settings, len(train_rows))
+    teacher_family = family_of_folder(teacher_dir)
+    teacher, tokenizer = teacher_family.load(Path(teacher_dir), data.spec)
     augmentation = None
     if any(is_augmented(c.name) for c in kept):
         text_fields = list(task.text_columns) if is_data_file(task.task) else list(data.spec.text_fields)
-        augmentation = write_augmented_rows(train_rows, text_fields, out, augment, config.seed)
+        affordable = 0 if (out / AUGMENT_PLAN).is_file() else affordable_rows(
+            teacher, tokenizer, train_rows, data.spec, augment.labelling_share * config.budget_minutes * 60)
+        augmentation = write_augmented_rows(train_rows, text_fields, out, augment, config.seed, affordable)
     search = successive_halving(kept, teacher_dir, task, out, search_settings)
-    teacher_family = family_of_folder(teacher_dir)
-    teacher, tokenizer = teacher_family.load(Path(teacher_dir), data.spec)
     teacher_eval = teacher_family.evaluator(data, tokenizer, None, 64)
     teacher_metrics = teacher_eval(teacher)
     winner = pick_winner(search["rounds"][-1], table["candidates"], teacher_metrics["selection_score"],
@@ -332,9 +346,12 @@ def format_report(report: dict, plot: str | None = None) -> str:
                         f"{run['steps']} | {seconds[name] / 60:.1f} min |" if run else "- | - | - | - | - |"))
     if report.get("augmentation"):
         facts = report["augmentation"]
-        lines += ["", f"Candidates named -aug also trained on {facts['rows']} new versions of the "
-                      f"{facts['input_rows']} training rows (the BiLSTM paper's rules, up to {facts['tries_per_row']} "
-                      "tries a row; the held-out rows not among them), labelled by the teacher."]
+        sources = facts.get("augmented_rows", facts["input_rows"])
+        lines += ["", f"Candidates named -aug also trained on {facts['rows']} new versions of "
+                      + (f"the first {sources} of the " if sources < facts["input_rows"] else "the ")
+                      + f"{facts['input_rows']} training rows (the BiLSTM paper's rules, up to "
+                      f"{facts['tries_per_row']} tries a row; the held-out rows not among them), labelled by the "
+                      "teacher."]
     if report.get("speedup_breakdown"):
         lines += ["", "Where the speedup comes from, one change at a time (batch 1, dev rows):", "",
                   *format_breakdown(report["speedup_breakdown"])]
