@@ -517,3 +517,6 @@ def test_augmented_rows_are_capped_by_what_the_teacher_can_label_and_a_rerun_kee
     # a rerun (timed again, at another speed) makes the same rows
     assert write_augmented_rows(rows, ["sentence"], tmp_path / "b", settings, 42, affordable=1000) == first_rows
     assert (tmp_path / "b" / "augmented.jsonl").read_text() == written
+    (tmp_path / "b" / "augmented.json").unlink()
+    with pytest.raises(KdbertError, match=r"augmented.jsonl has no plan \(.*augmented.json\): written by an earlier"):
+        write_augmented_rows(rows, ["sentence"], tmp_path / "b", settings, 42, affordable=1000)

@@ -103,6 +103,8 @@ def write_augmented_rows(train_rows: list, text_fields: list[str], out: Path, se
     plan_path, path = out / PLAN_FILE, out / ROWS_FILE
     if plan_path.is_file():
         plan = json.loads(plan_path.read_text())
+    elif path.is_file() or Path(f"{path}.partial").is_file():
+        raise KdbertError(f"{path} has no plan ({plan_path}): written by an earlier kdbert; use a new --output-dir")
     else:
         cap = max(1, min(settings.max_rows, affordable))
         sources = min(len(train_rows), cap)
