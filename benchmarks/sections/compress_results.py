@@ -19,8 +19,9 @@ def compress_section() -> list[str]:
         result = results[key]
         body = format_report(result).splitlines()[2:]  # without its title
         speedup = result["target"]["speedup"]
-        lines += [f"### {result['task']}, target {speedup:g}x against the int8 teacher" if speedup else
-                  f"### {result['task']}", "", f"Measured on {result['machine']} ({result['date']}), "
+        twins = ", with augmented twins" if result.get("augmentation") else ""
+        lines += [f"### {result['task']}, target {speedup:g}x against the int8 teacher{twins}" if speedup else
+                  f"### {result['task']}{twins}", "", f"Measured on {result['machine']} ({result['date']}), "
                   f"{result['speed']['settings']['threads']} runtime thread(s), {result['held_out_rows']} training "
                   "rows held out to pick on.", "", *body, "", f"Command: `{result['command']}`.", ""]
         if key in seeds and seeds[key]["run"] == result["winner"]["run"]:
