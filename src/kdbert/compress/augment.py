@@ -75,6 +75,23 @@ def with_variants(candidates: list[Candidate], kinds: tuple[str, ...]) -> list[C
     return list(candidates) + [replace(c, name=c.name + SUFFIX) for c in candidates if kind(c) in kinds]
 
 
+def with_variant_rows(table: dict, candidates: list[Candidate]) -> dict:
+    """The speed table (:func:`kdbert.compress.speed.measure_speed`) with a row for each variant
+    among ``candidates``: its plain twin's, marked ``augmented``."""
+    rows = dict(table["candidates"])
+    rows.update({c.name: {**rows[base_name(c.name)], "augmented": True} for c in candidates if is_augmented(c.name)})
+    return {**table, "candidates": rows}
+
+
+def augment_for_search(teacher, tokenizer, spec, train_rows: list, text_fields: list[str], out: Path,
+                       settings: AugmentSettings, budget_seconds: float, seed: int) -> dict:
+    """The search's augmented rows (:func:`write_augmented_rows`), as many as the teacher labels in
+    ``labelling_share`` of ``budget_seconds`` (:func:`affordable_rows`; timed only the first time)."""
+    affordable = 0 if (out / PLAN_FILE).is_file() else affordable_rows(
+        teacher, tokenizer, train_rows, spec, settings.labelling_share * budget_seconds)
+    return write_augmented_rows(train_rows, text_fields, out, settings, seed, affordable)
+
+
 def affordable_rows(teacher, tokenizer, rows: list, spec, seconds: float, sample: int = SAMPLE_ROWS) -> int:
     """How many rows like ``rows`` (:class:`~kdbert.data.glue.Example`) the teacher labels in
     ``seconds`` on this machine: timed in float32 on the first ``sample`` of them (a fresh store)."""

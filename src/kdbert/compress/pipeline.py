@@ -27,14 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from kdbert.compress.augment import PLAN_FILE as AUGMENT_PLAN
 from kdbert.compress.augment import (
     AugmentSettings,
-    affordable_rows,
-    base_name,
+    augment_for_search,
     is_augmented,
+    with_variant_rows,
     with_variants,
-    write_augmented_rows,
 )
 from kdbert.compress.breakdown import format_breakdown, speedup_breakdown
 from kdbert.compress.recipes import ROUND_SHARES, SearchSettings
@@ -222,9 +220,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     table = measure_speed(teacher_dir, task, out, speed_settings, offered, context)
     fast = set(meeting_target(table, config.target_speedup, config.target_latency_ms))
     kept = with_variants([c for c in offered if c.name in fast], augment.kinds)
-    table = {**table, "candidates": {c.name: {**table["candidates"][base_name(c.name)],
-                                              **({"augmented": True} if is_augmented(c.name) else {})}
-                                     for c in offered + kept if base_name(c.name) in table["candidates"]}}
+    table = with_variant_rows(table, kept)
     latency = {name: row["latency_real_p50_ms"] for name, row in table["candidates"].items()}
     kept = spread_order(kept, latency)
     data = load_task(task)
@@ -236,9 +232,8 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     augmentation = None
     if any(is_augmented(c.name) for c in kept):
         text_fields = list(task.text_columns) if is_data_file(task.task) else list(data.spec.text_fields)
-        affordable = 0 if (out / AUGMENT_PLAN).is_file() else affordable_rows(
-            teacher, tokenizer, train_rows, data.spec, augment.labelling_share * config.budget_minutes * 60)
-        augmentation = write_augmented_rows(train_rows, text_fields, out, augment, config.seed, affordable)
+        augmentation = augment_for_search(teacher, tokenizer, data.spec, train_rows, text_fields, out, augment,
+                                          config.budget_minutes * 60, config.seed)
     search = successive_halving(kept, teacher_dir, task, out, search_settings)
     teacher_eval = teacher_family.evaluator(data, tokenizer, None, 64)
     teacher_metrics = teacher_eval(teacher)
