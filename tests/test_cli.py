@@ -169,6 +169,11 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
         assert row["dev_score"] == export["dev_metrics"]["onnx_int8"]["score"]
         assert summary["int8_methods"]["teacher" if folder == "teacher-onnx" else "student"] == \
             export["quantization"]["method"]
+    # the teacher never trained on the rows the search picks on: both held out the same tenth
+    teacher_config = json.loads((out / "teacher" / "run_config.json").read_text())
+    assert teacher_config["held_out_fraction"] == 0.1 == json.loads(
+        (out / "compress" / "rounds" / "0" / report["search"]["rounds"][0][0]["candidate"] / "run_config.json")
+        .read_text())["held_out_fraction"]
     # the search distilled on the 16 rows the teacher was fine-tuned on (less the held-out tenth)
     run = json.loads((Path(report["winner"]["run"]) / "distill_report.json").read_text())
     assert run["options"]["max_train_examples"] == 16

@@ -2,7 +2,9 @@
 
 ``kdbert quickstart`` runs the whole path on the packaged teacher and a local GLUE task:
 
-1. fine-tune the default teacher (all-MiniLM-L6-v2) on the task;
+1. fine-tune the default teacher (all-MiniLM-L6-v2) on the task, without the training rows the
+   search holds out (``--held-out-fraction``, default 0.1), so that the search's picks and its
+   "kept" compare students with a teacher on rows neither has trained on;
 2. a short ``kdbert compress`` (:mod:`kdbert.compress.pipeline`): time the int8 teacher and every
    candidate shape on this machine, distil those at least ``--target-speedup`` times faster by
    successive halving within ``--budget-minutes``, pick the winner on held-out training rows and
@@ -22,6 +24,7 @@ stopped.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from kdbert.cli.common import add_command, add_task_arguments, task_options
@@ -48,11 +51,12 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", ta
     ``target_speedup``, ``budget_minutes``, ``first_steps``, ``intermediate_share``, ``candidates`` and
     ``word_vectors`` are ``kdbert compress``'s options.
     """
-    from kdbert.compress.pipeline import CompressConfig, compress
+    from kdbert.compress.pipeline import HELD_OUT_FRACTION, CompressConfig, compress
     from kdbert.deploy.bench import bench_model, compare, format_table
     from kdbert.methods.finetune import finetune
 
     out = Path(output_dir)
+    task = replace(task, held_out_fraction=task.held_out_fraction or HELD_OUT_FRACTION)
     limits = dict(SHORT_BUDGET) if budget == "short" else {}
     if max_train_examples:
         limits["max_train_examples"] = max_train_examples

@@ -60,6 +60,7 @@ from kdbert.families.registry import family_of_folder
 from kdbert.options import POSITIVE, POSITIVE_INT, UNIT, CheckedOptions, in_range, option
 
 REPORT = "compress_report.json"
+HELD_OUT_FRACTION = 0.1  # of the training rows, picked on when the task options give none
 PLOT = "pareto.png"
 
 
@@ -196,7 +197,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     """Run the four steps (module doc) into ``output_dir``; returns the report."""
     config.check()
     if not task.held_out_fraction:
-        task = replace(task, held_out_fraction=0.1)
+        task = replace(task, held_out_fraction=HELD_OUT_FRACTION)
     out = Path(output_dir)
     teacher_dir = str(Path(config.teacher).expanduser())
     speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
