@@ -42,7 +42,10 @@ STUDENTS = {  # step -> distillation options (the teacher and, but for windows, 
     "kd-3L-unlabelled": {"method": "kd", "student_layers": "3", "epochs": 3, "unlabelled": "imdb-unsup"},
     "tinybert-3L": {"method": "tinybert", "student_layers": "3", "intermediate_epochs": 2, "epochs": 2,
                     "layer_map": "uniform"},  # as recorded (the default for copied layers is now those layers)
-    "tinybert-3L-copied": {"method": "tinybert", "student_layers": "3", "intermediate_epochs": 2, "epochs": 2},
+    "tinybert-3L-copied": {"method": "tinybert", "student_layers": "3", "intermediate_epochs": 2, "epochs": 2,
+                           "layer_map": "explicit", "teacher_layers": "1,2,3"},  # each layer to its copy's output
+    "tinybert-3L-copied-last": {"method": "tinybert", "student_layers": "3", "intermediate_epochs": 2, "epochs": 2,
+                                "layer_map": "explicit", "teacher_layers": "1,2,6"},  # the last to the teacher's last
     "bilstm": {"method": "bilstm", "word_vectors": WORD_VECTORS, "epochs": 10},
     "kd-3L-windows": {"method": "kd", "student_layers": "3", "epochs": 3, "truncation": "windows"},
 }

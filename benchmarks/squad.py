@@ -23,7 +23,9 @@ BERT):
 ``tinybert-3L-noatt`` both stages without the attention term;
 ``tinybert-3L-fit``   both stages, W_e / W_h fitted to the first batch (``--projection-init fit``);
 ``tinybert-3L-copied`` both stages, each student layer matched to the output of the teacher layer it
-               was copied from (1-based 1, 3, 5): TinyBERT's default map for such a student since.
+               was copied from (1-based 1, 3, 5): TinyBERT's default map for such a student since;
+``tinybert-3L-copied-last`` the same but the last student layer matched to the teacher's last
+               (1, 3, 6), the layer the QA head was fitted on.
 
 ``bench`` exports each model to ONNX (fp32 and dynamic int8, EM / F1 of each runtime on the 10
 articles) and times PyTorch and ONNX Runtime int8 at 384 tokens, batch 1. Each step is a run folder
@@ -64,6 +66,8 @@ STUDENTS = {  # step -> distillation options (the teacher, the budget and the la
                         "projection_init": "fit", "layer_map": "uniform"},
     "tinybert-3L-copied": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4,
                            "layer_map": "explicit", "teacher_layers": "1,3,5"},
+    "tinybert-3L-copied-last": {"method": "tinybert", "intermediate_epochs": 2, "epochs": 2, "learning_rate": 1e-4,
+                                "layer_map": "explicit", "teacher_layers": "1,3,6"},
 }
 STEPS = ("teacher", *STUDENTS, "bench")
 
