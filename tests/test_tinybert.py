@@ -359,8 +359,9 @@ def test_end_to_end_task_distillation(env, tmp_path, capsys):
     assert model.config.num_hidden_layers == 2 and model.config.num_labels == 2
     assert (out / "projections.safetensors").is_file()
     report = json.loads((out / "distill_report.json").read_text())
-    # student layers copied from teacher layers 0 and 2 match those layers' outputs (1-based 1 and 3)
-    assert (report["layer_map"]["method"], report["layer_map"]["pairs"]) == ("copied", [[0, 0], [1, 1], [2, 3]])
+    # student layers copied from teacher layers 0 and 2: the first matches its copy's output (1-based 1),
+    # the last the teacher's last (4), under the head copied with it
+    assert (report["layer_map"]["method"], report["layer_map"]["pairs"]) == ("copied", [[0, 0], [1, 1], [2, 4]])
     assert report["phases"]["intermediate"]["max_steps"] == 2 and report["phases"]["intermediate"]["epochs"] == 20
     assert set(report["stage_losses"]) == {"intermediate", "prediction"}
     assert {"embedding", "attention", "hidden"} <= set(report["stage_losses"]["intermediate"][-1])

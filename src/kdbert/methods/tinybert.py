@@ -203,19 +203,21 @@ LAYER_MAP_RULES = LayerMapRules("TinyBERT", LAYER_MAPS, "uniform", rounded_defau
 def resolve_layers(config, student, teacher, log=print, copied_layers=None) -> tuple[LayerMap, dict]:
     """The layer map (:func:`kdbert.core.layer_maps.resolve_layer_map`) checked against both models'
     head counts, printed with ``log``, and its report. Without a choice: for a student whose layers
-    were copied from the teacher's (``copied_layers``, 0-based) each student layer matches the
-    output of the layer it was copied from, g(m) = copied_layers[m - 1] + 1 (map ``copied``); else
-    ``uniform``, rounded when the teacher depth is not a multiple of the student's.
+    were copied from the teacher's (``copied_layers``, 0-based) each student layer but the last
+    matches the output of the layer it was copied from, g(m) = copied_layers[m - 1] + 1, and the
+    last matches the teacher's last, g(M) = N, whose output the copied head was fitted on (map
+    ``copied``); else ``uniform``, rounded when the teacher depth is not a multiple of the student's.
 
-    Why ``copied``: the uniform map asks a student copied from layers 0, 2, 4 of a 6-layer teacher to
-    turn the copy of layer 0 into layer 1's output, and so on; on SQuAD two epochs of that pulled
-    the student from 30.0 EM (prediction stage alone) to 10.6, where matching the copied layers
-    reached 33.4 (BENCHMARKS.md). A student of the teacher's first K layers starts at zero loss
-    under this map, so its intermediate stage only holds it near the copy."""
+    Why: the uniform map asks a student copied from layers 0, 2, 4 of a 6-layer teacher to turn the
+    copy of layer 0 into layer 2's output, and so on; on SQuAD two epochs of that pulled the student
+    from 30.0 EM (prediction stage alone) to 10.6. Matching every copied layer to its own output
+    (1, 3, 5) reached 33.4 there, but collapsed a copy of layers 0-2 to one class on IMDb (1, 2, 3:
+    the head then reads layer 3's features); the last layer to the teacher's last keeps both
+    (BENCHMARKS.md)."""
     s_cfg, t_cfg = student.config, teacher.config
     m, n = s_cfg.num_hidden_layers, t_cfg.num_hidden_layers
     if copied_layers and config.layer_map is None and config.teacher_layers in (None, ""):
-        listed = ",".join(str(layer + 1) for layer in copied_layers)
+        listed = ",".join([str(layer + 1) for layer in copied_layers[:-1]] + [str(n)])
         resolved = replace(resolve_layer_map(LAYER_MAP_RULES, m, n, "explicit", listed), name="copied")
     else:
         resolved = resolve_layer_map(LAYER_MAP_RULES, m, n, config.layer_map, config.teacher_layers)
