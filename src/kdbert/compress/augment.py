@@ -14,7 +14,7 @@ budget (its float32 speed timed on this machine, :func:`affordable_rows`) and by
 at most ``copies`` versions per row, fewer on large tasks, and when not even one each fits,
 versions of the first rows only. They are written once per search to ``augmented.jsonl``
 (resumably, with the texts only; ``augmented.json`` keeps the plan, so a rerun makes the same
-rows), whose teacher logits are stored beside it.
+rows, and reuses a finished file without tagging again), whose teacher logits are stored beside it.
 """
 
 from __future__ import annotations
@@ -128,22 +128,21 @@ def write_augmented_rows(train_rows: list, text_fields: list[str], out: Path, se
         plan = {"file": str(path), "input_rows": len(train_rows), "augmented_rows": sources,
                 "tries_per_row": max(1, min(settings.copies, cap // sources)), "affordable_rows": affordable}
     rows = [dict(zip(text_fields, row.texts)) for row in train_rows[: plan["augmented_rows"]]]
-    tagger = NltkTagger(settings.nltk_data)
-    texts = [text for row in rows for text in row.values()]
-    augmenter = BiLSTMAugmenter.from_texts(texts, tagger, n_iter=plan["tries_per_row"], seed=seed)
-    fingerprint = json.dumps({"rows": hashlib.blake2b(json.dumps(rows).encode(), digest_size=16).hexdigest(),
-                              "columns": text_fields, "settings": augmenter.settings()})
-    if "fingerprint" in plan and plan["fingerprint"] != fingerprint:
+    source = hashlib.blake2b(json.dumps([rows, text_fields, seed]).encode(), digest_size=16).hexdigest()
+    if plan.setdefault("source", source) != source:
         raise KdbertError(f"{path} holds rows augmented from other rows or settings; use a new --output-dir")
-    plan["fingerprint"] = fingerprint
-    if not path.is_file():
+    if not path.is_file():  # tagging is the slow part: only when rows are still to be written
+        texts = [text for row in rows for text in row.values()]
+        augmenter = BiLSTMAugmenter.from_texts(texts, NltkTagger(settings.nltk_data), n_iter=plan["tries_per_row"],
+                                               seed=seed)
         out.mkdir(parents=True, exist_ok=True)
-        write_json(plan_path, plan)  # first: a killed run resumes its .partial file with the same plan
+        write_json(plan_path, plan)  # before the rows: a killed run resumes its .partial file with the same plan
 
         def new_versions(chunk: list[dict]) -> list[dict]:
             versions = augmenter.augment([tuple(row[c] for c in text_fields) for row in chunk])
             return [dict(zip(text_fields, texts)) for row_versions in versions for texts in row_versions[1:]]
 
-        write_rows(rows, text_fields, path, new_versions, fingerprint)
+        # the .partial file's progress keeps the augmenter's settings: a resume under others is refused
+        write_rows(rows, text_fields, path, new_versions, json.dumps([source, augmenter.settings()]))
     with path.open() as lines:
-        return {**{k: v for k, v in plan.items() if k != "fingerprint"}, "rows": sum(1 for _ in lines)}
+        return {**{k: v for k, v in plan.items() if k != "source"}, "rows": sum(1 for _ in lines)}

@@ -116,8 +116,9 @@ def task_defaults(task_name: str) -> dict:
 class IntermediateOptions:
     """What stage 1 (and general distillation) matches, and how."""
 
-    layer_map: str | None = option(None, "student -> teacher layer map g(m) (default: tinybert the copied layers "
-                                         "for --student-layers students, else uniform; pkd skip)",
+    layer_map: str | None = option(None, "student -> teacher layer map g(m) (default: tinybert, for "
+                                         "--student-layers students each copy's own layer but the last, which "
+                                         "matches the teacher's last, else uniform; pkd skip)",
                                    group="layer mapping", choices=LAYER_MAPS)
     teacher_layers: str | None = option(None, "explicit map: teacher layer (1-based) for each student layer, e.g. "
                                               "3,6,9,12", group="layer mapping")
