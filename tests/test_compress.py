@@ -343,18 +343,74 @@ def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, t
 
 
 def test_rounds_shared_by_wall_time_give_cheap_steps_more_of_them(env, tmp_path, monkeypatch):
-    # c's first run also labels its rows (5 s)
+    # c's first run also labels its rows (5 s); a, b and c are families of their own
     search, candidates, task = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
                                            score={"a": 70.0, "b": 80.0, "c": 90.0}, first_labelling={"c": 5.0})
-    # round 0: 10 steps each, training 10 + 1 + 0.1 s over 30 steps: 0.37 s a step on average; round 1
-    # gives b and c 20 * 0.37 = 7.4 s each (74 and 740 steps), round 2 c alone 14.8 s (1480 steps):
-    # 16.1 + 14.8 + 14.8 = 45.7 s spent; round 3 (29.6 s more) would overrun the 50 s budget
-    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=50.0 / 60, first_round_share=1.0)
+    # round 0: a 10 steps (10 s); b 10 steps (1 s), then the mean cost a step is (1 + 0.1) / 2 = 0.55 s,
+    # 5.5 times b's: b runs again for 55 steps (5.5 s); c 10 steps (0.1 s + 5 s labelling), mean (1 +
+    # 0.1 + 0.01) / 3 = 0.37 s: c runs again for 370 steps (3.7 s), b would get 37 (fewer than 1.5 x 55:
+    # it keeps its run); 25.3 s spent. Round 1 gives c and b 20 * 0.37 = 7.4 s each (740 and 74 steps),
+    # round 2 c alone 14.8 s (1480 steps), ending at 54.9 s; round 3 (29.6 s more) would overrun 55 s
+    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=55.0 / 60, first_round_share=1.0)
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
     assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
-        [[("a", 10), ("b", 10), ("c", 10)], [("c", 740), ("b", 74)], [("c", 1480)]]
+        [[("a", 10), ("b", 55), ("c", 370)], [("c", 740), ("b", 74)], [("c", 1480)]]
+    assert [row.get("superseded_seconds") for row in state["rounds"][0]] == [None, 1.0, 5.1]
+    assert search._spent(state["rounds"][0]) == pytest.approx(25.3)  # the reruns' shorter runs counted
+    same_steps = search.SearchSettings(rounds=1, first_steps=10, budget_minutes=55.0 / 60, round_share="steps",
+                                        first_round_share=1.0)
+    state = search.successive_halving(candidates, env["teacher"], task, tmp_path / "steps", same_steps)
+    assert [(row["candidate"], row["steps"]) for row in state["rounds"][0]] == [("a", 10), ("b", 10), ("c", 10)]
     with pytest.raises(KdbertError, match="--round-share 'flops': choose one of time, steps"):
         search.SearchSettings(round_share="flops")
+
+
+def test_the_first_round_plan_gives_a_cheap_family_the_same_wall_time_and_reruns_only_when_worth_it():
+    from kdbert.compress.search import SearchSettings, first_round_plan
+    from kdbert.families.registry import Candidate
+
+    def row(name, steps, cost):
+        return {"candidate": name, "steps": steps, "seconds": cost * steps, "labelling_seconds": 0.0}
+
+    order = [Candidate(name, "x", (), build=None) for name in ("bert-2", "bert-1", "bilstm-1", "bilstm-2", "mob-1", "bert-3")]
+    settings = SearchSettings(first_steps=10)
+    # mean cost a step (1.0 + 0.6 + 0.2) / 3 = 0.6: bilstm (0.2) gets 10 * 3 = 30 steps, bert (0.8 on
+    # average) 0.75 of its mean: first_steps, for bert-3 too; mob has not run: first_steps
+    done = [row("bert-2", 10, 1.0), row("bert-1", 10, 0.6), row("bilstm-1", 10, 0.2)]
+    assert first_round_plan(done, order, settings) == {"bert-2": 10, "bert-1": 10, "bilstm-1": 30, "bilstm-2": 30,
+                                                       "mob-1": 10, "bert-3": 10}
+    # bilstm-1 ran 25 steps: 30 is less than 1.5 x 25, so it keeps its run; after 20 it would run again
+    done[2] = row("bilstm-1", 25, 0.2)
+    assert first_round_plan(done, order, settings)["bilstm-1"] == 25
+    done[2] = row("bilstm-1", 20, 0.2)
+    assert first_round_plan(done, order, settings)["bilstm-1"] == 30
+    done[2] = row("bilstm-1", 10, 0.2)
+    assert set(first_round_plan(done, order, SearchSettings(first_steps=10, round_share="steps")).values()) == {10}
+
+
+@pytest.mark.parametrize("killed_at", [2, 3, 4])
+def test_a_first_round_killed_between_a_run_and_its_rerun_resumes_to_the_same_search(env, tmp_path, monkeypatch,
+                                                                                      killed_at):
+    search, candidates, task = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
+                                           score={"a": 70.0, "b": 80.0, "c": 90.0})
+    settings = search.SearchSettings(rounds=2, first_steps=10, budget_minutes=1.0, first_round_share=1.0)
+    whole = search.successive_halving(candidates, env["teacher"], task, tmp_path / "whole", settings)
+    calls, fake = [], search._distil
+
+    def killed(candidate, *args):
+        calls.append(candidate.name)
+        if len(calls) == killed_at:
+            raise KeyboardInterrupt
+        return fake(candidate, *args)
+
+    monkeypatch.setattr(search, "_distil", killed)
+    with pytest.raises(KeyboardInterrupt):
+        search.successive_halving(candidates, env["teacher"], task, tmp_path / "killed", settings)
+    monkeypatch.setattr(search, "_distil", fake)
+    resumed = search.successive_halving(candidates, env["teacher"], task, tmp_path / "killed", settings)
+    assert [[(r["candidate"], r["steps"]) for r in rows] for rows in resumed["rounds"]] == \
+        [[(r["candidate"], r["steps"]) for r in rows] for rows in whole["rounds"]]
+    assert resumed["plans"] == whole["plans"]
 
 
 def test_a_round_over_budget_runs_only_the_best_candidates_that_fit(env, tmp_path, monkeypatch):
@@ -430,9 +486,10 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
 def test_distillation_time_adds_up_every_round_a_candidate_ran():
     from kdbert.compress.pipeline import _seconds_per_candidate
 
-    search = {"rounds": [[{"candidate": "a", "seconds": 10.2}, {"candidate": "b", "seconds": 3.1}],
+    search = {"rounds": [[{"candidate": "a", "seconds": 10.2}, {"candidate": "b", "seconds": 3.1,
+                                                                 "superseded_seconds": 0.4}],
                          [{"candidate": "a", "seconds": 20.5}], [{"candidate": "a", "seconds": 41.0}]]}
-    assert _seconds_per_candidate(search) == {"a": 71.7, "b": 3.1}
+    assert _seconds_per_candidate(search) == {"a": 71.7, "b": 3.5}
 
 
 NLTK_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltk_data"

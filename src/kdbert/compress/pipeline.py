@@ -282,11 +282,13 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
 
 
 def _seconds_per_candidate(search: dict) -> dict[str, float]:
-    """Wall seconds each candidate's distillation took, over every round it ran."""
+    """Wall seconds each candidate's distillation took, over every round it ran (a rerun of round 0
+    with more steps counts the shorter run too)."""
     seconds: dict[str, float] = {}
     for rows in search["rounds"]:
         for row in rows:
-            seconds[row["candidate"]] = round(seconds.get(row["candidate"], 0.0) + row["seconds"], 1)
+            spent = row["seconds"] + row.get("superseded_seconds", 0.0)
+            seconds[row["candidate"]] = round(seconds.get(row["candidate"], 0.0) + spent, 1)
     return seconds
 
 

@@ -101,7 +101,8 @@ RECIPES = {"bert": _tinybert, "mobilebert": _kd, "bilstm": _bilstm}
 
 
 def kind(candidate: Candidate) -> str:
-    """The candidate's kind: its name up to the first dash (``bert``, ``mobilebert``, ``bilstm``)."""
+    """The candidate's kind: its name up to the first dash (``bert``, ``mobilebert``, ``bilstm``; the
+    search's :func:`kdbert.compress.search.family` reads names the same way)."""
     return candidate.name.split("-", 1)[0]
 
 

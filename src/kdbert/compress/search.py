@@ -1,25 +1,29 @@
 """Steps 2-3 of ``kdbert compress``: distil the candidates that meet the speed target by successive
 halving, and pick the winner on held-out training rows.
 
-Round 0 distils every candidate for ``first_steps`` optimiser steps with its kind's recipe
-(:mod:`kdbert.compress.recipes`: TinyBERT for BERT-style candidates from their weight-selected
-start, :func:`kdbert.compress.build.build_from_teacher`; logit KD for MobileBERT; the distilled
-BiLSTM), every run an ordinary run folder ``rounds/<r>/<candidate>``; the better half by held-out
-score (``selection_score``, the rows ``--held-out-fraction`` keeps out of training) goes on to the
-next round, which runs each from its start again, longer. Round 0 spends at most
-``first_round_share`` of the budget: its runs go in :func:`spread_order` (families in turn, each
-spread over its speed range) and stop before one that would end past that share, so that a long
-candidate list leaves the later rounds their time. Once one candidate is left, it goes on
-alone, so that the budget left goes to the best one.
+Round 0 distils every candidate with its kind's recipe (:mod:`kdbert.compress.recipes`: TinyBERT
+for BERT-style candidates from their weight-selected start, :func:`kdbert.compress.build.build_from_teacher`;
+logit KD for MobileBERT; the distilled BiLSTM), every run an ordinary run folder
+``rounds/<r>/<candidate>``; the better half by held-out score (``selection_score``, the rows
+``--held-out-fraction`` keeps out of training) goes on to the next round, which runs each from its
+start again, longer. Round 0 spends at most ``first_round_share`` of the budget: its runs go in
+:func:`spread_order` (families in turn, each spread over its speed range) and stop before one that
+would end past that share, so that a long candidate list leaves the later rounds their time. Once
+one candidate is left, it goes on alone, so that the budget left goes to the best one.
 
-How long round r runs (:func:`round_steps`): with ``round_share="time"`` (the default) every
-candidate gets the same wall time, ``2^r`` times what ``first_steps`` steps cost on average in round
-0, so a candidate whose steps are cheap (the BiLSTM's cost about a tenth of a small BERT's) gets
-proportionally more of them; with ``"steps"`` every candidate gets ``first_steps * 2^r`` steps.
-Costs are training seconds per step (the run's wall time less the teacher's labelling of the
-BiLSTM's rows), each candidate's from its latest run. A round that would overrun
-``budget_minutes`` leaves out its lowest-ranked candidates until it fits (:func:`plan_round`); the
-rounds end at ``rounds``, or when not even the best candidate's round fits.
+How long a run is: with ``round_share="time"`` (the default) every candidate of a round gets the
+same wall time, so a family whose steps are cheap (the BiLSTM's cost a third to a tenth of a small
+BERT's) gets proportionally more of them; with ``"steps"`` every candidate of round r gets
+``first_steps * 2^r`` steps. Round r > 0 (:func:`round_steps`) gives each candidate ``2^r`` times what
+``first_steps`` steps cost a candidate of round 0 on average. Round 0 (:func:`first_round_plan`)
+learns the costs as it goes: a family's first run has ``first_steps`` steps; once the round's runs
+show a family's steps cost less than ``1 / RERUN_FACTOR`` of the round's mean, its candidates get
+``first_steps * mean / family cost`` steps, and one that ran with less than ``1 / RERUN_FACTOR``
+of its new steps runs again (its earlier run's seconds stay counted). Costs are training
+seconds per step (the run's wall time less the teacher's labelling of the BiLSTM's rows), each
+candidate's from its latest run. A round that would overrun ``budget_minutes`` leaves out its
+lowest-ranked candidates until it fits (:func:`plan_round`); the rounds end at ``rounds``, or when
+not even the best candidate's round fits.
 
 The winner (:func:`pick_winner`): among the last round's candidates, the fastest whose held-out
 score keeps ``min_kept`` of the teacher's held-out score; if none does, the best held-out score
@@ -114,28 +118,42 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
             state["rounds"].append([])
             out.mkdir(parents=True, exist_ok=True)
             write_json(state_path, state)
-        finished = {row["candidate"] for row in state["rounds"][round_index]}
-        plan = state["plans"][round_index]  # run in ranked order: search.json keeps its keys sorted
-        for name, steps in [(c.name, plan[c.name]) for c in ranked if c.name in plan]:
-            if name in finished:
-                continue
-            if round_index == 0 and not fits_first_round(state["rounds"][0], steps, settings):
-                state["plans"][0] = {n: s for n, s in plan.items() if n in finished}
+        rows = state["rounds"][round_index]
+        while True:
+            if round_index == 0:  # a resumed round 0 plans the same: the plan follows from its runs
+                state["plans"][0] = first_round_plan(rows, [c for c in ranked if c.name in state["plans"][0]],
+                                                     settings)
+            plan, done = state["plans"][round_index], {row["candidate"]: row["steps"] for row in rows}
+            todo = [c for c in ranked if c.name in plan and done.get(c.name) != plan[c.name]]  # in ranked order:
+            if not todo:  # search.json keeps its keys sorted
+                break
+            candidate, steps = todo[0], plan[todo[0].name]
+            if round_index == 0 and not fits_first_round(rows, candidate, steps, settings):
+                state["plans"][0] = done
                 write_json(state_path, state)
                 break
-            candidate = by_name[name]
-            start = out / "starts" / base_name(name) if starts_from_teacher(candidate) else None
+            start = out / "starts" / base_name(candidate.name) if starts_from_teacher(candidate) else None
             if start is not None and not (start / "config.json").is_file():
                 context = context or shape_context(teacher_dir, task)
-                build_from_teacher(replace(candidate, name=base_name(name)), teacher_dir, task, start, context)
-            row = _distil(candidate, start, teacher_dir, task, steps, settings, out / "rounds" / str(round_index) / name,
-                          out)
-            state["rounds"][round_index].append(row)
-            finished.add(name)
+                build_from_teacher(replace(candidate, name=base_name(candidate.name)), teacher_dir, task, start,
+                                   context)
+            row = _distil(candidate, start, teacher_dir, task, steps, settings,
+                          out / "rounds" / str(round_index) / candidate.name, out)
+            earlier = [r for r in rows if r["candidate"] == candidate.name]
+            if earlier:  # a rerun of round 0 with more steps replaces the shorter run, whose time was spent
+                rows.remove(earlier[0])
+                row["superseded_seconds"] = round(_seconds(earlier[0]), 1)
+            rows.append(row)
             write_json(state_path, state)
-        rows = sorted(state["rounds"][round_index], key=lambda row: -row["selection_score"])
+        rows = sorted(rows, key=lambda row: -row["selection_score"])
         ranked = [by_name[row["candidate"]] for row in rows[: max(1, math.ceil(len(rows) / 2))]]
     return state
+
+
+def family(name: str) -> tuple[str, bool]:
+    """The family of the candidate called ``name``: its kind (:func:`kdbert.compress.recipes.kind`), and
+    whether it is an augmented variant."""
+    return name.split("-", 1)[0], is_augmented(name)
 
 
 def spread_order(candidates: list[Candidate], latency: dict[str, float]) -> list[Candidate]:
@@ -146,7 +164,7 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float]) -> list
     the two halves, ...)."""
     families: dict[tuple[str, bool], list[Candidate]] = {}
     for candidate in sorted(candidates, key=lambda c: latency[c.name]):
-        families.setdefault((kind(candidate), is_augmented(candidate.name)), []).append(candidate)
+        families.setdefault(family(candidate.name), []).append(candidate)
     queues = [_bisection(members) for members in families.values()]
     return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
 
@@ -164,13 +182,40 @@ def _bisection(items: list) -> list:
     return [items[i] for i in order]
 
 
-def fits_first_round(done: list[dict], steps: int, settings: SearchSettings) -> bool:
-    """Whether round 0's next run of ``steps`` steps should end within ``first_round_share`` of the
-    budget, after the runs ``done`` (its cost estimated by their mean training seconds per step; the
-    first run always goes ahead)."""
+RERUN_FACTOR = 1.5
+
+
+def first_round_plan(done: list[dict], order: list[Candidate], settings: SearchSettings) -> dict[str, int]:
+    """Round 0's steps for each of ``order`` given its runs ``done`` so far (module doc): with
+    ``round_share="time"``, ``first_steps * mean / family cost`` for a candidate whose family's steps
+    cost less than ``1 / RERUN_FACTOR`` of the mean (mean over the candidates that ran of their
+    training seconds per step; family cost: the same over its members), else ``first_steps``; a
+    candidate that ran keeps its steps unless the new count is ``RERUN_FACTOR`` times them or more."""
+    plan = {}
+    for candidate in order:
+        ran = next((row["steps"] for row in done if row["candidate"] == candidate.name), None)
+        steps = _equal_time_steps(candidate, done, settings)
+        plan[candidate.name] = steps if ran is None or steps >= RERUN_FACTOR * ran else ran
+    return plan
+
+
+def _equal_time_steps(candidate: Candidate, done: list[dict], settings: SearchSettings) -> int:
+    kin = [row for row in done if family(row["candidate"]) == family(candidate.name)]
+    if settings.round_share == "steps" or not kin:
+        return settings.first_steps
+    ratio = _mean_step_cost(done) / _mean_step_cost(kin)
+    return round(settings.first_steps * ratio) if ratio >= RERUN_FACTOR else settings.first_steps
+
+
+def fits_first_round(done: list[dict], candidate: Candidate, steps: int, settings: SearchSettings) -> bool:
+    """Whether round 0's next run, ``candidate`` for ``steps`` steps, should end within
+    ``first_round_share`` of the budget after the runs ``done`` (its cost per step: its family's mean
+    in ``done``, else the mean of all; the first run always goes ahead)."""
     if not done:
         return True
-    return _spent(done) + _mean_cost(done) * steps <= settings.first_round_share * settings.budget_minutes * 60
+    kin = [row for row in done if family(row["candidate"]) == family(candidate.name)]
+    cost = _mean_step_cost(kin or done)
+    return _spent(done) + cost * steps <= settings.first_round_share * settings.budget_minutes * 60
 
 
 def plan_round(earlier_rounds: list[list[dict]], ranked: list[Candidate], round_index: int,
@@ -194,8 +239,7 @@ def round_steps(earlier_rounds: list[list[dict]], remaining: list[Candidate], ro
     base = settings.first_steps * 2 ** round_index
     if round_index == 0 or settings.round_share == "steps":
         return {candidate.name: base for candidate in remaining}
-    first = earlier_rounds[0]
-    mean_cost = _mean_cost(first)
+    mean_cost = _mean_step_cost(earlier_rounds[0])
     own_cost = {row["candidate"]: _training_seconds(row) / row["steps"] for rows in earlier_rounds for row in rows}
     return {c.name: max(settings.first_steps, round(base * mean_cost / max(own_cost.get(c.name, mean_cost), 1e-6)))
             for c in remaining}
@@ -205,19 +249,24 @@ def _training_seconds(row: dict) -> float:
     return row["seconds"] - row.get("labelling_seconds", 0.0)
 
 
+def _seconds(row: dict) -> float:
+    """The wall seconds a row's candidate spent in its round, shorter runs it replaced included."""
+    return row["seconds"] + row.get("superseded_seconds", 0.0)
+
+
 def _spent(runs: list[dict]) -> float:
-    return sum(row["seconds"] for row in runs)
+    return sum(_seconds(row) for row in runs)
 
 
-def _mean_cost(runs: list[dict]) -> float:
-    """Training seconds per step over ``runs``."""
-    return sum(_training_seconds(row) for row in runs) / sum(row["steps"] for row in runs)
+def _mean_step_cost(runs: list[dict]) -> float:
+    """The mean over ``runs`` of their training seconds per step."""
+    return sum(_training_seconds(row) / row["steps"] for row in runs) / len(runs)
 
 
 def _needed(runs: list[dict], todo: list[Candidate], steps: dict[str, int]) -> float:
     """Seconds ``todo``'s runs of ``steps[name]`` steps should take: each candidate's training seconds
     per step in its latest run, else the mean of all runs."""
-    mean = _mean_cost(runs)
+    mean = _mean_step_cost(runs)
     latest = {row["candidate"]: _training_seconds(row) / row["steps"] for row in runs}
     return sum(latest.get(candidate.name, mean) * steps[candidate.name] for candidate in todo)
 
