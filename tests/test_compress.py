@@ -388,6 +388,19 @@ def test_the_first_round_plan_gives_a_cheap_family_the_same_wall_time_and_reruns
     assert set(first_round_plan(done, order, SearchSettings(first_steps=10, round_share="steps")).values()) == {10}
 
 
+def test_a_finished_first_round_is_not_replanned_on_resume(env, tmp_path, monkeypatch):
+    # a search whose round 0 gave every candidate the same steps (as searches did before round 0
+    # learned costs): resumed under the wall-time rule, its rounds stand as they are
+    search, candidates, task = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
+                                           score={"a": 70.0, "b": 80.0, "c": 90.0})
+    steps = search.SearchSettings(rounds=2, first_steps=10, budget_minutes=1.0, round_share="steps",
+                                  first_round_share=1.0)
+    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, steps)
+    monkeypatch.setattr(search, "_distil", lambda *args: pytest.fail("a finished round 0 ran again"))
+    time = search.SearchSettings(rounds=2, first_steps=10, budget_minutes=1.0, first_round_share=1.0)
+    assert search.successive_halving(candidates, env["teacher"], task, tmp_path, time) == state
+
+
 @pytest.mark.parametrize("killed_at", [2, 3, 4])
 def test_a_first_round_killed_between_a_run_and_its_rerun_resumes_to_the_same_search(env, tmp_path, monkeypatch,
                                                                                       killed_at):

@@ -120,12 +120,13 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
             write_json(state_path, state)
         rows = state["rounds"][round_index]
         while True:
-            if round_index == 0:  # a resumed round 0 plans the same: the plan follows from its runs
+            if len(state["plans"]) == 1:  # round 0 under way; resumed, it plans the same (from its runs)
                 state["plans"][0] = first_round_plan(rows, [c for c in ranked if c.name in state["plans"][0]],
                                                      settings)
             plan, done = state["plans"][round_index], {row["candidate"]: row["steps"] for row in rows}
-            todo = [c for c in ranked if c.name in plan and done.get(c.name) != plan[c.name]]  # in ranked order:
-            if not todo:  # search.json keeps its keys sorted
+            # in ranked order: search.json keeps the plan's keys sorted
+            todo = [c for c in ranked if c.name in plan and done.get(c.name) != plan[c.name]]
+            if not todo:
                 break
             candidate, steps = todo[0], plan[todo[0].name]
             if round_index == 0 and not fits_first_round(rows, candidate, steps, settings):
