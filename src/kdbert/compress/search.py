@@ -19,9 +19,10 @@ BERT's) gets proportionally more of them; with ``"steps"`` every candidate of ro
 learns the costs as it goes: a family's first run has ``first_steps`` steps; once the round's runs
 show a family's steps cost less than ``1 / RERUN_FACTOR`` of the round's mean, its candidates get
 ``first_steps * mean / family cost`` steps, and one that ran with less than ``1 / RERUN_FACTOR``
-of its new steps runs again (its earlier run's seconds stay counted). Costs are training
-seconds per step (the run's wall time less the teacher's labelling of the BiLSTM's rows), each
-candidate's from its latest run. A round that would overrun ``budget_minutes`` leaves out its
+of its new steps runs again (its earlier run's seconds stay counted). Costs are seconds per step
+of a run's training loop, each candidate's from its latest run; what a run spends outside the loop
+(loading and tokenising its rows, the teacher's labelling) does not grow with its steps and is
+left out of them, but counts when a round is fitted into the budget. A round that would overrun ``budget_minutes`` leaves out its
 lowest-ranked candidates until it fits (:func:`plan_round`); the rounds end at ``rounds``, or when
 not even the best candidate's round fits.
 
@@ -73,6 +74,7 @@ def _distil(candidate: Candidate, start: Path | None, teacher_dir: str, task: Ta
     labelling = [(report.get(key) or {}).get("seconds", 0.0) for key in ("teacher_logits", "unlabelled")]
     return {"candidate": candidate.name, "method": options["method"], "steps": steps,
             "seconds": round(time.time() - started, 1), "labelling_seconds": round(sum(labelling), 1),
+            "train_seconds": report["train_seconds"],
             "selection_score": report["dev_metrics"].get("selection_score", report["dev_metrics"]["score"]),
             "dev_score": report["dev_metrics"]["score"], "run": str(out)}
 
@@ -210,13 +212,13 @@ def _equal_time_steps(candidate: Candidate, done: list[dict], settings: SearchSe
 
 def fits_first_round(done: list[dict], candidate: Candidate, steps: int, settings: SearchSettings) -> bool:
     """Whether round 0's next run, ``candidate`` for ``steps`` steps, should end within
-    ``first_round_share`` of the budget after the runs ``done`` (its cost per step: its family's mean
-    in ``done``, else the mean of all; the first run always goes ahead)."""
+    ``first_round_share`` of the budget after the runs ``done`` (its seconds per step and overhead:
+    its family's means in ``done``, else the means of all; the first run always goes ahead)."""
     if not done:
         return True
-    kin = [row for row in done if family(row["candidate"]) == family(candidate.name)]
-    cost = _mean_step_cost(kin or done)
-    return _spent(done) + cost * steps <= settings.first_round_share * settings.budget_minutes * 60
+    kin = [row for row in done if family(row["candidate"]) == family(candidate.name)] or done
+    needed = _mean_step_cost(kin) * steps + _mean_overhead(kin)
+    return _spent(done) + needed <= settings.first_round_share * settings.budget_minutes * 60
 
 
 def plan_round(earlier_rounds: list[list[dict]], ranked: list[Candidate], round_index: int,
@@ -241,13 +243,23 @@ def round_steps(earlier_rounds: list[list[dict]], remaining: list[Candidate], ro
     if round_index == 0 or settings.round_share == "steps":
         return {candidate.name: base for candidate in remaining}
     mean_cost = _mean_step_cost(earlier_rounds[0])
-    own_cost = {row["candidate"]: _training_seconds(row) / row["steps"] for rows in earlier_rounds for row in rows}
+    own_cost = {row["candidate"]: _step_seconds(row) for rows in earlier_rounds for row in rows}
     return {c.name: max(settings.first_steps, round(base * mean_cost / max(own_cost.get(c.name, mean_cost), 1e-6)))
             for c in remaining}
 
 
-def _training_seconds(row: dict) -> float:
-    return row["seconds"] - row.get("labelling_seconds", 0.0)
+def _step_seconds(row: dict) -> float:
+    """A run's seconds per optimiser step: its training loop's (``train_seconds``), else (rows written
+    before runs recorded it) its wall time less the teacher's labelling."""
+    return row.get("train_seconds", row["seconds"] - row.get("labelling_seconds", 0.0)) / row["steps"]
+
+
+def _overhead(row: dict) -> float:
+    """A run's seconds outside its training loop and the teacher's labelling (loading, tokenising,
+    the last evaluation): paid once per run, whatever its steps."""
+    if "train_seconds" not in row:
+        return 0.0
+    return max(0.0, row["seconds"] - row.get("labelling_seconds", 0.0) - row["train_seconds"])
 
 
 def _seconds(row: dict) -> float:
@@ -260,16 +272,22 @@ def _spent(runs: list[dict]) -> float:
 
 
 def _mean_step_cost(runs: list[dict]) -> float:
-    """The mean over ``runs`` of their training seconds per step."""
-    return sum(_training_seconds(row) / row["steps"] for row in runs) / len(runs)
+    """The mean over ``runs`` of their seconds per step."""
+    return sum(_step_seconds(row) for row in runs) / len(runs)
+
+
+def _mean_overhead(runs: list[dict]) -> float:
+    return sum(_overhead(row) for row in runs) / len(runs)
 
 
 def _needed(runs: list[dict], todo: list[Candidate], steps: dict[str, int]) -> float:
-    """Seconds ``todo``'s runs of ``steps[name]`` steps should take: each candidate's training seconds
-    per step in its latest run, else the mean of all runs."""
-    mean = _mean_step_cost(runs)
-    latest = {row["candidate"]: _training_seconds(row) / row["steps"] for row in runs}
-    return sum(latest.get(candidate.name, mean) * steps[candidate.name] for candidate in todo)
+    """Seconds ``todo``'s runs of ``steps[name]`` steps should take: each candidate's seconds per step
+    and overhead in its latest run, else the means over all runs."""
+    latest = {row["candidate"]: row for row in runs}
+    def cost(name: str) -> tuple[float, float]:
+        row = latest.get(name)
+        return (_step_seconds(row), _overhead(row)) if row else (_mean_step_cost(runs), _mean_overhead(runs))
+    return sum(cost(c.name)[0] * steps[c.name] + cost(c.name)[1] for c in todo)
 
 
 def pick_winner(last_round: list[dict], speed: dict[str, dict], teacher_selection_score: float,

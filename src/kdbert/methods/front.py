@@ -149,7 +149,8 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
         "dev_metrics": train_report["best_metrics"], "best_stage": train_report["best_stage"],
         "selected_on": f"held-out training rows ({len(data.held_out)})" if data.held_out else "dev",
         "best_step": train_report["best_step"], "eval_history": train_report["history"],
-        "runtime": train_report["runtime"], "wall_seconds": round(time.time() - started, 1),
+        "runtime": train_report["runtime"], "train_seconds": train_report["train_seconds"],
+        "wall_seconds": round(time.time() - started, 1),
     }
     write_json(out / "distill_report.json", report)
     return report
