@@ -408,6 +408,11 @@ def test_what_a_run_spends_outside_its_training_loop_is_not_a_cost_per_step():
     assert not fits_first_round([plain], Candidate("bert-2", "x", (), build=None), 300, settings)
     assert fits_first_round([plain], Candidate("bert-2", "x", (), build=None), 300,
                             SearchSettings(first_steps=300, budget_minutes=13.3 / 60, first_round_share=1.0))
+    # a loop too short for its tenth-of-a-second record (0.0 s) counts as 0.1 s: mean (5.0 + 0.1) / 600
+    # a step, 25.5 times the BiLSTM's 0.1 / 300
+    instant = {"candidate": "bilstm-1", "steps": 300, "seconds": 2.0, "labelling_seconds": 0.0, "train_seconds": 0.0}
+    bilstm = [Candidate("bilstm-1", "x", (), build=None)]
+    assert first_round_plan([plain, instant], bilstm, SearchSettings(first_steps=300)) == {"bilstm-1": 7650}
 
 
 def test_a_finished_first_round_is_not_replanned_on_resume(env, tmp_path, monkeypatch):

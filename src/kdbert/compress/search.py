@@ -248,10 +248,15 @@ def round_steps(earlier_rounds: list[list[dict]], remaining: list[Candidate], ro
             for c in remaining}
 
 
+TIMER_RESOLUTION = 0.1  # seconds: runs record train_seconds to a tenth; a shorter loop counts as this long
+
+
 def _step_seconds(row: dict) -> float:
     """A run's seconds per optimiser step: its training loop's (``train_seconds``), else (rows written
     before runs recorded it) its wall time less the teacher's labelling."""
-    return row.get("train_seconds", row["seconds"] - row.get("labelling_seconds", 0.0)) / row["steps"]
+    if "train_seconds" in row:
+        return max(row["train_seconds"], TIMER_RESOLUTION) / row["steps"]
+    return (row["seconds"] - row.get("labelling_seconds", 0.0)) / row["steps"]
 
 
 def _overhead(row: dict) -> float:
