@@ -148,7 +148,8 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
                 row["superseded_seconds"] = round(_seconds(earlier[0]), 1)
             rows.append(row)
             write_json(state_path, state)
-        rows = sorted(rows, key=lambda row: -row["selection_score"])
+        rows = sorted(rows, key=lambda row: (-row["selection_score"], row["candidate"]))  # ties: by name, not
+        # by the running order, which follows timings that differ from one machine (or rerun) to the next
         ranked = [by_name[row["candidate"]] for row in rows[: max(1, math.ceil(len(rows) / 2))]]
     return state
 
