@@ -504,6 +504,16 @@ def test_a_first_round_cut_short_by_a_kill_resumes_in_its_own_order(env, tmp_pat
     assert [row["candidate"] for row in state["rounds"][0]] == ["c", "b", "a"]
 
 
+def test_candidates_tied_on_held_out_score_go_on_by_name_not_by_running_order(env, tmp_path, monkeypatch):
+    search, candidates, task = fake_search(env, monkeypatch, cost=dict.fromkeys("abc", 0.1),
+                                           score=dict.fromkeys("abc", 50.0))
+    candidates = candidates[::-1]  # run c, b, a
+    settings = search.SearchSettings(rounds=2, first_steps=10, budget_minutes=1.0, round_share="steps")
+    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    assert [row["candidate"] for row in state["rounds"][0]] == ["c", "b", "a"]
+    assert state["plans"][1] == {"a": 20, "b": 20}
+
+
 def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
     from kdbert.compress.search import spread_order
     from kdbert.families.registry import Candidate
