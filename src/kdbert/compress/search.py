@@ -22,14 +22,15 @@ show a family's steps cost less than ``1 / RERUN_FACTOR`` of the round's mean, i
 of its new steps runs again (its earlier run's seconds stay counted). Costs are seconds per step
 of a run's training loop, each candidate's from its latest run; what a run spends outside the loop
 (loading and tokenising its rows, the teacher's labelling) does not grow with its steps and is
-left out of them, but counts when a round is fitted into the budget. A round that would overrun ``budget_minutes`` leaves out its
-lowest-ranked candidates until it fits (:func:`plan_round`); the rounds end at ``rounds``, or when
-not even the best candidate's round fits.
+left out of them, but counts when a round is fitted into the budget. A round that would overrun
+``budget_minutes`` leaves out its lowest-ranked candidates until it fits (:func:`plan_round`); the
+rounds end at ``rounds``, or when not even the best candidate's round fits.
 
 The winner (:func:`pick_winner`): among the last round's candidates, the fastest whose held-out
 score keeps ``min_kept`` of the teacher's held-out score; if none does, the best held-out score
-(all of them meet the speed target). The teacher was trained on the held-out rows, so its score
-there is optimistic and "kept" errs low; dev only reports.
+(all of them meet the speed target). A teacher fine-tuned on the held-out rows (without
+``kdbert finetune --held-out-fraction``) scores optimistically there and "kept" errs low; dev only
+reports.
 """
 
 from __future__ import annotations
