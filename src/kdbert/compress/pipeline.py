@@ -37,7 +37,7 @@ from kdbert.compress.augment import (
 from kdbert.compress.breakdown import format_breakdown, speedup_breakdown
 from kdbert.compress.recipes import ROUND_SHARES, SearchSettings
 from kdbert.compress.search import STATE as SEARCH_STATE
-from kdbert.compress.search import check_budget, pick_winner, spread_order, successive_halving
+from kdbert.compress.search import check_budget, pick_winner, spent_seconds, spread_order, successive_halving
 from kdbert.compress.speed import (
     RUNTIMES,
     SpeedSettings,
@@ -287,8 +287,7 @@ def _seconds_per_candidate(search: dict) -> dict[str, float]:
     seconds: dict[str, float] = {}
     for rows in search["rounds"]:
         for row in rows:
-            spent = row["seconds"] + row.get("superseded_seconds", 0.0)
-            seconds[row["candidate"]] = round(seconds.get(row["candidate"], 0.0) + spent, 1)
+            seconds[row["candidate"]] = round(seconds.get(row["candidate"], 0.0) + spent_seconds(row), 1)
     return seconds
 
 

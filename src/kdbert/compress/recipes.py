@@ -100,10 +100,15 @@ RECIPES = {"bert": _tinybert, "mobilebert": _kd, "bilstm": _bilstm}
 """Candidate kind -> ``recipe(candidate, steps, settings)``: the method and its step options."""
 
 
+def kind_of(name: str) -> str:
+    """The kind of the candidate called ``name``: the name up to the first dash (``bert``,
+    ``mobilebert``, ``bilstm``)."""
+    return name.split("-", 1)[0]
+
+
 def kind(candidate: Candidate) -> str:
-    """The candidate's kind: its name up to the first dash (``bert``, ``mobilebert``, ``bilstm``; the
-    search's :func:`kdbert.compress.search.family` reads names the same way)."""
-    return candidate.name.split("-", 1)[0]
+    """The candidate's kind (:func:`kind_of` its name)."""
+    return kind_of(candidate.name)
 
 
 def starts_from_teacher(candidate: Candidate) -> bool:

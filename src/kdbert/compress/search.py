@@ -44,7 +44,7 @@ from pathlib import Path
 
 from kdbert.compress.augment import ROWS_FILE, base_name, is_augmented
 from kdbert.compress.build import build_from_teacher
-from kdbert.compress.recipes import SearchSettings, kind, run_options, starts_from_teacher
+from kdbert.compress.recipes import SearchSettings, kind_of, run_options, starts_from_teacher
 from kdbert.compress.speed import shape_context
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions
@@ -146,7 +146,7 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
             earlier = [r for r in rows if r["candidate"] == candidate.name]
             if earlier:  # a rerun of round 0 with more steps replaces the shorter run, whose time was spent
                 rows.remove(earlier[0])
-                row["superseded_seconds"] = round(_seconds(earlier[0]), 1)
+                row["superseded_seconds"] = round(spent_seconds(earlier[0]), 1)
             rows.append(row)
             write_json(state_path, state)
         rows = sorted(rows, key=lambda row: (-row["selection_score"], row["candidate"]))  # ties: by name, not
@@ -156,9 +156,8 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
 
 
 def family(name: str) -> tuple[str, bool]:
-    """The family of the candidate called ``name``: its kind (:func:`kdbert.compress.recipes.kind`), and
-    whether it is an augmented variant."""
-    return name.split("-", 1)[0], is_augmented(name)
+    """The family of the candidate called ``name``: its kind, and whether it is an augmented variant."""
+    return kind_of(name), is_augmented(name)
 
 
 def spread_order(candidates: list[Candidate], latency: dict[str, float]) -> list[Candidate]:
@@ -205,7 +204,7 @@ def first_round_plan(done: list[dict], order: list[Candidate], settings: SearchS
 
 
 def _equal_time_steps(candidate: Candidate, done: list[dict], settings: SearchSettings) -> int:
-    kin = [row for row in done if family(row["candidate"]) == family(candidate.name)]
+    kin = _family_runs(done, candidate.name)
     if settings.round_share == "steps" or not kin:
         return settings.first_steps
     ratio = _mean_step_cost(done) / _mean_step_cost(kin)
@@ -218,9 +217,13 @@ def fits_first_round(done: list[dict], candidate: Candidate, steps: int, setting
     its family's means in ``done``, else the means of all; the first run always goes ahead)."""
     if not done:
         return True
-    kin = [row for row in done if family(row["candidate"]) == family(candidate.name)] or done
-    needed = _mean_step_cost(kin) * steps + _mean_overhead(kin)
-    return _spent(done) + needed <= settings.first_round_share * settings.budget_minutes * 60
+    predicted = _predicted_seconds(_family_runs(done, candidate.name) or done, steps)
+    return _spent(done) + predicted <= settings.first_round_share * settings.budget_minutes * 60
+
+
+def _family_runs(runs: list[dict], name: str) -> list[dict]:
+    """The ``runs`` of candidates of the same family as ``name``."""
+    return [row for row in runs if family(row["candidate"]) == family(name)]
 
 
 def plan_round(earlier_rounds: list[list[dict]], ranked: list[Candidate], round_index: int,
@@ -269,13 +272,13 @@ def _overhead(row: dict) -> float:
     return max(0.0, row["seconds"] - row.get("labelling_seconds", 0.0) - row["train_seconds"])
 
 
-def _seconds(row: dict) -> float:
+def spent_seconds(row: dict) -> float:
     """The wall seconds a row's candidate spent in its round, shorter runs it replaced included."""
     return row["seconds"] + row.get("superseded_seconds", 0.0)
 
 
 def _spent(runs: list[dict]) -> float:
-    return sum(_seconds(row) for row in runs)
+    return sum(spent_seconds(row) for row in runs)
 
 
 def _mean_step_cost(runs: list[dict]) -> float:
@@ -283,18 +286,17 @@ def _mean_step_cost(runs: list[dict]) -> float:
     return sum(_step_seconds(row) for row in runs) / len(runs)
 
 
-def _mean_overhead(runs: list[dict]) -> float:
-    return sum(_overhead(row) for row in runs) / len(runs)
+def _predicted_seconds(like: list[dict], steps: int) -> float:
+    """Seconds a run of ``steps`` steps should take, by the mean seconds per step and overhead of the
+    runs ``like`` it."""
+    return _mean_step_cost(like) * steps + sum(_overhead(row) for row in like) / len(like)
 
 
 def _needed(runs: list[dict], todo: list[Candidate], steps: dict[str, int]) -> float:
     """Seconds ``todo``'s runs of ``steps[name]`` steps should take: each candidate's seconds per step
     and overhead in its latest run, else the means over all runs."""
     latest = {row["candidate"]: row for row in runs}
-    def cost(name: str) -> tuple[float, float]:
-        row = latest.get(name)
-        return (_step_seconds(row), _overhead(row)) if row else (_mean_step_cost(runs), _mean_overhead(runs))
-    return sum(cost(c.name)[0] * steps[c.name] + cost(c.name)[1] for c in todo)
+    return sum(_predicted_seconds([latest[c.name]] if c.name in latest else runs, steps[c.name]) for c in todo)
 
 
 def pick_winner(last_round: list[dict], speed: dict[str, dict], teacher_selection_score: float,
