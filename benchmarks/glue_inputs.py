@@ -40,13 +40,18 @@ def teacher_dir(task: str, tuning: dict, runs_dir: str = run_folder()) -> Path:
 def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_dir: str = GLUE_DIR,
               out: str | Path | None = None, runs_dir: str = run_folder(), model: str = "default") -> dict:
     """Fine-tune the teacher on ``task`` at ``budget`` (plus ``tuning`` overrides) into ``out``
-    (default ``<runs_dir>/teacher-<task>[-tuning]``), resuming a run left there; returns the result."""
+    (default ``<runs_dir>/teacher-<task>[-tuning]``), resuming a run left there; returns the result.
+    A ``held_out_fraction`` override keeps those training rows out (the rows ``kdbert compress``
+    picks on), so that the search compares students with a teacher that has not seen them."""
     tuning = tuning or {}
     overrides = {**BUDGETS[budget][task], **tuning}
     out = Path(out or teacher_dir(task, tuning, runs_dir))
+    held_out_fraction = overrides.pop("held_out_fraction", 0.0)
     config = FinetuneConfig(output_dir=str(out), model=model, no_progress=True, **overrides)
     resume = (out / "run_config.json").exists()
-    report = finetune(TaskOptions(task, data_dir=data_dir), config, resume=resume)
+    report = finetune(TaskOptions(task, data_dir=data_dir, held_out_fraction=held_out_fraction), config,
+                      resume=resume)
+    overrides.update({"held_out_fraction": held_out_fraction} if held_out_fraction else {})
     return {"task": task, "budget": budget, "overrides": overrides, "tuning": bool(tuning),
             "metrics": report["best_metrics"], "train_seconds": report["train_seconds"], "output_dir": str(out),
             "command": f"python benchmarks/teacher_glue.py --budget {budget} --tasks {task}"

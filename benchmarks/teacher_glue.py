@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--model", default="default")
     parser.add_argument("--learning-rate", type=float, help="override the task default (a tuning run)")
     parser.add_argument("--epochs", type=float, help="override the budget's epochs (a tuning run)")
+    parser.add_argument("--held-out-fraction", type=float,
+                        help="keep this share of training rows out (the rows `kdbert compress` picks on)")
     parser.add_argument("--rerun", action="store_true",
                         help="fine-tune recorded tasks again (into RUNS_DIR/rerun/) and compare with the record")
     parser.add_argument("--tolerance", type=float, default=1.0,
@@ -46,7 +48,8 @@ def main() -> None:
                         help="fine-tune a recorded task whose folder in RUNS_DIR is missing again, with the recorded "
                              "settings (the record is kept)")
     args = parser.parse_args()
-    tuning = {k: v for k, v in (("learning_rate", args.learning_rate), ("epochs", args.epochs)) if v is not None}
+    tuning = {k: v for k, v in (("learning_rate", args.learning_rate), ("epochs", args.epochs),
+                                ("held_out_fraction", args.held_out_fraction)) if v is not None}
     done = load_results("teacher_glue")
     for task in BUDGETS[args.budget]:
         if args.tasks and task not in args.tasks:
