@@ -47,6 +47,32 @@ def test_time_feeds_reports_the_distribution_over_rows(monkeypatch):
         task_rows.time_feeds(call, [])
 
 
+def test_models_timed_in_turns_share_a_slow_spell_of_the_machine(monkeypatch):
+    """The machine runs twice as slow for the first four timings (two of three rounds): timed in
+    turns, teacher and student share it, and the speedup stays 3 (timed one after the other, the
+    student would miss most of the spell: 6 / 1 in two rounds)."""
+    machine_speed = [2, 2, 2, 2, 1, 1]
+    timed = []
+
+    def fake_time_feeds(call, feeds):
+        timed.append(call.__name__)
+        return {"latency_real_p50_ms": feeds[0] * machine_speed[len(timed) - 1]}
+
+    def teacher(feed): ...
+
+    def student(feed): ...
+
+    monkeypatch.setattr(task_rows, "time_feeds", fake_time_feeds)
+    result = task_rows.time_in_turns({"teacher": (teacher, [3.0]), "student": (student, [1.0])}, rounds=3)
+    assert timed == ["teacher", "student"] * 3
+    assert result["rounds"] == [{"teacher": 6.0, "student": 2.0}, {"teacher": 6.0, "student": 2.0},
+                                {"teacher": 3.0, "student": 1.0}]
+    assert result["latency_real_p50_ms"] == {"teacher": 6.0, "student": 2.0}
+    assert result["speedup"] == {"teacher": 1.0, "student": 3.0}
+    with pytest.raises(KdbertError, match="rounds 0 must be positive"):
+        task_rows.time_in_turns({"teacher": (teacher, [3.0])}, rounds=0)
+
+
 def test_task_feeds_take_evenly_spaced_dev_rows_at_their_token_lengths(tmp_path, tiny_tokenizer):
     from kdbert.families.hf import HFFamily
 

@@ -26,13 +26,15 @@ from pathlib import Path
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.export import export_classifier, export_model
-from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, bench_onnx
+from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, OnnxClassifier, bench_onnx
+from kdbert.deploy.task_rows import task_feeds, time_in_turns
 from kdbert.errors import KdbertError
 from kdbert.families.bilstm.words import word_vector_dim
 from kdbert.families.registry import Candidate, ShapeContext, families, family_of_folder
 
 TABLE = "speed.json"
 RUNTIMES = {"onnx-int8": INT8_FILE, "onnx-fp32": FP32_FILE}
+TURNS = 3  # rounds in which the shipped student and the teacher take turns being timed
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,23 @@ def time_export(file: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
     keep = ("latency_real_p50_ms", "latency_real_p90_ms", "latency_median_ms", "throughput", "throughput_batch_size",
             "params_total", "flops_per_example", "size_mb", "real_length_p50")
     return {key: row[key] for key in keep}
+
+
+def time_against_teacher(teacher_file: Path, student_file: Path, task: TaskOptions, settings: SpeedSettings,
+                         rounds: int = TURNS) -> dict:
+    """Batch-1 latency of two exports on the task's dev rows, timed in turns within the same minutes
+    (:func:`kdbert.deploy.task_rows.time_in_turns`), so that a slow spell of the machine cannot
+    skew the shipped speedup: ``{"rounds", "latency_real_p50_ms": {"teacher", "student"},
+    "speedup": {..., "student": median over rounds of teacher ms / student ms}}``."""
+    data = load_task(task)
+    timed = {}
+    for name, file in (("teacher", teacher_file), ("student", student_file)):
+        model = OnnxClassifier(file, threads=settings.threads, load_encoder=False)
+        spec = model.input_spec()
+        max_seq_len = min(data.spec.max_seq_len, spec.max_positions or data.spec.max_seq_len)
+        timed[name] = (model, task_feeds(model.family, model.family.load_encoder(model.folder), spec, data,
+                                         max_seq_len, settings.length_rows))
+    return time_in_turns(timed, rounds)
 
 
 def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,

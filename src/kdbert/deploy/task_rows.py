@@ -23,7 +23,7 @@ import numpy as np
 from kdbert.deploy.timing import percentile
 from kdbert.errors import KdbertError
 
-__all__ = ["task_feeds", "time_feeds", "time_task_rows"]
+__all__ = ["task_feeds", "time_feeds", "time_in_turns", "time_task_rows"]
 
 
 def _feed(row: dict, names: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -80,6 +80,26 @@ def time_feeds(call: Callable[[dict[str, np.ndarray]], object], feeds: list[dict
     return {"latency_real_p50_ms": statistics.median(per_row), "latency_real_p90_ms": percentile(per_row, 0.9),
             "latency_real_mean_ms": statistics.fmean(per_row), "real_rows": len(feeds),
             "real_length_p50": statistics.median(lengths), "real_length_p90": percentile(lengths, 0.9)}
+
+
+def time_in_turns(timed: dict[str, tuple[Callable[[dict[str, np.ndarray]], object], list[dict[str, np.ndarray]]]],
+                  rounds: int = 3) -> dict:
+    """Time each model of ``timed`` (name -> (call, feeds)) with :func:`time_feeds` in ``rounds``
+    rounds that take turns (A, B, A, B, ...), so that a spell in which the machine runs slow falls
+    on every model alike; against the first model ``ref``::
+
+        latency_real_p50_ms[m] = median over rounds k of p50_k[m]
+        speedup[m] = median over rounds k of p50_k[ref] / p50_k[m]
+
+    Returns ``{"rounds": [{name: p50_k}], "latency_real_p50_ms": {...}, "speedup": {...}}``."""
+    if rounds < 1:
+        raise KdbertError(f"rounds {rounds} must be positive")
+    per_round = [{name: time_feeds(call, feeds)["latency_real_p50_ms"] for name, (call, feeds) in timed.items()}
+                 for _ in range(rounds)]
+    reference = next(iter(timed))
+    return {"rounds": per_round,
+            "latency_real_p50_ms": {name: statistics.median(r[name] for r in per_round) for name in timed},
+            "speedup": {name: statistics.median(r[reference] / r[name] for r in per_round) for name in timed}}
 
 
 def time_task_rows(call: Callable[[dict[str, np.ndarray]], object], family, encoder, spec, task,
