@@ -11,7 +11,9 @@ it, so that a search with other options is recorded beside the first).
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 from common import machine_info, save_result
 from paths import GLUE_DIR, NLTK_DATA, WORD_VECTORS, run_folder
@@ -27,6 +29,13 @@ RECORDED = ("task", "runtime", "target", "held_out_rows", "speed", "augmentation
 def recorded_parts(report: dict) -> dict:
     """The parts of a compress report that ``compress.json`` records (what BENCHMARKS.md renders)."""
     return {key: report.get(key) for key in RECORDED}
+
+
+def held_out_fraction(teacher: str) -> float:
+    """The share of training rows the teacher was fine-tuned without (``kdbert finetune
+    --held-out-fraction``); 0 when it saw them all, so that the search's held-out rows flatter it."""
+    config = Path(teacher) / "run_config.json"
+    return json.loads(config.read_text()).get("held_out_fraction", 0.0) if config.is_file() else 0.0
 
 
 def main() -> None:
@@ -64,10 +73,11 @@ def main() -> None:
                + (f" --candidates {args.candidates}" if args.candidates else "")
                + (f" --learning-rate {args.learning_rate:g}" if args.learning_rate != 1e-4 else "")
                + (f" --augment {args.augment}" if args.augment else "")
+               + (f" --teacher {args.teacher}" if args.teacher != run_folder("teacher-{task}") else "")
                + (f" --key-suffix={args.key_suffix} --output-dir {out}" if args.key_suffix else ""))
     save_result("compress", f"{args.task}/x{args.target_speedup:g}{args.key_suffix}",
                 {**machine_info(), "command": command, "seconds_this_call": round(time.time() - started, 1),
-                 **recorded_parts(report)})
+                 "teacher_held_out_fraction": held_out_fraction(teacher), **recorded_parts(report)})
     print(open(f"{out}/compress_report.md").read())
 
 

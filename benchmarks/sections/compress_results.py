@@ -23,7 +23,9 @@ def compress_section() -> list[str]:
         lines += [f"### {result['task']}, target {speedup:g}x against the int8 teacher{twins}" if speedup else
                   f"### {result['task']}{twins}", "", f"Measured on {result['machine']} ({result['date']}), "
                   f"{result['speed']['settings']['threads']} runtime thread(s), {result['held_out_rows']} training "
-                  "rows held out to pick on.", "", *body, "", f"Command: `{result['command']}`.", ""]
+                  "rows held out to pick on" + (" (the teacher was fine-tuned without them)."
+                                                 if result.get("teacher_held_out_fraction") else
+                                                 "; the teacher was fine-tuned on them too."), "", *body, "", f"Command: `{result['command']}`.", ""]
         if key in seeds and seeds[key]["run"] == result["winner"]["run"]:
             lines += [seeds_line(seeds[key]), ""]
     return lines + [note("compress-reading"), "", *gpu_lines()]
@@ -62,6 +64,7 @@ def summary_table(results: dict) -> list[str]:
             else "-"
         augmented = f", {result['command'].split('--augment ')[1].split()[0]} augmented too" \
             if result.get("augmentation") else ""
+        augmented += ", teacher without the held-out rows" if result.get("teacher_held_out_fraction") else ""
         lines.append(f"| {result['task']} | {result['target']['speedup']:g}x | {result['winner']['candidate']} | "
                      f"{shipped['speedup']:.2f}x | {teacher['dev']:.2f} / {shipped['dev_score']:.2f} | "
                      f"{100 * shipped['kept_dev']:.1f}% | {gain} | {agreement} | {budget} min{augmented} |")
