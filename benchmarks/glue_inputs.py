@@ -57,7 +57,7 @@ def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_d
             "command": f"python benchmarks/teacher_glue.py --budget {budget} --tasks {task}"
                        + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in sorted(tuning.items())),
             "hyperparameters": {k: report["config"][k] for k in ("epochs", "learning_rate", "batch_size", "max_seq_len")},
-            "resumed": resume, **machine_info()}
+            "precision": report["runtime"]["mixed_precision"], "resumed": resume, **machine_info()}
 
 
 ROWS = {"cola": 4000, "sst2": 4000, "mrpc": 1000, "stsb": 2000, "rte": 1000}

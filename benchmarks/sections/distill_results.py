@@ -22,13 +22,19 @@ def teacher_section() -> list[str]:
     for r in rows:
         h = r["hyperparameters"]
         budget = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) or "defaults"
-        lines.append(f"| {r['task']} | {metrics_text(r['metrics'])} | {r['metrics']['score']:.1f} | {h['epochs']} | "
+        dev = {k: v for k, v in r["metrics"].items() if not k.startswith("held-out/") and k != "selection_score"}
+        picked = (f"; picked on held-out train rows ({r['metrics']['selection_score']:.1f} there), trained in "
+                  f"{r.get('precision', 'float32')}" if "selection_score" in r["metrics"] else "")
+        lines.append(f"| {r['task']} | {metrics_text(dev)}{picked} | {r['metrics']['score']:.1f} | {h['epochs']} | "
                      f"{h['learning_rate']:g} | {h['batch_size']} | {r['budget']}: {budget} | "
                      f"{r['train_seconds'] / 60:.1f} min | {r['machine']} | {r['date']} |")
     reference = [r for r in rows if not r.get("tuning")]
     average = sum(r["metrics"]["score"] for r in reference) / len(reference)
     lines += ["", f"Average score over the {len(reference)} reference runs (tuning runs left out): **{average:.1f}**. "
               "One seed each. " + note("dev-selection"), "",
+              "The rows with `held_out_fraction=0.1` are the teachers `kdbert compress` searches against since "
+              "2026-11-25: fine-tuned without the tenth of training rows the search holds out to pick students on "
+              "(the same seeded rows), their best checkpoint picked on those rows, so dev only scores them.", "",
               "Command: `python benchmarks/teacher_glue.py --budget cpu` (one task: `--tasks rte`; a recorded "
               "task again, compared with its figure: `--rerun`).", ""]
     return lines
