@@ -36,7 +36,7 @@ def speedup_breakdown(teacher_dir: str, out: Path, task: TaskOptions, settings: 
     ``winner_run``; ``winner_latency_ms`` as the report timed it), the teacher exported in
     ``out/teacher-onnx``. ``scores``: dev scores keyed ``teacher``, ``teacher_onnx_fp32``,
     ``teacher_onnx_int8`` and ``winner``."""
-    key = {"winner": str(winner_run), "settings": settings.key()}
+    key = {"winner": str(winner_run), "settings": settings.key(), "winner_latency_ms": winner_latency_ms}
     path = out / FILE
     if path.is_file():
         previous = json.loads(path.read_text())

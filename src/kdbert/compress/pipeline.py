@@ -63,6 +63,7 @@ from kdbert.options import POSITIVE, POSITIVE_INT, UNIT, CheckedOptions, in_rang
 REPORT = "compress_report.json"
 HELD_OUT_FRACTION = 0.1  # of the training rows, picked on when the task options give none
 PLOT = "pareto.png"
+SHIPPED_SPEED = "shipped_speed.json"
 
 
 @dataclass
@@ -182,6 +183,22 @@ def _export_dev_scores(export_folder: Path) -> dict[str, float]:
     return {runtime: metrics["score"] for runtime, metrics in report.get("dev_metrics", {}).items()}
 
 
+def _shipped_speed(winner: dict, out: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
+    """The shipped winner timed in turns with the exported teacher
+    (:func:`~kdbert.compress.speed.time_against_teacher`), kept in ``out/shipped_speed.json`` for
+    that run and those settings, so that a rerun reports the same figures."""
+    key = {"winner": str(winner["run"]), "settings": settings.key()}
+    path = out / SHIPPED_SPEED
+    if path.is_file():
+        previous = json.loads(path.read_text())
+        if previous.get("key") == key:
+            return previous["timing"]
+    file_name = RUNTIMES[settings.runtime]
+    timing = time_against_teacher(out / "teacher-onnx" / file_name, out / "winner" / file_name, task, settings)
+    write_json(path, {"key": key, "timing": timing})
+    return timing
+
+
 def _ship(winner: dict, out: Path, task: TaskOptions, runtime: str) -> dict:
     """The winner's run exported as it ships (int8 for ``onnx-int8``), checked on dev; reused when
     the folder already holds the export of that run."""
@@ -243,8 +260,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
                          config.min_kept)
     shipped = _ship(winner, out, task, config.runtime)
     file_name = RUNTIMES[config.runtime]
-    in_turns = time_against_teacher(out / "teacher-onnx" / file_name, out / "winner" / file_name, task,
-                                    speed_settings)
+    in_turns = _shipped_speed(winner, out, task, speed_settings)
     runtime_key = "onnx_int8" if config.runtime == "onnx-int8" else "onnx_fp32"
     majority = _majority_score(data)
     student_dev, teacher_dev = shipped["dev_metrics"][runtime_key]["score"], teacher_metrics["score"]
