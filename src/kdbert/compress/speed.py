@@ -27,7 +27,7 @@ from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.export import export_classifier, export_model
 from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, OnnxClassifier, bench_onnx
-from kdbert.deploy.task_rows import task_feeds, time_in_turns
+from kdbert.deploy.task_rows import model_feeds, time_in_turns
 from kdbert.errors import KdbertError
 from kdbert.families.bilstm.words import word_vector_dim
 from kdbert.families.registry import Candidate, ShapeContext, families, family_of_folder
@@ -96,10 +96,8 @@ def time_against_teacher(teacher_file: Path, student_file: Path, task: TaskOptio
     timed = {}
     for name, file in (("teacher", teacher_file), ("student", student_file)):
         model = OnnxClassifier(file, threads=settings.threads, load_encoder=False)
-        spec = model.input_spec()
-        max_seq_len = min(data.spec.max_seq_len, spec.max_positions or data.spec.max_seq_len)
-        timed[name] = (model, task_feeds(model.family, model.family.load_encoder(model.folder), spec, data,
-                                         max_seq_len, settings.length_rows))
+        timed[name] = (model, model_feeds(model.family, model.family.load_encoder(model.folder), model.input_spec(),
+                                          data, settings.length_rows))
     return time_in_turns(timed, rounds)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from kdbert.deploy.openvino_runtime import OpenVinoSession, check_runtime
 from kdbert.deploy.quantize import quantize_int8
-from kdbert.deploy.task_rows import task_feeds, time_task_rows
+from kdbert.deploy.task_rows import model_feeds, time_task_rows
 from kdbert.deploy.timing import time_calls
 from kdbert.errors import KdbertError
 from kdbert.families.registry import InputSpec, example_inputs, family_of_folder
@@ -274,8 +274,7 @@ def runtime_parity(path: str | os.PathLike, runtimes: list[str], threads: int | 
         from kdbert.data.load import load_task
 
         data = load_task(task)
-        max_seq_len = min(data.spec.max_seq_len, spec.max_positions or data.spec.max_seq_len)
-        feeds = task_feeds(first.family, first.encoder, spec, data, max_seq_len, rows)
+        feeds = model_feeds(first.family, first.encoder, spec, data, rows)
     else:
         feeds = [{name: value.numpy() for name, value in example_inputs(spec, seq_len, 8).items()}]
     reference = [first(feed) for feed in feeds]

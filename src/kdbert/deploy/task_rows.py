@@ -23,7 +23,7 @@ import numpy as np
 from kdbert.deploy.timing import percentile
 from kdbert.errors import KdbertError
 
-__all__ = ["task_feeds", "time_feeds", "time_in_turns", "time_task_rows"]
+__all__ = ["model_feeds", "task_feeds", "time_feeds", "time_in_turns", "time_task_rows"]
 
 
 def _feed(row: dict, names: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -109,5 +109,11 @@ def time_task_rows(call: Callable[[dict[str, np.ndarray]], object], family, enco
     from kdbert.data.load import load_task
 
     data = load_task(task)
+    return {**time_feeds(call, model_feeds(family, encoder, spec, data, rows)), "real_task": data.spec.name}
+
+
+def model_feeds(family, encoder, spec, data, rows: int = 200) -> list[dict[str, np.ndarray]]:
+    """:func:`task_feeds` of ``data`` (a TaskData) cut to the task's length within the model's
+    position limit (``spec.max_positions``)."""
     max_seq_len = min(data.spec.max_seq_len, spec.max_positions or data.spec.max_seq_len)
-    return {**time_feeds(call, task_feeds(family, encoder, spec, data, max_seq_len, rows)), "real_task": data.spec.name}
+    return task_feeds(family, encoder, spec, data, max_seq_len, rows)
