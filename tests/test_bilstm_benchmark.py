@@ -62,3 +62,25 @@ def test_a_run_passes_the_hidden_size_and_records_the_setting(tmp_path, monkeypa
     out = commands[0][commands[0].index("--output-dir") + 1]
     assert out == str(tmp_path / "runs" / "mrpc" / "kd_aug-h300-png0-s42")
     assert (row["setting"], row["augment"]["p_ng"], single["setting"]) == ("-h300-png0", 0.0, "")
+
+
+def test_five_task_share_kept_compares_tasks_both_tables_have_against_their_own_teachers():
+    from sections import bilstm_results
+
+    def run(task, variant, score, setting=""):
+        return {"task": task, "variant": variant, "score": score, "setting": setting}
+
+    def table(scores, teachers):
+        records = {f"{task}/{variant}/s42": run(task, variant, score) for (task, variant), score in scores.items()}
+        return {**records, **{f"{task}/teacher": {"score": score} for task, score in teachers.items()}}
+
+    old = table({("sst2", "kd_aug"): 40.0, ("rte", "kd_aug"): 30.0, ("cola", "kd_aug"): 5.0},
+                {"sst2": 80.0, "rte": 60.0, "cola": 20.0})
+    # the new table re-fine-tuned the SST-2 teacher (its record wins) and has no CoLA row yet
+    new = table({("sst2", "kd_aug"): 90.0, ("rte", "kd_aug"): 45.0, ("rte", "kd"): 50.0}, {"sst2": 100.0})
+    new["rte/kd_aug-h300-png0/s42"] = run("rte", "kd_aug", 60.0, "-h300-png0")  # another setting: not counted
+    lines = bilstm_results._five_task_share(new, bilstm_results._bilstm_groups(new), old,
+                                            bilstm_results._bilstm_groups(old))
+    # new: sst2 90/100, rte 45/60 -> (0.9 + 0.75) / 2; before: 40/80, 30/60 -> 0.5
+    assert lines == ["- Mean share of the teacher kept by distilled + aug over sst2, rte (recorded setting): "
+                     "82.5% with the new vocabulary against 50.0% before."]

@@ -175,7 +175,8 @@ def bilstm_v2_lines(old_results: dict) -> list[str]:
             lines.append(f"| {task} | {setting} | before | {old_results[f'{task}/teacher']['score']:.1f} | "
                          + " | ".join(_bilstm_cells(old, old_results[f"{task}/teacher"]["score"]))
                          + f" | - | {old_seeds} |")
-    lines += [""] + _augmentation_verdicts(groups, old_groups) + _setting_comparisons(groups)
+    lines += ([""] + _augmentation_verdicts(groups, old_groups) + _setting_comparisons(groups)
+              + _five_task_share(results, groups, old_results, old_groups))
     first = next(r for k, r in results.items() if k.count("/") == 2)
     return lines + ["", f"Machine: {first['machine']}, {first['date']}, one thread per run. Command: "
                     "`OMP_NUM_THREADS=1 python benchmarks/bilstm_distill.py --results-name bilstm_distill_v2 "
@@ -199,6 +200,30 @@ def _augmentation_verdicts(groups: dict, old_groups: dict) -> list[str]:
                      f"{was_kd:.1f}, {was_aug - was_kd:+.1f})")
         lines.append(text + ".")
     return lines
+
+
+def _share_kept(groups: dict, teachers: dict) -> dict[str, float]:
+    """Per task, distilled + aug over the teacher's score (recorded setting), where both are known."""
+    return {task: _mean(group["kd_aug"]) / teachers[task] for (task, tag), group in groups.items()
+            if not tag and group["kd_aug"] and task in teachers}
+
+
+def _five_task_share(results: dict, groups: dict, old_results: dict, old_groups: dict) -> list[str]:
+    """The mean share of the teacher kept by distilled + aug over the tasks both tables have, new
+    against before (each table against its own teachers)."""
+    def teachers(records: dict) -> dict[str, float]:
+        return {key.split("/")[0]: r["score"] for key, r in records.items() if key.endswith("/teacher")}
+
+    new = _share_kept(groups, {**teachers(old_results), **teachers(results)})
+    old = _share_kept(old_groups, teachers(old_results))
+    tasks = [task for task in TASK_ORDER if task in new and task in old]
+    if len(tasks) < 2:
+        return []
+    def mean(shares: dict[str, float]) -> float:
+        return 100 * sum(shares[task] for task in tasks) / len(tasks)
+
+    return [f"- Mean share of the teacher kept by distilled + aug over {', '.join(tasks)} (recorded setting): "
+            f"{mean(new):.1f}% with the new vocabulary against {mean(old):.1f}% before."]
 
 
 def _setting_comparisons(groups: dict) -> list[str]:
