@@ -160,6 +160,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert main([*args, "--target-speedup", "0.01"]) == 0
     report = json.loads((out / "compress_report.json").read_text())
     assert report["held_out_rows"] == 1  # the default --held-out-fraction 0.1 of 12 rows
+    assert report["teacher_saw_held_out_rows"] is None  # a folder saved without `kdbert finetune`: unknown
     first_round = {row["candidate"]: row for row in report["search"]["rounds"][0]}
     assert {name: row["method"] for name, row in first_round.items()} == {"bert-1x128": "tinybert",
                                                                           "bilstm-h150": "bilstm"}
@@ -634,3 +635,24 @@ def test_augmented_rows_are_capped_by_what_the_teacher_can_label_and_a_rerun_kee
     (tmp_path / "b" / "augmented.json").unlink()
     with pytest.raises(KdbertError, match=r"augmented.jsonl has no plan \(.*augmented.json\): written by an earlier"):
         write_augmented_rows(rows, ["sentence"], tmp_path / "b", settings, 42, affordable=1000)
+
+
+def test_whether_the_teacher_saw_the_held_out_rows_is_read_from_its_finetune_folder(tmp_path, capsys):
+    from kdbert.compress.pipeline import teacher_saw_held_out_rows
+
+    task = TaskOptions("sst2", held_out_fraction=0.1)
+
+    def teacher(**identity) -> str:
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        (folder / "run_config.json").write_text(json.dumps(identity))
+        return str(folder)
+
+    finetuned = {"command": "finetune", "task": "sst2", "train_file": None}
+    assert teacher_saw_held_out_rows(teacher(**finetuned, held_out_fraction=0.1), task) is False
+    assert teacher_saw_held_out_rows(teacher(**finetuned), task) is True  # fine-tuned on every row
+    assert teacher_saw_held_out_rows(teacher(**finetuned, held_out_fraction=0.2), task) is True  # other rows
+    assert teacher_saw_held_out_rows(teacher(**{**finetuned, "task": "rte"}, held_out_fraction=0.1), task) is None
+    assert teacher_saw_held_out_rows(teacher(**{**finetuned, "train_file": "aug.tsv"}), task) is None
+    assert teacher_saw_held_out_rows(teacher(command="distill task", task="sst2", train_file=None), task) is None
+    assert teacher_saw_held_out_rows(str(tmp_path / "hub-model"), task) is None

@@ -211,6 +211,22 @@ def _ship(winner: dict, out: Path, task: TaskOptions, runtime: str) -> dict:
     return export_model(winner["run"], folder, quantize="int8" if runtime == "onnx-int8" else None, task=task)
 
 
+def teacher_saw_held_out_rows(teacher_dir: str, task: TaskOptions) -> bool | None:
+    """Whether the teacher was fine-tuned on the rows the search holds out to pick on: ``False`` for a
+    ``kdbert finetune`` folder of the same task and training file that held out the same share (the
+    same seeded rows, :func:`kdbert.data.load.hold_out`), ``True`` for one that held out none or
+    another share, ``None`` where the folder does not say (a hub model, another tool's folder,
+    another task's teacher)."""
+    config = Path(teacher_dir) / "run_config.json"
+    if not config.is_file():
+        return None
+    recorded = json.loads(config.read_text())
+    if (recorded.get("command"), recorded.get("task"), recorded.get("train_file")) != (
+            "finetune", task.task, task.train_file):
+        return None
+    return recorded.get("held_out_fraction", 0.0) != task.held_out_fraction
+
+
 def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.PathLike) -> dict:
     """Run the four steps (module doc) into ``output_dir``; returns the report."""
     config.check()
@@ -227,6 +243,11 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         first_round_share=config.first_round_share)
     augment = AugmentSettings.parse(config.augment, copies=config.augment_copies, max_rows=config.augment_max_rows,
                                     nltk_data=config.nltk_data, labelling_share=config.augment_labelling_share)
+    saw_held_out = teacher_saw_held_out_rows(teacher_dir, task)
+    if saw_held_out:
+        print(f"note: the teacher was fine-tuned on the {task.held_out_fraction:g} of training rows this search "
+              "holds out to pick on, so it scores optimistically there and they may rank students unlike dev; "
+              f"`kdbert finetune --held-out-fraction {task.held_out_fraction:g}` gives a teacher without them")
     context = shape_context(teacher_dir, task, config.word_vectors)
     offered = all_candidates(context)
     if config.candidates:
@@ -278,6 +299,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         "seconds_per_candidate": _seconds_per_candidate(search), "speedup_breakdown": breakdown,
         "teacher_scores": {"held_out": teacher_metrics["selection_score"], "dev": teacher_dev,
                            "dev_deployed": teacher_deployed.get(runtime_key)},
+        "teacher_saw_held_out_rows": saw_held_out,
         "shipped": {"folder": str(out / "winner"), "dev_score": student_dev, "parity": shipped["parity"],
                     "int8": shipped.get("quantization"),
                     "speedup": in_turns["speedup"]["student"],
@@ -347,7 +369,12 @@ def format_report(report: dict, plot: str | None = None) -> str:
                       f"({shipped['agreement_measure']})" if "agreement_dev" in shipped else "")
     deployed = (f" (the teacher in {report['runtime']}: {report['teacher_scores']['dev_deployed']:.2f})"
                 if report["teacher_scores"].get("dev_deployed") is not None else "")
+    saw = report.get("teacher_saw_held_out_rows")
+    held_out_note = ("" if saw is None else
+                     f"{report['held_out_rows']} training rows held out to pick on; the teacher was fine-tuned "
+                     + ("on them too, so its held-out score is optimistic." if saw else "without them."))
     lines = [f"# kdbert compress: {report['task']}, {report['runtime']}", "",
+             *([held_out_note, ""] if held_out_note else []),
              f"Winner: **{report['winner']['candidate']}** ({report['winner']['rule']}): "
              f"{shipped['speedup']:.2f}x the teacher's speed on dev rows{timed}, dev score {shipped['dev_score']:.2f} "
              f"against {report['teacher_scores']['dev']:.2f}{deployed} ({100 * shipped['kept_dev']:.1f}% kept{gain})"

@@ -29,8 +29,9 @@ rounds end at ``rounds``, or when not even the best candidate's round fits.
 The winner (:func:`pick_winner`): among the last round's candidates, the fastest whose held-out
 score keeps ``min_kept`` of the teacher's held-out score; if none does, the best held-out score
 (all of them meet the speed target). A teacher fine-tuned on the held-out rows (without
-``kdbert finetune --held-out-fraction``) scores optimistically there and "kept" errs low; dev only
-reports.
+``kdbert finetune --held-out-fraction``) scores optimistically there and "kept" errs low; the
+search says so when the teacher's run folder shows it
+(:func:`kdbert.compress.pipeline.teacher_saw_held_out_rows`). Dev only reports.
 """
 
 from __future__ import annotations
