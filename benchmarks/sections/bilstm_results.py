@@ -127,15 +127,21 @@ def _setting_text(tag: str, group: dict[str, list[dict]]) -> str:
 
 def _oov_text(group: dict[str, list[dict]]) -> str:
     """The dev OOV rate with the training words only -> with the dev words that have a vector, and how
-    many of those joined; several values when the runs' vocabularies differ."""
-    texts = []
-    for r in [r for variant_runs in group.values() for r in variant_runs if "dev_oov_rate" in r["student"]]:
-        rate = r["student"]["dev_oov_rate"]
-        text = (f"{100 * rate['train words only']:.1f}% -> {100 * rate['with dev words']:.1f}% "
-                f"(+{r['student']['vocab_sources']['dev with a vector']} words)")
-        if text not in texts:
-            texts.append(text)
-    return " / ".join(texts) or "-"
+    many of those joined; the augmented runs' apart when their vocabulary (built from the augmented
+    file) differs from the others'."""
+    def text(runs: list[dict]) -> str | None:
+        rates = [r["student"] for r in runs if "dev_oov_rate" in r["student"]]
+        if not rates:
+            return None
+        rate = rates[0]["dev_oov_rate"]
+        return (f"{100 * rate['train words only']:.1f}% -> {100 * rate['with dev words']:.1f}% "
+                f"(+{rates[0]['vocab_sources']['dev with a vector']} words)")
+
+    plain = text(group["labels"] + group["kd"])
+    augmented = text(group["kd_aug"])
+    if plain and augmented and augmented != plain:
+        return f"{plain}; augmented file: {augmented}"
+    return plain or augmented or "-"
 
 
 def _bilstm_cells(group: dict[str, list[dict]], teacher: float) -> list[str]:
@@ -176,9 +182,11 @@ def bilstm_v2_lines(old_results: dict) -> list[str]:
                          + " | ".join(_bilstm_cells(old, old_results[f"{task}/teacher"]["score"]))
                          + f" | - | {old_seeds} |")
     lines += ([""] + _augmentation_verdicts(groups, old_groups) + _setting_comparisons(groups)
-              + _five_task_share(results, groups, old_results, old_groups))
-    first = next(r for k, r in results.items() if k.count("/") == 2)
-    return lines + ["", f"Machine: {first['machine']}, {first['date']}, one thread per run. Command: "
+              + _five_task_share(results, groups, old_results, old_groups) + _teacher_changes(results, old_results))
+    runs = [r for k, r in results.items() if k.count("/") == 2]
+    dates = sorted({r["date"] for r in runs})
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    return lines + ["", f"Machine: {runs[0]['machine']}, {when}, one thread per run. Command: "
                     "`OMP_NUM_THREADS=1 python benchmarks/bilstm_distill.py --results-name bilstm_distill_v2 "
                     "--tasks T --seeds S [--pair-hidden-size 300 --p-ng 0]`; every run's full command is in "
                     "`benchmarks/results/bilstm_distill_v2.json`.", ""]
@@ -224,6 +232,25 @@ def _five_task_share(results: dict, groups: dict, old_results: dict, old_groups:
 
     return [f"- Mean share of the teacher kept by distilled + aug over {', '.join(tasks)} (recorded setting): "
             f"{mean(new):.1f}% with the new vocabulary against {mean(old):.1f}% before."]
+
+
+def _teacher_changes(results: dict, old_results: dict) -> list[str]:
+    """Where the new rows' teacher was fine-tuned again with other settings or scores differently:
+    both teachers, so that a gain in the distilled columns is not read as the vocabulary's alone."""
+    def described(record: dict) -> str:
+        settings = record["finetune"]
+        rows = f"{settings['max_train_examples']:,} rows" if settings.get("max_train_examples") else "every row"
+        precision = {"bf16": "bf16", "no": "float32", None: "precision not recorded"}[settings.get("precision")]
+        epochs = f"{settings['epochs']:g} epoch{'' if settings['epochs'] == 1 else 's'}"
+        return f"{record['score']:.2f} ({rows}, {epochs}, {precision})"
+
+    lines = []
+    for task in TASK_ORDER:
+        new, old = results.get(f"{task}/teacher"), old_results.get(f"{task}/teacher")
+        if new and old and described(new) != described(old):
+            lines.append(f"- {task}: the new rows' teacher scores {described(new)}, the old rows' {described(old)}; "
+                         "the labels-only column does not use a teacher.")
+    return lines
 
 
 def _setting_comparisons(groups: dict) -> list[str]:
