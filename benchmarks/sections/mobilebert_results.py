@@ -90,7 +90,7 @@ def _ordering(rows: list[dict]) -> list[str]:
             continue
         ranked = sorted(means, key=lambda k: -sign * means[k])
         text = "".join(("" if i == 0 else (" = " if means[k] == means[ranked[i - 1]] else ", then ")) +
-                       f"{k} {means[k]:g}{spreads[k]}" for i, k in enumerate(ranked))
+                       f"{k} {means[k]:.{digits}f}{spreads[k]}" for i, k in enumerate(ranked))
         holds = all(sign * (means[a] - means[b]) > 0 for a, b in zip(paper, paper[1:]))
         lines.append(f"- By {what} ({'lower' if sign < 0 else 'higher'} is better), best first: {text}. "
                      f"The paper's order progressive > joint > auxiliary "
