@@ -76,6 +76,7 @@ def run_step(step: str, runs: Path) -> dict:
                                 max_seq_len=MAX_SEQ_LEN, max_train_examples=TRAIN_ROWS, no_progress=True)
         report = finetune(task_options(truncation), config, resume=resume)
         return {"truncation": truncation, "metrics": report["best_metrics"], "train_seconds": report["train_seconds"],
+                "train_windows": report.get("train_windows"),
                 "options": {"epochs": 2, "learning_rate": 1e-4, "batch_size": 32}, "output_dir": str(out)}
     options = {**STUDENTS[step], "max_seq_len": MAX_SEQ_LEN, "max_train_examples": TRAIN_ROWS, "no_progress": True}
     unlabelled = options.pop("unlabelled", None)

@@ -23,6 +23,7 @@ from kdbert.data.glue import Example
 from kdbert.data.imdb import clean_review, load_imdb, load_imdb_unlabelled, shuffled
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
+from kdbert.methods.finetune import FinetuneConfig, finetune
 
 
 def imdb_files(n: int = 6, seed: int = 0) -> dict[str, str]:
@@ -225,8 +226,13 @@ def test_finetune_and_distil_imdb_from_tarballs_with_long_text_truncation(tmp_pa
     assert code == 0
     report = json.loads((tmp_path / "kd" / "distill_report.json").read_text())
     assert report["task"] == "imdb" and report["options"]["task"] == "imdb"
-    assert report["train_rows"] == 12 and report.get("train_windows") == (None if truncation == "tail" else len(
-        encode_examples(tiny_tokenizer, load_imdb(root).train, 24, "windows", doc_stride=8).features))
+    windows = None if truncation == "tail" else len(
+        encode_examples(tiny_tokenizer, load_imdb(root).train, 24, "windows", doc_stride=8).features)
+    assert report["train_rows"] == 12 and report.get("train_windows") == windows
+    finetuned = finetune(TaskOptions("imdb", data_dir=str(root), truncation=truncation, doc_stride=8),
+                         FinetuneConfig(model=str(model), output_dir=str(tmp_path / "api"), max_steps=1, batch_size=4,
+                                        max_seq_len=24, no_progress=True))
+    assert finetuned.get("train_windows") == windows  # fine-tuning reports its windows too
     code, _, _ = run_cli(capsys, "evaluate", "--model", tmp_path / "kd", "--task", "imdb", "--data-dir", root,
                          "--truncation", truncation, "--max-seq-len", 24, *window)
     assert code == 0

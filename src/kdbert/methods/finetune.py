@@ -75,9 +75,9 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
         model.config.id2label = dict(enumerate(spec.labels))
         model.config.label2id = {label: i for i, label in enumerate(spec.labels)}
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
+    train_set = TokenizerInputs.for_task(tokenizer, max_seq_len, spec).rows(train_rows)
     stage = Stage(StageConfig.from_options("finetune", config),
-                  MatchLoss([Match("task", "logits", "hard_label", target="labels")]),
-                  TokenizerInputs.for_task(tokenizer, max_seq_len, spec).rows(train_rows))
+                  MatchLoss([Match("task", "logits", "hard_label", target="labels")]), train_set)
     trainer = Trainer({"student": model}, [stage], RunConfig.from_options(out, config),
                       PaddingCollator(tokenizer.pad_token_id, spec.is_regression),
                       evaluator=task_evaluator(data, tokenizer, max_seq_len), tokenizer=tokenizer)
@@ -85,4 +85,6 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     if not report:  # not the main process of a multi-process run
         return {}
     report["config"] = {**asdict(given), **identity}
+    if len(train_set) != len(train_rows):  # QA and --truncation windows: several windows a row
+        report["train_windows"] = len(train_set)
     return report
