@@ -84,3 +84,18 @@ def test_five_task_share_kept_compares_tasks_both_tables_have_against_their_own_
     # new: sst2 90/100, rte 45/60 -> (0.9 + 0.75) / 2; before: 40/80, 30/60 -> 0.5
     assert lines == ["- Mean share of the teacher kept by distilled + aug over sst2, rte (recorded setting): "
                      "82.5% with the new vocabulary against 50.0% before."]
+
+
+def test_a_teacher_fine_tuned_again_differently_is_named_beside_the_old_one():
+    from sections import bilstm_results
+
+    def teacher(score, rows, epochs, precision):
+        return {"score": score, "finetune": {"max_train_examples": rows, "epochs": epochs, "precision": precision}}
+
+    old = {"sst2/teacher": teacher(82.8, 4000, 2.0, None), "rte/teacher": teacher(57.0, None, 3, "no"),
+           "cola/teacher": {"score": 26.2}}
+    new = {"sst2/teacher": teacher(87.6, 20000, 1, "bf16"), "rte/teacher": teacher(57.0, None, 3, "no"),
+           "cola/teacher": {"score": 26.2}}
+    assert bilstm_results._teacher_changes(new, old) == [
+        "- sst2: the new rows' teacher scores 87.60 (20,000 rows, 1 epoch, bf16), the old rows' 82.80 (4,000 rows, "
+        "2 epochs, precision not recorded); the labels-only column does not use a teacher."]

@@ -238,7 +238,9 @@ def _teacher_changes(results: dict, old_results: dict) -> list[str]:
     """Where the new rows' teacher was fine-tuned again with other settings or scores differently:
     both teachers, so that a gain in the distilled columns is not read as the vocabulary's alone."""
     def described(record: dict) -> str:
-        settings = record["finetune"]
+        settings = record.get("finetune")
+        if not settings:  # a record without its fine-tuning settings
+            return f"{record['score']:.2f}"
         rows = f"{settings['max_train_examples']:,} rows" if settings.get("max_train_examples") else "every row"
         precision = {"bf16": "bf16", "no": "float32", None: "precision not recorded"}[settings.get("precision")]
         epochs = f"{settings['epochs']:g} epoch{'' if settings['epochs'] == 1 else 's'}"
