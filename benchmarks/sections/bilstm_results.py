@@ -182,7 +182,8 @@ def bilstm_v2_lines(old_results: dict) -> list[str]:
                          + " | ".join(_bilstm_cells(old, old_results[f"{task}/teacher"]["score"]))
                          + f" | - | {old_seeds} |")
     lines += ([""] + _augmentation_verdicts(groups, old_groups) + _setting_comparisons(groups)
-              + _five_task_share(results, groups, old_results, old_groups) + _teacher_changes(results, old_results))
+              + _five_task_share(results, groups, old_results, old_groups) + _teacher_changes(results, old_results)
+              + ["", note("bilstm-v2-reading")])
     runs = [r for k, r in results.items() if k.count("/") == 2]
     dates = sorted({r["date"] for r in runs})
     when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
