@@ -245,7 +245,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
                                     nltk_data=config.nltk_data, labelling_share=config.augment_labelling_share)
     saw_held_out = teacher_saw_held_out_rows(teacher_dir, task)
     if saw_held_out:
-        print(f"note: the teacher was fine-tuned on the {task.held_out_fraction:g} of training rows this search "
+        print(f"note: the teacher was fine-tuned on the {task.held_out_fraction:.0%} of training rows this search "
               "holds out to pick on, so it scores optimistically there and they may rank students unlike dev; "
               f"`kdbert finetune --held-out-fraction {task.held_out_fraction:g}` gives a teacher without them")
     context = shape_context(teacher_dir, task, config.word_vectors)
