@@ -656,3 +656,25 @@ def test_whether_the_teacher_saw_the_held_out_rows_is_read_from_its_finetune_fol
     assert teacher_saw_held_out_rows(teacher(**{**finetuned, "train_file": "aug.tsv"}), task) is None
     assert teacher_saw_held_out_rows(teacher(command="distill task", task="sst2", train_file=None), task) is None
     assert teacher_saw_held_out_rows(str(tmp_path / "hub-model"), task) is None
+
+
+def test_compress_prints_a_note_before_searching_with_a_teacher_that_trained_on_the_held_out_rows(
+        tmp_path, capsys, monkeypatch):
+    from kdbert.compress import pipeline
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(pipeline, "shape_context", stop)  # the search's first step after the note
+    config = pipeline.CompressConfig(teacher=str(tmp_path), target_speedup=4.0)
+    for identity, noted in (({}, True), ({"held_out_fraction": 0.1}, False)):
+        (tmp_path / "run_config.json").write_text(json.dumps(
+            {"command": "finetune", "task": "sst2", "train_file": None, **identity}))
+        with pytest.raises(Stop):
+            pipeline.compress(TaskOptions("sst2"), config, tmp_path / "out")
+        printed = capsys.readouterr().out
+        assert ("note: the teacher was fine-tuned on the 10% of training rows this search holds out" in printed) \
+            is noted
