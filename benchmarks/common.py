@@ -86,3 +86,29 @@ def compare_rerun(recorded: float, seed_scores: list[float], rerun: float, toler
                + (f" {source} {noise:.2f}" if delta != 0 else ""))
     return {"recorded": recorded, "rerun": rerun, "delta": delta, "noise": noise, "noise_source": source,
             "reproduced": reproduced, "summary": summary}
+
+
+def finished_run(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds a finished ``kdbert finetune`` / distillation run (its final report)."""
+    folder = Path(folder)
+    return (folder / "metrics.json").is_file() or (folder / "distill_report.json").is_file()
+
+
+def rebuild_missing(name: str, key: str, rebuild) -> dict | None:
+    """A recorded step whose run folder is gone (a fresh machine's checkout has no ``runs/``) run
+    again into it by ``rebuild()`` (which returns the step's result, with ``metrics``), so that a
+    later step reading the folder (a full test, a bench) has its model. The record keeps its
+    figures and gains ``rebuilt``: the new run's metrics, date and whether they equal the recorded
+    ones, so that what the later step measured is said. Returns the new record, or None when the
+    folder was there."""
+    record = load_results(name)[key]
+    if finished_run(record["output_dir"]):
+        return None
+    metrics = rebuild()["metrics"]
+    same = all(abs(metrics.get(k, float("nan")) - v) < 1e-9 for k, v in record["metrics"].items()
+               if isinstance(v, (int, float)))
+    rebuilt = {**record, "rebuilt": {"metrics": metrics, "same_as_recorded": same, **machine_info()}}
+    save_result(name, key, rebuilt)
+    print(f"{key}: its folder was missing, built again: {metrics} "
+          f"({'the same as' if same else 'differs from'} the record {record['metrics']}; the record is kept)")
+    return rebuilt

@@ -4,6 +4,7 @@
     python benchmarks/imdb.py --steps teacher-head teacher-tail
     python benchmarks/imdb.py --full-test        # then score the recorded models on all 25,000 test rows
     python benchmarks/imdb.py --full-test --steps teacher-tail kd-3L   # only these, in this order
+    python benchmarks/imdb.py --build-missing --steps teacher-tail     # a recorded model whose folder is gone
 
 Budget (stated beside every figure): the first ``TRAIN_ROWS`` rows of the official training split
 (IMDb's rows come in a fixed shuffled order, so a sample of both classes), ``MAX_SEQ_LEN`` tokens,
@@ -25,7 +26,7 @@ import os
 from pathlib import Path
 
 import torch
-from common import load_results, machine_info, save_result
+from common import load_results, machine_info, rebuild_missing, save_result
 from paths import DATA_ROOT, WORD_VECTORS, run_folder
 
 from kdbert.data.load import TaskOptions, load_task
@@ -113,7 +114,15 @@ def main() -> None:
     parser.add_argument("--steps", nargs="*", choices=STEPS, help="steps to run (default: every one not recorded)")
     parser.add_argument("--runs-dir", default=run_folder("imdb"))
     parser.add_argument("--full-test", action="store_true", help="score recorded models on the whole test split")
+    parser.add_argument("--build-missing", action="store_true",
+                        help="train recorded steps whose run folder is missing again (the record is kept), "
+                             "e.g. before --full-test on a fresh machine")
     args = parser.parse_args()
+    if args.build_missing:
+        for step in args.steps or STEPS:
+            if step in load_results("imdb"):
+                rebuild_missing("imdb", step, lambda: run_step(step, Path(args.runs_dir)))
+        return
     if args.full_test:
         full_test(load_results("imdb"), args.steps)
         return

@@ -4,6 +4,7 @@ step, a TinyBERT student, and their deployed speed at 384 tokens.
     python benchmarks/squad.py                     # every step not recorded yet, in order
     python benchmarks/squad.py --steps teacher kd-3L-D
     python benchmarks/squad.py --steps bench       # export (int8) and time every recorded model
+    python benchmarks/squad.py --build-missing --steps teacher tinybert-3L-copied   # folders gone
 
 Only the official dev set is here, so it is split by article (:func:`kdbert.data.squad.load_squad`
 with ``--train-articles 38``): the first 38 articles train (their first ``TRAIN_QUESTIONS``
@@ -39,7 +40,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common import load_results, machine_info, save_result
+from common import finished_run, load_results, machine_info, rebuild_missing, save_result
 from paths import DATA_ROOT, run_folder
 
 from kdbert.data.load import TaskOptions
@@ -97,12 +98,16 @@ def run_step(step: str, runs: Path) -> dict:
 
 
 def bench(results: dict) -> None:
-    """Export every recorded model (fp32 + dynamic int8, scored per runtime) and time PyTorch and
-    ONNX Runtime int8 at :data:`MAX_SEQ_LEN` tokens, batch 1 (recorded under ``deployed``)."""
+    """Export every recorded model whose folder is here (fp32 + dynamic int8, scored per runtime) and
+    time PyTorch and ONNX Runtime int8 at :data:`MAX_SEQ_LEN` tokens, batch 1 (recorded under
+    ``deployed``; a rebuilt model's scores are the rebuilt run's)."""
     for key, record in results.items():
+        folder = Path(record["output_dir"])
         if "deployed" in record:
             continue
-        folder = Path(record["output_dir"])
+        if not finished_run(folder):
+            print(f"{key}: its folder {folder} is missing; `--build-missing --steps {key}` trains it again")
+            continue
         report = export_model(folder, quantize="int8", task=task_options(), max_seq_len=MAX_SEQ_LEN,
                               int8_method="dynamic")
         pytorch = bench_model(str(folder), seq_len=MAX_SEQ_LEN, runs=20)
@@ -119,7 +124,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", nargs="*", choices=STEPS, help="steps to run (default: every one not recorded)")
     parser.add_argument("--runs-dir", default=run_folder("squad"))
+    parser.add_argument("--build-missing", action="store_true",
+                        help="train recorded steps whose run folder is missing again (the record is kept), "
+                             "e.g. before bench on a fresh machine")
     args = parser.parse_args()
+    if args.build_missing:
+        for step in args.steps or STEPS:
+            if step in load_results("squad"):
+                rebuild_missing("squad", step, lambda: run_step(step, Path(args.runs_dir)))
+        return
     for step in args.steps or STEPS:
         if step == "bench":
             bench(load_results("squad"))

@@ -185,6 +185,33 @@ def test_teacher_glue_builds_a_missing_folder_of_a_recorded_task_on_request(resu
     assert len(trained) == 1  # the folder is there now
 
 
+def test_rebuild_missing_trains_a_gone_folder_again_and_keeps_the_record(results_dir, tmp_path, capsys):
+    folder = tmp_path / "runs" / "teacher-windows"
+    record = {"metrics": {"accuracy": 86.6, "score": 86.6}, "output_dir": str(folder), "truncation": "windows"}
+    common.save_result("imdb", "teacher-windows", record)
+    calls = []
+
+    def rebuild(metrics):
+        def run():
+            calls.append(1)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "metrics.json").write_text("{}")
+            return {"metrics": metrics}
+        return run
+
+    rebuilt = common.rebuild_missing("imdb", "teacher-windows", rebuild({"accuracy": 86.6, "score": 86.6}))
+    assert calls == [1] and rebuilt["rebuilt"]["same_as_recorded"] is True
+    stored = json.loads((results_dir / "imdb.json").read_text())["teacher-windows"]
+    assert {k: stored[k] for k in record} == record  # the recorded figures stay
+    assert "the same as the record" in capsys.readouterr().out
+    assert common.rebuild_missing("imdb", "teacher-windows", rebuild({"score": 0.0})) is None  # folder there
+    assert calls == [1]
+    (folder / "metrics.json").unlink()
+    rebuilt = common.rebuild_missing("imdb", "teacher-windows", rebuild({"accuracy": 85.0, "score": 85.0}))
+    assert rebuilt["rebuilt"]["same_as_recorded"] is False and rebuilt["metrics"]["score"] == 86.6
+    assert "differs from the record" in capsys.readouterr().out
+
+
 def test_distill_glue_mobilebert_variants_distil_the_general_student(results_dir, monkeypatch, tmp_path):
     runs = tmp_path / "runs"
     (runs / "teacher-rte").mkdir(parents=True)
