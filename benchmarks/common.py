@@ -94,6 +94,20 @@ def finished_run(folder: str | os.PathLike) -> bool:
     return (folder / "metrics.json").is_file() or (folder / "distill_report.json").is_file()
 
 
+def add_build_missing_option(parser, before: str) -> None:
+    """The ``--build-missing`` option of a script whose steps are recorded run folders."""
+    parser.add_argument("--build-missing", action="store_true",
+                        help="train recorded steps whose run folder is missing again (the record is kept), "
+                             f"e.g. before {before} on a fresh machine")
+
+
+def rebuild_missing_steps(name: str, steps, run_step) -> None:
+    """:func:`rebuild_missing` for each recorded step of ``steps``, ``run_step(step)`` training it."""
+    for step in steps:
+        if step in load_results(name):
+            rebuild_missing(name, step, lambda: run_step(step))
+
+
 def rebuild_missing(name: str, key: str, rebuild) -> dict | None:
     """A recorded step whose run folder is gone (a fresh machine's checkout has no ``runs/``) run
     again into it by ``rebuild()`` (which returns the step's result, with ``metrics``), so that a

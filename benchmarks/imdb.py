@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 import torch
-from common import load_results, machine_info, rebuild_missing, save_result
+from common import add_build_missing_option, load_results, machine_info, rebuild_missing_steps, save_result
 from paths import DATA_ROOT, WORD_VECTORS, run_folder
 
 from kdbert.data.load import TaskOptions, load_task
@@ -114,14 +114,10 @@ def main() -> None:
     parser.add_argument("--steps", nargs="*", choices=STEPS, help="steps to run (default: every one not recorded)")
     parser.add_argument("--runs-dir", default=run_folder("imdb"))
     parser.add_argument("--full-test", action="store_true", help="score recorded models on the whole test split")
-    parser.add_argument("--build-missing", action="store_true",
-                        help="train recorded steps whose run folder is missing again (the record is kept), "
-                             "e.g. before --full-test on a fresh machine")
+    add_build_missing_option(parser, before="--full-test")
     args = parser.parse_args()
     if args.build_missing:
-        for step in args.steps or STEPS:
-            if step in load_results("imdb"):
-                rebuild_missing("imdb", step, lambda: run_step(step, Path(args.runs_dir)))
+        rebuild_missing_steps("imdb", args.steps or STEPS, lambda step: run_step(step, Path(args.runs_dir)))
         return
     if args.full_test:
         full_test(load_results("imdb"), args.steps)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common import finished_run, load_results, machine_info, rebuild_missing, save_result
+from common import add_build_missing_option, finished_run, load_results, machine_info, rebuild_missing_steps, save_result
 from paths import DATA_ROOT, run_folder
 
 from kdbert.data.load import TaskOptions
@@ -124,14 +124,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", nargs="*", choices=STEPS, help="steps to run (default: every one not recorded)")
     parser.add_argument("--runs-dir", default=run_folder("squad"))
-    parser.add_argument("--build-missing", action="store_true",
-                        help="train recorded steps whose run folder is missing again (the record is kept), "
-                             "e.g. before bench on a fresh machine")
+    add_build_missing_option(parser, before="bench")
     args = parser.parse_args()
     if args.build_missing:
-        for step in args.steps or STEPS:
-            if step in load_results("squad"):
-                rebuild_missing("squad", step, lambda: run_step(step, Path(args.runs_dir)))
+        rebuild_missing_steps("squad", args.steps or STEPS, lambda step: run_step(step, Path(args.runs_dir)))
         return
     for step in args.steps or STEPS:
         if step == "bench":

@@ -210,6 +210,11 @@ def test_rebuild_missing_trains_a_gone_folder_again_and_keeps_the_record(results
     rebuilt = common.rebuild_missing("imdb", "teacher-windows", rebuild({"accuracy": 85.0, "score": 85.0}))
     assert rebuilt["rebuilt"]["same_as_recorded"] is False and rebuilt["metrics"]["score"] == 86.6
     assert "differs from the record" in capsys.readouterr().out
+    (folder / "metrics.json").unlink()
+    steps = []
+    common.rebuild_missing_steps("imdb", ["teacher-windows", "never-recorded"],
+                                 lambda step: steps.append(step) or rebuild({"score": 86.6})())
+    assert steps == ["teacher-windows"]  # only a recorded step is trained again
 
 
 def test_distill_glue_mobilebert_variants_distil_the_general_student(results_dir, monkeypatch, tmp_path):
