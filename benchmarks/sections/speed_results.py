@@ -370,3 +370,26 @@ def breakdown_section() -> list[str]:
         lines.append("")
     lines += [note("breakdown-reading"), ""]
     return lines
+
+
+def efficiency_section() -> list[str]:
+    """The int8 teacher's share of the measured int8 matrix-multiply rate, by length and threads
+    (bench_efficiency.py)."""
+    results = load_results("efficiency")
+    if not results:
+        return []
+    lines = ["## Efficiency of the deployed teacher (`benchmarks/bench_efficiency.py`)", "", note("efficiency-intro"), ""]
+    for key, r in results.items():
+        lines += [f"`{r['command']}` ({key}; {r['date']}, {r['machine']}, {r['cpu']}, ONNX Runtime {r['onnxruntime']}, "
+                  f"median of {r['runs']} runs; load average {r['load_average_before']:.2f} before, "
+                  f"{r['load_average_after']:.2f} after)", "",
+                  "| threads | tokens | FLOPs / example | batch-1 ms | batch-1 efficiency | batch-32 rows/s "
+                  "| batch-32 efficiency | int8 matmul GFLOP/s |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for row in r["rows"]:
+            lines.append(f"| {row['threads']} | {row['seq_len']} | {row['flops_per_example'] / 1e6:.0f}M "
+                         f"| {row['latency_median_ms']:.3f} | {100 * row['efficiency_batch1']:.1f}% "
+                         f"| {row['throughput']:.0f} | {100 * row['efficiency_batch32']:.1f}% "
+                         f"| {row['matmul_gflops']:.0f} |")
+        lines.append("")
+    lines += [note("efficiency-reading"), ""]
+    return lines
