@@ -4,6 +4,9 @@
         --candidates bert-1x128,bert-1x256,... --threads 1 --budget-minutes 25
 
 A rerun with the same output folder continues the search (timings and finished runs are reused).
+Candidates train in float32, as every benchmark script does unless ``$KDBERT_MIXED_PRECISION`` is
+set; ``KDBERT_MIXED_PRECISION=bf16`` gives them what ``kdbert compress`` picks itself on a CPU with
+native bf16 (the record says which: ``precision``).
 Results: ``benchmarks/results/compress.json`` under ``<task>/x<target>`` (``--key-suffix`` appends to
 it, so that a search with other options is recorded beside the first).
 """
@@ -15,10 +18,11 @@ import json
 import time
 from pathlib import Path
 
-from common import machine_info, save_result
+from common import FLOAT32_PINNED, machine_info, save_result
 from paths import GLUE_DIR, NLTK_DATA, WORD_VECTORS, run_folder
 
 from kdbert.compress.pipeline import CompressConfig, compress
+from kdbert.core.hardware import resolve_precision
 from kdbert.data.load import TaskOptions
 
 
@@ -66,7 +70,9 @@ def main() -> None:
                             augment=args.augment, nltk_data=args.nltk_data if args.augment else None)
     started = time.time()
     report = compress(TaskOptions(args.task, data_dir=args.data_dir), config, out)
-    command = (f"OMP_NUM_THREADS=1 python benchmarks/bench_compress.py --task {args.task} --target-speedup "
+    precision = resolve_precision("auto")[0]  # what the candidates trained in
+    command = ("" if FLOAT32_PINNED else f"KDBERT_MIXED_PRECISION={precision} ") + (
+               f"OMP_NUM_THREADS=1 python benchmarks/bench_compress.py --task {args.task} --target-speedup "
                f"{args.target_speedup:g} --threads {args.threads} --budget-minutes {args.budget_minutes:g} "
                f"--rounds {args.rounds} --first-steps {args.first_steps} --intermediate-share "
                f"{args.intermediate_share:g}" + (" --word-vectors ''" if not args.word_vectors else "")
@@ -77,7 +83,8 @@ def main() -> None:
                + (f" --key-suffix={args.key_suffix} --output-dir {out}" if args.key_suffix else ""))
     save_result("compress", f"{args.task}/x{args.target_speedup:g}{args.key_suffix}",
                 {**machine_info(), "command": command, "seconds_this_call": round(time.time() - started, 1),
-                 "teacher_held_out_fraction": held_out_fraction(teacher), **recorded_parts(report)})
+                 "teacher_held_out_fraction": held_out_fraction(teacher), "precision": precision,
+                 **recorded_parts(report)})
     print(open(f"{out}/compress_report.md").read())
 
 
