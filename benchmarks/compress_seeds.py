@@ -7,7 +7,7 @@ The winner's last run in the search (its ``run_config.json`` holds every option,
 held-out fraction) runs again with each seed into ``<search>/seeds/<seed>`` (a finished seed is
 reused), with the same steps. Records, in ``benchmarks/results/compress_seeds.json`` under ``--key``
 (the search's key in ``compress.json``), the held-out and dev (PyTorch) scores of every seed, the
-search's own run included under its seed.
+search's own run included under its seed. The reruns read the teacher outputs the search stored.
 """
 
 from __future__ import annotations
@@ -33,7 +33,16 @@ def scores(report: dict) -> dict:
     return {"held_out": metrics.get("selection_score", metrics["score"]), "dev": metrics["score"]}
 
 
-def rerun(run: Path, seed: int, out: Path, data_dir: str) -> dict:
+def search_caches(search: Path, options: dict) -> dict:
+    """The teacher outputs the search stored, as its runs read them (a run's config does not record
+    them): the teacher cache of a student started from the teacher, the stored logits of one of its
+    own (the BiLSTM). Without them every step would run the teacher again."""
+    if options.get("student"):
+        return {"teacher_cache": str(search / "teacher-cache")} if (search / "teacher-cache").is_dir() else {}
+    return {"logits_cache": str(search / "teacher-logits")} if (search / "teacher-logits").is_dir() else {}
+
+
+def rerun(run: Path, seed: int, out: Path, data_dir: str, search: Path) -> dict:
     """``run`` again with ``seed`` into ``out`` (reused when finished); its held-out and dev scores."""
     if (out / "distill_report.json").is_file():
         return scores(json.loads((out / "distill_report.json").read_text()))
@@ -41,7 +50,8 @@ def rerun(run: Path, seed: int, out: Path, data_dir: str) -> dict:
     task = TaskOptions(**{**{k: v for k, v in recorded.items() if k in TASK_FIELDS and v is not None},
                           "data_dir": data_dir})
     options = {k: v for k, v in recorded.items() if k not in TASK_FIELDS and k != "command" and v is not None}
-    return scores(distill_task(task, {**options, "seed": seed, "no_progress": True}, str(out), overwrite=True))
+    options.update(search_caches(search, options), seed=seed, no_progress=True)
+    return scores(distill_task(task, options, str(out), overwrite=True))
 
 
 def main() -> None:
@@ -59,7 +69,7 @@ def main() -> None:
     started = time.time()
     runs = {own_seed: scores(json.loads((run / "distill_report.json").read_text()))}
     for seed in args.seeds:
-        runs[seed] = rerun(run, seed, search / "seeds" / str(seed), args.data_dir)
+        runs[seed] = rerun(run, seed, search / "seeds" / str(seed), args.data_dir, search)
         print(f"seed {seed}: {runs[seed]}")
     dev = [row["dev"] for row in runs.values()]
     save_result("compress_seeds", args.key, {

@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import common  # noqa: E402
+import compress_seeds  # noqa: E402
 import distill_glue  # noqa: E402
 import gpu_bundle  # noqa: E402
 import mobilebert_ablation  # noqa: E402
@@ -215,6 +216,16 @@ def test_rebuild_missing_trains_a_gone_folder_again_and_keeps_the_record(results
     common.rebuild_missing_steps("imdb", ["teacher-windows", "never-recorded"],
                                  lambda step: steps.append(step) or rebuild({"score": 86.6})())
     assert steps == ["teacher-windows"]  # only a recorded step is trained again
+
+
+def test_compress_seeds_reruns_read_the_teacher_outputs_the_search_stored(tmp_path):
+    search = tmp_path / "search"
+    assert compress_seeds.search_caches(search, {"student": "starts/bert-1x128"}) == {}  # nothing stored
+    (search / "teacher-cache").mkdir(parents=True)
+    (search / "teacher-logits").mkdir()
+    assert compress_seeds.search_caches(search, {"student": "starts/bert-1x128"}) == {
+        "teacher_cache": str(search / "teacher-cache")}
+    assert compress_seeds.search_caches(search, {"method": "bilstm"}) == {"logits_cache": str(search / "teacher-logits")}
 
 
 def test_distill_glue_mobilebert_variants_distil_the_general_student(results_dir, monkeypatch, tmp_path):
