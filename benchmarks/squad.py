@@ -40,7 +40,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common import add_build_missing_option, finished_run, load_results, machine_info, rebuild_missing_steps, save_result
+from common import (add_build_missing_option, finished_run, load_results, machine_info, rebuild_missing_steps,
+                    save_result)
 from paths import DATA_ROOT, run_folder
 
 from kdbert.data.load import TaskOptions

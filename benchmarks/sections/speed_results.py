@@ -378,7 +378,8 @@ def efficiency_section() -> list[str]:
     results = load_results("efficiency")
     if not results:
         return []
-    lines = ["## Efficiency of the deployed teacher (`benchmarks/bench_efficiency.py`)", "", note("efficiency-intro"), ""]
+    lines = ["## Efficiency of the deployed teacher (`benchmarks/bench_efficiency.py`)", "",
+             note("efficiency-intro"), ""]
     for key, r in results.items():
         lines += [f"`{r['command']}` ({key}; {r['date']}, {r['machine']}, {r['cpu']}, ONNX Runtime {r['onnxruntime']}, "
                   f"median of {r['runs']} runs; load average {r['load_average_before']:.2f} before, "
