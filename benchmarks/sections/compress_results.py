@@ -28,7 +28,7 @@ def compress_section() -> list[str]:
                                                  "; the teacher was fine-tuned on them too."), "", *body, "", f"Command: `{result['command']}`.", ""]
         if key in seeds and seeds[key]["run"] == result["winner"]["run"]:
             lines += [seeds_line(seeds[key]), ""]
-    return lines + [note("compress-reading"), "", *gpu_lines()]
+    return lines + [note("compress-reading"), "", *learning_rate_lines(), *gpu_lines()]
 
 
 def seeds_line(record: dict) -> str:
@@ -38,6 +38,31 @@ def seeds_line(record: dict) -> str:
     return (f"The winner's final run ({record['candidate']}, {record['steps']} steps) with {len(record['seeds'])} "
             f"seeds, dev (PyTorch): {record['dev_mean']:.2f} +- {record['dev_std']:.2f} ({runs}); {record['machine']}, "
             f"{record['date']}, `{record['command']}`.")
+
+
+def learning_rate_lines() -> list[str]:
+    """The narrow BERT-style candidates at higher learning rates (``benchmarks/compress_lr.py``): one
+    row per task and candidate, one column per rate, held-out / dev score."""
+    results = load_results("compress_lr")
+    if not results:
+        return []
+    rates = sorted({record["learning_rate"] for record in results.values()})
+    rows: dict[tuple[str, str], dict] = {}
+    for key, record in results.items():
+        task, candidate, _ = key.split("/")
+        rows.setdefault((task, candidate), {})[record["learning_rate"]] = record
+    first = next(iter(results.values()))
+    lines = ["### Learning rate of the narrow BERT-style candidates", "", note("compress-lr-intro", steps=first["steps"],
+             machine=first["machine"], date=first["date"]), "",
+             "| task | candidate | " + " | ".join(f"lr {rate:g}: held-out / dev" for rate in rates) + " |",
+             "|---|---|" + "---:|" * len(rates)]
+    for (task, candidate), by_rate in sorted(rows.items()):
+        cells = [f"{by_rate[rate]['held_out']:.2f} / {by_rate[rate]['dev']:.2f}" if rate in by_rate else "-"
+                 for rate in rates]
+        lines.append(f"| {task} | {candidate} | " + " | ".join(cells) + " |")
+    commands = sorted({record["command"] for record in results.values()})
+    return lines + ["", "Commands: " + "; ".join(f"`{command}`" for command in commands) + ".", "",
+                    note("compress-lr-reading"), ""]
 
 
 def gpu_lines() -> list[str]:
