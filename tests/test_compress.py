@@ -113,6 +113,7 @@ def test_successive_halving_distils_the_better_half_longer_and_resumes(env, monk
     state = search.successive_halving(chosen, env["teacher"], task, out, settings)
     first, second = state["rounds"]
     assert sorted(row["candidate"] for row in first) == ["bert-1x128", "bert-2x128"] and {r["steps"] for r in first} == {2}
+    assert all(row["selection_loss"] > 0 for row in first)  # the held-out loss, to break ties
     best = max(first, key=lambda row: row["selection_score"])["candidate"]
     assert [(row["candidate"], row["steps"]) for row in second] == [(best, 4)]
     report = json.loads((out / "rounds" / "1" / best / "distill_report.json").read_text())
@@ -142,6 +143,9 @@ def test_the_winner_is_the_fastest_that_keeps_enough_else_the_best():
     assert (winner["candidate"], winner["kept"], winner["rule"]) == ("b", 88.0 / 90.0, "fastest keeping 0.97")
     winner = pick_winner(last[:2], speed_rows, teacher_selection_score=95.0, min_kept=0.97)
     assert (winner["candidate"], winner["rule"]) == ("b", "none keeps 0.97: best score")
+    tied = [{"candidate": "a", "selection_score": 0.0, "selection_loss": 0.6},
+            {"candidate": "b", "selection_score": 0.0, "selection_loss": 0.5}]
+    assert pick_winner(tied, speed_rows, teacher_selection_score=50.0, min_kept=0.97)["candidate"] == "b"
     with pytest.raises(KdbertError, match="no candidate finished a round within --budget-minutes"):
         pick_winner([], speed_rows, 90.0, 0.97)
 
@@ -313,10 +317,12 @@ def test_a_teacher_the_runtime_cannot_export_and_a_tiny_budget_are_one_line_erro
     assert not [p for p in other.rglob("*") if p.is_file()]  # nothing half-written
 
 
-def fake_search(env, monkeypatch, cost: dict, score: dict, first_labelling: dict | None = None):
+def fake_search(env, monkeypatch, cost: dict, score: dict, first_labelling: dict | None = None,
+                loss: dict | None = None):
     """The search module with its runs faked: a run of candidate ``name`` takes ``cost[name]`` training
     seconds a step (plus ``first_labelling[name]`` seconds of labelling in its first run) and scores
-    ``score[name]``; returns the module, the candidates and a task holding rows out."""
+    ``score[name]``, with held-out loss ``loss[name]`` where given; returns the module, the candidates
+    and a task holding rows out."""
     from kdbert.compress import search
     from kdbert.families.registry import Candidate
 
@@ -326,9 +332,10 @@ def fake_search(env, monkeypatch, cost: dict, score: dict, first_labelling: dict
         name = candidate.name
         labelling = 0.0 if name in labelled else (first_labelling or {}).get(name, 0.0)
         labelled.add(name)
+        held_out_loss = {"selection_loss": loss[name]} if name in (loss or {}) else {}
         return {"candidate": name, "method": "fake", "steps": steps, "seconds": cost[name] * steps + labelling,
-                "labelling_seconds": labelling, "selection_score": score[name], "dev_score": score[name],
-                "run": str(out)}
+                "labelling_seconds": labelling, "selection_score": score[name], **held_out_loss,
+                "dev_score": score[name], "run": str(out)}
 
     monkeypatch.setattr(search, "_distil", fake_distil)
     candidates = [Candidate(name, "x", (), build=None) for name in score]
@@ -350,6 +357,17 @@ def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, t
                                  first_round_share=1.0)
     state = search.successive_halving(candidates, env["teacher"], task, tmp_path, more)
     assert [(row["candidate"], row["steps"]) for row in state["rounds"][-1]] == [("c", 80)]
+
+
+def test_a_tied_held_out_score_is_broken_by_the_lower_held_out_loss_not_the_name(env, tmp_path, monkeypatch):
+    # CoLA: every candidate predicts the majority class (MCC 0); a (run before losses were kept) has none
+    search, candidates, task = fake_search(env, monkeypatch, cost=dict.fromkeys("abcd", 0.01),
+                                           score=dict.fromkeys("abcd", 0.0), loss={"b": 0.7, "c": 0.6, "d": 0.65})
+    settings = search.SearchSettings(rounds=2, first_steps=10, budget_minutes=10, round_share="steps",
+                                     first_round_share=1.0)
+    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    assert [row["candidate"] for row in search.rank(state["rounds"][0])] == ["c", "d", "b", "a"]
+    assert [row["candidate"] for row in state["rounds"][1]] == ["c", "d"]
 
 
 def test_rounds_shared_by_wall_time_give_cheap_steps_more_of_them(env, tmp_path, monkeypatch):

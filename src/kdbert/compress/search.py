@@ -5,7 +5,8 @@ Round 0 distils every candidate with its kind's recipe (:mod:`kdbert.compress.re
 for BERT-style candidates from their weight-selected start, :func:`kdbert.compress.build.build_from_teacher`;
 logit KD for MobileBERT; the distilled BiLSTM), every run an ordinary run folder
 ``rounds/<r>/<candidate>``; the better half by held-out score (``selection_score``, the rows
-``--held-out-fraction`` keeps out of training) goes on to the next round, which runs each from its
+``--held-out-fraction`` keeps out of training; ties broken by the lower held-out loss,
+``selection_loss``, then by name: :func:`rank`) goes on to the next round, which runs each from its
 start again, longer. Round 0 spends at most ``first_round_share`` of the budget: its runs go in
 :func:`spread_order` (families in turn, each spread over its speed range) and stop before one that
 would end past that share, so that a long candidate list leaves the later rounds their time. Once
@@ -27,10 +28,10 @@ left out of them, but counts when a round is fitted into the budget. A round tha
 rounds end at ``rounds``, or when not even the best candidate's round fits.
 
 The winner (:func:`pick_winner`): among the last round's candidates, the fastest whose held-out
-score keeps ``min_kept`` of the teacher's held-out score; if none does, the best held-out score
-(all of them meet the speed target). A teacher fine-tuned on the held-out rows (without
-``kdbert finetune --held-out-fraction``) scores optimistically there and "kept" errs low; the
-search says so when the teacher's run folder shows it
+score keeps ``min_kept`` of the teacher's held-out score; if none does, the best held-out score,
+ranked as in the rounds (all of them meet the speed target). A teacher fine-tuned on the held-out
+rows (without ``kdbert finetune --held-out-fraction``) scores optimistically there and "kept" errs
+low; the search says so when the teacher's run folder shows it
 (:func:`kdbert.compress.pipeline.teacher_saw_held_out_rows`). Dev only reports.
 """
 
@@ -74,11 +75,21 @@ def _distil(candidate: Candidate, start: Path | None, teacher_dir: str, task: Ta
     report = distill_task(task, options, str(out), overwrite=True)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # finished: its model and best stay, ~2 GB a search less
     labelling = [(report.get(key) or {}).get("seconds", 0.0) for key in ("teacher_logits", "unlabelled")]
+    metrics = report["dev_metrics"]
+    loss = {"selection_loss": metrics["selection_loss"]} if "selection_loss" in metrics else {}
     return {"candidate": candidate.name, "method": options["method"], "steps": steps,
             "seconds": round(time.time() - started, 1), "labelling_seconds": round(sum(labelling), 1),
             "train_seconds": report["train_seconds"],
-            "selection_score": report["dev_metrics"].get("selection_score", report["dev_metrics"]["score"]),
-            "dev_score": report["dev_metrics"]["score"], "run": str(out)}
+            "selection_score": metrics.get("selection_score", metrics["score"]), **loss,
+            "dev_score": metrics["score"], "run": str(out)}
+
+
+def rank(rows: list[dict]) -> list[dict]:
+    """``rows`` best first: by held-out score, ties broken by the lower held-out loss (a row without
+    one, recorded before runs kept it, last among its ties), then by name, not by the running order,
+    which follows timings that differ from one machine (or rerun) to the next."""
+    return sorted(rows, key=lambda row: (-row["selection_score"], row.get("selection_loss", math.inf),
+                                         row["candidate"]))
 
 
 def check_budget(table: dict, candidates: list[Candidate], settings: SearchSettings, train_rows: int) -> None:
@@ -150,8 +161,7 @@ def successive_halving(candidates: list[Candidate], teacher_dir: str, task: Task
                 row["superseded_seconds"] = round(spent_seconds(earlier[0]), 1)
             rows.append(row)
             write_json(state_path, state)
-        rows = sorted(rows, key=lambda row: (-row["selection_score"], row["candidate"]))  # ties: by name, not
-        # by the running order, which follows timings that differ from one machine (or rerun) to the next
+        rows = rank(rows)  # ties: by the lower held-out loss, then by name
         ranked = [by_name[row["candidate"]] for row in rows[: max(1, math.ceil(len(rows) / 2))]]
     return state
 
@@ -303,7 +313,8 @@ def _needed(runs: list[dict], todo: list[Candidate], steps: dict[str, int]) -> f
 def pick_winner(last_round: list[dict], speed: dict[str, dict], teacher_selection_score: float,
                 min_kept: float) -> dict:
     """The fastest of ``last_round``'s candidates keeping ``min_kept`` of the teacher's held-out score,
-    else the best held-out score; with ``kept`` and ``rule`` (which of the two picked it)."""
+    else the best held-out score (:func:`rank`'s first); with ``kept`` and ``rule`` (which of the two
+    picked it)."""
     if not last_round:
         raise KdbertError("no candidate finished a round within --budget-minutes; raise it or lower --first-steps")
     def kept(score: float) -> float:  # a teacher scoring 0 there: a student keeps it all when it does as well
@@ -314,4 +325,4 @@ def pick_winner(last_round: list[dict], speed: dict[str, dict], teacher_selectio
     keeping = [row for row in rows if row["kept"] >= min_kept]
     if keeping:
         return {**min(keeping, key=lambda row: row["latency_real_p50_ms"]), "rule": f"fastest keeping {min_kept:g}"}
-    return {**max(rows, key=lambda row: row["selection_score"]), "rule": f"none keeps {min_kept:g}: best score"}
+    return {**rank(rows)[0], "rule": f"none keeps {min_kept:g}: best score"}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
+from scipy.special import logsumexp
 
 from kdbert.data.batching import EncodedDataset, ModelInputs, TokenizerInputs, pool_windows, predict_rows
 from kdbert.data.glue import TaskData
@@ -48,14 +51,33 @@ def agreement(spec: TaskSpec, student_logits: np.ndarray, teacher_logits: np.nda
     return 100.0 * float(np.mean(student == teacher))
 
 
+def held_out_loss(spec: TaskSpec, logits: np.ndarray, labels: np.ndarray) -> float:
+    """Mean loss of ``logits`` (N, C) against the gold ``labels`` (N,): classification, the
+    cross-entropy ``logsumexp(logits[i]) - logits[i, labels[i]]`` (natural log); regression, the
+    squared error ``(logits[i, 0] - labels[i]) ** 2``. Unlike a metric of the predictions, it still
+    orders models that predict the same (all the majority class, say)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    if spec.is_regression:
+        return float(np.mean((logits[:, 0] - labels) ** 2))
+    return float(np.mean(logsumexp(logits, axis=-1) - logits[np.arange(len(labels)), labels]))
+
+
+def selection_key(metrics: dict[str, float]) -> tuple[float, float]:
+    """What ranks evaluations, higher is better: ``selection_score`` (else ``score``), ties broken by
+    the lower ``selection_loss`` (an evaluation without one ranks last among its ties)."""
+    return (metrics.get("selection_score", metrics["score"]), -metrics.get("selection_loss", math.inf))
+
+
 class SplitEvaluator:
     """Callable ``evaluator(model) -> metrics`` over a task's dev split(s), encoded once by
     ``encode(rows)`` (``splits``: name -> rows); subclasses say how a model predicts them.
 
     Metrics are in percent, keyed by name (MNLI: ``dev_matched/accuracy`` ...), plus ``score``,
     the mean of the task's metrics. With held-out training rows (``data.held_out``) they are
-    scored too, as ``held-out/<metric>``, and ``selection_score`` (their score) picks the best
-    checkpoint instead of ``score``, so that dev only scores the checkpoint it did not pick.
+    scored too, as ``held-out/<metric>``, with their mean loss (:func:`held_out_loss`, not in
+    percent) as ``held-out/loss`` and ``selection_loss``; ``selection_score`` (their score), ties
+    broken by the lower ``selection_loss`` (:func:`selection_key`), picks the best checkpoint
+    instead of ``score``, so that dev only scores the checkpoint it did not pick.
     """
 
     def __init__(self, data: TaskData, encode, batch_size: int):
@@ -79,10 +101,13 @@ class SplitEvaluator:
         metrics["score"] = task_score(metrics, self.spec.metrics, splits)
         if self.held_out is not None:
             dataset, references = self.held_out
-            held = compute_metrics(self.spec.metrics, to_predictions(self.spec, self.predict(model, dataset)),
-                                   references, "")
+            logits = self.predict(model, dataset)
+            held = compute_metrics(self.spec.metrics, to_predictions(self.spec, logits), references, "")
+            loss = held_out_loss(self.spec, logits, references)
             metrics.update({f"held-out/{name}": value for name, value in held.items()})
+            metrics["held-out/loss"] = loss
             metrics["selection_score"] = task_score(held, self.spec.metrics, ("held-out",))
+            metrics["selection_loss"] = loss
         return metrics
 
 

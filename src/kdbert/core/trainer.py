@@ -31,6 +31,7 @@ from kdbert.data.batching import EncodedDataset, epoch_order
 from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import copy_files_atomically, restore_interrupted, write_json
 from kdbert.core.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from kdbert.core.evaluate import selection_key
 from kdbert.core.hardware import ThreadShare, resolve_precision
 from kdbert.core.optim import make_optimizer, make_scheduler
 from kdbert.core.run_folder import RunLog, save_student
@@ -169,7 +170,8 @@ class Trainer:
         run: run-wide settings.
         collator: turns a list of features into a batch of tensors.
         frozen: teachers and other fixed models: moved to the device, eval mode, no grad.
-        evaluator: ``evaluator(student) -> metrics`` with a ``"score"`` entry (higher is better).
+        evaluator: ``evaluator(student) -> metrics`` with a ``"score"`` entry (higher is better); the
+            best evaluation by :func:`kdbert.core.evaluate.selection_key` is kept.
         tokenizer: saved next to the student.
     """
 
@@ -411,9 +413,9 @@ class Trainer:
         record = {"stage": stage_name, "step": self.state["step"], "eval": metrics}
         self.state["history"].append(record)
         self._log(record)
-        best, score = self.state["best_score"], metrics.get("selection_score", metrics["score"])
-        if best is None or score > best:
-            self.state.update(best_score=score, best_metrics=metrics, best_stage=stage_name,
+        best, key = self.state["best_metrics"], selection_key(metrics)
+        if best is None or key > selection_key(best):
+            self.state.update(best_score=key[0], best_metrics=metrics, best_stage=stage_name,
                               best_step=self.state["step"])
             self._export(self.out / "best", metrics)
 
