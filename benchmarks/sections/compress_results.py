@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common import load_results
-from sections.shared import GPU_RESULTS, note
+from sections.shared import GPU_H200_RESULTS, GPU_RESULTS, note
 
 from kdbert.compress.pipeline import format_report
 
@@ -66,13 +66,17 @@ def learning_rate_lines() -> list[str]:
 
 
 def gpu_lines() -> list[str]:
-    """The searches run on a GPU machine (``benchmarks/gpu_session.sh``): their summary and reading."""
-    results = load_results("compress", GPU_RESULTS)
-    if not results:
-        return []
-    first = next(iter(results.values()))
-    return [f"### At a GPU budget ({first['machine']}, {first['date']})", "", note("compress-gpu-intro"), "",
-            *summary_table(results), "", note("compress-gpu-reading"), ""]
+    """The searches run on GPU machines, each machine's with its summary and reading: the H100's
+    (``benchmarks/gpu_session.sh``, notes ``compress-gpu-*``) and the H200's
+    (``benchmarks/gpu_compress.sh``, notes ``compress-gpu-h200-*``)."""
+    lines = []
+    for folder, notes in ((GPU_H200_RESULTS, "compress-gpu-h200"), (GPU_RESULTS, "compress-gpu")):
+        results = load_results("compress", folder)
+        if results:
+            first = next(iter(results.values()))
+            lines += [f"### At a GPU budget ({first['machine']}, {first['date']})", "", note(f"{notes}-intro"), "",
+                      *summary_table(results), "", note(f"{notes}-reading"), ""]
+    return lines
 
 
 def summary_table(results: dict) -> list[str]:

@@ -16,6 +16,7 @@ from kdbert.errors import KdbertError
 ROOT = REPO
 NOTES = REPO / "benchmarks" / "notes"
 GPU_RESULTS = REPO / "benchmarks" / "results" / "gpu-h100"
+GPU_H200_RESULTS = REPO / "benchmarks" / "results" / "gpu-h200"
 RENAMED_SCRIPTS = {f"benchmarks/{old}.py": f"benchmarks/bench_{old}.py"
                    for old in ("deploy", "quickstart", "teacher_cache", "mlm_head")}
 """Benchmark scripts renamed after results recorded commands naming them (their names repeated
