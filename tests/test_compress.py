@@ -15,6 +15,7 @@ import torch
 from conftest import save_tiny_classifier, write_glue_task
 
 from kdbert.compress import speed
+from kdbert.compress.augment import WARM_UP_ROWS
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
 
@@ -621,8 +622,9 @@ def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hol
 
     counts = Counter(texts[0] for texts in labelled)
     assert {text: counts[text] for text in written} == {text: 1 for text in written}
-    assert {text: counts[text] for text in texts} == {text: 2 for text in texts} and len(counts) == len(
-        set(texts) | set(written))
+    warmed_up = set(texts[:WARM_UP_ROWS])  # and the first rows once more, in the timing's untimed first batch
+    assert {text: counts[text] for text in texts} == {text: 2 + (text in warmed_up) for text in texts} and \
+        len(counts) == len(set(texts) | set(written))
     assert "Candidates named -aug also trained on" in (out / "compress_report.md").read_text()
 
     stamp = (out / "augmented.jsonl").stat().st_mtime_ns
@@ -696,3 +698,26 @@ def test_compress_prints_a_note_before_searching_with_a_teacher_that_trained_on_
         printed = capsys.readouterr().out
         assert ("note: the teacher was fine-tuned on the 10% of training rows this search holds out" in printed) \
             is noted
+
+
+def test_the_labelling_speed_leaves_the_first_batch_untimed(monkeypatch):
+    """The first labelling of a process pays the device's start-up (CUDA's, on a GPU): timed, it
+    would make the teacher look slow and cap the augmented rows far below what it labels."""
+    import time
+
+    from kdbert.compress import augment
+    from kdbert.core import teacher_logits
+    from kdbert.data.glue import Example
+    from kdbert.data.tasks import GLUE_TASKS
+
+    calls = []
+
+    def label(model, tokenizer, examples, folder, max_seq_len, **options):
+        time.sleep(0.5 if not calls else 0.001)  # a slow start-up, then 1 ms for the timed rows
+        calls.append(len(examples))
+
+    monkeypatch.setattr(teacher_logits, "label_with_teacher", label)
+    rows = [Example(texts=(f"row {i}",), label=0) for i in range(100)]
+    affordable = augment.affordable_rows(torch.nn.Linear(1, 1), None, rows, GLUE_TASKS["sst2"], seconds=1.0)
+    assert calls == [augment.WARM_UP_ROWS, 100]
+    assert affordable >= 20_000  # 100 rows in about 1 ms (the sleep's floor): about 100,000 a second

@@ -35,6 +35,7 @@ SUFFIX = "-aug"
 ROWS_FILE = "augmented.jsonl"
 PLAN_FILE = "augmented.json"
 SAMPLE_ROWS = 256
+WARM_UP_ROWS = 8
 KINDS = ("bert", "mobilebert", "bilstm")
 
 
@@ -94,14 +95,20 @@ def augment_for_search(teacher, tokenizer, spec, train_rows: list, text_fields: 
 
 def affordable_rows(teacher, tokenizer, rows: list, spec, seconds: float, sample: int = SAMPLE_ROWS) -> int:
     """How many rows like ``rows`` (:class:`~kdbert.data.glue.Example`) the teacher labels in
-    ``seconds`` on this machine: timed in float32 on the first ``sample`` of them (a fresh store)."""
+    ``seconds`` on this machine: timed in float32 on the first ``sample`` of them (a fresh store),
+    on the device the runs label on (a GPU when there is one), after an untimed first batch (a
+    GPU's start-up would otherwise count as labelling time)."""
+    import torch
+
     from kdbert.core.teacher_logits import label_with_teacher
 
+    teacher.to("cuda" if torch.cuda.is_available() else "cpu")
     timed = [row.texts for row in rows[:sample]]
-    with tempfile.TemporaryDirectory() as folder:
-        started = time.perf_counter()
-        label_with_teacher(teacher, tokenizer, timed, folder, spec.max_seq_len, truncation=spec.truncation,
-                           doc_stride=spec.doc_stride)
+    with tempfile.TemporaryDirectory() as warm_up, tempfile.TemporaryDirectory() as folder:
+        for texts, store in ((timed[:WARM_UP_ROWS], warm_up), (timed, folder)):
+            started = time.perf_counter()
+            label_with_teacher(teacher, tokenizer, texts, store, spec.max_seq_len, truncation=spec.truncation,
+                               doc_stride=spec.doc_stride)
         per_row = (time.perf_counter() - started) / max(1, len(timed))
     return int(seconds / max(per_row, 1e-9))
 
