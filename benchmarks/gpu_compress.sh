@@ -12,6 +12,7 @@
 #   tar czf runs/carry-h200.tgz -C runs carry-h200
 # There (runs/carry-h200.tgz carried; NLTK as a wheel where it is missing):
 #   bash benchmarks/gpu_compress.sh BUDGET_MINUTES DEADLINE_SECONDS RESULTS_DIR [TASKS...]
+# ($BATCH_SIZE sets the token-level candidates' batch size: default 32, as on the CPU.)
 # Records: RESULTS_DIR/compress.json (keys <task>/x<target>-aug-held-out-teacher) and
 # RESULTS_DIR/teacher_glue.json; runs under runs/gpu/, logs under runs/logs-gpu/.
 budget=$1; deadline=$2; results=$3; shift 3
@@ -31,7 +32,7 @@ for task in $tasks; do
     echo "teacher $task: ready at ${SECONDS}s"
     OMP_NUM_THREADS=1 timeout $((deadline - SECONDS)) $python benchmarks/bench_compress.py --task "$task" \
       --target-speedup $target --threads 1 --budget-minutes "$budget" --rounds 8 --first-steps 300 \
-      --intermediate-share 0 --augment bilstm --nltk-data $carry/nltk_data --word-vectors $carry/word_vectors.txt.gz \
+      --intermediate-share 0 --batch-size "${BATCH_SIZE:-32}" --augment bilstm --nltk-data $carry/nltk_data --word-vectors $carry/word_vectors.txt.gz \
       --teacher runs/gpu/teacher-$task-held_out_fraction0.1 --data-dir $carry/glue_data \
       --key-suffix=-aug-held-out-teacher --output-dir runs/gpu/compress-$task-x$target \
       > runs/logs-gpu/compress-$task.log 2>&1
