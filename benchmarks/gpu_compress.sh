@@ -32,7 +32,8 @@ for task in $tasks; do
     echo "teacher $task: ready at ${SECONDS}s"
     OMP_NUM_THREADS=1 timeout $((deadline - SECONDS)) $python benchmarks/bench_compress.py --task "$task" \
       --target-speedup $target --threads 1 --budget-minutes "$budget" --rounds 8 --first-steps 300 \
-      --intermediate-share 0 --batch-size "${BATCH_SIZE:-32}" --augment bilstm --nltk-data $carry/nltk_data --word-vectors $carry/word_vectors.txt.gz \
+      --intermediate-share 0 --batch-size "${BATCH_SIZE:-32}" --augment bilstm --nltk-data $carry/nltk_data \
+      --word-vectors $carry/word_vectors.txt.gz \
       --teacher runs/gpu/teacher-$task-held_out_fraction0.1 --data-dir $carry/glue_data \
       --key-suffix=-aug-held-out-teacher --output-dir runs/gpu/compress-$task-x$target \
       > runs/logs-gpu/compress-$task.log 2>&1

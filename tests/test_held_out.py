@@ -78,17 +78,23 @@ def test_held_out_loss_is_the_mean_cross_entropy_or_squared_error():
         pytest.approx(1.25 / 3)
 
 
-def test_trainer_keeps_the_checkpoint_the_held_out_rows_pick(glue, tiny_tokenizer, tmp_path):
-    scripted = iter([{"score": 90.0, "selection_score": 50.0}, {"score": 60.0, "selection_score": 70.0},
-                     {"score": 80.0, "selection_score": 60.0}])
+def train_with_scripted_evaluations(glue, tiny_tokenizer, tmp_path, scripted, steps: int) -> dict:
+    """A tiny classifier trained ``steps`` steps on RTE, evaluated after each step by the next of
+    ``scripted``'s metrics; the trainer's report."""
     data = load_task(TaskOptions("rte", data_dir=str(glue)))
     torch.manual_seed(0)
     model = BertForSequenceClassification.from_pretrained(save_tiny_classifier(tmp_path / "m", tiny_tokenizer))
-    stage = Stage(StageConfig("labels", max_steps=3, batch_size=4, eval_every=1),
+    stage = Stage(StageConfig("labels", max_steps=steps, batch_size=4, eval_every=1),
                   MatchLoss([Match("hard", "logits", "hard_label", target="labels")]),
                   encode_examples(tiny_tokenizer, data.train, 64))
-    report = Trainer({"student": model}, [stage], RunConfig(str(tmp_path / "run"), progress=False, log_every=1),
-                     PaddingCollator(tiny_tokenizer.pad_token_id), evaluator=lambda student: next(scripted)).train()
+    return Trainer({"student": model}, [stage], RunConfig(str(tmp_path / "run"), progress=False, log_every=1),
+                   PaddingCollator(tiny_tokenizer.pad_token_id), evaluator=lambda student: next(scripted)).train()
+
+
+def test_trainer_keeps_the_checkpoint_the_held_out_rows_pick(glue, tiny_tokenizer, tmp_path):
+    scripted = iter([{"score": 90.0, "selection_score": 50.0}, {"score": 60.0, "selection_score": 70.0},
+                     {"score": 80.0, "selection_score": 60.0}])
+    report = train_with_scripted_evaluations(glue, tiny_tokenizer, tmp_path, scripted, steps=3)
     assert (report["best_metrics"], report["best_step"]) == ({"score": 60.0, "selection_score": 70.0}, 2)
 
 
@@ -99,14 +105,7 @@ def test_trainer_breaks_a_tied_held_out_score_by_the_lower_held_out_loss(glue, t
                      {"score": 60.0, "selection_score": 0.0, "selection_loss": 0.6},
                      {"score": 50.0, "selection_score": 0.0, "selection_loss": 0.5},
                      {"score": 80.0, "selection_score": 0.0, "selection_loss": 0.5}])
-    data = load_task(TaskOptions("rte", data_dir=str(glue)))
-    torch.manual_seed(0)
-    model = BertForSequenceClassification.from_pretrained(save_tiny_classifier(tmp_path / "m", tiny_tokenizer))
-    stage = Stage(StageConfig("labels", max_steps=4, batch_size=4, eval_every=1),
-                  MatchLoss([Match("hard", "logits", "hard_label", target="labels")]),
-                  encode_examples(tiny_tokenizer, data.train, 64))
-    report = Trainer({"student": model}, [stage], RunConfig(str(tmp_path / "run"), progress=False, log_every=1),
-                     PaddingCollator(tiny_tokenizer.pad_token_id), evaluator=lambda student: next(scripted)).train()
+    report = train_with_scripted_evaluations(glue, tiny_tokenizer, tmp_path, scripted, steps=4)
     assert (report["best_metrics"]["score"], report["best_step"]) == (50.0, 3)
 
 
