@@ -8,8 +8,16 @@ from kdbert.cli.common import add_command, add_task_arguments, format_metrics, r
 from kdbert.core.atomic_io import write_json
 from kdbert.deploy.graphs import GRAPHS
 from kdbert.deploy.int8_choice import INT8_CHOICES
+from kdbert.deploy.int8_kernels import INT8_TARGETS, saturation_note
 from kdbert.deploy.openvino_runtime import RUNTIMES, check_runtime
 from kdbert.errors import KdbertError
+
+
+def _note_saturation(file: Path) -> None:
+    """Print :func:`~kdbert.deploy.int8_kernels.saturation_note`'s line for ``file``, if any."""
+    note = saturation_note(file)
+    if note:
+        print(note)
 
 
 def cmd_evaluate(args) -> int:
@@ -25,6 +33,8 @@ def cmd_evaluate(args) -> int:
             model.check_seq_len(args.max_seq_len)
         else:  # the task's length, within the model's limit
             args.max_seq_len = min(data.spec.max_seq_len, model.max_seq_len or data.spec.max_seq_len)
+        if args.runtime == "onnxruntime":
+            _note_saturation(model.file)
         family, encoder, path = model.family, model.encoder, str(model.folder)
         family.check_fits(str(model.file), model.num_labels, model.pair, data.spec)
         runtime = "" if args.runtime == "onnxruntime" else f"_{args.runtime}"
@@ -58,13 +68,17 @@ def fastest_runtime(rows: list[dict]) -> str:
 
 def cmd_bench(args) -> int:
     from kdbert.deploy.bench import bench_model, compare, format_table
-    from kdbert.deploy.onnx_runtime import runtime_parity
+    from kdbert.deploy.onnx_runtime import is_onnx_model, onnx_file, runtime_parity
 
     options = {"seq_len": args.seq_len, "threads": args.threads, "runs": args.runs,
                "task": task_options(args) if args.task else None, "length_rows": args.length_rows}
     runtimes = [name.strip() for name in args.runtime.split(",") if name.strip()]
     for runtime in runtimes:
         check_runtime(runtime)
+    if "onnxruntime" in runtimes:
+        for model in (args.model, args.compare):
+            if model and is_onnx_model(model):
+                _note_saturation(onnx_file(model))
     rows = [bench_model(args.model, runtime=runtime, **options) for runtime in runtimes]
     if len(runtimes) > 1:
         parity = runtime_parity(args.model, runtimes, args.threads, options["task"], args.seq_len, args.length_rows)
@@ -89,7 +103,8 @@ def cmd_export(args) -> int:
     task = task_options(args) if args.task else None
     report = export_model(args.model, args.output_dir, quantize=args.quantize, task=task,
                           max_seq_len=args.max_seq_len, batch_size=args.batch_size, overwrite=args.overwrite,
-                          graph=args.graph, int8_method=args.int8_method, prune_vocab=args.prune_vocab,
+                          graph=args.graph, int8_method=args.int8_method, int8_target=args.int8_target,
+                          prune_vocab=args.prune_vocab,
                           prune_vocab_corpus=args.prune_vocab_corpus)
     out = Path(args.output_dir or Path(args.model) / "onnx")
     parity, graph = report["parity"], report["graph"]
@@ -107,10 +122,13 @@ def cmd_export(args) -> int:
               f"{vocabulary['embedding_params_after']:,} parameters")
     int8 = report["quantization"]
     if int8:
-        print(f"int8: {int8['method']} ({int8['rule']})")
+        print(f"int8: {int8['method']} ({int8['rule']}); {int8['weight_bits']}-bit weights, exact on "
+              + ("every x86 CPU" if int8["target"] == "any" else "CPUs with VNNI or AMX"))
         for method, variant in int8.get("variants", {}).items():
+            held_out = f"held-out {variant['held_out_score']:.2f}, " if "held_out_score" in variant else ""
             print(f"  {method}: " + (variant["error"] if "error" in variant else
-                                     f"dev {variant['dev_score']:.2f}, batch-1 p50 {variant['latency_real_p50_ms']:.3f} ms"))
+                                     f"{held_out}dev {variant['dev_score']:.2f}, "
+                                     f"batch-1 p50 {variant['latency_real_p50_ms']:.3f} ms"))
     for runtime, metrics in report["dev_metrics"].items():
         print(format_metrics(f"  dev {runtime}", metrics))
     return 0
@@ -178,7 +196,11 @@ def add_deploy_commands(sub, table: dict) -> None:
     p.add_argument("--quantize", choices=["int8"], help="also write model.int8.onnx (ONNX Runtime int8)")
     p.add_argument("--int8-method", choices=INT8_CHOICES, default="auto",
                    help="dynamic, or static calibrated on 256 training rows (minmax, percentile, entropy); auto: "
-                        "with --task the fastest at batch 1 within 0.5 dev points of fp32, without: dynamic")
+                        "with --task the fastest at batch 1 within 0.5 points of fp32 on the held-out rows "
+                        "(--held-out-fraction), else on dev; without --task: dynamic")
+    p.add_argument("--int8-target", choices=INT8_TARGETS, default="any",
+                   help="the CPUs the int8 graph must be exact on: any x86 CPU (7-bit weights), or only CPUs with "
+                        "VNNI or AMX (8-bit weights; ONNX Runtime's int8 kernel saturates on AVX2-only CPUs)")
     p.add_argument("--graph", choices=GRAPHS, help="how the graph is made: dynamo or torchscript exporter, or "
                                                    "fused (TorchScript + ONNX Runtime's transformer fusion, kept "
                                                    "only within 1e-4 of the unfused logits) (default: the "

@@ -7,7 +7,9 @@
                           :mod:`kdbert.deploy.graphs`; default: the family's)
     model.int8.onnx       with --quantize int8: int8 per-channel weights, uint8 activations,
                           quantised dynamically or statically (--int8-method; default auto: the
-                          fastest within 0.5 dev points of fp32, :mod:`kdbert.deploy.int8_choice`)
+                          fastest within 0.5 points of fp32 on the held-out rows, else dev,
+                          :mod:`kdbert.deploy.int8_choice`); 7-bit weights, exact on every x86
+                          CPU, unless --int8-target vnni (:mod:`kdbert.deploy.int8_kernels`)
     config.json, tokenizer files
     export_report.json    parity and size (below)
 
@@ -98,7 +100,8 @@ def _parity(model: nn.Module, spec: InputSpec, encoder, files: dict[str, Path], 
 def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, quantize: str | None = None,
                       task=None, max_seq_len: int | None = None, batch_size: int = 64,
                       source: str | None = None, overwrite: bool = True, graph: str | None = None,
-                      int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None) -> dict:
+                      int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None,
+                      int8_target: str = "any") -> dict:
     """Export ``model`` with ``encoder`` (what its family encodes text with: an HF tokenizer, a
     word-level student's vocabulary) and its config into ``output_dir``.
 
@@ -107,7 +110,9 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
     (default: the task's, else 128, at most the model's limit); ``graph`` is the kind of graph
     (:data:`~kdbert.deploy.graphs.GRAPHS`; default: the family's); ``int8_method`` how the int8
     graph is made (:data:`~kdbert.deploy.int8_choice.INT8_CHOICES`; ``auto``: the fastest within
-    0.5 dev points of fp32, :mod:`kdbert.deploy.int8_choice`); ``prune_vocab`` exports the model
+    0.5 points of fp32 on the task's held-out rows, else dev, :mod:`kdbert.deploy.int8_choice`);
+    ``int8_target`` the CPUs it must be exact on (:data:`~kdbert.deploy.int8_kernels.INT8_TARGETS`);
+    ``prune_vocab`` exports the model
     with its embedding cut to the tokens of the task (and ``prune_vocab_corpus``), read through an
     id remap (:mod:`kdbert.deploy.vocabulary`), checked against the unpruned model. The folder is
     written atomically.
@@ -151,7 +156,7 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
         int8_report = None
         if quantize == "int8":
             int8_report = choose_int8(tmp / FP32_FILE, tmp / INT8_FILE, int8_method, family, encoder, spec, data,
-                                      evaluator, max_seq_len, threads=torch.get_num_threads())
+                                      evaluator, max_seq_len, threads=torch.get_num_threads(), target=int8_target)
             files["int8"] = tmp / INT8_FILE
         encoder.save_pretrained(tmp)
         if getattr(model, "config", None) is not None and hasattr(model.config, "save_pretrained"):
@@ -183,7 +188,8 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
 def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | None = None,
                  quantize: str | None = None, task=None, max_seq_len: int | None = None,
                  batch_size: int = 64, overwrite: bool = True, graph: str | None = None,
-                 int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None) -> dict:
+                 int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None,
+                 int8_target: str = "any") -> dict:
     """Export the trained classifier saved in ``model_dir``, loaded by its family (default output:
     ``model_dir/onnx``)."""
     folder = Path(model_dir).expanduser()
@@ -199,4 +205,4 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
     return export_classifier(model, encoder, output_dir or folder / "onnx", quantize=quantize, task=task,
                              max_seq_len=max_seq_len, batch_size=batch_size, source=str(folder), overwrite=overwrite,
                              graph=graph, int8_method=int8_method, prune_vocab=prune_vocab,
-                             prune_vocab_corpus=prune_vocab_corpus)
+                             prune_vocab_corpus=prune_vocab_corpus, int8_target=int8_target)

@@ -1,28 +1,36 @@
 """Which int8 graph an export ships: each method of :data:`~kdbert.deploy.quantize.INT8_METHODS`
-scored on dev and timed at batch 1 over dev rows at their own lengths.
+scored and timed at batch 1 at the rows' own lengths, on the task's held-out training rows when it
+has them (``--held-out-fraction``), else on dev.
 
 ``--int8-method auto`` (the default) keeps::
 
-    the fastest method m (median batch-1 latency over dev rows) with
-        score_fp32 - score_m <= MAX_SCORE_DROP points (score_fp32: the ORT fp32 graph's dev score)
-    else, when none qualifies, the method with the highest dev score
+    the fastest method m (median batch-1 latency over the rows) with
+        score_fp32 - score_m <= MAX_SCORE_DROP points (score_fp32: the ORT fp32 graph's score)
+    else, when none qualifies, the method with the highest score
 
+Scores are held-out scores where the task holds rows out, so that dev only reports the graph it did
+not pick (``chosen_on`` says which rows decided; every variant's dev score is recorded beside).
 Without a task there are no rows to calibrate on or to check against: ``auto`` is ``dynamic``.
 Latency is the smaller of two rounds that alternate between methods, so that a drift of the
 machine's speed during the measurement does not favour the method timed first.
+
+Every graph has the weights ``--int8-target`` asks for (:mod:`kdbert.deploy.int8_kernels`: 7-bit,
+exact on every x86 CPU, by default); the report records the target, the largest weight and the CPU
+that quantised and checked it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from kdbert.deploy.int8_kernels import INT8_TARGETS, cpu_int8_facts, largest_weight
 from kdbert.deploy.quantize import INT8_METHODS, calibration_batches, quantize_int8
 from kdbert.deploy.task_rows import task_feeds, time_feeds
 from kdbert.errors import KdbertError
 
 MAX_SCORE_DROP = 0.5  # points of the task's score an int8 graph may lose against fp32
 CALIBRATION_ROWS = 256  # training rows the static methods calibrate on
-TIMED_ROWS = 100  # dev rows timed per method
+TIMED_ROWS = 100  # rows timed per method
 ROUNDS = 2
 
 __all__ = ["INT8_CHOICES", "MAX_SCORE_DROP", "choose_int8", "pick_int8"]
@@ -35,34 +43,45 @@ def _calibration(family, encoder, spec, data, max_seq_len: int):
     return calibration_batches(feeds, pad_id=getattr(encoder, "pad_token_id", 0) or 0), len(feeds)
 
 
-def pick_int8(variants: dict[str, dict], fp32_score: float) -> tuple[str, str]:
-    """The method the rule of the module doc keeps among ``variants`` (method -> ``dev_score``,
-    ``latency_real_p50_ms``; entries with an ``error`` are skipped), and the rule that decided."""
-    scored = {name: v for name, v in variants.items() if "dev_score" in v}
-    kept = [name for name, v in scored.items() if fp32_score - v["dev_score"] <= MAX_SCORE_DROP]
+def pick_int8(variants: dict[str, dict], fp32_score: float, score: str = "dev_score") -> tuple[str, str]:
+    """The method the rule of the module doc keeps among ``variants`` (method -> ``score`` (the
+    key of the rows that decide: ``held_out_score`` or ``dev_score``), ``latency_real_p50_ms``;
+    entries with an ``error`` are skipped), and the rule that decided."""
+    rows = "held-out" if score == "held_out_score" else "dev"
+    scored = {name: v for name, v in variants.items() if score in v}
+    kept = [name for name, v in scored.items() if fp32_score - v[score] <= MAX_SCORE_DROP]
     if kept:
         return (min(kept, key=lambda name: scored[name]["latency_real_p50_ms"]),
-                f"fastest within {MAX_SCORE_DROP} points of the fp32 dev score")
-    return (max(scored, key=lambda name: scored[name]["dev_score"]),
-            f"none within {MAX_SCORE_DROP} points of the fp32 dev score: the best dev score")
+                f"fastest within {MAX_SCORE_DROP} points of the fp32 {rows} score")
+    return (max(scored, key=lambda name: scored[name][score]),
+            f"none within {MAX_SCORE_DROP} points of the fp32 {rows} score: the best {rows} score")
+
+
+def _weights(int8_file: Path, target: str) -> dict:
+    return {"target": target, "weight_bits": 7 if target == "any" else 8,
+            "largest_weight": largest_weight(int8_file), "quantised_on": cpu_int8_facts()}
 
 
 def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, spec, data=None,
-                evaluator=None, max_seq_len: int = 128, threads: int | None = None) -> dict:
-    """Quantise ``fp32_file`` into ``int8_file`` with ``method`` (one of :data:`INT8_CHOICES`) and
-    return what was chosen and why: ``{"method", "requested", "rule", "variants": {method:
-    {"dev_score", "latency_real_p50_ms", "size_mb"} | {"error"}}, ...}``. ``data`` (a TaskData)
-    and ``evaluator`` (its family's dev evaluator) are needed by the static methods and by ``auto``."""
+                evaluator=None, max_seq_len: int = 128, threads: int | None = None, target: str = "any") -> dict:
+    """Quantise ``fp32_file`` into ``int8_file`` with ``method`` (one of :data:`INT8_CHOICES`) for
+    ``target`` CPUs and return what was chosen and why: ``{"method", "requested", "rule",
+    "chosen_on", "target", "weight_bits", "largest_weight", "quantised_on", "variants": {method:
+    {"held_out_score", "dev_score", "latency_real_p50_ms", "size_mb"} | {"error"}}, ...}``. ``data``
+    (a TaskData) and ``evaluator`` (its family's evaluator) are needed by the static methods and by
+    ``auto``."""
     from kdbert.deploy.onnx_runtime import OnnxClassifier
 
     if method not in INT8_CHOICES:
         raise KdbertError(f"--int8-method {method} is unknown; choose one of {', '.join(INT8_CHOICES)}")
+    if target not in INT8_TARGETS:
+        raise KdbertError(f"--int8-target {target} is unknown; choose one of {', '.join(INT8_TARGETS)}")
     if data is None:
         if method not in ("auto", "dynamic"):
             raise KdbertError(f"--int8-method {method} calibrates on the task's training rows; pass --task")
-        quantize_int8(fp32_file, int8_file)
-        return {"method": "dynamic", "requested": method,
-                "rule": "no task: dynamic (static methods need training rows to calibrate, dev rows to check)"}
+        quantize_int8(fp32_file, int8_file, target=target)
+        return {"method": "dynamic", "requested": method, **_weights(int8_file, target),
+                "rule": "no task: dynamic (static methods need training rows to calibrate, rows to check)"}
     methods = INT8_METHODS if method == "auto" else (method,)
     calibration, calibration_rows = (None, 0) if methods == ("dynamic",) else _calibration(
         family, encoder, spec, data, max_seq_len)
@@ -71,7 +90,7 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
     for name in methods:
         file = int8_file.with_name(f"{name}.int8.onnx")
         try:
-            files[name] = quantize_int8(fp32_file, file, name, calibration)
+            files[name] = quantize_int8(fp32_file, file, name, calibration, target=target)
         except KdbertError as err:
             if method != "auto":
                 raise
@@ -79,22 +98,31 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
     report = {"requested": method, "calibration_rows": calibration_rows}
     if method != "auto":
         files[method].replace(int8_file)
-        return {"method": method, **report, "rule": "requested"}
-    fp32_score = evaluator(OnnxClassifier(fp32_file, threads=threads, load_encoder=False))["score"]
+        return {"method": method, **report, **_weights(int8_file, target), "rule": "requested"}
+    held_out = bool(data.held_out)
+    score = "held_out_score" if held_out else "dev_score"
+
+    def scores(runner) -> dict:
+        metrics = evaluator(runner)
+        return {"dev_score": metrics["score"], **({"held_out_score": metrics["selection_score"]} if held_out else {})}
+
+    fp32 = scores(OnnxClassifier(fp32_file, threads=threads, load_encoder=False))
     runners = {name: OnnxClassifier(file, threads=threads, load_encoder=False) for name, file in files.items()}
-    feeds = task_feeds(family, encoder, spec, data, max_seq_len, TIMED_ROWS)
+    feeds = task_feeds(family, encoder, spec, data, max_seq_len, TIMED_ROWS, split="held-out" if held_out else "dev")
     latency = {name: float("inf") for name in runners}
     for _ in range(ROUNDS):
         for name, runner in runners.items():
             latency[name] = min(latency[name], time_feeds(runner, feeds)["latency_real_p50_ms"])
     for name, runner in runners.items():
-        variants[name] = {"dev_score": evaluator(runner)["score"], "latency_real_p50_ms": latency[name],
+        variants[name] = {**scores(runner), "latency_real_p50_ms": latency[name],
                           "size_mb": files[name].stat().st_size / 1e6}
-    chosen, rule = pick_int8(variants, fp32_score)
+    chosen, rule = pick_int8(variants, fp32[score], score)
     del runners
     files[chosen].replace(int8_file)
     for name, file in files.items():
         if name != chosen:
             file.unlink()
-    return {"method": chosen, **report, "rule": rule, "fp32_dev_score": fp32_score, "timed_rows": len(feeds),
-            "variants": variants}
+    return {"method": chosen, **report, **_weights(int8_file, target), "rule": rule,
+            "chosen_on": "held-out" if held_out else "dev", "fp32_dev_score": fp32["dev_score"],
+            **({"fp32_held_out_score": fp32["held_out_score"]} if held_out else {}),
+            "timed_rows": len(feeds), "variants": variants}

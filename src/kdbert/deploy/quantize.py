@@ -13,6 +13,10 @@ Methods (:data:`INT8_METHODS`)::
 
 Static graphs quantise only matrix products with a weight operand (the attention products stay
 fp32) and leave their outputs fp32 (ORT fuses them into ``MatMulIntegerToFloat``).
+
+Weights have 7 bits (``|w| <= 64``, ORT's ``reduce_range``) for ``target="any"``, the default, so
+that the graph is exact on x86 CPUs without VNNI, and 8 bits for ``target="vnni"``
+(:mod:`kdbert.deploy.int8_kernels`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kdbert.deploy.int8_kernels import INT8_TARGETS
 from kdbert.errors import KdbertError
 
 INT8_METHODS = ("dynamic", "static-minmax", "static-percentile", "static-entropy")
@@ -96,7 +101,7 @@ def _weight_products(graph) -> list[str]:
 
 
 def _quantize_static(fp32_path: Path, int8_path: Path, method: str, calibration: list[dict[str, np.ndarray]],
-                     products: list[str]) -> None:
+                     products: list[str], reduce_range: bool) -> None:
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                           quantize_static)
 
@@ -115,16 +120,17 @@ def _quantize_static(fp32_path: Path, int8_path: Path, method: str, calibration:
     with contextlib.redirect_stdout(io.StringIO()):  # histogram calibrators print their progress
         quantize_static(str(fp32_path), str(int8_path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"],
-                        nodes_to_quantize=products, calibrate_method=calibrate,
+                        nodes_to_quantize=products, calibrate_method=calibrate, reduce_range=reduce_range,
                         extra_options={"OpTypesToExcludeOutputQuantization": ["MatMul", "Gemm"]})
 
 
 def quantize_int8(fp32_path: str | os.PathLike, int8_path: str | os.PathLike, method: str = "dynamic",
-                  calibration: list[dict[str, np.ndarray]] | None = None) -> Path:
+                  calibration: list[dict[str, np.ndarray]] | None = None, target: str = "any") -> Path:
     """int8 quantisation with ORT (``method``: one of :data:`INT8_METHODS`): ``quantize_dynamic``,
     or ``quantize_static`` in QDQ form on ``calibration`` (:func:`calibration_batches` of training
-    rows). Weights are int8 with one scale per output channel, activations uint8. Refuses a graph in
-    which ORT finds no weight matrix to quantise.
+    rows). Weights are int8 with one scale per output channel, 7-bit for ``target="any"`` and 8-bit
+    for ``"vnni"`` (:data:`~kdbert.deploy.int8_kernels.INT8_TARGETS`), activations uint8. Refuses a
+    graph in which ORT finds no weight matrix to quantise.
 
     Per-channel scales: on the SST-2 3-layer KD student, dynamic int8 dev accuracy 83.14 against
     82.45 with one scale per matrix (fp32: 83.37).
@@ -134,6 +140,8 @@ def quantize_int8(fp32_path: str | os.PathLike, int8_path: str | os.PathLike, me
 
     if method not in INT8_METHODS:
         raise KdbertError(f"--int8-method {method} is unknown; choose one of {', '.join(INT8_METHODS)}")
+    if target not in INT8_TARGETS:
+        raise KdbertError(f"--int8-target {target} is unknown; choose one of {', '.join(INT8_TARGETS)}")
     if method != "dynamic" and not calibration:
         raise KdbertError(f"--int8-method {method} calibrates on the task's training rows; pass --task")
     source = onnx.load(str(fp32_path))
@@ -147,9 +155,10 @@ def quantize_int8(fp32_path: str | os.PathLike, int8_path: str | os.PathLike, me
     try:
         if method == "dynamic":
             quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True,
-                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fused ops: no type rules
+                             reduce_range=target == "any", extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fused ops: no type rules
         else:
-            _quantize_static(fp32_path, Path(int8_path), method, calibration, _weight_products(source.graph))
+            _quantize_static(fp32_path, Path(int8_path), method, calibration, _weight_products(source.graph),
+                             reduce_range=target == "any")
     except KdbertError:
         raise
     except Exception as err:  # ORT raises plain exceptions for graphs it cannot handle

@@ -46,12 +46,14 @@ def _feed(row: dict, names: tuple[str, ...]) -> dict[str, np.ndarray]:
 def task_feeds(family, encoder, spec, data, max_seq_len: int | None, rows: int = 200,
                split: str = "dev") -> list[dict[str, np.ndarray]]:
     """Up to ``rows`` evenly spaced rows of ``data``'s first dev split (``split="train"``: of its
-    training rows), encoded by ``family``'s evaluator with ``encoder`` (cut to ``max_seq_len``), as
-    batch-1 feeds named by ``spec`` (an :class:`~kdbert.families.registry.InputSpec`)."""
+    training rows; ``"held-out"``: of its held-out training rows), encoded by ``family``'s evaluator
+    with ``encoder`` (cut to ``max_seq_len``), as batch-1 feeds named by ``spec`` (an
+    :class:`~kdbert.families.registry.InputSpec`)."""
     if rows < 1:
         raise KdbertError(f"--length-rows {rows} must be positive; pass at least 1 row")
-    if split == "train":  # encode only the rows kept
-        data = dataclasses.replace(data, dev={"train": data.train[::max(1, len(data.train) // rows)][:rows]})
+    if split != "dev":  # encode only the rows kept
+        source = {"train": data.train, "held-out": data.held_out}[split]
+        data = dataclasses.replace(data, dev={split: source[::max(1, len(source) // rows)][:rows]}, held_out=[])
     evaluator = family.evaluator(data, encoder, max_seq_len, 1)
     dataset = next(iter(evaluator.splits.values()))
     step = max(1, len(dataset) // rows)
