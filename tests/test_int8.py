@@ -198,7 +198,7 @@ def test_auto_measures_every_method_and_ships_the_one_the_rule_keeps(bert_and_ta
     assert (int8["method"], int8["rule"]) == pick_int8(int8["variants"], int8["fp32_dev_score"])
     assert int8["chosen_on"] == "dev" and "fp32 dev score" in int8["rule"]  # no held-out rows: today's rule
     assert (int8["target"], int8["weight_bits"]) == ("any", 7) and int8["largest_weight"] <= REDUCED_WEIGHT_MAX
-    assert set(int8["quantised_on"]) == {"cpu", "machine", "int8_flags", "u8s8_saturates"}
+    assert set(int8["quantised_and_checked_on"]) == {"cpu", "machine", "int8_flags", "u8s8_saturates"}
     assert report["dev_metrics"]["onnx_int8"]["score"] == int8["variants"][int8["method"]]["dev_score"]
     assert int8["calibration_rows"] > 0
     assert sorted(p.name for p in (tmp_path / "export").glob("*.onnx")) == ["model.int8.onnx", "model.onnx"]

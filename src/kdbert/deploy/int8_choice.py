@@ -59,15 +59,16 @@ def pick_int8(variants: dict[str, dict], fp32_score: float, score: str = "dev_sc
 
 def _weights(int8_file: Path, target: str) -> dict:
     return {"target": target, "weight_bits": 7 if target == "any" else 8,
-            "largest_weight": largest_weight(int8_file), "quantised_on": cpu_int8_facts()}
+            "largest_weight": largest_weight(int8_file), "quantised_and_checked_on": cpu_int8_facts()}
 
 
 def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, spec, data=None,
                 evaluator=None, max_seq_len: int = 128, threads: int | None = None, target: str = "any") -> dict:
     """Quantise ``fp32_file`` into ``int8_file`` with ``method`` (one of :data:`INT8_CHOICES`) for
     ``target`` CPUs and return what was chosen and why: ``{"method", "requested", "rule",
-    "chosen_on", "target", "weight_bits", "largest_weight", "quantised_on", "variants": {method:
-    {"held_out_score", "dev_score", "latency_real_p50_ms", "size_mb"} | {"error"}}, ...}``. ``data``
+    "chosen_on", "target", "weight_bits", "largest_weight", "quantised_and_checked_on" (this machine's
+    :func:`~kdbert.deploy.int8_kernels.cpu_int8_facts`), "variants": {method: {"held_out_score",
+    "dev_score", "latency_real_p50_ms", "size_mb"} | {"error"}}, ...}``. ``data``
     (a TaskData) and ``evaluator`` (its family's evaluator) are needed by the static methods and by
     ``auto``."""
     from kdbert.deploy.onnx_runtime import OnnxClassifier
