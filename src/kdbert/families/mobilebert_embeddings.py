@@ -86,6 +86,10 @@ def fit_embeddings_to_teacher(student: PreTrainedModel, teacher: PreTrainedModel
     projected = config.trigram_input or k != config.hidden_size
     if projected:
         u, s, vh = torch.linalg.svd(word, full_matrices=False)
+        # A singular value at rounding level is a zero one (a centred table has rank <= d - 1): its
+        # vectors are whatever the LAPACK build picked, and AdamW would turn the gradients they
+        # give (rounding noise) into full steps. Such directions start at zero instead.
+        s = torch.where(s > s[0] * max(word.shape) * torch.finfo(s.dtype).eps, s, torch.zeros_like(s))
         # Each singular pair's sign is arbitrary (LAPACK builds differ): fix it so that the largest
         # entry of each column of u is positive, as scikit-learn's svd_flip does.
         signs = torch.sign(u.gather(0, u.abs().argmax(dim=0, keepdim=True))).squeeze(0)
