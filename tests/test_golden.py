@@ -3,7 +3,8 @@
 weights after 5 steps pinned in ``golden_values.json``.
 
 These pin *behaviour*, not code: a refactor of the training core must reproduce them to within
-what float32 rounding can move them (:func:`_tolerance`), on any x86 CPU. To regenerate after a deliberate change of behaviour (say so in the commit message)::
+what float32 rounding can move them (:func:`_tolerance`), on any x86 CPU. To regenerate after a
+deliberate change of behaviour (say so in the commit message)::
 
     KDBERT_REGENERATE_GOLDEN=1 python -m pytest tests/test_golden.py
 """
