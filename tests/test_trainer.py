@@ -171,3 +171,54 @@ def test_the_precision_and_thread_choice_are_printed_and_reported(tmp_path, caps
     out = capsys.readouterr().out
     assert "precision: float32 (auto, from $KDBERT_MIXED_PRECISION)" in out and "threads: 1 ($OMP_NUM_THREADS)" in out
     assert json.loads((tmp_path / "train_report.json").read_text())["runtime"]["threads"] == 1
+
+
+def _scoring_evaluator(student):
+    return {"score": float(student.classifier.weight.sum())}
+
+
+def test_a_deadline_already_past_stops_after_one_step_evaluates_saves_and_skips_later_stages(tmp_path):
+    stages = [_toy_stage(_loss_on_inputs, batch_size=4, max_steps=5, evaluate=False),
+              Stage(StageConfig("later", batch_size=4, max_steps=5), _loss_on_inputs,
+                    _toy_stage(_loss_on_inputs).dataset)]
+    trainer = Trainer(_linear_modules(), stages, RunConfig(str(tmp_path), progress=False, deadline=0.0),
+                      PaddingCollator(0), evaluator=_scoring_evaluator)
+    report = trainer.train()
+    # the first stage does not evaluate, yet the stopped run is scored where it stopped
+    assert report["stopped_early"] == {"stage": "toy", "step": 1, "of": 5, "steps_run": 1}
+    assert [(r["stage"], r["step"]) for r in report["history"]] == [("toy", 1)]
+    assert (report["best_stage"], report["best_step"]) == ("toy", 1)
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["checkpoint-s0-0000001"]
+    assert (tmp_path / "model.safetensors").is_file()
+    assert json.loads((tmp_path / "train_report.json").read_text())["stopped_early"]["steps_run"] == 1
+
+
+def test_a_deadline_in_a_later_stage_counts_the_steps_of_the_earlier_ones(tmp_path, monkeypatch):
+    from kdbert.core import trainer as trainer_module
+
+    now = [100.0]
+    monkeypatch.setattr(trainer_module.time, "time", lambda: now[0])
+    steps = []
+
+    def ticking(parts, frozen, batch):  # every batch takes a second on the fake clock
+        now[0] += 1.0
+        steps.append(now[0])
+        return _loss_on_inputs(parts, frozen, batch)
+
+    stages = [_toy_stage(ticking, batch_size=4, max_steps=3, evaluate=False),
+              Stage(StageConfig("later", batch_size=4, max_steps=10, evaluate=False), ticking,
+                    _toy_stage(ticking).dataset)]
+    # 3 s in the first stage; in the second, after step 2 (at 105 s) another 1 s step would end at 106 s
+    trainer = Trainer(_linear_modules(), stages, RunConfig(str(tmp_path), progress=False, deadline=105.5),
+                      PaddingCollator(0), evaluator=_scoring_evaluator)
+    report = trainer.train()
+    assert report["stopped_early"] == {"stage": "later", "step": 2, "of": 10, "steps_run": 5}
+    assert len(steps) == 5
+
+
+def test_a_deadline_that_leaves_time_changes_nothing(tmp_path):
+    stage = _toy_stage(_loss_on_inputs, batch_size=4, max_steps=3)
+    far = time.time() + 3600
+    report = Trainer(_linear_modules(), [stage], RunConfig(str(tmp_path), progress=False, deadline=far),
+                     PaddingCollator(0), evaluator=_scoring_evaluator).train()
+    assert report["stopped_early"] is None and report["history"][-1]["step"] == 3

@@ -8,6 +8,12 @@ optimiser schedule (:mod:`kdbert.core.optim`). The trainer runs the stages in or
 ``accelerate`` (CPU, one GPU or DDP; bf16/fp16 autocast), gradient accumulation, gradient
 clipping, periodic evaluation keeping the best student, logs and a progress bar, and checkpoints
 that resume exactly (:mod:`kdbert.core.checkpoints`) in the run folder (:mod:`kdbert.core.run_folder`).
+
+A run may have a deadline (:attr:`RunConfig.deadline`, wall-clock ``time.time()`` seconds): after
+each optimiser step, when that step's time plus the last evaluation's would end past it, the
+run stops there, as if that step were its last: it evaluates (where an evaluator is given, also
+in a stage that does not evaluate otherwise, so that the run has a score), saves a checkpoint,
+skips its later stages, and its report says where it stopped (``stopped_early``).
 """
 
 from __future__ import annotations
@@ -134,6 +140,7 @@ class RunConfig:
     group_by_length: bool = True
     progress: bool = True
     reseed: bool = True
+    deadline: float | None = None  # time.time() by which training ends (module doc)
 
     @classmethod
     def from_options(cls, output_dir, options, **overrides) -> RunConfig:
@@ -208,6 +215,8 @@ class Trainer:
                       "best_score": None, "best_metrics": None, "best_stage": None, "best_step": None,
                       "history": []}
         self.log = RunLog(self.out)
+        self.eval_seconds = 0.0  # the last evaluation's, for the deadline
+        self.stopped_early: dict | None = None
 
     # ----------------------------------------------------------------- public API
     @property
@@ -234,6 +243,8 @@ class Trainer:
                     continue
                 self._run_stage(index, stage, checkpoint if checkpoint and index == self.state["stage"] else None)
                 checkpoint = None
+                if self.stopped_early:
+                    break
         finally:
             self.threads.stop()
         report = self._finish(time.time() - start)
@@ -333,13 +344,14 @@ class Trainer:
         bar = tqdm(total=total, initial=self.state["step"], desc=config.name, disable=not (
             self.run.progress and self.accelerator.is_main_process), dynamic_ncols=True)
         module.train()
-        while self.state["step"] < total:
+        while self.state["step"] < total and not self.stopped_early:
             batches = self._batches_per_epoch(stage)
             position = self.state["batch_in_epoch"]
             terms_sum, micro = {}, 0
-            while position < len(batches) and self.state["step"] < total:
+            while position < len(batches) and self.state["step"] < total and not self.stopped_early:
                 if micro == 0:  # the epoch's last group may hold fewer than grad_accum batches
                     group_size = min(config.grad_accum, len(batches) - position)
+                    step_started = time.time()
                 batch = to_device(self.collator([stage.dataset[i] for i in batches[position]]), self.device)
                 position += 1
                 micro += 1
@@ -356,7 +368,11 @@ class Trainer:
                     self._optimizer_step(module, optimizer, scheduler, config)
                     averaged = {k: v / micro for k, v in terms_sum.items()}
                     terms_sum, micro = {}, 0
+                    step_seconds = time.time() - step_started
                     self._after_step(config, total, averaged, position, len(batches), optimizer, scheduler, bar)
+                    last = self.state["step"] == total and index == len(self.stages) - 1
+                    if not last and self._out_of_time(step_seconds):
+                        self._stop_early(index, config, total, optimizer, scheduler)
         bar.close()
         self.modules = self.accelerator.unwrap_model(module).parts
 
@@ -392,6 +408,28 @@ class Trainer:
         if (save_every and step % save_every == 0) or end_of_epoch or step == total:
             self._save_checkpoint(optimizer, scheduler)
 
+    def _out_of_time(self, step_seconds: float) -> bool:
+        """Whether another step (as long as the last) and an evaluation (as long as the last) would
+        end past the run's deadline; every process takes the main process's answer."""
+        if self.run.deadline is None:
+            return False
+        late = time.time() + step_seconds + self.eval_seconds > self.run.deadline
+        if self.accelerator.num_processes == 1:
+            return late
+        flag = torch.tensor([float(late and self.accelerator.is_main_process)], device=self.device)
+        return bool(self.accelerator.reduce(flag, reduction="sum").item())
+
+    def _stop_early(self, index: int, config: StageConfig, total: int, optimizer, scheduler) -> None:
+        """End the run at this step (module doc): evaluate it unless that was just done, save a
+        checkpoint, and record where it stopped."""
+        step = self.state["step"]
+        history = self.state["history"]
+        if not (history and (history[-1]["stage"], history[-1]["step"]) == (config.name, step)):
+            self._evaluate(config.name)
+        self._save_checkpoint(optimizer, scheduler)
+        done = sum(self._total_steps(stage) for stage in self.stages[:index]) + step
+        self.stopped_early = {"stage": config.name, "step": step, "of": total, "steps_run": done}
+
     def _check_finite(self, loss, terms, stage_name):
         if torch.isfinite(loss):
             return
@@ -405,11 +443,13 @@ class Trainer:
     def _evaluate(self, stage_name: str) -> None:
         if self.evaluator is None or not self.accelerator.is_main_process:
             return
+        started = time.time()
         student = self.accelerator.unwrap_model(self.student)
         student.eval()
         with torch.no_grad():
             metrics = self.evaluator(student)
         student.train()
+        self.eval_seconds = time.time() - started
         record = {"stage": stage_name, "step": self.state["step"], "eval": metrics}
         self.state["history"].append(record)
         self._log(record)
@@ -444,7 +484,7 @@ class Trainer:
         copy_files_atomically(best, self.out)
         report = {"best_metrics": self.state["best_metrics"], "best_stage": self.state["best_stage"],
                   "best_step": self.state["best_step"], "history": self.state["history"],
-                  "train_seconds": round(seconds, 1),
+                  "train_seconds": round(seconds, 1), "stopped_early": self.stopped_early,
                   "runtime": {**self.runtime, "thread_changes": self.threads.changes},
                   "stages": [asdict(s.config) for s in self.stages]}
         write_json(self.out / "train_report.json", report)
