@@ -108,10 +108,11 @@ def test_successive_halving_distils_the_better_half_longer_and_resumes(env, monk
     task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
     context = speed.shape_context(env["teacher"], task)
     chosen = [c for c in speed.all_candidates(context) if c.name in ("bert-1x128", "bert-2x128")]
-    settings = search.SearchSettings(rounds=2, first_steps=2, batch_size=4, budget_minutes=30, round_share="steps",
+    settings = search.SearchSettings(rounds=2, first_steps=2, batch_size=4, round_share="steps",
                                      intermediate_share=0.5)
     out = env["root"] / "search"
-    state = search.successive_halving(chosen, env["teacher"], task, out, settings)
+    window = search.Window.from_now(1800, settings.first_round_share)
+    state = search.successive_halving(chosen, env["teacher"], task, out, settings, window)
     first, second = state["rounds"]
     assert sorted(row["candidate"] for row in first) == ["bert-1x128", "bert-2x128"] and {r["steps"] for r in first} == {2}
     assert all(row["selection_loss"] > 0 for row in first)  # the held-out loss, to break ties
@@ -129,9 +130,9 @@ def test_successive_halving_distils_the_better_half_longer_and_resumes(env, monk
         raise AssertionError("a finished run was distilled again")
 
     monkeypatch.setattr(search, "_distil", no_run)
-    assert search.successive_halving(chosen, env["teacher"], task, out, settings) == state
+    assert search.successive_halving(chosen, env["teacher"], task, out, settings, window) == state
     with pytest.raises(KdbertError, match="the search picks on held-out training rows: pass --held-out-fraction"):
-        search.successive_halving(chosen, env["teacher"], env["task"], out, settings)
+        search.successive_halving(chosen, env["teacher"], env["task"], out, settings, window)
 
 
 def test_the_winner_is_the_fastest_that_keeps_enough_else_the_best():
@@ -162,8 +163,23 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
             "--candidates", "bert-1x128,bilstm-h150", "--rounds", "2", "--first-steps", "2", "--batch-size", "4",
             "--length-rows", "4", "--threads", "1", "--output-dir", str(out)]
+    capsys.readouterr()
     assert main([*args, "--target-speedup", "0.01"]) == 0
     report = json.loads((out / "compress_report.json").read_text())
+    printed = capsys.readouterr()
+    # one line per finished run; the runs' precision and threads said once for the search, their own
+    # lines in their logs; the budget's bar on stderr
+    runs = [(r, row) for r, rows in enumerate(report["search"]["rounds"]) for row in rows]
+    lines = [line for line in printed.out.splitlines() if line.startswith("round ")]
+    assert {f"round {r}  {row['candidate']}  {row['steps']} steps  held-out {row['selection_score']:.2f}  "
+            f"{row['seconds']:.0f} s" for r, row in runs} <= set(lines)
+    assert len(lines) == len(runs) + sum("superseded_seconds" in row for _, row in runs)  # a rerun's first run too
+    assert printed.out.count("runs train in float32 (auto, from $KDBERT_MIXED_PRECISION) on 1 thread(s)") == 1
+    assert "precision:" not in printed.out and "threads:" not in printed.out
+    assert "precision: float32" in (out / "rounds" / "0" / "bert-1x128.log").read_text()
+    assert "s of the budget" in printed.err
+    assert set(report["budget"]["phase_seconds"]) == {"timing", "search", "finishing", "other"}
+    assert report["budget"]["untimed"] == [] and report["budget"]["minutes"] == 30
     assert report["held_out_rows"] == 1  # the default --held-out-fraction 0.1 of 12 rows
     assert report["teacher_saw_held_out_rows"] is None  # a folder saved without `kdbert finetune`: unknown
     first_round = {row["candidate"]: row for row in report["search"]["rounds"][0]}
@@ -199,7 +215,8 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert rows[4]["latency_ms"] == report["shipped"]["latency_real_p50_ms"]  # the winner as timed in turns
     assert [(row["model"], row["change"]) for row in rows] == [
         ("teacher", "PyTorch fp32, padded to 64 tokens"), ("teacher", "each row at its own length"),
-        ("teacher", "ONNX Runtime fp32"), ("teacher", "ONNX Runtime int8 (dynamic)"), ("winner", "distilled"),
+        ("teacher", "ONNX Runtime fp32"), ("teacher", f"ONNX Runtime int8 ({teacher_export['quantization']['method']})"),
+        ("winner", "distilled"),
         *([("winner", f"{os.cpu_count()} threads instead of 1")] if os.cpu_count() > 1 else [])]
     assert [row["dev_score"] for row in rows[2:5]] == [teacher_export["dev_metrics"]["onnx_fp32"]["score"],
                                                       report["teacher_scores"]["dev_deployed"],
@@ -214,7 +231,10 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     monkeypatch.setattr(search, "_distil", no_run)
     monkeypatch.setattr(breakdown, "bench_model", no_run)
     monkeypatch.setattr(pipeline, "time_against_teacher", no_run)
-    assert main([*args, "--target-speedup", "0.01"]) == 0  # resumed: timings, runs and the breakdown reused
+    capsys.readouterr()
+    # resumed: timings, runs and the breakdown reused; --no-progress hides the bar
+    assert main([*args, "--target-speedup", "0.01", "--no-progress"]) == 0
+    assert "of the budget" not in capsys.readouterr().err
     resumed = json.loads((out / "compress_report.json").read_text())
     assert (resumed["winner"], resumed["shipped"]["speedup"]) == (report["winner"], report["shipped"]["speedup"])
     capsys.readouterr()
@@ -272,7 +292,7 @@ def test_bilstm_candidates_take_the_word_vectors_size(env, tmp_path):
         speed.shape_context(env["teacher"], env["task"], tmp_path / "missing.txt")
 
 
-def test_a_budget_too_small_for_one_candidate_is_refused_before_any_run():
+def test_a_search_window_too_small_for_one_candidate_is_refused_before_any_run():
     from kdbert.compress.search import SearchSettings, check_budget
     from kdbert.families.registry import Candidate
 
@@ -280,12 +300,13 @@ def test_a_budget_too_small_for_one_candidate_is_refused_before_any_run():
     table = {"settings": {"seq_len": 64}, "teacher": {"throughput": 100.0, "real_length_p50": 32}}
     bert = Candidate("bert-1x128", "hf", (), build=None, from_teacher=lambda teacher, context: teacher)
     bilstm = Candidate("bilstm-h150", "bilstm", (), build=None)
-    settings = SearchSettings(first_steps=300, batch_size=32, budget_minutes=0.5)
-    with pytest.raises(KdbertError, match=r"--budget-minutes 0.5 is too small for one candidate: its first round "
-                                          r"runs the teacher on at least 9600 rows, about 0.8 min on this machine"):
-        check_budget(table, [bert], settings, train_rows=60000)  # 9600 rows x 0.005 s = 48 s > 30 s
-    check_budget(table, [bert], SearchSettings(first_steps=300, batch_size=32, budget_minutes=0.9), 60000)
-    check_budget(table, [bert, bilstm], settings, train_rows=5000)  # the BiLSTM labels 5000 rows: 25 s
+    settings = SearchSettings(first_steps=300, batch_size=32)
+    with pytest.raises(KdbertError, match=r"--budget-minutes 2 leaves 0.5 min to distil on this machine after timing "
+                                          r"and before shipping the winner, too little for one candidate: its first "
+                                          r"round runs the teacher on at least 9600 rows, about 0.8 min"):
+        check_budget(table, [bert], settings, 60000, 2.0, seconds=30.0)  # 9600 rows x 0.005 s = 48 s > 30 s
+    check_budget(table, [bert], settings, 60000, 2.0, seconds=54.0)
+    check_budget(table, [bert, bilstm], settings, 5000, 2.0, seconds=30.0)  # the BiLSTM labels 5000 rows: 25 s
 
 
 def test_a_teacher_the_runtime_cannot_export_and_a_tiny_budget_are_one_line_errors(env, tmp_path, capsys,
@@ -297,12 +318,14 @@ def test_a_teacher_the_runtime_cannot_export_and_a_tiny_budget_are_one_line_erro
     out = tmp_path / "compress"
     args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
             "--candidates", "bert-1x128", "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01",
-            "--output-dir", str(out)]
+            "--no-progress", "--output-dir", str(out)]
     assert main([*args, "--first-steps", "100000", "--budget-minutes", "0.001"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "--budget-minutes 0.001 is too small for one candidate: its first round runs the teacher on at least " \
-           "3200000 rows" in err and len(err.splitlines()) == 1
-    assert not (out / "search.json").exists() and not (out / "rounds").exists()
+    # judged on the teacher's measured dev pass, before anything is timed or written
+    assert "--budget-minutes 0.001 is too short for this teacher on this machine: exporting it and the winner " \
+           "scores their 9 dev and held-out rows 8 times each (the int8 choice and the parity check)" in err
+    assert "and one first round runs the teacher on 3200000 rows: about" in err
+    assert len(err.splitlines()) == 1 and not out.exists()
 
     def unsupported(*args, **kwargs):
         raise RuntimeError("Unsupported operator: aten::fancy_op.default")
@@ -320,75 +343,92 @@ def test_a_teacher_the_runtime_cannot_export_and_a_tiny_budget_are_one_line_erro
 
 def fake_search(env, monkeypatch, cost: dict, score: dict, first_labelling: dict | None = None,
                 loss: dict | None = None):
-    """The search module with its runs faked: a run of candidate ``name`` takes ``cost[name]`` training
-    seconds a step (plus ``first_labelling[name]`` seconds of labelling in its first run) and scores
-    ``score[name]``, with held-out loss ``loss[name]`` where given; returns the module, the candidates
-    and a task holding rows out."""
+    """The search module with its runs faked on a fake clock: a run of candidate ``name`` takes
+    ``cost[name]`` training seconds a step (plus ``first_labelling[name]`` seconds of labelling in its
+    first run), moving the clock on by as much, and scores ``score[name]``, with held-out loss
+    ``loss[name]`` where given; returns the module, the candidates, a task holding rows out and
+    ``run(folder, settings, seconds)``, which searches into ``folder`` in a window of ``seconds`` from
+    the fake clock's now (``run.clock``; nothing sleeps)."""
     from kdbert.compress import search
     from kdbert.families.registry import Candidate
 
-    labelled = set()
+    labelled, clock = set(), FakeClock()
 
-    def fake_distil(candidate, start, teacher_dir, task, steps, settings, out, caches):
+    def fake_distil(candidate, start, teacher_dir, task, steps, settings, out, caches, deadline):
         name = candidate.name
         labelling = 0.0 if name in labelled else (first_labelling or {}).get(name, 0.0)
         labelled.add(name)
         held_out_loss = {"selection_loss": loss[name]} if name in (loss or {}) else {}
+        clock.now += cost[name] * steps + labelling
         return {"candidate": name, "method": "fake", "steps": steps, "seconds": cost[name] * steps + labelling,
                 "labelling_seconds": labelling, "selection_score": score[name], **held_out_loss,
                 "dev_score": score[name], "run": str(out)}
 
     monkeypatch.setattr(search, "_distil", fake_distil)
     candidates = [Candidate(name, "x", (), build=None) for name in score]
-    return search, candidates, TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
+    task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
+
+    def run(folder, settings, seconds, order=None):
+        window = search.Window.from_now(seconds, settings.first_round_share, clock)
+        return search.successive_halving(order or candidates, env["teacher"], task, folder, settings, window)
+
+    run.clock = clock
+    return search, candidates, task, run
+
+
+class FakeClock:
+    """A clock that moves only when told: ``clock.now += seconds``."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, tmp_path, monkeypatch):
-    search, candidates, task = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
-                                           score={"a": 70.0, "b": 80.0, "c": 90.0})
-    candidates = candidates[::-1]  # cheapest first: round 0's estimate of a's run comes from c's and b's
+    search, candidates, task, run = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
+                                                score={"a": 70.0, "b": 80.0, "c": 90.0})
+    cheapest_first = candidates[::-1]  # round 0's estimate of a's run comes from c's and b's
     # spent after each round: 11.1 s, 13.3 s (b and c, 20 steps), 13.7 s (c alone, 40 steps); the
-    # next round (c, 80 steps: 0.8 s by its latest run) would end at 14.5 s, over the 14 s budget
-    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=14.0 / 60, round_share="steps",
-                                     first_round_share=1.0)
-    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    # next round (c, 80 steps: 0.8 s by its latest run) would end at 14.5 s, past the 14 s window
+    settings = search.SearchSettings(rounds=6, first_steps=10, round_share="steps", first_round_share=1.0)
+    state = run(tmp_path / "14", settings, 14.0, cheapest_first)
     assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
         [[("c", 10), ("b", 10), ("a", 10)], [("c", 20), ("b", 20)], [("c", 40)]]
-    more = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=15.0 / 60, round_share="steps",
-                                 first_round_share=1.0)
-    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, more)
+    assert state["ended"] and run(tmp_path / "14", settings, 14.0, cheapest_first) == state  # ended: as it is
+    state = run(tmp_path / "15", settings, 15.0, cheapest_first)
     assert [(row["candidate"], row["steps"]) for row in state["rounds"][-1]] == [("c", 80)]
 
 
 def test_a_tied_held_out_score_is_broken_by_the_lower_held_out_loss_not_the_name(env, tmp_path, monkeypatch):
     # CoLA: every candidate predicts the majority class (MCC 0); a (run before losses were kept) has none
-    search, candidates, task = fake_search(env, monkeypatch, cost=dict.fromkeys("abcd", 0.01),
-                                           score=dict.fromkeys("abcd", 0.0), loss={"b": 0.7, "c": 0.6, "d": 0.65})
-    settings = search.SearchSettings(rounds=2, first_steps=10, budget_minutes=10, round_share="steps",
-                                     first_round_share=1.0)
-    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    search, candidates, task, run = fake_search(env, monkeypatch, cost=dict.fromkeys("abcd", 0.01),
+                                                score=dict.fromkeys("abcd", 0.0), loss={"b": 0.7, "c": 0.6, "d": 0.65})
+    settings = search.SearchSettings(rounds=2, first_steps=10, round_share="steps", first_round_share=1.0)
+    state = run(tmp_path, settings, 600.0)
     assert [row["candidate"] for row in search.rank(state["rounds"][0])] == ["c", "d", "b", "a"]
     assert [row["candidate"] for row in state["rounds"][1]] == ["c", "d"]
 
 
 def test_rounds_shared_by_wall_time_give_cheap_steps_more_of_them(env, tmp_path, monkeypatch):
     # c's first run also labels its rows (5 s); a, b and c are families of their own
-    search, candidates, task = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
-                                           score={"a": 70.0, "b": 80.0, "c": 90.0}, first_labelling={"c": 5.0})
+    search, candidates, task, run = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
+                                                score={"a": 70.0, "b": 80.0, "c": 90.0}, first_labelling={"c": 5.0})
     # round 0: a 10 steps (10 s); b 10 steps (1 s), then the mean cost a step is (1 + 0.1) / 2 = 0.55 s,
     # 5.5 times b's: b runs again for 55 steps (5.5 s); c 10 steps (0.1 s + 5 s labelling), mean (1 +
     # 0.1 + 0.01) / 3 = 0.37 s: c runs again for 370 steps (3.7 s), b would get 37 (fewer than 1.5 x 55:
     # it keeps its run); 25.3 s spent. Round 1 gives c and b 20 * 0.37 = 7.4 s each (740 and 74 steps),
     # round 2 c alone 14.8 s (1480 steps), ending at 54.9 s; round 3 (29.6 s more) would overrun 55 s
-    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=55.0 / 60, first_round_share=1.0)
-    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    settings = search.SearchSettings(rounds=6, first_steps=10, first_round_share=1.0)
+    state = run(tmp_path, settings, 55.0)
     assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
         [[("a", 10), ("b", 55), ("c", 370)], [("c", 740), ("b", 74)], [("c", 1480)]]
     assert [row.get("superseded_seconds") for row in state["rounds"][0]] == [None, 1.0, 5.1]
-    assert search._spent(state["rounds"][0]) == pytest.approx(25.3)  # the reruns' shorter runs counted
-    same_steps = search.SearchSettings(rounds=1, first_steps=10, budget_minutes=55.0 / 60, round_share="steps",
-                                        first_round_share=1.0)
-    state = search.successive_halving(candidates, env["teacher"], task, tmp_path / "steps", same_steps)
+    # the reruns' shorter runs counted
+    assert sum(search.spent_seconds(row) for row in state["rounds"][0]) == pytest.approx(25.3)
+    same_steps = search.SearchSettings(rounds=1, first_steps=10, round_share="steps", first_round_share=1.0)
+    state = run(tmp_path / "steps", same_steps, 55.0)
     assert [(row["candidate"], row["steps"]) for row in state["rounds"][0]] == [("a", 10), ("b", 10), ("c", 10)]
     with pytest.raises(KdbertError, match="--round-share 'flops': choose one of time, steps"):
         search.SearchSettings(round_share="flops")
@@ -418,7 +458,7 @@ def test_the_first_round_plan_gives_a_cheap_family_the_same_wall_time_and_reruns
 
 
 def test_what_a_run_spends_outside_its_training_loop_is_not_a_cost_per_step():
-    from kdbert.compress.search import SearchSettings, first_round_plan, fits_first_round
+    from kdbert.compress.search import SearchSettings, Window, first_round_plan, may_start
     from kdbert.families.registry import Candidate
 
     # an augmented twin reads and labels many more rows (71.2 s labelling, 10.2 s more loading) but
@@ -429,12 +469,15 @@ def test_what_a_run_spends_outside_its_training_loop_is_not_a_cost_per_step():
     order = [Candidate(name, "x", (), build=None) for name in ("bert-1", "bert-1-aug")]
     assert first_round_plan([plain, twin], order, SearchSettings(first_steps=300)) == {"bert-1": 300,
                                                                                        "bert-1-aug": 300}
-    # the next bert run: 300 steps at 5.0 / 300 s, plus bert-1's 1.6 s outside the loop, after 6.6 s
-    # spent: 13.2 s, over a 13 s round 0 (11.6 s without the overhead would fit)
-    settings = SearchSettings(first_steps=300, budget_minutes=13.0 / 60, first_round_share=1.0)
-    assert not fits_first_round([plain], Candidate("bert-2", "x", (), build=None), 300, settings)
-    assert fits_first_round([plain], Candidate("bert-2", "x", (), build=None), 300,
-                            SearchSettings(first_steps=300, budget_minutes=13.3 / 60, first_round_share=1.0))
+    # the next bert run: 300 steps at 5.0 / 300 s, plus bert-1's 1.6 s outside the loop, 6.6 s into
+    # round 0: 13.2 s, past a 13 s round 0 (11.6 s without the overhead would fit)
+    clock = FakeClock(now=6.6)
+    bert_2 = Candidate("bert-2", "x", (), build=None)
+    assert not may_start([plain], bert_2, 300, 0, Window(end=100.0, first_round_end=13.0, clock=clock))
+    assert may_start([plain], bert_2, 300, 0, Window(end=100.0, first_round_end=13.3, clock=clock))
+    assert may_start([plain], bert_2, 300, 1, Window(end=13.0, first_round_end=13.0, clock=clock))  # round 1
+    assert may_start([], bert_2, 300, 0, Window(end=7.0, first_round_end=6.6, clock=clock))  # the first goes
+    assert not may_start([], bert_2, 300, 1, Window(end=6.6, first_round_end=6.6, clock=clock))  # window ended
     # a loop too short for its tenth-of-a-second record (0.0 s) counts as 0.1 s: mean (5.0 + 0.1) / 600
     # a step, 25.5 times the BiLSTM's 0.1 / 300
     instant = {"candidate": "bilstm-1", "steps": 300, "seconds": 2.0, "labelling_seconds": 0.0, "train_seconds": 0.0}
@@ -445,23 +488,25 @@ def test_what_a_run_spends_outside_its_training_loop_is_not_a_cost_per_step():
 def test_a_finished_first_round_is_not_replanned_on_resume(env, tmp_path, monkeypatch):
     # a search whose round 0 gave every candidate the same steps (as searches did before round 0
     # learned costs): resumed under the wall-time rule, its rounds stand as they are
-    search, candidates, task = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
-                                           score={"a": 70.0, "b": 80.0, "c": 90.0})
-    steps = search.SearchSettings(rounds=2, first_steps=10, budget_minutes=1.0, round_share="steps",
-                                  first_round_share=1.0)
-    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, steps)
-    monkeypatch.setattr(search, "_distil", lambda *args: pytest.fail("a finished round 0 ran again"))
-    time = search.SearchSettings(rounds=2, first_steps=10, budget_minutes=1.0, first_round_share=1.0)
-    assert search.successive_halving(candidates, env["teacher"], task, tmp_path, time) == state
+    search, candidates, task, run = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
+                                                score={"a": 70.0, "b": 80.0, "c": 90.0})
+    steps = search.SearchSettings(rounds=2, first_steps=10, round_share="steps", first_round_share=1.0)
+    state = run(tmp_path, steps, 60.0)
+    saved = json.loads((tmp_path / "search.json").read_text())
+    del saved["ended"]  # as if killed before it was marked ended: resumed, its rounds stand
+    (tmp_path / "search.json").write_text(json.dumps(saved))
+    monkeypatch.setattr(search, "_distil", lambda *args: pytest.fail("a finished round ran again"))
+    time = search.SearchSettings(rounds=2, first_steps=10, first_round_share=1.0)
+    assert run(tmp_path, time, 60.0) == state
 
 
 @pytest.mark.parametrize("killed_at", [2, 3, 4])
 def test_a_first_round_killed_between_a_run_and_its_rerun_resumes_to_the_same_search(env, tmp_path, monkeypatch,
                                                                                       killed_at):
-    search, candidates, task = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
-                                           score={"a": 70.0, "b": 80.0, "c": 90.0})
-    settings = search.SearchSettings(rounds=2, first_steps=10, budget_minutes=1.0, first_round_share=1.0)
-    whole = search.successive_halving(candidates, env["teacher"], task, tmp_path / "whole", settings)
+    search, candidates, task, run = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
+                                                score={"a": 70.0, "b": 80.0, "c": 90.0})
+    settings = search.SearchSettings(rounds=2, first_steps=10, first_round_share=1.0)
+    whole = run(tmp_path / "whole", settings, 60.0)
     calls, fake = [], search._distil
 
     def killed(candidate, *args):
@@ -472,49 +517,49 @@ def test_a_first_round_killed_between_a_run_and_its_rerun_resumes_to_the_same_se
 
     monkeypatch.setattr(search, "_distil", killed)
     with pytest.raises(KeyboardInterrupt):
-        search.successive_halving(candidates, env["teacher"], task, tmp_path / "killed", settings)
+        run(tmp_path / "killed", settings, 60.0)
     monkeypatch.setattr(search, "_distil", fake)
-    resumed = search.successive_halving(candidates, env["teacher"], task, tmp_path / "killed", settings)
+    resumed = run(tmp_path / "killed", settings, 60.0)
     assert [[(r["candidate"], r["steps"]) for r in rows] for rows in resumed["rounds"]] == \
         [[(r["candidate"], r["steps"]) for r in rows] for rows in whole["rounds"]]
     assert resumed["plans"] == whole["plans"]
 
 
 def test_a_round_over_budget_runs_only_the_best_candidates_that_fit(env, tmp_path, monkeypatch):
-    search, candidates, task = fake_search(env, monkeypatch, cost=dict.fromkeys("abcd", 0.1),
-                                           score={"a": 60.0, "b": 70.0, "c": 80.0, "d": 90.0})
-    # round 0: 4 x 1 s; round 1 would run d and c for 2 s each (8 s in all, over the 7 s budget):
+    search, candidates, task, run = fake_search(env, monkeypatch, cost=dict.fromkeys("abcd", 0.1),
+                                                score={"a": 60.0, "b": 70.0, "c": 80.0, "d": 90.0})
+    # round 0: 4 x 1 s; round 1 would run d and c for 2 s each (8 s in all, past the 7 s window):
     # only d, the best, fits (6 s); round 2 (d, 4 s more) does not
-    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=7.0 / 60, round_share="steps",
-                                     first_round_share=1.0)
-    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    settings = search.SearchSettings(rounds=6, first_steps=10, round_share="steps", first_round_share=1.0)
+    state = run(tmp_path, settings, 7.0)
     assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
         [[("a", 10), ("b", 10), ("c", 10), ("d", 10)], [("d", 20)]]
     assert state["plans"] == [{"a": 10, "b": 10, "c": 10, "d": 10}, {"d": 20}]
 
 
 def test_the_first_round_stops_at_its_share_of_the_budget_and_resumes_the_same(env, tmp_path, monkeypatch):
-    search, candidates, task = fake_search(env, monkeypatch, cost={"a": 0.2, "b": 0.1, "c": 0.1, "d": 0.1, "e": 0.1},
-                                           score={"a": 60.0, "b": 90.0, "c": 80.0, "d": 70.0, "e": 50.0})
-    # a third of a 13.2 s budget, 4.4 s: a (2 s), then b (by a's 0.2 s a step, ending at 4 s) fit; c
+    search, candidates, task, run = fake_search(env, monkeypatch,
+                                                cost={"a": 0.2, "b": 0.1, "c": 0.1, "d": 0.1, "e": 0.1},
+                                                score={"a": 60.0, "b": 90.0, "c": 80.0, "d": 70.0, "e": 50.0})
+    # a third of a 13.2 s window, 4.4 s: a (2 s), then b (by a's 0.2 s a step, ending at 4 s) fit; c
     # would end at 3 + 10 * 0.15 = 4.5 s: round 0 stops with a and b; round 1 runs b alone (20 steps,
     # 2 s), round 2 b for 40 steps (4 s, ending at 9 s); round 3 (8 s more) does not fit
-    settings = search.SearchSettings(rounds=6, first_steps=10, budget_minutes=13.2 / 60, round_share="steps")
-    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    settings = search.SearchSettings(rounds=6, first_steps=10, round_share="steps")
+    state = run(tmp_path, settings, 13.2)
     assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
         [[("a", 10), ("b", 10)], [("b", 20)], [("b", 40)]]
     assert state["plans"][0] == {"a": 10, "b": 10}
     monkeypatch.setattr(search, "_distil", lambda *args: pytest.fail("a resumed search reran a finished run"))
-    assert search.successive_halving(candidates, env["teacher"], task, tmp_path, settings) == state
+    assert run(tmp_path, settings, 13.2) == state
     with pytest.raises(KdbertError, match=r"--first-round-share 0 must be in \(0, 1\]"):
         search.SearchSettings(first_round_share=0.0)
 
 
 def test_a_first_round_cut_short_by_a_kill_resumes_in_its_own_order(env, tmp_path, monkeypatch):
-    search, candidates, task = fake_search(env, monkeypatch, cost=dict.fromkeys("abc", 0.1),
-                                           score={"c": 60.0, "b": 70.0, "a": 80.0})
+    search, candidates, task, run = fake_search(env, monkeypatch, cost=dict.fromkeys("abc", 0.1),
+                                                score={"c": 60.0, "b": 70.0, "a": 80.0})
     assert [c.name for c in candidates] == ["c", "b", "a"]  # not the sorted order search.json keeps
-    settings = search.SearchSettings(rounds=1, first_steps=10, budget_minutes=1.0)
+    settings = search.SearchSettings(rounds=1, first_steps=10)
     ran, fake = [], search._distil
 
     def killed_after_the_first(candidate, *args):
@@ -525,18 +570,17 @@ def test_a_first_round_cut_short_by_a_kill_resumes_in_its_own_order(env, tmp_pat
 
     monkeypatch.setattr(search, "_distil", killed_after_the_first)
     with pytest.raises(KeyboardInterrupt):
-        search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+        run(tmp_path, settings, 60.0)
     monkeypatch.setattr(search, "_distil", fake)
-    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    state = run(tmp_path, settings, 60.0)
     assert [row["candidate"] for row in state["rounds"][0]] == ["c", "b", "a"]
 
 
 def test_candidates_tied_on_held_out_score_go_on_by_name_not_by_running_order(env, tmp_path, monkeypatch):
-    search, candidates, task = fake_search(env, monkeypatch, cost=dict.fromkeys("abc", 0.1),
-                                           score=dict.fromkeys("abc", 50.0))
-    candidates = candidates[::-1]  # run c, b, a
-    settings = search.SearchSettings(rounds=2, first_steps=10, budget_minutes=1.0, round_share="steps")
-    state = search.successive_halving(candidates, env["teacher"], task, tmp_path, settings)
+    search, candidates, task, run = fake_search(env, monkeypatch, cost=dict.fromkeys("abc", 0.1),
+                                                score=dict.fromkeys("abc", 50.0))
+    settings = search.SearchSettings(rounds=2, first_steps=10, round_share="steps")
+    state = run(tmp_path, settings, 60.0, candidates[::-1])  # run c, b, a
     assert [row["candidate"] for row in state["rounds"][0]] == ["c", "b", "a"]
     assert state["plans"][1] == {"a": 20, "b": 20}
 
@@ -688,7 +732,7 @@ def test_compress_prints_a_note_before_searching_with_a_teacher_that_trained_on_
     def stop(*args, **kwargs):
         raise Stop
 
-    monkeypatch.setattr(pipeline, "shape_context", stop)  # the search's first step after the note
+    monkeypatch.setattr(pipeline, "load_task", stop)  # the first step after the note
     config = pipeline.CompressConfig(teacher=str(tmp_path), target_speedup=4.0)
     for identity, noted in (({}, True), ({"held_out_fraction": 0.1}, False)):
         (tmp_path / "run_config.json").write_text(json.dumps(
@@ -721,3 +765,184 @@ def test_the_labelling_speed_leaves_the_first_batch_untimed(monkeypatch):
     affordable = augment.affordable_rows(torch.nn.Linear(1, 1), None, rows, GLUE_TASKS["sst2"], seconds=1.0)
     assert calls == [augment.WARM_UP_ROWS, 100]
     assert affordable >= 20_000  # 100 rows in about 1 ms (the sleep's floor): about 100,000 a second
+
+
+def test_a_run_line_says_round_candidate_steps_held_out_score_and_seconds():
+    from kdbert.compress.search import run_line
+
+    row = {"candidate": "bert-2x256", "steps": 400, "selection_score": 84.567, "seconds": 61.4}
+    assert run_line(2, row) == "round 2  bert-2x256  400 steps  held-out 84.57  61 s"
+    assert run_line(1, {**row, "trained_steps": 250}) == \
+        "round 1  bert-2x256  250 of 400 steps (stopped at the budget's end)  held-out 84.57  61 s"
+
+
+def test_a_run_past_its_deadline_stops_early_scored_and_its_row_keeps_the_steps_it_trained(env, tmp_path):
+    from kdbert.compress import search
+    from kdbert.compress.build import build_from_teacher
+
+    task = replace(env["task"], held_out_fraction=0.25)
+    context = speed.shape_context(env["teacher"], task)
+    bert = next(c for c in speed.all_candidates(context) if c.name == "bert-1x128")
+    start = build_from_teacher(bert, env["teacher"], task, tmp_path / "start", context)
+    settings = search.SearchSettings(first_steps=6, batch_size=2)
+    row = search._distil(bert, start, env["teacher"], task, 6, settings, tmp_path / "run", tmp_path, deadline=0.0)
+    assert (row["steps"], row["trained_steps"]) == (6, 1) and row["selection_score"] >= 0.0
+    assert "precision:" in (tmp_path / "run.log").read_text()  # the run's own lines, in its log
+    # its cost a step is its loop's seconds over the one step it trained, not over the six planned
+    assert search._step_seconds(row) == max(row["train_seconds"], search.TIMER_RESOLUTION) / 1
+
+
+def test_a_round_the_window_ends_is_cut_to_its_finished_runs_and_the_search_ends(env, tmp_path, monkeypatch):
+    search, candidates, task, run = fake_search(env, monkeypatch, cost=dict.fromkeys("abcd", 0.1),
+                                                score={"a": 60.0, "b": 70.0, "c": 80.0, "d": 90.0})
+    # round 0 (4 x 1 s); round 1 plans d, then c (2 s each: ending at 8 s, within 8.5 s), but d's run
+    # takes 3 s longer than its steps say, ending at 9 s: c never starts, the search ends there
+    fake = search._distil
+
+    def d_slower(candidate, *args):
+        row = fake(candidate, *args)
+        if (candidate.name, row["steps"]) == ("d", 20):
+            run.clock.now += 3.0
+        return row
+
+    monkeypatch.setattr(search, "_distil", d_slower)
+    settings = search.SearchSettings(rounds=3, first_steps=10, round_share="steps", first_round_share=1.0)
+    state = run(tmp_path, settings, 8.5)
+    assert state["plans"] == [{"a": 10, "b": 10, "c": 10, "d": 10}, {"d": 20}]  # c, planned, never started
+    assert [[row["candidate"] for row in rows] for rows in state["rounds"]] == [["a", "b", "c", "d"], ["d"]]
+    assert state["ended"]
+
+
+def test_a_round_is_planned_against_the_time_left_in_the_window():
+    from kdbert.compress.search import SearchSettings, Window, plan_round
+    from kdbert.families.registry import Candidate
+
+    round_0 = [{"candidate": name, "steps": 10, "seconds": 1.0, "labelling_seconds": 0.0} for name in "abcd"]
+    ranked = [Candidate(name, "x", (), build=None) for name in ("d", "c")]  # best first
+    settings = SearchSettings(first_steps=10, round_share="steps")
+    # round 1: d and c for 20 steps, 2 s each by their round-0 runs
+    assert plan_round([round_0], ranked, 1, settings, Window(104.0, 104.0, FakeClock(100.0))) == {"d": 20, "c": 20}
+    assert plan_round([round_0], ranked, 1, settings, Window(103.9, 103.9, FakeClock(100.0))) == {"d": 20}
+    assert plan_round([round_0], ranked, 1, settings, Window(101.9, 101.9, FakeClock(100.0))) == {}
+    # a run the deadline stopped after 5 of its 10 steps cost 0.2 s a step: c's 20 steps take 4 s
+    cut = [*round_0[:2], {**round_0[2], "trained_steps": 5}, round_0[3]]
+    assert plan_round([cut], ranked, 1, settings, Window(105.9, 105.9, FakeClock(100.0))) == {"d": 20}
+    assert plan_round([cut], ranked, 1, settings, Window(106.0, 106.0, FakeClock(100.0))) == {"d": 20, "c": 20}
+
+
+def test_the_finishing_reserve_is_the_teachers_measured_costs_scaled_to_the_slowest_winner():
+    from kdbert.compress.budget import RESERVE_FACTOR, finishing_seconds
+    from kdbert.compress.speed import TURNS
+
+    teacher = {"export_seconds": 200.0, "timing_seconds": 6.0}
+    # a winner a quarter of the teacher's latency: its export 200 / 4 + its own 3 s; timed in turns
+    # 3 x (6 + 1.5) s; its dev pass for the agreement 8 / 4 s
+    expected = 50.0 + 3.0 + TURNS * 7.5 + 2.0
+    assert finishing_seconds(teacher, 0.25, 3.0, 8.0, every_core=False) == pytest.approx(RESERVE_FACTOR * expected)
+    # timed on every core too: one more timing of the winner
+    assert finishing_seconds(teacher, 0.25, 3.0, 8.0, every_core=True) == pytest.approx(
+        RESERVE_FACTOR * (expected + 1.5))
+
+
+def test_timing_stops_before_a_candidate_that_would_end_past_its_time(env, tmp_path, monkeypatch):
+    from kdbert.compress import pipeline
+    from kdbert.families.registry import Candidate
+
+    settings = speed.SpeedSettings(length_rows=4, runs=2, threads=1)
+    (tmp_path / "speed.json").write_text(json.dumps({"settings": settings.key(), "candidates": {}, "teacher": {
+        "latency_real_p50_ms": 4.0, "export_seconds": 20.0, "timing_seconds": 2.0}}))
+    clock, costs = FakeClock(0.0), {"bert-1x8": 2.0, "bert-2x8": 5.0, "bert-4x8": 4.0, "bilstm-h8": 1.0}
+
+    def fake_export(export, file, task, settings):  # a candidate's export and timing, on the fake clock
+        clock.now += costs[file.parent.name]
+        return {"latency_real_p50_ms": 1.0}
+
+    monkeypatch.setattr(speed, "_timed_export", fake_export)
+    shapes = {"bert-1x8": (("layers", 1), ("width", 8)), "bert-2x8": (("layers", 2), ("width", 8)),
+              "bert-4x8": (("layers", 4), ("width", 8)), "bilstm-h8": (("hidden_size", 8),)}
+    candidates = [Candidate(name, "x", shape, build=lambda context: (None, None)) for name, shape in shapes.items()]
+    order = pipeline._timing_order(candidates)
+    assert [c.name for c in order] == ["bert-1x8", "bilstm-h8", "bert-4x8", "bert-2x8"]  # families in turn, spread
+    # bert-1x8 (2 s), then bilstm-h8 at the mean 2 s would end at 4 s <= 4.4 s (it takes 1 s); then
+    # bert-4x8 at the mean 1.5 s would end at 4.5 s > 4.4 s: timing stops
+    table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, order, context=object(),
+                                stop_at=4.4, clock=clock)
+    assert list(table["candidates"]) == ["bert-1x8", "bilstm-h8"]
+    table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, order, context=object(),
+                                stop_at=0.0, clock=clock)  # a rerun times what is missing: at least one
+    assert list(table["candidates"]) == ["bert-1x8", "bilstm-h8", "bert-4x8"]
+
+
+def refused(capsys, env, out, *extra, created: bool = False) -> str:
+    """``kdbert compress`` with ``extra`` options into ``out``: exit 2 with one error line (returned),
+    and nothing written: no ``out`` (unless it was there before: ``created``)."""
+    from kdbert.cli import main
+
+    capsys.readouterr()
+    args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+            "--target-speedup", "2", "--output-dir", str(out), *extra]
+    code = main([str(a) for a in args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("kdbert: error: "), err
+    assert created or not out.exists()
+    return err
+
+
+@pytest.mark.parametrize("minutes", ["0", "-2"])
+def test_a_budget_that_is_not_positive_is_refused_in_one_line(env, tmp_path, capsys, minutes):
+    line = refused(capsys, env, tmp_path / "compress", "--budget-minutes", minutes)
+    assert f"--budget-minutes must be a positive finite number (got {float(minutes)})" in line
+
+
+def test_an_output_dir_that_cannot_be_written_is_refused_in_one_line(env, tmp_path, capsys):
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("not a folder")
+    out = in_the_way / "compress"
+    line = refused(capsys, env, out, "--budget-minutes", "1")
+    assert line.endswith(f"--output-dir {out}: {in_the_way} is a file, not a folder; choose another --output-dir")
+    assert in_the_way.read_text() == "not a folder"
+    line = refused(capsys, env, in_the_way, "--budget-minutes", "1", created=True)
+    assert f"--output-dir {in_the_way}: {in_the_way} is a file" in line and in_the_way.read_text() == "not a folder"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_an_output_dir_without_write_permission_is_refused_in_one_line(env, tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        line = refused(capsys, env, locked / "compress", "--budget-minutes", "1")
+    finally:
+        locked.chmod(0o700)
+    assert f"{locked} is not writable" in line
+
+
+def test_a_teacher_that_is_not_a_classifier_for_the_task_is_refused_in_one_line(env, tmp_path, capsys,
+                                                                               tiny_tokenizer):
+    from transformers import BertModel
+
+    from conftest import tiny_bert_config
+
+    encoder = tmp_path / "encoder"  # a model without a classifier head
+    BertModel(tiny_bert_config(tiny_tokenizer)).save_pretrained(encoder)
+    tiny_tokenizer.save_pretrained(encoder)
+    three_labels = save_tiny_classifier(tmp_path / "three", tiny_tokenizer, num_labels=3)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "compress"
+    cases = {encoder: f"{encoder} is not a fine-tuned sequence-classification model (architectures: ['BertModel'])",
+             three_labels: f"{three_labels} has a classifier with 3 output(s) but the task needs 2",
+             empty: f"model folder {empty} has no config.json",
+             tmp_path / "missing": f"--teacher {tmp_path / 'missing'} is not a folder"}
+    for teacher, says in cases.items():
+        assert says in refused(capsys, {**env, "teacher": teacher}, out, "--budget-minutes", "1")
+
+
+def test_what_compress_needs_whatever_it_searches_is_two_exports_at_the_teachers_speed():
+    from kdbert.compress.budget import export_passes, fixed_seconds
+    from kdbert.deploy.quantize import INT8_METHODS
+
+    # int8: fp32 and every int8 method scored for the int8 choice, then PyTorch, fp32 and int8 for parity
+    assert export_passes("onnx-int8") == 1 + len(INT8_METHODS) + 3 == 8 and export_passes("onnx-fp32") == 2
+    # a pass of 2 s, 8 times: 16 s for the teacher, 4 s for a winner at a quarter of its latency
+    assert fixed_seconds(2.0, "onnx-int8", 0.25) == pytest.approx(20.0)

@@ -11,8 +11,11 @@ batch 1 over the task's dev rows (the same rows and threads as the search's spee
 
 Each row: ``latency_ms`` (median; step 1 at the fixed length, the others p50 over real rows),
 ``factor`` = previous latency / this one, ``total`` = step 1's latency / this one, and the dev
-score of that model in that runtime. ``breakdown.json`` keeps the rows for one winner and timing
-settings, so a rerun reuses them.
+score of that model in that runtime. The teacher's steps (1-4) do not depend on the search: they
+are timed before it (:func:`teacher_steps`; the deployed teacher's row is the speed table's), so
+that what they cost is measured before the search plans its time; the winner's (5-6) after it
+(:func:`speedup_breakdown`). ``breakdown.json`` keeps both, the teacher's for one set of timing
+settings, the winner's for one winner too, so a rerun reuses them.
 """
 
 from __future__ import annotations
@@ -30,44 +33,70 @@ from kdbert.deploy.bench import bench_model
 FILE = "breakdown.json"
 
 
-def speedup_breakdown(teacher_dir: str, out: Path, task: TaskOptions, settings: SpeedSettings,
-                      scores: dict[str, float | None], winner_run: str, winner_latency_ms: float) -> list[dict]:
-    """The rows of the module doc for the winner shipped in ``out/winner`` (distilled in
-    ``winner_run``; ``winner_latency_ms`` as the report timed it), the teacher exported in
-    ``out/teacher-onnx``. ``scores``: dev scores keyed ``teacher``, ``teacher_onnx_fp32``,
-    ``teacher_onnx_int8`` and ``winner``."""
-    key = {"winner": str(winner_run), "settings": settings.key(), "winner_latency_ms": winner_latency_ms}
+def _threads(settings: SpeedSettings) -> int:
+    return settings.threads or os.cpu_count()
+
+
+def _reused(out: Path, part: str, key: dict, measure) -> list[dict]:
+    """``part`` of ``out/breakdown.json`` when it was measured for ``key``, else ``measure()``, kept."""
     path = out / FILE
-    if path.is_file():
-        previous = json.loads(path.read_text())
-        if previous.get("key") == key:
-            return previous["rows"]
-    threads = settings.threads or os.cpu_count()
-    torch_row = bench_model(teacher_dir, seq_len=settings.seq_len, threads=threads, runs=settings.runs, task=task,
-                            length_rows=settings.length_rows)
-    teacher_fp32 = time_export(out / "teacher-onnx" / RUNTIMES["onnx-fp32"], task, settings)
-    steps = [("teacher", f"PyTorch fp32, padded to {settings.seq_len} tokens", torch_row["latency_median_ms"],
-              scores["teacher"]),
-             ("teacher", "each row at its own length", torch_row["latency_real_p50_ms"], scores["teacher"]),
-             ("teacher", "ONNX Runtime fp32", teacher_fp32["latency_real_p50_ms"], scores["teacher_onnx_fp32"])]
-    if settings.runtime == "onnx-int8":
-        teacher_int8 = time_export(out / "teacher-onnx" / RUNTIMES["onnx-int8"], task, settings)
-        quantization = json.loads((out / "teacher-onnx" / "export_report.json").read_text())["quantization"]
-        steps.append(("teacher", f"ONNX Runtime int8 ({quantization['method']})", teacher_int8["latency_real_p50_ms"],
-                      scores["teacher_onnx_int8"]))
-    steps.append(("winner", "distilled", winner_latency_ms, scores["winner"]))
-    if threads < (os.cpu_count() or 1):
-        every_core = time_export(out / "winner" / RUNTIMES[settings.runtime], task,
-                                 replace(settings, threads=os.cpu_count()))
-        steps.append(("winner", f"{os.cpu_count()} threads instead of {threads}", every_core["latency_real_p50_ms"],
-                      scores["winner"]))
-    rows, first, previous = [], steps[0][2], steps[0][2]
-    for model, change, latency, score in steps:
-        rows.append({"model": model, "change": change, "latency_ms": latency, "factor": previous / latency,
-                     "total": first / latency, "dev_score": score})
-        previous = latency
-    write_json(path, {"key": key, "rows": rows})
+    saved = json.loads(path.read_text()) if path.is_file() else {}
+    if saved.get(part, {}).get("key") != key:
+        saved[part] = {"key": key, "steps": measure()}
+        write_json(path, saved)
+    return saved[part]["steps"]
+
+
+def teacher_steps(teacher_dir: str, out: Path, task: TaskOptions, settings: SpeedSettings, teacher_row: dict,
+                  scores: dict[str, float | None]) -> list[dict]:
+    """Steps 1-4 of the module doc for the teacher exported in ``out/teacher-onnx`` (``teacher_row``: its
+    row in the speed table, timed in ``settings.runtime``); ``scores``: dev scores keyed ``teacher``,
+    ``teacher_onnx_fp32`` and ``teacher_onnx_int8``."""
+
+    def measure() -> list[dict]:
+        torch_row = bench_model(teacher_dir, seq_len=settings.seq_len, threads=_threads(settings), runs=settings.runs,
+                                task=task, length_rows=settings.length_rows)
+        fp32 = teacher_row if settings.runtime == "onnx-fp32" else time_export(
+            out / "teacher-onnx" / RUNTIMES["onnx-fp32"], task, settings)
+        steps = [("teacher", f"PyTorch fp32, padded to {settings.seq_len} tokens", torch_row["latency_median_ms"],
+                  scores["teacher"]),
+                 ("teacher", "each row at its own length", torch_row["latency_real_p50_ms"], scores["teacher"]),
+                 ("teacher", "ONNX Runtime fp32", fp32["latency_real_p50_ms"], scores["teacher_onnx_fp32"])]
+        if settings.runtime == "onnx-int8":
+            quantization = json.loads((out / "teacher-onnx" / "export_report.json").read_text())["quantization"]
+            steps.append(("teacher", f"ONNX Runtime int8 ({quantization['method']})",
+                          teacher_row["latency_real_p50_ms"], scores["teacher_onnx_int8"]))
+        return [_step(*step) for step in steps]
+
+    return _reused(out, "teacher", {"settings": settings.key()}, measure)
+
+
+def speedup_breakdown(teacher: list[dict], out: Path, task: TaskOptions, settings: SpeedSettings, winner_score: float,
+                      winner_run: str, winner_latency_ms: float) -> list[dict]:
+    """The rows of the module doc: the ``teacher`` steps (:func:`teacher_steps`), then the winner shipped
+    in ``out/winner`` (distilled in ``winner_run``, scoring ``winner_score`` on dev; ``winner_latency_ms``
+    as the report timed it)."""
+    threads = _threads(settings)
+
+    def measure() -> list[dict]:
+        steps = [_step("winner", "distilled", winner_latency_ms, winner_score)]
+        if threads < (os.cpu_count() or 1):
+            every_core = time_export(out / "winner" / RUNTIMES[settings.runtime], task,
+                                     replace(settings, threads=os.cpu_count()))
+            steps.append(_step("winner", f"{os.cpu_count()} threads instead of {threads}",
+                               every_core["latency_real_p50_ms"], winner_score))
+        return steps
+
+    key = {"winner": str(winner_run), "settings": settings.key(), "winner_latency_ms": winner_latency_ms}
+    rows, first, previous = [], teacher[0]["latency_ms"], teacher[0]["latency_ms"]
+    for step in teacher + _reused(out, "winner", key, measure):
+        rows.append({**step, "factor": previous / step["latency_ms"], "total": first / step["latency_ms"]})
+        previous = step["latency_ms"]
     return rows
+
+
+def _step(model: str, change: str, latency_ms: float, dev_score: float | None) -> dict:
+    return {"model": model, "change": change, "latency_ms": latency_ms, "dev_score": dev_score}
 
 
 def format_breakdown(rows: list[dict]) -> list[str]:

@@ -1,8 +1,11 @@
 """``kdbert compress``: the fastest student that keeps the teacher's score, found and proven on this
-machine, in four steps (each resumable; every candidate run is an ordinary run folder):
+machine within ``--budget-minutes`` of wall time in all, in four steps (each resumable; every
+candidate run is an ordinary run folder), each planned against one deadline
+(:mod:`kdbert.compress.budget`):
 
 1. time the exported teacher and every family's candidate shapes in the runtime shipped
-   (:mod:`kdbert.compress.speed`), keeping those that meet the speed target;
+   (:mod:`kdbert.compress.speed`), keeping those that meet the speed target (a budget too short to
+   time them all times them families in turn, spread over their sizes, and says which it left);
 2. build the kept candidates from the teacher and distil them by successive halving
    (:mod:`kdbert.compress.build`, :mod:`kdbert.compress.search`), with ``--augment`` beside
    augmented variants of them (:mod:`kdbert.compress.augment`);
@@ -16,12 +19,20 @@ predicts the teacher's class (Pearson x 100 for regression). The shipped export 
 with its trained weights, in turns with the exported teacher within the same minutes
 (:func:`kdbert.compress.speed.time_against_teacher`: a slow spell of the machine slows both), the
 speedup reported, and the speedup is broken down step by step (:mod:`kdbert.compress.breakdown`).
+The teacher's scores are its export's (scored in PyTorch and in the runtime on the dev and
+held-out rows when it was exported), so it is not scored twice.
+
+Bad input is refused in one line before anything is written: the options' checks
+(``--budget-minutes`` must be positive), an ``--output-dir`` that cannot be written, a teacher that
+is not fine-tuned for the task's outputs.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,10 +46,20 @@ from kdbert.compress.augment import (
     with_variant_rows,
     with_variants,
 )
-from kdbert.compress.breakdown import format_breakdown, speedup_breakdown
+from kdbert.compress.breakdown import format_breakdown, speedup_breakdown, teacher_steps
+from kdbert.compress.budget import Deadline, Progress, every_core, export_passes, finishing_seconds, fixed_seconds
 from kdbert.compress.recipes import ROUND_SHARES, SearchSettings
 from kdbert.compress.search import STATE as SEARCH_STATE
-from kdbert.compress.search import check_budget, pick_winner, spent_seconds, spread_order, successive_halving
+from kdbert.compress.search import (
+    Window,
+    check_budget,
+    first_round_seconds,
+    pick_winner,
+    spent_seconds,
+    spread_order,
+    successive_halving,
+    teacher_row_seconds,
+)
 from kdbert.compress.speed import (
     RUNTIMES,
     SpeedSettings,
@@ -47,6 +68,7 @@ from kdbert.compress.speed import (
     meeting_target,
     shape_context,
     time_against_teacher,
+    time_teacher,
 )
 from kdbert.core.atomic_io import write_json
 from kdbert.core.evaluate import agreement
@@ -80,7 +102,8 @@ class CompressConfig(CheckedOptions):
                              group="compress", check=UNIT)
     runtime: str = option("onnx-int8", "the runtime students are timed and shipped in", group="compress",
                           choices=tuple(RUNTIMES))
-    budget_minutes: float = option(30.0, "wall time for distilling the candidates", type=float, group="compress",
+    budget_minutes: float = option(30.0, "wall time of the whole command: timing, distilling the candidates, "
+                                         "shipping the winner and the report", type=float, group="compress",
                                    check=POSITIVE)
     rounds: int = option(8, "rounds of successive halving, at most (the budget usually ends the search first)",
                          type=int, group="compress",
@@ -106,7 +129,7 @@ class CompressConfig(CheckedOptions):
     round_share: str = option("time", "what a round of the search shares out equally: wall time (cheap steps, "
                                       "e.g. the BiLSTM's, buy more steps) or steps", group="compress",
                               choices=ROUND_SHARES)
-    first_round_share: float = option(1 / 3, "the most of --budget-minutes the first round may spend: its runs "
+    first_round_share: float = option(1 / 3, "the most of the search's time the first round may spend: its runs "
                                              "(families in turn, spread over the speed range) stop short of it",
                                       type=float, group="compress",
                                       check=in_range(0, 1, low_open=True, what="a share in (0, 1]"))
@@ -129,6 +152,7 @@ class CompressConfig(CheckedOptions):
     nltk_data: str | None = option(None, "augmentation: folder with NLTK's POS tagger (taggers/"
                                          "averaged_perceptron_tagger_eng/; default: NLTK's data path)",
                                    group="compress")
+    no_progress: bool = option(False, "hide the progress bar of the budget", type=bool, group="run")
 
     def check(self) -> None:
         super().check()
@@ -157,17 +181,23 @@ def _majority_score(data) -> float | None:
     return task_score(metrics, data.spec.metrics, tuple(data.dev))
 
 
-def _agreement(data, teacher, teacher_eval, shipped_folder: Path, file_name: str) -> float:
+def _dev_outputs(data, evaluator, model):
+    """What the agreement compares of a model (scored by ``evaluator``, its own): its logits over
+    every dev split's rows, or for QA its answer to every dev question."""
+    if data.spec.question_answering:
+        return evaluator.dev_answers(model)
+    return np.concatenate([evaluator.predict(model, d) for d in evaluator.splits.values()])
+
+
+def _agreement(data, teacher_outputs, shipped_folder: Path, file_name: str) -> float:
     """Dev agreement (:func:`kdbert.core.evaluate.agreement`; QA: the share of questions with the
     teacher's answer, :func:`kdbert.core.qa_evaluate.answer_agreement`) of the shipped export with
-    the teacher (scored by ``teacher_eval``, its evaluator), over every dev split's rows."""
+    the teacher's ``teacher_outputs`` (:func:`_dev_outputs`)."""
     student = OnnxClassifier(shipped_folder / file_name)
-    student_eval = student.family.evaluator(data, student.encoder, None, 64)
+    student_outputs = _dev_outputs(data, student.family.evaluator(data, student.encoder, None, 64), student)
     if data.spec.question_answering:
-        return answer_agreement(student_eval, student, teacher_eval, teacher)
-    student_logits = np.concatenate([student_eval.predict(student, d) for d in student_eval.splits.values()])
-    teacher_logits = np.concatenate([teacher_eval.predict(teacher, d) for d in teacher_eval.splits.values()])
-    return agreement(data.spec, student_logits, teacher_logits)
+        return answer_agreement(student_outputs, teacher_outputs)
+    return agreement(data.spec, student_outputs, teacher_outputs)
 
 
 def _agreement_measure(spec) -> str:
@@ -227,79 +257,228 @@ def teacher_saw_held_out_rows(teacher_dir: str, task: TaskOptions) -> bool | Non
     return recorded.get("held_out_fraction", 0.0) != task.held_out_fraction
 
 
-def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.PathLike) -> dict:
-    """Run the four steps (module doc) into ``output_dir``; returns the report."""
+def check_output_dir(out: Path) -> None:
+    """Refuse an ``--output-dir`` that cannot be written (a file, or below a file or a folder without
+    write permission) before anything is written."""
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise KdbertError(f"--output-dir {out}: {existing} is a file, not a folder; choose another --output-dir")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise KdbertError(f"--output-dir {out}: {existing} is not writable; choose another --output-dir")
+
+
+def _offered(context, names: str | None) -> list:
+    """Every family's candidates, or the ``--candidates`` named."""
+    offered = all_candidates(context)
+    if not names:
+        return offered
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    unknown = sorted(set(wanted) - {c.name for c in offered})
+    if unknown:
+        raise KdbertError(f"--candidates: unknown {', '.join(unknown)}; this teacher offers "
+                          f"{', '.join(c.name for c in offered)}")
+    return [c for c in offered if c.name in wanted]
+
+
+def _latency_ratio(config: CompressConfig, table: dict | None = None, kept: list | None = None) -> float:
+    """The winner's latency over the teacher's, at most: the slowest ``kept`` candidate's, or before
+    they are timed, what the target allows (at most 1; a latency target, before the teacher is
+    timed: 1)."""
+    if kept is not None:
+        return max(table["candidates"][c.name]["latency_real_p50_ms"] for c in kept) / \
+            table["teacher"]["latency_real_p50_ms"]
+    if config.target_speedup is not None:
+        return min(1.0, 1.0 / config.target_speedup)
+    return 1.0 if table is None else min(1.0, config.target_latency_ms / table["teacher"]["latency_real_p50_ms"])
+
+
+@dataclass
+class _Teacher:
+    """The teacher as the search and the report see it: its folder, model and tokenizer, its dev
+    outputs for the agreement and the seconds they took, then from step 1 its scores (its
+    export's, in PyTorch and deployed) and its steps of the speedup breakdown."""
+
+    folder: str
+    model: object
+    tokenizer: object
+    outputs: object
+    dev_seconds: float
+    metrics: dict | None = None
+    deployed: dict | None = None
+    steps: list[dict] | None = None
+
+
+def _checked_teacher(config: CompressConfig, data) -> _Teacher:
+    """The teacher loaded for the task (one that is not fine-tuned for its outputs is refused), with
+    its dev outputs, timed."""
+    folder = str(Path(config.teacher).expanduser())
+    if not Path(folder).is_dir():
+        raise KdbertError(f"--teacher {folder} is not a folder; pass a model fine-tuned on the task "
+                          "(see `kdbert finetune`)")
+    family = family_of_folder(folder)
+    model, tokenizer = family.load(Path(folder), data.spec)
+    evaluator = family.evaluator(data, tokenizer, None, 64)
+    started = time.time()
+    outputs = _dev_outputs(data, evaluator, model)
+    return _Teacher(folder, model, tokenizer, outputs, time.time() - started)
+
+
+def _characters(rows) -> int:
+    return sum(len(text) for row in rows for text in row.texts)
+
+
+def _check_fits(config: CompressConfig, teacher: _Teacher, data, offered: list, settings: SearchSettings,
+                train_rows: int) -> None:
+    """Refuse, before anything is written, a budget shorter than what compress needs on this machine
+    whatever it searches (:func:`~kdbert.compress.budget.fixed_seconds` and one first round), at the
+    teacher's speed on its dev pass, per character of text, so that a held-out set of shorter or
+    longer rows than dev's costs what it should."""
+    dev = [row for rows in data.dev.values() for row in rows]
+    scored = len(dev) + len(data.held_out)
+    pass_seconds = teacher.dev_seconds * (1 + _characters(data.held_out) / max(1, _characters(dev)))
+    rows, first_round = first_round_seconds(offered, settings, train_rows, pass_seconds / scored)
+    needed = fixed_seconds(pass_seconds, config.runtime, _latency_ratio(config)) + first_round
+    if needed > 60 * config.budget_minutes:
+        raise KdbertError(f"--budget-minutes {config.budget_minutes:g} is too short for this teacher on this machine: "
+                          f"exporting it and the winner scores their {scored} dev and held-out rows "
+                          f"{export_passes(config.runtime)} times each (the int8 choice and the parity check), "
+                          f"{pass_seconds:.0f} s a time for the teacher here, and one first round runs the teacher on "
+                          f"{rows} rows: about {needed / 60:.1f} min; give it at least {math.ceil(needed / 60)} min")
+
+
+def _time_teacher(teacher: _Teacher, task: TaskOptions, out: Path, settings: SpeedSettings) -> dict:
+    """Step 1 for the teacher: exported and timed (:func:`~kdbert.compress.speed.time_teacher`), its
+    scores read from its export and its steps of the speedup breakdown timed; returns the speed
+    table."""
+    table = time_teacher(teacher.folder, task, out, settings)
+    exported = json.loads((out / "teacher-onnx" / "export_report.json").read_text())["dev_metrics"]
+    teacher.metrics, teacher.deployed = exported["pytorch"], _export_dev_scores(out / "teacher-onnx")
+    teacher.steps = teacher_steps(teacher.folder, out, task, settings, table["teacher"], {
+        "teacher": teacher.metrics["score"], "teacher_onnx_fp32": teacher.deployed.get("onnx_fp32"),
+        "teacher_onnx_int8": teacher.deployed.get("onnx_int8")})
+    return table
+
+
+def _finishing(config: CompressConfig, table: dict, teacher: _Teacher, kept: list | None = None) -> float:
+    """:func:`~kdbert.compress.budget.finishing_seconds` for the slowest of ``kept`` (before timing: the
+    slowest the target allows, its own export not known yet)."""
+    exports = [table["candidates"][c.name].get("export_seconds", 0.0) for c in kept or ()]
+    return finishing_seconds(table["teacher"], _latency_ratio(config, table, kept), max(exports, default=0.0),
+                             teacher.dev_seconds, every_core(config.threads))
+
+
+def _timing_order(offered: list) -> list:
+    """The order candidates are timed in: families in turn, each spread over its sizes (the product of
+    its shape's numbers, which grows with each of them) by :func:`~kdbert.compress.search.spread_order`."""
+    return spread_order(offered, {c.name: math.prod(dict(c.shape).values()) for c in offered})
+
+
+def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.PathLike,
+             clock=time.time) -> dict:
+    """Run the four steps (module doc) into ``output_dir`` within ``config.budget_minutes`` from now
+    (``clock``: :class:`~kdbert.compress.budget.Deadline`'s); returns the report."""
     config.check()
+    deadline = Deadline(config.budget_minutes, clock)
     if not task.held_out_fraction:
         task = replace(task, held_out_fraction=HELD_OUT_FRACTION)
     out = Path(output_dir)
-    teacher_dir = str(Path(config.teacher).expanduser())
-    speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
-    search_settings = SearchSettings(
-        rounds=config.rounds, first_steps=config.first_steps, budget_minutes=config.budget_minutes,
-        batch_size=config.batch_size, learning_rate=config.learning_rate, seed=config.seed,
-        word_vectors=config.word_vectors, intermediate_share=config.intermediate_share,
-        round_share=config.round_share, max_train_examples=config.max_train_examples,
-        first_round_share=config.first_round_share)
+    check_output_dir(out)
     augment = AugmentSettings.parse(config.augment, copies=config.augment_copies, max_rows=config.augment_max_rows,
                                     nltk_data=config.nltk_data, labelling_share=config.augment_labelling_share)
-    saw_held_out = teacher_saw_held_out_rows(teacher_dir, task)
+    saw_held_out = teacher_saw_held_out_rows(str(Path(config.teacher).expanduser()), task)
     if saw_held_out:
         print(f"note: the teacher was fine-tuned on the {task.held_out_fraction:.0%} of training rows this search "
               "holds out to pick on, so it scores optimistically there and they may rank students unlike dev; "
               f"`kdbert finetune --held-out-fraction {task.held_out_fraction:g}` gives a teacher without them")
-    context = shape_context(teacher_dir, task, config.word_vectors)
-    offered = all_candidates(context)
-    if config.candidates:
-        wanted = [name.strip() for name in config.candidates.split(",") if name.strip()]
-        unknown = sorted(set(wanted) - {c.name for c in offered})
-        if unknown:
-            raise KdbertError(f"--candidates: unknown {', '.join(unknown)}; this teacher offers "
-                              f"{', '.join(c.name for c in offered)}")
-        offered = [c for c in offered if c.name in wanted]
-    table = measure_speed(teacher_dir, task, out, speed_settings, offered, context)
-    fast = set(meeting_target(table, config.target_speedup, config.target_latency_ms))
-    kept = with_variants([c for c in offered if c.name in fast], augment.kinds)
+    data = load_task(task)
+    teacher = _checked_teacher(config, data)
+    context = shape_context(teacher.folder, task, config.word_vectors)
+    offered = _offered(context, config.candidates)
+    search_settings = SearchSettings(
+        rounds=config.rounds, first_steps=config.first_steps, batch_size=config.batch_size,
+        learning_rate=config.learning_rate, seed=config.seed, word_vectors=config.word_vectors,
+        intermediate_share=config.intermediate_share, round_share=config.round_share,
+        max_train_examples=config.max_train_examples, first_round_share=config.first_round_share)
+    train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
+    if not (out / SEARCH_STATE).is_file():  # a search under way was judged when it started
+        _check_fits(config, teacher, data, offered, search_settings, len(train_rows))
+    progress = Progress(deadline, enabled=not config.no_progress)
+    try:
+        return _compress(task, config, out, data, train_rows, teacher, context, offered, augment, search_settings,
+                         deadline, progress, saw_held_out)
+    finally:
+        progress.close()
+
+
+def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, offered, augment, search_settings,
+              deadline: Deadline, progress: Progress, saw_held_out) -> dict:
+    speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
+    with progress.phase("timing"):
+        table = _time_teacher(teacher, task, out, speed_settings)
+        first_round = first_round_seconds(offered, search_settings, len(train_rows), teacher_row_seconds(table))[1]
+        stop_at = deadline.end - _finishing(config, table, teacher) - first_round
+        table = measure_speed(teacher.folder, task, out, speed_settings, _timing_order(offered), context,
+                              stop_at=stop_at, clock=deadline.clock)
+    untimed = [c.name for c in offered if c.name not in table["candidates"]]
+    if untimed:
+        progress.line(f"timed {len(offered) - len(untimed)} of {len(offered)} candidates: the budget leaves no time "
+                      f"for {', '.join(untimed)} (a rerun with a larger --budget-minutes times them)")
+    timed = [c for c in offered if c.name in table["candidates"]]
+    fast = set(meeting_target({**table, "candidates": {c.name: table["candidates"][c.name] for c in timed}},
+                              config.target_speedup, config.target_latency_ms))
+    kept = with_variants([c for c in timed if c.name in fast], augment.kinds)
     table = with_variant_rows(table, kept)
     latency = {name: row["latency_real_p50_ms"] for name, row in table["candidates"].items()}
     kept = spread_order(kept, latency)
-    data = load_task(task)
-    train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
+    reserve = _finishing(config, table, teacher, kept)
     if not (out / SEARCH_STATE).is_file():  # a search under way was judged when it started
-        check_budget(table, kept, search_settings, len(train_rows))
-    teacher_family = family_of_folder(teacher_dir)
-    teacher, tokenizer = teacher_family.load(Path(teacher_dir), data.spec)
+        check_budget(table, kept, search_settings, len(train_rows), config.budget_minutes, deadline.left() - reserve)
     augmentation = None
-    if any(is_augmented(c.name) for c in kept):
-        text_fields = list(task.text_columns) if is_data_file(task.task) else list(data.spec.text_fields)
-        augmentation = augment_for_search(teacher, tokenizer, data.spec, train_rows, text_fields, out, augment,
-                                          config.budget_minutes * 60, config.seed)
-    search = successive_halving(kept, teacher_dir, task, out, search_settings)
-    teacher_eval = teacher_family.evaluator(data, tokenizer, None, 64)
-    teacher_metrics = teacher_eval(teacher)
-    winner = pick_winner(search["rounds"][-1], table["candidates"], teacher_metrics["selection_score"],
-                         config.min_kept)
+    with progress.phase("search"):
+        if any(is_augmented(c.name) for c in kept):
+            text_fields = list(task.text_columns) if is_data_file(task.task) else list(data.spec.text_fields)
+            augmentation = augment_for_search(teacher.model, teacher.tokenizer, data.spec, train_rows, text_fields,
+                                              out, augment, config.budget_minutes * 60, config.seed)
+        window = Window.from_now(deadline.left() - reserve, config.first_round_share, deadline.clock)
+        search = successive_halving(kept, teacher.folder, task, out, search_settings, window,
+                                    on_run=progress.run_finished)
+    with progress.phase("finishing"):
+        report = _finish(task, config, out, data, teacher, table, search, speed_settings)
+    report.update(augmentation=augmentation, teacher_saw_held_out_rows=saw_held_out, budget={
+        "minutes": config.budget_minutes, "finishing_reserve_seconds": round(reserve, 1), "untimed": untimed,
+        "phase_seconds": progress.phase_seconds(), "seconds": round(deadline.spent(), 1)})
+    _write_report(report, out, config.runtime)
+    progress.line(f"compress: {deadline.spent() / 60:.1f} min of --budget-minutes {config.budget_minutes:g} ("
+                  + ", ".join(f"{name} {seconds / 60:.1f}" for name, seconds in progress.phase_seconds().items())
+                  + " min)")
+    return report
+
+
+def _finish(task, config: CompressConfig, out: Path, data, teacher: _Teacher, table: dict, search: dict,
+            speed_settings: SpeedSettings) -> dict:
+    """Step 4: the winner picked, exported, timed in turns with the teacher, broken down and compared;
+    the report (without the budget's figures)."""
+    winner = pick_winner(search["rounds"][-1] if search["rounds"] else [], table["candidates"],
+                         teacher.metrics["selection_score"], config.min_kept)
     shipped = _ship(winner, out, task, config.runtime)
     file_name = RUNTIMES[config.runtime]
     in_turns = _shipped_speed(winner, out, task, speed_settings)
     runtime_key = "onnx_int8" if config.runtime == "onnx-int8" else "onnx_fp32"
     majority = _majority_score(data)
-    student_dev, teacher_dev = shipped["dev_metrics"][runtime_key]["score"], teacher_metrics["score"]
-    teacher_deployed = _export_dev_scores(out / "teacher-onnx")
-    breakdown = speedup_breakdown(teacher_dir, out, task, speed_settings, {
-        "teacher": teacher_dev, "teacher_onnx_fp32": teacher_deployed.get("onnx_fp32"),
-        "teacher_onnx_int8": teacher_deployed.get("onnx_int8"), "winner": student_dev},
-        winner["run"], in_turns["latency_real_p50_ms"]["student"])
-    report = {
-        "task": data.spec.name, "teacher": teacher_dir, "runtime": config.runtime,
+    student_dev, teacher_dev = shipped["dev_metrics"][runtime_key]["score"], teacher.metrics["score"]
+    breakdown = speedup_breakdown(teacher.steps, out, task, speed_settings, student_dev, winner["run"],
+                                  in_turns["latency_real_p50_ms"]["student"])
+    return {
+        "task": data.spec.name, "teacher": teacher.folder, "runtime": config.runtime,
         "target": {"speedup": config.target_speedup, "latency_ms": config.target_latency_ms,
                    "min_kept": config.min_kept},
-        "held_out_rows": len(data.held_out), "speed": table, "augmentation": augmentation, "search": search,
+        "held_out_rows": len(data.held_out), "speed": table, "search": search,
         "winner": winner,
         "seconds_per_candidate": _seconds_per_candidate(search), "speedup_breakdown": breakdown,
-        "teacher_scores": {"held_out": teacher_metrics["selection_score"], "dev": teacher_dev,
-                           "dev_deployed": teacher_deployed.get(runtime_key)},
-        "teacher_saw_held_out_rows": saw_held_out,
+        "teacher_scores": {"held_out": teacher.metrics["selection_score"], "dev": teacher_dev,
+                           "dev_deployed": teacher.deployed.get(runtime_key)},
         "shipped": {"folder": str(out / "winner"), "dev_score": student_dev, "parity": shipped["parity"],
                     "int8": shipped.get("quantization"),
                     "speedup": in_turns["speedup"]["student"],
@@ -311,15 +490,17 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
                     "gain_kept_dev": (student_dev - majority) / (teacher_dev - majority)
                     if majority is not None and teacher_dev != majority else None,
                     "majority_dev": majority,
-                    "agreement_dev": _agreement(data, teacher, teacher_eval, out / "winner", file_name),
+                    "agreement_dev": _agreement(data, teacher.outputs, out / "winner", file_name),
                     "agreement_measure": _agreement_measure(data.spec)},
     }
+
+
+def _write_report(report: dict, out: Path, runtime: str) -> None:
     write_json(out / REPORT, report)
     plotted = plot_pareto(build_table(_plot_records(report)), out / PLOT, latency="onnx_int8",
                           title=f"kdbert compress, {report['task']}: dev score against ms per dev row "
-                                f"({config.runtime}, batch 1)")
+                                f"({runtime}, batch 1)")
     (out / "compress_report.md").write_text(format_report(report, PLOT if plotted else None))
-    return report
 
 
 def _seconds_per_candidate(search: dict) -> dict[str, float]:

@@ -36,16 +36,16 @@ ROUND_SHARES = ("time", "steps")
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """The distillation budget: rounds of successive halving, steps of the first round (doubled
-    each round), the wall-time cap, the token-level runs' batch size and learning rate, the seed,
-    the BiLSTM's word vectors, the share of a TinyBERT round spent on intermediate matches, and
-    whether a round gives every candidate the same wall time or the same steps (``round_share``);
-    ``max_train_examples`` distils on the first rows of the training split only (None: all);
-    ``first_round_share``: the most of the budget round 0 may spend (its runs stop short of it)."""
+    """How the search distils: rounds of successive halving, steps of the first round (doubled
+    each round), the token-level runs' batch size and learning rate, the seed, the BiLSTM's word
+    vectors, the share of a TinyBERT round spent on intermediate matches, and whether a round gives
+    every candidate the same wall time or the same steps (``round_share``); ``max_train_examples``
+    distils on the first rows of the training split only (None: all); ``first_round_share``: the
+    most of the search's time round 0 may spend (its runs stop short of it). Its wall time is the
+    search's :class:`~kdbert.compress.search.Window`."""
 
     rounds: int = 8
     first_steps: int = 200
-    budget_minutes: float = 30.0
     batch_size: int = 32
     learning_rate: float = 1e-4
     seed: int = 42
@@ -56,15 +56,14 @@ class SearchSettings:
     first_round_share: float = 1 / 3
 
     def __post_init__(self):
-        if self.rounds < 1 or self.first_steps < 1 or self.budget_minutes <= 0:
-            raise KdbertError(f"--rounds, --first-steps and --budget-minutes must be positive (got {self.rounds}, "
-                              f"{self.first_steps}, {self.budget_minutes:g})")
+        if self.rounds < 1 or self.first_steps < 1:
+            raise KdbertError(f"--rounds and --first-steps must be positive (got {self.rounds}, {self.first_steps})")
         if not 0.0 <= self.intermediate_share < 1.0:
             raise KdbertError(f"--intermediate-share {self.intermediate_share:g} must be in [0, 1): the prediction "
                               "stage needs steps of its own")
         if not 0.0 < self.first_round_share <= 1.0:
             raise KdbertError(f"--first-round-share {self.first_round_share:g} must be in (0, 1]: the share of "
-                              "--budget-minutes the first round may spend")
+                              "the search's time the first round may spend")
         if self.round_share not in ROUND_SHARES:
             raise KdbertError(f"--round-share {self.round_share!r}: choose one of {', '.join(ROUND_SHARES)}")
 

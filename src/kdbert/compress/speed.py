@@ -12,7 +12,12 @@ a throughput batch (:func:`kdbert.deploy.onnx_runtime.bench_onnx`)::
 A candidate meets the target when ``speedup >= target_speedup`` (or ``latency_real_p50_ms <=
 target_latency_ms``). Every export and the table (``speed.json``) stay in the output folder, so
 a rerun measures only what is missing (or a candidate whose shape changed, e.g. the BiLSTM's
-embedding size with other word vectors).
+embedding size with other word vectors). Each row also keeps what its export and its timing cost
+here (``export_seconds``, ``timing_seconds``; the teacher's export includes its int8 choice and
+its scores on the task's rows): the finishing phase is estimated from them
+(:func:`kdbert.compress.budget.finishing_seconds`). With ``stop_at``, the candidates are timed in
+the order given until the next one, at the mean cost of those timed, would end past it (the first
+is always timed); a rerun with more time measures the rest.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,40 +107,68 @@ def time_against_teacher(teacher_file: Path, student_file: Path, task: TaskOptio
     return time_in_turns(timed, rounds)
 
 
-def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,
-                  settings: SpeedSettings = SpeedSettings(), candidates: list[Candidate] | None = None,
-                  context: ShapeContext | None = None) -> dict:
-    """The teacher's and each candidate's deployed speed (see module doc), as ``{"settings",
-    "teacher": row, "candidates": {name: row}}``, also written to ``output_dir/speed.json`` after
-    every candidate; rows already there for the same settings are reused."""
+def _timed_export(export, file: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
+    """``export()`` then :func:`time_export` of ``file``, with the seconds each took."""
+    started = time.time()
+    export()
+    exported = time.time()
+    row = time_export(file, task, settings)
+    return {**row, "export_seconds": round(exported - started, 2), "timing_seconds": round(time.time() - exported, 2)}
+
+
+def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,
+                 settings: SpeedSettings = SpeedSettings()) -> dict:
+    """The speed table of ``output_dir/speed.json`` for ``settings`` (a new one for other settings)
+    with the exported teacher's row, timed now if it is missing."""
     out = Path(output_dir)
-    table_path = out / TABLE
     table = {"settings": settings.key(), "teacher": None, "candidates": {}}
-    if table_path.is_file():
-        previous = json.loads(table_path.read_text())
+    if (out / TABLE).is_file():
+        previous = json.loads((out / TABLE).read_text())
         if previous.get("settings") == settings.key():
             table = previous
+    if table["teacher"] is None:
+        quantize = "int8" if settings.runtime == "onnx-int8" else None
+
+        def export():
+            try:
+                export_model(teacher_dir, out / "teacher-onnx", quantize=quantize, task=task)  # with its dev score
+            except KdbertError as err:
+                raise KdbertError(f"--teacher {teacher_dir} cannot be deployed in {settings.runtime}, so there is no "
+                                  f"teacher to time students against: {err}") from None
+
+        table["teacher"] = _timed_export(export, out / "teacher-onnx" / RUNTIMES[settings.runtime], task, settings)
+        write_json(out / TABLE, table)
+    return table
+
+
+def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,
+                  settings: SpeedSettings = SpeedSettings(), candidates: list[Candidate] | None = None,
+                  context: ShapeContext | None = None, stop_at: float | None = None, clock=time.time) -> dict:
+    """The teacher's and each candidate's deployed speed (see module doc), as ``{"settings",
+    "teacher": row, "candidates": {name: row}}``, also written to ``output_dir/speed.json`` after
+    every candidate; rows already there for the same settings are reused. ``stop_at``: a
+    ``clock()`` time past which no more candidates are timed (module doc)."""
+    out = Path(output_dir)
+    table = time_teacher(teacher_dir, task, out, settings)
     file_name = RUNTIMES[settings.runtime]
     quantize = "int8" if settings.runtime == "onnx-int8" else None
-    if table["teacher"] is None:
-        try:
-            export_model(teacher_dir, out / "teacher-onnx", quantize=quantize, task=task)  # with its dev score
-        except KdbertError as err:
-            raise KdbertError(f"--teacher {teacher_dir} cannot be deployed in {settings.runtime}, so there is no "
-                              f"teacher to time students against: {err}") from None
-        table["teacher"] = time_export(out / "teacher-onnx" / file_name, task, settings)
-        write_json(table_path, table)
     context = context or shape_context(teacher_dir, task)
+    timed: list[float] = []
     for candidate in all_candidates(context) if candidates is None else candidates:
         if table["candidates"].get(candidate.name, {}).get("shape") == dict(candidate.shape):
             continue
+        if stop_at is not None and timed and clock() + sum(timed) / len(timed) > stop_at:
+            break
+        started = clock()
         model, encoder = candidate.build(context)
         folder = out / "speed" / candidate.name
-        export_classifier(model, encoder, folder, quantize=quantize, source=f"{candidate.name} (random weights)")
-        row = time_export(folder / file_name, task, settings)
+        row = _timed_export(lambda: export_classifier(model, encoder, folder, quantize=quantize,
+                                                      source=f"{candidate.name} (random weights)"),
+                            folder / file_name, task, settings)
         row["speedup"] = table["teacher"]["latency_real_p50_ms"] / row["latency_real_p50_ms"]
         table["candidates"][candidate.name] = {"family": candidate.family, "shape": dict(candidate.shape), **row}
-        write_json(table_path, table)
+        write_json(out / TABLE, table)
+        timed.append(clock() - started)
     return table
 
 

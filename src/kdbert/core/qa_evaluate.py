@@ -83,17 +83,11 @@ def best_answer(context: str, windows: list[tuple[np.ndarray, np.ndarray, list]]
     return context[best_span[0]:best_span[1]]
 
 
-def answer_agreement(student_eval: "QAEvaluator", student, teacher_eval: "QAEvaluator", teacher) -> float:
+def answer_agreement(ours: list[str], theirs: list[str]) -> float:
     """How closely a student follows its teacher, in percent: the share of dev questions whose
-    predicted answer text is the teacher's (each scored by its own evaluator: its tokenizer, its
-    windows)."""
-    same = total = 0
-    for name, examples in student_eval.examples.items():
-        ours = student_eval.answers(student, examples, student_eval.splits[name])
-        theirs = teacher_eval.answers(teacher, examples, teacher_eval.splits[name])
-        same += sum(a == b for a, b in zip(ours, theirs))
-        total += len(examples)
-    return 100.0 * same / total
+    predicted answer text (``ours``, each model's from its own evaluator, its tokenizer and windows:
+    :meth:`QAEvaluator.dev_answers`) is the teacher's (``theirs``)."""
+    return 100.0 * sum(a == b for a, b in zip(ours, theirs)) / len(ours)
 
 
 class QAEvaluator:
@@ -127,6 +121,11 @@ class QAEvaluator:
             spans[row["example"]].append((logits[index, 0, :n], logits[index, 1, :n], row["offsets"]))
         allow_empty = any(not ex.label for ex in examples)
         return [best_answer(ex.texts[1], w, allow_empty) for ex, w in zip(examples, spans)]
+
+    def dev_answers(self, model) -> list[str]:
+        """The predicted answer text of every dev question, split after split."""
+        return [answer for name, examples in self.examples.items()
+                for answer in self.answers(model, examples, self.splits[name])]
 
     def __call__(self, model) -> dict[str, float]:
         metrics: dict[str, float] = {}

@@ -1,0 +1,154 @@
+"""The one deadline of ``kdbert compress``, the time its finishing phase needs, and its progress.
+
+``--budget-minutes M`` is the wall time of the whole command: every phase plans against one
+:class:`Deadline`, ``start + M``:
+
+0. checks, before anything is written: the teacher's dev outputs (for the agreement) are computed
+   and timed, and a budget shorter than what compress needs whatever it searches is refused
+   (:func:`fixed_seconds`: two exports, each scoring the dev and held-out rows
+   :func:`export_passes` times at the teacher's measured speed, and one first round);
+1. timing (:mod:`kdbert.compress.speed`): the teacher is exported (its int8 choice scored on the
+   task's rows) and timed, and its steps of the speedup breakdown; then the candidates, families
+   in turn and each spread over its sizes, until the next one would leave too little for one
+   first round of the search and the finishing (a rerun with more time times the rest);
+2. the search (:mod:`kdbert.compress.search`) runs in the window from its start to the deadline
+   less the finishing reserve: its rounds are planned to end within it, and every run is given
+   the window's end as its deadline (:attr:`kdbert.core.trainer.RunConfig.deadline`), so no run
+   trains past it;
+3. the finishing: the winner exported as it ships (with its int8 choice, scored on the task's
+   rows), timed in turns with the teacher, its steps of the breakdown, its dev agreement with the
+   teacher, the report.
+
+The finishing reserve (:func:`finishing_seconds`) is estimated from what this machine measured
+on the teacher in step 1, scaled by the latency of the slowest candidate that can win against
+the teacher's: the export costs the teacher's export times that ratio (it scores as many rows,
+through a model that much faster) plus the candidate's own export with random weights; timing
+in turns ``TURNS`` rounds of the teacher's timing and the candidate's; the threads row one
+candidate timing; the agreement the teacher's dev pass times the ratio; all of it
+``RESERVE_FACTOR`` times, for the machine's slower spells. What is estimated and measured is in
+the report (``budget``). A rerun gets a fresh ``M`` from its own start; what earlier runs of the
+command measured or trained is reused, not paid again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tqdm.auto import tqdm
+
+from kdbert.compress.search import run_line, runtime_line
+from kdbert.compress.speed import TURNS
+from kdbert.deploy.quantize import INT8_METHODS
+
+RESERVE_FACTOR = 1.25
+
+
+@dataclass
+class Deadline:
+    """``minutes`` of wall time from ``clock()`` at creation (``time.time`` unless a test injects a fake
+    clock)."""
+
+    minutes: float
+    clock: Callable[[], float] = time.time
+    start: float = field(init=False)
+
+    def __post_init__(self):
+        self.start = self.clock()
+
+    @property
+    def end(self) -> float:
+        return self.start + 60.0 * self.minutes
+
+    def spent(self) -> float:
+        return self.clock() - self.start
+
+    def left(self) -> float:
+        return self.end - self.clock()
+
+
+def finishing_seconds(teacher: dict, ratio: float, candidate_export_seconds: float, teacher_dev_seconds: float,
+                      every_core: bool) -> float:
+    """Seconds the finishing phase should take for a winner ``ratio`` times the teacher's latency
+    (module doc): ``teacher`` is its speed-table row (``export_seconds``, ``timing_seconds``),
+    ``candidate_export_seconds`` the winner's export with random weights, ``teacher_dev_seconds`` the
+    teacher's pass over the dev rows, ``every_core`` whether the breakdown times the winner on every
+    core too."""
+    export = teacher.get("export_seconds", 0.0) * ratio + candidate_export_seconds
+    timing = teacher.get("timing_seconds", 0.0)
+    in_turns = TURNS * timing * (1.0 + ratio)
+    return RESERVE_FACTOR * (export + in_turns + (timing * ratio if every_core else 0.0) + teacher_dev_seconds * ratio)
+
+
+def export_passes(runtime: str) -> int:
+    """How many times exporting a model as compress ships it scores the task's rows: the int8 choice
+    scores fp32 and every int8 method (:data:`~kdbert.deploy.quantize.INT8_METHODS`), the parity
+    check the PyTorch model and each file."""
+    return 1 + len(INT8_METHODS) + 3 if runtime == "onnx-int8" else 2
+
+
+def fixed_seconds(pass_seconds: float, runtime: str, ratio: float) -> float:
+    """What exporting the teacher and a winner ``ratio`` times its latency costs whatever the search:
+    each export scores the dev and held-out rows :func:`export_passes` times, a pass taking the
+    teacher ``pass_seconds`` (from its measured dev pass)."""
+    return export_passes(runtime) * pass_seconds * (1.0 + ratio)
+
+
+def every_core(threads: int | None) -> bool:
+    """Whether the breakdown times the winner again on every core (the search timed fewer threads)."""
+    return (threads or os.cpu_count()) < (os.cpu_count() or 1)
+
+
+class Progress:
+    """What compress prints while it works: a tqdm bar of the budget's seconds spent (its description
+    the phase; moved at each phase and each finished run; hidden with ``--no-progress``) and lines
+    (printed above the bar): each finished run's, the runs' precision and threads once."""
+
+    def __init__(self, deadline: Deadline, enabled: bool = True):
+        self.deadline = deadline
+        self.seconds: dict[str, float] = {}
+        self.said_runtime = False
+        self.bar = tqdm(total=round(60 * deadline.minutes), unit="s", desc="compress", disable=not enabled,
+                        dynamic_ncols=True, file=sys.stderr,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s of the budget")
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """The bar names the phase while it runs; its seconds are kept (:meth:`phase_seconds`)."""
+        self.bar.set_description_str(name, refresh=False)
+        self.tick()
+        started = self.deadline.clock()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + self.deadline.clock() - started
+
+    def phase_seconds(self) -> dict[str, float]:
+        """Seconds spent in each phase so far, and outside them (``other``: loading, checks, the report)."""
+        before = self.deadline.spent() - sum(self.seconds.values())
+        return {name: round(seconds, 1) for name, seconds in {**self.seconds, "other": before}.items()}
+
+    def tick(self) -> None:
+        """Move the bar to the seconds spent."""
+        self.bar.n = round(self.deadline.spent())
+        self.bar.refresh()
+
+    def line(self, text: str) -> None:
+        self.bar.write(text, file=sys.stdout)
+        self.tick()
+
+    def run_finished(self, round_index: int, row: dict) -> None:
+        """A finished run's line (:func:`~kdbert.compress.search.run_line`), after the runs' precision
+        and threads the first time (:func:`~kdbert.compress.search.runtime_line`)."""
+        if not self.said_runtime:
+            self.line(runtime_line(row))
+            self.said_runtime = True
+        self.line(run_line(round_index, row))
+
+    def close(self) -> None:
+        self.tick()
+        self.bar.close()
