@@ -14,16 +14,30 @@
    latency, speedup) and print and save the table (``summary.md``, ``summary.json``), with the
    winner's speedup over the teacher deployed the same way (both int8) on the task's dev rows.
 
-Budget ``short`` (default): 16,000 training rows, one epoch for the teacher, a 6-minute search;
-about 10 minutes on 2 idle CPU cores (BENCHMARKS.md). ``full`` fine-tunes on the whole training
-set with the per-task defaults (the search keeps its own budget). Each step is skipped when its
-output exists, and an interrupted step resumes, so rerunning the command continues where it
-stopped.
+Budget ``short`` (default): 16,000 training rows, one epoch for the teacher, a 6-minute
+``kdbert compress`` (its whole wall time: timing, search, shipping). ``full`` fine-tunes on the
+whole training set with the per-task defaults (compress keeps its own budget). Each step is
+skipped when its output exists, and an interrupted step resumes, so rerunning the command
+continues where it stopped.
+
+How long it takes is said before it starts, for this machine: the fine-tuning measured on the
+teacher (:func:`kdbert.methods.finetune.estimate_finetune`: a few of its training steps, an
+evaluation batch, the loading of its rows), compress's budget, and the bench (``BENCH_ROWS`` rows
+of the teacher's measured evaluation speed, an upper bound for the four models). Compress gets
+``--budget-minutes``, or, where this machine is slower, twice what it needs here whatever it
+searches (:func:`kdbert.compress.budget.fixed_seconds` and one first round, at the teacher's
+measured time per row), so that its search gets at least as long as that fixed work. It is met:
+the fine-tuning is given its time as its deadline (a slower spell of the machine ends its epoch
+early, evaluated and saved, and says so), and compress ends within its budget.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import platform
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +46,55 @@ from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions
 
 SHORT_BUDGET = {"max_train_examples": 16000, "epochs": 1}
+BENCH_ROWS = 4 * (5 + 20 + (2 + 6) * 32)  # 4 models: bench_model's warm-up and 20 runs, its throughput batches
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``) and its cores, for the time the quickstart announces."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.is_file() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return f"{names[0] if names else platform.machine()}, {os.cpu_count()} cores"
+
+
+def _plan(task: TaskOptions, options: dict, config, log) -> tuple[dict, float]:
+    """What fine-tuning costs here (:func:`~kdbert.methods.finetune.estimate_finetune`) and the minutes
+    compress gets (module doc; ``config``: its :class:`~kdbert.compress.pipeline.CompressConfig`),
+    said with the whole time before anything runs."""
+    from kdbert.compress.budget import fixed_seconds
+    from kdbert.methods.finetune import estimate_finetune
+
+    cost = estimate_finetune(task, options)
+    row = cost["row_seconds"]
+    fixed = fixed_seconds(row * cost["eval_rows"], config.runtime, 1.0 / config.target_speedup)
+    minutes = max(config.budget_minutes, math.ceil(2 * (fixed + config.first_steps * config.batch_size * row) / 60))
+    fine_tune = 0.0 if _finished(Path(options["output_dir"])) else cost["seconds"]
+    bench = BENCH_ROWS * row
+    raised = f", not {config.budget_minutes:g}: this machine needs that long" if minutes > config.budget_minutes else ""
+    log(f"about {(fine_tune + 60 * minutes + bench) / 60:.0f} min on this machine ({_cpu_name()}): "
+        + (f"fine-tuning the teacher {fine_tune / 60:.1f} min ({cost['steps']} steps of {cost['step_seconds']:.2f} s, "
+           "measured), " if fine_tune else "")
+        + f"compress {minutes:g} min{raised}, bench {bench / 60:.1f} min")
+    return cost, minutes
+
+
+def _teacher(task: TaskOptions, options: dict, cost: dict, log) -> dict:
+    """Step 1: the teacher's dev metrics, fine-tuned now within the time ``cost`` says (its
+    evaluation after), unless its folder holds a finished one."""
+    from kdbert.methods.finetune import finetune
+
+    teacher_dir = Path(options["output_dir"])
+    metrics = _finished(teacher_dir)
+    if metrics is not None:
+        return metrics
+    log(f"[1/3] fine-tuning the teacher on {task.task} -> {teacher_dir}")
+    deadline = time.time() + cost["seconds"] - cost["eval_rows"] * cost["row_seconds"]
+    report = finetune(task, options, resume=(teacher_dir / "run_config.json").exists(), deadline=deadline)
+    if report["stopped_early"]:
+        log(f"the teacher's fine-tuning stopped at step {report['stopped_early']['step']} of "
+            f"{report['stopped_early']['of']}, when the time said for it ran out: this machine ran slower than "
+            "measured")
+    return report["best_metrics"]
 
 
 def _finished(folder: Path) -> dict | None:
@@ -53,7 +116,6 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", ta
     """
     from kdbert.compress.pipeline import HELD_OUT_FRACTION, CompressConfig, compress
     from kdbert.deploy.bench import bench_model, compare, format_table
-    from kdbert.methods.finetune import finetune
 
     out = Path(output_dir)
     task = replace(task, held_out_fraction=task.held_out_fraction or HELD_OUT_FRACTION)
@@ -62,19 +124,17 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", ta
         limits["max_train_examples"] = max_train_examples
     teacher_dir, search_dir = out / "teacher", out / "compress"
 
-    teacher_metrics = _finished(teacher_dir)
-    if teacher_metrics is None:
-        log(f"[1/3] fine-tuning the teacher on {task.task} -> {teacher_dir}")
-        options = {"output_dir": str(teacher_dir), "model": model, "seed": seed, "no_progress": not progress, **limits}
-        teacher_metrics = finetune(task, options, resume=(teacher_dir / "run_config.json").exists())["best_metrics"]
-
-    log(f"[2/3] compress: students >= {target_speedup:g}x faster than the int8 teacher, distilled for "
-        f"{budget_minutes:g} min -> {search_dir}")
+    options = {"output_dir": str(teacher_dir), "model": model, "seed": seed, "no_progress": not progress, **limits}
     config = CompressConfig(teacher=str(teacher_dir), target_speedup=target_speedup, budget_minutes=budget_minutes,
                             first_steps=first_steps, intermediate_share=intermediate_share, candidates=candidates,
                             word_vectors=word_vectors, seed=seed,
-                            max_train_examples=limits.get("max_train_examples"))
-    report = compress(task, config, search_dir)
+                            max_train_examples=limits.get("max_train_examples"), no_progress=not progress)
+    cost, minutes = _plan(task, options, config, log)
+    teacher_metrics = _teacher(task, options, cost, log)
+
+    log(f"[2/3] compress: students >= {target_speedup:g}x faster than the int8 teacher, timed, distilled and "
+        f"shipped in {minutes:g} min -> {search_dir}")
+    report = compress(task, replace(config, budget_minutes=minutes), search_dir)
     winner = report["winner"]
 
     log("[3/3] measuring size and CPU speed (PyTorch and ONNX Runtime int8)")
@@ -141,7 +201,7 @@ def cmd_quickstart(args) -> int:
 def add_commands(sub, table: dict) -> None:
     p = add_command(sub, table, "quickstart", cmd_quickstart,
                     help="the main job: fine-tune the default teacher, compress it, compare them "
-                         "(about 10 min on 2 CPU cores)",
+                         "(it says how long it takes on this machine before it starts)",
                     description="Fine-tune the packaged teacher on a task, run a short `kdbert compress` (the fastest "
                                 "student that keeps its score, found on this machine), bench both, and print a "
                                 "teacher-vs-student table. Rerun to continue an interrupted run.")
@@ -152,7 +212,8 @@ def add_commands(sub, table: dict) -> None:
                    help="short: a 16000-row subset, one epoch for the teacher; full: per-task defaults")
     p.add_argument("--target-speedup", type=float, default=4.0,
                    help="students at least this many times faster than the int8 teacher are distilled")
-    p.add_argument("--budget-minutes", type=float, default=6.0, help="wall time for distilling the candidates")
+    p.add_argument("--budget-minutes", type=float, default=6.0,
+                   help="wall time of the compress step: timing, distilling the candidates, shipping the winner")
     p.add_argument("--first-steps", type=int, default=100, help="steps per candidate in the search's first round")
     p.add_argument("--intermediate-share", type=float, default=0.0,
                    help="share of a BERT-style candidate's steps on TinyBERT's intermediate stage (0: prediction only)")

@@ -5,20 +5,30 @@ MSE for regression), run by the shared :class:`~kdbert.core.trainer.Trainer`.
 
 Per-task defaults suit the packaged all-MiniLM-L6-v2 (a small model that under-trains at
 BERT-base's 2e-5..3e-5: RTE 55%, MRPC 77% at 3e-5 for 3 epochs), measured in BENCHMARKS.md.
+
+How long a fine-tuning takes on this machine is measured before it starts
+(:func:`estimate_finetune`): a few training steps of the model at the run's batch size, precision
+and threads, one evaluation batch, and the loading and tokenising of a sample of its rows.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import statistics
+import time
 from dataclasses import asdict, dataclass
 
 from transformers import set_seed
 
 from kdbert.core.evaluate import task_evaluator
+from kdbert.core.hardware import ThreadShare, resolve_precision
 from kdbert.core.loading import load_task_model, load_tokenizer, resolve_model_path
 from kdbert.core.matching import Match, MatchLoss
 from kdbert.options import TrainOptions, build_config, option
 from kdbert.core.run_folder import prepare_output_dir
-from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
+from kdbert.core.trace import model_inputs, output_logits
+from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer, to_device
 from kdbert.data.batching import PaddingCollator, TokenizerInputs
 from kdbert.data.load import TaskOptions, load_task, task_identity
 from kdbert.errors import KdbertError
@@ -49,10 +59,12 @@ class FinetuneConfig(TrainOptions):
         return {"epochs": epochs, "learning_rate": lr, "batch_size": batch}
 
 
-def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = False, overwrite: bool = False) -> dict:
+def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = False, overwrite: bool = False,
+             deadline: float | None = None) -> dict:
     """Fine-tune ``model`` on ``task`` with ``options`` (a :class:`FinetuneConfig` or a dict of its
-    option names); writes an HF folder with ``metrics.json`` to ``output_dir`` and returns the
-    training report (best dev metrics included)."""
+    option names), training stopping at ``deadline`` (``time.time()``,
+    :attr:`kdbert.core.trainer.RunConfig.deadline`) if given; writes an HF folder with
+    ``metrics.json`` to ``output_dir`` and returns the training report (best dev metrics included)."""
     given = options if isinstance(options, FinetuneConfig) else build_config(FinetuneConfig, options)
     given.check()
     if task.unlabelled:
@@ -78,7 +90,7 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     train_set = TokenizerInputs.for_task(tokenizer, max_seq_len, spec).rows(train_rows)
     stage = Stage(StageConfig.from_options("finetune", config),
                   MatchLoss([Match("task", "logits", "hard_label", target="labels")]), train_set)
-    trainer = Trainer({"student": model}, [stage], RunConfig.from_options(out, config),
+    trainer = Trainer({"student": model}, [stage], RunConfig.from_options(out, config, deadline=deadline),
                       PaddingCollator(tokenizer.pad_token_id, spec.is_regression),
                       evaluator=task_evaluator(data, tokenizer, max_seq_len), tokenizer=tokenizer)
     report = trainer.train(resume=resume)
@@ -88,3 +100,82 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     if len(train_set) != len(train_rows):  # QA and --truncation windows: several windows a row
         report["train_windows"] = len(train_set)
     return report
+
+
+PROBE_STEPS = 3  # training steps timed, after an untimed one
+EVAL_BATCH = 64  # the evaluators' batch size
+PROBE_SAMPLE = 256  # rows loaded and tokenised to time, the timed batches taken around their median length
+
+
+def estimate_finetune(task: TaskOptions, options: FinetuneConfig | dict) -> dict:
+    """How long :func:`finetune` with ``options`` should take on this machine, measured on its model
+    before it starts: ``PROBE_STEPS`` training steps on its first rows at its batch size, precision
+    and thread share (after an untimed step), an evaluation batch of them, and the loading and
+    tokenising of a sample, scaled to all its rows. Returns ``{"steps", "step_seconds",
+    "eval_rows", "evaluations", "row_seconds", "load_seconds", "seconds"}``: the whole run is
+    ``load_seconds + steps * step_seconds + evaluations * eval_rows * row_seconds`` (an evaluation
+    scores the dev and held-out rows, once an epoch)."""
+    config = options if isinstance(options, FinetuneConfig) else build_config(FinetuneConfig, options)
+    started = time.time()
+    data = load_task(task, seed=config.seed)
+    config = config.resolved(data.spec.name)
+    path = resolve_model_path(config.model)
+    tokenizer, model = load_tokenizer(path), load_task_model(path, data.spec, new_head_ok=True)
+    rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
+    eval_rows = sum(len(split) for split in data.dev.values()) + len(data.held_out)
+    sample = rows[: max(PROBE_SAMPLE, config.batch_size, EVAL_BATCH)]
+    encoding = time.time()
+    dataset = TokenizerInputs.for_task(tokenizer, config.max_seq_len or data.spec.max_seq_len, data.spec).rows(sample)
+    load = encoding - started + (time.time() - encoding) / len(sample) * (len(rows) + eval_rows)
+    share = ThreadShare(config.threads)
+    share.start()
+    try:
+        step, row = _probe(model, dataset, PaddingCollator(tokenizer.pad_token_id, data.spec.is_regression), config)
+    finally:
+        share.stop()
+    steps = math.ceil(config.epochs * math.ceil(len(rows) / config.batch_size)) if not config.max_steps \
+        else config.max_steps
+    evaluations = max(1, math.ceil(config.epochs))
+    return {"steps": steps, "step_seconds": step, "eval_rows": eval_rows, "evaluations": evaluations,
+            "row_seconds": row, "load_seconds": load, "seconds": load + steps * step + eval_rows * evaluations * row}
+
+
+def _around_median(dataset, size: int) -> list[int]:
+    """``size`` row indices of ``dataset`` around its median length (read round again when it has
+    fewer): a batch as long as a length-grouped run's typical one."""
+    lengths = dataset.lengths
+    order = sorted(range(len(dataset)), key=lambda i: lengths[i])
+    start = max(0, len(order) // 2 - size // 2)
+    return [order[(start + i) % len(order)] for i in range(size)]
+
+
+def _probe(model, dataset, collator, config: FinetuneConfig) -> tuple[float, float]:
+    """Seconds a training step takes (the median of ``PROBE_STEPS`` on one batch of median-length rows,
+    after an untimed one: the first call at a shape pays one-off kernel set-up, which a run pays once
+    per shape) and an evaluated row (a batch of ``EVAL_BATCH``, float32, timed on its second pass) of
+    ``model`` on ``dataset``."""
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device).train()
+    precision = resolve_precision(config.mixed_precision)[0]
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    batch = to_device(collator([dataset[i] for i in _around_median(dataset, config.batch_size)]), device)
+    times = []
+    for _ in range(PROBE_STEPS + 1):
+        began = time.time()
+        with autocast:
+            loss = output_logits(model(**model_inputs(model, batch))).float().pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.time() - began)
+    model.eval()
+    batch = to_device(collator([dataset[i] for i in _around_median(dataset, EVAL_BATCH)]), device)
+    with torch.no_grad():
+        for _ in range(2):
+            began = time.time()
+            model(**model_inputs(model, batch))
+    return statistics.median(times[1:]), (time.time() - began) / EVAL_BATCH
