@@ -25,16 +25,12 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from kdbert.compress.speed import RUNTIMES, SpeedSettings, time_export
+from kdbert.compress.speed import RUNTIMES, SpeedSettings, time_export, timed_threads
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions
 from kdbert.deploy.bench import bench_model
 
 FILE = "breakdown.json"
-
-
-def _threads(settings: SpeedSettings) -> int:
-    return settings.threads or os.cpu_count()
 
 
 def _reused(out: Path, part: str, key: dict, measure) -> list[dict]:
@@ -54,8 +50,8 @@ def teacher_steps(teacher_dir: str, out: Path, task: TaskOptions, settings: Spee
     ``teacher_onnx_fp32`` and ``teacher_onnx_int8``."""
 
     def measure() -> list[dict]:
-        torch_row = bench_model(teacher_dir, seq_len=settings.seq_len, threads=_threads(settings), runs=settings.runs,
-                                task=task, length_rows=settings.length_rows)
+        torch_row = bench_model(teacher_dir, seq_len=settings.seq_len, threads=timed_threads(settings.threads),
+                                runs=settings.runs, task=task, length_rows=settings.length_rows)
         fp32 = teacher_row if settings.runtime == "onnx-fp32" else time_export(
             out / "teacher-onnx" / RUNTIMES["onnx-fp32"], task, settings)
         steps = [("teacher", f"PyTorch fp32, padded to {settings.seq_len} tokens", torch_row["latency_median_ms"],
@@ -76,7 +72,7 @@ def speedup_breakdown(teacher: list[dict], out: Path, task: TaskOptions, setting
     """The rows of the module doc: the ``teacher`` steps (:func:`teacher_steps`), then the winner shipped
     in ``out/winner`` (distilled in ``winner_run``, scoring ``winner_score`` on dev; ``winner_latency_ms``
     as the report timed it)."""
-    threads = _threads(settings)
+    threads = timed_threads(settings.threads)
 
     def measure() -> list[dict]:
         steps = [_step("winner", "distilled", winner_latency_ms, winner_score)]

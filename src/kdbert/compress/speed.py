@@ -66,6 +66,14 @@ class SpeedSettings:
                                                     f"({os.cpu_count()} CPUs)"}
 
 
+def timed_threads(threads: int | None) -> int:
+    """The threads a timing runs on: ``--threads``, else torch's (every core unless
+    ``$OMP_NUM_THREADS`` says fewer), as :func:`~kdbert.deploy.onnx_runtime.bench_onnx` takes them."""
+    import torch
+
+    return threads or torch.get_num_threads()
+
+
 def shape_context(teacher_dir: str | os.PathLike, task: TaskOptions,
                   word_vectors: str | os.PathLike | None = None) -> ShapeContext:
     """What candidates are built for: the teacher's config and tokenizer, the task's outputs and
