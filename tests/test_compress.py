@@ -215,7 +215,8 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert rows[4]["latency_ms"] == report["shipped"]["latency_real_p50_ms"]  # the winner as timed in turns
     assert [(row["model"], row["change"]) for row in rows] == [
         ("teacher", "PyTorch fp32, padded to 64 tokens"), ("teacher", "each row at its own length"),
-        ("teacher", "ONNX Runtime fp32"), ("teacher", f"ONNX Runtime int8 ({teacher_export['quantization']['method']})"),
+        ("teacher", "ONNX Runtime fp32"),
+        ("teacher", f"ONNX Runtime int8 ({teacher_export['quantization']['method']})"),
         ("winner", "distilled"),
         *([("winner", f"{os.cpu_count()} threads instead of 1")] if os.cpu_count() > 1 else [])]
     assert [row["dev_score"] for row in rows[2:5]] == [teacher_export["dev_metrics"]["onnx_fp32"]["score"],
@@ -323,7 +324,7 @@ def test_a_teacher_the_runtime_cannot_export_and_a_tiny_budget_are_one_line_erro
     err = capsys.readouterr().err.strip()
     # judged on the teacher's measured dev pass, before anything is timed or written
     assert "--budget-minutes 0.001 is too short for this teacher on this machine: exporting it and the winner " \
-           "scores their 9 dev and held-out rows 8 times each (the int8 choice and the parity check)" in err
+           "scores 9 dev and held-out rows 8 times each (the int8 choice and the parity check)" in err
     assert "and one first round runs the teacher on 3200000 rows: about" in err
     assert len(err.splitlines()) == 1 and not out.exists()
 
@@ -946,3 +947,20 @@ def test_what_compress_needs_whatever_it_searches_is_two_exports_at_the_teachers
     assert export_passes("onnx-int8") == 1 + len(INT8_METHODS) + 3 == 8 and export_passes("onnx-fp32") == 2
     # a pass of 2 s, 8 times: 16 s for the teacher, 4 s for a winner at a quarter of its latency
     assert fixed_seconds(2.0, "onnx-int8", 0.25) == pytest.approx(20.0)
+
+
+def test_the_budget_keeps_each_phases_seconds_on_its_clock():
+    from kdbert.compress.budget import Deadline, Progress
+
+    clock = FakeClock(0.0)
+    deadline = Deadline(2.0, clock)
+    progress = Progress(deadline, enabled=False)
+    clock.now = 5.0  # the checks
+    with progress.phase("timing"):
+        clock.now = 35.0
+    with progress.phase("search"):
+        clock.now = 95.0
+    clock.now = 100.0
+    assert progress.phase_seconds() == {"timing": 30.0, "search": 60.0, "other": 10.0}
+    assert (deadline.spent(), deadline.left(), deadline.end) == (100.0, 20.0, 120.0)
+    progress.close()

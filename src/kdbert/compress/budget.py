@@ -3,10 +3,13 @@
 ``--budget-minutes M`` is the wall time of the whole command: every phase plans against one
 :class:`Deadline`, ``start + M``:
 
-0. checks, before anything is written: the teacher's dev outputs (for the agreement) are computed
-   and timed, and a budget shorter than what compress needs whatever it searches is refused
-   (:func:`fixed_seconds`: two exports, each scoring the dev and held-out rows
-   :func:`export_passes` times at the teacher's measured speed, and one first round);
+0. checks, before anything is written: the teacher is scored on the dev and held-out rows and
+   its dev outputs (for the agreement) computed, both timed, and a budget shorter than what
+   compress needs whatever it searches is refused (:func:`fixed_seconds`: two exports, each
+   scoring the dev rows and a held-out sample :func:`export_passes` times at the teacher's
+   measured speed, and one first round; an estimate that leaves out the int8 calibration and the
+   export itself, so a budget it passes may still be refused after the timing, by
+   :func:`~kdbert.compress.search.check_budget`);
 1. timing (:mod:`kdbert.compress.speed`): the teacher is exported (its int8 choice scored on the
    task's rows) and timed, and its steps of the speedup breakdown; then the candidates, families
    in turn and each spread over its sizes, until the next one would leave too little for one
@@ -42,7 +45,7 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from kdbert.compress.search import run_line, runtime_line
-from kdbert.compress.speed import TURNS
+from kdbert.compress.speed import TURNS, timed_threads
 from kdbert.deploy.quantize import INT8_METHODS
 
 RESERVE_FACTOR = 1.25
@@ -93,14 +96,14 @@ def export_passes(runtime: str) -> int:
 
 def fixed_seconds(pass_seconds: float, runtime: str, ratio: float) -> float:
     """What exporting the teacher and a winner ``ratio`` times its latency costs whatever the search:
-    each export scores the dev and held-out rows :func:`export_passes` times, a pass taking the
-    teacher ``pass_seconds`` (from its measured dev pass)."""
+    each export scores its rows :func:`export_passes` times, a pass taking the teacher
+    ``pass_seconds`` (from its measured scoring)."""
     return export_passes(runtime) * pass_seconds * (1.0 + ratio)
 
 
 def every_core(threads: int | None) -> bool:
     """Whether the breakdown times the winner again on every core (the search timed fewer threads)."""
-    return (threads or os.cpu_count()) < (os.cpu_count() or 1)
+    return timed_threads(threads) < (os.cpu_count() or 1)
 
 
 class Progress:

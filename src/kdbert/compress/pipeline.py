@@ -19,8 +19,10 @@ predicts the teacher's class (Pearson x 100 for regression). The shipped export 
 with its trained weights, in turns with the exported teacher within the same minutes
 (:func:`kdbert.compress.speed.time_against_teacher`: a slow spell of the machine slows both), the
 speedup reported, and the speedup is broken down step by step (:mod:`kdbert.compress.breakdown`).
-The teacher's scores are its export's (scored in PyTorch and in the runtime on the dev and
-held-out rows when it was exported), so it is not scored twice.
+The exports (the teacher's and the winner's) are scored on the dev rows and a sample of the
+held-out rows as large as dev (:func:`export_task`), so that their int8 choice and parity check
+cost what dev's size does, not the whole held-out set's (6,735 rows on SST-2); the teacher is
+scored on all of them once, before anything is timed.
 
 Bad input is refused in one line before anything is written: the options' checks
 (``--budget-minutes`` must be positive), an ``--output-dir`` that cannot be written, a teacher that
@@ -296,16 +298,18 @@ def _latency_ratio(config: CompressConfig, table: dict | None = None, kept: list
 
 @dataclass
 class _Teacher:
-    """The teacher as the search and the report see it: its folder, model and tokenizer, its dev
-    outputs for the agreement and the seconds they took, then from step 1 its scores (its
-    export's, in PyTorch and deployed) and its steps of the speedup breakdown."""
+    """The teacher as the search and the report see it: its folder, model and tokenizer, its scores
+    on the dev and held-out rows and the seconds they took, its dev outputs for the agreement and
+    the seconds they took, then from step 1 its deployed scores and its steps of the speedup
+    breakdown."""
 
     folder: str
     model: object
     tokenizer: object
+    metrics: dict
+    pass_seconds: float
     outputs: object
     dev_seconds: float
-    metrics: dict | None = None
     deployed: dict | None = None
     steps: list[dict] | None = None
 
@@ -321,40 +325,52 @@ def _checked_teacher(config: CompressConfig, data) -> _Teacher:
     model, tokenizer = family.load(Path(folder), data.spec)
     evaluator = family.evaluator(data, tokenizer, None, 64)
     started = time.time()
+    metrics = evaluator(model)
+    scored = time.time()
     outputs = _dev_outputs(data, evaluator, model)
-    return _Teacher(folder, model, tokenizer, outputs, time.time() - started)
+    return _Teacher(folder, model, tokenizer, metrics, scored - started, outputs, time.time() - scored)
 
 
 def _characters(rows) -> int:
     return sum(len(text) for row in rows for text in row.texts)
 
 
+def export_task(task: TaskOptions, data) -> TaskOptions:
+    """The task the exports are scored on: its dev rows and, of the rows the search holds out, as many
+    as dev has, a subset of them (a smaller ``held_out_fraction`` holds out a prefix of the same
+    seeded order, :func:`kdbert.data.load.hold_out`)."""
+    dev_rows = sum(len(rows) for rows in data.dev.values())
+    return replace(task, held_out_fraction=min(task.held_out_fraction,
+                                               dev_rows / (len(data.train) + len(data.held_out))))
+
+
 def _check_fits(config: CompressConfig, teacher: _Teacher, data, offered: list, settings: SearchSettings,
                 train_rows: int) -> None:
     """Refuse, before anything is written, a budget shorter than what compress needs on this machine
     whatever it searches (:func:`~kdbert.compress.budget.fixed_seconds` and one first round), at the
-    teacher's speed on its dev pass, per character of text, so that a held-out set of shorter or
-    longer rows than dev's costs what it should."""
+    teacher's measured speed on the dev and held-out rows, per character of text (the exports'
+    held-out sample, :func:`export_task`, costs its share of them)."""
     dev = [row for rows in data.dev.values() for row in rows]
-    scored = len(dev) + len(data.held_out)
-    pass_seconds = teacher.dev_seconds * (1 + _characters(data.held_out) / max(1, _characters(dev)))
-    rows, first_round = first_round_seconds(offered, settings, train_rows, pass_seconds / scored)
+    sample = min(len(dev), len(data.held_out))
+    scored_characters = _characters(dev) + _characters(data.held_out) * sample / max(1, len(data.held_out))
+    pass_seconds = teacher.pass_seconds * scored_characters / max(1, _characters(dev) + _characters(data.held_out))
+    row_seconds = teacher.pass_seconds / (len(dev) + len(data.held_out))
+    rows, first_round = first_round_seconds(offered, settings, train_rows, row_seconds)
     needed = fixed_seconds(pass_seconds, config.runtime, _latency_ratio(config)) + first_round
     if needed > 60 * config.budget_minutes:
         raise KdbertError(f"--budget-minutes {config.budget_minutes:g} is too short for this teacher on this machine: "
-                          f"exporting it and the winner scores their {scored} dev and held-out rows "
+                          f"exporting it and the winner scores {len(dev) + sample} dev and held-out rows "
                           f"{export_passes(config.runtime)} times each (the int8 choice and the parity check), "
                           f"{pass_seconds:.0f} s a time for the teacher here, and one first round runs the teacher on "
                           f"{rows} rows: about {needed / 60:.1f} min; give it at least {math.ceil(needed / 60)} min")
 
 
 def _time_teacher(teacher: _Teacher, task: TaskOptions, out: Path, settings: SpeedSettings) -> dict:
-    """Step 1 for the teacher: exported and timed (:func:`~kdbert.compress.speed.time_teacher`), its
-    scores read from its export and its steps of the speedup breakdown timed; returns the speed
-    table."""
+    """Step 1 for the teacher: exported (scored on ``task``, :func:`export_task`) and timed
+    (:func:`~kdbert.compress.speed.time_teacher`), its deployed scores read from its export and its
+    steps of the speedup breakdown timed; returns the speed table."""
     table = time_teacher(teacher.folder, task, out, settings)
-    exported = json.loads((out / "teacher-onnx" / "export_report.json").read_text())["dev_metrics"]
-    teacher.metrics, teacher.deployed = exported["pytorch"], _export_dev_scores(out / "teacher-onnx")
+    teacher.deployed = _export_dev_scores(out / "teacher-onnx")
     teacher.steps = teacher_steps(teacher.folder, out, task, settings, table["teacher"], {
         "teacher": teacher.metrics["score"], "teacher_onnx_fp32": teacher.deployed.get("onnx_fp32"),
         "teacher_onnx_int8": teacher.deployed.get("onnx_int8")})
@@ -415,11 +431,12 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
 def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, offered, augment, search_settings,
               deadline: Deadline, progress: Progress, saw_held_out) -> dict:
     speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
+    scored = export_task(task, data)
     with progress.phase("timing"):
-        table = _time_teacher(teacher, task, out, speed_settings)
+        table = _time_teacher(teacher, scored, out, speed_settings)
         first_round = first_round_seconds(offered, search_settings, len(train_rows), teacher_row_seconds(table))[1]
         stop_at = deadline.end - _finishing(config, table, teacher) - first_round
-        table = measure_speed(teacher.folder, task, out, speed_settings, _timing_order(offered), context,
+        table = measure_speed(teacher.folder, scored, out, speed_settings, _timing_order(offered), context,
                               stop_at=stop_at, clock=deadline.clock)
     untimed = [c.name for c in offered if c.name not in table["candidates"]]
     if untimed:
@@ -445,7 +462,7 @@ def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, o
         search = successive_halving(kept, teacher.folder, task, out, search_settings, window,
                                     on_run=progress.run_finished)
     with progress.phase("finishing"):
-        report = _finish(task, config, out, data, teacher, table, search, speed_settings)
+        report = _finish(scored, config, out, data, teacher, table, search, speed_settings)
     report.update(augmentation=augmentation, teacher_saw_held_out_rows=saw_held_out, budget={
         "minutes": config.budget_minutes, "finishing_reserve_seconds": round(reserve, 1), "untimed": untimed,
         "phase_seconds": progress.phase_seconds(), "seconds": round(deadline.spent(), 1)})
@@ -458,8 +475,8 @@ def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, o
 
 def _finish(task, config: CompressConfig, out: Path, data, teacher: _Teacher, table: dict, search: dict,
             speed_settings: SpeedSettings) -> dict:
-    """Step 4: the winner picked, exported, timed in turns with the teacher, broken down and compared;
-    the report (without the budget's figures)."""
+    """Step 4: the winner picked, exported (scored on ``task``, :func:`export_task`), timed in turns
+    with the teacher, broken down and compared; the report (without the budget's figures)."""
     winner = pick_winner(search["rounds"][-1] if search["rounds"] else [], table["candidates"],
                          teacher.metrics["selection_score"], config.min_kept)
     shipped = _ship(winner, out, task, config.runtime)
