@@ -218,6 +218,24 @@ def test_with_held_out_rows_auto_chooses_on_them_and_dev_only_reports(bert_and_t
     assert all({"held_out_score", "dev_score"} <= set(v) for v in int8["variants"].values() if "error" not in v)
 
 
+def test_with_a_deadline_auto_makes_dynamic_first_and_a_static_method_only_while_it_fits(bert_and_task, tmp_path):
+    model, encoder, task = bert_and_task
+    # asked once per static method, in INT8_METHODS' order: time for the first, none after it
+    time_left = iter([1e9, -1.0, -1.0]).__next__
+    report = export_classifier(model, encoder, tmp_path / "export", quantize="int8", task=task,
+                               int8_time_left=time_left)
+    variants = report["quantization"]["variants"]
+    made = [name for name, v in variants.items() if "latency_real_p50_ms" in v]
+    assert made == ["dynamic", "static-minmax"] and list(variants) == list(INT8_METHODS)
+    assert all(variants[name]["skipped"].startswith("would end past the export's deadline (about ")
+               for name in ("static-percentile", "static-entropy"))
+    assert report["quantization"]["method"] in made
+    nothing_left = export_classifier(model, encoder, tmp_path / "late", quantize="int8", task=task,
+                                     int8_time_left=lambda: 0.0)["quantization"]
+    assert nothing_left["method"] == "dynamic" and nothing_left["calibration_rows"] == 0
+    assert [name for name, v in nothing_left["variants"].items() if "skipped" in v] == list(INT8_METHODS[1:])
+
+
 def test_a_requested_static_method_quantises_only_the_weight_products(bert_and_task, tmp_path):
     model, encoder, task = bert_and_task
     report = export_classifier(model, encoder, tmp_path / "export", quantize="int8", task=task,

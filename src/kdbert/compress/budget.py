@@ -11,7 +11,8 @@
    export itself, so a budget it passes may still be refused after the timing, by
    :func:`~kdbert.compress.search.check_budget`);
 1. timing (:mod:`kdbert.compress.speed`): the teacher is exported (its int8 choice scored on the
-   task's rows) and timed, and its steps of the speedup breakdown; then the candidates, families
+   task's rows; static methods only while the export stays within ``TEACHER_EXPORT_SHARE`` of the
+   budget, :mod:`kdbert.deploy.int8_choice`) and timed, and its steps of the speedup breakdown; then the candidates, families
    in turn and each spread over its sizes, until the next one would leave too little for one
    first round of the search and the finishing (a rerun with more time times the rest);
 2. the search (:mod:`kdbert.compress.search`) runs in the window from its start to the deadline
@@ -19,7 +20,8 @@
    the window's end as its deadline (:attr:`kdbert.core.trainer.RunConfig.deadline`), so no run
    trains past it;
 3. the finishing: the winner exported as it ships (with its int8 choice, scored on the task's
-   rows), timed in turns with the teacher, its steps of the breakdown, its dev agreement with the
+   rows; static methods only while they leave the rest of the finishing its time,
+   :func:`after_export_seconds`), timed in turns with the teacher, its steps of the breakdown, its dev agreement with the
    teacher, the report.
 
 The finishing reserve (:func:`finishing_seconds`) is estimated from what this machine measured
@@ -46,9 +48,9 @@ from tqdm.auto import tqdm
 
 from kdbert.compress.search import run_line, runtime_line
 from kdbert.compress.speed import TURNS, timed_threads
-from kdbert.deploy.quantize import INT8_METHODS
 
 RESERVE_FACTOR = 1.25
+TEACHER_EXPORT_SHARE = 0.2  # of the budget, the most the teacher's export spends on static int8 methods
 
 
 @dataclass
@@ -82,16 +84,23 @@ def finishing_seconds(teacher: dict, ratio: float, candidate_export_seconds: flo
     teacher's pass over the dev rows, ``every_core`` whether the breakdown times the winner on every
     core too."""
     export = teacher.get("export_seconds", 0.0) * ratio + candidate_export_seconds
+    return RESERVE_FACTOR * export + after_export_seconds(teacher, ratio, teacher_dev_seconds, every_core)
+
+
+def after_export_seconds(teacher: dict, ratio: float, teacher_dev_seconds: float, every_core: bool) -> float:
+    """What the finishing needs once the winner is exported (:func:`finishing_seconds` without the
+    export): timing in turns, the threads row, the agreement, ``RESERVE_FACTOR`` times."""
     timing = teacher.get("timing_seconds", 0.0)
     in_turns = TURNS * timing * (1.0 + ratio)
-    return RESERVE_FACTOR * (export + in_turns + (timing * ratio if every_core else 0.0) + teacher_dev_seconds * ratio)
+    return RESERVE_FACTOR * (in_turns + (timing * ratio if every_core else 0.0) + teacher_dev_seconds * ratio)
 
 
 def export_passes(runtime: str) -> int:
-    """How many times exporting a model as compress ships it scores the task's rows: the int8 choice
-    scores fp32 and every int8 method (:data:`~kdbert.deploy.quantize.INT8_METHODS`), the parity
-    check the PyTorch model and each file."""
-    return 1 + len(INT8_METHODS) + 3 if runtime == "onnx-int8" else 2
+    """How many times exporting a model as compress ships it scores the task's rows at least: the
+    parity check scores the PyTorch model and each file and predicts dev with each (dev is at most
+    the rows), the int8 choice scores fp32 and ``dynamic`` (the static methods only when time
+    allows, :mod:`kdbert.deploy.int8_choice`)."""
+    return 2 * 3 + 2 if runtime == "onnx-int8" else 2 * 2
 
 
 def fixed_seconds(pass_seconds: float, runtime: str, ratio: float) -> float:

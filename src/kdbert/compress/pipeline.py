@@ -49,7 +49,8 @@ from kdbert.compress.augment import (
     with_variants,
 )
 from kdbert.compress.breakdown import format_breakdown, speedup_breakdown, teacher_steps
-from kdbert.compress.budget import Deadline, Progress, every_core, export_passes, finishing_seconds, fixed_seconds
+from kdbert.compress.budget import (TEACHER_EXPORT_SHARE, Deadline, Progress, after_export_seconds, every_core,
+                                    export_passes, finishing_seconds, fixed_seconds)
 from kdbert.compress.recipes import ROUND_SHARES, SearchSettings
 from kdbert.compress.search import STATE as SEARCH_STATE
 from kdbert.compress.search import (
@@ -231,16 +232,18 @@ def _shipped_speed(winner: dict, out: Path, task: TaskOptions, settings: SpeedSe
     return timing
 
 
-def _ship(winner: dict, out: Path, task: TaskOptions, runtime: str) -> dict:
-    """The winner's run exported as it ships (int8 for ``onnx-int8``), checked on dev; reused when
-    the folder already holds the export of that run."""
+def _ship(winner: dict, out: Path, task: TaskOptions, runtime: str, int8_time_left) -> dict:
+    """The winner's run exported as it ships (int8 for ``onnx-int8``; ``int8_time_left()``: the
+    seconds its int8 choice may still make static methods in), checked on dev; reused when the
+    folder already holds the export of that run."""
     folder = out / "winner"
     report_path = folder / "export_report.json"
     if report_path.is_file():
         previous = json.loads(report_path.read_text())
         if previous.get("source") == str(winner["run"]):
             return previous
-    return export_model(winner["run"], folder, quantize="int8" if runtime == "onnx-int8" else None, task=task)
+    return export_model(winner["run"], folder, quantize="int8" if runtime == "onnx-int8" else None, task=task,
+                        int8_time_left=int8_time_left)
 
 
 def teacher_saw_held_out_rows(teacher_dir: str, task: TaskOptions) -> bool | None:
@@ -365,11 +368,13 @@ def _check_fits(config: CompressConfig, teacher: _Teacher, data, offered: list, 
                           f"{rows} rows: about {needed / 60:.1f} min; give it at least {math.ceil(needed / 60)} min")
 
 
-def _time_teacher(teacher: _Teacher, task: TaskOptions, out: Path, settings: SpeedSettings) -> dict:
-    """Step 1 for the teacher: exported (scored on ``task``, :func:`export_task`) and timed
+def _time_teacher(teacher: _Teacher, task: TaskOptions, out: Path, settings: SpeedSettings, deadline: Deadline) -> dict:
+    """Step 1 for the teacher: exported (scored on ``task``, :func:`export_task`; static int8 methods
+    while it stays within ``TEACHER_EXPORT_SHARE`` of the budget) and timed
     (:func:`~kdbert.compress.speed.time_teacher`), its deployed scores read from its export and its
     steps of the speedup breakdown timed; returns the speed table."""
-    table = time_teacher(teacher.folder, task, out, settings)
+    export_end = deadline.clock() + TEACHER_EXPORT_SHARE * 60 * deadline.minutes
+    table = time_teacher(teacher.folder, task, out, settings, int8_time_left=lambda: export_end - deadline.clock())
     teacher.deployed = _export_dev_scores(out / "teacher-onnx")
     teacher.steps = teacher_steps(teacher.folder, out, task, settings, table["teacher"], {
         "teacher": teacher.metrics["score"], "teacher_onnx_fp32": teacher.deployed.get("onnx_fp32"),
@@ -433,7 +438,7 @@ def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, o
     speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
     scored = export_task(task, data)
     with progress.phase("timing"):
-        table = _time_teacher(teacher, scored, out, speed_settings)
+        table = _time_teacher(teacher, scored, out, speed_settings, deadline)
         first_round = first_round_seconds(offered, search_settings, len(train_rows), teacher_row_seconds(table))[1]
         stop_at = deadline.end - _finishing(config, table, teacher) - first_round
         table = measure_speed(teacher.folder, scored, out, speed_settings, _timing_order(offered), context,
@@ -462,7 +467,7 @@ def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, o
         search = successive_halving(kept, teacher.folder, task, out, search_settings, window,
                                     on_run=progress.run_finished)
     with progress.phase("finishing"):
-        report = _finish(scored, config, out, data, teacher, table, search, speed_settings)
+        report = _finish(scored, config, out, data, teacher, table, search, speed_settings, deadline)
     report.update(augmentation=augmentation, teacher_saw_held_out_rows=saw_held_out, budget={
         "minutes": config.budget_minutes, "finishing_reserve_seconds": round(reserve, 1), "untimed": untimed,
         "phase_seconds": progress.phase_seconds(), "seconds": round(deadline.spent(), 1)})
@@ -474,12 +479,15 @@ def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, o
 
 
 def _finish(task, config: CompressConfig, out: Path, data, teacher: _Teacher, table: dict, search: dict,
-            speed_settings: SpeedSettings) -> dict:
-    """Step 4: the winner picked, exported (scored on ``task``, :func:`export_task`), timed in turns
-    with the teacher, broken down and compared; the report (without the budget's figures)."""
+            speed_settings: SpeedSettings, deadline: Deadline) -> dict:
+    """Step 4: the winner picked, exported (scored on ``task``, :func:`export_task`, its static int8
+    methods only while they leave the rest its time), timed in turns with the teacher, broken down
+    and compared; the report (without the budget's figures)."""
     winner = pick_winner(search["rounds"][-1] if search["rounds"] else [], table["candidates"],
                          teacher.metrics["selection_score"], config.min_kept)
-    shipped = _ship(winner, out, task, config.runtime)
+    ratio = winner["latency_real_p50_ms"] / table["teacher"]["latency_real_p50_ms"]
+    after = after_export_seconds(table["teacher"], ratio, teacher.dev_seconds, every_core(config.threads))
+    shipped = _ship(winner, out, task, config.runtime, int8_time_left=lambda: deadline.left() - after)
     file_name = RUNTIMES[config.runtime]
     in_turns = _shipped_speed(winner, out, task, speed_settings)
     runtime_key = "onnx_int8" if config.runtime == "onnx-int8" else "onnx_fp32"

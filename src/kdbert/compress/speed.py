@@ -125,9 +125,10 @@ def _timed_export(export, file: Path, task: TaskOptions, settings: SpeedSettings
 
 
 def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,
-                 settings: SpeedSettings = SpeedSettings()) -> dict:
+                 settings: SpeedSettings = SpeedSettings(), int8_time_left=None) -> dict:
     """The speed table of ``output_dir/speed.json`` for ``settings`` (a new one for other settings)
-    with the exported teacher's row, timed now if it is missing."""
+    with the exported teacher's row, timed now if it is missing (``int8_time_left``: as
+    :func:`~kdbert.deploy.export.export_model`'s)."""
     out = Path(output_dir)
     table = {"settings": settings.key(), "teacher": None, "candidates": {}}
     if (out / TABLE).is_file():
@@ -139,7 +140,8 @@ def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: 
 
         def export():
             try:
-                export_model(teacher_dir, out / "teacher-onnx", quantize=quantize, task=task)  # with its dev score
+                export_model(teacher_dir, out / "teacher-onnx", quantize=quantize, task=task,  # with its dev score
+                             int8_time_left=int8_time_left)
             except KdbertError as err:
                 raise KdbertError(f"--teacher {teacher_dir} cannot be deployed in {settings.runtime}, so there is no "
                                   f"teacher to time students against: {err}") from None

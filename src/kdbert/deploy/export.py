@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -101,7 +101,7 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
                       task=None, max_seq_len: int | None = None, batch_size: int = 64,
                       source: str | None = None, overwrite: bool = True, graph: str | None = None,
                       int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None,
-                      int8_target: str = "any") -> dict:
+                      int8_target: str = "any", int8_time_left: Callable[[], float] | None = None) -> dict:
     """Export ``model`` with ``encoder`` (what its family encodes text with: an HF tokenizer, a
     word-level student's vocabulary) and its config into ``output_dir``.
 
@@ -112,6 +112,7 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
     graph is made (:data:`~kdbert.deploy.int8_choice.INT8_CHOICES`; ``auto``: the fastest within
     0.5 points of fp32 on the task's held-out rows, else dev, :mod:`kdbert.deploy.int8_choice`);
     ``int8_target`` the CPUs it must be exact on (:data:`~kdbert.deploy.int8_kernels.INT8_TARGETS`);
+    ``int8_time_left()`` the seconds ``auto`` may spend before it makes no more static methods;
     ``prune_vocab`` exports the model
     with its embedding cut to the tokens of the task (and ``prune_vocab_corpus``), read through an
     id remap (:mod:`kdbert.deploy.vocabulary`), checked against the unpruned model. The folder is
@@ -156,7 +157,8 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
         int8_report = None
         if quantize == "int8":
             int8_report = choose_int8(tmp / FP32_FILE, tmp / INT8_FILE, int8_method, family, encoder, spec, data,
-                                      evaluator, max_seq_len, threads=torch.get_num_threads(), target=int8_target)
+                                      evaluator, max_seq_len, threads=torch.get_num_threads(), target=int8_target,
+                                      time_left=int8_time_left)
             files["int8"] = tmp / INT8_FILE
         encoder.save_pretrained(tmp)
         if getattr(model, "config", None) is not None and hasattr(model.config, "save_pretrained"):
@@ -189,9 +191,9 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
                  quantize: str | None = None, task=None, max_seq_len: int | None = None,
                  batch_size: int = 64, overwrite: bool = True, graph: str | None = None,
                  int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None,
-                 int8_target: str = "any") -> dict:
+                 int8_target: str = "any", int8_time_left: Callable[[], float] | None = None) -> dict:
     """Export the trained classifier saved in ``model_dir``, loaded by its family (default output:
-    ``model_dir/onnx``)."""
+    ``model_dir/onnx``; options as :func:`export_classifier`'s)."""
     folder = Path(model_dir).expanduser()
     if is_onnx_model(folder):
         raise KdbertError(f"{folder} is already an ONNX export; pass the PyTorch model folder it came from")
@@ -205,4 +207,5 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
     return export_classifier(model, encoder, output_dir or folder / "onnx", quantize=quantize, task=task,
                              max_seq_len=max_seq_len, batch_size=batch_size, source=str(folder), overwrite=overwrite,
                              graph=graph, int8_method=int8_method, prune_vocab=prune_vocab,
-                             prune_vocab_corpus=prune_vocab_corpus, int8_target=int8_target)
+                             prune_vocab_corpus=prune_vocab_corpus, int8_target=int8_target,
+                             int8_time_left=int8_time_left)

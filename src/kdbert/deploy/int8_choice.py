@@ -14,6 +14,13 @@ Without a task there are no rows to calibrate on or to check against: ``auto`` i
 Latency is the smaller of two rounds that alternate between methods, so that a drift of the
 machine's speed during the measurement does not favour the method timed first.
 
+With a deadline (``time_left``: compress gives its exports one, so that they keep its budget),
+``auto`` scores the fp32 graph and makes ``dynamic`` first, then each static method only while it
+would end before the deadline: the longest static method made so far, or before the first
+``STATIC_PASSES`` times the fp32 graph's scoring (a static method runs the graph with every
+activation as an output on the calibration rows, then is scored: about 4.5 scoring passes of the
+quickstart's teacher on an AMD EPYC). What was left out is recorded as ``skipped``.
+
 Every graph has the weights ``--int8-target`` asks for (:mod:`kdbert.deploy.int8_kernels`: 7-bit,
 exact on every x86 CPU, by default); the report records the target, the largest weight and the CPU
 that quantised and checked it.
@@ -21,7 +28,9 @@ that quantised and checked it.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Callable
 
 from kdbert.deploy.int8_kernels import INT8_TARGETS, cpu_int8_facts, largest_weight
 from kdbert.deploy.quantize import INT8_METHODS, calibration_batches, quantize_int8
@@ -32,6 +41,7 @@ MAX_SCORE_DROP = 0.5  # points of the task's score an int8 graph may lose agains
 CALIBRATION_ROWS = 256  # training rows the static methods calibrate on
 TIMED_ROWS = 100  # rows timed per method
 ROUNDS = 2
+STATIC_PASSES = 5.0  # a static method's calibration and scoring, in fp32 scoring passes (module doc)
 
 __all__ = ["INT8_CHOICES", "MAX_SCORE_DROP", "choose_int8", "pick_int8"]
 
@@ -63,14 +73,15 @@ def _weights(int8_file: Path, target: str) -> dict:
 
 
 def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, spec, data=None,
-                evaluator=None, max_seq_len: int = 128, threads: int | None = None, target: str = "any") -> dict:
+                evaluator=None, max_seq_len: int = 128, threads: int | None = None, target: str = "any",
+                time_left: Callable[[], float] | None = None) -> dict:
     """Quantise ``fp32_file`` into ``int8_file`` with ``method`` (one of :data:`INT8_CHOICES`) for
     ``target`` CPUs and return what was chosen and why: ``{"method", "requested", "rule",
     "chosen_on", "target", "weight_bits", "largest_weight", "quantised_and_checked_on" (this machine's
     :func:`~kdbert.deploy.int8_kernels.cpu_int8_facts`), "variants": {method: {"held_out_score",
-    "dev_score", "latency_real_p50_ms", "size_mb"} | {"error"}}, ...}``. ``data``
+    "dev_score", "latency_real_p50_ms", "size_mb"} | {"error"} | {"skipped"}}, ...}``. ``data``
     (a TaskData) and ``evaluator`` (its family's evaluator) are needed by the static methods and by
-    ``auto``."""
+    ``auto``; ``time_left()``, the seconds to ``auto``'s deadline (module doc)."""
     from kdbert.deploy.onnx_runtime import OnnxClassifier
 
     if method not in INT8_CHOICES:
@@ -83,23 +94,12 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
         quantize_int8(fp32_file, int8_file, target=target)
         return {"method": "dynamic", "requested": method, **_weights(int8_file, target),
                 "rule": "no task: dynamic (static methods need training rows to calibrate, rows to check)"}
-    methods = INT8_METHODS if method == "auto" else (method,)
-    calibration, calibration_rows = (None, 0) if methods == ("dynamic",) else _calibration(
-        family, encoder, spec, data, max_seq_len)
-    variants: dict[str, dict] = {}
-    files: dict[str, Path] = {}
-    for name in methods:
-        file = int8_file.with_name(f"{name}.int8.onnx")
-        try:
-            files[name] = quantize_int8(fp32_file, file, name, calibration, target=target)
-        except KdbertError as err:
-            if method != "auto":
-                raise
-            variants[name] = {"error": str(err)}
-    report = {"requested": method, "calibration_rows": calibration_rows}
     if method != "auto":
-        files[method].replace(int8_file)
-        return {"method": method, **report, **_weights(int8_file, target), "rule": "requested"}
+        calibration, calibration_rows = (None, 0) if method == "dynamic" else _calibration(
+            family, encoder, spec, data, max_seq_len)
+        quantize_int8(fp32_file, int8_file, method, calibration, target=target)
+        return {"method": method, "requested": method, "calibration_rows": calibration_rows,
+                **_weights(int8_file, target), "rule": "requested"}
     held_out = bool(data.held_out)
     score = "held_out_score" if held_out else "dev_score"
 
@@ -107,23 +107,47 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
         metrics = evaluator(runner)
         return {"dev_score": metrics["score"], **({"held_out_score": metrics["selection_score"]} if held_out else {})}
 
+    began = time.perf_counter()
     fp32 = scores(OnnxClassifier(fp32_file, threads=threads, load_encoder=False))
+    guess = STATIC_PASSES * (time.perf_counter() - began)
+    measured: list[float] = []  # seconds of each static method made
+    calibration, calibration_rows = None, 0
+    variants: dict[str, dict] = {}
+    files: dict[str, Path] = {}
+    for name in INT8_METHODS:
+        expected = max(measured, default=guess)
+        if name != "dynamic" and time_left is not None and expected > time_left():
+            variants[name] = {"skipped": f"would end past the export's deadline (about {expected:.0f} s)"}
+            continue
+        began = time.perf_counter()
+        if name != "dynamic" and calibration is None:
+            calibration, calibration_rows = _calibration(family, encoder, spec, data, max_seq_len)
+        try:
+            files[name] = quantize_int8(fp32_file, int8_file.with_name(f"{name}.int8.onnx"), name, calibration,
+                                        target=target)
+        except KdbertError as err:
+            variants[name] = {"error": str(err)}
+            continue
+        variants[name] = {**scores(OnnxClassifier(files[name], threads=threads, load_encoder=False)),
+                          "size_mb": files[name].stat().st_size / 1e6}
+        if name != "dynamic":
+            measured.append(time.perf_counter() - began)
     runners = {name: OnnxClassifier(file, threads=threads, load_encoder=False) for name, file in files.items()}
     feeds = task_feeds(family, encoder, spec, data, max_seq_len, TIMED_ROWS, split="held-out" if held_out else "dev")
     latency = {name: float("inf") for name in runners}
     for _ in range(ROUNDS):
         for name, runner in runners.items():
             latency[name] = min(latency[name], time_feeds(runner, feeds)["latency_real_p50_ms"])
-    for name, runner in runners.items():
-        variants[name] = {**scores(runner), "latency_real_p50_ms": latency[name],
-                          "size_mb": files[name].stat().st_size / 1e6}
+    for name in runners:
+        variants[name]["latency_real_p50_ms"] = latency[name]
     chosen, rule = pick_int8(variants, fp32[score], score)
     del runners
     files[chosen].replace(int8_file)
     for name, file in files.items():
         if name != chosen:
             file.unlink()
-    return {"method": chosen, **report, **_weights(int8_file, target), "rule": rule,
+    return {"method": chosen, "requested": method, "calibration_rows": calibration_rows,
+            **_weights(int8_file, target), "rule": rule,
             "chosen_on": "held-out" if held_out else "dev", "fp32_dev_score": fp32["dev_score"],
             **({"fp32_held_out_score": fp32["held_out_score"]} if held_out else {}),
             "timed_rows": len(feeds), "variants": variants}
