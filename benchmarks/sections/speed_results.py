@@ -394,3 +394,26 @@ def efficiency_section() -> list[str]:
         lines.append("")
     lines += [note("efficiency-reading"), ""]
     return lines
+
+
+def int8_targets_section() -> list[str]:
+    """Every int8 method with 8-bit, 7-bit and uint8 weights: dev score and batch-1 latency on a CPU
+    with VNNI and on one without, each scoring its own models (int8_targets.py)."""
+    results = load_results("int8_targets")
+    if not results:
+        return []
+    lines = ["## int8 on CPUs with and without VNNI (`benchmarks/int8_targets.py`)", "", note("int8-targets-intro"), ""]
+    for key, r in results.items():
+        cpu = r["cpu"]
+        kernel = "u8s8 sums pairs in saturating 16 bits" if cpu["u8s8_saturates"] else "u8s8 sums in 32 bits"
+        lines += [f"`{current_command(r['command'])}` ({key}; {r['date']}, {r['machine']}, {cpu['cpu']}, "
+                  f"int8 flags: {', '.join(cpu['int8_flags'])}: {kernel})", "",
+                  "| graph | weights | largest \\|w\\| | dev | batch-1 ms |", "|---|---|---:|---:|---:|"]
+        for name, row in r["rows"].items():
+            method, _, weights = name.partition(".")
+            lines.append(f"| {method} | {weights or 'fp32'} | {row['largest_weight'] or '-'} "
+                         f"| {row['dev_score']:.2f} | {row['latency_real_p50_ms']:.3f} |")
+        lines += [f"- {name}: not made ({error})" for name, error in r["errors"].items()]
+        lines.append("")
+    lines += [note("int8-targets-reading"), ""]
+    return lines

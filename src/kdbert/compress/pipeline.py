@@ -348,9 +348,10 @@ def export_task(task: TaskOptions, data) -> TaskOptions:
 
 
 def _check_fits(config: CompressConfig, teacher: _Teacher, data, offered: list, settings: SearchSettings,
-                train_rows: int) -> None:
+                train_rows: int, spent: float) -> None:
     """Refuse, before anything is written, a budget shorter than what compress needs on this machine
-    whatever it searches (:func:`~kdbert.compress.budget.fixed_seconds` and one first round), at the
+    whatever it searches: the ``spent`` seconds of loading and scoring the teacher, then
+    :func:`~kdbert.compress.budget.fixed_seconds` and one first round, at the
     teacher's measured speed on the dev and held-out rows, per character of text (the exports'
     held-out sample, :func:`export_task`, costs its share of them)."""
     dev = [row for rows in data.dev.values() for row in rows]
@@ -359,13 +360,14 @@ def _check_fits(config: CompressConfig, teacher: _Teacher, data, offered: list, 
     pass_seconds = teacher.pass_seconds * scored_characters / max(1, _characters(dev) + _characters(data.held_out))
     row_seconds = teacher.pass_seconds / (len(dev) + len(data.held_out))
     rows, first_round = first_round_seconds(offered, settings, train_rows, row_seconds)
-    needed = fixed_seconds(pass_seconds, config.runtime, _latency_ratio(config)) + first_round
+    needed = spent + fixed_seconds(pass_seconds, config.runtime, _latency_ratio(config)) + first_round
     if needed > 60 * config.budget_minutes:
         raise KdbertError(f"--budget-minutes {config.budget_minutes:g} is too short for this teacher on this machine: "
                           f"exporting it and the winner scores {len(dev) + sample} dev and held-out rows "
                           f"{export_passes(config.runtime)} times each (the int8 choice and the parity check), "
                           f"{pass_seconds:.0f} s a time for the teacher here, and one first round runs the teacher on "
-                          f"{rows} rows: about {needed / 60:.1f} min; give it at least {math.ceil(needed / 60)} min")
+                          f"{rows} rows: about {needed / 60:.1f} min with the {spent:.0f} s spent loading and scoring "
+                          f"the teacher; give it at least {math.ceil(needed / 60)} min")
 
 
 def _time_teacher(teacher: _Teacher, task: TaskOptions, out: Path, settings: SpeedSettings, deadline: Deadline) -> dict:
@@ -424,7 +426,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         max_train_examples=config.max_train_examples, first_round_share=config.first_round_share)
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     if not (out / SEARCH_STATE).is_file():  # a search under way was judged when it started
-        _check_fits(config, teacher, data, offered, search_settings, len(train_rows))
+        _check_fits(config, teacher, data, offered, search_settings, len(train_rows), deadline.spent())
     progress = Progress(deadline, enabled=not config.no_progress)
     try:
         return _compress(task, config, out, data, train_rows, teacher, context, offered, augment, search_settings,
