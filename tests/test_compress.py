@@ -964,3 +964,20 @@ def test_the_budget_keeps_each_phases_seconds_on_its_clock():
     assert progress.phase_seconds() == {"timing": 30.0, "search": 60.0, "other": 10.0}
     assert (deadline.spent(), deadline.left(), deadline.end) == (100.0, 20.0, 120.0)
     progress.close()
+
+
+def test_a_budget_that_times_too_few_candidates_to_meet_the_target_says_so(env, tmp_path, capsys, monkeypatch):
+    from kdbert.cli import main
+    from kdbert.compress import pipeline
+
+    timing = pipeline.measure_speed
+    monkeypatch.setattr(pipeline, "measure_speed", lambda *args, **kwargs: timing(*args, **{**kwargs, "stop_at": 0.0}))
+    out = tmp_path / "compress"
+    assert main(["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+                 "--candidates", "bert-1x128,bert-2x128", "--length-rows", "4", "--threads", "1",
+                 "--target-speedup", "1000", "--budget-minutes", "5", "--no-progress", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    # the deadline times one candidate (a rerun times what is missing: at least one), and it is too slow
+    assert err.startswith("kdbert: error: --budget-minutes 5 left time to time 1 of 2 candidates on this machine (")
+    assert " s spent) and none of them meets the target (the fastest, bert-" in err
+    assert err.endswith("the teacher)); raise --budget-minutes")

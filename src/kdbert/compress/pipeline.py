@@ -450,8 +450,16 @@ def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, o
         progress.line(f"timed {len(offered) - len(untimed)} of {len(offered)} candidates: the budget leaves no time "
                       f"for {', '.join(untimed)} (a rerun with a larger --budget-minutes times them)")
     timed = [c for c in offered if c.name in table["candidates"]]
-    fast = set(meeting_target({**table, "candidates": {c.name: table["candidates"][c.name] for c in timed}},
-                              config.target_speedup, config.target_latency_ms))
+    try:
+        fast = set(meeting_target({**table, "candidates": {c.name: table["candidates"][c.name] for c in timed}},
+                                  config.target_speedup, config.target_latency_ms))
+    except KdbertError as err:
+        if not untimed:
+            raise
+        raise KdbertError(f"--budget-minutes {config.budget_minutes:g} left time to time {len(timed)} of "
+                          f"{len(offered)} candidates on this machine ({deadline.spent():.0f} s spent) and none of "
+                          f"them meets the target ({str(err).split(': ', 1)[1].split('; ')[0]}); raise "
+                          "--budget-minutes") from None
     kept = with_variants([c for c in timed if c.name in fast], augment.kinds)
     table = with_variant_rows(table, kept)
     latency = {name: row["latency_real_p50_ms"] for name, row in table["candidates"].items()}
