@@ -5,10 +5,10 @@
 
 0. checks, before anything is written: the teacher is scored on the dev and held-out rows and
    its dev outputs (for the agreement) computed, both timed, and a budget shorter than what
-   compress needs whatever it searches is refused (:func:`fixed_seconds`: two exports, each
-   scoring the dev rows and a held-out sample :func:`export_passes` times at the teacher's
-   measured speed, and one first round; an estimate that leaves out the int8 calibration and the
-   export itself, so a budget it passes may still be refused after the timing, by
+   compress needs whatever it searches is refused (the seconds spent so far, then
+   :func:`fixed_seconds`: two exports, each scoring the dev rows and a held-out sample
+   :func:`export_passes` times at the teacher's measured speed, the teacher's timing, and one
+   first round; an estimate, so a budget it passes may still be refused after the timing, by
    :func:`~kdbert.compress.search.check_budget`);
 1. timing (:mod:`kdbert.compress.speed`): the teacher is exported (its int8 choice scored on the
    task's rows; static methods only while the export stays within ``TEACHER_EXPORT_SHARE`` of the
@@ -103,11 +103,15 @@ def export_passes(runtime: str) -> int:
     return 2 * 3 + 2 if runtime == "onnx-int8" else 2 * 2
 
 
+TIMING_PASSES = 4  # the teacher's timing and its steps of the breakdown, in scoring passes (fixed_seconds)
+
+
 def fixed_seconds(pass_seconds: float, runtime: str, ratio: float) -> float:
-    """What exporting the teacher and a winner ``ratio`` times its latency costs whatever the search:
-    each export scores its rows :func:`export_passes` times, a pass taking the teacher
-    ``pass_seconds`` (from its measured scoring)."""
-    return export_passes(runtime) * pass_seconds * (1.0 + ratio)
+    """What compress costs whatever the search, a pass taking the teacher ``pass_seconds`` (from its
+    measured scoring): exporting the teacher and a winner ``ratio`` times its latency, each scoring
+    its rows :func:`export_passes` times, and timing the teacher with its steps of the breakdown,
+    ``TIMING_PASSES`` passes (on an AMD EPYC, 33 s where the quickstart's teacher took 7 s a pass)."""
+    return (export_passes(runtime) * (1.0 + ratio) + TIMING_PASSES) * pass_seconds
 
 
 def every_core(threads: int | None) -> bool:
