@@ -1,0 +1,199 @@
+"""Which run a search worker starts next: asynchronous successive halving (ASHA, Li et al. 2020)
+over the candidates that meet the speed target, where a promoted candidate continues from where it
+paused and none restarts.
+
+A candidate trains in segments. Its segment of rung ``r`` ends at :func:`rung_steps` cumulative
+steps: ``first_steps * eta^r`` with ``round_share="steps"``; with ``"time"`` (the default) that
+times ``mean_cost / own_cost`` (the mean seconds per step of the runs so far over those of its
+family), so every family gets the same wall time at a rung and cheap steps buy more of them. A
+family's cost is known once one of its candidates has trained; a candidate that trained before
+its family's cost was known is topped up to its count (continued, not rerun) once that count is
+``RERUN_FACTOR`` times what it trained.
+
+Segments are dicts: ``candidate``, ``rung``, ``state`` (``"running"``: claimed by a worker;
+``"done"``), and for a done one ``steps`` (cumulative), ``trained`` (this segment's steps),
+``score`` (held-out), ``loss`` (held-out, may be missing), ``seconds`` (wall), ``train_seconds``
+(the training loop's). :func:`next_job`
+reads them all (every worker's) and says what to run, in this order:
+
+1. rung 0 for the first candidate of each family not reached yet (candidates come in
+   ``spread_order``: families in turn), so that round 0 reaches every family;
+2. promotions, the highest rung first: of the ``n`` candidates that finished rung ``r``, the top
+   ``floor(n / eta)`` by :func:`promotion_order` go on to rung ``r + 1`` (below ``rounds``);
+3. rung-0 top-ups, then the other candidates' rung 0, while round 0's share of the window lasts
+   (``first_round_share``);
+4. when nothing else can run, the top ``ceil(n / eta)`` (a candidate left alone goes on).
+
+A job starts only when it should end inside the window (its candidate's measured seconds per step
+and the runs' mean overhead; the first run of a search always starts). The order serves the
+winner rule (:func:`pick_winner`: the fastest candidate whose held-out score keeps ``min_kept`` of
+the teacher's, among every candidate trained): once a candidate keeps it, a slower one can no
+longer win, so only candidates at least as fast are promoted, best score first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kdbert.compress.recipes import SearchSettings
+from kdbert.compress.search import family
+from kdbert.errors import KdbertError
+
+ETA = 2  # the reduction factor: the top 1/ETA of a rung goes on
+RERUN_FACTOR = 1.5
+TIMER_RESOLUTION = 0.1  # seconds: a shorter training loop counts as this long
+
+
+@dataclass(frozen=True)
+class Job:
+    """Train ``candidate`` until ``steps`` cumulative steps, the end of its rung ``rung``."""
+
+    candidate: str
+    rung: int
+    steps: int
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What the winner must do: keep ``min_kept`` of the teacher's held-out score ``teacher_score``;
+    ``latency`` (ms per row, by candidate) decides among those that do."""
+
+    teacher_score: float
+    min_kept: float
+    latency: dict[str, float]
+
+    def keeps(self, score: float) -> bool:
+        if self.teacher_score <= 0:  # a teacher scoring 0: a student keeps it all when it does as well
+            return score >= self.teacher_score
+        return score / self.teacher_score >= self.min_kept
+
+
+def latest(segments: list[dict]) -> dict[str, dict]:
+    """Each candidate's done segment with the most steps."""
+    best: dict[str, dict] = {}
+    for segment in segments:
+        if segment["state"] == "done" and segment["steps"] >= best.get(segment["candidate"], {"steps": -1})["steps"]:
+            best[segment["candidate"]] = segment
+    return best
+
+
+def _step_cost(segments: list[dict]) -> float | None:
+    """Mean training seconds per step over done ``segments`` (None without any)."""
+    done = [s for s in segments if s["state"] == "done" and s["trained"] > 0]
+    if not done:
+        return None
+    return sum(max(s["train_seconds"], TIMER_RESOLUTION) / s["trained"] for s in done) / len(done)
+
+
+def rung_steps(candidate: str, rung: int, segments: list[dict], settings: SearchSettings, eta: int = ETA) -> int:
+    """Cumulative steps at the end of ``candidate``'s rung ``rung`` (module doc)."""
+    base = settings.first_steps * eta ** rung
+    if settings.round_share == "steps":
+        return base
+    mean = _step_cost(segments)
+    own = _step_cost([s for s in segments if family(s["candidate"]) == family(candidate)])
+    if mean is None or own is None:
+        return base
+    return max(base, round(base * mean / own))
+
+
+def _predicted_seconds(candidate: str, steps: int, segments: list[dict]) -> float:
+    """Seconds training ``candidate`` for ``steps`` more steps should take: its own (else its family's,
+    else every run's) seconds per step, plus the runs' mean time outside the training loop."""
+    done = [s for s in segments if s["state"] == "done"]
+    if not done:
+        return 0.0
+    own = [s for s in done if s["candidate"] == candidate]
+    kin = [s for s in done if family(s["candidate"]) == family(candidate)]
+    cost = _step_cost(own) or _step_cost(kin) or _step_cost(done) or 0.0
+    overhead = sum(max(0.0, s["seconds"] - s["train_seconds"]) for s in done) / len(done)
+    return cost * steps + overhead
+
+
+def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal: Goal) -> list[str]:
+    """``candidates`` that may still win (no candidate keeps the share yet, or they are at least as
+    fast as the fastest that does), best first by their score at ``rung``, then lower held-out loss,
+    then name."""
+    keepers = [name for name, s in latest(segments).items() if goal.keeps(s["score"])]
+    limit = min((goal.latency[name] for name in keepers), default=math.inf)
+    at_rung = {s["candidate"]: s for s in sorted(segments, key=lambda s: s.get("steps", 0))
+               if s["state"] == "done" and s["rung"] == rung}  # a topped-up rung 0: its longest run
+    useful = [name for name in candidates if name in at_rung and goal.latency[name] <= limit]
+    return sorted(useful, key=lambda name: (-at_rung[name]["score"], at_rung[name].get("loss", math.inf), name))
+
+
+def next_job(order: list[str], segments: list[dict], settings: SearchSettings, goal: Goal, now: float,
+             window_end: float, first_round_end: float, eta: int = ETA) -> Job | None:
+    """The run to start at ``now`` (module doc), or None: nothing left that fits before ``window_end``.
+    ``order``: the candidates in ``spread_order``; ``segments``: every worker's."""
+    running = {s["candidate"] for s in segments if s["state"] == "running"}
+    trained = latest(segments)
+    started = running | set(trained)
+
+    def fits(job: Job, end: float) -> bool:
+        if not any(s["state"] == "done" for s in segments) and not running:
+            return True  # the search's first run
+        done_steps = trained[job.candidate]["steps"] if job.candidate in trained else 0
+        return now + _predicted_seconds(job.candidate, job.steps - done_steps, segments) <= end
+
+    def rung0(name: str) -> Job:
+        return Job(name, 0, rung_steps(name, 0, segments, settings, eta))
+
+    reached = {family(name) for name in started}
+    for name in order:  # the first candidate of each family not reached yet
+        if name not in started and family(name) not in reached:
+            reached.add(family(name))
+            if fits(rung0(name), first_round_end):
+                return rung0(name)
+    promotions = _promotions(order, segments, running, trained, goal, settings, eta, math.floor)
+    for job in promotions:
+        if fits(job, window_end):
+            return job
+    top_ups = [rung0(name) for name in order if name in trained and name not in running
+               and trained[name]["rung"] == 0 and rung0(name).steps >= RERUN_FACTOR * trained[name]["steps"]]
+    rest = [rung0(name) for name in order if name not in started]
+    for job in top_ups + rest:
+        if fits(job, first_round_end):
+            return job
+    if running:
+        return None  # what is running may make promotions possible
+    for job in _promotions(order, segments, running, trained, goal, settings, eta, math.ceil):
+        if fits(job, window_end):
+            return job
+    return None
+
+
+def _promotions(order, segments, running, trained, goal: Goal, settings: SearchSettings, eta: int,
+                share) -> list[Job]:
+    """Promotions the rungs allow, the highest rung first: of the ``n`` candidates done at rung ``r``,
+    the top ``share(n / eta)`` of :func:`promotion_order` that have not gone on yet."""
+    jobs = []
+    top = max((s["rung"] for s in segments if s["state"] == "done"), default=-1)
+    for rung in range(min(top, settings.rounds - 2), -1, -1):
+        finished = [name for name in order if any(s["candidate"] == name and s["rung"] == rung
+                                                  and s["state"] == "done" for s in segments)]
+        for name in promotion_order(finished, rung, segments, goal)[: share(len(finished) / eta)]:
+            if name not in running and trained[name]["rung"] == rung:
+                jobs.append(Job(name, rung + 1, rung_steps(name, rung + 1, segments, settings, eta)))
+    return jobs
+
+
+def pick_winner(segments: list[dict], goal: Goal) -> dict:
+    """Among every candidate trained (its latest segment), the fastest keeping ``goal.min_kept``, else
+    the best held-out score (then lower loss, then name); with ``kept`` and ``rule``."""
+    rows = list(latest(segments).values())
+    if not rows:
+        raise KdbertError("no candidate finished a run within --budget-minutes; raise it or lower --first-steps")
+
+    def kept(score: float) -> float:
+        if goal.teacher_score <= 0:
+            return float(score >= goal.teacher_score)
+        return score / goal.teacher_score
+
+    keeping = [row for row in rows if goal.keeps(row["score"])]
+    if keeping:
+        best = min(keeping, key=lambda row: (goal.latency[row["candidate"]], row["candidate"]))
+        return {**best, "kept": kept(best["score"]), "rule": f"fastest keeping {goal.min_kept:g}"}
+    best = min(rows, key=lambda row: (-row["score"], row.get("loss", math.inf), row["candidate"]))
+    return {**best, "kept": kept(best["score"]), "rule": f"none keeps {goal.min_kept:g}: best score"}

@@ -1,0 +1,110 @@
+"""The search's scheduler (kdbert.compress.schedule): which run starts next, on hand-made segments."""
+
+from __future__ import annotations
+
+import pytest
+
+from kdbert.compress.recipes import SearchSettings
+from kdbert.compress.schedule import Goal, Job, next_job, pick_winner, promotion_order, rung_steps
+from kdbert.errors import KdbertError
+
+ORDER = ["bert-1x128", "bilstm-h150", "bert-2x128", "mobilebert-2x384"]
+LATENCY = {"bert-1x128": 0.2, "bilstm-h150": 0.3, "bert-2x128": 0.4, "mobilebert-2x384": 0.8}
+STEPS = SearchSettings(first_steps=100, round_share="steps")
+
+
+def done(candidate, rung, steps, score, trained=None, train_seconds=10.0, seconds=12.0, loss=None):
+    segment = {"candidate": candidate, "rung": rung, "state": "done", "steps": steps,
+               "trained": steps if trained is None else trained, "score": score,
+               "train_seconds": train_seconds, "seconds": seconds}
+    return {**segment, **({"loss": loss} if loss is not None else {})}
+
+
+def running(candidate, rung):
+    return {"candidate": candidate, "rung": rung, "state": "running"}
+
+
+def goal(teacher=90.0, min_kept=0.97):
+    return Goal(teacher, min_kept, LATENCY)
+
+
+def job(segments, now=0.0, window_end=1000.0, first_round_end=300.0, settings=STEPS, target=None):
+    return next_job(ORDER, segments, settings, target or goal(), now, window_end, first_round_end)
+
+
+def test_round_0_starts_with_the_first_candidate_of_each_family():
+    assert job([]) == Job("bert-1x128", 0, 100)  # the search's first run starts whatever its cost
+    first = [done("bert-1x128", 0, 100, 50.0)]
+    assert job(first, now=12.0) == Job("bilstm-h150", 0, 100)  # a new family before bert-2x128
+    two = first + [done("bilstm-h150", 0, 100, 60.0)]
+    assert job(two, now=24.0) == Job("mobilebert-2x384", 0, 100)
+    # each run: 0.1 s a step and 2 s outside the loop, so a rung-0 run takes 12 s: one ending past round 0's
+    # share is not started; with two done at rung 0, the better one goes on (floor(2 / 2) = 1)
+    assert job(two, now=24.0, first_round_end=30.0) == Job("bilstm-h150", 1, 200)
+
+
+def test_a_candidate_left_alone_goes_on_and_nothing_starts_past_the_window():
+    one = [done("bert-1x128", 0, 100, 50.0)]
+    # round 0's share is spent and floor(1 / 2) = 0 promote: the lone candidate goes on (ceil)
+    assert job(one, now=12.0, first_round_end=12.0) == Job("bert-1x128", 1, 200)
+    # 100 more steps at 0.1 s plus 2 s: 24 s is past a window ending at 23 s
+    assert job(one, now=12.0, first_round_end=12.0, window_end=23.0) is None
+
+
+def test_asha_promotes_the_top_half_of_a_rung_highest_rung_first_and_not_twice():
+    rung0 = [done("bert-1x128", 0, 100, 50.0), done("bilstm-h150", 0, 100, 70.0),
+             done("bert-2x128", 0, 100, 65.0, loss=0.4), done("mobilebert-2x384", 0, 100, 65.0, loss=0.3)]
+    assert job(rung0, now=50.0) == Job("bilstm-h150", 1, 200)
+    # bilstm-h150 runs rung 1: the next of the top two (a tie on score broken by the lower loss)
+    assert job(rung0 + [running("bilstm-h150", 1)], now=50.0) == Job("mobilebert-2x384", 1, 200)
+    both = rung0 + [done("bilstm-h150", 1, 200, 75.0, trained=100), running("mobilebert-2x384", 1)]
+    assert job(both, now=60.0) is None  # nothing else may go on while mobilebert-2x384 runs
+    rung1 = rung0 + [done("bilstm-h150", 1, 200, 75.0, trained=100), done("mobilebert-2x384", 1, 200, 80.0,
+                                                                          trained=100)]
+    assert job(rung1, now=70.0) == Job("mobilebert-2x384", 2, 400)  # the highest rung first
+
+
+def test_once_a_candidate_keeps_the_share_only_candidates_as_fast_go_on():
+    # the three of the issue: all keep 100%; the fastest is the winner and the only one worth training on
+    kept = [done("bert-1x128", 0, 100, 90.0), done("bilstm-h150", 0, 100, 92.0),
+            done("mobilebert-2x384", 0, 100, 95.0), done("bert-2x128", 0, 100, 60.0)]
+    assert promotion_order(ORDER, 0, kept, goal()) == ["bert-1x128"]
+    assert job(kept, now=50.0) == Job("bert-1x128", 1, 200)
+    assert pick_winner(kept, goal())["candidate"] == "bert-1x128"
+    # none keeps 97% of 100: all may still win, best score first
+    assert promotion_order(ORDER, 0, kept, goal(teacher=100.0)) == [
+        "mobilebert-2x384", "bilstm-h150", "bert-1x128", "bert-2x128"]
+
+
+def test_the_winner_is_the_fastest_keeping_the_share_among_every_candidate_trained():
+    segments = [done("bert-1x128", 0, 100, 88.0),  # 97.8% kept at rung 0, never promoted
+                done("bilstm-h150", 0, 100, 85.0), done("bilstm-h150", 1, 200, 89.0, trained=100)]
+    winner = pick_winner(segments, goal())
+    assert (winner["candidate"], winner["steps"], winner["rule"]) == ("bert-1x128", 100, "fastest keeping 0.97")
+    assert winner["kept"] == pytest.approx(88.0 / 90.0)
+    fallback = pick_winner(segments, goal(teacher=100.0))  # none keeps: the best latest score
+    assert (fallback["candidate"], fallback["steps"], fallback["rule"]) == ("bilstm-h150", 200,
+                                                                            "none keeps 0.97: best score")
+    with pytest.raises(KdbertError, match="no candidate finished a run within --budget-minutes"):
+        pick_winner([running("bert-1x128", 0)], goal())
+
+
+def test_equal_time_gives_cheap_families_more_steps_and_tops_up_instead_of_rerunning():
+    time_share = SearchSettings(first_steps=100, round_share="time")
+    # BERT: 10 s for 100 steps (0.1 s a step); the BiLSTM: 1 s for 100 (0.01): mean 0.055
+    segments = [done("bert-1x128", 0, 100, 50.0, train_seconds=10.0), done("bilstm-h150", 0, 100, 60.0,
+                                                                           train_seconds=1.0, seconds=3.0)]
+    assert rung_steps("bilstm-h150", 0, segments, time_share) == round(100 * 0.055 / 0.01) == 550
+    assert rung_steps("bert-2x128", 0, segments, time_share) == 100  # never fewer than first_steps * eta^r
+    assert rung_steps("bilstm-h150", 2, segments, time_share) == 2200
+    assert job(segments, now=20.0, settings=time_share) == Job("mobilebert-2x384", 0, 100)  # a new family first
+    # with MobileBERT's 0.1 s a step the mean is 0.07: the BiLSTM's rung 0 is 700 steps, rung 1 1400
+    three = segments + [done("mobilebert-2x384", 0, 100, 40.0)]
+    assert job(three, now=40.0, settings=time_share) == Job("bilstm-h150", 1, 1400)  # floor(3 / 2): the best
+    # bert-1x128 best instead: its promotion (100 steps at 0.1 s + 2 s) ends past a window closing at 50 s;
+    # the BiLSTM, which trained 100 before its cost was known, continues to 700 (600 x 0.01 s + 2 s = 8 s)
+    bert_best = [dict(row, score=70.0) if row["candidate"] == "bert-1x128" else row for row in three]
+    assert job(bert_best, now=40.0, window_end=50.0, first_round_end=50.0, settings=time_share) == Job(
+        "bilstm-h150", 0, 700)
+    promoted = three + [running("bilstm-h150", 1)]
+    assert job(promoted, now=40.0, settings=time_share) == Job("bert-2x128", 0, 100)
