@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common import load_results
-from sections.shared import GPU_H200_RESULTS, GPU_RESULTS, note
+from sections.shared import GPU_H200_RESULTS, GPU_RESULTS, current_command, note
 
 from kdbert.compress.pipeline import format_report
 
@@ -98,4 +98,25 @@ def summary_table(results: dict) -> list[str]:
         lines.append(f"| {result['task']} | {result['target']['speedup']:g}x | {result['winner']['candidate']} | "
                      f"{shipped['speedup']:.2f}x | {teacher['dev']:.2f} / {shipped['dev_score']:.2f} | "
                      f"{100 * shipped['kept_dev']:.1f}% | {gain} | {agreement} | {budget} min{augmented} |")
+    return lines
+
+
+def compress_budget_section() -> list[str]:
+    """`kdbert compress --budget-minutes M` timed from outside, one row per budget (compress_budget.py)."""
+    results = load_results("compress_budget")
+    if not results:
+        return []
+    lines = ["## Does compress keep its budget? (`benchmarks/compress_budget.py`)", "", note("compress-budget-intro"), "",
+             "| task | budget | wall time | within M + 10% | exit | phases (s) | winner | dev | last line |",
+             "|---|---:|---:|---|---:|---|---|---:|---|"]
+    for key, r in results.items():
+        phases = ", ".join(f"{name} {seconds:.0f}" for name, seconds in (r["phase_seconds"] or {}).items()) or "-"
+        dev = "-" if r["dev_score"] is None else f"{r['dev_score']:.2f}"
+        lines.append(f"| {key.split('/')[0]} | {r['budget_minutes']:g} min | {r['wall_seconds']:.0f} s "
+                     f"| {'yes' if r['within_budget'] else '**no**'} | {r['exit_code']} | {phases} "
+                     f"| {r['winner'] or '-'} | {dev} | {r['last_line'][:200].replace('|', '/')} |")
+    machines = sorted({f"{r['date']}, {r['machine']}, {r['cpu']['cpu']} ({', '.join(r['cpu']['int8_flags'])})"
+                       for r in results.values()})
+    lines += ["", f"Measured {'; '.join(machines)}. Command: `{current_command(next(iter(results.values()))['command'])}` "
+              "(via `python benchmarks/compress_budget.py`).", "", note("compress-budget-reading"), ""]
     return lines
