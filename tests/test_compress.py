@@ -915,7 +915,15 @@ def test_an_output_dir_without_write_permission_is_refused_in_one_line(env, tmp_
         line = refused(capsys, env, locked / "compress", "--budget-minutes", "1")
     finally:
         locked.chmod(0o700)
-    assert f"{locked} is not writable" in line
+    assert line.endswith(f"cannot create files in {locked} (Permission denied); choose another --output-dir")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_output_dir_where_no_file_can_be_created_is_refused_even_for_root(env, capsys):
+    # /proc takes no new files whoever asks, root included, whatever its permission bits say
+    line = refused(capsys, env, Path("/proc/kdbert-test/compress"), "--budget-minutes", "1", created=True)
+    assert line.endswith("--output-dir /proc/kdbert-test/compress: cannot create files in /proc (No such file or "
+                         "directory); choose another --output-dir")
 
 
 def test_a_teacher_that_is_not_a_classifier_for_the_task_is_refused_in_one_line(env, tmp_path, capsys,

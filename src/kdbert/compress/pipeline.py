@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -263,15 +264,20 @@ def teacher_saw_held_out_rows(teacher_dir: str, task: TaskOptions) -> bool | Non
 
 
 def check_output_dir(out: Path) -> None:
-    """Refuse an ``--output-dir`` that cannot be written (a file, or below a file or a folder without
-    write permission) before anything is written."""
+    """Refuse an ``--output-dir`` that cannot be written (a file, or below a file or a folder this
+    process cannot create files in: tried with a temporary file, removed at once, since permission
+    bits do not tell for root or for read-only and virtual file systems) before anything is written."""
     existing = out
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
         raise KdbertError(f"--output-dir {out}: {existing} is a file, not a folder; choose another --output-dir")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise KdbertError(f"--output-dir {out}: {existing} is not writable; choose another --output-dir")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise KdbertError(f"--output-dir {out}: cannot create files in {existing} ({err.strerror}); choose "
+                          "another --output-dir") from None
 
 
 def _offered(context, names: str | None) -> list:
