@@ -209,3 +209,63 @@ def count_teacher_runs(monkeypatch) -> list:
 
     monkeypatch.setattr(teacher_logits, "_run_teacher", wrapped)
     return seen
+
+
+def _postgres_program(name: str) -> str | None:
+    """A PostgreSQL server program: on $PATH, else Debian's /usr/lib/postgresql/<version>/bin."""
+    import glob
+    import shutil
+
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), key=lambda p: int(p.split("/")[4]))
+    return shutil.which(name) or (found[-1] if found else None)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A throwaway PostgreSQL server on 127.0.0.1 with an empty database: its SQLAlchemy URL.
+
+    The cluster lives in a temporary folder and stops at the end of the session. A root process
+    runs the server as the `postgres` OS user (PostgreSQL refuses root). Skipped only when the
+    PostgreSQL programs (Debian's `postgresql` package, which .ci/run installs) are absent.
+    """
+    import pwd
+    import shutil
+    import subprocess
+    import tempfile
+
+    initdb, pg_ctl = _postgres_program("initdb"), _postgres_program("pg_ctl")
+    if not (initdb and pg_ctl):
+        pytest.skip("PostgreSQL is not installed (no initdb/pg_ctl; Debian: apt-get install postgresql)")
+    psycopg = pytest.importorskip("psycopg", reason="psycopg (the test extra) is not installed")
+    as_user: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="kdbert-pg-"))  # in /tmp: the postgres user must reach it
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            shutil.rmtree(root)
+            pytest.skip("running as root and there is no `postgres` OS user to run the server as")
+        shutil.chown(root, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data, port = root / "data", _free_port()
+    quiet = dict(check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+    subprocess.run([*as_user, initdb, "-D", str(data), "-U", "kdbert", "--auth=trust", "-E", "UTF8"], **quiet)
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-l", str(root / "server.log"), "-w", "-o",
+                    f"-p {port} -h 127.0.0.1 -k {root} -c fsync=off", "start"], **quiet)
+    try:
+        with psycopg.connect(host="127.0.0.1", port=port, user="kdbert", dbname="postgres",
+                             autocommit=True) as connection:
+            connection.execute("CREATE DATABASE kdbert")
+        yield f"postgresql+psycopg://kdbert@127.0.0.1:{port}/kdbert"
+    finally:
+        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
