@@ -14,6 +14,13 @@ each optimiser step, when that step's time plus the last evaluation's would end 
 run stops there, as if that step were its last: it evaluates (where an evaluator is given, also
 in a stage that does not evaluate otherwise, so that the run has a score), saves a checkpoint,
 skips its later stages, and its report says where it stopped (``stopped_early``).
+
+A run may also pause (:attr:`RunConfig.pause_at_step`): once its optimiser steps, counted over all
+its stages, reach that number before its last step, it stops the same way, and its report says so
+(``paused_at_step``). Resumed with a later pause or none, the run continues from there as if it had
+never paused (each stage's schedule keeps its length; the data order and random state go on);
+resumed with the pause it stopped at, it trains nothing more. The best student so far is at the
+output root after every stop, as after a finished run.
 """
 
 from __future__ import annotations
@@ -141,6 +148,7 @@ class RunConfig:
     progress: bool = True
     reseed: bool = True
     deadline: float | None = None  # time.time() by which training ends (module doc)
+    pause_at_step: int | None = None  # optimiser steps over all stages after which training pauses (module doc)
 
     @classmethod
     def from_options(cls, output_dir, options, **overrides) -> RunConfig:
@@ -216,7 +224,11 @@ class Trainer:
                       "history": []}
         self.log = RunLog(self.out)
         self.eval_seconds = 0.0  # the last evaluation's, for the deadline
-        self.stopped_early: dict | None = None
+        self.stopped_early: dict | None = None  # where a deadline stopped the run
+        self.paused_at_step: int | None = None
+        # (stage, step) of this run's last evaluation and checkpoint, alike in every process
+        self.evaluated_at: tuple[int, int] | None = None
+        self.saved_at: tuple[int, int] | None = None
 
     # ----------------------------------------------------------------- public API
     @property
@@ -231,6 +243,7 @@ class Trainer:
         checkpoint = None
         if found is not None:
             checkpoint, self.state = found
+        self._check_pause()
         if resume and self.accelerator.is_main_process:  # records past the checkpoint (all without one) are redone
             self.log.truncate({stage.config.name: i for i, stage in enumerate(self.stages)},
                               (self.state["stage"], self.state["step"]))
@@ -243,13 +256,46 @@ class Trainer:
                     continue
                 self._run_stage(index, stage, checkpoint if checkpoint and index == self.state["stage"] else None)
                 checkpoint = None
-                if self.stopped_early:
+                if self._halted:
                     break
         finally:
             self.threads.stop()
         report = self._finish(time.time() - start)
         self.log.close()
         return report
+
+    @property
+    def _halted(self) -> bool:
+        """Whether a deadline or a pause stopped the run."""
+        return self.stopped_early is not None or self.paused_at_step is not None
+
+    def _steps_run(self, index: int) -> int:
+        """Optimiser steps taken so far over all stages, ``index`` being the current one."""
+        return sum(self._total_steps(stage) for stage in self.stages[:index]) + self.state["step"]
+
+    def _check_pause(self) -> None:
+        """Refuse a pause that is not a positive step, or that lies before the checkpoint resumed from."""
+        pause = self.run.pause_at_step
+        if pause is None:
+            return
+        if pause < 1:
+            raise KdbertError(f"pause_at_step {pause}: pause after a positive number of optimiser steps")
+        done = self._steps_run(self.state["stage"])
+        if done > pause:
+            raise KdbertError(f"{self.out} has trained {done} steps, past the pause at step {pause}; "
+                              "continue it with a later pause or none")
+
+    def _resumed_at(self, index: int, config: StageConfig) -> None:
+        """The checkpoint just loaded saved this position; it was evaluated there if its history says so."""
+        self.saved_at = (index, self.state["step"])
+        history = self.state["history"]
+        if history and (history[-1]["stage"], history[-1]["step"]) == (config.name, self.state["step"]):
+            self.evaluated_at = self.saved_at
+
+    def _pause_due(self, index: int, total: int) -> bool:
+        """Whether the run has reached its pause before its last step."""
+        last = self.state["step"] == total and index == len(self.stages) - 1
+        return self.run.pause_at_step is not None and not last and self._steps_run(index) >= self.run.pause_at_step
 
     def _announce_runtime(self) -> None:
         """Choose the thread count, then print and log it with the precision (and why)."""
@@ -339,16 +385,19 @@ class Trainer:
         module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
         if checkpoint is not None:
             load_checkpoint(checkpoint, self.accelerator, self.modules, optimizer, scheduler)
+            self._resumed_at(index, config)
+            if self._pause_due(index, total):  # resumed where it paused: evaluated there unless killed before
+                self._stop(index, config, total, optimizer, scheduler, paused=True)
         else:
             self.state.update(stage=index, step=0, epoch=0, batch_in_epoch=0)
         bar = tqdm(total=total, initial=self.state["step"], desc=config.name, disable=not (
             self.run.progress and self.accelerator.is_main_process), dynamic_ncols=True)
         module.train()
-        while self.state["step"] < total and not self.stopped_early:
+        while self.state["step"] < total and not self._halted:
             batches = self._batches_per_epoch(stage)
             position = self.state["batch_in_epoch"]
             terms_sum, micro = {}, 0
-            while position < len(batches) and self.state["step"] < total and not self.stopped_early:
+            while position < len(batches) and self.state["step"] < total and not self._halted:
                 if micro == 0:  # the epoch's last group may hold fewer than grad_accum batches
                     group_size = min(config.grad_accum, len(batches) - position)
                     step_started = time.time()
@@ -371,8 +420,10 @@ class Trainer:
                     step_seconds = time.time() - step_started
                     self._after_step(config, total, averaged, position, len(batches), optimizer, scheduler, bar)
                     last = self.state["step"] == total and index == len(self.stages) - 1
-                    if not last and self._out_of_time(step_seconds):
-                        self._stop_early(index, config, total, optimizer, scheduler)
+                    if self._pause_due(index, total):
+                        self._stop(index, config, total, optimizer, scheduler, paused=True)
+                    elif not last and self._out_of_time(step_seconds):
+                        self._stop(index, config, total, optimizer, scheduler, paused=False)
         bar.close()
         self.modules = self.accelerator.unwrap_model(module).parts
 
@@ -419,16 +470,20 @@ class Trainer:
         flag = torch.tensor([float(late and self.accelerator.is_main_process)], device=self.device)
         return bool(self.accelerator.reduce(flag, reduction="sum").item())
 
-    def _stop_early(self, index: int, config: StageConfig, total: int, optimizer, scheduler) -> None:
-        """End the run at this step (module doc): evaluate it unless that was just done, save a
-        checkpoint, and record where it stopped."""
+    def _stop(self, index: int, config: StageConfig, total: int, optimizer, scheduler, paused: bool) -> None:
+        """End the run at this step, at its pause or its deadline (module doc): evaluate it unless
+        that was just done, save a checkpoint, and record where it stopped."""
         step = self.state["step"]
-        history = self.state["history"]
-        if not (history and (history[-1]["stage"], history[-1]["step"]) == (config.name, step)):
+        evaluated = self.evaluated_at == (index, step)
+        if not evaluated:
             self._evaluate(config.name)
-        self._save_checkpoint(optimizer, scheduler)
-        done = sum(self._total_steps(stage) for stage in self.stages[:index]) + step
-        self.stopped_early = {"stage": config.name, "step": step, "of": total, "steps_run": done}
+        if not evaluated or self.saved_at != (index, step):
+            self._save_checkpoint(optimizer, scheduler)
+        if paused:
+            self.paused_at_step = self._steps_run(index)
+        else:
+            self.stopped_early = {"stage": config.name, "step": step, "of": total,
+                                  "steps_run": self._steps_run(index)}
 
     def _check_finite(self, loss, terms, stage_name):
         if torch.isfinite(loss):
@@ -441,6 +496,7 @@ class Trainer:
         )
 
     def _evaluate(self, stage_name: str) -> None:
+        self.evaluated_at = (self.state["stage"], self.state["step"])
         if self.evaluator is None or not self.accelerator.is_main_process:
             return
         started = time.time()
@@ -471,6 +527,7 @@ class Trainer:
     def _save_checkpoint(self, optimizer, scheduler) -> None:
         save_checkpoint(self.out / "checkpoints", self.accelerator, self.modules, self.state, optimizer, scheduler,
                         self.run.keep_checkpoints)
+        self.saved_at = (self.state["stage"], self.state["step"])
 
     # ----------------------------------------------------------------- end
     def _finish(self, seconds: float) -> dict:
@@ -485,6 +542,7 @@ class Trainer:
         report = {"best_metrics": self.state["best_metrics"], "best_stage": self.state["best_stage"],
                   "best_step": self.state["best_step"], "history": self.state["history"],
                   "train_seconds": round(seconds, 1), "stopped_early": self.stopped_early,
+                  "paused_at_step": self.paused_at_step,
                   "runtime": {**self.runtime, "thread_changes": self.threads.changes},
                   "stages": [asdict(s.config) for s in self.stages]}
         write_json(self.out / "train_report.json", report)
