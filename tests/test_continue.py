@@ -1,5 +1,6 @@
 """Pausing a run at an optimiser step and continuing it later: a run paused at step k and continued
-to step n ends with the weights of one run straight to n."""
+to step n ends with the weights of one run straight to n, for the trainer and for every kind of
+compress candidate (TinyBERT's prediction stage, logit-KD MobileBERT, the distilled BiLSTM)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import save_tiny_classifier, write_glue_task
+from safetensors.torch import load_file
 from transformers import BertConfig, BertForSequenceClassification
 
+from kdbert.compress import speed
+from kdbert.compress.build import build_from_teacher
+from kdbert.compress.recipes import SearchSettings, run_options, starts_from_teacher
 from kdbert.core.checkpoints import latest_checkpoint
 from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
 from kdbert.data.batching import EncodedDataset, PaddingCollator
+from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
+from kdbert.families.registry import family_of_folder
+from kdbert.methods.front import distill_task
 
 
 # ----------------------------------------------------------------------------- the trainer
@@ -107,3 +116,59 @@ def test_a_deadline_or_a_pause_whichever_comes_first_stops_the_run(tmp_path):
     _, at_the_end = _toy_run(tmp_path / "end", pause_at_step=10)  # the last step: the run finishes
     assert at_the_end["paused_at_step"] is None
     assert [(r["stage"], r["step"]) for r in at_the_end["history"]] == [("second", 3), ("second", 6)]
+
+
+# ----------------------------------------------------------------------------- compress candidates
+STEPS, PAUSE = 10, 3  # evaluated at 5 and 10 (run_options: half-way and at the end); paused in between
+SETTINGS = SearchSettings(batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, tiny_tokenizer):
+    root = tmp_path_factory.mktemp("continue")
+    write_glue_task(root / "glue", "SST-2", n_train=120, n_dev=8)
+    teacher = save_tiny_classifier(root / "teacher", tiny_tokenizer, hidden_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, intermediate_size=256)
+    task = TaskOptions("sst2", data_dir=str(root / "glue"), held_out_fraction=0.25)
+    context = speed.shape_context(teacher, task)
+    return {"root": root, "teacher": teacher, "task": task, "context": context,
+            "candidates": {c.name: c for c in speed.all_candidates(context)}}
+
+
+def candidate_options(env, name: str, steps: int) -> dict:
+    """The options compress gives ``name``'s run of ``steps`` steps (its search's ``_distil``)."""
+    candidate = env["candidates"][name]
+    caches = env["root"] / "caches"
+    options = {**run_options(candidate, steps, SETTINGS, str(caches / "teacher-cache")), "teacher": str(env["teacher"])}
+    if starts_from_teacher(candidate):
+        start = env["root"] / "starts" / name
+        if not (start / "config.json").is_file():
+            build_from_teacher(candidate, env["teacher"], env["task"], start, env["context"])
+        options["student"] = str(start)
+    else:
+        options["logits_cache"] = str(caches / "teacher-logits")
+    return options
+
+
+@pytest.mark.parametrize("name", ["bert-1x128", "mobilebert-2x128", "bilstm-h150"])
+def test_a_compress_candidate_paused_and_continued_ends_as_one_run_straight_through(env, tmp_path, name):
+    options = candidate_options(env, name, STEPS)
+    straight = distill_task(env["task"], options, str(tmp_path / "straight"))
+    out = tmp_path / "paused"
+    paused = distill_task(env["task"], options, str(out), pause_at_step=PAUSE)
+    assert (paused["paused_at_step"], paused["stopped_early"]) == (PAUSE, None)
+    assert paused["eval_history"][-1]["step"] == PAUSE and paused["dev_metrics"] == paused["eval_history"][-1]["eval"]
+    # the run folder holds a student that loads and scores as at the pause (what compress ships)
+    data = load_task(env["task"])
+    family = family_of_folder(out)
+    model, encoder = family.load(out, data.spec)
+    assert family.evaluator(data, encoder, None, 8)(model) == pytest.approx(paused["dev_metrics"])
+
+    with pytest.raises(KdbertError, match=r"--resume: .* holds a run with different settings \(.*max_steps"):
+        distill_task(env["task"], candidate_options(env, name, STEPS + 2), str(out), resume=True)
+    continued = distill_task(env["task"], options, str(out), resume=True)
+    assert continued["paused_at_step"] is None
+    assert_same_weights(*(load_file(latest_checkpoint(run / "checkpoints")[0] / "modules.safetensors")
+                          for run in (tmp_path / "straight", out)))
+    # the straight run's evaluations, and the pause's between them
+    assert [r for r in continued["eval_history"] if r["step"] != PAUSE] == straight["eval_history"]

@@ -99,12 +99,15 @@ def _train(plan: Plan, run: RunConfig, collator, tokenizer, resume: bool, evalua
 
 
 def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = False, overwrite: bool = False,
-                 deadline: float | None = None) -> dict:
+                 deadline: float | None = None, pause_at_step: int | None = None) -> dict:
     """Distil ``teacher`` into a student on ``task`` with the options' ``method`` (default tinybert).
 
     ``options``: a method config (:mod:`kdbert.methods.registry`) or a dict of its option names (the CLI's
     ``distill task`` options); ``deadline``: the ``time.time()`` by which training stops
-    (:attr:`kdbert.core.trainer.RunConfig.deadline`). Returns the report also written to
+    (:attr:`kdbert.core.trainer.RunConfig.deadline`); ``pause_at_step``: the optimiser step (over all
+    stages) after which it pauses, evaluated, saved and reported (``paused_at_step``), the run folder
+    holding the best student so far; ``resume=True`` with the same options continues it
+    (:attr:`kdbert.core.trainer.RunConfig.pause_at_step`). Returns the report also written to
     ``distill_report.json``.
     """
     started = time.time()
@@ -138,7 +141,7 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
                          **task_identity(task))
     cache = open_teacher_cache(config, plan, max_seq_len, spec)
     out = prepare_output_dir(output_dir, identity, resume, overwrite)
-    run = RunConfig.from_options(out, config, deadline=deadline)
+    run = RunConfig.from_options(out, config, deadline=deadline, pause_at_step=pause_at_step)
     train_report, plan_report = _train(plan, run, inputs.collator, inputs.saved_with_student,
                                        resume, inputs.evaluator, cache)
     if not is_main_process():
@@ -153,7 +156,8 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
         "selected_on": f"held-out training rows ({len(data.held_out)})" if data.held_out else "dev",
         "best_step": train_report["best_step"], "eval_history": train_report["history"],
         "runtime": train_report["runtime"], "train_seconds": train_report["train_seconds"],
-        "stopped_early": train_report["stopped_early"], "wall_seconds": round(time.time() - started, 1),
+        "stopped_early": train_report["stopped_early"], "paused_at_step": train_report["paused_at_step"],
+        "wall_seconds": round(time.time() - started, 1),
     }
     write_json(out / "distill_report.json", report)
     return report
