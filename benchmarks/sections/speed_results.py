@@ -409,7 +409,9 @@ def int8_targets_section() -> list[str]:
         lines += [f"`{current_command(r['command'])}` ({key}; {r['date']}, {r['machine']}, {cpu['cpu']}, "
                   f"int8 flags: {', '.join(cpu['int8_flags'])}: {kernel})", "",
                   "| graph | weights | largest \\|w\\| | dev | batch-1 ms |", "|---|---|---:|---:|---:|"]
-        for name, row in r["rows"].items():
+        order = ["fp32"] + [f"{method}.{weights}" for method in ("dynamic", "static-minmax", "static-entropy")
+                            for weights in ("s8", "s7", "u8")]
+        for name, row in sorted(r["rows"].items(), key=lambda item: order.index(item[0]) if item[0] in order else 99):
             method, _, weights = name.partition(".")
             lines.append(f"| {method} | {weights or 'fp32'} | {row['largest_weight'] or '-'} "
                          f"| {row['dev_score']:.2f} | {row['latency_real_p50_ms']:.3f} |")
