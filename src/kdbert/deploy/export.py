@@ -12,6 +12,7 @@
                           CPU, unless --int8-target vnni (:mod:`kdbert.deploy.int8_kernels`)
     config.json, tokenizer files
     export_report.json    parity and size (below)
+    README.md             the model card (:mod:`kdbert.deploy.model_card`)
 
 With ``--prune-vocab`` the graph's embedding keeps only the rows of the task's tokens, read through
 an id map (:mod:`kdbert.deploy.vocabulary`; ``export_report.json["vocabulary"]``).
@@ -46,6 +47,7 @@ from kdbert.core.atomic_io import replace_dir, write_json
 from kdbert.deploy.bench import count_flops, count_parameters
 from kdbert.deploy.graphs import export_graph
 from kdbert.deploy.int8_choice import INT8_CHOICES, choose_int8
+from kdbert.deploy.model_card import write_export_card
 from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, REPORT_FILE, OnnxClassifier, is_onnx_model
 from kdbert.deploy.vocabulary import prune_vocabulary
 from kdbert.errors import KdbertError
@@ -101,7 +103,8 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
                       task=None, max_seq_len: int | None = None, batch_size: int = 64,
                       source: str | None = None, overwrite: bool = True, graph: str | None = None,
                       int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None,
-                      int8_target: str = "any", int8_time_left: Callable[[], float] | None = None) -> dict:
+                      int8_target: str = "any", int8_time_left: Callable[[], float] | None = None,
+                      command: str | list[str] | None = None) -> dict:
     """Export ``model`` with ``encoder`` (what its family encodes text with: an HF tokenizer, a
     word-level student's vocabulary) and its config into ``output_dir``.
 
@@ -116,7 +119,8 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
     ``prune_vocab`` exports the model
     with its embedding cut to the tokens of the task (and ``prune_vocab_corpus``), read through an
     id remap (:mod:`kdbert.deploy.vocabulary`), checked against the unpruned model. The folder is
-    written atomically.
+    written atomically, with its model card (``README.md``, :mod:`kdbert.deploy.model_card`;
+    ``command``: the command line that made it, for the card).
     Returns the report.
     """
     if quantize not in (None, "int8"):
@@ -177,10 +181,11 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
             "quantization": int8_report, "vocabulary": vocabulary,
             "parity": parity, "dev_metrics": metrics,
             "params_total": params["total"], "params_non_embedding": params["non_embedding"],
-            "flops_per_example": flops,
+            "flops_per_example": flops, "threads": torch.get_num_threads(),
             "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
         }
         write_json(tmp / REPORT_FILE, report)
+        write_export_card(tmp, report, data, task.held_out_fraction if task is not None else 0.0, command)
         replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -191,7 +196,8 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
                  quantize: str | None = None, task=None, max_seq_len: int | None = None,
                  batch_size: int = 64, overwrite: bool = True, graph: str | None = None,
                  int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None,
-                 int8_target: str = "any", int8_time_left: Callable[[], float] | None = None) -> dict:
+                 int8_target: str = "any", int8_time_left: Callable[[], float] | None = None,
+                 command: str | list[str] | None = None) -> dict:
     """Export the trained classifier saved in ``model_dir``, loaded by its family (default output:
     ``model_dir/onnx``; options as :func:`export_classifier`'s)."""
     folder = Path(model_dir).expanduser()
@@ -208,4 +214,4 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
                              max_seq_len=max_seq_len, batch_size=batch_size, source=str(folder), overwrite=overwrite,
                              graph=graph, int8_method=int8_method, prune_vocab=prune_vocab,
                              prune_vocab_corpus=prune_vocab_corpus, int8_target=int8_target,
-                             int8_time_left=int8_time_left)
+                             int8_time_left=int8_time_left, command=command)

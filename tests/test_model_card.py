@@ -1,0 +1,171 @@
+"""The model card (README.md) that export and compress write beside a model (tiny random models)."""
+
+import json
+
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+
+from conftest import save_tiny_classifier, write_glue_task
+from kdbert.data.load import TaskOptions, load_task
+from kdbert.deploy.export import export_model
+from kdbert.deploy.model_card import compress_card, task_facts, write_compress_card
+
+
+def front_matter(text: str) -> dict:
+    assert text.startswith("---\n")
+    return yaml.safe_load(text[4:].split("\n---\n", 1)[0])
+
+
+def no_temporary_files(folder) -> bool:
+    names = [p.name for p in folder.parent.rglob("*")]
+    return not [name for name in names if name.endswith(".tmp") or ".tmp-" in name]
+
+
+@pytest.fixture(scope="module")
+def sst2(tmp_path_factory):
+    glue = tmp_path_factory.mktemp("glue")
+    write_glue_task(glue, "SST-2", n_train=40, n_dev=24)
+    return TaskOptions("sst2", data_dir=str(glue), held_out_fraction=0.2)
+
+
+def test_export_with_a_task_writes_a_card_of_its_report(tmp_path, tiny_tokenizer, sst2):
+    model_dir = save_tiny_classifier(tmp_path / "bert", tiny_tokenizer)
+    command = ["kdbert", "export", "--model", str(model_dir), "--quantize", "int8", "--task", "sst2"]
+    report = export_model(model_dir, tmp_path / "onnx", quantize="int8", task=sst2, command=command)
+    folder = tmp_path / "onnx"
+    text = (folder / "README.md").read_text()
+    assert no_temporary_files(folder)
+
+    meta = front_matter(text)
+    assert meta["library_name"] == "onnx" and {"kdbert", "onnx", "int8"} <= set(meta["tags"])
+    assert meta["base_model"] == str(model_dir) and meta["datasets"] == ["nyu-mll/glue"]
+    [result] = meta["model-index"][0]["results"]
+    assert result["task"] == {"type": "text-classification"}
+    assert result["dataset"] == {"type": "nyu-mll/glue", "name": "GLUE SST2", "config": "sst2", "split": "validation"}
+    dev = report["dev_metrics"]
+    assert {m["name"]: m["value"] for m in result["metrics"]} == {
+        "accuracy (ONNX fp32, percent)": dev["onnx_fp32"]["score"],
+        "accuracy (ONNX int8, percent)": dev["onnx_int8"]["score"]}
+    assert report == json.loads((folder / "export_report.json").read_text())
+    results = ModelCard(text).data.eval_results  # the Hub's own reading of model-index
+    assert [(r.metric_type, r.metric_value) for r in results] == [
+        ("accuracy", dev["onnx_fp32"]["accuracy"]), ("accuracy", dev["onnx_int8"]["accuracy"])]
+
+    data = load_task(sst2)
+    int8 = report["quantization"]
+    latency = int8["variants"][int8["method"]]["latency_real_p50_ms"]
+    cpu = int8["quantised_and_checked_on"]["cpu"]
+    for line in (
+            f"Exported from `{model_dir}` by `kdbert export`.",
+            f"Training rows: {len(data.train)}, of which {len(data.held_out)} (20%) held out to pick on.",
+            f"Dev score: {dev['pytorch']['score']:.2f} (PyTorch), {dev['onnx_fp32']['score']:.2f} (ONNX fp32), "
+            f"{dev['onnx_int8']['score']:.2f} (ONNX int8).",
+            f"int8 ({int8['method']}): {latency:.2f} ms per row (median, batch 1, {int8['timed_rows']} held-out rows "
+            f"at their own lengths) on {cpu}, 1 thread, ONNX Runtime {report['versions']['onnxruntime']}.",
+            f"Method: {int8['method']} ({int8['rule']}).",
+            "Weights: 7-bit weights (the default, --int8-target any)",
+            f"{report['params_total']:,} parameters",
+            "Scores are measured on one task's dev rows (sst2)",
+            "```\nkdbert export --model " + str(model_dir) + " --quantize int8 --task sst2\n```"):
+        assert line in text, line
+
+
+def test_export_without_a_task_has_no_results_and_names_the_teacher_of_its_run(tmp_path, tiny_tokenizer):
+    model_dir = save_tiny_classifier(tmp_path / "student", tiny_tokenizer)
+    (model_dir / "run_config.json").write_text(json.dumps(
+        {"command": "distill-task", "method": "tinybert", "teacher": "runs/teacher"}))
+    report = export_model(model_dir, tmp_path / "onnx", quantize="int8")
+    text = (tmp_path / "onnx" / "README.md").read_text()
+    assert no_temporary_files(tmp_path / "onnx")
+
+    meta = front_matter(text)
+    assert meta["base_model"] == "runs/teacher"
+    assert not {"model-index", "datasets", "metrics"} & set(meta)
+    assert not ModelCard(text).data.eval_results
+    assert "Distilled with tinybert from the teacher `runs/teacher`." in text
+    assert "Exported without a task: parity was checked on synthetic rows and there is no score." in text
+    assert f"Method: dynamic ({report['quantization']['rule']})." in text
+    for missing in ("## Data", "## Evaluation\n\nDev score", "## Speed", "```"):
+        assert missing not in text
+
+
+def compress_reports(folder: str) -> tuple[dict, dict]:
+    """A compress report shaped as the pipeline writes it and the winner's export report."""
+    machine = {"cpu": "Intel(R) Xeon(R) Platinum 8480+", "machine": "x86_64",
+               "int8_flags": ["amx_int8", "avx2", "avx512_vnni"], "u8s8_saturates": False}
+    int8 = {"method": "static-minmax", "requested": "auto", "rule": "fastest within 0.5 points of the fp32 held-out "
+            "score", "target": "vnni", "weight_bits": 8, "largest_weight": 127, "quantised_and_checked_on": machine}
+    export_report = {
+        "source": f"{folder}/runs/bilstm-1x300", "family": "BiLSTMClassifier", "inputs": ["input_ids"],
+        "max_positions": None, "files": {"fp32": {"file": "model.onnx", "size_mb": 12.5},
+                                         "int8": {"file": "model.int8.onnx", "size_mb": 3.25}},
+        "quantization": int8, "dev_metrics": {"pytorch": {"accuracy": 84.6, "score": 84.6},
+                                             "onnx_fp32": {"accuracy": 84.6, "score": 84.6},
+                                             "onnx_int8": {"accuracy": 84.2, "score": 84.2}},
+        "params_total": 3_210_000, "params_non_embedding": 610_000, "threads": 8,
+        "versions": {"torch": "2.5.1", "onnxruntime": "1.20.1"}}
+    winner = {"run": f"{folder}/runs/bilstm-1x300", "candidate": "bilstm-1x300", "selection_score": 86.4,
+              "dev_score": 84.6, "steps": 1600, "kept": 86.4 / 88.0, "latency_real_p50_ms": 0.21,
+              "rule": "fastest keeping 0.97"}
+    report = {
+        "task": "sst2", "teacher": "runs/quickstart/teacher", "runtime": "onnx-int8",
+        "target": {"speedup": 10.0, "latency_ms": None, "min_kept": 0.97}, "held_out_rows": 6735,
+        "speed": {"settings": {"runtime": "onnx-int8", "threads": 8, "length_rows": 200, "seq_len": 64,
+                               "machine": "x86_64 (8 CPUs)"},
+                  "teacher": {"latency_real_p50_ms": 9.8},
+                  "candidates": {"bilstm-1x300": {"family": "bilstm", "shape": {"layers": 1, "hidden": 300},
+                                                  "latency_real_p50_ms": 0.21, "speedup": 46.7}}},
+        "search": {"rounds": [[winner, {**winner, "candidate": "bert-2x256"}], [winner]]},
+        "winner": winner,
+        "teacher_scores": {"held_out": 88.0, "dev": 86.2, "dev_deployed": 86.0},
+        "shipped": {"folder": f"{folder}/winner", "dev_score": 84.2, "int8": int8, "speedup": 47.3,
+                    "latency_real_p50_ms": 0.2, "teacher_latency_real_p50_ms": 9.46,
+                    "timed_in_turns": [{}, {}, {}], "kept_dev": 84.2 / 86.2, "gain_kept_dev": (84.2 - 50.9) / (86.2 - 50.9),
+                    "majority_dev": 50.9, "agreement_dev": 91.5, "agreement_measure": "% of rows, same class"},
+        "teacher_saw_held_out_rows": False}
+    return report, export_report
+
+
+def test_compress_card_names_the_rule_the_kept_share_and_the_speed(sst2, tmp_path):
+    report, export_report = compress_reports(str(tmp_path))
+    data = load_task(sst2)
+    text = compress_card(report, export_report, task_facts(data, 0.2, 30), command="kdbert compress --task sst2")
+    meta = front_matter(text)
+    assert meta["base_model"] == "runs/quickstart/teacher" and "knowledge-distillation" in meta["tags"]
+    [result] = meta["model-index"][0]["results"]
+    assert meta["model-index"][0]["name"] == "bilstm-1x300"
+    assert result["metrics"][-1] == {"type": "accuracy", "value": 84.2, "name": "accuracy (ONNX int8, percent)"}
+    for line in (
+            "Distilled from the teacher `runs/quickstart/teacher` by `kdbert compress`.",
+            "BiLSTMClassifier (layers 1, hidden 300): 3,210,000 parameters, 610,000 outside the embeddings.",
+            f"Training rows: 30, of which {len(data.held_out)} (20%) held out to pick on.",
+            "Picked by `kdbert compress` from 1 candidate in the search's last round (target: at least 10x the "
+            "teacher's speed in onnx-int8): **bilstm-1x300**, rule `fastest keeping 0.97`.",
+            "Held-out score: 86.40 against the teacher's 88.00 (98.2% kept).",
+            "Dev score (onnx-int8): 84.20 against the teacher's 86.20: 97.7% of it kept, 94.3% of its gain over "
+            "the majority class (50.90).",
+            "Agreement with the teacher on dev: 91.5 (% of rows, same class).",
+            "0.20 ms per dev row (median, batch 1, rows at their own lengths) against the teacher's 9.46 ms: 47.30x "
+            "its speed, timed in turns with it 3 times on Intel(R) Xeon(R) Platinum 8480+, 8 threads, onnx-int8.",
+            "Weights: 8-bit weights (--int8-target vnni)",
+            "The int8 graph has 8-bit weights: on x86 CPUs without VNNI or AMX",
+            "The student scores below its teacher (97.7% of its dev score)",
+            "```\nkdbert compress --task sst2\n```"):
+        assert line in text, line
+    assert "optimistic" not in text
+
+
+def test_compress_card_is_written_atomically_beside_the_winner(sst2, tmp_path):
+    report, export_report = compress_reports(str(tmp_path))
+    winner = tmp_path / "winner"
+    winner.mkdir()
+    (winner / "export_report.json").write_text(json.dumps(export_report))
+    (winner / "README.md").write_text("the export's card\n")
+    report.update(teacher_saw_held_out_rows=True, shipped={**report["shipped"], "kept_dev": 1.0})
+    write_compress_card(winner, report, load_task(sst2), 0.2, 32)
+    text = (winner / "README.md").read_text()
+    assert sorted(p.name for p in winner.iterdir()) == ["README.md", "export_report.json"]
+    assert "rule `fastest keeping 0.97`" in text and "the teacher's 86.20: 100.0% of it kept" in text
+    assert "The teacher was fine-tuned on the held-out rows too, so its held-out score is optimistic." in text
+    assert "scores below its teacher" not in text and "```" not in text
