@@ -10,7 +10,8 @@ candidate run is an ordinary run folder), each planned against one deadline
    (:mod:`kdbert.compress.build`, :mod:`kdbert.compress.search`), with ``--augment`` beside
    augmented variants of them (:mod:`kdbert.compress.augment`);
 3. pick the winner on held-out training rows (:func:`kdbert.compress.search.pick_winner`);
-4. export it as it ships, checked on dev, and write ``compress_report.json`` / ``.md``.
+4. export it as it ships, checked on dev, and write ``compress_report.json`` / ``.md`` and the
+   winner's model card (:mod:`kdbert.deploy.model_card`).
 
 Shares in the report: ``kept = student / teacher`` score, and the share of the teacher's gain over
 the majority class kept, ``(student - majority) / (teacher - majority)``, which stays meaningful
@@ -80,6 +81,7 @@ from kdbert.core.metrics import compute_metrics, task_score
 from kdbert.core.qa_evaluate import answer_agreement
 from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.export import export_model
+from kdbert.deploy.model_card import write_compress_card
 from kdbert.deploy.onnx_runtime import OnnxClassifier
 from kdbert.deploy.report import build_table, plot_pareto
 from kdbert.errors import KdbertError
@@ -405,9 +407,10 @@ def _timing_order(offered: list) -> list:
 
 
 def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.PathLike,
-             clock=time.time) -> dict:
+             clock=time.time, command: str | list[str] | None = None) -> dict:
     """Run the four steps (module doc) into ``output_dir`` within ``config.budget_minutes`` from now
-    (``clock``: :class:`~kdbert.compress.budget.Deadline`'s); returns the report."""
+    (``clock``: :class:`~kdbert.compress.budget.Deadline`'s; ``command``: the command line, for the
+    winner's model card); returns the report."""
     config.check()
     deadline = Deadline(config.budget_minutes, clock)
     if not task.held_out_fraction:
@@ -436,13 +439,13 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     progress = Progress(deadline, enabled=not config.no_progress)
     try:
         return _compress(task, config, out, data, train_rows, teacher, context, offered, augment, search_settings,
-                         deadline, progress, saw_held_out)
+                         deadline, progress, saw_held_out, command)
     finally:
         progress.close()
 
 
 def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, offered, augment, search_settings,
-              deadline: Deadline, progress: Progress, saw_held_out) -> dict:
+              deadline: Deadline, progress: Progress, saw_held_out, command=None) -> dict:
     speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
     scored = export_task(task, data)
     with progress.phase("timing"):
@@ -488,6 +491,7 @@ def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, o
         "minutes": config.budget_minutes, "finishing_reserve_seconds": round(reserve, 1), "untimed": untimed,
         "phase_seconds": progress.phase_seconds(), "seconds": round(deadline.spent(), 1)})
     _write_report(report, out, config.runtime)
+    write_compress_card(out / "winner", report, data, task.held_out_fraction, len(train_rows), command)
     progress.line(f"compress: {deadline.spent() / 60:.1f} min of --budget-minutes {config.budget_minutes:g} ("
                   + ", ".join(f"{name} {seconds / 60:.1f}" for name, seconds in progress.phase_seconds().items())
                   + " min)")
