@@ -263,6 +263,10 @@ def test_a_qa_model_gives_the_answer_span_and_its_probability(tmp_path, capsys, 
         starts, ends = softmax(start.astype(np.float64)), softmax(end.astype(np.float64))
         assert any(abs(record["score"] - starts[i] * ends[j]) < TOLERANCE
                    for i in range(len(offsets)) for j in range(len(offsets)))
+    export_model(folder)
+    exported = kdbert.load(folder / "onnx").predict(pairs)
+    assert [r["answer"] for r in exported] == [r["answer"] for r in records]
+    np.testing.assert_allclose([r["score"] for r in exported], [r["score"] for r in records], rtol=0, atol=TOLERANCE)
     code, _, err = run_cli(capsys, "predict", "--model", folder, "--input", source, "--text-columns", "question")
     assert code == 2 and "reads (question, context) pairs" in err
 
