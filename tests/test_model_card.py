@@ -169,3 +169,14 @@ def test_compress_card_is_written_atomically_beside_the_winner(sst2, tmp_path):
     assert "rule `fastest keeping 0.97`" in text and "the teacher's 86.20: 100.0% of it kept" in text
     assert "The teacher was fine-tuned on the held-out rows too, so its held-out score is optimistic." in text
     assert "scores below its teacher" not in text and "```" not in text
+
+
+def test_kdbert_export_writes_the_command_as_typed_into_the_card(tmp_path, tiny_tokenizer):
+    import shlex
+
+    from kdbert.cli import main
+
+    model_dir = save_tiny_classifier(tmp_path / "bert", tiny_tokenizer)
+    argv = ["export", "--model", str(model_dir), "--output-dir", str(tmp_path / "onnx")]
+    assert main(argv) == 0
+    assert f"```\n{shlex.join(['kdbert', *argv])}\n```" in (tmp_path / "onnx" / "README.md").read_text()

@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     try:
         args = parse_command_line(argv)
+        args.command_line = ["kdbert", *argv]  # as typed, for the model cards exports write
         return args.func(args)
     except KdbertError as exc:
         print(f"kdbert: error: {exc}", file=sys.stderr)

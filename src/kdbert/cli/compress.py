@@ -12,7 +12,7 @@ from kdbert.options import build_config
 
 def cmd_compress(args) -> int:
     config = build_config(CompressConfig, given_options(args, CompressConfig))
-    report = compress(task_options(args), config, args.output_dir)
+    report = compress(task_options(args), config, args.output_dir, command=args.command_line)
     print((Path(args.output_dir) / "compress_report.md").read_text())
     print(f"shipped: {report['shipped']['folder']}")
     return 0

@@ -105,7 +105,7 @@ def cmd_export(args) -> int:
                           max_seq_len=args.max_seq_len, batch_size=args.batch_size, overwrite=args.overwrite,
                           graph=args.graph, int8_method=args.int8_method, int8_target=args.int8_target,
                           prune_vocab=args.prune_vocab,
-                          prune_vocab_corpus=args.prune_vocab_corpus)
+                          prune_vocab_corpus=args.prune_vocab_corpus, command=args.command_line)
     out = Path(args.output_dir or Path(args.model) / "onnx")
     parity, graph = report["parity"], report["graph"]
     print(f"exported {args.model} -> {out} ({', '.join(f['file'] for f in report['files'].values())})")
