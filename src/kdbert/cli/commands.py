@@ -17,6 +17,7 @@ import kdbert.cli.augment as augment
 import kdbert.cli.compress as compress
 import kdbert.cli.predict as predict
 import kdbert.cli.quickstart as quickstart
+import kdbert.cli.serve as serve
 import kdbert.cli.train as train
 from kdbert.cli.common import INTERNAL
 from kdbert.cli.deploy import add_deploy_commands
@@ -36,6 +37,7 @@ def build_parser(table: dict[str, argparse.ArgumentParser] | None = None) -> arg
     compress.add_commands(sub, table)
     add_deploy_commands(sub, table)
     predict.add_commands(sub, table)
+    serve.add_commands(sub, table)
     for name, command in table.items():
         if command.get_default("func") is None:  # a group of commands (distill)
             continue
