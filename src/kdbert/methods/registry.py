@@ -23,6 +23,7 @@ METHOD_MODULES = (
     "kdbert.methods.distilbert",
     "kdbert.methods.mobilebert",
     "kdbert.methods.bilstm",
+    "kdbert.methods.minilm",
 )
 METHODS: dict[str, Method] = {m.name: m for m in (importlib.import_module(path).METHOD for path in METHOD_MODULES)}
 
