@@ -171,3 +171,30 @@ def test_distill_task_minilm_lowers_the_relation_loss(env, tmp_path, tiny_tokeni
     before = relation_loss_on(env["student"], env, tiny_tokenizer, 3, 8)
     after = relation_loss_on(out, env, tiny_tokenizer, 3, 8)
     assert after < 0.6 * before
+
+
+def test_distill_general_minilm_then_task(env, tmp_path, tiny_tokenizer):
+    teacher = AutoModelForSequenceClassification.from_pretrained(env["teacher"]).bert
+    teacher.save_pretrained(tmp_path / "bare")
+    tiny_tokenizer.save_pretrained(tmp_path / "bare")
+    AutoModelForSequenceClassification.from_pretrained(env["student"]).config.save_pretrained(tmp_path / "shape")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(["the cat sat on the mat .", "a big dog ran fast in the park .",
+                                 "the small child reads a red book ."] * 20) + "\n")
+    general = tmp_path / "general"
+    args = ["distill", "general", "--method", "minilm", "--teacher", tmp_path / "bare", "--student",
+            tmp_path / "shape", "--corpus", corpus, "--output-dir", general, "--max-seq-len", 16, "--batch-size", 4,
+            "--max-steps", 20, "--learning-rate", 3e-3, "--relation-layer", "2", "--no-progress"]
+    assert cli.main([str(a) for a in args]) == 0
+    report = json.loads((general / "general_report.json").read_text())
+    assert (report["relation"]["teacher_layer"], report["relation"]["heads"]) == (2, 8)
+    relation = [record["relation"] for record in report["stage_losses"]["general"]]
+    assert len(relation) == 1 and relation[0] > 0
+    assert json.loads((general / "config.json").read_text())["architectures"] == ["BertModel"]
+    out = tmp_path / "task"
+    args = ["distill", "task", "--method", "minilm", "--teacher", env["teacher"], "--student", general,
+            "--task", "sst2", "--data-dir", env["root"] / "glue", "--output-dir", out, "--batch-size", 8,
+            "--relation-max-steps", 2, "--max-steps", 2, "--no-progress"]
+    assert cli.main([str(a) for a in args]) == 0
+    student = AutoModelForSequenceClassification.from_pretrained(out)
+    assert (student.config.hidden_size, student.config.num_hidden_layers) == (24, 1)

@@ -1,6 +1,6 @@
-"""MiniLM (MiniLMv2, Wang et al., 2021): self-attention relation distillation, task distillation.
+"""MiniLM (MiniLMv2, Wang et al., 2021): self-attention relation distillation, task and general.
 
-Two stages run by the shared trainer:
+Task distillation is two stages run by the shared trainer:
 
 1. ``relation``: the query-query, key-key and value-value relations of one teacher layer against
    those of the student's last layer (:mod:`kdbert.core.relation_losses`)::
@@ -12,6 +12,10 @@ Two stages run by the shared trainer:
    read by forward hooks on the layer's query, key and value projections, so the models keep their
    own attention kernel. No evaluation (the classifier is not trained in this stage).
 2. ``prediction``: classic KD on the logits (kd's options: alpha, temperature, kd_loss), evaluated.
+
+General distillation is stage 1 alone on raw text from a pre-trained teacher (packed
+single-segment sequences, as tinybert's; the same defaults: 3 epochs, batch 256, lr 1e-4,
+sequences of 128, student tinybert4); its bare ``BertModel`` folder is a starting ``--student``.
 
 Teacher layer (``relation_layer``): ``paper`` (default) is the last layer for base-size and
 smaller teachers (up to 12 layers) and an upper-middle one for deeper ones, 7/8 of the depth
@@ -25,20 +29,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
+from kdbert.core.loading import check_vocabulary, load_encoder
 from kdbert.core.method import DistillContext, Method, Plan, Student
 from kdbert.core.relation_losses import RELATION_TYPES, minilm_relation_loss
 from kdbert.core.stages import task_stage
 from kdbert.core.trace import model_batch, model_inputs
 from kdbert.core.trainer import Stage, StageConfig
+from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
+from kdbert.families import bert as students
+from kdbert.families.bert import STUDENT_INITS
 from kdbert.methods.base import (LogitKDConfig, StudentLayerOptions, check_kd_loss, kd_matches, kd_report,
                                  resolve_student, student_description)
-from kdbert.options import EPOCHS, LEARNING_RATE, POSITIVE_INT, in_range, option
+from kdbert.options import EPOCHS, LEARNING_RATE, POSITIVE_INT, TrainOptions, in_range, option, override
 
 DEFAULT_RELATION_HEADS = 12
 BASE_SIZE_DEPTH = 12
@@ -47,16 +56,22 @@ PROJECTION_NAMES = {"query": ("query", "q_lin"), "key": ("key", "k_lin"), "value
 
 
 @dataclass
-class MiniLMConfig(StudentLayerOptions, LogitKDConfig):
-    """MiniLM task distillation (see the module docstring)."""
+class RelationOptions:
+    """Which relations MiniLM distils: the teacher layer and the relation heads."""
 
-    method = "minilm"
     relation_heads: int | None = option(None, "minilm: relation heads R (default 12, the paper's, or the largest "
                                               "count below it dividing both Q/K/V widths)",
                                         in_range(1, 4096, int), int, "losses")
     relation_layer: str = option("paper", "minilm: teacher layer whose relations the student's last layer learns: "
                                           "paper (the last for teachers of up to 12 layers, else 7/8 of the depth), "
                                           "last, or a layer number (1-based)", group="losses")
+
+
+@dataclass
+class MiniLMConfig(RelationOptions, StudentLayerOptions, LogitKDConfig):
+    """MiniLM task distillation (see the module docstring)."""
+
+    method = "minilm"
     skip_relation: bool = option(False, "minilm: run the prediction stage only", type=bool, group="stages")
     relation_epochs: float | None = option(None, "minilm: epochs of the relation stage (default: --epochs)", EPOCHS,
                                            float, "stages")
@@ -64,6 +79,26 @@ class MiniLMConfig(StudentLayerOptions, LogitKDConfig):
                                              "--learning-rate)", LEARNING_RATE, float, "stages")
     relation_max_steps: int | None = option(None, "minilm: optimiser steps of the relation stage", POSITIVE_INT,
                                             int, "stages")
+
+
+@dataclass
+class MiniLMGeneralConfig(RelationOptions, TrainOptions):
+    """MiniLM general distillation: the relation stage on raw text (module docstring)."""
+
+    method = "minilm"
+    teacher: str | None = option("default", "pre-trained (not fine-tuned) teacher", group="models")
+    student: str | None = option("tinybert4", "minilm: preset or config folder (default tinybert4)", group="models")
+    corpus: list | None = option(None, "text files or folders", type=list, group="models")
+    max_sequences: int | None = option(None, "use at most N packed sequences", in_range(1, 10**12, int), int, "models")
+    student_init: str | None = option(None, "preset student's weights: random (default, as the papers) or selected "
+                                            "from the teacher's (weight selection)", group="student",
+                                      choices=STUDENT_INITS)
+    epochs: float | None = override(TrainOptions, "epochs", 3)
+    learning_rate: float | None = override(TrainOptions, "learning_rate", 1e-4)
+    batch_size: int | None = override(TrainOptions, "batch_size", 256)
+    max_seq_len: int | None = override(TrainOptions, "max_seq_len", 128)
+    save_every: int | None = option(None, "checkpoint every N optimiser steps (default: at the end of each epoch)",
+                                    POSITIVE_INT, int, "models")
 
 
 # ----------------------------------------------------------------------------- Q/K/V
@@ -152,8 +187,23 @@ def resolve_relation_heads(heads: int | None, student_width: int, teacher_width:
     return max(r for r in range(1, DEFAULT_RELATION_HEADS + 1) if common % r == 0)
 
 
+def relation_stage(name: str, config, ctx: DistillContext, **overrides) -> tuple[Stage, dict]:
+    """A stage of :class:`RelationLoss` (teacher layer and heads from ``config``'s :class:`RelationOptions`,
+    settings from its optimisation options, ``overrides`` winning), announced, and its report."""
+    student = ctx.student.model
+    layer = resolve_relation_layer(config.relation_layer, int(ctx.teacher.config.num_hidden_layers))
+    student_width, teacher_width = qkv_width(student), qkv_width(ctx.teacher)
+    heads = resolve_relation_heads(config.relation_heads, student_width, teacher_width)
+    print(f"minilm: relations of teacher layer {layer} -> the student's last layer, {heads} relation heads "
+          f"(widths {teacher_width} -> {student_width})")
+    stage = Stage(StageConfig.from_options(name, config, **overrides), RelationLoss(layer, heads), ctx.train_set)
+    return stage, {"teacher_layer": layer, "student_layer": int(student.config.num_hidden_layers), "heads": heads,
+                   "teacher_width": teacher_width, "student_width": student_width, "types": list(RELATION_TYPES)}
+
+
 class MiniLM(Method):
-    name, help, config = "minilm", "MiniLMv2 self-attention relations, then KD", MiniLMConfig
+    name, help = "minilm", "MiniLMv2 self-attention relations, then KD"
+    config, general_config = MiniLMConfig, MiniLMGeneralConfig
 
     def initial_student(self, teacher, spec: TaskSpec, config: MiniLMConfig) -> Student:
         """:func:`kdbert.methods.base.resolve_student`'s student (default: the teacher's first half of layers)."""
@@ -162,25 +212,56 @@ class MiniLM(Method):
 
     def build_task_plan(self, ctx: DistillContext) -> Plan:
         """Stages ``relation`` (unless ``skip_relation``) and ``prediction`` (module docstring)."""
-        config, spec, student = ctx.config, ctx.spec, ctx.student.model
+        config, spec = ctx.config, ctx.spec
         report = {"loss": kd_report(config, spec), **student_description(ctx.student), "relation": None}
         stages = []
         if not config.skip_relation:
-            layer = resolve_relation_layer(config.relation_layer, int(ctx.teacher.config.num_hidden_layers))
-            student_width, teacher_width = qkv_width(student), qkv_width(ctx.teacher)
-            heads = resolve_relation_heads(config.relation_heads, student_width, teacher_width)
-            print(f"minilm: relations of teacher layer {layer} -> the student's last layer, {heads} relation heads "
-                  f"(widths {teacher_width} -> {student_width})")
-            overrides = {"epochs": config.relation_epochs or config.epochs, "max_steps": config.relation_max_steps,
-                         "learning_rate": config.relation_lr or config.learning_rate, "evaluate": False}
-            stages.append(Stage(StageConfig.from_options("relation", config, **overrides),
-                                RelationLoss(layer, heads), ctx.train_set))
-            report["relation"] = {"teacher_layer": layer, "student_layer": int(student.config.num_hidden_layers),
-                                  "heads": heads, "teacher_width": teacher_width, "student_width": student_width,
-                                  "types": list(RELATION_TYPES)}
+            stage, report["relation"] = relation_stage(
+                "relation", config, ctx, epochs=config.relation_epochs or config.epochs,
+                max_steps=config.relation_max_steps, learning_rate=config.relation_lr or config.learning_rate,
+                evaluate=False)
+            stages.append(stage)
         stages.append(task_stage("prediction", config, kd_matches(config, spec), ctx))
         report["phases"] = {s.config.name: asdict(s.config) for s in stages}
-        return Plan({"student": student}, {"teacher": ctx.teacher}, stages, report)
+        return Plan({"student": ctx.student.model}, {"teacher": ctx.teacher}, stages, report)
+
+    def general_teacher(self, config: MiniLMGeneralConfig):
+        """The pre-trained teacher, as a bare encoder, and its path."""
+        return load_encoder(config.teacher)
+
+    def general_student(self, teacher, tokenizer, config: MiniLMGeneralConfig) -> Student:
+        """A bare ``BertModel`` from a preset (random or weight-selected) or a config folder."""
+        from transformers import BertConfig
+
+        if config.student in students.PRESETS:
+            model_config = students.student_config(config.student, teacher.config, num_labels=2)
+        else:
+            path = Path(str(config.student)).expanduser()
+            if not (path / "config.json").is_file():
+                raise KdbertError(f"--student {config.student}: not a preset ({', '.join(students.PRESETS)}) nor a "
+                                  "folder with a config.json")
+            check_vocabulary(str(path), teacher)
+            model_config = BertConfig.from_pretrained(path)
+        model_config.architectures = None
+        model = students.build_student(model_config, seed=config.seed).bert
+        return Student(model, students.apply_student_init(model, teacher, config.student_init))
+
+    def general_data(self, sequences: list[list[int]], tokenizer, teacher, config: MiniLMGeneralConfig):
+        """``(dataset, collator, report)``: packed sequences as single-segment BERT inputs."""
+        rows = [{"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)}
+                for ids in sequences]
+        return EncodedDataset(rows), PaddingCollator(tokenizer.pad_token_id), {}
+
+    def build_general_plan(self, ctx: DistillContext) -> Plan:
+        """One stage ``general``: the relation loss on raw text (linear schedule, no evaluation)."""
+        stage, relation = relation_stage("general", ctx.config, ctx, evaluate=False)
+        student = ctx.student.model
+        report = {"student": {"source": ctx.config.student, "init": ctx.student.origin,
+                              "num_hidden_layers": student.config.num_hidden_layers,
+                              "hidden_size": student.config.hidden_size,
+                              "parameters": sum(p.numel() for p in student.parameters())},
+                  "relation": relation}
+        return Plan({"student": student}, {"teacher": ctx.teacher}, [stage], report)
 
 
 METHOD = MiniLM()
