@@ -107,9 +107,9 @@ def test_bad_input_gives_one_line_errors(tmp_path, capsys, tiny_classifier_dir, 
 @pytest.mark.skipif(not SHARED_GLUE.is_dir(), reason="../shared/data/glue_data not present")
 @pytest.mark.parametrize("args, message", [
     (["distill", "task", "--alpha", "0.5"],
-     "--alpha is a kd/pkd/distilbert/mobilebert/bilstm option and --method tinybert does not use it; drop it or use "
+     "--alpha is a kd/pkd/distilbert/mobilebert/bilstm/minilm option and --method tinybert does not use it; drop it or use "
      "--method kd"),
-    (["distill", "task", "--kd-loss", "mse"], "--kd-loss is a kd/pkd/distilbert/mobilebert option and --method tinybert"),
+    (["distill", "task", "--kd-loss", "mse"], "--kd-loss is a kd/pkd/distilbert/mobilebert/minilm option and --method tinybert"),
     (["distill", "task", "--method", "kd", "--intermediate-lr", "1e-4"], "--intermediate-lr is a tinybert option"),
     (["distill", "task", "--batch-size", "-3"], "--batch-size must be a positive integer (got -3)"),
     (["distill", "task", "--epochs", "0"], "--epochs must be a positive number of epochs (at most 100000) (got 0.0)"),

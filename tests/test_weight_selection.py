@@ -87,7 +87,7 @@ def test_refusals(tiny_tokenizer):
             initial_student(method, teacher, spec, {"student_layers": "2", "student_init": "teacher-weights"})
     with pytest.raises(KdbertError, match="hidden_size is 312 > the teacher.s 48"):
         initial_student("tinybert", teacher, spec, {"student": "tinybert4", "student_init": "teacher-weights"})
-    with pytest.raises(KdbertError, match="--student-init is a tinybert option"):
+    with pytest.raises(KdbertError, match="--student-init is a tinybert/minilm option"):
         distill_general({"method": "distilbert", "student_init": "teacher-weights", "corpus": ["x"]}, "unused")
 
 
