@@ -19,6 +19,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("export-graphs", speed_results.export_graphs_section),
     ("breakdown", speed_results.breakdown_section),
     ("int8-targets", speed_results.int8_targets_section),
+    ("serve-load", speed_results.serve_load_section),
     ("efficiency", speed_results.efficiency_section),
     ("teacher", distill_results.teacher_section),
     ("bench", speed_results.bench_section),

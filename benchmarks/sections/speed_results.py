@@ -419,3 +419,23 @@ def int8_targets_section() -> list[str]:
         lines.append("")
     lines += [note("int8-targets-reading"), ""]
     return lines
+
+
+def serve_load_section() -> list[str]:
+    """`kdbert serve` under load: p50 / p99 and throughput by concurrent clients, batching on and off,
+    against the model's own batch-1 latency (serve_load.py)."""
+    results = load_results("serve_load")
+    if not results:
+        return []
+    lines = ["## Serving under load (`benchmarks/serve_load.py`)", "", note("serve-load-intro"), "",
+             "| model | batching | clients | p50 ms | p99 ms | requests/s |", "|---|---|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        for mode, rows in r["rows"].items():
+            lines += [f"| {name} | {mode} | {row['clients']} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
+                      f"| {row['throughput_per_s']:.0f} |" for row in rows]
+    lines.append("")
+    for name, r in results.items():
+        lines.append(f"- {name}: `{current_command(r['command'])}` ({r['date']}, {r['machine']}, {r['cpu']}); "
+                     f"the model alone: {r['model_batch1_ms']:.2f} ms at batch 1.")
+    lines += ["", note("serve-load-reading"), ""]
+    return lines
