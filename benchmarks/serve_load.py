@@ -7,7 +7,8 @@ latency in the same process count and threads (``kdbert.load(path).predict`` on 
 
 Each client sends one SST-2 dev sentence per request, waiting for each answer before the next
 (httpx, one connection per client); ``--requests`` requests per level, after ``--warmup`` untimed
-ones. The server runs its model on ``--threads`` threads (default 1), leaving the other core to
+ones. The server's own mean time per request (its ``/metrics`` latency histogram, from reading the
+body to the answer) is recorded beside, so that what the client costs can be told apart. The server runs its model on ``--threads`` threads (default 1), leaving the other core to
 the clients. Results: ``benchmarks/results/serve_load.json`` under the model's name.
 """
 
@@ -66,6 +67,16 @@ def model_latency_ms(model: str, texts: list[str], threads: int, runs: int) -> f
     return statistics.median(times)
 
 
+def server_seconds(url: str) -> tuple[float, float]:
+    """The server's latency histogram so far: (sum of seconds, requests)."""
+    values = {}
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("kdbert_request_latency_seconds_sum", "kdbert_request_latency_seconds_count"):
+            values[name] = float(value)
+    return values["kdbert_request_latency_seconds_sum"], values["kdbert_request_latency_seconds_count"]
+
+
 async def one_level(url: str, texts: list[str], clients: int, requests: int, warmup: int) -> dict:
     async def client(index: int, count: int, latencies: list[float]) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
@@ -79,11 +90,14 @@ async def one_level(url: str, texts: list[str], clients: int, requests: int, war
     await asyncio.gather(*(client(c, max(1, warmup // clients), []) for c in range(clients)))
     latencies: list[float] = []
     per_client = max(1, requests // clients)
+    served_before, count_before = server_seconds(url)
     started = time.perf_counter()
     await asyncio.gather(*(client(c, per_client, latencies) for c in range(clients)))
     seconds = time.perf_counter() - started
+    served, count = server_seconds(url)
     return {"clients": clients, "requests": len(latencies), "p50_ms": percentile(latencies, 0.5),
-            "p99_ms": percentile(latencies, 0.99), "throughput_per_s": len(latencies) / seconds}
+            "p99_ms": percentile(latencies, 0.99), "throughput_per_s": len(latencies) / seconds,
+            "server_mean_ms": 1000 * (served - served_before) / (count - count_before)}
 
 
 def serve_and_load(model: str, texts: list[str], max_batch: int, threads: int, requests: int, warmup: int) -> list:
@@ -130,7 +144,8 @@ def main() -> None:
         for mode, levels in rows.items():
             for row in levels:
                 print(f"  batching {mode:<3} {row['clients']:>2} clients: p50 {row['p50_ms']:.2f} ms, "
-                      f"p99 {row['p99_ms']:.2f} ms, {row['throughput_per_s']:.0f} requests/s")
+                      f"p99 {row['p99_ms']:.2f} ms, {row['throughput_per_s']:.0f} requests/s, "
+                      f"server mean {row['server_mean_ms']:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -428,11 +428,12 @@ def serve_load_section() -> list[str]:
     if not results:
         return []
     lines = ["## Serving under load (`benchmarks/serve_load.py`)", "", note("serve-load-intro"), "",
-             "| model | batching | clients | p50 ms | p99 ms | requests/s |", "|---|---|---:|---:|---:|---:|"]
+             "| model | batching | clients | p50 ms | p99 ms | requests/s | server's own mean ms |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         for mode, rows in r["rows"].items():
             lines += [f"| {name} | {mode} | {row['clients']} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
-                      f"| {row['throughput_per_s']:.0f} |" for row in rows]
+                      f"| {row['throughput_per_s']:.0f} | {row['server_mean_ms']:.2f} |" for row in rows]
     lines.append("")
     for name, r in results.items():
         lines.append(f"- {name}: `{current_command(r['command'])}` ({r['date']}, {r['machine']}, {r['cpu']}); "
