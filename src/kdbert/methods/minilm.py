@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from kdbert.core.loading import check_vocabulary, load_encoder
+from kdbert.core.loading import load_encoder
 from kdbert.core.method import DistillContext, Method, Plan, Student
 from kdbert.core.relation_losses import RELATION_TYPES, minilm_relation_loss
 from kdbert.core.stages import task_stage
@@ -43,10 +42,10 @@ from kdbert.core.trainer import Stage, StageConfig
 from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
-from kdbert.families import bert as students
 from kdbert.families.bert import STUDENT_INITS
 from kdbert.methods.base import (LogitKDConfig, StudentLayerOptions, check_kd_loss, kd_matches, kd_report,
                                  resolve_student, student_description)
+from kdbert.methods.tinybert import general_bert_student
 from kdbert.options import EPOCHS, LEARNING_RATE, POSITIVE_INT, TrainOptions, in_range, option, override
 
 DEFAULT_RELATION_HEADS = 12
@@ -231,20 +230,7 @@ class MiniLM(Method):
 
     def general_student(self, teacher, tokenizer, config: MiniLMGeneralConfig) -> Student:
         """A bare ``BertModel`` from a preset (random or weight-selected) or a config folder."""
-        from transformers import BertConfig
-
-        if config.student in students.PRESETS:
-            model_config = students.student_config(config.student, teacher.config, num_labels=2)
-        else:
-            path = Path(str(config.student)).expanduser()
-            if not (path / "config.json").is_file():
-                raise KdbertError(f"--student {config.student}: not a preset ({', '.join(students.PRESETS)}) nor a "
-                                  "folder with a config.json")
-            check_vocabulary(str(path), teacher)
-            model_config = BertConfig.from_pretrained(path)
-        model_config.architectures = None
-        model = students.build_student(model_config, seed=config.seed).bert
-        return Student(model, students.apply_student_init(model, teacher, config.student_init))
+        return general_bert_student(teacher, config.student, config.seed, config.student_init)
 
     def general_data(self, sequences: list[list[int]], tokenizer, teacher, config: MiniLMGeneralConfig):
         """``(dataset, collator, report)``: packed sequences as single-segment BERT inputs."""

@@ -358,23 +358,7 @@ class TinyBert(Method):
         return load_encoder(config.teacher)
 
     def general_student(self, teacher, tokenizer, config: TinyBertGeneralConfig) -> Student:
-        """A bare ``BertModel`` student from a preset or a config folder: randomly initialised, or
-        selected from the teacher's weights with ``student_init="teacher-weights"``."""
-        from transformers import BertConfig
-
-        name = config.student
-        if name in students.PRESETS:
-            model_config = students.student_config(name, teacher.config, num_labels=2)
-        else:
-            path = Path(str(name)).expanduser()
-            if not (path / "config.json").is_file():
-                raise KdbertError(f"--student {name}: not a preset ({', '.join(students.PRESETS)}) nor a folder "
-                                  "with a config.json")
-            check_vocabulary(str(path), teacher)
-            model_config = BertConfig.from_pretrained(path)
-        model_config.architectures = None
-        model = students.build_student(model_config, seed=config.seed).bert
-        return Student(model, students.apply_student_init(model, teacher, config.student_init))
+        return general_bert_student(teacher, config.student, config.seed, config.student_init)
 
     def general_max_seq_len(self, config: TinyBertGeneralConfig, teacher, student: Student) -> int:
         if config.max_seq_len > teacher.config.max_position_embeddings:
@@ -404,3 +388,23 @@ class TinyBert(Method):
 
 
 METHOD = TinyBert()
+
+
+def general_bert_student(teacher, name: str, seed: int, student_init: str | None) -> Student:
+    """A bare ``BertModel`` student for general distillation from a preset or a config folder
+    (``name``): randomly initialised, or selected from the teacher's weights with
+    ``student_init="teacher-weights"``."""
+    from transformers import BertConfig
+
+    if name in students.PRESETS:
+        model_config = students.student_config(name, teacher.config, num_labels=2)
+    else:
+        path = Path(str(name)).expanduser()
+        if not (path / "config.json").is_file():
+            raise KdbertError(f"--student {name}: not a preset ({', '.join(students.PRESETS)}) nor a folder "
+                              "with a config.json")
+        check_vocabulary(str(path), teacher)
+        model_config = BertConfig.from_pretrained(path)
+    model_config.architectures = None
+    model = students.build_student(model_config, seed=seed).bert
+    return Student(model, students.apply_student_init(model, teacher, student_init))
