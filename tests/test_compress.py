@@ -3,6 +3,7 @@ real lengths against the exported teacher; reruns reuse what was measured; targe
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -102,54 +103,80 @@ def test_kept_candidates_are_built_from_the_teacher_weights(env, tmp_path):
         build_from_teacher(by_name["bilstm-h150"], env["teacher"], env["task"], tmp_path / "bilstm")
 
 
-def test_successive_halving_distils_the_better_half_longer_and_resumes(env, monkeypatch):
+def _plan(env, names, out, settings, seconds=1800.0, min_kept=0.97, teacher_score=100.0, threads=1, clock=None):
+    """A search plan over the tiny teacher's candidates ``names`` (latency: their order), holding rows out."""
+    import time
+
     from kdbert.compress import search
+    from kdbert.compress.schedule import Goal
 
     task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
-    context = speed.shape_context(env["teacher"], task)
-    chosen = [c for c in speed.all_candidates(context) if c.name in ("bert-1x128", "bert-2x128")]
-    settings = search.SearchSettings(rounds=2, first_steps=2, batch_size=4, round_share="steps",
-                                     intermediate_share=0.5)
-    out = env["root"] / "search"
-    window = search.Window.from_now(1800, settings.first_round_share)
-    state = search.successive_halving(chosen, env["teacher"], task, out, settings, window)
-    first, second = state["rounds"]
-    assert sorted(row["candidate"] for row in first) == ["bert-1x128", "bert-2x128"] and {r["steps"] for r in first} == {2}
-    assert all(row["selection_loss"] > 0 for row in first)  # the held-out loss, to break ties
-    best = max(first, key=lambda row: row["selection_score"])["candidate"]
-    assert [(row["candidate"], row["steps"]) for row in second] == [(best, 4)]
-    report = json.loads((out / "rounds" / "1" / best / "distill_report.json").read_text())
+    by_name = {c.name: c for c in speed.all_candidates(speed.shape_context(env["teacher"], task))}
+    goal = Goal(teacher_score, min_kept, {name: 1.0 + i for i, name in enumerate(names)})
+    return search.Plan([by_name[n] for n in names], str(env["teacher"]), task, str(out), settings, goal,
+                       search.Window.from_now(seconds, settings.first_round_share), threads, clock or time.time)
+
+
+def test_a_promoted_candidate_continues_its_run_and_a_finished_search_is_returned_as_it_is(env, tmp_path,
+                                                                                          monkeypatch):
+    from kdbert.compress import search
+    from kdbert.compress.recipes import SearchSettings
+    from kdbert.compress.schedule import horizon
+    from kdbert.compress.storage import open_study
+
+    settings = SearchSettings(rounds=2, first_steps=2, batch_size=4, round_share="steps", first_round_share=1.0)
+    plan = _plan(env, ["bert-1x128", "bert-2x128", "mobilebert-2x128"], tmp_path, settings, min_kept=2.0)
+    study = open_study(tmp_path, {"search": "test"})
+    searched = search.run_search(plan, study)
+    rung_0, rung_1 = searched["rounds"]
+    assert sorted(row["candidate"] for row in rung_0) == ["bert-1x128", "bert-2x128", "mobilebert-2x128"]
+    assert {(row["steps"], row["trained"]) for row in rung_0} == {(2, 2)}
+    # none keeps 2x the teacher: of three at rung 0, the best one goes on at once (floor(3 / 2)), the
+    # second once nothing else is left (ceil(3 / 2)); both continue their runs to 4 steps
+    ranked = sorted(rung_0, key=lambda r: (-r["score"], r.get("loss", math.inf), r["candidate"]))
+    assert [row["candidate"] for row in rung_1] == [row["candidate"] for row in ranked[:2]]
+    assert {(row["steps"], row["trained"]) for row in rung_1} == {(4, 2)}
+    best = rung_1[0]
+    report = json.loads((Path(best["run"]) / "distill_report.json").read_text())
+    assert report["paused_at_step"] == 4 and report["options"]["max_steps"] == horizon(settings) == 2 * 2 * 16
+    steps = [json.loads(line)["step"] for line in (Path(best["run"]) / "log.jsonl").read_text().splitlines()
+             if '"step"' in line and '"loss"' in line]
+    assert steps == sorted(set(steps))  # one run, never restarted
     assert report["selected_on"] == "held-out training rows (3)"
-    assert not list(out.rglob("checkpoints")) and (out / "rounds" / "1" / best / "model.safetensors").is_file()
-    # TinyBERT's two stages share the round's 4 steps
-    assert (report["method"], report["options"]["intermediate_max_steps"], report["options"]["max_steps"]) == \
-        ("tinybert", 2, 2)
-    assert json.loads((out / "search.json").read_text()) == state
+    assert all(row["loss"] > 0 for row in rung_0)  # the held-out loss, to break ties
+    assert study.user_attrs["ended"] is True
 
     def no_run(*args, **kwargs):
-        raise AssertionError("a finished run was distilled again")
+        raise AssertionError("a finished segment was distilled again")
 
-    monkeypatch.setattr(search, "_distil", no_run)
-    assert search.successive_halving(chosen, env["teacher"], task, out, settings, window) == state
+    monkeypatch.setattr(search, "distil_segment", no_run)
+    assert search.run_search(plan, open_study(tmp_path, {"search": "test"})) == searched
     with pytest.raises(KdbertError, match="the search picks on held-out training rows: pass --held-out-fraction"):
-        search.successive_halving(chosen, env["teacher"], env["task"], out, settings, window)
+        search.run_search(replace(plan, task=env["task"]), study)
 
 
-def test_the_winner_is_the_fastest_that_keeps_enough_else_the_best():
-    from kdbert.compress.search import pick_winner
+def test_two_worker_processes_share_the_study_never_run_a_segment_twice_and_pick_the_same_winner(env, tmp_path):
+    from kdbert.compress import search
+    from kdbert.compress.recipes import SearchSettings
+    from kdbert.compress.schedule import pick_winner
+    from kdbert.compress.storage import open_study
 
-    speed_rows = {"a": {"latency_real_p50_ms": 1.0}, "b": {"latency_real_p50_ms": 2.0}, "c": {"latency_real_p50_ms": 3.0}}
-    last = [{"candidate": "a", "selection_score": 80.0}, {"candidate": "b", "selection_score": 88.0},
-            {"candidate": "c", "selection_score": 90.0}]
-    winner = pick_winner(last, speed_rows, teacher_selection_score=90.0, min_kept=0.97)
-    assert (winner["candidate"], winner["kept"], winner["rule"]) == ("b", 88.0 / 90.0, "fastest keeping 0.97")
-    winner = pick_winner(last[:2], speed_rows, teacher_selection_score=95.0, min_kept=0.97)
-    assert (winner["candidate"], winner["rule"]) == ("b", "none keeps 0.97: best score")
-    tied = [{"candidate": "a", "selection_score": 0.0, "selection_loss": 0.6},
-            {"candidate": "b", "selection_score": 0.0, "selection_loss": 0.5}]
-    assert pick_winner(tied, speed_rows, teacher_selection_score=50.0, min_kept=0.97)["candidate"] == "b"
-    with pytest.raises(KdbertError, match="no candidate finished a round within --budget-minutes"):
-        pick_winner([], speed_rows, 90.0, 0.97)
+    settings = SearchSettings(rounds=2, first_steps=2, batch_size=4, round_share="steps", first_round_share=1.0)
+    names = ["bert-1x128", "bert-2x128", "bilstm-h150"]
+    found = {}
+    for workers in (1, 2):
+        out = tmp_path / str(workers)
+        plan = _plan(env, names, out, settings, min_kept=2.0)
+        study = open_study(out, {"search": "test"})
+        searched = search.run_search(plan, study, workers=workers, identity={"search": "test"})
+        segments = searched["segments"]
+        keys = [(row["candidate"], row["rung"]) for row in segments]
+        assert len(keys) == len(set(keys))  # no segment twice
+        assert len(searched["workers"]) == workers
+        winner = pick_winner([{**row, "state": "done"} for row in segments], plan.goal)
+        found[workers] = (winner["candidate"], winner["steps"], winner["score"],
+                          sorted((row["candidate"], row["steps"]) for row in segments))
+    assert found[2] == found[1]
 
 
 def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, monkeypatch):
@@ -167,16 +194,15 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert main([*args, "--target-speedup", "0.01"]) == 0
     report = json.loads((out / "compress_report.json").read_text())
     printed = capsys.readouterr()
-    # one line per finished run; the runs' precision and threads said once for the search, their own
+    # one line per finished segment; the runs' precision and threads said once for the search, their own
     # lines in their logs; the budget's bar on stderr
-    runs = [(r, row) for r, rows in enumerate(report["search"]["rounds"]) for row in rows]
-    lines = [line for line in printed.out.splitlines() if line.startswith("round ")]
-    assert {f"round {r}  {row['candidate']}  {row['steps']} steps  held-out {row['selection_score']:.2f}  "
-            f"{row['seconds']:.0f} s" for r, row in runs} <= set(lines)
-    assert len(lines) == len(runs) + sum("superseded_seconds" in row for _, row in runs)  # a rerun's first run too
+    segments = report["search"]["segments"]
+    lines = [line for line in printed.out.splitlines() if line.startswith("rung ")]
+    assert lines == [search.segment_line(row) for row in segments]
+    assert lines[0].startswith(f"rung 0  {segments[0]['candidate']}  {segments[0]['steps']} steps (+")
     assert printed.out.count("runs train in float32 (auto, from $KDBERT_MIXED_PRECISION) on 1 thread(s)") == 1
     assert "precision:" not in printed.out and "threads:" not in printed.out
-    assert "precision: float32" in (out / "rounds" / "0" / "bert-1x128.log").read_text()
+    assert "precision: float32" in (out / "runs" / "bert-1x128.log").read_text()
     assert "s of the budget" in printed.err
     assert set(report["budget"]["phase_seconds"]) == {"timing", "search", "finishing", "other"}
     assert report["budget"]["untimed"] == [] and report["budget"]["minutes"] == 30
@@ -185,12 +211,13 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     first_round = {row["candidate"]: row for row in report["search"]["rounds"][0]}
     assert {name: row["method"] for name, row in first_round.items()} == {"bert-1x128": "tinybert",
                                                                           "bilstm-h150": "bilstm"}
-    assert report["winner"]["candidate"] == report["search"]["rounds"][-1][0]["candidate"]
-    last = report["search"]["rounds"][-1][0]
-    first = first_round[last["candidate"]]  # its round 0 may have run twice (a cheap family's steps)
-    assert report["seconds_per_candidate"][last["candidate"]] == pytest.approx(
-        first["seconds"] + first.get("superseded_seconds", 0.0) + last["seconds"], abs=0.16)
-    assert all(row["train_seconds"] <= row["seconds"] for rows in report["search"]["rounds"] for row in rows)
+    assert report["winner"]["candidate"] in first_round and report["winner"]["rule"].startswith(
+        ("fastest keeping 0.97", "none keeps 0.97"))
+    for name in first_round:  # every segment of a candidate continues its one run: the steps add up
+        own = [row for row in segments if row["candidate"] == name]
+        assert [row["steps"] for row in own] == list(itertools.accumulate(row["trained"] for row in own))
+        assert report["seconds_per_candidate"][name] == pytest.approx(sum(row["seconds"] for row in own), abs=0.06)
+    assert all(row["train_seconds"] <= row["seconds"] for row in segments)
     assert sorted(p.name for p in (out / "teacher-logits").iterdir())  # the BiLSTM's logits stored in the search
     exported = json.loads((out / "winner" / "export_report.json").read_text())
     assert report["shipped"]["dev_score"] == exported["dev_metrics"]["onnx_int8"]["score"]
@@ -229,7 +256,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     def no_run(*args, **kwargs):
         raise AssertionError("a finished run was distilled again")
 
-    monkeypatch.setattr(search, "_distil", no_run)
+    monkeypatch.setattr(search, "distil_segment", no_run)
     monkeypatch.setattr(breakdown, "bench_model", no_run)
     monkeypatch.setattr(pipeline, "time_against_teacher", no_run)
     capsys.readouterr()
@@ -239,6 +266,11 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     resumed = json.loads((out / "compress_report.json").read_text())
     assert (resumed["winner"], resumed["shipped"]["speedup"]) == (report["winner"], report["shipped"]["speedup"])
     capsys.readouterr()
+    assert main([*args, "--target-speedup", "1e6"]) == 2  # another search in the same folder
+    assert ("study 'kdbert-compress' is a search with options {'target_speedup': 0.01, "
+            in capsys.readouterr().err)
+    monkeypatch.undo()
+    args[args.index(str(out))] = str(tmp_path / "other")
     assert main([*args, "--target-speedup", "1e6"]) == 2
     assert "no candidate meets --target-speedup 1e+06 on this machine: the fastest" in capsys.readouterr().err
     assert main(args) == 2
@@ -342,41 +374,6 @@ def test_a_teacher_the_runtime_cannot_export_and_a_tiny_budget_are_one_line_erro
     assert not [p for p in other.rglob("*") if p.is_file()]  # nothing half-written
 
 
-def fake_search(env, monkeypatch, cost: dict, score: dict, first_labelling: dict | None = None,
-                loss: dict | None = None):
-    """The search module with its runs faked on a fake clock: a run of candidate ``name`` takes
-    ``cost[name]`` training seconds a step (plus ``first_labelling[name]`` seconds of labelling in its
-    first run), moving the clock on by as much, and scores ``score[name]``, with held-out loss
-    ``loss[name]`` where given; returns the module, the candidates, a task holding rows out and
-    ``run(folder, settings, seconds)``, which searches into ``folder`` in a window of ``seconds`` from
-    the fake clock's now (``run.clock``; nothing sleeps)."""
-    from kdbert.compress import search
-    from kdbert.families.registry import Candidate
-
-    labelled, clock = set(), FakeClock()
-
-    def fake_distil(candidate, start, teacher_dir, task, steps, settings, out, caches, deadline):
-        name = candidate.name
-        labelling = 0.0 if name in labelled else (first_labelling or {}).get(name, 0.0)
-        labelled.add(name)
-        held_out_loss = {"selection_loss": loss[name]} if name in (loss or {}) else {}
-        clock.now += cost[name] * steps + labelling
-        return {"candidate": name, "method": "fake", "steps": steps, "seconds": cost[name] * steps + labelling,
-                "labelling_seconds": labelling, "selection_score": score[name], **held_out_loss,
-                "dev_score": score[name], "run": str(out)}
-
-    monkeypatch.setattr(search, "_distil", fake_distil)
-    candidates = [Candidate(name, "x", (), build=None) for name in score]
-    task = TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.25)
-
-    def run(folder, settings, seconds, order=None):
-        window = search.Window.from_now(seconds, settings.first_round_share, clock)
-        return search.successive_halving(order or candidates, env["teacher"], task, folder, settings, window)
-
-    run.clock = clock
-    return search, candidates, task, run
-
-
 class FakeClock:
     """A clock that moves only when told: ``clock.now += seconds``."""
 
@@ -387,207 +384,8 @@ class FakeClock:
         return self.now
 
 
-def test_the_last_candidate_left_goes_on_doubling_while_the_budget_allows(env, tmp_path, monkeypatch):
-    search, candidates, task, run = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
-                                                score={"a": 70.0, "b": 80.0, "c": 90.0})
-    cheapest_first = candidates[::-1]  # round 0's estimate of a's run comes from c's and b's
-    # spent after each round: 11.1 s, 13.3 s (b and c, 20 steps), 13.7 s (c alone, 40 steps); the
-    # next round (c, 80 steps: 0.8 s by its latest run) would end at 14.5 s, past the 14 s window
-    settings = search.SearchSettings(rounds=6, first_steps=10, round_share="steps", first_round_share=1.0)
-    state = run(tmp_path / "14", settings, 14.0, cheapest_first)
-    assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
-        [[("c", 10), ("b", 10), ("a", 10)], [("c", 20), ("b", 20)], [("c", 40)]]
-    assert state["ended"] and run(tmp_path / "14", settings, 14.0, cheapest_first) == state  # ended: as it is
-    state = run(tmp_path / "15", settings, 15.0, cheapest_first)
-    assert [(row["candidate"], row["steps"]) for row in state["rounds"][-1]] == [("c", 80)]
-
-
-def test_a_tied_held_out_score_is_broken_by_the_lower_held_out_loss_not_the_name(env, tmp_path, monkeypatch):
-    # CoLA: every candidate predicts the majority class (MCC 0); a (run before losses were kept) has none
-    search, candidates, task, run = fake_search(env, monkeypatch, cost=dict.fromkeys("abcd", 0.01),
-                                                score=dict.fromkeys("abcd", 0.0), loss={"b": 0.7, "c": 0.6, "d": 0.65})
-    settings = search.SearchSettings(rounds=2, first_steps=10, round_share="steps", first_round_share=1.0)
-    state = run(tmp_path, settings, 600.0)
-    assert [row["candidate"] for row in search.rank(state["rounds"][0])] == ["c", "d", "b", "a"]
-    assert [row["candidate"] for row in state["rounds"][1]] == ["c", "d"]
-
-
-def test_rounds_shared_by_wall_time_give_cheap_steps_more_of_them(env, tmp_path, monkeypatch):
-    # c's first run also labels its rows (5 s); a, b and c are families of their own
-    search, candidates, task, run = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
-                                                score={"a": 70.0, "b": 80.0, "c": 90.0}, first_labelling={"c": 5.0})
-    # round 0: a 10 steps (10 s); b 10 steps (1 s), then the mean cost a step is (1 + 0.1) / 2 = 0.55 s,
-    # 5.5 times b's: b runs again for 55 steps (5.5 s); c 10 steps (0.1 s + 5 s labelling), mean (1 +
-    # 0.1 + 0.01) / 3 = 0.37 s: c runs again for 370 steps (3.7 s), b would get 37 (fewer than 1.5 x 55:
-    # it keeps its run); 25.3 s spent. Round 1 gives c and b 20 * 0.37 = 7.4 s each (740 and 74 steps),
-    # round 2 c alone 14.8 s (1480 steps), ending at 54.9 s; round 3 (29.6 s more) would overrun 55 s
-    settings = search.SearchSettings(rounds=6, first_steps=10, first_round_share=1.0)
-    state = run(tmp_path, settings, 55.0)
-    assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
-        [[("a", 10), ("b", 55), ("c", 370)], [("c", 740), ("b", 74)], [("c", 1480)]]
-    assert [row.get("superseded_seconds") for row in state["rounds"][0]] == [None, 1.0, 5.1]
-    # the reruns' shorter runs counted
-    assert sum(search.spent_seconds(row) for row in state["rounds"][0]) == pytest.approx(25.3)
-    same_steps = search.SearchSettings(rounds=1, first_steps=10, round_share="steps", first_round_share=1.0)
-    state = run(tmp_path / "steps", same_steps, 55.0)
-    assert [(row["candidate"], row["steps"]) for row in state["rounds"][0]] == [("a", 10), ("b", 10), ("c", 10)]
-    with pytest.raises(KdbertError, match="--round-share 'flops': choose one of time, steps"):
-        search.SearchSettings(round_share="flops")
-
-
-def test_the_first_round_plan_gives_a_cheap_family_the_same_wall_time_and_reruns_only_when_worth_it():
-    from kdbert.compress.search import SearchSettings, first_round_plan
-    from kdbert.families.registry import Candidate
-
-    def row(name, steps, cost):
-        return {"candidate": name, "steps": steps, "seconds": cost * steps, "labelling_seconds": 0.0}
-
-    order = [Candidate(name, "x", (), build=None) for name in ("bert-2", "bert-1", "bilstm-1", "bilstm-2", "mob-1", "bert-3")]
-    settings = SearchSettings(first_steps=10)
-    # mean cost a step (1.0 + 0.6 + 0.2) / 3 = 0.6: bilstm (0.2) gets 10 * 3 = 30 steps, bert (0.8 on
-    # average) 0.75 of its mean: first_steps, for bert-3 too; mob has not run: first_steps
-    done = [row("bert-2", 10, 1.0), row("bert-1", 10, 0.6), row("bilstm-1", 10, 0.2)]
-    assert first_round_plan(done, order, settings) == {"bert-2": 10, "bert-1": 10, "bilstm-1": 30, "bilstm-2": 30,
-                                                       "mob-1": 10, "bert-3": 10}
-    # bilstm-1 ran 25 steps: 30 is less than 1.5 x 25, so it keeps its run; after 20 it would run again
-    done[2] = row("bilstm-1", 25, 0.2)
-    assert first_round_plan(done, order, settings)["bilstm-1"] == 25
-    done[2] = row("bilstm-1", 20, 0.2)
-    assert first_round_plan(done, order, settings)["bilstm-1"] == 30
-    done[2] = row("bilstm-1", 10, 0.2)
-    assert set(first_round_plan(done, order, SearchSettings(first_steps=10, round_share="steps")).values()) == {10}
-
-
-def test_what_a_run_spends_outside_its_training_loop_is_not_a_cost_per_step():
-    from kdbert.compress.search import SearchSettings, Window, first_round_plan, may_start
-    from kdbert.families.registry import Candidate
-
-    # an augmented twin reads and labels many more rows (71.2 s labelling, 10.2 s more loading) but
-    # its steps cost what its plain twin's do: neither is cheap, nobody runs again
-    plain = {"candidate": "bert-1", "steps": 300, "seconds": 6.6, "labelling_seconds": 0.0, "train_seconds": 5.0}
-    twin = {"candidate": "bert-1-aug", "steps": 300, "seconds": 86.5, "labelling_seconds": 71.2,
-            "train_seconds": 5.1}
-    order = [Candidate(name, "x", (), build=None) for name in ("bert-1", "bert-1-aug")]
-    assert first_round_plan([plain, twin], order, SearchSettings(first_steps=300)) == {"bert-1": 300,
-                                                                                       "bert-1-aug": 300}
-    # the next bert run: 300 steps at 5.0 / 300 s, plus bert-1's 1.6 s outside the loop, 6.6 s into
-    # round 0: 13.2 s, past a 13 s round 0 (11.6 s without the overhead would fit)
-    clock = FakeClock(now=6.6)
-    bert_2 = Candidate("bert-2", "x", (), build=None)
-    assert not may_start([plain], bert_2, 300, 0, Window(end=100.0, first_round_end=13.0, clock=clock))
-    assert may_start([plain], bert_2, 300, 0, Window(end=100.0, first_round_end=13.3, clock=clock))
-    assert may_start([plain], bert_2, 300, 1, Window(end=13.0, first_round_end=13.0, clock=clock))  # round 1
-    assert may_start([], bert_2, 300, 0, Window(end=7.0, first_round_end=6.6, clock=clock))  # the first goes
-    assert not may_start([], bert_2, 300, 1, Window(end=6.6, first_round_end=6.6, clock=clock))  # window ended
-    # a loop too short for its tenth-of-a-second record (0.0 s) counts as 0.1 s: mean (5.0 + 0.1) / 600
-    # a step, 25.5 times the BiLSTM's 0.1 / 300
-    instant = {"candidate": "bilstm-1", "steps": 300, "seconds": 2.0, "labelling_seconds": 0.0, "train_seconds": 0.0}
-    bilstm = [Candidate("bilstm-1", "x", (), build=None)]
-    assert first_round_plan([plain, instant], bilstm, SearchSettings(first_steps=300)) == {"bilstm-1": 7650}
-
-
-def test_a_finished_first_round_is_not_replanned_on_resume(env, tmp_path, monkeypatch):
-    # a search whose round 0 gave every candidate the same steps (as searches did before round 0
-    # learned costs): resumed under the wall-time rule, its rounds stand as they are
-    search, candidates, task, run = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
-                                                score={"a": 70.0, "b": 80.0, "c": 90.0})
-    steps = search.SearchSettings(rounds=2, first_steps=10, round_share="steps", first_round_share=1.0)
-    state = run(tmp_path, steps, 60.0)
-    saved = json.loads((tmp_path / "search.json").read_text())
-    del saved["ended"]  # as if killed before it was marked ended: resumed, its rounds stand
-    (tmp_path / "search.json").write_text(json.dumps(saved))
-    monkeypatch.setattr(search, "_distil", lambda *args: pytest.fail("a finished round ran again"))
-    time = search.SearchSettings(rounds=2, first_steps=10, first_round_share=1.0)
-    assert run(tmp_path, time, 60.0) == state
-
-
-@pytest.mark.parametrize("killed_at", [2, 3, 4])
-def test_a_first_round_killed_between_a_run_and_its_rerun_resumes_to_the_same_search(env, tmp_path, monkeypatch,
-                                                                                      killed_at):
-    search, candidates, task, run = fake_search(env, monkeypatch, cost={"a": 1.0, "b": 0.1, "c": 0.01},
-                                                score={"a": 70.0, "b": 80.0, "c": 90.0})
-    settings = search.SearchSettings(rounds=2, first_steps=10, first_round_share=1.0)
-    whole = run(tmp_path / "whole", settings, 60.0)
-    calls, fake = [], search._distil
-
-    def killed(candidate, *args):
-        calls.append(candidate.name)
-        if len(calls) == killed_at:
-            raise KeyboardInterrupt
-        return fake(candidate, *args)
-
-    monkeypatch.setattr(search, "_distil", killed)
-    with pytest.raises(KeyboardInterrupt):
-        run(tmp_path / "killed", settings, 60.0)
-    monkeypatch.setattr(search, "_distil", fake)
-    resumed = run(tmp_path / "killed", settings, 60.0)
-    assert [[(r["candidate"], r["steps"]) for r in rows] for rows in resumed["rounds"]] == \
-        [[(r["candidate"], r["steps"]) for r in rows] for rows in whole["rounds"]]
-    assert resumed["plans"] == whole["plans"]
-
-
-def test_a_round_over_budget_runs_only_the_best_candidates_that_fit(env, tmp_path, monkeypatch):
-    search, candidates, task, run = fake_search(env, monkeypatch, cost=dict.fromkeys("abcd", 0.1),
-                                                score={"a": 60.0, "b": 70.0, "c": 80.0, "d": 90.0})
-    # round 0: 4 x 1 s; round 1 would run d and c for 2 s each (8 s in all, past the 7 s window):
-    # only d, the best, fits (6 s); round 2 (d, 4 s more) does not
-    settings = search.SearchSettings(rounds=6, first_steps=10, round_share="steps", first_round_share=1.0)
-    state = run(tmp_path, settings, 7.0)
-    assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
-        [[("a", 10), ("b", 10), ("c", 10), ("d", 10)], [("d", 20)]]
-    assert state["plans"] == [{"a": 10, "b": 10, "c": 10, "d": 10}, {"d": 20}]
-
-
-def test_the_first_round_stops_at_its_share_of_the_budget_and_resumes_the_same(env, tmp_path, monkeypatch):
-    search, candidates, task, run = fake_search(env, monkeypatch,
-                                                cost={"a": 0.2, "b": 0.1, "c": 0.1, "d": 0.1, "e": 0.1},
-                                                score={"a": 60.0, "b": 90.0, "c": 80.0, "d": 70.0, "e": 50.0})
-    # a third of a 13.2 s window, 4.4 s: a (2 s), then b (by a's 0.2 s a step, ending at 4 s) fit; c
-    # would end at 3 + 10 * 0.15 = 4.5 s: round 0 stops with a and b; round 1 runs b alone (20 steps,
-    # 2 s), round 2 b for 40 steps (4 s, ending at 9 s); round 3 (8 s more) does not fit
-    settings = search.SearchSettings(rounds=6, first_steps=10, round_share="steps")
-    state = run(tmp_path, settings, 13.2)
-    assert [[(row["candidate"], row["steps"]) for row in rows] for rows in state["rounds"]] == \
-        [[("a", 10), ("b", 10)], [("b", 20)], [("b", 40)]]
-    assert state["plans"][0] == {"a": 10, "b": 10}
-    monkeypatch.setattr(search, "_distil", lambda *args: pytest.fail("a resumed search reran a finished run"))
-    assert run(tmp_path, settings, 13.2) == state
-    with pytest.raises(KdbertError, match=r"--first-round-share 0 must be in \(0, 1\]"):
-        search.SearchSettings(first_round_share=0.0)
-
-
-def test_a_first_round_cut_short_by_a_kill_resumes_in_its_own_order(env, tmp_path, monkeypatch):
-    search, candidates, task, run = fake_search(env, monkeypatch, cost=dict.fromkeys("abc", 0.1),
-                                                score={"c": 60.0, "b": 70.0, "a": 80.0})
-    assert [c.name for c in candidates] == ["c", "b", "a"]  # not the sorted order search.json keeps
-    settings = search.SearchSettings(rounds=1, first_steps=10)
-    ran, fake = [], search._distil
-
-    def killed_after_the_first(candidate, *args):
-        if ran:
-            raise KeyboardInterrupt
-        ran.append(candidate.name)
-        return fake(candidate, *args)
-
-    monkeypatch.setattr(search, "_distil", killed_after_the_first)
-    with pytest.raises(KeyboardInterrupt):
-        run(tmp_path, settings, 60.0)
-    monkeypatch.setattr(search, "_distil", fake)
-    state = run(tmp_path, settings, 60.0)
-    assert [row["candidate"] for row in state["rounds"][0]] == ["c", "b", "a"]
-
-
-def test_candidates_tied_on_held_out_score_go_on_by_name_not_by_running_order(env, tmp_path, monkeypatch):
-    search, candidates, task, run = fake_search(env, monkeypatch, cost=dict.fromkeys("abc", 0.1),
-                                                score=dict.fromkeys("abc", 50.0))
-    settings = search.SearchSettings(rounds=2, first_steps=10, round_share="steps")
-    state = run(tmp_path, settings, 60.0, candidates[::-1])  # run c, b, a
-    assert [row["candidate"] for row in state["rounds"][0]] == ["c", "b", "a"]
-    assert state["plans"][1] == {"a": 20, "b": 20}
-
-
 def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
-    from kdbert.compress.search import spread_order
+    from kdbert.compress.schedule import spread_order
     from kdbert.families.registry import Candidate
 
     latency = {"bert-1x128": 0.1, "bilstm-h150": 0.15, "bert-1x192": 0.2, "bert-2x128": 0.3, "bert-1x256": 0.4,
@@ -605,13 +403,12 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
                                                                    "bilstm-h300-aug"]
 
 
-def test_distillation_time_adds_up_every_round_a_candidate_ran():
+def test_distillation_time_adds_up_every_segment_of_a_candidate():
     from kdbert.compress.pipeline import _seconds_per_candidate
 
-    search = {"rounds": [[{"candidate": "a", "seconds": 10.2}, {"candidate": "b", "seconds": 3.1,
-                                                                 "superseded_seconds": 0.4}],
-                         [{"candidate": "a", "seconds": 20.5}], [{"candidate": "a", "seconds": 41.0}]]}
-    assert _seconds_per_candidate(search) == {"a": 71.7, "b": 3.5}
+    searched = {"segments": [{"candidate": "a", "seconds": 10.2}, {"candidate": "b", "seconds": 3.1},
+                             {"candidate": "a", "seconds": 20.5}, {"candidate": "a", "seconds": 41.0}]}
+    assert _seconds_per_candidate(searched) == {"a": 71.7, "b": 3.1}
 
 
 NLTK_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltk_data"
@@ -657,8 +454,8 @@ def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hol
         "file": str(out / "augmented.jsonl"), "input_rows": 11, "augmented_rows": 11, "tries_per_row": 3,
         "rows": len(written)}
     assert facts["affordable_rows"] > 11 * 3  # a tiny teacher labels fast: --augment-copies decided
-    plain = json.loads((out / "rounds" / "0" / "bilstm-h150" / "distill_report.json").read_text())
-    variant = json.loads((out / "rounds" / "0" / "bilstm-h150-aug" / "distill_report.json").read_text())
+    plain = json.loads((out / "runs" / "bilstm-h150" / "distill_report.json").read_text())
+    variant = json.loads((out / "runs" / "bilstm-h150-aug" / "distill_report.json").read_text())
     assert (plain["train_rows"], variant["train_rows"], variant["unlabelled"]["rows"]) == \
         (11, 11 + len(written), len(written))
     # the teacher labelled each distinct augmented row once for both runs, and each training row once for
@@ -768,67 +565,30 @@ def test_the_labelling_speed_leaves_the_first_batch_untimed(monkeypatch):
     assert affordable >= 20_000  # 100 rows in about 1 ms (the sleep's floor): about 100,000 a second
 
 
-def test_a_run_line_says_round_candidate_steps_held_out_score_and_seconds():
-    from kdbert.compress.search import run_line
+def test_a_segment_line_says_rung_candidate_steps_held_out_score_and_seconds():
+    from kdbert.compress.search import segment_line
 
-    row = {"candidate": "bert-2x256", "steps": 400, "selection_score": 84.567, "seconds": 61.4}
-    assert run_line(2, row) == "round 2  bert-2x256  400 steps  held-out 84.57  61 s"
-    assert run_line(1, {**row, "trained_steps": 250}) == \
-        "round 1  bert-2x256  250 of 400 steps (stopped at the budget's end)  held-out 84.57  61 s"
+    row = {"candidate": "bert-2x256", "rung": 2, "steps": 800, "trained": 400, "score": 84.567, "seconds": 61.4}
+    assert segment_line(row) == "rung 2  bert-2x256  800 steps (+400)  held-out 84.57  61 s"
+    assert segment_line({**row, "steps": 650, "trained": 250, "stopped": True}) == \
+        "rung 2  bert-2x256  650 steps (+250) (stopped at the budget's end)  held-out 84.57  61 s"
 
 
-def test_a_run_past_its_deadline_stops_early_scored_and_its_row_keeps_the_steps_it_trained(env, tmp_path):
+def test_a_segment_past_the_window_stops_early_scored_and_keeps_the_steps_it_trained(env, tmp_path):
     from kdbert.compress import search
-    from kdbert.compress.build import build_from_teacher
+    from kdbert.compress.recipes import SearchSettings
+    from kdbert.compress.schedule import Job
 
-    task = replace(env["task"], held_out_fraction=0.25)
-    context = speed.shape_context(env["teacher"], task)
-    bert = next(c for c in speed.all_candidates(context) if c.name == "bert-1x128")
-    start = build_from_teacher(bert, env["teacher"], task, tmp_path / "start", context)
-    settings = search.SearchSettings(first_steps=6, batch_size=2)
-    row = search._distil(bert, start, env["teacher"], task, 6, settings, tmp_path / "run", tmp_path, deadline=0.0)
-    assert (row["steps"], row["trained_steps"]) == (6, 1) and row["selection_score"] >= 0.0
-    assert "precision:" in (tmp_path / "run.log").read_text()  # the run's own lines, in its log
-    # its cost a step is its loop's seconds over the one step it trained, not over the six planned
-    assert search._step_seconds(row) == max(row["train_seconds"], search.TIMER_RESOLUTION) / 1
-
-
-def test_a_round_the_window_ends_is_cut_to_its_finished_runs_and_the_search_ends(env, tmp_path, monkeypatch):
-    search, candidates, task, run = fake_search(env, monkeypatch, cost=dict.fromkeys("abcd", 0.1),
-                                                score={"a": 60.0, "b": 70.0, "c": 80.0, "d": 90.0})
-    # round 0 (4 x 1 s); round 1 plans d, then c (2 s each: ending at 8 s, within 8.5 s), but d's run
-    # takes 3 s longer than its steps say, ending at 9 s: c never starts, the search ends there
-    fake = search._distil
-
-    def d_slower(candidate, *args):
-        row = fake(candidate, *args)
-        if (candidate.name, row["steps"]) == ("d", 20):
-            run.clock.now += 3.0
-        return row
-
-    monkeypatch.setattr(search, "_distil", d_slower)
-    settings = search.SearchSettings(rounds=3, first_steps=10, round_share="steps", first_round_share=1.0)
-    state = run(tmp_path, settings, 8.5)
-    assert state["plans"] == [{"a": 10, "b": 10, "c": 10, "d": 10}, {"d": 20}]  # c, planned, never started
-    assert [[row["candidate"] for row in rows] for rows in state["rounds"]] == [["a", "b", "c", "d"], ["d"]]
-    assert state["ended"]
-
-
-def test_a_round_is_planned_against_the_time_left_in_the_window():
-    from kdbert.compress.search import SearchSettings, Window, plan_round
-    from kdbert.families.registry import Candidate
-
-    round_0 = [{"candidate": name, "steps": 10, "seconds": 1.0, "labelling_seconds": 0.0} for name in "abcd"]
-    ranked = [Candidate(name, "x", (), build=None) for name in ("d", "c")]  # best first
-    settings = SearchSettings(first_steps=10, round_share="steps")
-    # round 1: d and c for 20 steps, 2 s each by their round-0 runs
-    assert plan_round([round_0], ranked, 1, settings, Window(104.0, 104.0, FakeClock(100.0))) == {"d": 20, "c": 20}
-    assert plan_round([round_0], ranked, 1, settings, Window(103.9, 103.9, FakeClock(100.0))) == {"d": 20}
-    assert plan_round([round_0], ranked, 1, settings, Window(101.9, 101.9, FakeClock(100.0))) == {}
-    # a run the deadline stopped after 5 of its 10 steps cost 0.2 s a step: c's 20 steps take 4 s
-    cut = [*round_0[:2], {**round_0[2], "trained_steps": 5}, round_0[3]]
-    assert plan_round([cut], ranked, 1, settings, Window(105.9, 105.9, FakeClock(100.0))) == {"d": 20}
-    assert plan_round([cut], ranked, 1, settings, Window(106.0, 106.0, FakeClock(100.0))) == {"d": 20, "c": 20}
+    settings = SearchSettings(first_steps=6, batch_size=2)
+    plan = _plan(env, ["bert-1x128"], tmp_path, settings, seconds=-1.0)
+    search.build_starts(plan)
+    row = search.distil_segment(plan, Job("bert-1x128", 0, 6), done_steps=0)
+    assert (row["steps"], row["trained"], row["stopped"]) == (1, 1, True) and row["score"] == \
+        json.loads((tmp_path / "runs" / "bert-1x128" / "distill_report.json").read_text())["dev_metrics"]["selection_score"]
+    assert "precision:" in (tmp_path / "runs" / "bert-1x128.log").read_text()  # the run's own lines, in its log
+    # resumed in a later window, the run goes on from its step 1 to its rung's end
+    row = search.distil_segment(replace(plan, window=search.Window.from_now(600, 1.0)), Job("bert-1x128", 0, 6), 1)
+    assert (row["steps"], row["trained"], row["stopped"]) == (6, 5, False)
 
 
 def test_the_finishing_reserve_is_the_teachers_measured_costs_scaled_to_the_slowest_winner():

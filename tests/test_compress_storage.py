@@ -231,7 +231,8 @@ def test_two_worker_processes_run_every_job_exactly_once(tmp_path, url):
     assert all(t.user_attrs["pid"] == t.user_attrs["done_by"] for t in trials if t.state == TrialState.COMPLETE)
 
 
-def test_a_killed_workers_job_is_taken_up_by_another(tmp_path, url):
+@pytest.mark.parametrize("same_host", [True, False])
+def test_a_killed_workers_job_is_taken_up_by_another(tmp_path, url, monkeypatch, same_host):
     out, flag = tmp_path / "out", tmp_path / "claimed"
     holder = start(HOLDER, str(out), url or "", str(flag))
     wait_for(flag.exists, [holder])
@@ -241,10 +242,15 @@ def test_a_killed_workers_job_is_taken_up_by_another(tmp_path, url):
 
     study = storage.open_study(out, IDENTITY, storage=url)
     assert storage.running_jobs(study) == {"cand-0@0"}
-    assert storage.claim(study, "cand-0@0", {}) is None  # still held until the grace runs out
-    assert storage.stale_jobs(study, grace_seconds=30) == []
-    half_a_minute_later = lambda: time.time() + 30.5  # noqa: E731
-    assert storage.stale_jobs(study, grace_seconds=30, now=half_a_minute_later) == ["cand-0@0"]
+    if same_host:  # its process is gone from this host: taken back at once
+        assert storage.stale_jobs(study, grace_seconds=30) == ["cand-0@0"]
+    else:  # a worker on another machine is judged by its heartbeat alone
+        monkeypatch.setattr(storage.socket, "gethostname", lambda: "another-machine")
+        assert storage.claim(study, "cand-0@0", {}) is None  # still held until the grace runs out
+        assert storage.stale_jobs(study, grace_seconds=30) == []
+        half_a_minute_later = lambda: time.time() + 30.5  # noqa: E731
+        assert storage.stale_jobs(study, grace_seconds=30, now=half_a_minute_later) == ["cand-0@0"]
+        monkeypatch.undo()
 
     taker = start(WORKER, str(out), url or "", str(flag), "cand-0@0")
     wait_ok(taker)

@@ -105,7 +105,7 @@ def compress_reports(folder: str) -> tuple[dict, dict]:
                                              "onnx_int8": {"accuracy": 84.2, "score": 84.2}},
         "params_total": 3_210_000, "params_non_embedding": 610_000, "threads": 8,
         "versions": {"torch": "2.5.1", "onnxruntime": "1.20.1"}}
-    winner = {"run": f"{folder}/runs/bilstm-1x300", "candidate": "bilstm-1x300", "selection_score": 86.4,
+    winner = {"run": f"{folder}/runs/bilstm-1x300", "candidate": "bilstm-1x300", "score": 86.4,
               "dev_score": 84.6, "steps": 1600, "kept": 86.4 / 88.0, "latency_real_p50_ms": 0.21,
               "rule": "fastest keeping 0.97"}
     report = {
@@ -140,7 +140,7 @@ def test_compress_card_names_the_rule_the_kept_share_and_the_speed(sst2, tmp_pat
             "Distilled from the teacher `runs/quickstart/teacher` by `kdbert compress`.",
             "BiLSTMClassifier (layers 1, hidden 300): 3,210,000 parameters, 610,000 outside the embeddings.",
             f"Training rows: 30, of which {len(data.held_out)} (20%) held out to pick on.",
-            "Picked by `kdbert compress` from 1 candidate in the search's last round (target: at least 10x the "
+            "Picked by `kdbert compress` among the 2 candidates the search trained (target: at least 10x the "
             "teacher's speed in onnx-int8): **bilstm-1x300**, rule `fastest keeping 0.97`.",
             "Held-out score: 86.40 against the teacher's 88.00 (98.2% kept).",
             "Dev score (onnx-int8): 84.20 against the teacher's 86.20: 97.7% of it kept, 94.3% of its gain over "

@@ -16,7 +16,7 @@
    in turn and each spread over its sizes, until the next one would leave too little for one
    first round of the search and the finishing (a rerun with more time times the rest);
 2. the search (:mod:`kdbert.compress.search`) runs in the window from its start to the deadline
-   less the finishing reserve: its rounds are planned to end within it, and every run is given
+   less the finishing reserve: a segment starts only when it should end within it, and every run is given
    the window's end as its deadline (:attr:`kdbert.core.trainer.RunConfig.deadline`), so no run
    trains past it;
 3. the finishing: the winner exported as it ships (with its int8 choice, scored on the task's
@@ -46,7 +46,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
-from kdbert.compress.search import run_line, runtime_line
+from kdbert.compress.search import runtime_line, segment_line
 from kdbert.compress.speed import TURNS, timed_threads
 
 RESERVE_FACTOR = 1.25
@@ -157,13 +157,13 @@ class Progress:
         self.bar.write(text, file=sys.stdout)
         self.tick()
 
-    def run_finished(self, round_index: int, row: dict) -> None:
-        """A finished run's line (:func:`~kdbert.compress.search.run_line`), after the runs' precision
-        and threads the first time (:func:`~kdbert.compress.search.runtime_line`)."""
+    def segment_finished(self, row: dict) -> None:
+        """A finished segment's line (:func:`~kdbert.compress.search.segment_line`), after the runs'
+        precision and threads the first time (:func:`~kdbert.compress.search.runtime_line`)."""
         if not self.said_runtime:
             self.line(runtime_line(row))
             self.said_runtime = True
-        self.line(run_line(round_index, row))
+        self.line(segment_line(row))
 
     def close(self) -> None:
         self.tick()

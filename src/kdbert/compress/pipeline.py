@@ -6,10 +6,13 @@ candidate run is an ordinary run folder), each planned against one deadline
 1. time the exported teacher and every family's candidate shapes in the runtime shipped
    (:mod:`kdbert.compress.speed`), keeping those that meet the speed target (a budget too short to
    time them all times them families in turn, spread over their sizes, and says which it left);
-2. build the kept candidates from the teacher and distil them by successive halving
-   (:mod:`kdbert.compress.build`, :mod:`kdbert.compress.search`), with ``--augment`` beside
-   augmented variants of them (:mod:`kdbert.compress.augment`);
-3. pick the winner on held-out training rows (:func:`kdbert.compress.search.pick_winner`);
+2. build the kept candidates from the teacher and distil them by asynchronous successive halving
+   on an Optuna study, in ``--workers`` processes, continuing promoted candidates where they paused
+   (:mod:`kdbert.compress.build`, :mod:`kdbert.compress.search`, :mod:`kdbert.compress.schedule`,
+   :mod:`kdbert.compress.storage`), with ``--augment`` beside augmented variants of them
+   (:mod:`kdbert.compress.augment`);
+3. pick the winner on held-out training rows among every candidate trained
+   (:func:`kdbert.compress.schedule.pick_winner`);
 4. export it as it ships, checked on dev, and write ``compress_report.json`` / ``.md`` and the
    winner's model card (:mod:`kdbert.deploy.model_card`).
 
@@ -53,18 +56,11 @@ from kdbert.compress.augment import (
 from kdbert.compress.breakdown import format_breakdown, speedup_breakdown, teacher_steps
 from kdbert.compress.budget import (TEACHER_EXPORT_SHARE, Deadline, Progress, after_export_seconds, every_core,
                                     export_passes, finishing_seconds, fixed_seconds)
+from kdbert.compress import search
 from kdbert.compress.recipes import ROUND_SHARES, SearchSettings
-from kdbert.compress.search import STATE as SEARCH_STATE
-from kdbert.compress.search import (
-    Window,
-    check_budget,
-    first_round_seconds,
-    pick_winner,
-    spent_seconds,
-    spread_order,
-    successive_halving,
-    teacher_row_seconds,
-)
+from kdbert.compress.schedule import Goal, latest, pick_winner, spread_order
+from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
+from kdbert.compress.storage import journal_path, open_study
 from kdbert.compress.speed import (
     RUNTIMES,
     SpeedSettings,
@@ -111,11 +107,19 @@ class CompressConfig(CheckedOptions):
     budget_minutes: float = option(30.0, "wall time of the whole command: timing, distilling the candidates, "
                                          "shipping the winner and the report", type=float, group="compress",
                                    check=POSITIVE)
-    rounds: int = option(8, "rounds of successive halving, at most (the budget usually ends the search first)",
+    rounds: int = option(8, "rungs of successive halving, at most (the budget usually ends the search first)",
                          type=int, group="compress",
                          check=in_range(1, 10, int, what="a number of rounds in [1, 10]"))
-    first_steps: int = option(200, "optimiser steps per candidate in the first round (doubled each round)", type=int,
+    first_steps: int = option(200, "optimiser steps of every candidate's first rung (doubled at each rung; with "
+                                   "--round-share time, cheap families get proportionally more)", type=int,
                               group="compress", check=in_range(1, 10**7, int, what="a positive number of steps"))
+    workers: int = option(1, "candidates distilled at once on this machine, each in its own process (the CPU cores "
+                             "split between them; on GPUs, one GPU each)", type=int, group="compress",
+                          check=in_range(1, 64, int, what="a number of workers in [1, 64]"))
+    storage: str | None = option(None, "the search's Optuna storage: an SQLAlchemy URL (e.g. postgresql+psycopg://"
+                                       "user@host/db) that compress processes on other machines join (default: the "
+                                       "journal file study.journal in --output-dir)", group="compress")
+    study: str | None = option(None, "the study's name in --storage (default: kdbert-compress)", group="compress")
     candidates: str | None = option(None, "only these candidates (comma-separated names, e.g. bert-2x256); default: "
                                           "every family's", group="compress")
     length_rows: int = option(200, "dev rows timed per model, each at its own length, batch 1", type=int,
@@ -402,7 +406,7 @@ def _finishing(config: CompressConfig, table: dict, teacher: _Teacher, kept: lis
 
 def _timing_order(offered: list) -> list:
     """The order candidates are timed in: families in turn, each spread over its sizes (the product of
-    its shape's numbers, which grows with each of them) by :func:`~kdbert.compress.search.spread_order`."""
+    its shape's numbers, which grows with each of them) by :func:`~kdbert.compress.schedule.spread_order`."""
     return spread_order(offered, {c.name: math.prod(dict(c.shape).values()) for c in offered})
 
 
@@ -434,18 +438,62 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         intermediate_share=config.intermediate_share, round_share=config.round_share,
         max_train_examples=config.max_train_examples, first_round_share=config.first_round_share)
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
-    if not (out / SEARCH_STATE).is_file():  # a search under way was judged when it started
-        _check_fits(config, teacher, data, offered, search_settings, len(train_rows), deadline.spent())
+    new_folder, new_journal = not out.exists(), config.storage is None and not journal_path(out).exists()
+    study = open_study(out, search_identity(config, task, teacher.folder), config.storage, config.study)
+    if search.other_leader(study):
+        return _join(study, config, task, out, context, offered, augment, search_settings)
     progress = Progress(deadline, enabled=not config.no_progress)
     try:
-        return _compress(task, config, out, data, train_rows, teacher, context, offered, augment, search_settings,
-                         deadline, progress, saw_held_out, command)
+        if not search.under_way(study):  # a search under way was judged when it started
+            _check_fits(config, teacher, data, offered, search_settings, len(train_rows), deadline.spent())
+        with search.leading(study):
+            return _compress(task, config, out, data, train_rows, teacher, context, offered, augment,
+                             search_settings, deadline, progress, saw_held_out, study, command)
+    except KdbertError:
+        if new_journal and not search.under_way(study):  # refused before the search: nothing left behind
+            journal_path(out).unlink(missing_ok=True)
+            if new_folder and not any(out.iterdir()):
+                out.rmdir()
+        raise
     finally:
         progress.close()
 
 
+def search_identity(config: CompressConfig, task: TaskOptions, teacher_dir: str) -> dict:
+    """What a study's workers must agree on (:func:`kdbert.compress.storage.open_study`): the teacher,
+    the task and rows, and every option that changes what a candidate's run is or who wins."""
+    options = ("target_speedup", "target_latency_ms", "min_kept", "runtime", "rounds", "first_steps", "candidates",
+               "batch_size", "learning_rate", "seed", "word_vectors", "intermediate_share", "round_share",
+               "max_train_examples", "augment")
+    return {"teacher": str(Path(teacher_dir).resolve()), "task": task.task, "train_file": task.train_file,
+            "held_out_fraction": task.held_out_fraction,
+            "options": {name: getattr(config, name) for name in options}}
+
+
+def _join(study, config: CompressConfig, task: TaskOptions, out: Path, context, offered, augment,
+          settings: SearchSettings) -> None:
+    """Work on the search another live process leads (same ``--storage``/``--study``, this machine
+    seeing its output folder); that process ships the winner."""
+    plan_attrs = study.user_attrs[search.PLAN_ATTR]
+    leader = study.user_attrs[search.LEADER_ATTR]["worker"]
+    if study.user_attrs.get(search.ENDED_ATTR):
+        print(f"study '{study.study_name}' has ended: nothing left to distil; {leader} ships the winner")
+        return None
+    by_name = {c.name: c for c in with_variants(offered, augment.kinds)}
+    plan = Plan([by_name[name] for name in plan_attrs["candidates"]], str(Path(config.teacher).expanduser()),
+                task, str(out), settings, Goal(**plan_attrs["goal"]), Window(**plan_attrs["window"]), config.threads)
+    missing = search.missing_starts(plan)
+    if missing:
+        raise KdbertError(f"--output-dir {out} has no start for {', '.join(missing)}: a process joining study "
+                          f"'{study.study_name}' must use the output folder of the search {leader} leads "
+                          "(shared with this machine, e.g. over NFS)")
+    ran = search.work(study, plan, lambda row: print(search.segment_line(row), flush=True))
+    print(f"joined study '{study.study_name}': {ran} segment(s) distilled here; {leader} ships the winner")
+    return None
+
+
 def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, offered, augment, search_settings,
-              deadline: Deadline, progress: Progress, saw_held_out, command=None) -> dict:
+              deadline: Deadline, progress: Progress, saw_held_out, study, command=None) -> dict:
     speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
     scored = export_task(task, data)
     with progress.phase("timing"):
@@ -474,7 +522,7 @@ def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, o
     latency = {name: row["latency_real_p50_ms"] for name, row in table["candidates"].items()}
     kept = spread_order(kept, latency)
     reserve = _finishing(config, table, teacher, kept)
-    if not (out / SEARCH_STATE).is_file():  # a search under way was judged when it started
+    if not search.under_way(study):  # a search under way was judged when it started
         check_budget(table, kept, search_settings, len(train_rows), config.budget_minutes, deadline.left() - reserve)
     augmentation = None
     with progress.phase("search"):
@@ -482,11 +530,13 @@ def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, o
             text_fields = list(task.text_columns) if is_data_file(task.task) else list(data.spec.text_fields)
             augmentation = augment_for_search(teacher.model, teacher.tokenizer, data.spec, train_rows, text_fields,
                                               out, augment, config.budget_minutes * 60, config.seed)
-        window = Window.from_now(deadline.left() - reserve, config.first_round_share, deadline.clock)
-        search = successive_halving(kept, teacher.folder, task, out, search_settings, window,
-                                    on_run=progress.run_finished)
+        window = Window.from_now(deadline.left() - reserve, config.first_round_share)
+        goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency)
+        plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads)
+        searched = search.run_search(plan, study, config.workers, config.storage, config.study,
+                                     search_identity(config, task, teacher.folder), progress.segment_finished)
     with progress.phase("finishing"):
-        report = _finish(scored, config, out, data, teacher, table, search, speed_settings, deadline)
+        report = _finish(scored, config, out, data, teacher, table, searched, goal, speed_settings, deadline)
     report.update(augmentation=augmentation, teacher_saw_held_out_rows=saw_held_out, budget={
         "minutes": config.budget_minutes, "finishing_reserve_seconds": round(reserve, 1), "untimed": untimed,
         "phase_seconds": progress.phase_seconds(), "seconds": round(deadline.spent(), 1)})
@@ -498,13 +548,14 @@ def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, o
     return report
 
 
-def _finish(task, config: CompressConfig, out: Path, data, teacher: _Teacher, table: dict, search: dict,
-            speed_settings: SpeedSettings, deadline: Deadline) -> dict:
+def _finish(task, config: CompressConfig, out: Path, data, teacher: _Teacher, table: dict, searched: dict,
+            goal: Goal, speed_settings: SpeedSettings, deadline: Deadline) -> dict:
     """Step 4: the winner picked, exported (scored on ``task``, :func:`export_task`, its static int8
     methods only while they leave the rest its time), timed in turns with the teacher, broken down
     and compared; the report (without the budget's figures)."""
-    winner = pick_winner(search["rounds"][-1] if search["rounds"] else [], table["candidates"],
-                         teacher.metrics["selection_score"], config.min_kept)
+    winner = pick_winner([{**row, "state": "done"} for row in searched["segments"]], goal)
+    winner = {**winner, "latency_real_p50_ms": table["candidates"][winner["candidate"]]["latency_real_p50_ms"]}
+    winner.pop("state")
     ratio = winner["latency_real_p50_ms"] / table["teacher"]["latency_real_p50_ms"]
     after = after_export_seconds(table["teacher"], ratio, teacher.dev_seconds, every_core(config.threads))
     shipped = _ship(winner, out, task, config.runtime, int8_time_left=lambda: deadline.left() - after)
@@ -519,9 +570,9 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: _Teacher, ta
         "task": data.spec.name, "teacher": teacher.folder, "runtime": config.runtime,
         "target": {"speedup": config.target_speedup, "latency_ms": config.target_latency_ms,
                    "min_kept": config.min_kept},
-        "held_out_rows": len(data.held_out), "speed": table, "search": search,
+        "held_out_rows": len(data.held_out), "speed": table, "search": searched,
         "winner": winner,
-        "seconds_per_candidate": _seconds_per_candidate(search), "speedup_breakdown": breakdown,
+        "seconds_per_candidate": _seconds_per_candidate(searched), "speedup_breakdown": breakdown,
         "teacher_scores": {"held_out": teacher.metrics["selection_score"], "dev": teacher_dev,
                            "dev_deployed": teacher.deployed.get(runtime_key)},
         "shipped": {"folder": str(out / "winner"), "dev_score": student_dev, "parity": shipped["parity"],
@@ -548,19 +599,17 @@ def _write_report(report: dict, out: Path, runtime: str) -> None:
     (out / "compress_report.md").write_text(format_report(report, PLOT if plotted else None))
 
 
-def _seconds_per_candidate(search: dict) -> dict[str, float]:
-    """Wall seconds each candidate's distillation took, over every round it ran (a rerun of round 0
-    with more steps counts the shorter run too)."""
+def _seconds_per_candidate(searched: dict) -> dict[str, float]:
+    """Wall seconds each candidate's distillation took, over all its segments."""
     seconds: dict[str, float] = {}
-    for rows in search["rounds"]:
-        for row in rows:
-            seconds[row["candidate"]] = round(seconds.get(row["candidate"], 0.0) + spent_seconds(row), 1)
+    for row in searched["segments"]:
+        seconds[row["candidate"]] = round(seconds.get(row["candidate"], 0.0) + row["seconds"], 1)
     return seconds
 
 
 def _last_runs(report: dict) -> dict[str, dict]:
-    """Each distilled candidate's longest run (the last round it reached)."""
-    return {row["candidate"]: row for rows in report["search"]["rounds"] for row in rows}
+    """Each distilled candidate's segment with the most steps."""
+    return latest([{**row, "state": "done"} for row in report["search"]["segments"]])
 
 
 def _plot_records(report: dict) -> list[dict]:
@@ -584,7 +633,7 @@ def format_report(report: dict, plot: str | None = None) -> str:
     the method per run: logit KD then) render without it."""
     shipped, speed = report["shipped"], report["speed"]
     finals = _last_runs(report)
-    seconds = report.get("seconds_per_candidate") or _seconds_per_candidate(report["search"])
+    seconds = report["seconds_per_candidate"]
     teacher_ms = shipped.get("teacher_latency_real_p50_ms", speed["teacher"]["latency_real_p50_ms"])
     turns = f", timed in turns with the teacher {len(shipped['timed_in_turns'])} times" if "timed_in_turns" in shipped else ""
     timed = (f" (trained export, {shipped['latency_real_p50_ms']:.2f} against {teacher_ms:.2f} ms{turns})"
@@ -613,7 +662,7 @@ def format_report(report: dict, plot: str | None = None) -> str:
     for name, row in sorted(speed["candidates"].items(), key=lambda item: item[1]["latency_real_p50_ms"]):
         run = finals.get(name)
         lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x | "
-                     + (f"{run['selection_score']:.2f} | {run['dev_score']:.2f} | {run.get('method', 'kd')} | "
+                     + (f"{run['score']:.2f} | {run['dev_score']:.2f} | {run['method']} | "
                         f"{run['steps']} | {seconds[name] / 60:.1f} min |" if run else "- | - | - | - | - |"))
     if report.get("augmentation"):
         facts = report["augmentation"]

@@ -36,13 +36,53 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kdbert.compress.recipes import SearchSettings
-from kdbert.compress.search import family
+from kdbert.compress.augment import is_augmented
+from kdbert.compress.recipes import SearchSettings, kind_of
 from kdbert.errors import KdbertError
+from kdbert.families.registry import Candidate
 
 ETA = 2  # the reduction factor: the top 1/ETA of a rung goes on
 RERUN_FACTOR = 1.5
 TIMER_RESOLUTION = 0.1  # seconds: a shorter training loop counts as this long
+CHEAP_STEPS_FACTOR = 16  # the most a cheap family's steps at a rung outnumber first_steps * eta^r
+
+
+def horizon(settings: SearchSettings, eta: int = ETA) -> int:
+    """The optimiser steps a candidate's run is set up for (its learning-rate schedule's length, the
+    same in every segment so that a segment continues the last exactly): the last rung's steps,
+    ``first_steps * eta^(rounds - 1)``, times ``CHEAP_STEPS_FACTOR``. No rung goes past it."""
+    return settings.first_steps * eta ** (settings.rounds - 1) * CHEAP_STEPS_FACTOR
+
+
+def family(name: str) -> tuple[str, bool]:
+    """The family of the candidate called ``name``: its kind, and whether it is an augmented variant."""
+    return kind_of(name), is_augmented(name)
+
+
+def spread_order(candidates: list[Candidate], latency: dict[str, float]) -> list[Candidate]:
+    """The order candidates start in, so that the first k span the families and the speed range
+    whatever k the budget allows: families in turn (the one with the fastest candidate first; a
+    kind's augmented variants are a family of their own), each family's candidates by bisection
+    of their order by ``latency`` (the fastest, the slowest, the middle one, then the middles of
+    the two halves, ...)."""
+    families: dict[tuple[str, bool], list[Candidate]] = {}
+    for candidate in sorted(candidates, key=lambda c: latency[c.name]):
+        families.setdefault(family(candidate.name), []).append(candidate)
+    queues = [_bisection(members) for members in families.values()]
+    return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
+
+
+def _bisection(items: list) -> list:
+    """``items`` reordered: the first, the last, then the midpoints of ever finer halves."""
+    if len(items) <= 2:
+        return list(items)
+    order, intervals = [0, len(items) - 1], [(0, len(items) - 1)]
+    for low, high in intervals:  # breadth first: the list grows while it is read
+        if high - low >= 2:
+            middle = (low + high) // 2
+            order.append(middle)
+            intervals += [(low, middle), (middle, high)]
+    return [items[i] for i in order]
 
 
 @dataclass(frozen=True)
@@ -87,15 +127,14 @@ def _step_cost(segments: list[dict]) -> float | None:
 
 
 def rung_steps(candidate: str, rung: int, segments: list[dict], settings: SearchSettings, eta: int = ETA) -> int:
-    """Cumulative steps at the end of ``candidate``'s rung ``rung`` (module doc)."""
+    """Cumulative steps at the end of ``candidate``'s rung ``rung`` (module doc), at most
+    :func:`horizon`."""
     base = settings.first_steps * eta ** rung
-    if settings.round_share == "steps":
-        return base
     mean = _step_cost(segments)
     own = _step_cost([s for s in segments if family(s["candidate"]) == family(candidate)])
-    if mean is None or own is None:
-        return base
-    return max(base, round(base * mean / own))
+    if settings.round_share == "time" and mean is not None and own is not None:
+        base = max(base, round(base * mean / own))
+    return min(base, horizon(settings, eta))
 
 
 def _predicted_seconds(candidate: str, steps: int, segments: list[dict]) -> float:

@@ -218,8 +218,24 @@ def open_jobs(study: optuna.Study, jobs: Iterable[str]) -> list[str]:
     return [job for job in jobs if job not in taken]
 
 
+def worker_gone(worker: str) -> bool:
+    """Whether the worker ``host:pid`` is known to have ended: it ran on this host and its process
+    is gone (a worker on another host is judged by its heartbeat alone)."""
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's process
+        return False
+    return False
+
+
 def stale_jobs(study: optuna.Study, grace_seconds: float, now: Callable[[], float] = time.time) -> list[str]:
-    """Fail the running trials whose heartbeat is older than ``grace_seconds``; their jobs.
+    """Fail the running trials whose heartbeat is older than ``grace_seconds``, or whose worker ran
+    on this host and has ended (:func:`worker_gone`); their jobs.
 
     A running trial with no job (a claimer that died before naming it) older than the grace is
     failed too, and names no job.
@@ -228,7 +244,8 @@ def stale_jobs(study: optuna.Study, grace_seconds: float, now: Callable[[], floa
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         beat_at = trial.user_attrs.get("heartbeat")
         age = now() - beat_at if beat_at is not None else _age(trial)
-        if age > grace_seconds and _fail(study, trial, {"stale": round(age, 1)}):
+        gone = worker_gone(trial.user_attrs.get("worker", ""))
+        if (age > grace_seconds or gone) and _fail(study, trial, {"stale": round(age, 1)}):
             if "job" in trial.user_attrs:
                 jobs.append(trial.user_attrs["job"])
     return jobs

@@ -279,15 +279,14 @@ def _selection_lines(report: dict) -> list[str]:
     if wanted and report.get("runtime"):
         wanted += f" in {report['runtime']}"
     rounds = (report.get("search") or {}).get("rounds") or []
-    finalists = len(rounds[-1]) if rounds else None
+    trained = len({row["candidate"] for rung in rounds for row in rung})
     lines = [f"Picked by `kdbert compress`"
-             + (f" from {finalists} candidate{'s' if finalists != 1 else ''} in the search's last round"
-                if finalists else "") + (f" (target: {wanted})" if wanted else "")
+             + (f" among the {trained} candidate{'s' if trained != 1 else ''} the search trained" if trained else "") + (f" (target: {wanted})" if wanted else "")
              + f": **{winner['candidate']}**, rule `{winner['rule']}`."]
     teacher_held_out = (report.get("teacher_scores") or {}).get("held_out")
-    if "selection_score" in winner and teacher_held_out is not None:
+    if "score" in winner and teacher_held_out is not None:
         kept = f" ({100 * winner['kept']:.1f}% kept)" if "kept" in winner else ""
-        lines.append(f"Held-out score: {winner['selection_score']:.2f} against the teacher's "
+        lines.append(f"Held-out score: {winner['score']:.2f} against the teacher's "
                      f"{teacher_held_out:.2f}{kept}.")
     if report.get("teacher_saw_held_out_rows"):
         lines.append("The teacher was fine-tuned on the held-out rows too, so its held-out score is optimistic.")
