@@ -286,8 +286,9 @@ def test_each_kind_of_candidate_gets_its_recipe(monkeypatch):
     def candidate(name, from_teacher=lambda teacher, context: teacher, **shape):
         return Candidate(name, "x", tuple(shape.items()), build=None, from_teacher=from_teacher)
 
-    settings = SearchSettings(batch_size=16, learning_rate=2e-4, seed=7, word_vectors="glove.txt",
+    settings = SearchSettings(first_steps=400, batch_size=16, learning_rate=2e-4, seed=7, word_vectors="glove.txt",
                               intermediate_share=0.25)
+    # the intermediate stage takes its share of the first rung (400 steps here); the rest is prediction
     bert = run_options(candidate("bert-2x256"), 400, settings, "cache")
     assert bert == {"method": "tinybert", "head_average": True, "intermediate_max_steps": 100, "intermediate_lr": 2e-4, "max_steps": 300,
                     "seed": 7, "eval_every": 150, "no_progress": True, "batch_size": 16, "learning_rate": 2e-4,

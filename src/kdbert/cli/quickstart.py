@@ -7,7 +7,7 @@
    "kept" compare students with a teacher on rows neither has trained on;
 2. a short ``kdbert compress`` (:mod:`kdbert.compress.pipeline`): time the int8 teacher and every
    candidate shape on this machine, distil those at least ``--target-speedup`` times faster by
-   successive halving within ``--budget-minutes``, pick the winner on held-out training rows and
+   asynchronous successive halving within ``--budget-minutes``, pick the winner on held-out training rows and
    export it as int8, parity and dev score checked; its report and Pareto plot go to
    ``compress/``;
 3. ``bench`` the teacher and the winner in PyTorch and ONNX Runtime int8 (parameters, FLOPs, CPU

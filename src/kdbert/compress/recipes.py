@@ -5,7 +5,7 @@ A candidate's kind is its name's prefix (``bert-2x256`` is a ``bert``). A round 
 ``kdbert distill task``):
 
 - ``bert``: TinyBERT task distillation from the weight-selected start: by default its prediction
-  stage alone (the teacher's logits); ``intermediate_share`` of the round's steps go first to the
+  stage alone (the teacher's logits); ``intermediate_share`` of the first rung's steps go first to the
   intermediate stage (embeddings, attention scores averaged over heads, hidden states through
   g(m)). At a few hundred steps the intermediate stage cost more than it gave: on SST-2, 300
   prediction steps beat 150 + 150 for every candidate and cost half as much (BENCHMARKS.md);
@@ -36,12 +36,12 @@ ROUND_SHARES = ("time", "steps")
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """How the search distils: rounds of successive halving, steps of the first round (doubled
-    each round), the token-level runs' batch size and learning rate, the seed, the BiLSTM's word
-    vectors, the share of a TinyBERT round spent on intermediate matches, and whether a round gives
-    every candidate the same wall time or the same steps (``round_share``); ``max_train_examples``
-    distils on the first rows of the training split only (None: all); ``first_round_share``: the
-    most of the search's time round 0 may spend (its runs stop short of it). Its wall time is the
+    """How the search distils: rungs of successive halving (``rounds``), steps of the first rung
+    (doubled each rung), the token-level runs' batch size and learning rate, the seed, the BiLSTM's
+    word vectors, the share of a TinyBERT run's first rung spent on intermediate matches, and whether
+    a rung gives every family the same wall time or the same steps (``round_share``);
+    ``max_train_examples`` distils on the first rows of the training split only (None: all);
+    ``first_round_share``: the most of the search's time rung 0 may spend. Its wall time is the
     search's :class:`~kdbert.compress.search.Window`."""
 
     rounds: int = 8
@@ -69,7 +69,7 @@ class SearchSettings:
 
 
 def _tinybert(candidate: Candidate, steps: int, settings: SearchSettings) -> dict:
-    intermediate = int(steps * settings.intermediate_share)
+    intermediate = int(settings.first_steps * settings.intermediate_share)  # in the first rung
     # candidates keep the teacher's head size, so narrower ones have fewer heads: attention is
     # matched as the mean over heads
     options = {"method": "tinybert", "max_steps": steps - intermediate, "head_average": True}
