@@ -59,6 +59,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="the token-level candidates' batch size")
     parser.add_argument("--augment", help="candidate kinds that also compete augmented (e.g. bilstm, or all)")
     parser.add_argument("--nltk-data", default=NLTK_DATA, help="NLTK's POS tagger, for --augment")
+    parser.add_argument("--workers", type=int, default=1, help="candidates distilled at once (one process each)")
     parser.add_argument("--key-suffix", default="", help="appended to the results key <task>/x<target>")
     parser.add_argument("--output-dir", default=run_folder("compress-{task}-x{target:g}"))
     args = parser.parse_args()
@@ -68,7 +69,7 @@ def main() -> None:
                             threads=args.threads, budget_minutes=args.budget_minutes, rounds=args.rounds,
                             first_steps=args.first_steps, word_vectors=args.word_vectors or None,
                             intermediate_share=args.intermediate_share, learning_rate=args.learning_rate,
-                            batch_size=args.batch_size,
+                            batch_size=args.batch_size, workers=args.workers,
                             augment=args.augment, nltk_data=args.nltk_data if args.augment else None)
     started = time.time()
     report = compress(TaskOptions(args.task, data_dir=args.data_dir), config, out)
@@ -81,6 +82,7 @@ def main() -> None:
                + (f" --candidates {args.candidates}" if args.candidates else "")
                + (f" --learning-rate {args.learning_rate:g}" if args.learning_rate != 1e-4 else "")
                + (f" --batch-size {args.batch_size}" if args.batch_size != 32 else "")
+               + (f" --workers {args.workers}" if args.workers != 1 else "")
                + (f" --augment {args.augment}" if args.augment else "")
                + (f" --teacher {args.teacher}" if args.teacher != run_folder("teacher-{task}") else "")
                + (f" --key-suffix={args.key_suffix} --output-dir {out}" if args.key_suffix else ""))

@@ -191,7 +191,7 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
     def no_run(*args, **kwargs):
         raise AssertionError("a finished run was distilled again")
 
-    monkeypatch.setattr(search, "_distil", no_run)
+    monkeypatch.setattr(search, "distil_segment", no_run)
     code, stdout, _ = run_cli(capsys, *args)  # finished steps are skipped, not redone
     assert code == 0 and "fine-tuning the teacher" not in stdout
     assert json.loads((out / "summary.json").read_text())["winner"] == summary["winner"]

@@ -136,7 +136,7 @@ def env(tmp_path_factory, tiny_tokenizer):
 
 
 def candidate_options(env, name: str, steps: int) -> dict:
-    """The options compress gives ``name``'s run of ``steps`` steps (its search's ``_distil``)."""
+    """The options compress gives ``name``'s run (as ``search.distil_segment`` does), set up for ``steps`` steps."""
     candidate = env["candidates"][name]
     caches = env["root"] / "caches"
     options = {**run_options(candidate, steps, SETTINGS, str(caches / "teacher-cache")), "teacher": str(env["teacher"])}
