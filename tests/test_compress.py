@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import os
+import socket
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -277,6 +278,25 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert "pass one of --target-speedup N or --target-latency-ms L" in capsys.readouterr().err
     assert main([*args, "--target-speedup", "2", "--candidates", "bert-9x999"]) == 2
     assert "--candidates: unknown bert-9x999; this teacher offers" in capsys.readouterr().err
+
+
+def test_a_process_joining_a_study_that_has_ended_exits_0_saying_so(env, tmp_path, capsys):
+    from kdbert.cli import main
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+            "--candidates", "bert-1x128", "--rounds", "1", "--first-steps", "2", "--batch-size", "4",
+            "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01", "--no-progress",
+            "--storage", url, "--study", "sst2-tiny"]
+    assert main([*args, "--output-dir", str(tmp_path / "first")]) == 0
+    capsys.readouterr()
+    assert main([*args, "--output-dir", str(tmp_path / "second")]) == 0
+    assert capsys.readouterr().out.strip().endswith(
+        f"study 'sst2-tiny' has ended: nothing left to distil (its winner is shipped by "
+        f"{socket.gethostname()}:{os.getpid()} into {(tmp_path / 'first').resolve()}/winner)")
+    assert not (tmp_path / "second" / "winner").exists() and not (tmp_path / "second" / "speed.json").exists()
+    assert main([*args, "--output-dir", str(tmp_path / "third"), "--min-kept", "0.5"]) == 2
+    assert ("study 'sst2-tiny' in sqlite:///" in capsys.readouterr().err)
 
 
 def test_each_kind_of_candidate_gets_its_recipe(monkeypatch):

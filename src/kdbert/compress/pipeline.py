@@ -440,13 +440,13 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     new_folder, new_journal = not out.exists(), config.storage is None and not journal_path(out).exists()
     study = open_study(out, search_identity(config, task, teacher.folder), config.storage, config.study)
-    if search.other_leader(study):
+    if search.other_leader(study) or search.ended_elsewhere(study, out):
         return _join(study, config, task, out, context, offered, augment, search_settings)
     progress = Progress(deadline, enabled=not config.no_progress)
     try:
         if not search.under_way(study):  # a search under way was judged when it started
             _check_fits(config, teacher, data, offered, search_settings, len(train_rows), deadline.spent())
-        with search.leading(study):
+        with search.leading(study, out):
             return _compress(task, config, out, data, train_rows, teacher, context, offered, augment,
                              search_settings, deadline, progress, saw_held_out, study, command)
     except KdbertError:
@@ -474,10 +474,11 @@ def _join(study, config: CompressConfig, task: TaskOptions, out: Path, context, 
           settings: SearchSettings) -> None:
     """Work on the search another live process leads (same ``--storage``/``--study``, this machine
     seeing its output folder); that process ships the winner."""
-    plan_attrs = study.user_attrs[search.PLAN_ATTR]
-    leader = study.user_attrs[search.LEADER_ATTR]["worker"]
+    plan_attrs, leading = study.user_attrs[search.PLAN_ATTR], study.user_attrs[search.LEADER_ATTR]
+    leader = leading["worker"]
     if study.user_attrs.get(search.ENDED_ATTR):
-        print(f"study '{study.study_name}' has ended: nothing left to distil; {leader} ships the winner")
+        print(f"study '{study.study_name}' has ended: nothing left to distil (its winner is shipped by {leader} "
+              f"into {leading['output_dir']}/winner)")
         return None
     by_name = {c.name: c for c in with_variants(offered, augment.kinds)}
     plan = Plan([by_name[name] for name in plan_attrs["candidates"]], str(Path(config.teacher).expanduser()),

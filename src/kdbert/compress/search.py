@@ -229,15 +229,27 @@ def other_leader(study: optuna.Study) -> bool:
             and time.time() - leader["heartbeat"] < GRACE_SECONDS and not storage.worker_gone(leader["worker"]))
 
 
+def ended_elsewhere(study: optuna.Study, output_dir: str | Path) -> bool:
+    """Whether the search in ``study`` has ended and was led from another host or output folder
+    (this process has nothing to do there; a rerun where it was led writes its report again)."""
+    leader = study.user_attrs.get(LEADER_ATTR)
+    if not study.user_attrs.get(ENDED_ATTR) or leader is None:
+        return False
+    return (leader["worker"].rpartition(":")[0] != storage.worker_id().rpartition(":")[0]
+            or leader["output_dir"] != str(Path(output_dir).resolve()))
+
+
 @contextlib.contextmanager
-def leading(study: optuna.Study):
-    """Mark this process as the search's leader (the one that times, follows and ships) while the
-    block runs, beating every ``BEAT_SECONDS``."""
+def leading(study: optuna.Study, output_dir: str | Path):
+    """Mark this process as the search's leader (the one that times, follows and ships, into
+    ``output_dir``) while the block runs, beating every ``BEAT_SECONDS``."""
     stop = threading.Event()
+    folder = str(Path(output_dir).resolve())
 
     def beat():
         while True:
-            study.set_user_attr(LEADER_ATTR, {"worker": storage.worker_id(), "heartbeat": time.time()})
+            study.set_user_attr(LEADER_ATTR, {"worker": storage.worker_id(), "heartbeat": time.time(),
+                                              "output_dir": folder})
             if stop.wait(BEAT_SECONDS):
                 return
 
