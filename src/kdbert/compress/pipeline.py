@@ -41,7 +41,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -136,11 +136,12 @@ class CompressConfig(CheckedOptions):
     intermediate_share: float = option(0.0, "share of a BERT-style candidate's steps spent on TinyBERT's "
                                             "intermediate stage (0: the prediction stage only)", type=float,
                                        group="compress", check=in_range(0, 0.9, what="a share in [0, 0.9]"))
-    round_share: str = option("time", "what a round of the search shares out equally: wall time (cheap steps, "
-                                      "e.g. the BiLSTM's, buy more steps) or steps", group="compress",
+    round_share: str = option("time", "what a rung of the search shares out equally between families: wall "
+                                      "time (cheap steps, e.g. the BiLSTM's, buy more steps) or steps", group="compress",
                               choices=ROUND_SHARES)
-    first_round_share: float = option(1 / 3, "the most of the search's time the first round may spend: its runs "
-                                             "(families in turn, spread over the speed range) stop short of it",
+    first_round_share: float = option(1 / 3, "the share of the search's time in which candidates may start their "
+                                             "first rung (families in turn, spread over the speed range); "
+                                             "promotions go on after it",
                                       type=float, group="compress",
                                       check=in_range(0, 1, low_open=True, what="a share in (0, 1]"))
     max_train_examples: int | None = option(None, "distil on the first N training rows only (default: all)", type=int,
@@ -432,11 +433,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     teacher = _checked_teacher(config, data)
     context = shape_context(teacher.folder, task, config.word_vectors)
     offered = _offered(context, config.candidates)
-    search_settings = SearchSettings(
-        rounds=config.rounds, first_steps=config.first_steps, batch_size=config.batch_size,
-        learning_rate=config.learning_rate, seed=config.seed, word_vectors=config.word_vectors,
-        intermediate_share=config.intermediate_share, round_share=config.round_share,
-        max_train_examples=config.max_train_examples, first_round_share=config.first_round_share)
+    search_settings = SearchSettings(**{f.name: getattr(config, f.name) for f in fields(SearchSettings)})
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     new_folder, new_journal = not out.exists(), config.storage is None and not journal_path(out).exists()
     study = open_study(out, search_identity(config, task, teacher.folder), config.storage, config.study)
@@ -609,8 +606,12 @@ def _seconds_per_candidate(searched: dict) -> dict[str, float]:
 
 
 def _last_runs(report: dict) -> dict[str, dict]:
-    """Each distilled candidate's segment with the most steps."""
-    return latest([{**row, "state": "done"} for row in report["search"]["segments"]])
+    """Each distilled candidate's segment with the most steps (in a report of the engine before the
+    study, recorded in BENCHMARKS.md: its run in the last round it reached)."""
+    searched = report["search"]
+    if "segments" not in searched:
+        return {row["candidate"]: {**row, "score": row["selection_score"]} for rows in searched["rounds"] for row in rows}
+    return latest([{**row, "state": "done"} for row in searched["segments"]])
 
 
 def _plot_records(report: dict) -> list[dict]:
@@ -634,7 +635,7 @@ def format_report(report: dict, plot: str | None = None) -> str:
     the method per run: logit KD then) render without it."""
     shipped, speed = report["shipped"], report["speed"]
     finals = _last_runs(report)
-    seconds = report["seconds_per_candidate"]
+    seconds = report.get("seconds_per_candidate", {})
     teacher_ms = shipped.get("teacher_latency_real_p50_ms", speed["teacher"]["latency_real_p50_ms"])
     turns = f", timed in turns with the teacher {len(shipped['timed_in_turns'])} times" if "timed_in_turns" in shipped else ""
     timed = (f" (trained export, {shipped['latency_real_p50_ms']:.2f} against {teacher_ms:.2f} ms{turns})"
@@ -663,8 +664,9 @@ def format_report(report: dict, plot: str | None = None) -> str:
     for name, row in sorted(speed["candidates"].items(), key=lambda item: item[1]["latency_real_p50_ms"]):
         run = finals.get(name)
         lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x | "
-                     + (f"{run['score']:.2f} | {run['dev_score']:.2f} | {run['method']} | "
-                        f"{run['steps']} | {seconds[name] / 60:.1f} min |" if run else "- | - | - | - | - |"))
+                     + (f"{run['score']:.2f} | {run['dev_score']:.2f} | {run.get('method', 'kd')} | "
+                        f"{run['steps']} | " + (f"{seconds[name] / 60:.1f} min |" if name in seconds else "- |")
+                        if run else "- | - | - | - | - |"))
     if report.get("augmentation"):
         facts = report["augmentation"]
         sources = facts.get("augmented_rows", facts["input_rows"])
