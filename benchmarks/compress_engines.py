@@ -23,6 +23,8 @@ from pathlib import Path
 
 from common import machine_info, save_result
 
+from kdbert.deploy.int8_kernels import cpu_int8_facts
+
 
 def _rows(report: dict) -> list[dict]:
     """Every finished run (old engine) or segment (new engine), as (candidate, steps, held-out, seconds)."""
@@ -69,7 +71,7 @@ def main() -> None:
     for item in args.runs:
         label, folder = item.split("=", 1)
         report = json.loads((Path(folder) / "compress_report.json").read_text())
-        result = {**machine_info(), "output_dir": folder, **summary(report)}
+        result = {**machine_info(), "cpu": cpu_int8_facts(), "output_dir": folder, **summary(report)}
         save_result("compress_engines", f"{args.task}/{label}", result)
         print(label, json.dumps({k: result[k] for k in ("winner", "winner_steps", "winner_held_out",
                                                          "shipped_dev", "candidates_trained")}))

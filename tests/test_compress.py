@@ -143,6 +143,7 @@ def test_a_promoted_candidate_continues_its_run_and_a_finished_search_is_returne
     steps = [json.loads(line)["step"] for line in (Path(best["run"]) / "log.jsonl").read_text().splitlines()
              if '"step"' in line and '"loss"' in line]
     assert steps == sorted(set(steps))  # one run, never restarted
+    assert [p.name for p in (Path(best["run"]) / "checkpoints").iterdir()] == ["checkpoint-s0-0000004"]  # the last
     assert report["selected_on"] == "held-out training rows (3)"
     assert all(row["loss"] > 0 for row in rung_0)  # the held-out loss, to break ties
     assert study.user_attrs["ended"] is True
@@ -156,11 +157,15 @@ def test_a_promoted_candidate_continues_its_run_and_a_finished_search_is_returne
         search.run_search(replace(plan, task=env["task"]), study)
 
 
-def test_two_worker_processes_share_the_study_never_run_a_segment_twice_and_pick_the_same_winner(env, tmp_path):
+@pytest.mark.parametrize("where", ["journal", "postgresql"])
+def test_two_worker_processes_share_the_study_never_run_a_segment_twice_and_pick_the_same_winner(env, tmp_path,
+                                                                                                 request, where):
     from kdbert.compress import search
     from kdbert.compress.recipes import SearchSettings
     from kdbert.compress.schedule import pick_winner
     from kdbert.compress.storage import open_study
+
+    url = request.getfixturevalue("postgres_url") if where == "postgresql" else None
 
     settings = SearchSettings(rounds=2, first_steps=2, batch_size=4, round_share="steps", first_round_share=1.0)
     names = ["bert-1x128", "bert-2x128", "bilstm-h150"]
@@ -168,8 +173,10 @@ def test_two_worker_processes_share_the_study_never_run_a_segment_twice_and_pick
     for workers in (1, 2):
         out = tmp_path / str(workers)
         plan = _plan(env, names, out, settings, min_kept=2.0)
-        study = open_study(out, {"search": "test"})
-        searched = search.run_search(plan, study, workers=workers, identity={"search": "test"})
+        name = f"{tmp_path.name}-{workers}"  # a study of its own in the test server's database
+        study = open_study(out, {"search": "test"}, url, name)
+        searched = search.run_search(plan, study, workers=workers, storage_url=url, study_name=name,
+                                     identity={"search": "test"})
         segments = searched["segments"]
         keys = [(row["candidate"], row["rung"]) for row in segments]
         assert len(keys) == len(set(keys))  # no segment twice

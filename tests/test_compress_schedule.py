@@ -38,17 +38,33 @@ def test_round_0_starts_with_the_first_candidate_of_each_family():
     assert job(first, now=12.0) == Job("bilstm-h150", 0, 100)  # a new family before bert-2x128
     two = first + [done("bilstm-h150", 0, 100, 60.0)]
     assert job(two, now=24.0) == Job("mobilebert-2x384", 0, 100)
-    # each run: 0.1 s a step and 2 s outside the loop, so a rung-0 run takes 12 s: one ending past round 0's
-    # share is not started; with two done at rung 0, the better one goes on (floor(2 / 2) = 1)
-    assert job(two, now=24.0, first_round_end=30.0) == Job("bilstm-h150", 1, 200)
+    # a family's first run starts whenever it fits the window, even past round 0's share
+    assert job(two, now=24.0, first_round_end=24.0) == Job("mobilebert-2x384", 0, 100)
+    # each run: 0.1 s a step and 2 s outside the loop, so a rung-0 run takes 12 s: bert-2x128's would end
+    # past round 0's share and does not start; of three done at rung 0 the best goes on (floor(3 / 2) = 1)
+    three = two + [done("mobilebert-2x384", 0, 100, 40.0)]
+    assert job(three, now=36.0, first_round_end=47.0) == Job("bilstm-h150", 1, 200)
+    assert job(three, now=36.0, first_round_end=48.0) == Job("bilstm-h150", 1, 200)  # promotions first
+    assert job(three + [running("bilstm-h150", 1)], now=36.0, first_round_end=48.0) == Job("bert-2x128", 0, 100)
+    assert job(three + [running("bilstm-h150", 1)], now=36.0, first_round_end=47.0) is None
 
 
-def test_a_candidate_left_alone_goes_on_and_nothing_starts_past_the_window():
+def test_a_candidate_left_alone_goes_on_until_the_window_ends_it():
     one = [done("bert-1x128", 0, 100, 50.0)]
-    # round 0's share is spent and floor(1 / 2) = 0 promote: the lone candidate goes on (ceil)
-    assert job(one, now=12.0, first_round_end=12.0) == Job("bert-1x128", 1, 200)
-    # 100 more steps at 0.1 s plus 2 s: 24 s is past a window ending at 23 s
-    assert job(one, now=12.0, first_round_end=12.0, window_end=23.0) is None
+
+    def alone(now, window_end):  # one family: bert-2x128 starts only within round 0's share (12 s)
+        return next_job(["bert-1x128", "bert-2x128"], one, STEPS, goal(), now, window_end, first_round_end=12.0)
+
+    # floor(1 / 2) = 0 promote: the lone candidate goes on (ceil)
+    assert alone(12.0, 1000.0) == Job("bert-1x128", 1, 200)
+    # 100 more steps at 0.1 s plus 2 s end at 24 s, past a window ending at 23 s: nothing starts
+    assert alone(12.0, 23.0) is None
+    # at rung 2 (400 steps: 200 more, 22 s) it starts when first_steps more (12 s) fit, and the window's
+    # end stops it
+    two = one + [done("bert-1x128", 1, 200, 60.0, trained=100)]
+    assert next_job(["bert-1x128"], two, STEPS, goal(), 24.0, 46.0, 12.0) == Job("bert-1x128", 2, 400)
+    assert next_job(["bert-1x128"], two, STEPS, goal(), 24.0, 36.0, 12.0) == Job("bert-1x128", 2, 400)
+    assert next_job(["bert-1x128"], two, STEPS, goal(), 24.0, 35.9, 12.0) is None
 
 
 def test_asha_promotes_the_top_half_of_a_rung_highest_rung_first_and_not_twice():
@@ -98,13 +114,13 @@ def test_equal_time_gives_cheap_families_more_steps_and_tops_up_instead_of_rerun
     assert rung_steps("bert-2x128", 0, segments, time_share) == 100  # never fewer than first_steps * eta^r
     assert rung_steps("bilstm-h150", 2, segments, time_share) == 2200
     assert job(segments, now=20.0, settings=time_share) == Job("mobilebert-2x384", 0, 100)  # a new family first
-    # with MobileBERT's 0.1 s a step the mean is 0.07: the BiLSTM's rung 0 is 700 steps, rung 1 1400
+    # with MobileBERT's 0.1 s a step the mean is 0.07: the BiLSTM's rung 0 is 700 steps; it trained 100 before
+    # its family's cost was known, so it continues to 700 before rung 0 is compared (a top-up, not a rerun)
     three = segments + [done("mobilebert-2x384", 0, 100, 40.0)]
-    assert job(three, now=40.0, settings=time_share) == Job("bilstm-h150", 1, 1400)  # floor(3 / 2): the best
-    # bert-1x128 best instead: its promotion (100 steps at 0.1 s + 2 s) ends past a window closing at 50 s;
-    # the BiLSTM, which trained 100 before its cost was known, continues to 700 (600 x 0.01 s + 2 s = 8 s)
-    bert_best = [dict(row, score=70.0) if row["candidate"] == "bert-1x128" else row for row in three]
-    assert job(bert_best, now=40.0, window_end=50.0, first_round_end=50.0, settings=time_share) == Job(
-        "bilstm-h150", 0, 700)
-    promoted = three + [running("bilstm-h150", 1)]
+    assert job(three, now=40.0, settings=time_share) == Job("bilstm-h150", 0, 700)
+    # topped up (600 steps in 6 s), it is the best of three at rung 0 (floor(3 / 2) = 1 goes on); its rung 1
+    # is 200 x mean / own = 200 x 0.055 / 0.01 steps (the mean now over four segments)
+    topped = three + [done("bilstm-h150", 0, 700, 62.0, trained=600, train_seconds=6.0, seconds=8.0)]
+    assert job(topped, now=48.0, settings=time_share) == Job("bilstm-h150", 1, 1100)
+    promoted = topped + [running("bilstm-h150", 1)]
     assert job(promoted, now=40.0, settings=time_share) == Job("bert-2x128", 0, 100)

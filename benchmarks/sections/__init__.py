@@ -14,6 +14,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("quickstart", speed_results.quickstart_section),
     ("compress", compress_results.compress_section),
     ("compress-budget", compress_results.compress_budget_section),
+    ("compress-engines", compress_results.compress_engines_section),
     ("rerun", reproduction.rerun_section),
     ("deploy", speed_results.deploy_section),
     ("export-graphs", speed_results.export_graphs_section),

@@ -120,3 +120,24 @@ def compress_budget_section() -> list[str]:
     lines += ["", f"Measured {'; '.join(machines)}. Command: `{current_command(next(iter(results.values()))['command'])}` "
               "(via `python benchmarks/compress_budget.py`).", "", note("compress-budget-reading"), ""]
     return lines
+
+
+def compress_engines_section() -> list[str]:
+    """The search engine before and after Optuna at one budget (compress_engines.py)."""
+    results = load_results("compress_engines")
+    if not results:
+        return []
+    lines = ["## The search before and after Optuna (`benchmarks/compress_engines.py`)", "",
+             note("compress-engines-intro"), "",
+             "| task | engine | candidates trained (of those meeting 4x) | families in the first rung (of) | runs "
+             "| steps trained | winner | winner's steps | held-out (teacher) | dev PyTorch | shipped dev int8 (teacher) "
+             "| speedup |", "|---|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for key, r in results.items():
+        task, label = key.split("/", 1)
+        lines.append(f"| {task} | {label} | {len(r['candidates_trained'])} ({r['candidates_meeting_target']}) "
+                     f"| {', '.join(r['families_reached_first_rung'])} ({', '.join(r['families_meeting_target'])}) "
+                     f"| {r['runs']} | {r['steps_trained']} | {r['winner']} | {r['winner_steps']} "
+                     f"| {r['winner_held_out']:.2f} ({r['teacher_held_out']:.2f}) | {r['winner_dev_pytorch']:.2f} "
+                     f"| {r['shipped_dev']:.2f} ({r['teacher_dev']:.2f}) | {r['speedup']:.2f}x |")
+    machines = sorted({f"{r['date']}, {r['machine']}, {r['cpu']['cpu']}" for r in results.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}.", "", note("compress-engines-reading"), ""]

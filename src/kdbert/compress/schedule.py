@@ -17,15 +17,18 @@ Segments are dicts: ``candidate``, ``rung``, ``state`` (``"running"``: claimed b
 reads them all (every worker's) and says what to run, in this order:
 
 1. rung 0 for the first candidate of each family not reached yet (candidates come in
-   ``spread_order``: families in turn), so that round 0 reaches every family;
-2. promotions, the highest rung first: of the ``n`` candidates that finished rung ``r``, the top
+   ``spread_order``: families in turn), so that the search reaches every family;
+2. rung-0 top-ups (a cheap family's equal time, so that rung 0 compares like with like), then
+   promotions, the highest rung first: of the ``n`` candidates that finished rung ``r``, the top
    ``floor(n / eta)`` by :func:`promotion_order` go on to rung ``r + 1`` (below ``rounds``);
-3. rung-0 top-ups, then the other candidates' rung 0, while round 0's share of the window lasts
-   (``first_round_share``);
-4. when nothing else can run, the top ``ceil(n / eta)`` (a candidate left alone goes on).
+3. the other candidates' rung 0, while round 0's share of the window lasts (``first_round_share``);
+4. when nothing else can run, the top ``ceil(n / eta)`` (a candidate left alone goes on), and if
+   none of those fits whole, the first that fits ``first_steps`` more steps, which the window's
+   end then stops.
 
 A job starts only when it should end inside the window (its candidate's measured seconds per step
-and the runs' mean overhead; the first run of a search always starts). The order serves the
+and the runs' mean overhead outside training and the teacher's labelling; the first run of a
+search always starts). The order serves the
 winner rule (:func:`pick_winner`: the fastest candidate whose held-out score keeps ``min_kept`` of
 the teacher's, among every candidate trained): once a candidate keeps it, a slower one can no
 longer win, so only candidates at least as fast are promoted, best score first.
@@ -146,7 +149,8 @@ def _predicted_seconds(candidate: str, steps: int, segments: list[dict]) -> floa
     own = [s for s in done if s["candidate"] == candidate]
     kin = [s for s in done if family(s["candidate"]) == family(candidate)]
     cost = _step_cost(own) or _step_cost(kin) or _step_cost(done) or 0.0
-    overhead = sum(max(0.0, s["seconds"] - s["train_seconds"]) for s in done) / len(done)
+    overhead = sum(max(0.0, s["seconds"] - s["train_seconds"] - s.get("labelling_seconds", 0.0))
+                   for s in done) / len(done)  # the teacher's labelling is paid once per search
     return cost * steps + overhead
 
 
@@ -183,22 +187,24 @@ def next_job(order: list[str], segments: list[dict], settings: SearchSettings, g
     for name in order:  # the first candidate of each family not reached yet
         if name not in started and family(name) not in reached:
             reached.add(family(name))
-            if fits(rung0(name), first_round_end):
+            if fits(rung0(name), window_end):
                 return rung0(name)
-    promotions = _promotions(order, segments, running, trained, goal, settings, eta, math.floor)
-    for job in promotions:
-        if fits(job, window_end):
-            return job
     top_ups = [rung0(name) for name in order if name in trained and name not in running
                and trained[name]["rung"] == 0 and rung0(name).steps >= RERUN_FACTOR * trained[name]["steps"]]
-    rest = [rung0(name) for name in order if name not in started]
-    for job in top_ups + rest:
+    for job in top_ups + _promotions(order, segments, running, trained, goal, settings, eta, math.floor):
+        if fits(job, window_end):
+            return job
+    for job in (rung0(name) for name in order if name not in started):
         if fits(job, first_round_end):
             return job
     if running:
         return None  # what is running may make promotions possible
-    for job in _promotions(order, segments, running, trained, goal, settings, eta, math.ceil):
+    last = _promotions(order, segments, running, trained, goal, settings, eta, math.ceil)
+    for job in last:
         if fits(job, window_end):
+            return job
+    for job in last:  # nothing fits whole: the best goes on until the window's end stops it
+        if fits(Job(job.candidate, job.rung, trained[job.candidate]["steps"] + settings.first_steps), window_end):
             return job
     return None
 

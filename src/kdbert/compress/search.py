@@ -144,11 +144,12 @@ def build_starts(plan: Plan) -> None:
 
 def _options(plan: Plan, candidate: Candidate) -> dict:
     """The ``kdbert distill task`` options of ``candidate``'s run: its recipe for :func:`horizon`
-    steps, warm-up over a tenth of the first rung, the same in every segment."""
+    steps, warm-up over a tenth of the first rung, one checkpoint kept; the same in every segment."""
     out = Path(plan.output_dir)
     steps = horizon(plan.settings)
     options = {**run_options(candidate, steps, plan.settings, str(out / "teacher-cache")),
-               "teacher": plan.teacher_dir, "warmup_ratio": 0.1 * plan.settings.first_steps / steps}
+               "teacher": plan.teacher_dir, "warmup_ratio": 0.1 * plan.settings.first_steps / steps,
+               "keep_checkpoints": 1}  # the one a later segment continues from
     if plan.threads:
         options["threads"] = plan.threads
     start = _start(plan, candidate)
