@@ -306,6 +306,54 @@ def test_a_process_joining_a_study_that_has_ended_exits_0_saying_so(env, tmp_pat
     assert ("study 'sst2-tiny' in sqlite:///" in capsys.readouterr().err)
 
 
+def test_a_second_compress_on_a_search_under_way_joins_it_as_a_worker_and_exits_0(env, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    out = tmp_path / "search"
+    command = [sys.executable, "-c", "import sys; from kdbert.cli import main; sys.exit(main(sys.argv[1:]))",
+               "compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+               "--candidates", "bert-1x128,bert-2x128,mobilebert-2x128,bilstm-h150", "--rounds", "2",
+               "--first-steps", "8", "--batch-size", "4", "--length-rows", "4", "--threads", "1",
+               "--target-speedup", "0.01", "--no-progress", "--output-dir", str(out)]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    leader = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
+    deadline = time.time() + 300
+    while "leader" not in _study_attrs(out, optuna, JournalStorage, JournalFileBackend):
+        assert leader.poll() is None and time.time() < deadline, "the first compress never led its search"
+        time.sleep(0.5)
+    joiner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+    joined, errors = joiner.communicate(timeout=600)
+    assert leader.wait(timeout=600) == 0 and joiner.returncode == 0, errors[-2000:]
+    leader_id = f"{socket.gethostname()}:{leader.pid}"
+    last = joined.strip().splitlines()[-1]
+    assert last.startswith("joined study 'kdbert-compress': ") and last.endswith(f"; {leader_id} ships the winner")
+    ran_here = int(last.split(": ")[1].split()[0])
+    report = json.loads((out / "compress_report.json").read_text())
+    segments = report["search"]["segments"]
+    assert ran_here == sum(row["worker"] == f"{socket.gethostname()}:{joiner.pid}" for row in segments)
+    assert {row["worker"] for row in segments} <= {leader_id, f"{socket.gethostname()}:{joiner.pid}"}
+    keys = [(row["candidate"], row["rung"], row["steps"]) for row in segments]
+    assert len(keys) == len(set(keys))  # no segment run twice
+    assert not (out / "winner").is_dir() or report["winner"]["candidate"] in {row["candidate"] for row in segments}
+
+
+def _study_attrs(out, optuna, JournalStorage, JournalFileBackend) -> dict:
+    """The user attributes of the study in ``out``'s journal (empty before it exists)."""
+    if not (out / "study.journal").is_file():
+        return {}
+    storage = JournalStorage(JournalFileBackend(str(out / "study.journal")))
+    try:
+        return optuna.load_study(study_name="kdbert-compress", storage=storage).user_attrs
+    except KeyError:
+        return {}
+
+
 def test_each_kind_of_candidate_gets_its_recipe(monkeypatch):
     from kdbert.compress.recipes import SearchSettings, run_options
     from kdbert.families.registry import Candidate

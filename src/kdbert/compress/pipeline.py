@@ -471,7 +471,8 @@ def _join(study, config: CompressConfig, task: TaskOptions, out: Path, context, 
           settings: SearchSettings) -> None:
     """Work on the search another live process leads (same ``--storage``/``--study``, this machine
     seeing its output folder); that process ships the winner."""
-    plan_attrs, leading = study.user_attrs[search.PLAN_ATTR], study.user_attrs[search.LEADER_ATTR]
+    plan_attrs = search.wait_for_plan(study)
+    leading = study.user_attrs[search.LEADER_ATTR]
     leader = leading["worker"]
     if study.user_attrs.get(search.ENDED_ATTR):
         print(f"study '{study.study_name}' has ended: nothing left to distil (its winner is shipped by {leader} "

@@ -230,6 +230,17 @@ def other_leader(study: optuna.Study) -> bool:
             and time.time() - leader["heartbeat"] < GRACE_SECONDS and not storage.worker_gone(leader["worker"]))
 
 
+def wait_for_plan(study: optuna.Study) -> dict:
+    """The plan of the search another process leads in ``study``, once it has timed the candidates
+    and built their starts (or ended); refused if that process stops first."""
+    while PLAN_ATTR not in study.user_attrs and not study.user_attrs.get(ENDED_ATTR):
+        if not other_leader(study):
+            raise KdbertError(f"the process leading study '{study.study_name}' stopped before it planned the "
+                              "search; run this command again (it then leads the search)")
+        time.sleep(POLL_SECONDS)
+    return study.user_attrs.get(PLAN_ATTR, {})
+
+
 def ended_elsewhere(study: optuna.Study, output_dir: str | Path) -> bool:
     """Whether the search in ``study`` has ended and was led from another host or output folder
     (this process has nothing to do there; a rerun where it was led writes its report again)."""
@@ -320,8 +331,8 @@ def run_search(plan: Plan, study: optuna.Study, workers: int = 1, storage_url: s
     if not plan.task.held_out_fraction:
         raise KdbertError("the search picks on held-out training rows: pass --held-out-fraction (e.g. 0.1)")
     if not study.user_attrs.get(ENDED_ATTR):
-        study.set_user_attr(PLAN_ATTR, plan.summary())
         build_starts(plan)
+        study.set_user_attr(PLAN_ATTR, plan.summary())  # what joining processes wait for
         if workers == 1:
             work(study, plan, on_segment)
         else:
