@@ -193,16 +193,15 @@ def distil_segment(plan: Plan, job: Job, done_steps: int) -> dict:
 
 
 @contextlib.contextmanager
-def _beating(trial: optuna.Trial):
-    """Beat ``trial``'s heartbeat every ``BEAT_SECONDS`` while the block runs."""
+def _every(seconds: float, action: Callable[[], object]):
+    """Call ``action()`` now and every ``seconds`` while the block runs, until it returns False."""
     stop = threading.Event()
 
-    def beat():
-        while not stop.wait(BEAT_SECONDS):
-            if not storage.beat(trial):
-                return
+    def repeat():
+        while action() is not False and not stop.wait(seconds):
+            pass
 
-    thread = threading.Thread(target=beat, daemon=True)
+    thread = threading.Thread(target=repeat, daemon=True)
     thread.start()
     try:
         yield
@@ -251,27 +250,12 @@ def ended_elsewhere(study: optuna.Study, output_dir: str | Path) -> bool:
             or leader["output_dir"] != str(Path(output_dir).resolve()))
 
 
-@contextlib.contextmanager
 def leading(study: optuna.Study, output_dir: str | Path):
     """Mark this process as the search's leader (the one that times, follows and ships, into
     ``output_dir``) while the block runs, beating every ``BEAT_SECONDS``."""
-    stop = threading.Event()
     folder = str(Path(output_dir).resolve())
-
-    def beat():
-        while True:
-            study.set_user_attr(LEADER_ATTR, {"worker": storage.worker_id(), "heartbeat": time.time(),
-                                              "output_dir": folder})
-            if stop.wait(BEAT_SECONDS):
-                return
-
-    thread = threading.Thread(target=beat, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
+    return _every(BEAT_SECONDS, lambda: study.set_user_attr(
+        LEADER_ATTR, {"worker": storage.worker_id(), "heartbeat": time.time(), "output_dir": folder}))
 
 
 def current_window(study: optuna.Study, plan: Plan) -> Window:
@@ -300,7 +284,7 @@ def work(study: optuna.Study, plan: Plan, on_segment: Callable[[dict], None] | N
                               {"candidate": job.candidate, "rung": job.rung, "steps": job.steps})
         if trial is None:
             continue
-        with _beating(trial):
+        with _every(BEAT_SECONDS, lambda: storage.beat(trial)):  # False once the trial was taken back
             row = distil_segment(replace(plan, window=window), job, done)
         storage.finish(study, trial, row["score"], {"segment": row})
         ran += 1
