@@ -24,14 +24,16 @@ __all__ = ["build_from_teacher"]
 
 
 def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, task: TaskOptions,
-                       folder: str | os.PathLike, context: ShapeContext | None = None) -> Path:
+                       folder: str | os.PathLike, context: ShapeContext | None = None,
+                       teacher: tuple | None = None) -> Path:
     """``candidate`` initialised from the teacher in ``teacher_dir``, saved to ``folder`` (atomically,
     with the teacher's tokenizer and ``student_init.json`` naming the candidate and its shape);
-    ``context``: :func:`~kdbert.compress.speed.shape_context`, when the caller has it."""
+    ``context``: :func:`~kdbert.compress.speed.shape_context` and ``teacher``: the teacher's
+    ``(model, tokenizer)`` as loaded from ``teacher_dir``, when the caller has them (not changed)."""
     if candidate.from_teacher is None:
         raise KdbertError(f"candidate {candidate.name} is built by its own method (--method {candidate.family}), "
                           "not from the teacher's weights")
-    teacher, tokenizer = family_of_folder(teacher_dir).load(Path(teacher_dir))
+    teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
     student = candidate.from_teacher(teacher, context or shape_context(teacher_dir, task))
     report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir)}
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})

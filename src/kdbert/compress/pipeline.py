@@ -533,7 +533,8 @@ def _compress(task, config, out, data, train_rows, teacher: _Teacher, context, o
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency)
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads)
         searched = search.run_search(plan, study, config.workers, config.storage, config.study,
-                                     search_identity(config, task, teacher.folder), progress.segment_finished)
+                                     search_identity(config, task, teacher.folder), progress.segment_finished,
+                                     context, (teacher.model, teacher.tokenizer))
     with progress.phase("finishing"):
         report = _finish(scored, config, out, data, teacher, table, searched, goal, speed_settings, deadline)
     report.update(augmentation=augmentation, teacher_saw_held_out_rows=saw_held_out, budget={

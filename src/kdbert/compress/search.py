@@ -130,16 +130,16 @@ def _start(plan: Plan, candidate: Candidate) -> Path | None:
     return Path(plan.output_dir) / "starts" / base_name(candidate.name) if starts_from_teacher(candidate) else None
 
 
-def build_starts(plan: Plan) -> None:
+def build_starts(plan: Plan, context=None, teacher: tuple | None = None) -> None:
     """Build every candidate's start from the teacher once, before any worker runs (an augmented
-    variant shares its twin's)."""
-    context = None
+    variant shares its twin's); ``context`` and ``teacher`` (model, tokenizer): as the caller
+    loaded them, else loaded here."""
     for candidate in plan.candidates:
         start = _start(plan, candidate)
         if start is not None and not (start / "config.json").is_file():
             context = context or shape_context(plan.teacher_dir, plan.task)
             build_from_teacher(replace(candidate, name=base_name(candidate.name)), plan.teacher_dir, plan.task,
-                               start, context)
+                               start, context, teacher)
 
 
 def _options(plan: Plan, candidate: Candidate) -> dict:
@@ -308,14 +308,15 @@ def _worker(index: int, plan: Plan, storage_url: str | None, study_name: str | N
 
 
 def run_search(plan: Plan, study: optuna.Study, workers: int = 1, storage_url: str | None = None,
-           study_name: str | None = None, identity: dict | None = None,
-           on_segment: Callable[[dict], None] | None = None) -> dict:
+               study_name: str | None = None, identity: dict | None = None,
+               on_segment: Callable[[dict], None] | None = None, context=None, teacher: tuple | None = None) -> dict:
     """Distil ``plan``'s candidates in ``study`` with ``workers`` processes (module doc); returns the
-    search as the report keeps it (:func:`summary`). A study marked ended is returned as it is."""
+    search as the report keeps it (:func:`summary`). A study marked ended is returned as it is.
+    ``context``, ``teacher``: for :func:`build_starts`."""
     if not plan.task.held_out_fraction:
         raise KdbertError("the search picks on held-out training rows: pass --held-out-fraction (e.g. 0.1)")
     if not study.user_attrs.get(ENDED_ATTR):
-        build_starts(plan)
+        build_starts(plan, context, teacher)
         study.set_user_attr(PLAN_ATTR, plan.summary())  # what joining processes wait for
         if workers == 1:
             work(study, plan, on_segment)
