@@ -191,7 +191,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     from collections import Counter
 
     from kdbert.cli import main
-    from kdbert.compress import breakdown, pipeline, search
+    from kdbert.compress import breakdown, search, ship
     from kdbert.data.load import load_task
 
     out = tmp_path / "compress"
@@ -266,7 +266,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
 
     monkeypatch.setattr(search, "distil_segment", no_run)
     monkeypatch.setattr(breakdown, "bench_model", no_run)
-    monkeypatch.setattr(pipeline, "time_against_teacher", no_run)
+    monkeypatch.setattr(ship, "time_against_teacher", no_run)
     capsys.readouterr()
     # resumed: timings, runs and the breakdown reused; --no-progress hides the bar
     assert main([*args, "--target-speedup", "0.01", "--no-progress"]) == 0
@@ -480,11 +480,11 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
 
 
 def test_distillation_time_adds_up_every_segment_of_a_candidate():
-    from kdbert.compress.pipeline import _seconds_per_candidate
+    from kdbert.compress.report import seconds_per_candidate
 
     searched = {"segments": [{"candidate": "a", "seconds": 10.2}, {"candidate": "b", "seconds": 3.1},
                              {"candidate": "a", "seconds": 20.5}, {"candidate": "a", "seconds": 41.0}]}
-    assert _seconds_per_candidate(searched) == {"a": 71.7, "b": 3.1}
+    assert seconds_per_candidate(searched) == {"a": 71.7, "b": 3.1}
 
 
 NLTK_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nltk_data"
@@ -576,7 +576,7 @@ def test_augmented_rows_are_capped_by_what_the_teacher_can_label_and_a_rerun_kee
 
 
 def test_whether_the_teacher_saw_the_held_out_rows_is_read_from_its_finetune_folder(tmp_path, capsys):
-    from kdbert.compress.pipeline import teacher_saw_held_out_rows
+    from kdbert.compress.teacher import teacher_saw_held_out_rows
 
     task = TaskOptions("sst2", held_out_fraction=0.1)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from common import load_results
 from sections.shared import GPU_H200_RESULTS, GPU_RESULTS, current_command, note
 
-from kdbert.compress.pipeline import format_report
+from kdbert.compress.report import format_report
 
 
 def compress_section() -> list[str]:

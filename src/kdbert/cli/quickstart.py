@@ -114,7 +114,8 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", ta
     ``target_speedup``, ``budget_minutes``, ``first_steps``, ``intermediate_share``, ``candidates`` and
     ``word_vectors`` are ``kdbert compress``'s options.
     """
-    from kdbert.compress.pipeline import HELD_OUT_FRACTION, CompressConfig, compress
+    from kdbert.compress.options import HELD_OUT_FRACTION
+    from kdbert.compress.pipeline import CompressConfig, compress
     from kdbert.deploy.bench import bench_model, compare, format_table
 
     out = Path(output_dir)

@@ -1,0 +1,109 @@
+"""What ``kdbert compress`` is asked: its options (:class:`CompressConfig`, the command's flags) and
+the identity a search's study keeps, which every process joining it must share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kdbert.compress.recipes import ROUND_SHARES
+from kdbert.compress.speed import RUNTIMES
+from kdbert.data.load import TaskOptions
+from kdbert.errors import KdbertError
+from kdbert.options import POSITIVE, POSITIVE_INT, UNIT, CheckedOptions, in_range, option
+
+HELD_OUT_FRACTION = 0.1  # of the training rows, picked on when the task options give none
+
+
+@dataclass
+class CompressConfig(CheckedOptions):
+    """What ``kdbert compress`` searches for and with which budget."""
+
+    teacher: str | None = option(None, "the fine-tuned teacher (HF folder)", group="compress")
+    target_speedup: float | None = option(None, "keep students at least this many times faster than the teacher, "
+                                                "both deployed in --runtime, on the task's dev rows", type=float,
+                                          group="compress", check=POSITIVE)
+    target_latency_ms: float | None = option(None, "or: keep students whose median latency per dev row is at most "
+                                                   "this", type=float, group="compress", check=POSITIVE)
+    min_kept: float = option(0.97, "the share of the teacher's held-out score the winner must keep", type=float,
+                             group="compress", check=UNIT)
+    runtime: str = option("onnx-int8", "the runtime students are timed and shipped in", group="compress",
+                          choices=tuple(RUNTIMES))
+    budget_minutes: float = option(30.0, "wall time of the whole command: timing, distilling the candidates, "
+                                         "shipping the winner and the report", type=float, group="compress",
+                                   check=POSITIVE)
+    rounds: int = option(8, "rungs of successive halving, at most (the budget usually ends the search first)",
+                         type=int, group="compress",
+                         check=in_range(1, 10, int, what="a number of rounds in [1, 10]"))
+    first_steps: int = option(200, "optimiser steps of every candidate's first rung (doubled at each rung; with "
+                                   "--round-share time, cheap families get proportionally more)", type=int,
+                              group="compress", check=in_range(1, 10**7, int, what="a positive number of steps"))
+    workers: int = option(1, "candidates distilled at once on this machine, each in its own process (the CPU cores "
+                             "split between them; on GPUs, one GPU each)", type=int, group="compress",
+                          check=in_range(1, 64, int, what="a number of workers in [1, 64]"))
+    storage: str | None = option(None, "the search's Optuna storage: an SQLAlchemy URL (e.g. postgresql+psycopg://"
+                                       "user@host/db) that compress processes on other machines join (default: the "
+                                       "journal file study.journal in --output-dir)", group="compress")
+    study: str | None = option(None, "the study's name in --storage (default: kdbert-compress)", group="compress")
+    candidates: str | None = option(None, "only these candidates (comma-separated names, e.g. bert-2x256); default: "
+                                          "every family's", group="compress")
+    length_rows: int = option(200, "dev rows timed per model, each at its own length, batch 1", type=int,
+                              group="compress", check=in_range(1, 10**6, int, what="a positive number of rows"))
+    threads: int | None = option(None, "CPU threads of the timed runtime (default: all cores)", type=int,
+                                 group="compress", check=in_range(1, 1024, int, what="a positive number of threads"))
+    batch_size: int = option(32, "distillation batch size", type=int, group="compress",
+                             check=in_range(1, 10**6, int, what="a positive batch size"))
+    learning_rate: float = option(1e-4, "distillation learning rate", type=float, group="compress",
+                                  check=in_range(0, 1, low_open=True, what="a learning rate in (0, 1]"))
+    seed: int = option(42, "random seed of every distillation run", type=int, group="compress")
+    word_vectors: str | None = option(None, "GloVe or word2vec text file the BiLSTM candidates' embeddings start "
+                                            "from (default: random, 300-d)", group="compress")
+    intermediate_share: float = option(0.0, "share of a BERT-style candidate's steps spent on TinyBERT's "
+                                            "intermediate stage (0: the prediction stage only)", type=float,
+                                       group="compress", check=in_range(0, 0.9, what="a share in [0, 0.9]"))
+    round_share: str = option("time", "what a rung of the search shares out equally between families: wall "
+                                      "time (cheap steps, e.g. the BiLSTM's, buy more steps) or steps", group="compress",
+                              choices=ROUND_SHARES)
+    first_round_share: float = option(1 / 3, "the share of the search's time in which candidates may start their "
+                                             "first rung (families in turn, spread over the speed range); "
+                                             "promotions go on after it",
+                                      type=float, group="compress",
+                                      check=in_range(0, 1, low_open=True, what="a share in (0, 1]"))
+    max_train_examples: int | None = option(None, "distil on the first N training rows only (default: all)", type=int,
+                                            group="compress",
+                                            check=POSITIVE_INT)
+    augment: str | None = option(None, "candidate kinds (bert, mobilebert, bilstm; comma-separated, or all) that "
+                                       "also compete as an augmented variant, NAME-aug, trained on the BiLSTM paper's "
+                                       "new versions of the training rows as well, labelled by the teacher "
+                                       "(default: none)", group="compress")
+    augment_copies: int = option(20, "augmentation: versions tried per training row, at most", type=int,
+                                 group="compress", check=POSITIVE_INT)
+    augment_max_rows: int = option(50_000, "augmentation: new rows in all, at most (fewer versions per row on large "
+                                           "tasks; the teacher labels each once)", type=int, group="compress",
+                                   check=POSITIVE_INT)
+    augment_labelling_share: float = option(0.1, "augmentation: the share of --budget-minutes the teacher may "
+                                                 "spend labelling the new rows (their number is capped by its "
+                                                 "speed, timed here)", type=float, group="compress",
+                                            check=in_range(0, 1, low_open=True, what="a share in (0, 1]"))
+    nltk_data: str | None = option(None, "augmentation: folder with NLTK's POS tagger (taggers/"
+                                         "averaged_perceptron_tagger_eng/; default: NLTK's data path)",
+                                   group="compress")
+    no_progress: bool = option(False, "hide the progress bar of the budget", type=bool, group="run")
+
+    def check(self) -> None:
+        super().check()
+        if not self.teacher:
+            raise KdbertError("--teacher is required: a model fine-tuned on the task (see `kdbert finetune`)")
+        if (self.target_speedup is None) == (self.target_latency_ms is None):
+            raise KdbertError("pass one of --target-speedup N or --target-latency-ms L")
+
+
+def search_identity(config: CompressConfig, task: TaskOptions, teacher_dir: str) -> dict:
+    """What a study's workers must agree on (:func:`kdbert.compress.storage.open_study`): the teacher,
+    the task and rows, and every option that changes what a candidate's run is or who wins."""
+    options = ("target_speedup", "target_latency_ms", "min_kept", "runtime", "rounds", "first_steps", "candidates",
+               "batch_size", "learning_rate", "seed", "word_vectors", "intermediate_share", "round_share",
+               "max_train_examples", "augment")
+    return {"teacher": str(Path(teacher_dir).resolve()), "task": task.task, "train_file": task.train_file,
+            "held_out_fraction": task.held_out_fraction,
+            "options": {name: getattr(config, name) for name in options}}

@@ -1,0 +1,108 @@
+"""What ``kdbert compress`` writes at the end: ``compress_report.json``, its Markdown and the Pareto
+plot of every candidate distilled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kdbert.compress.breakdown import format_breakdown
+from kdbert.compress.schedule import latest
+from kdbert.core.atomic_io import write_json
+from kdbert.deploy.report import build_table, plot_pareto
+
+REPORT = "compress_report.json"
+PLOT = "pareto.png"
+
+
+def write_report(report: dict, out: Path, runtime: str) -> None:
+    write_json(out / REPORT, report)
+    plotted = plot_pareto(build_table(plot_records(report)), out / PLOT, latency="onnx_int8",
+                          title=f"kdbert compress, {report['task']}: dev score against ms per dev row "
+                                f"({runtime}, batch 1)")
+    (out / "compress_report.md").write_text(format_report(report, PLOT if plotted else None))
+
+
+def seconds_per_candidate(searched: dict) -> dict[str, float]:
+    """Wall seconds each candidate's distillation took, over all its segments."""
+    seconds: dict[str, float] = {}
+    for row in searched["segments"]:
+        seconds[row["candidate"]] = round(seconds.get(row["candidate"], 0.0) + row["seconds"], 1)
+    return seconds
+
+
+def last_runs(report: dict) -> dict[str, dict]:
+    """Each distilled candidate's segment with the most steps (in a report of the engine before the
+    study, recorded in BENCHMARKS.md: its run in the last round it reached)."""
+    searched = report["search"]
+    if "segments" not in searched:
+        return {row["candidate"]: {**row, "score": row["selection_score"]} for rows in searched["rounds"] for row in rows}
+    return latest([{**row, "state": "done"} for row in searched["segments"]])
+
+
+def plot_records(report: dict) -> list[dict]:
+    """:func:`kdbert.deploy.report.build_table` records of the teacher and every distilled candidate:
+    dev score (PyTorch) against the deployed latency per dev row; the latency axis says ORT int8
+    for either runtime's figure."""
+    speed = report["speed"]
+    records = [{"name": "teacher", "task": report["task"], "score": report["teacher_scores"]["dev"],
+                "teacher": True, "params": speed["teacher"]["params_total"],
+                "latency_onnx_int8_ms": speed["teacher"]["latency_real_p50_ms"]}]
+    for name, run in last_runs(report).items():
+        row = speed["candidates"][name]
+        records.append({"name": name, "task": report["task"], "score": run["dev_score"], "teacher": False,
+                        "params": row["params_total"], "latency_onnx_int8_ms": row["latency_real_p50_ms"]})
+    return records
+
+
+def format_report(report: dict, plot: str | None = None) -> str:
+    """The report as Markdown: the winner, then every candidate timed (and distilled). Reports
+    written before a figure existed (the trained export's timing, agreement, time per candidate,
+    the method per run: logit KD then) render without it."""
+    shipped, speed = report["shipped"], report["speed"]
+    finals = last_runs(report)
+    seconds = report.get("seconds_per_candidate", {})
+    teacher_ms = shipped.get("teacher_latency_real_p50_ms", speed["teacher"]["latency_real_p50_ms"])
+    turns = f", timed in turns with the teacher {len(shipped['timed_in_turns'])} times" if "timed_in_turns" in shipped else ""
+    timed = (f" (trained export, {shipped['latency_real_p50_ms']:.2f} against {teacher_ms:.2f} ms{turns})"
+             if "latency_real_p50_ms" in shipped else "")
+    gain = (f", {100 * shipped['gain_kept_dev']:.1f}% of the gain over the majority class {shipped['majority_dev']:.2f}"
+            if shipped["gain_kept_dev"] is not None else "")
+    agreement_text = (f"; agreement with the teacher on dev: {shipped['agreement_dev']:.1f} "
+                      f"({shipped['agreement_measure']})" if "agreement_dev" in shipped else "")
+    deployed = (f" (the teacher in {report['runtime']}: {report['teacher_scores']['dev_deployed']:.2f})"
+                if report["teacher_scores"].get("dev_deployed") is not None else "")
+    saw = report.get("teacher_saw_held_out_rows")
+    held_out_note = ("" if saw is None else
+                     f"{report['held_out_rows']} training rows held out to pick on; the teacher was fine-tuned "
+                     + ("on them too, so its held-out score is optimistic." if saw else "without them."))
+    lines = [f"# kdbert compress: {report['task']}, {report['runtime']}", "",
+             *([held_out_note, ""] if held_out_note else []),
+             f"Winner: **{report['winner']['candidate']}** ({report['winner']['rule']}): "
+             f"{shipped['speedup']:.2f}x the teacher's speed on dev rows{timed}, dev score {shipped['dev_score']:.2f} "
+             f"against {report['teacher_scores']['dev']:.2f}{deployed} ({100 * shipped['kept_dev']:.1f}% kept{gain})"
+             f"{agreement_text}.", "",
+             "| model | ms / dev row (p50) | speedup | held-out score | dev score (PyTorch) | method | steps "
+             "| distillation time |",
+             "|---|---:|---:|---:|---:|---|---:|---:|",
+             f"| teacher | {speed['teacher']['latency_real_p50_ms']:.2f} | 1.00x | "
+             f"{report['teacher_scores']['held_out']:.2f} | {report['teacher_scores']['dev']:.2f} | - | - | - |"]
+    for name, row in sorted(speed["candidates"].items(), key=lambda item: item[1]["latency_real_p50_ms"]):
+        run = finals.get(name)
+        lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x | "
+                     + (f"{run['score']:.2f} | {run['dev_score']:.2f} | {run.get('method', 'kd')} | "
+                        f"{run['steps']} | " + (f"{seconds[name] / 60:.1f} min |" if name in seconds else "- |")
+                        if run else "- | - | - | - | - |"))
+    if report.get("augmentation"):
+        facts = report["augmentation"]
+        sources = facts.get("augmented_rows", facts["input_rows"])
+        lines += ["", f"Candidates named -aug also trained on {facts['rows']} new versions of "
+                      + (f"the first {sources} of the " if sources < facts["input_rows"] else "the ")
+                      + f"{facts['input_rows']} training rows (the BiLSTM paper's rules, up to "
+                      f"{facts['tries_per_row']} tries a row; the held-out rows not among them), labelled by the "
+                      "teacher."]
+    if report.get("speedup_breakdown"):
+        lines += ["", "Where the speedup comes from, one change at a time (batch 1, dev rows):", "",
+                  *format_breakdown(report["speedup_breakdown"])]
+    if plot:
+        lines += ["", f"![dev score against latency]({plot})"]
+    return "\n".join(lines) + "\n"
