@@ -52,7 +52,8 @@ def summary(report: dict) -> dict:
         "runs": len(rows),
         "steps_trained": sum(row["steps"] for row in rows) if "segments" not in report["search"] else
         sum(r["trained"] for r in report["search"]["segments"]),
-        "winner": winner["candidate"], "winner_rule": winner["rule"], "winner_steps": winner["steps"],
+        "winner": winner["candidate"], "winner_rule": winner["rule"],
+        "winner_steps": winner.get("trained_steps", winner["steps"]),  # the old engine's: as far as it trained
         "winner_held_out": winner.get("score", winner.get("selection_score")),
         "winner_dev_pytorch": winner["dev_score"],
         "shipped_dev": report["shipped"]["dev_score"], "kept_dev": report["shipped"]["kept_dev"],
