@@ -142,7 +142,8 @@ def test_a_promoted_candidate_continues_its_run_and_a_finished_search_is_returne
     assert report["paused_at_step"] == 4 and report["options"]["max_steps"] == horizon(settings) == 2 * 2 * 16
     steps = [json.loads(line)["step"] for line in (Path(best["run"]) / "log.jsonl").read_text().splitlines()
              if '"step"' in line and '"loss"' in line]
-    assert steps == sorted(set(steps))  # one run, never restarted
+    assert steps == sorted(set(steps))
+    assert [entry["step"] for entry in report["eval_history"]] == [2, 4]  # one run, evaluated at each pause
     assert [p.name for p in (Path(best["run"]) / "checkpoints").iterdir()] == ["checkpoint-s0-0000004"]  # the last
     assert report["selected_on"] == "held-out training rows (3)"
     assert all(row["loss"] > 0 for row in rung_0)  # the held-out loss, to break ties
