@@ -118,6 +118,54 @@ def test_a_deadline_or_a_pause_whichever_comes_first_stops_the_run(tmp_path):
     assert [(r["stage"], r["step"]) for r in at_the_end["history"]] == [("second", 3), ("second", 6)]
 
 
+def test_a_run_without_evaluation_continued_after_a_pause_saves_its_last_weights(tmp_path):
+    """Nothing is evaluated (e.g. general distillation), so the root holds the final student, also
+    after a resumed session, not the one the first session stopped with."""
+    def run(out, resume=False, **settings):
+        torch.manual_seed(0)
+        config = BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=8)
+        trainer = Trainer({"student": BertForSequenceClassification(config)},
+                          [_toy_stage("only", 6, schedule="constant", evaluate=False)],
+                          RunConfig(str(out), progress=False, **settings), PaddingCollator(0))
+        trainer.train(resume=resume)
+        return trainer
+
+    run(tmp_path, pause_at_step=3)
+    continued = run(tmp_path, resume=True)
+    saved = BertForSequenceClassification.from_pretrained(tmp_path)
+    assert_same_weights(saved.state_dict(), continued.student.state_dict())
+
+
+def test_independent_models_are_clipped_each_alone(tmp_path):
+    """Two copies of one model side by side, one of them fed inputs whose gradient is 100x larger:
+    each steps as it would alone (global clipping would shrink the small one's step too)."""
+    from kdbert.core.trainer import IndependentModels
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Linear(3, 1, bias=False)
+
+    def loss(parts, frozen, batch):
+        x = batch["x"].float()
+        return {name: (part(x * scale).sum()) for (name, part), scale in zip(parts["student"].items(), (1.0, 100.0))}
+
+    features = [{"x": [1.0, 2.0, 2.0]}]
+    stage = Stage(StageConfig("only", max_steps=1, learning_rate=0.1, optimizer="adadelta", weight_decay=0.0,
+                              schedule="constant", evaluate=False, batch_size=1, max_grad_norm=1.0), loss,
+                  EncodedDataset(features))
+    pair = IndependentModels({"small": model(), "large": model()})
+    start = pair["small"].weight.detach().clone()
+    Trainer({"student": pair}, [stage], RunConfig(str(tmp_path), progress=False, mixed_precision="no"),
+            lambda rows: {"x": torch.tensor([r["x"] for r in rows])})._run_stage(0, stage, None)
+    # gradient (1, 2, 2) (x 100), norm 3 (300), each clipped to norm 1: g = (1, 2, 2) / 3 for both
+    # models; Adadelta's first step (rho 0.95, eps 1e-6) is lr * sqrt(eps) / sqrt(0.05 g^2 + eps) * g
+    g = torch.tensor([[1.0, 2.0, 2.0]]) / 3
+    step = 0.1 * (1e-6 ** 0.5) / torch.sqrt(0.05 * g ** 2 + 1e-6) * g
+    torch.testing.assert_close(pair["small"].weight.detach(), start - step)
+    torch.testing.assert_close(pair["large"].weight.detach(), start - step)
+
+
 # ----------------------------------------------------------------------------- compress candidates
 STEPS, PAUSE = 10, 3  # evaluated at 5 and 10 (run_options: half-way and at the end); paused in between
 SETTINGS = SearchSettings(batch_size=4)

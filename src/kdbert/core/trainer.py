@@ -52,6 +52,12 @@ from kdbert.core.run_folder import RunLog, save_student
 LossFn = Callable[[nn.ModuleDict, dict, dict], dict]
 
 
+class IndependentModels(nn.ModuleDict):
+    """Models trained side by side in one run, sharing nothing but the batch (and what the loss
+    computes once for all of them, e.g. the teacher's pass): the trainer clips each one's gradient
+    norm alone, so that they train exactly as they would apart."""
+
+
 @dataclass
 class StageConfig:
     """Optimisation settings of one stage.
@@ -430,10 +436,28 @@ class Trainer:
     # ----------------------------------------------------------------- pieces
     def _optimizer_step(self, module, optimizer, scheduler, config: StageConfig) -> None:
         if config.max_grad_norm:
-            self.accelerator.clip_grad_norm_(module.parameters(), config.max_grad_norm)
+            groups = self._clip_groups(module)
+            if len(groups) == 1:
+                self.accelerator.clip_grad_norm_(groups[0], config.max_grad_norm)
+            else:  # unscale (fp16) once, then each group on its own
+                self.accelerator.unscale_gradients()
+                for group in groups:
+                    torch.nn.utils.clip_grad_norm_(group, config.max_grad_norm)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+
+    @staticmethod
+    def _clip_groups(module) -> list[list[nn.Parameter]]:
+        """The parameters clipped together: every model of an :class:`IndependentModels` part on its
+        own, everything else as one group."""
+        groups, shared = [], []
+        for part in getattr(module, "module", module).parts.values():  # DDP wraps the stage module
+            if isinstance(part, IndependentModels):
+                groups.extend(list(model.parameters()) for model in part.values())
+            else:
+                shared.extend(part.parameters())
+        return ([shared] if shared or not groups else []) + groups
 
     def _after_step(self, config, total, averaged, position, n_batches, optimizer, scheduler, bar) -> None:
         """Record the new position (step, epoch, batch in epoch), then log, evaluate and
@@ -531,12 +555,12 @@ class Trainer:
 
     # ----------------------------------------------------------------- end
     def _finish(self, seconds: float) -> dict:
-        """Put the best student (or the final one, when nothing was evaluated) at the output root."""
+        """Put the best student (or the final one, when nothing is evaluated) at the output root."""
         if not self.accelerator.is_main_process:
             return {}
         best = self.out / "best"
         restore_interrupted(best)
-        if not best.exists():
+        if self.evaluator is None or not best.exists():  # (a resumed run's earlier final is not its last)
             self._export(best, None)
         copy_files_atomically(best, self.out)
         report = {"best_metrics": self.state["best_metrics"], "best_stage": self.state["best_stage"],
