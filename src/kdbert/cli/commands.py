@@ -18,6 +18,7 @@ import kdbert.cli.compress as compress
 import kdbert.cli.predict as predict
 import kdbert.cli.quickstart as quickstart
 import kdbert.cli.serve as serve
+import kdbert.cli.students as students
 import kdbert.cli.train as train
 from kdbert.cli.common import INTERNAL
 from kdbert.cli.deploy import add_deploy_commands
@@ -34,6 +35,7 @@ def build_parser(table: dict[str, argparse.ArgumentParser] | None = None) -> arg
     quickstart.add_commands(sub, table)
     train.add_commands(sub, table)
     augment.add_commands(sub, table)
+    students.add_commands(sub, table)
     compress.add_commands(sub, table)
     add_deploy_commands(sub, table)
     predict.add_commands(sub, table)

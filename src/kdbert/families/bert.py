@@ -389,15 +389,24 @@ def _student_from_teacher(shape: dict, teacher: PreTrainedModel, context: ShapeC
     return student
 
 
+def bert_shape(layers: int, hidden: int, teacher_config) -> dict:
+    """The shape ``bert-<layers>x<hidden>`` of a student of ``teacher_config``: the teacher's head size
+    and FFN-to-width ratio."""
+    head_size = teacher_config.hidden_size // teacher_config.num_attention_heads
+    return {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": hidden // head_size,
+            "intermediate_size": hidden * teacher_config.intermediate_size // teacher_config.hidden_size}
+
+
+def speed_shapes(teacher_config) -> dict[str, dict]:
+    """Name -> shape of :data:`SPEED_DEPTHS` x :data:`SPEED_WIDTHS` no larger than the teacher."""
+    head_size = teacher_config.hidden_size // teacher_config.num_attention_heads
+    return {f"bert-{layers}x{hidden}": bert_shape(layers, hidden, teacher_config)
+            for layers in SPEED_DEPTHS if layers <= teacher_config.num_hidden_layers
+            for hidden in SPEED_WIDTHS if hidden <= teacher_config.hidden_size and hidden % head_size == 0}
+
+
 def speed_candidates(context: ShapeContext) -> list[Candidate]:
-    """The BERT-style shapes of :data:`SPEED_DEPTHS` x :data:`SPEED_WIDTHS` no larger than the teacher."""
-    teacher = context.teacher_config
-    head_size = teacher.hidden_size // teacher.num_attention_heads
-    candidates = []
-    for layers in (d for d in SPEED_DEPTHS if d <= teacher.num_hidden_layers):
-        for hidden in (w for w in SPEED_WIDTHS if w <= teacher.hidden_size and w % head_size == 0):
-            shape = {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": hidden // head_size,
-                     "intermediate_size": hidden * teacher.intermediate_size // teacher.hidden_size}
-            candidates.append(Candidate(f"bert-{layers}x{hidden}", "hf", tuple(shape.items()),
-                                        partial(_random_student, shape), partial(_student_from_teacher, shape)))
-    return candidates
+    """The BERT-style shapes of :func:`speed_shapes`."""
+    return [Candidate(name, "hf", tuple(shape.items()), partial(_random_student, shape),
+                      partial(_student_from_teacher, shape))
+            for name, shape in speed_shapes(context.teacher_config).items()]

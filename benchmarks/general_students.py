@@ -1,0 +1,114 @@
+"""What general students built once per base model cost, and what they give a task's search.
+
+    # 1. build: one store entry grown session by session to each budget, a snapshot after each
+    OMP_NUM_THREADS=1 python benchmarks/general_students.py build --shapes bert-2x128 bert-2x256 bert-3x256 \
+        --budgets 15 30 60 120
+    # 2. downstream: each shape distilled on a task from the selection start and from every snapshot
+    OMP_NUM_THREADS=1 python benchmarks/general_students.py downstream --task mrpc \
+        --teacher runs/engine/teacher-mrpc --shapes bert-2x128 bert-2x256 bert-3x256 --steps 600
+
+``build`` runs ``kdbert students build`` (the packaged all-MiniLM-L6-v2 as base, the shared
+Wikipedia sample) to ``--budgets`` minutes in turn, the same run continued, and copies the shape
+folders to ``<runs-dir>/snapshots/<minutes>`` after each; its held-out relation losses go to
+``results/general_students.json`` under ``build/<minutes>``. ``downstream`` distils each shape with
+compress's recipe for BERT-style candidates (TinyBERT's prediction stage on the teacher's logits,
+batch 32, lr 1e-4, warm-up 10% then linear decay, picked on the 10% of training rows held out) for
+``--steps`` steps, from the weight-selection start compress gives it without a build and from each
+snapshot; held-out and dev (PyTorch) scores under ``<task>/<shape>/<start>``. Finished runs are
+reused, so both phases resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from common import machine_info, save_result
+from paths import CORPUS, GLUE_DIR, RUNS_DIR
+
+from kdbert.compress.build import build_from_teacher
+from kdbert.compress.recipes import SearchSettings, run_options
+from kdbert.compress.speed import all_candidates, shape_context
+from kdbert.data.load import TaskOptions
+from kdbert.methods.front import distill_task
+from kdbert.students.build import BuildConfig, build_students
+from kdbert.students.store import FINGERPRINT_FILE
+
+HELD_OUT_FRACTION = 0.1  # as the searches
+
+
+def build(args) -> None:
+    root = Path(args.runs_dir)
+    for minutes in args.budgets:
+        snapshot = root / "snapshots" / f"{minutes:g}"
+        if not (snapshot / "build.json").is_file():
+            facts = build_students(BuildConfig(corpus=[args.corpus], shapes=",".join(args.shapes),
+                                               budget_minutes=minutes, store=str(root / "store"), no_progress=True))
+            folder = root / "store" / facts["key"]
+            tmp = snapshot.with_name(snapshot.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            for name in [*facts["shapes"], "build.json", FINGERPRINT_FILE]:
+                (shutil.copytree if (folder / name).is_dir() else shutil.copy)(folder / name, tmp / name)
+            tmp.rename(snapshot)
+        facts = json.loads((snapshot / "build.json").read_text())
+        save_result("general_students", f"build/{minutes:g}", {
+            **machine_info(), "shapes": facts["shapes"], "trained_seconds": facts["trained_seconds"],
+            "steps": facts["steps"], "sequences_seen": facts["sequences_seen"], "history": facts["history"],
+            "command": f"OMP_NUM_THREADS=1 python benchmarks/general_students.py build --shapes "
+                       f"{' '.join(args.shapes)} --budgets {' '.join(f'{b:g}' for b in args.budgets)}"})
+        print(f"build {minutes:g} min: {facts['steps']} steps, held-out {facts['history'][-1]['held_out_loss']}",
+              flush=True)
+
+
+def downstream(args) -> None:
+    task = TaskOptions(task=args.task, data_dir=args.data_dir, held_out_fraction=HELD_OUT_FRACTION)
+    context = shape_context(args.teacher, task)
+    offered = {c.name: c for c in all_candidates(context)}
+    root = Path(args.runs_dir)
+    runs = root / "downstream" / args.task
+    snapshots = sorted((p for p in (root / "snapshots").iterdir() if (p / "build.json").is_file()),
+                       key=lambda p: float(p.name)) if (root / "snapshots").is_dir() else []
+    for name in args.shapes:
+        candidate = offered[name]
+        selection = runs / name / "start-selection"
+        if not (selection / "config.json").is_file():
+            build_from_teacher(candidate, args.teacher, task, selection, context)
+        starts = {"selection": selection, **{f"general-{p.name}min": p / name for p in snapshots}}
+        for label, start in starts.items():
+            out = runs / name / label
+            if (out / "distill_report.json").is_file():
+                report = json.loads((out / "distill_report.json").read_text())
+            else:
+                options = {**run_options(candidate, args.steps, SearchSettings(), str(runs / "teacher-cache")),
+                           "teacher": args.teacher, "student": str(start)}
+                report = distill_task(task, options, str(out), overwrite=True)
+            metrics = report["dev_metrics"]
+            row = {"held_out": metrics["selection_score"], "dev": metrics["score"],
+                   "train_seconds": report["train_seconds"]}
+            save_result("general_students", f"{args.task}/{name}/{label}", {
+                **machine_info(), "teacher": args.teacher, "steps": args.steps, **row,
+                "command": f"OMP_NUM_THREADS=1 python benchmarks/general_students.py downstream --task {args.task} "
+                           f"--teacher {args.teacher} --shapes {' '.join(args.shapes)} --steps {args.steps}"})
+            print(f"{args.task} {name} {label}: {row}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("phase", choices=("build", "downstream"))
+    parser.add_argument("--shapes", nargs="+", required=True)
+    parser.add_argument("--budgets", type=float, nargs="+", default=[15, 30, 60, 120])
+    parser.add_argument("--corpus", default=CORPUS)
+    parser.add_argument("--task")
+    parser.add_argument("--teacher")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--runs-dir", default=str(RUNS_DIR / "general-students"))
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    args = parser.parse_args()
+    (build if args.phase == "build" else downstream)(args)
+
+
+if __name__ == "__main__":
+    main()
