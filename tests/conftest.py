@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import os
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,9 @@ os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 # Pinned values are float32: `--mixed-precision auto` means float32 in tests whatever the CPU.
 os.environ["KDBERT_MIXED_PRECISION"] = "no"
+# General students are looked for in a store of the tests' own (empty unless a test builds there),
+# never in the user's ~/.cache/kdbert/students.
+os.environ["KDBERT_STUDENTS"] = tempfile.mkdtemp(prefix="kdbert-students-")
 # No tqdm monitor thread: tests/test_kill_resume.py forks this process, and a child forked while
 # the monitor holds tqdm's lock hangs at its first progress bar (seen once in a full run).
 tqdm.tqdm.monitor_interval = 0

@@ -168,3 +168,48 @@ def test_a_teacher_fine_tuned_from_the_base_finds_its_build_and_another_model_do
     assert find_build(teacher, store) is None
     other = BertModel(tiny_bert_config(tiny_tokenizer, hidden_size=64, num_attention_heads=2))
     assert find_build(other, store) is None  # another width: no fingerprint to compare
+
+
+# ----------------------------------------------------------------------------- compress starts from them
+def test_compress_starts_candidates_of_a_built_shape_from_their_general_student(tmp_path, tiny_tokenizer, capsys):
+    from conftest import save_tiny_classifier, write_glue_task
+
+    from kdbert.cli import main
+
+    write_glue_task(tmp_path / "glue", "SST-2", n_train=12, n_dev=8)
+    teacher_dir = save_tiny_classifier(tmp_path / "teacher", tiny_tokenizer, hidden_size=128, num_hidden_layers=2,
+                                       num_attention_heads=4, intermediate_size=256)
+    teacher = BertForSequenceClassification.from_pretrained(teacher_dir)
+    base_dir = tmp_path / "base"  # the teacher's own encoder as its base: drift 0
+    teacher.bert.save_pretrained(base_dir)
+    tiny_tokenizer.save_pretrained(base_dir)
+    rng = random.Random(1)
+    (tmp_path / "corpus.txt").write_text("\n\n".join(" ".join(sentence(rng) for _ in range(3)) for _ in range(20)))
+    store = tmp_path / "store"
+    facts = build_students(BuildConfig(base=str(base_dir), corpus=[str(tmp_path / "corpus.txt")], shapes="bert-1x128",
+                                       store=str(store), max_seq_len=SEQ_LEN, held_out=4, batch_size=4,
+                                       max_sequences=12, no_progress=True))
+    args = ["compress", "--teacher", str(teacher_dir), "--task", "sst2", "--data-dir", str(tmp_path / "glue"),
+            "--candidates", "bert-1x128,bert-2x128", "--rounds", "1", "--first-steps", "2", "--batch-size", "4",
+            "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01", "--students-store", str(store)]
+    capsys.readouterr()
+    assert main([*args, "--output-dir", str(tmp_path / "general")]) == 0
+    printed = capsys.readouterr().out
+    assert (f"general students: general student built from {base_dir} for {facts['trained_seconds'] / 60:.0f} min "
+            f"({facts['steps']} steps, store {store / facts['key']}); the teacher's embeddings are 0.0% from that "
+            "base's") in printed
+    report = json.loads((tmp_path / "general" / "compress_report.json").read_text())
+    assert report["starts"] == {"bert-1x128": "general", "bert-2x128": "teacher-weights"}
+    assert report["general_students"]["key"] == facts["key"]
+    general = BertModel.from_pretrained(store / facts["key"] / "bert-1x128").state_dict()
+    start = BertForSequenceClassification.from_pretrained(tmp_path / "general" / "starts" / "bert-1x128")
+    for key, value in start.bert.state_dict().items():
+        assert torch.equal(value, general[key]), key
+    markdown = (tmp_path / "general" / "compress_report.md").read_text()
+    assert "| tinybert, general start |" in markdown
+    assert f"bert-1x128 started from the general students built from {base_dir}" in markdown
+
+    assert main([*args, "--output-dir", str(tmp_path / "off"), "--no-general-students"]) == 0
+    report = json.loads((tmp_path / "off" / "compress_report.json").read_text())
+    assert report["starts"] == {"bert-1x128": "teacher-weights", "bert-2x128": "teacher-weights"}
+    assert report["general_students"] is None and "general start" not in (tmp_path / "off" / "compress_report.md").read_text()

@@ -7,10 +7,15 @@ layer and copied head (:func:`kdbert.families.mobilebert.init_from_teacher`). Th
 as an ordinary HF folder with the teacher's tokenizer, the starting point of its distillation
 (``kdbert distill task --student FOLDER``). A family without ``from_teacher`` (the BiLSTM) is
 built by its own method from the task's texts and word vectors.
+
+Where a general student of the candidate's shape was built for the teacher's base
+(:mod:`kdbert.students`), the start takes its encoder instead (:func:`build_from_general`): the
+classifier stays fresh, as from the teacher.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -20,7 +25,7 @@ from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate, ShapeContext, family_of_folder
 
-__all__ = ["build_from_teacher"]
+__all__ = ["build_from_general", "build_from_teacher"]
 
 
 def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, task: TaskOptions,
@@ -35,6 +40,34 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
                           "not from the teacher's weights")
     teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
     student = candidate.from_teacher(teacher, context or shape_context(teacher_dir, task))
-    report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir)}
+    report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir),
+              "start": "teacher-weights"}
+    save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
+    return Path(folder)
+
+
+SHAPE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+
+
+def build_from_general(candidate: Candidate, student_dir: str | os.PathLike, teacher_dir: str | os.PathLike,
+                       task: TaskOptions, folder: str | os.PathLike, context: ShapeContext | None = None,
+                       teacher: tuple | None = None) -> Path:
+    """``candidate``'s start with the encoder of the general student in ``student_dir`` (a bare
+    ``BertModel`` of the same shape) and the task head of :func:`build_from_teacher`; saved to
+    ``folder`` with ``student_init.json`` saying so."""
+    from transformers import BertModel
+
+    teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
+    student = candidate.from_teacher(teacher, context or shape_context(teacher_dir, task))
+    general = BertModel.from_pretrained(student_dir)
+    differ = [name for name in SHAPE_FIELDS if getattr(general.config, name) != getattr(student.config, name)]
+    if differ:
+        raise KdbertError(f"general student {student_dir} does not have {candidate.name}'s shape ({', '.join(differ)} "
+                          "differ); build it again from this teacher's base with `kdbert students build`")
+    student.bert.load_state_dict(general.state_dict())
+    built = json.loads((Path(student_dir) / "student_init.json").read_text())
+    report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir),
+              "start": "general", "general": {"folder": str(student_dir), **{k: built.get(k) for k in
+                                                                              ("base", "key", "steps", "minutes")}}}
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
     return Path(folder)

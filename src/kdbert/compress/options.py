@@ -88,6 +88,12 @@ class CompressConfig(CheckedOptions):
     nltk_data: str | None = option(None, "augmentation: folder with NLTK's POS tagger (taggers/"
                                          "averaged_perceptron_tagger_eng/; default: NLTK's data path)",
                                    group="compress")
+    students_store: str | None = option(None, "where general students are looked for (`kdbert students build`; "
+                                               "default: $KDBERT_STUDENTS or ~/.cache/kdbert/students)",
+                                        group="compress")
+    no_general_students: bool = option(False, "start every BERT-style candidate from the teacher's weights, even "
+                                              "where a general student of its shape was built", type=bool,
+                                       group="compress")
     no_progress: bool = option(False, "hide the progress bar of the budget", type=bool, group="run")
 
     def check(self) -> None:
@@ -98,12 +104,14 @@ class CompressConfig(CheckedOptions):
             raise KdbertError("pass one of --target-speedup N or --target-latency-ms L")
 
 
-def search_identity(config: CompressConfig, task: TaskOptions, teacher_dir: str) -> dict:
+def search_identity(config: CompressConfig, task: TaskOptions, teacher_dir: str, general: dict | None = None) -> dict:
     """What a study's workers must agree on (:func:`kdbert.compress.storage.open_study`): the teacher,
-    the task and rows, and every option that changes what a candidate's run is or who wins."""
+    the task and rows, every option that changes what a candidate's run is or who wins, and the
+    general students' build that candidates start from (``general``: its ``build.json``), if any."""
     options = ("target_speedup", "target_latency_ms", "min_kept", "runtime", "rounds", "first_steps", "candidates",
                "batch_size", "learning_rate", "seed", "word_vectors", "intermediate_share", "round_share",
                "max_train_examples", "augment")
     return {"teacher": str(Path(teacher_dir).resolve()), "task": task.task, "train_file": task.train_file,
             "held_out_fraction": task.held_out_fraction,
-            "options": {name: getattr(config, name) for name in options}}
+            "options": {name: getattr(config, name) for name in options},
+            "general_students": None if general is None else {key: general[key] for key in ("key", "steps")}}

@@ -59,6 +59,7 @@ from kdbert.compress.teacher import Teacher, checked_teacher, majority_score, te
 from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.model_card import write_compress_card
 from kdbert.errors import KdbertError
+from kdbert.students.store import Build, default_store, find_build
 
 __all__ = ["CompressConfig", "compress"]
 
@@ -166,12 +167,14 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
               f"`kdbert finetune --held-out-fraction {task.held_out_fraction:g}` gives a teacher without them")
     data = load_task(task)
     teacher = checked_teacher(config, data)
+    general = general_students(config, teacher)
     context = shape_context(teacher.folder, task, config.word_vectors)
     offered = _offered(context, config.candidates)
     search_settings = SearchSettings(**{f.name: getattr(config, f.name) for f in fields(SearchSettings)})
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     new_folder, new_journal = not out.exists(), config.storage is None and not journal_path(out).exists()
-    study = open_study(out, search_identity(config, task, teacher.folder), config.storage, config.study)
+    identity = search_identity(config, task, teacher.folder, general and general.facts)
+    study = open_study(out, identity, config.storage, config.study)
     if search.other_leader(study) or search.ended_elsewhere(study, out):
         return _join(study, config, task, out, context, offered, augment, search_settings)
     progress = Progress(deadline, enabled=not config.no_progress)
@@ -180,7 +183,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
             _check_fits(config, teacher, data, offered, search_settings, len(train_rows), deadline.spent())
         with search.leading(study, out):
             return _compress(task, config, out, data, train_rows, teacher, context, offered, augment,
-                             search_settings, deadline, progress, saw_held_out, study, command)
+                             search_settings, deadline, progress, saw_held_out, study, identity, general, command)
     except KdbertError:
         if new_journal and not search.under_way(study):  # refused before the search: nothing left behind
             journal_path(out).unlink(missing_ok=True)
@@ -204,7 +207,8 @@ def _join(study, config: CompressConfig, task: TaskOptions, out: Path, context, 
         return None
     by_name = {c.name: c for c in with_variants(offered, augment.kinds)}
     plan = Plan([by_name[name] for name in plan_attrs["candidates"]], str(Path(config.teacher).expanduser()),
-                task, str(out), settings, Goal(**plan_attrs["goal"]), Window(**plan_attrs["window"]), config.threads)
+                task, str(out), settings, Goal(**plan_attrs["goal"]), Window(**plan_attrs["window"]), config.threads,
+                general=plan_attrs.get("general"), general_shapes=tuple(plan_attrs.get("general_shapes", ())))
     missing = search.missing_starts(plan)
     if missing:
         raise KdbertError(f"--output-dir {out} has no start for {', '.join(missing)}: a process joining study "
@@ -215,8 +219,25 @@ def _join(study, config: CompressConfig, task: TaskOptions, out: Path, context, 
     return None
 
 
+def general_students(config: CompressConfig, teacher: Teacher) -> Build | None:
+    """The general students built for the teacher's base (:func:`kdbert.students.store.find_build`),
+    said in one line either way; None with ``--no-general-students``."""
+    if config.no_general_students:
+        return None
+    found = find_build(teacher.model, config.students_store)
+    if found is None:
+        print(f"general students: none built for this teacher's base in {config.students_store or default_store()}; "
+              "BERT-style candidates start from the teacher's weights (`kdbert students build` builds them once "
+              "per base model)")
+        return None
+    build, drift = found
+    print(f"general students: {build.describe()}; the teacher's embeddings are {drift:.1%} from that base's")
+    return build
+
+
 def _compress(task, config, out, data, train_rows, teacher: Teacher, context, offered, augment, search_settings,
-              deadline: Deadline, progress: Progress, saw_held_out, study, command=None) -> dict:
+              deadline: Deadline, progress: Progress, saw_held_out, study, identity: dict, general: Build | None,
+              command=None) -> dict:
     speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
     scored = export_task(task, data)
     with progress.phase("timing"):
@@ -255,13 +276,17 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                                               out, augment, config.budget_minutes * 60, config.seed)
         window = Window.from_now(deadline.left() - reserve, config.first_round_share)
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency)
-        plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads)
-        searched = search.run_search(plan, study, config.workers, config.storage, config.study,
-                                     search_identity(config, task, teacher.folder), progress.segment_finished,
-                                     context, (teacher.model, teacher.tokenizer))
+        plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
+                    general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()))
+        searched = search.run_search(plan, study, config.workers, config.storage, config.study, identity,
+                                     progress.segment_finished, context, (teacher.model, teacher.tokenizer))
+        starts = {c.name: search.start_of(plan, c.name) for c in kept}
     with progress.phase("finishing"):
         report = _finish(scored, config, out, data, teacher, table, searched, goal, speed_settings, deadline)
-    report.update(augmentation=augmentation, teacher_saw_held_out_rows=saw_held_out, budget={
+    report.update(augmentation=augmentation, teacher_saw_held_out_rows=saw_held_out, starts=starts,
+                  general_students=general and {"folder": str(general.folder), "base": general.facts["base"],
+                                                "key": general.facts["key"], "steps": general.facts["steps"],
+                                                "minutes": general.facts["trained_seconds"] / 60}, budget={
         "minutes": config.budget_minutes, "finishing_reserve_seconds": round(reserve, 1), "untimed": untimed,
         "phase_seconds": progress.phase_seconds(), "seconds": round(deadline.spent(), 1)})
     write_report(report, out, config.runtime)

@@ -86,12 +86,21 @@ def format_report(report: dict, plot: str | None = None) -> str:
              "|---|---:|---:|---:|---:|---|---:|---:|",
              f"| teacher | {speed['teacher']['latency_real_p50_ms']:.2f} | 1.00x | "
              f"{report['teacher_scores']['held_out']:.2f} | {report['teacher_scores']['dev']:.2f} | - | - | - |"]
+    starts = report.get("starts", {})
     for name, row in sorted(speed["candidates"].items(), key=lambda item: item[1]["latency_real_p50_ms"]):
         run = finals.get(name)
+        method = run.get("method", "kd") + (", general start" if run and starts.get(name) == "general" else "") \
+            if run else ""
         lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x | "
-                     + (f"{run['score']:.2f} | {run['dev_score']:.2f} | {run.get('method', 'kd')} | "
+                     + (f"{run['score']:.2f} | {run['dev_score']:.2f} | {method} | "
                         f"{run['steps']} | " + (f"{seconds[name] / 60:.1f} min |" if name in seconds else "- |")
                         if run else "- | - | - | - | - |"))
+    general = report.get("general_students")
+    if general:
+        started = sorted(name for name, start in starts.items() if start == "general")
+        lines += ["", f"{', '.join(started) or 'No candidate'} started from the general students built from "
+                      f"{general['base']} for {general['minutes']:.0f} min ({general['steps']} steps; "
+                      f"`kdbert students build`); the other BERT-style candidates from the teacher's weights."]
     if report.get("augmentation"):
         facts = report["augmentation"]
         sources = facts.get("augmented_rows", facts["input_rows"])

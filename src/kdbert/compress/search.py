@@ -43,7 +43,7 @@ from optuna.trial import TrialState
 
 from kdbert.compress import storage
 from kdbert.compress.augment import ROWS_FILE, base_name, is_augmented
-from kdbert.compress.build import build_from_teacher
+from kdbert.compress.build import build_from_general, build_from_teacher
 from kdbert.compress.recipes import SearchSettings, run_options, starts_from_teacher
 from kdbert.compress.schedule import Goal, Job, horizon, latest, next_job
 from kdbert.compress.speed import shape_context
@@ -78,7 +78,8 @@ class Window:
 @dataclass(frozen=True)
 class Plan:
     """What every worker of a study searches: the candidates in running order (``spread_order``),
-    the teacher and task, the settings, the winner's goal and the window."""
+    the teacher and task, the settings, the winner's goal and the window; ``general``: the folder of
+    the general students (:mod:`kdbert.students.store`) that candidates of ``general_shapes`` start from."""
 
     candidates: list[Candidate]
     teacher_dir: str
@@ -89,6 +90,8 @@ class Plan:
     window: Window
     threads: int | None = None
     clock: Callable[[], float] = time.time  # what "now" is to the schedule (the runs' deadlines: time.time)
+    general: str | None = None  # the build of general students BERT-style candidates of its shapes start from
+    general_shapes: tuple[str, ...] = ()
     by_name: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -97,7 +100,8 @@ class Plan:
     def summary(self) -> dict:
         """The plan as the study keeps it (JSON): what a joining worker checks and reads."""
         return {"candidates": [c.name for c in self.candidates], "window": asdict(self.window),
-                "goal": asdict(self.goal), "settings": asdict(self.settings)}
+                "goal": asdict(self.goal), "settings": asdict(self.settings), "general": self.general,
+                "general_shapes": list(self.general_shapes)}
 
 
 def job_key(candidate: str, segments: list[dict]) -> str:
@@ -125,21 +129,35 @@ def run_folder(output_dir: str | Path, candidate: str) -> Path:
 
 
 def _start(plan: Plan, candidate: Candidate) -> Path | None:
-    """The folder a candidate's run starts from (its build from the teacher, ``starts/<base name>``;
-    made by :func:`build_starts`), or None for a family that builds its own student (the BiLSTM)."""
+    """The folder a candidate's run starts from (its build from the teacher or its general student,
+    ``starts/<base name>``; made by :func:`build_starts`), or None for a family that builds its own
+    student (the BiLSTM)."""
     return Path(plan.output_dir) / "starts" / base_name(candidate.name) if starts_from_teacher(candidate) else None
 
 
 def build_starts(plan: Plan, context=None, teacher: tuple | None = None) -> None:
-    """Build every candidate's start from the teacher once, before any worker runs (an augmented
-    variant shares its twin's); ``context`` and ``teacher`` (model, tokenizer): as the caller
-    loaded them, else loaded here."""
+    """Build every candidate's start once, before any worker runs (an augmented variant shares its
+    twin's): from its general student where ``plan.general`` has its shape, else from the teacher;
+    ``context`` and ``teacher`` (model, tokenizer): as the caller loaded them, else loaded here."""
     for candidate in plan.candidates:
         start = _start(plan, candidate)
         if start is not None and not (start / "config.json").is_file():
             context = context or shape_context(plan.teacher_dir, plan.task)
-            build_from_teacher(replace(candidate, name=base_name(candidate.name)), plan.teacher_dir, plan.task,
-                               start, context, teacher)
+            base = replace(candidate, name=base_name(candidate.name))
+            if base.name in plan.general_shapes:
+                build_from_general(base, Path(plan.general) / base.name, plan.teacher_dir, plan.task, start, context,
+                                   teacher)
+            else:
+                build_from_teacher(base, plan.teacher_dir, plan.task, start, context, teacher)
+
+
+def start_of(plan: Plan, candidate: str) -> str:
+    """How ``candidate``'s run started, from its start's ``student_init.json``: ``teacher-weights``,
+    ``general`` or, for a family that builds its own student, ``own``."""
+    start = _start(plan, plan.by_name[candidate])
+    if start is None:
+        return "own"
+    return json.loads((start / "student_init.json").read_text()).get("start", "teacher-weights")
 
 
 def _options(plan: Plan, candidate: Candidate) -> dict:
