@@ -827,3 +827,57 @@ def test_a_budget_that_times_too_few_candidates_to_meet_the_target_says_so(env, 
     assert err.startswith("kdbert: error: --budget-minutes 5 left time to time 1 of 2 candidates on this machine (")
     assert " s spent) and none of them meets the target (the fastest, bert-" in err
     assert err.endswith("the teacher)); raise --budget-minutes")
+
+
+def test_a_student_the_user_brings_is_timed_and_distilled_from_its_own_weights(env, tmp_path, capsys,
+                                                                             tiny_tokenizer):
+    from transformers import BertForSequenceClassification, BertModel
+
+    from conftest import tiny_bert_config
+    from kdbert.cli import main
+
+    mine = tmp_path / "my small-bert"  # any folder name: the candidate is user-my-small-bert
+    torch.manual_seed(3)
+    BertModel(tiny_bert_config(tiny_tokenizer, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64)).save_pretrained(mine)
+    tiny_tokenizer.save_pretrained(mine)
+    out = tmp_path / "compress"
+    capsys.readouterr()
+    assert main(["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+                 "--candidates", "bert-1x128", "--student", str(mine), "--rounds", "1", "--first-steps", "2",
+                 "--batch-size", "4", "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01",
+                 "--output-dir", str(out)]) == 0
+    report = json.loads((out / "compress_report.json").read_text())
+    assert report["starts"] == {"bert-1x128": "teacher-weights", "user-my-small-bert": "user"}
+    row = report["speed"]["candidates"]["user-my-small-bert"]
+    assert (row["shape"]["path"], row["shape"]["hidden_size"]) == (str(mine), 32)
+    assert {s["candidate"] for s in report["search"]["segments"]} == {"bert-1x128", "user-my-small-bert"}
+    start = BertForSequenceClassification.from_pretrained(out / "starts" / "user-my-small-bert")
+    own = BertModel.from_pretrained(mine).state_dict()
+    assert all(torch.equal(value, own[key]) for key, value in start.bert.state_dict().items())
+    assert "| kd, user start |" in (out / "compress_report.md").read_text()
+
+
+def test_a_student_of_another_vocabulary_is_refused_naming_the_difference(env, tmp_path, capsys, tiny_tokenizer):
+    from transformers import BertModel, BertTokenizerFast
+
+    from conftest import tiny_bert_config
+
+    vocab = tiny_tokenizer.get_vocab()
+    swapped = {**vocab, "cat": vocab["dog"], "dog": vocab["cat"]}  # same size, two tokens at each other's ids
+    other = tmp_path / "other"
+    BertModel(tiny_bert_config(tiny_tokenizer, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64)).save_pretrained(other)
+    BertTokenizerFast(vocab=swapped, do_lower_case=True).save_pretrained(other)
+    line = refused(capsys, env, tmp_path / "compress", "--student", other)
+    order = sorted(["cat", "dog"], key=lambda t: vocab[t])
+    assert line == (f"kdbert: error: --student {other} uses a different vocabulary from the teacher's (2 tokens at "
+                    f"other ids (e.g. {order[0]!r}: {vocab[order[1]]} here, {vocab[order[0]]} in the teacher's)); "
+                    "distil into a student that shares the teacher's tokenizer (a preset, --student-layers, or a "
+                    "student made from this teacher)")
+    bigger = tmp_path / "bigger"
+    BertModel(tiny_bert_config(tiny_tokenizer, vocab_size=len(vocab) + 5, hidden_size=32, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=64)).save_pretrained(bigger)
+    line = refused(capsys, env, tmp_path / "compress", "--student", bigger)
+    assert f"--student {bigger} uses a different vocabulary from the teacher's ({len(vocab) + 5} tokens, the " \
+           f"teacher {len(vocab)})" in line

@@ -98,8 +98,8 @@ class OptionFlags:
         kwargs: dict = {"help": help_text + (" (required)" if required else ""), "default": None}
         if meta["type"] is bool:
             kwargs["action"] = "store_true"
-        elif meta["type"] is list:
-            kwargs["nargs"] = "+"
+        elif meta["type"] is list:  # --corpus A B, or --corpus A --corpus B
+            kwargs.update(nargs="+", action="extend")
         else:
             kwargs["type"] = meta["type"]
             choices = [c for f in found.values() for c in (f.metadata.get("choices") or ())]

@@ -41,7 +41,7 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
     teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
     student = candidate.from_teacher(teacher, context or shape_context(teacher_dir, task))
     report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir),
-              "start": "teacher-weights"}
+              "start": candidate.start}
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
     return Path(folder)
 

@@ -47,6 +47,10 @@ class CompressConfig(CheckedOptions):
     study: str | None = option(None, "the study's name in --storage (default: kdbert-compress)", group="compress")
     candidates: str | None = option(None, "only these candidates (comma-separated names, e.g. bert-2x256); default: "
                                           "every family's", group="compress")
+    student: list | None = option(None, "a student of your own (a BERT-family folder or hub id with the teacher's "
+                                        "vocabulary), timed and distilled from its weights as candidate "
+                                        "user-<name> beside the built-in shapes; repeatable", type=list,
+                                  group="compress")
     length_rows: int = option(200, "dev rows timed per model, each at its own length, batch 1", type=int,
                               group="compress", check=in_range(1, 10**6, int, what="a positive number of rows"))
     threads: int | None = option(None, "CPU threads of the timed runtime (default: all cores)", type=int,
@@ -110,7 +114,7 @@ def search_identity(config: CompressConfig, task: TaskOptions, teacher_dir: str,
     general students' build that candidates start from (``general``: its ``build.json``), if any."""
     options = ("target_speedup", "target_latency_ms", "min_kept", "runtime", "rounds", "first_steps", "candidates",
                "batch_size", "learning_rate", "seed", "word_vectors", "intermediate_share", "round_share",
-               "max_train_examples", "augment")
+               "max_train_examples", "augment", "student")
     return {"teacher": str(Path(teacher_dir).resolve()), "task": task.task, "train_file": task.train_file,
             "held_out_fraction": task.held_out_fraction,
             "options": {name: getattr(config, name) for name in options},

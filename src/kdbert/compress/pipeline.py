@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 import time
 from dataclasses import fields, replace
@@ -56,9 +57,11 @@ from kdbert.compress.ship import agreement_measure, dev_agreement, export_task, 
 from kdbert.compress.speed import RUNTIMES, SpeedSettings, all_candidates, measure_speed, meeting_target, shape_context
 from kdbert.compress.storage import journal_path, open_study
 from kdbert.compress.teacher import Teacher, checked_teacher, majority_score, teacher_saw_held_out_rows, time_and_export_teacher
+from kdbert.core.loading import check_vocabulary, resolve_model_path
 from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.model_card import write_compress_card
 from kdbert.errors import KdbertError
+from kdbert.families.hf import user_candidate
 from kdbert.students.store import Build, default_store, find_build
 
 __all__ = ["CompressConfig", "compress"]
@@ -81,17 +84,34 @@ def check_output_dir(out: Path) -> None:
                           "another --output-dir") from None
 
 
-def _offered(context, names: str | None) -> list:
-    """Every family's candidates, or the ``--candidates`` named."""
+def _offered(context, names: str | None, students: list) -> list:
+    """Every family's candidates, or the ``--candidates`` named, then the ``students`` the user brings."""
     offered = all_candidates(context)
-    if not names:
-        return offered
-    wanted = [name.strip() for name in names.split(",") if name.strip()]
-    unknown = sorted(set(wanted) - {c.name for c in offered})
-    if unknown:
-        raise KdbertError(f"--candidates: unknown {', '.join(unknown)}; this teacher offers "
-                          f"{', '.join(c.name for c in offered)}")
-    return [c for c in offered if c.name in wanted]
+    if names:
+        wanted = [name.strip() for name in names.split(",") if name.strip()]
+        unknown = sorted(set(wanted) - {c.name for c in offered})
+        if unknown:
+            raise KdbertError(f"--candidates: unknown {', '.join(unknown)}; this teacher offers "
+                              f"{', '.join(c.name for c in offered)}")
+        offered = [c for c in offered if c.name in wanted]
+    return offered + students
+
+
+def user_students(paths: list | None, teacher: Teacher) -> list:
+    """A candidate ``user-<folder name>`` per ``--student`` (:func:`kdbert.families.hf.user_candidate`),
+    each refused in one line unless it shares the teacher's vocabulary, token for token."""
+    candidates, names = [], set()
+    for given in paths or []:
+        path = resolve_model_path(str(given))
+        check_vocabulary(path, teacher.model, teacher.tokenizer, option="--student")
+        stem = re.sub(r"[^A-Za-z0-9.]+", "-", Path(path).name).strip("-").removesuffix("-aug") or "student"
+        name, count = f"user-{stem}", 1
+        while name in names:
+            count += 1
+            name = f"user-{stem}-{count}"
+        names.add(name)
+        candidates.append(user_candidate(path, name))
+    return candidates
 
 
 def _latency_ratio(config: CompressConfig, table: dict | None = None, kept: list | None = None) -> float:
@@ -143,8 +163,10 @@ def _finishing(config: CompressConfig, table: dict, teacher: Teacher, kept: list
 
 def _timing_order(offered: list) -> list:
     """The order candidates are timed in: families in turn, each spread over its sizes (the product of
-    its shape's numbers, which grows with each of them) by :func:`~kdbert.compress.schedule.spread_order`."""
-    return spread_order(offered, {c.name: math.prod(dict(c.shape).values()) for c in offered})
+    its shape's whole numbers, which grows with each of them) by :func:`~kdbert.compress.schedule.spread_order`."""
+    return spread_order(offered, {c.name: math.prod(v for v in dict(c.shape).values()
+                                                    if isinstance(v, int) and not isinstance(v, bool))
+                                  for c in offered})
 
 
 def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.PathLike,
@@ -169,7 +191,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     teacher = checked_teacher(config, data)
     general = general_students(config, teacher)
     context = shape_context(teacher.folder, task, config.word_vectors)
-    offered = _offered(context, config.candidates)
+    offered = _offered(context, config.candidates, user_students(config.student, teacher))
     search_settings = SearchSettings(**{f.name: getattr(config, f.name) for f in fields(SearchSettings)})
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     new_folder, new_journal = not out.exists(), config.storage is None and not journal_path(out).exists()

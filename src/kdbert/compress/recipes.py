@@ -11,6 +11,8 @@ A candidate's kind is its name's prefix (``bert-2x256`` is a ``bert``). A round 
   prediction steps beat 150 + 150 for every candidate and cost half as much (BENCHMARKS.md);
 - ``mobilebert``: logit KD from the fitted start (its intermediate transfer needs a
   general-distilled student, which compress does not build);
+- ``user`` (a student the user brings, ``--student``): logit KD from its own weights, whatever its
+  architecture;
 - ``bilstm``: the distilled BiLSTM (its own vocabulary, the paper's Adadelta and batch 50, the
   teacher's stored logits, labelled in bf16 where the runs train in it), its hidden size the
   candidate's, its embeddings the word vectors given (``--word-vectors``) or random.
@@ -95,13 +97,13 @@ def _bilstm(candidate: Candidate, steps: int, settings: SearchSettings) -> dict:
     return options
 
 
-RECIPES = {"bert": _tinybert, "mobilebert": _kd, "bilstm": _bilstm}
+RECIPES = {"bert": _tinybert, "mobilebert": _kd, "bilstm": _bilstm, "user": _kd}
 """Candidate kind -> ``recipe(candidate, steps, settings)``: the method and its step options."""
 
 
 def kind_of(name: str) -> str:
     """The kind of the candidate called ``name``: the name up to the first dash (``bert``,
-    ``mobilebert``, ``bilstm``)."""
+    ``mobilebert``, ``bilstm``, ``user``)."""
     return name.split("-", 1)[0]
 
 

@@ -89,7 +89,8 @@ def format_report(report: dict, plot: str | None = None) -> str:
     starts = report.get("starts", {})
     for name, row in sorted(speed["candidates"].items(), key=lambda item: item[1]["latency_real_p50_ms"]):
         run = finals.get(name)
-        method = run.get("method", "kd") + (", general start" if run and starts.get(name) == "general" else "") \
+        start = starts.get(name, "teacher-weights")
+        method = run.get("method", "kd") + ("" if start in ("teacher-weights", "own") else f", {start} start") \
             if run else ""
         lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x | "
                      + (f"{run['score']:.2f} | {run['dev_score']:.2f} | {method} | "

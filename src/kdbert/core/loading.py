@@ -193,24 +193,42 @@ def _final_classifier_layer(model, num_labels: int, path: str):
     return candidates[0]
 
 
+def vocabulary_difference(mine: dict[str, int], teacher: dict[str, int]) -> str | None:
+    """How two tokenizers' vocabularies (token -> id) differ, in a few words, or None when they are the same."""
+    if mine == teacher:
+        return None
+    missing = sorted((t for t in teacher if t not in mine), key=teacher.get)  # each list by id, lowest first
+    extra = sorted((t for t in mine if t not in teacher), key=mine.get)
+    moved = sorted((t for t in teacher if t in mine and mine[t] != teacher[t]), key=teacher.get)
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} of the teacher's tokens missing (e.g. {missing[0]!r})")
+    if extra:
+        parts.append(f"{len(extra)} tokens the teacher lacks (e.g. {extra[0]!r})")
+    if moved:
+        parts.append(f"{len(moved)} tokens at other ids (e.g. {moved[0]!r}: {mine[moved[0]]} here, "
+                     f"{teacher[moved[0]]} in the teacher's)")
+    return ", ".join(parts)
+
+
 def check_vocabulary(path: str, teacher, teacher_tokenizer=None, option: str = "--student") -> None:
     """Refuse a student folder whose vocabulary is not the teacher's: by size from its config,
-    and token by token when the folder has a tokenizer and ``teacher_tokenizer`` is given."""
+    and token by token when the folder has a tokenizer and ``teacher_tokenizer`` is given (the
+    message names the difference)."""
     from transformers import AutoConfig
 
     try:
         size = getattr(AutoConfig.from_pretrained(path), "vocab_size", None)
     except (OSError, ValueError) as exc:
         raise KdbertError(f"{option} {path}: could not read its config.json: {str(exc).splitlines()[0]}") from None
-    same = size == teacher.config.vocab_size
-    if same and teacher_tokenizer is not None and any(
+    difference = None if size == teacher.config.vocab_size else f"{size} tokens, the teacher {teacher.config.vocab_size}"
+    if difference is None and teacher_tokenizer is not None and any(
             (Path(path) / name).is_file() for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json")):
-        same = load_tokenizer(path).get_vocab() == teacher_tokenizer.get_vocab()
-    if not same:
+        difference = vocabulary_difference(load_tokenizer(path).get_vocab(), teacher_tokenizer.get_vocab())
+    if difference is not None:
         raise KdbertError(
-            f"{option} {path} uses a different vocabulary from the teacher's ({size} tokens, the teacher "
-            f"{teacher.config.vocab_size}); distil into a student that shares the teacher's tokenizer (a preset, "
-            "--student-layers, or a student made from this teacher)")
+            f"{option} {path} uses a different vocabulary from the teacher's ({difference}); distil into a student "
+            "that shares the teacher's tokenizer (a preset, --student-layers, or a student made from this teacher)")
 
 
 def load_encoder(name_or_path: str | None, option: str = "--teacher"):

@@ -163,3 +163,41 @@ class HFFamily(Family):
 
 
 register_family(HFFamily(), built_in=True)
+
+
+# ----------------------------------------------------------------------------- students users bring
+def _task_config(path: str, context: ShapeContext):
+    """The folder's config with the task's outputs (one for regression, start and end for QA)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    config.num_labels = 2 if context.question_answering else context.num_labels
+    if context.num_labels == 1 and not context.question_answering:
+        config.problem_type = "regression"
+    return config
+
+
+def _task_class(context: ShapeContext):
+    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
+
+    return AutoModelForQuestionAnswering if context.question_answering else AutoModelForSequenceClassification
+
+
+def user_candidate(path: str, name: str) -> Candidate:
+    """A student the user brings (a BERT-family folder or hub id, with the teacher's vocabulary,
+    checked by the caller) as a candidate called ``name``: timed with random weights of its config,
+    distilled from its own weights with a fresh task head."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    shape = {"path": str(path), "model_type": config.model_type,
+             **{key: getattr(config, key) for key in ("num_hidden_layers", "hidden_size") if hasattr(config, key)}}
+
+    def build(context: ShapeContext):
+        return _task_class(context).from_config(_task_config(path, context)), context.tokenizer
+
+    def own_weights(teacher, context: ShapeContext):
+        return _task_class(context).from_pretrained(path, config=_task_config(path, context),
+                                                    ignore_mismatched_sizes=True)
+
+    return Candidate(name, "hf", tuple(shape.items()), build, own_weights, start="user")

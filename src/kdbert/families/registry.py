@@ -86,6 +86,7 @@ class Candidate:
     shape: tuple[tuple[str, Any], ...]
     build: Callable[[ShapeContext], tuple[nn.Module, Any]]
     from_teacher: Callable[[nn.Module, ShapeContext], nn.Module] | None = None
+    start: str = "teacher-weights"  # what ``from_teacher`` starts from: the teacher's weights, or "user" (its own)
 
 
 def example_inputs(spec: InputSpec, seq_len: int, batch_size: int = 1) -> dict[str, torch.Tensor]:
