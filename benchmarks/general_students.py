@@ -32,6 +32,7 @@ from kdbert.compress.build import build_from_teacher
 from kdbert.compress.recipes import SearchSettings, run_options
 from kdbert.compress.speed import all_candidates, shape_context
 from kdbert.data.load import TaskOptions
+from kdbert.deploy.int8_kernels import cpu_int8_facts
 from kdbert.methods.front import distill_task
 from kdbert.students.build import BuildConfig, build_students
 from kdbert.students.store import FINGERPRINT_FILE
@@ -55,7 +56,7 @@ def build(args) -> None:
             tmp.rename(snapshot)
         facts = json.loads((snapshot / "build.json").read_text())
         save_result("general_students", f"build/{minutes:g}", {
-            **machine_info(), "shapes": facts["shapes"], "trained_seconds": facts["trained_seconds"],
+            **machine_info(), "cpu": cpu_int8_facts(), "shapes": facts["shapes"], "trained_seconds": facts["trained_seconds"],
             "steps": facts["steps"], "sequences_seen": facts["sequences_seen"], "history": facts["history"],
             "command": f"OMP_NUM_THREADS=1 python benchmarks/general_students.py build --shapes "
                        f"{' '.join(args.shapes)} --budgets {' '.join(f'{b:g}' for b in args.budgets)}"})
@@ -89,7 +90,7 @@ def downstream(args) -> None:
             row = {"held_out": metrics["selection_score"], "dev": metrics["score"],
                    "train_seconds": report["train_seconds"]}
             save_result("general_students", f"{args.task}/{name}/{label}", {
-                **machine_info(), "teacher": args.teacher, "steps": args.steps, **row,
+                **machine_info(), "cpu": cpu_int8_facts(), "teacher": args.teacher, "steps": args.steps, **row,
                 "command": f"OMP_NUM_THREADS=1 python benchmarks/general_students.py downstream --task {args.task} "
                            f"--teacher {args.teacher} --shapes {' '.join(args.shapes)} --steps {args.steps}"})
             print(f"{args.task} {name} {label}: {row}", flush=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sections import (augmentation_results, bilstm_results, compress_results, distill_results, long_text_results,
-                      mobilebert_results, reproduction, scoreboard, speed_results)
+                      mobilebert_results, reproduction, scoreboard, speed_results, students_results)
 
 SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("intro", reproduction.intro_section),
@@ -16,6 +16,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("compress", compress_results.compress_section),
     ("compress-budget", compress_results.compress_budget_section),
     ("compress-engines", compress_results.compress_engines_section),
+    ("general-students", students_results.general_students_section),
     ("rerun", reproduction.rerun_section),
     ("deploy", speed_results.deploy_section),
     ("export-graphs", speed_results.export_graphs_section),

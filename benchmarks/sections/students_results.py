@@ -1,0 +1,49 @@
+"""The general students' section: what `kdbert students build` costs here, and what its students
+give a task's distillation (benchmarks/general_students.py)."""
+
+from __future__ import annotations
+
+from common import load_results
+from sections.shared import note
+
+
+def general_students_section() -> list[str]:
+    results = load_results("general_students")
+    builds = {float(key.split("/", 1)[1]): r for key, r in results.items() if key.startswith("build/")}
+    if not builds:
+        return []
+    last = builds[max(builds)]
+    shapes = last["shapes"]
+    start = last["history"][0]["held_out_loss"]
+    lines = ["## General students built once per base model (`benchmarks/general_students.py`)", "",
+             note("general-students-intro"), "",
+             "| build (min) | steps | sequences seen | s / step | "
+             + " | ".join(f"{s} held-out relation loss" for s in shapes) + " |",
+             "|---:|---:|---:|---:|" + "---:|" * len(shapes),
+             "| 0 (selection start) | 0 | 0 | - | " + " | ".join(f"{start[s]:.3f}" for s in shapes) + " |"]
+    for minutes, r in sorted(builds.items()):
+        loss = r["history"][-1]["held_out_loss"]
+        lines.append(f"| {minutes:g} | {r['steps']} | {r['sequences_seen']:,} | {r['trained_seconds'] / r['steps']:.1f} | "
+                     + " | ".join(f"{loss[s]:.3f}" for s in shapes) + " |")
+    lines += ["", f"Measured {last['date']}, {last['machine']}, {last['cpu']['cpu']} "
+                  f"({', '.join(last['cpu']['int8_flags']) or 'no AVX-512/VNNI'}), {last['torch_threads']} thread. "
+                  f"Command: `{last['command']}`.", ""]
+    for task in sorted({key.split("/", 1)[0] for key in results if not key.startswith("build/")}):
+        rows = {key.split("/", 1)[1]: r for key, r in results.items() if key.startswith(f"{task}/")}
+        starts = sorted({key.split("/")[1] for key in rows}, key=_start_order)
+        task_shapes = sorted({key.split("/")[0] for key in rows})
+        example = next(iter(rows.values()))
+        lines += [f"{task.upper()}, {example['steps']} steps of compress's recipe for BERT-style candidates from each "
+                  "start, held-out / dev (PyTorch):", "",
+                  "| shape | " + " | ".join(starts) + " |", "|---|" + "---:|" * len(starts)]
+        for shape in task_shapes:
+            cells = [rows.get(f"{shape}/{s}") for s in starts]
+            lines.append(f"| {shape} | " + " | ".join(f"{c['held_out']:.2f} / {c['dev']:.2f}" if c else "-"
+                                                       for c in cells) + " |")
+        lines += ["", f"Teacher: `{example['teacher']}`. Command: `{example['command']}`.", ""]
+    return lines + [note("general-students-reading"), ""]
+
+
+def _start_order(label: str) -> float:
+    """selection first, then the general starts by build minutes."""
+    return -1.0 if label == "selection" else float(label.removeprefix("general-").removesuffix("min"))
