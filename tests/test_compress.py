@@ -576,6 +576,54 @@ def test_augmented_rows_are_capped_by_what_the_teacher_can_label_and_a_rerun_kee
         write_augmented_rows(rows, ["sentence"], tmp_path / "b", settings, 42, affordable=1000)
 
 
+def test_transfer_text_gives_rows_of_sentences_tab_separated_texts_or_sentence_pairs(tmp_path):
+    import gzip
+
+    from kdbert.compress.transfer import read_transfer_text, rows_of_line, sentences
+
+    line = "The cat sat on the mat. It was happy there! Short one. Then 3 dogs came in and barked loudly?"
+    assert sentences(line) == ["The cat sat on the mat.", "It was happy there!",
+                               "Then 3 dogs came in and barked loudly?"]  # "Short one." has under 4 words
+    assert rows_of_line(line, 2) == [("The cat sat on the mat.", "It was happy there!")]  # the third has no mate
+    assert rows_of_line("a first text\ta second text\tignored", 2) == [("a first text", "a second text")]
+    assert rows_of_line("only one text\t", 2) == []
+    corpus = tmp_path / "wiki.txt.gz"
+    with gzip.open(corpus, "wt") as handle:
+        handle.write('<doc id="1" title="Cats">\nCats\n\n' + line + "\n</doc>\n")
+    rows = read_transfer_text([corpus], 1, 10, seed=0)
+    assert sorted(rows) == sorted((s,) for s in sentences(line))  # "Cats" (a title) is too short
+    assert read_transfer_text([corpus], 1, 2, seed=0) == rows[:2]  # shuffled once, then cut
+    titles = tmp_path / "titles.txt"
+    titles.write_text("Cats\nDogs and mats\n")
+    with pytest.raises(KdbertError, match=r"--transfer-text .*titles.txt: no rows found; give text files with "
+                                          r"lines of two tab-separated texts, or of two sentences"):
+        read_transfer_text([titles], 2, 10, seed=0)
+
+
+@pytest.mark.skipif(not NLTK_DATA.is_dir(), reason="needs the offline nltk_data folder")
+def test_transfer_text_shares_the_labelling_cap_with_the_augmented_rows(tmp_path):
+    from kdbert.compress.augment import AugmentSettings, variant_rows_file, write_augmented_rows
+    from kdbert.data.glue import Example
+
+    text = tmp_path / "in-domain.txt"
+    text.write_text("\n".join(f"review number {i} says the film was fine" for i in range(50)) + "\n")
+    rows = [Example((f"the {w} film was good and long",), 1) for w in ("first", "second", "third", "fourth")]
+    settings = AugmentSettings.parse("bert", [str(text)], copies=5, max_rows=100, nltk_data=str(NLTK_DATA))
+    out = tmp_path / "out"
+    facts = write_augmented_rows(rows, ["sentence"], out, settings, 42, affordable=10)
+    # 10 affordable: 5 for the versions (one each of the 4 rows), 5 rows of the text
+    assert (facts["augmented_rows"], facts["tries_per_row"], facts["transfer_rows"]) == (4, 1, 5)
+    versions = (out / "augmented.jsonl").read_text().splitlines()
+    combined = (out / "transfer.jsonl").read_text().splitlines()
+    assert combined[:len(versions)] == versions and len(combined) == len(versions) + 5
+    assert all(json.loads(r)["sentence"].startswith("review number") for r in combined[len(versions):])
+    assert variant_rows_file(out) == out / "transfer.jsonl"
+    assert variant_rows_file(tmp_path / "b") == tmp_path / "b" / "augmented.jsonl"  # no plan: the versions
+    with pytest.raises(KdbertError, match=r"--transfer-text is what the -aug variants distil on: pass --augment "
+                                          r"KINDS too"):
+        AugmentSettings.parse(None, [str(text)])
+
+
 def test_whether_the_teacher_saw_the_held_out_rows_is_read_from_its_finetune_folder(tmp_path, capsys):
     from kdbert.compress.teacher import teacher_saw_held_out_rows
 

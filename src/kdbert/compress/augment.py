@@ -15,6 +15,10 @@ at most ``copies`` versions per row, fewer on large tasks, and when not even one
 versions of the first rows only. They are written once per search to ``augmented.jsonl``
 (resumably, with the texts only; ``augmented.json`` keeps the plan, so a rerun makes the same
 rows, and reuses a finished file without tagging again), whose teacher logits are stored beside it.
+
+``--transfer-text FILES`` adds unlabelled text to what the variants distil on
+(:mod:`kdbert.compress.transfer`): the labelling cap is then shared, half for the augmented versions
+and half for rows of that text, written after them to ``transfer.jsonl``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from kdbert.families.registry import Candidate
 
 SUFFIX = "-aug"
 ROWS_FILE = "augmented.jsonl"
+TRANSFER_FILE = "transfer.jsonl"  # the augmented rows, then the --transfer-text rows
 PLAN_FILE = "augmented.json"
 SAMPLE_ROWS = 256
 WARM_UP_ROWS = 8
@@ -49,17 +54,22 @@ class AugmentSettings:
     max_rows: int = 50_000
     nltk_data: str | None = None
     labelling_share: float = 0.1
+    transfer_text: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, augment: str | None, **settings) -> AugmentSettings:
-        """From ``--augment`` (kinds, comma-separated; ``all``; None or ``none``: no variants)."""
+    def parse(cls, augment: str | None, transfer_text: list | None = None, **settings) -> AugmentSettings:
+        """From ``--augment`` (kinds, comma-separated; ``all``; None or ``none``: no variants) and
+        ``--transfer-text`` (files whose text the variants also distil on)."""
         words = [w.strip() for w in (augment or "").split(",") if w.strip() and w.strip() != "none"]
         kinds = KINDS if words == ["all"] else tuple(words)
         unknown = sorted(set(kinds) - set(KINDS))
         if unknown:
             raise KdbertError(f"--augment {augment}: unknown kind {unknown[0]!r}; use kinds among {', '.join(KINDS)}, "
                               "comma-separated, or all")
-        return cls(kinds=kinds, **settings)
+        if transfer_text and not kinds:
+            raise KdbertError("--transfer-text is what the -aug variants distil on: pass --augment KINDS too "
+                              "(e.g. --augment bert, or all)")
+        return cls(kinds=kinds, transfer_text=tuple(str(t) for t in transfer_text or ()), **settings)
 
 
 def is_augmented(name: str) -> bool:
@@ -131,11 +141,14 @@ def write_augmented_rows(train_rows: list, text_fields: list[str], out: Path, se
         raise KdbertError(f"{path} has no plan ({plan_path}): written by an earlier kdbert; use a new --output-dir")
     else:
         cap = max(1, min(settings.max_rows, affordable))
-        sources = min(len(train_rows), cap)
+        transfer = cap // 2 if settings.transfer_text else 0  # the labelling shared between both kinds of row
+        sources = min(len(train_rows), max(1, cap - transfer))
         plan = {"file": str(path), "input_rows": len(train_rows), "augmented_rows": sources,
-                "tries_per_row": max(1, min(settings.copies, cap // sources)), "affordable_rows": affordable}
+                "tries_per_row": max(1, min(settings.copies, max(1, cap - transfer) // sources)),
+                "affordable_rows": affordable, "transfer_rows": transfer, "transfer_text": list(settings.transfer_text)}
     rows = [dict(zip(text_fields, row.texts)) for row in train_rows[: plan["augmented_rows"]]]
-    source = hashlib.blake2b(json.dumps([rows, text_fields, seed]).encode(), digest_size=16).hexdigest()
+    given = [rows, text_fields, seed] + ([list(settings.transfer_text)] if settings.transfer_text else [])
+    source = hashlib.blake2b(json.dumps(given).encode(), digest_size=16).hexdigest()
     if plan.setdefault("source", source) != source:
         raise KdbertError(f"{path} holds rows augmented from other rows or settings; use a new --output-dir")
     if not path.is_file():  # tagging is the slow part: only when rows are still to be written
@@ -152,4 +165,31 @@ def write_augmented_rows(train_rows: list, text_fields: list[str], out: Path, se
         # the .partial file's progress keeps the augmenter's settings: a resume under others is refused
         write_rows(rows, text_fields, path, new_versions, json.dumps([source, augmenter.settings()]))
     with path.open() as lines:
-        return {**{k: v for k, v in plan.items() if k != "source"}, "rows": sum(1 for _ in lines)}
+        facts = {**{k: v for k, v in plan.items() if k != "source"}, "rows": sum(1 for _ in lines)}
+    if plan.get("transfer_rows"):
+        facts["transfer_rows"] = write_transfer_rows(path, out / TRANSFER_FILE, plan, text_fields, seed)
+    return facts
+
+
+def write_transfer_rows(versions: Path, combined: Path, plan: dict, text_fields: list[str], seed: int) -> int:
+    """``combined``: the augmented versions in ``versions`` then up to ``plan["transfer_rows"]`` rows of
+    the plan's ``--transfer-text`` (:func:`~kdbert.compress.transfer.read_transfer_text`), written once,
+    atomically; returns how many transfer rows it holds."""
+    from kdbert.compress.transfer import read_transfer_text
+
+    if not combined.is_file():
+        extra = read_transfer_text(plan["transfer_text"], len(text_fields), plan["transfer_rows"], seed)
+        tmp = combined.with_name(combined.name + ".tmp")
+        with tmp.open("w") as handle:
+            handle.write(versions.read_text())
+            handle.writelines(json.dumps(dict(zip(text_fields, texts))) + "\n" for texts in extra)
+        tmp.replace(combined)
+    with versions.open() as first, combined.open() as both:
+        return sum(1 for _ in both) - sum(1 for _ in first)
+
+
+def variant_rows_file(out: Path) -> Path:
+    """The rows the ``-aug`` variants distil on besides the training rows: the augmented versions,
+    with the transfer text after them when the plan has some."""
+    plan = json.loads((out / PLAN_FILE).read_text()) if (out / PLAN_FILE).is_file() else {}
+    return out / (TRANSFER_FILE if plan.get("transfer_rows") else ROWS_FILE)

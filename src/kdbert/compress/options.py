@@ -80,6 +80,10 @@ class CompressConfig(CheckedOptions):
                                        "also compete as an augmented variant, NAME-aug, trained on the BiLSTM paper's "
                                        "new versions of the training rows as well, labelled by the teacher "
                                        "(default: none)", group="compress")
+    transfer_text: list | None = option(None, "augmentation: unlabelled text files the -aug variants also distil on, "
+                                              "labelled by the teacher (one text per line, or tab-separated texts; "
+                                              "other lines are cut into sentences, e.g. the Wikipedia corpus); "
+                                              "half the labelling cap goes to them", type=list, group="compress")
     augment_copies: int = option(20, "augmentation: versions tried per training row, at most", type=int,
                                  group="compress", check=POSITIVE_INT)
     augment_max_rows: int = option(50_000, "augmentation: new rows in all, at most (fewer versions per row on large "
@@ -114,7 +118,7 @@ def search_identity(config: CompressConfig, task: TaskOptions, teacher_dir: str,
     general students' build that candidates start from (``general``: its ``build.json``), if any."""
     options = ("target_speedup", "target_latency_ms", "min_kept", "runtime", "rounds", "first_steps", "candidates",
                "batch_size", "learning_rate", "seed", "word_vectors", "intermediate_share", "round_share",
-               "max_train_examples", "augment", "student")
+               "max_train_examples", "augment", "transfer_text", "student")
     return {"teacher": str(Path(teacher_dir).resolve()), "task": task.task, "train_file": task.train_file,
             "held_out_fraction": task.held_out_fraction,
             "options": {name: getattr(config, name) for name in options},

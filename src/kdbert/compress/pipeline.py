@@ -180,7 +180,8 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         task = replace(task, held_out_fraction=HELD_OUT_FRACTION)
     out = Path(output_dir)
     check_output_dir(out)
-    augment = AugmentSettings.parse(config.augment, copies=config.augment_copies, max_rows=config.augment_max_rows,
+    augment = AugmentSettings.parse(config.augment, config.transfer_text, copies=config.augment_copies,
+                                    max_rows=config.augment_max_rows,
                                     nltk_data=config.nltk_data, labelling_share=config.augment_labelling_share)
     saw_held_out = teacher_saw_held_out_rows(str(Path(config.teacher).expanduser()), task)
     if saw_held_out:

@@ -108,8 +108,9 @@ def format_report(report: dict, plot: str | None = None) -> str:
         lines += ["", f"Candidates named -aug also trained on {facts['rows']} new versions of "
                       + (f"the first {sources} of the " if sources < facts["input_rows"] else "the ")
                       + f"{facts['input_rows']} training rows (the BiLSTM paper's rules, up to "
-                      f"{facts['tries_per_row']} tries a row; the held-out rows not among them), labelled by the "
-                      "teacher."]
+                      f"{facts['tries_per_row']} tries a row; the held-out rows not among them)"
+                      + (f" and {facts['transfer_rows']} rows of unlabelled text (--transfer-text)"
+                         if facts.get("transfer_rows") else "") + ", labelled by the teacher."]
     if report.get("speedup_breakdown"):
         lines += ["", "Where the speedup comes from, one change at a time (batch 1, dev rows):", "",
                   *format_breakdown(report["speedup_breakdown"])]

@@ -42,7 +42,7 @@ import optuna
 from optuna.trial import TrialState
 
 from kdbert.compress import storage
-from kdbert.compress.augment import ROWS_FILE, base_name, is_augmented
+from kdbert.compress.augment import base_name, is_augmented, variant_rows_file
 from kdbert.compress.build import build_from_general, build_from_teacher
 from kdbert.compress.recipes import SearchSettings, run_options, starts_from_teacher
 from kdbert.compress.schedule import Goal, Job, horizon, latest, next_job
@@ -185,10 +185,11 @@ def distil_segment(plan: Plan, job: Job, done_steps: int) -> dict:
     task = plan.task
     out = Path(plan.output_dir)
     if is_augmented(candidate.name):
-        if not (out / ROWS_FILE).is_file():
-            raise KdbertError(f"{candidate.name} trains on {out / ROWS_FILE}, which is missing; rerun compress "
+        rows = variant_rows_file(out)
+        if not rows.is_file():
+            raise KdbertError(f"{candidate.name} trains on {rows}, which is missing; rerun compress "
                               "with the same --augment to write it")
-        task = replace(task, unlabelled=str(out / ROWS_FILE))
+        task = replace(task, unlabelled=str(rows))
     folder = run_folder(out, candidate.name)
     folder.parent.mkdir(parents=True, exist_ok=True)
     options = _options(plan, candidate)
