@@ -219,3 +219,37 @@ def test_sigterm_lets_the_request_in_flight_finish_and_exits_0(models, tmp_path)
     response = result["response"]
     assert response.status_code == 200, response.text
     assert_same(response.json()["predictions"], kdbert.load(models["bilstm"]).predict(["a film", "a book"]))
+
+
+def test_distilbert_mobilebert_int8_and_qa_models_serve_what_kdbert_load_predicts(tmp_path, tiny_tokenizer):
+    """The other families over HTTP: a DistilBERT folder (PyTorch), a MobileBERT's int8 export (ONNX
+    Runtime), and a QA model, which takes (question, context) pairs and answers with a span."""
+    import torch
+    from conftest import tiny_bert_config
+    from test_predict import save_family, save_hf
+    from transformers import BertForQuestionAnswering
+
+    distilbert = save_family(tmp_path / "distilbert", "distilbert", tiny_tokenizer)
+    mobilebert = save_family(tmp_path / "mobilebert", "mobilebert", tiny_tokenizer)
+    export_model(mobilebert, quantize="int8", int8_method="dynamic")
+    torch.manual_seed(0)
+    qa = save_hf(tmp_path / "qa", BertForQuestionAnswering(tiny_bert_config(tiny_tokenizer)), tiny_tokenizer)
+    served = {"distilbert": distilbert, "mobilebert": mobilebert / "onnx" / "model.int8.onnx", "qa": qa}
+    questions = list(zip(texts(3, seed=9), [" ".join(texts(2, seed=10 + i)) for i in range(3)]))
+    with servers_of(*((model, tmp_path / f"{name}.log") for name, model in served.items())) as started:
+        for (name, model), (_, url) in zip(served.items(), started):
+            body = {"pairs": [list(pair) for pair in questions]} if name == "qa" else {"texts": texts(5, seed=4)}
+            response = httpx.post(f"{url}/predict", json=body)
+            assert response.status_code == 200, (name, response.text)
+            records = response.json()["predictions"]
+            expected = kdbert.load(model).predict(questions if name == "qa" else body["texts"])
+            if name == "qa":
+                assert [r["answer"] for r in records] == [r["answer"] for r in expected]
+                assert all(r["answer"] in context for r, (_, context) in zip(records, questions))
+                np.testing.assert_allclose([r["score"] for r in records], [r["score"] for r in expected],
+                                           rtol=0, atol=TOLERANCE)
+            else:
+                assert_same(records, expected)
+        qa_url = started[2][1]
+        response = httpx.post(f"{qa_url}/predict", json={"texts": ["a question without its context"]})
+        assert response.status_code == 422 and "\n" not in response.json()["detail"], response.text
