@@ -156,6 +156,21 @@ def test_compress_card_names_the_rule_the_kept_share_and_the_speed(sst2, tmp_pat
     assert "optimistic" not in text
 
 
+def test_compress_card_says_where_the_winners_distillation_started(sst2, tmp_path):
+    report, export_report = compress_reports(str(tmp_path))
+    data = load_task(sst2)
+    general = {**report, "starts": {"bilstm-1x300": "general"},
+               "general_students": {"base": "all-MiniLM-L6-v2", "minutes": 59.6, "steps": 700, "key": "k"}}
+    assert ("Its distillation started from a general student built from all-MiniLM-L6-v2 for 60 min "
+            "(`kdbert students build`).") in compress_card(general, export_report, task_facts(data))
+    report["speed"]["candidates"]["bilstm-1x300"]["shape"]["path"] = "/models/bert-mini"
+    user = {**report, "starts": {"bilstm-1x300": "user"}}
+    assert "Its distillation started from the weights of /models/bert-mini (`--student`)." in \
+        compress_card(user, export_report, task_facts(data))
+    plain = compress_card({**report, "starts": {"bilstm-1x300": "teacher-weights"}}, export_report, task_facts(data))
+    assert "Its distillation started" not in plain
+
+
 def test_compress_card_is_written_atomically_beside_the_winner(sst2, tmp_path):
     report, export_report = compress_reports(str(tmp_path))
     winner = tmp_path / "winner"

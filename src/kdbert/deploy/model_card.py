@@ -288,6 +288,14 @@ def _selection_lines(report: dict) -> list[str]:
         kept = f" ({100 * winner['kept']:.1f}% kept)" if "kept" in winner else ""
         lines.append(f"Held-out score: {winner['score']:.2f} against the teacher's "
                      f"{teacher_held_out:.2f}{kept}.")
+    start = (report.get("starts") or {}).get(winner["candidate"])
+    general = report.get("general_students") or {}
+    if start == "general" and general:
+        lines.append(f"Its distillation started from a general student built from {general['base']} for "
+                     f"{general['minutes']:.0f} min (`kdbert students build`).")
+    elif start == "user":
+        shape = report["speed"]["candidates"][winner["candidate"]]["shape"]
+        lines.append(f"Its distillation started from the weights of {shape['path']} (`--student`).")
     if report.get("teacher_saw_held_out_rows"):
         lines.append("The teacher was fine-tuned on the held-out rows too, so its held-out score is optimistic.")
     return lines
