@@ -213,3 +213,27 @@ def test_compress_starts_candidates_of_a_built_shape_from_their_general_student(
     report = json.loads((tmp_path / "off" / "compress_report.json").read_text())
     assert report["starts"] == {"bert-1x128": "teacher-weights", "bert-2x128": "teacher-weights"}
     assert report["general_students"] is None and "general start" not in (tmp_path / "off" / "compress_report.md").read_text()
+
+
+def test_the_cli_builds_lists_and_refuses_a_missing_corpus_in_one_line(env, built, tmp_path, capsys):
+    from kdbert.cli import main
+
+    store, facts = built
+    capsys.readouterr()
+    assert main(["students", "list", "--store", str(store)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    last = facts["history"][-1]["held_out_loss"]
+    assert out == [f"general student built from {env['base']} for {facts['trained_seconds'] / 60:.0f} min "
+                   f"({facts['steps']} steps, store {store / facts['key']})",
+                   f"  bert-1x128 (held-out relation loss {last['bert-1x128']:.4f}), "
+                   f"bert-2x128 (held-out relation loss {last['bert-2x128']:.4f})"]
+    assert main(["students", "list", "--store", str(tmp_path / "empty")]) == 0
+    assert "no general students in" in capsys.readouterr().out
+    args = ["students", "build", "--base", str(env["base"]), "--shapes", "bert-1x128", "--store", str(tmp_path),
+            "--max-seq-len", str(SEQ_LEN), "--held-out", "4", "--batch-size", "4", "--max-sequences", "8",
+            "--no-progress"]
+    assert main(args) == 2
+    assert capsys.readouterr().err.strip().startswith("kdbert: error: --corpus is required; give it on the command line")
+    assert main([*args, "--corpus", str(env["corpus"])]) == 0
+    printed = capsys.readouterr().out
+    assert "built 1 shapes for" in printed and "held-out relation loss, selection start -> now:" in printed
