@@ -31,7 +31,8 @@ from paths import CORPUS, GLUE_DIR, RUNS_DIR
 from kdbert.compress.build import build_from_teacher
 from kdbert.compress.recipes import SearchSettings, run_options
 from kdbert.compress.speed import all_candidates, shape_context
-from kdbert.data.load import TaskOptions
+from kdbert.compress.teacher import majority_score
+from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.int8_kernels import cpu_int8_facts
 from kdbert.methods.front import distill_task
 from kdbert.students.build import BuildConfig, build_students
@@ -67,6 +68,9 @@ def build(args) -> None:
 def downstream(args) -> None:
     task = TaskOptions(task=args.task, data_dir=args.data_dir, held_out_fraction=HELD_OUT_FRACTION)
     context = shape_context(args.teacher, task)
+    teacher = json.loads((Path(args.teacher) / "metrics.json").read_text())
+    reference = {"teacher_held_out": teacher["selection_score"], "teacher_dev": teacher["score"],
+                 "majority_dev": majority_score(load_task(task))}
     offered = {c.name: c for c in all_candidates(context)}
     root = Path(args.runs_dir)
     runs = root / "downstream" / args.task
@@ -91,6 +95,7 @@ def downstream(args) -> None:
                    "train_seconds": report["train_seconds"]}
             save_result("general_students", f"{args.task}/{name}/{label}", {
                 **machine_info(), "cpu": cpu_int8_facts(), "teacher": args.teacher, "steps": args.steps, **row,
+                **reference,
                 "command": f"OMP_NUM_THREADS=1 python benchmarks/general_students.py downstream --task {args.task} "
                            f"--teacher {args.teacher} --shapes {' '.join(args.shapes)} --steps {args.steps}"})
             print(f"{args.task} {name} {label}: {row}", flush=True)

@@ -25,8 +25,8 @@ def general_students_section() -> list[str]:
         loss = r["history"][-1]["held_out_loss"]
         lines.append(f"| {minutes:g} | {r['steps']} | {r['sequences_seen']:,} | {r['trained_seconds'] / r['steps']:.1f} | "
                      + " | ".join(f"{loss[s]:.3f}" for s in shapes) + " |")
-    lines += ["", f"Measured {last['date']}, {last['machine']}, {last['cpu']['cpu']} "
-                  f"({', '.join(last['cpu']['int8_flags']) or 'no AVX-512/VNNI'}), {last['torch_threads']} thread. "
+    cpu = f", {last['cpu']['cpu']} ({', '.join(last['cpu']['int8_flags'])})" if "cpu" in last else ""
+    lines += ["", f"Measured {last['date']}, {last['machine']}{cpu}, {last['torch_threads']} thread. "
                   f"Command: `{last['command']}`.", ""]
     for task in sorted({key.split("/", 1)[0] for key in results if not key.startswith("build/")}):
         rows = {key.split("/", 1)[1]: r for key, r in results.items() if key.startswith(f"{task}/")}
@@ -40,7 +40,9 @@ def general_students_section() -> list[str]:
             cells = [rows.get(f"{shape}/{s}") for s in starts]
             lines.append(f"| {shape} | " + " | ".join(f"{c['held_out']:.2f} / {c['dev']:.2f}" if c else "-"
                                                        for c in cells) + " |")
-        lines += ["", f"Teacher: `{example['teacher']}`. Command: `{example['command']}`.", ""]
+        scores = (f" (held-out {example['teacher_held_out']:.2f}, dev {example['teacher_dev']:.2f}; the majority "
+                  f"class on dev: {example['majority_dev']:.2f})" if "teacher_dev" in example else "")
+        lines += ["", f"Teacher: `{example['teacher']}`{scores}. Command: `{example['command']}`.", ""]
     return lines + [note("general-students-reading"), ""]
 
 
