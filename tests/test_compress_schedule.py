@@ -92,6 +92,29 @@ def test_once_a_candidate_keeps_the_share_only_candidates_as_fast_go_on():
         "mobilebert-2x384", "bilstm-h150", "bert-1x128", "bert-2x128"]
 
 
+def test_a_near_tie_within_the_held_out_rows_noise_is_promoted_by_speed():
+    # SST-2's first rung (6,735 held-out rows): MobileBERT 84.80 at 300 steps, the BiLSTM 84.32 at 824.
+    # noise(84.80) = 100 sqrt(2 * 0.848 * 0.152 / 6735) = 0.6187, and 84.80 - 84.32 = 0.48 is within it
+    latency = {"bilstm-h150": 0.433, "mobilebert-2x384": 1.922, "bert-1x128": 0.291}
+    rung0 = [done("bert-1x128", 0, 300, 80.50), done("bilstm-h150", 0, 824, 84.32),
+             done("mobilebert-2x384", 0, 300, 84.80)]
+    sst2 = Goal(89.77, 0.97, latency, held_out_rows=6735)
+    assert sst2.noise(84.80) == pytest.approx(0.6187, abs=5e-5)
+    assert promotion_order(list(latency), 0, rung0, sst2) == ["bilstm-h150", "mobilebert-2x384", "bert-1x128"]
+    # on 100,000 rows the noise is 0.1606: the half-point lead stands
+    assert promotion_order(list(latency), 0, rung0, Goal(89.77, 0.97, latency, 100_000)) == [
+        "mobilebert-2x384", "bilstm-h150", "bert-1x128"]
+    # rows unknown: score alone, as before
+    assert promotion_order(list(latency), 0, rung0, Goal(89.77, 0.97, latency)) == [
+        "mobilebert-2x384", "bilstm-h150", "bert-1x128"]
+    # the tie is measured from the best left, not chained: on 200 rows noise(90) = 3.0, so 88 ties
+    # with 90 and 86 does not, even though it is within 3 of 88
+    chain = [done("mobilebert-2x384", 0, 300, 90.0), done("bilstm-h150", 0, 300, 88.0),
+             done("bert-1x128", 0, 300, 86.0)]
+    assert promotion_order(list(latency), 0, chain, Goal(95.0, 0.97, latency, 200)) == [
+        "bilstm-h150", "mobilebert-2x384", "bert-1x128"]
+
+
 def test_the_winner_is_the_fastest_keeping_the_share_among_every_candidate_trained():
     segments = [done("bert-1x128", 0, 100, 88.0),  # 97.8% kept at rung 0, never promoted
                 done("bilstm-h150", 0, 100, 85.0), done("bilstm-h150", 1, 200, 89.0, trained=100)]

@@ -298,7 +298,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
             augmentation = augment_for_search(teacher.model, teacher.tokenizer, data.spec, train_rows, text_fields,
                                               out, augment, config.budget_minutes * 60, config.seed)
         window = Window.from_now(deadline.left() - reserve, config.first_round_share)
-        goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency)
+        goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, len(data.held_out))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()))
         searched = search.run_search(plan, study, config.workers, config.storage, config.study, identity,

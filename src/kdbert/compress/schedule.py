@@ -31,7 +31,8 @@ and the runs' mean overhead outside training and the teacher's labelling; the fi
 search always starts). The order serves the
 winner rule (:func:`pick_winner`: the fastest candidate whose held-out score keeps ``min_kept`` of
 the teacher's, among every candidate trained): once a candidate keeps it, a slower one can no
-longer win, so only candidates at least as fast are promoted, best score first.
+longer win, so only candidates at least as fast are promoted, best score first; scores within the
+held-out rows' noise of each other count as a tie, which the faster candidate wins.
 """
 
 from __future__ import annotations
@@ -100,11 +101,23 @@ class Job:
 @dataclass(frozen=True)
 class Goal:
     """What the winner must do: keep ``min_kept`` of the teacher's held-out score ``teacher_score``;
-    ``latency`` (ms per row, by candidate) decides among those that do."""
+    ``latency`` (ms per row, by candidate) decides among those that do. ``held_out_rows`` (the rows
+    scores are measured on; None: unknown) sets :meth:`noise`."""
 
     teacher_score: float
     min_kept: float
     latency: dict[str, float]
+    held_out_rows: int | None = None
+
+    def noise(self, score: float) -> float:
+        """The standard error of the difference of two scores near ``score`` (0-100) on
+        ``held_out_rows`` rows, as for two independent accuracies: ``100 sqrt(2 p (1 - p) / n)``,
+        ``p = score / 100``; other metrics (F1, MCC, correlation) use it as their scale of noise.
+        0 when the rows are unknown."""
+        if not self.held_out_rows:
+            return 0.0
+        share = min(max(score / 100.0, 0.0), 1.0)
+        return 100.0 * math.sqrt(2.0 * share * (1.0 - share) / self.held_out_rows)
 
     def keeps(self, score: float) -> bool:
         if self.teacher_score <= 0:  # a teacher scoring 0: a student keeps it all when it does as well
@@ -156,14 +169,22 @@ def _predicted_seconds(candidate: str, steps: int, segments: list[dict]) -> floa
 
 def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal: Goal) -> list[str]:
     """``candidates`` that may still win (no candidate keeps the share yet, or they are at least as
-    fast as the fastest that does), best first by their score at ``rung``, then lower held-out loss,
-    then name."""
+    fast as the fastest that does), best first by their score at ``rung`` (then lower held-out loss,
+    then name), where a near-tie goes to speed: of the candidates left, the fastest whose score is
+    within :meth:`Goal.noise` of the best comes next."""
     keepers = [name for name, s in latest(segments).items() if goal.keeps(s["score"])]
     limit = min((goal.latency[name] for name in keepers), default=math.inf)
     at_rung = {s["candidate"]: s for s in sorted(segments, key=lambda s: s.get("steps", 0))
                if s["state"] == "done" and s["rung"] == rung}  # a topped-up rung 0: its longest run
     useful = [name for name in candidates if name in at_rung and goal.latency[name] <= limit]
-    return sorted(useful, key=lambda name: (-at_rung[name]["score"], at_rung[name].get("loss", math.inf), name))
+    left = sorted(useful, key=lambda name: (-at_rung[name]["score"], at_rung[name].get("loss", math.inf), name))
+    order = []
+    while left:
+        best = at_rung[left[0]]["score"]
+        tied = [left[0]] + [name for name in left[1:] if best - at_rung[name]["score"] < goal.noise(best)]
+        order.append(min(tied, key=lambda name: goal.latency[name]))  # min keeps the first of equal latency
+        left.remove(order[-1])
+    return order
 
 
 def next_job(order: list[str], segments: list[dict], settings: SearchSettings, goal: Goal, now: float,
