@@ -18,6 +18,7 @@ from conftest import save_tiny_classifier, write_glue_task
 
 from kdbert.compress import speed
 from kdbert.compress.augment import WARM_UP_ROWS
+from kdbert.core.loading import load_task_model
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
 
@@ -128,7 +129,13 @@ def test_a_promoted_candidate_continues_its_run_and_a_finished_search_is_returne
     settings = SearchSettings(rounds=2, first_steps=2, batch_size=4, round_share="steps", first_round_share=1.0)
     plan = _plan(env, ["bert-1x128", "bert-2x128", "mobilebert-2x128"], tmp_path, settings, min_kept=2.0)
     study = open_study(tmp_path, {"search": "test"})
-    searched = search.run_search(plan, study)
+    loaded = search.Loaded()
+    searched = search.run_search(plan, study, loaded=loaded)
+    # the segments shared one teacher, which none of them changed
+    teacher, _ = loaded.teacher
+    fresh = load_task_model(str(env["teacher"]), loaded.task_data(plan.task, settings.seed).spec, new_head_ok=False)
+    assert all(torch.equal(value, fresh.state_dict()[name]) for name, value in teacher.state_dict().items())
+    assert len(loaded.rows) == 1
     rung_0, rung_1 = searched["rounds"]
     assert sorted(row["candidate"] for row in rung_0) == ["bert-1x128", "bert-2x128", "mobilebert-2x128"]
     assert {(row["steps"], row["trained"]) for row in rung_0} == {(2, 2)}
@@ -199,8 +206,17 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
             "--candidates", "bert-1x128,bilstm-h150", "--rounds", "2", "--first-steps", "2", "--batch-size", "4",
             "--length-rows", "4", "--threads", "1", "--output-dir", str(out)]
+    from kdbert.methods import front
+
+    def loaded_again(*args, **kwargs):
+        raise AssertionError("a segment loaded the task or the teacher again")
+
+    for module, name in ((front, "load_task"), (front, "load_task_model"), (front, "load_tokenizer"),
+                         (search, "load_task"), (search, "load_task_model")):
+        monkeypatch.setattr(module, name, loaded_again)  # the search's segments use compress's own
     capsys.readouterr()
     assert main([*args, "--target-speedup", "0.01"]) == 0
+    monkeypatch.undo()
     report = json.loads((out / "compress_report.json").read_text())
     printed = capsys.readouterr()
     # one line per finished segment; the runs' precision and threads said once for the search, their own

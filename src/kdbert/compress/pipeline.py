@@ -188,10 +188,10 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         print(f"note: the teacher was fine-tuned on the {task.held_out_fraction:.0%} of training rows this search "
               "holds out to pick on, so it scores optimistically there and they may rank students unlike dev; "
               f"`kdbert finetune --held-out-fraction {task.held_out_fraction:g}` gives a teacher without them")
-    data = load_task(task)
+    data = load_task(task, seed=config.seed)  # the rows every run of the search reads
     teacher = checked_teacher(config, data)
     general = general_students(config, teacher)
-    context = shape_context(teacher.folder, task, config.word_vectors)
+    context = shape_context(teacher.folder, task, config.word_vectors, data, (teacher.model, teacher.tokenizer))
     offered = _offered(context, config.candidates, user_students(config.student, teacher))
     search_settings = SearchSettings(**{f.name: getattr(config, f.name) for f in fields(SearchSettings)})
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
@@ -301,8 +301,10 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, len(data.held_out))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()))
+        loaded = search.Loaded((teacher.model, teacher.tokenizer))
+        loaded.keep(task, config.seed, data)
         searched = search.run_search(plan, study, config.workers, config.storage, config.study, identity,
-                                     progress.segment_finished, context, (teacher.model, teacher.tokenizer))
+                                     progress.segment_finished, context, loaded)
         starts = {c.name: search.start_of(plan, c.name) for c in kept}
     with progress.phase("finishing"):
         report = _finish(scored, config, out, data, teacher, table, searched, goal, speed_settings, deadline)

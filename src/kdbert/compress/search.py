@@ -8,6 +8,8 @@ steps a rung is), evaluate it on the held-out rows, pause. Each candidate has on
 :func:`~kdbert.compress.schedule.horizon` steps (its recipe, :mod:`kdbert.compress.recipes`, with
 the same options in every segment); a segment resumes it with a later ``pause_at_step``, so a
 promoted candidate continues and none restarts. What a run prints goes to ``runs/<candidate>.log``.
+The teacher and the task's rows are loaded once per process (:class:`Loaded`; compress hands over
+its own), not once per segment.
 
 Each segment is a trial of the study (:mod:`kdbert.compress.storage`: claimed so that no two
 workers run the same one, the job named ``<candidate>#<k>``, its k-th segment), completed with its
@@ -48,7 +50,8 @@ from kdbert.compress.recipes import SearchSettings, run_options, starts_from_tea
 from kdbert.compress.schedule import Goal, Job, horizon, latest, next_job
 from kdbert.compress.speed import shape_context
 from kdbert.core.hardware import available_cores
-from kdbert.data.load import TaskOptions
+from kdbert.core.loading import load_task_model, load_tokenizer, resolve_model_path
+from kdbert.data.load import TaskData, TaskOptions, load_task
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate
 from kdbert.methods.front import distill_task
@@ -178,9 +181,39 @@ def _options(plan: Plan, candidate: Candidate) -> dict:
     return options
 
 
-def distil_segment(plan: Plan, job: Job, done_steps: int) -> dict:
+@dataclass
+class Loaded:
+    """What every segment a process runs reads, loaded once per process (or handed over by the
+    caller that has it): the teacher as (model, tokenizer), and the task's rows by task options
+    (an augmented variant's task adds its rows file)."""
+
+    teacher: tuple | None = None
+    rows: dict[str, TaskData] = field(default_factory=dict)
+
+    def keep(self, task: TaskOptions, seed: int, data: TaskData) -> None:
+        self.rows[self._key(task, seed)] = data
+
+    def task_data(self, task: TaskOptions, seed: int) -> TaskData:
+        key = self._key(task, seed)
+        if key not in self.rows:
+            self.rows[key] = load_task(task, seed=seed)
+        return self.rows[key]
+
+    @staticmethod
+    def _key(task: TaskOptions, seed: int) -> str:
+        return json.dumps([asdict(task), seed], sort_keys=True)
+
+    def teacher_of(self, plan: Plan, data: TaskData) -> tuple:
+        if self.teacher is None:
+            path = resolve_model_path(plan.teacher_dir)
+            self.teacher = (load_task_model(path, data.spec, new_head_ok=False), load_tokenizer(path))
+        return self.teacher
+
+
+def distil_segment(plan: Plan, job: Job, done_steps: int, loaded: Loaded | None = None) -> dict:
     """Train ``job.candidate``'s run from ``done_steps`` to ``job.steps`` (or the window's end),
-    evaluated on the held-out rows; the segment's facts (module doc)."""
+    evaluated on the held-out rows; the segment's facts (module doc). ``loaded``: the teacher and
+    rows this process has loaded (filled as it goes)."""
     candidate = plan.by_name[job.candidate]
     task = plan.task
     out = Path(plan.output_dir)
@@ -190,6 +223,8 @@ def distil_segment(plan: Plan, job: Job, done_steps: int) -> dict:
             raise KdbertError(f"{candidate.name} trains on {rows}, which is missing; rerun compress "
                               "with the same --augment to write it")
         task = replace(task, unlabelled=str(rows))
+    loaded = loaded if loaded is not None else Loaded()
+    data = loaded.task_data(task, plan.settings.seed)
     folder = run_folder(out, candidate.name)
     folder.parent.mkdir(parents=True, exist_ok=True)
     options = _options(plan, candidate)
@@ -197,7 +232,7 @@ def distil_segment(plan: Plan, job: Job, done_steps: int) -> dict:
     with open(folder.with_name(f"{folder.name}.log"), "a") as log, contextlib.redirect_stdout(log):
         report = distill_task(task, options, str(folder), resume=True,
                              overwrite=not (folder / "run_config.json").is_file(), deadline=plan.window.end,
-                             pause_at_step=job.steps)
+                             pause_at_step=job.steps, data=data, teacher=loaded.teacher_of(plan, data))
     steps = (report["paused_at_step"] or (report["stopped_early"] or {}).get("steps_run")
              or horizon(plan.settings))
     labelling = [(report.get(key) or {}).get("seconds", 0.0) for key in ("teacher_logits", "unlabelled")]
@@ -283,10 +318,13 @@ def current_window(study: optuna.Study, plan: Plan) -> Window:
     return Window(**window) if window else plan.window
 
 
-def work(study: optuna.Study, plan: Plan, on_segment: Callable[[dict], None] | None = None) -> int:
+def work(study: optuna.Study, plan: Plan, on_segment: Callable[[dict], None] | None = None,
+         loaded: Loaded | None = None) -> int:
     """Run segments of ``plan`` claimed from ``study`` until nothing is left (module doc), calling
-    ``on_segment(row)`` after each; returns how many this worker ran."""
+    ``on_segment(row)`` after each; returns how many this worker ran. ``loaded``: what the caller
+    has loaded of the teacher and the task (:class:`Loaded`)."""
     order = [c.name for c in plan.candidates]
+    loaded = loaded if loaded is not None else Loaded()
     ran = 0
     while True:
         storage.stale_jobs(study, GRACE_SECONDS)
@@ -304,7 +342,7 @@ def work(study: optuna.Study, plan: Plan, on_segment: Callable[[dict], None] | N
         if trial is None:
             continue
         with _every(BEAT_SECONDS, lambda: storage.beat(trial)):  # False once the trial was taken back
-            row = distil_segment(replace(plan, window=window), job, done)
+            row = distil_segment(replace(plan, window=window), job, done, loaded)
         storage.finish(study, trial, row["score"], {"segment": row})
         ran += 1
         if on_segment is not None:
@@ -328,17 +366,18 @@ def _worker(index: int, plan: Plan, storage_url: str | None, study_name: str | N
 
 def run_search(plan: Plan, study: optuna.Study, workers: int = 1, storage_url: str | None = None,
                study_name: str | None = None, identity: dict | None = None,
-               on_segment: Callable[[dict], None] | None = None, context=None, teacher: tuple | None = None) -> dict:
+               on_segment: Callable[[dict], None] | None = None, context=None, loaded: Loaded | None = None) -> dict:
     """Distil ``plan``'s candidates in ``study`` with ``workers`` processes (module doc); returns the
     search as the report keeps it (:func:`summary`). A study marked ended is returned as it is.
-    ``context``, ``teacher``: for :func:`build_starts`."""
+    ``context``: for :func:`build_starts`; ``loaded``: what this process has loaded of the teacher
+    and the task (its segments with one worker, and the starts, use them)."""
     if not plan.task.held_out_fraction:
         raise KdbertError("the search picks on held-out training rows: pass --held-out-fraction (e.g. 0.1)")
     if not study.user_attrs.get(ENDED_ATTR):
-        build_starts(plan, context, teacher)
+        build_starts(plan, context, loaded and loaded.teacher)
         study.set_user_attr(PLAN_ATTR, plan.summary())  # what joining processes wait for
         if workers == 1:
-            work(study, plan, on_segment)
+            work(study, plan, on_segment, loaded)
         else:
             _run_workers(plan, study, workers, storage_url, study_name, identity or {}, on_segment)
         study.set_user_attr(ENDED_ATTR, True)

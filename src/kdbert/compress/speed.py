@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdbert.core.atomic_io import write_json
-from kdbert.data.load import TaskOptions, load_task
+from kdbert.data.load import TaskData, TaskOptions, load_task
 from kdbert.deploy.export import export_classifier, export_model
 from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, OnnxClassifier, bench_onnx
 from kdbert.deploy.task_rows import model_feeds, time_in_turns
@@ -74,12 +74,14 @@ def timed_threads(threads: int | None) -> int:
     return threads or torch.get_num_threads()
 
 
-def shape_context(teacher_dir: str | os.PathLike, task: TaskOptions,
-                  word_vectors: str | os.PathLike | None = None) -> ShapeContext:
+def shape_context(teacher_dir: str | os.PathLike, task: TaskOptions, word_vectors: str | os.PathLike | None = None,
+                  data: TaskData | None = None, teacher: tuple | None = None) -> ShapeContext:
     """What candidates are built for: the teacher's config and tokenizer, the task's outputs and
-    texts, and the size of ``word_vectors`` (the BiLSTM's embeddings), when given."""
-    teacher, tokenizer = family_of_folder(teacher_dir).load(Path(teacher_dir))
-    data = load_task(task)
+    texts, and the size of ``word_vectors`` (the BiLSTM's embeddings), when given. ``data``
+    (``load_task(task)``) and ``teacher`` ((model, tokenizer) of ``teacher_dir``): as the caller
+    has them loaded, else loaded here."""
+    teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
+    data = data or load_task(task)
     texts = tuple(text for example in data.train for text in example.texts)
     dim = word_vector_dim(word_vectors) if word_vectors else None
     return ShapeContext(teacher.config, tokenizer, data.spec.num_labels, data.spec.is_pair, texts, dim,

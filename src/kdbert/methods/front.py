@@ -22,7 +22,7 @@ from pathlib import Path
 from transformers import set_seed
 
 from kdbert.data.corpus import corpus_files, pack_sequences
-from kdbert.data.load import TaskOptions, load_task, task_identity
+from kdbert.data.load import TaskData, TaskOptions, load_task, task_identity
 from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import write_json
 from kdbert.methods.registry import get_method, method_config
@@ -99,7 +99,8 @@ def _train(plan: Plan, run: RunConfig, collator, tokenizer, resume: bool, evalua
 
 
 def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = False, overwrite: bool = False,
-                 deadline: float | None = None, pause_at_step: int | None = None) -> dict:
+                 deadline: float | None = None, pause_at_step: int | None = None, data: TaskData | None = None,
+                 teacher: tuple | None = None) -> dict:
     """Distil ``teacher`` into a student on ``task`` with the options' ``method`` (default tinybert).
 
     ``options``: a method config (:mod:`kdbert.methods.registry`) or a dict of its option names (the CLI's
@@ -107,19 +108,20 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     (:attr:`kdbert.core.trainer.RunConfig.deadline`); ``pause_at_step``: the optimiser step (over all
     stages) after which it pauses, evaluated, saved and reported (``paused_at_step``), the run folder
     holding the best student so far; ``resume=True`` with the same options continues it
-    (:attr:`kdbert.core.trainer.RunConfig.pause_at_step`). Returns the report also written to
-    ``distill_report.json``.
+    (:attr:`kdbert.core.trainer.RunConfig.pause_at_step`). ``data`` (``load_task(task, seed)``) and
+    ``teacher`` (the options' teacher as (model, tokenizer)): as a caller running several runs has
+    them loaded, else loaded here. Returns the report also written to ``distill_report.json``.
     """
     started = time.time()
     given = _config(options, general=False)
-    data = load_task(task, seed=given.seed)
+    data = data or load_task(task, seed=given.seed)
     spec = data.spec
     config = given.resolved(spec.name)
     if not config.teacher:
         raise KdbertError("--teacher is required: a model fine-tuned on the task (see `kdbert finetune`)")
     teacher_path = resolve_model_path(config.teacher)
-    teacher = load_task_model(teacher_path, spec, new_head_ok=False)
-    tokenizer = load_tokenizer(teacher_path)
+    teacher, tokenizer = teacher or (load_task_model(teacher_path, spec, new_head_ok=False),
+                                     load_tokenizer(teacher_path))
     method = get_method(config.method)
     set_seed(config.seed)
     max_seq_len = config.max_seq_len or spec.max_seq_len
