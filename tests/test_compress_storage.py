@@ -22,12 +22,32 @@ from kdbert.errors import KdbertError
 IDENTITY = {"teacher": "teacher-abc", "task": "sst2"}
 JOBS = [f"cand-{i}@0" for i in range(20)]
 
+
+def jobs_in(study, state) -> set[str]:
+    """The jobs that have a trial in ``state``."""
+    return {t.user_attrs["job"] for t in study.get_trials(deepcopy=False, states=(state,)) if "job" in t.user_attrs}
+
+
+def done_jobs(study) -> set[str]:
+    return jobs_in(study, TrialState.COMPLETE)
+
+
+def running_jobs(study) -> set[str]:
+    return jobs_in(study, TrialState.RUNNING)
+
+
+def open_jobs(study, jobs) -> list[str]:
+    """``jobs`` that are neither done nor running: the ones a worker may claim."""
+    taken = done_jobs(study) | running_jobs(study)
+    return [job for job in jobs if job not in taken]
+
 # A worker: wait for the start file, then go over the jobs in order (both workers in the same
 # order, so that they race for the same job), claiming each that is neither done nor running.
 WORKER = """
 import os, sys, time
 from pathlib import Path
 import optuna
+from optuna.trial import TrialState
 from kdbert.compress import storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -38,7 +58,9 @@ study = storage.open_study(out, {"teacher": "teacher-abc", "task": "sst2"}, stor
 while not go.exists():
     time.sleep(0.01)
 for job in jobs:
-    if job not in storage.open_jobs(study, [job]):
+    taken = {t.user_attrs.get("job") for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
+                                                                                         TrialState.RUNNING))}
+    if job in taken:
         continue
     trial = storage.claim(study, job, {"pid": os.getpid()})
     if trial is not None:
@@ -121,16 +143,16 @@ def test_the_default_study_is_a_journal_in_the_output_folder_and_resumes(tmp_pat
 
     again = storage.open_study(tmp_path / "out", IDENTITY)
     assert again.user_attrs == IDENTITY
-    assert storage.done_jobs(again) == {"cand-0@0"}
-    assert storage.running_jobs(again) == {"cand-1@0"}
+    assert done_jobs(again) == {"cand-0@0"}
+    assert running_jobs(again) == {"cand-1@0"}
     done = again.get_trials(states=(TrialState.COMPLETE,))[0]
     assert done.value == 0.75
     assert done.user_attrs["rung"] == 0 and done.user_attrs["steps"] == 100
     assert done.user_attrs["worker"] == storage.worker_id()
-    assert storage.open_jobs(again, ["cand-0@0", "cand-1@0", "cand-2@0"]) == ["cand-2@0"]
+    assert open_jobs(again, ["cand-0@0", "cand-1@0", "cand-2@0"]) == ["cand-2@0"]
     # another --study in the same journal is another search
     other = storage.open_study(tmp_path / "out", {"teacher": "teacher-xyz"}, study_name="other")
-    assert storage.done_jobs(other) == set()
+    assert done_jobs(other) == set()
 
 
 def test_a_study_of_another_identity_is_refused_in_one_line(tmp_path):
@@ -176,7 +198,7 @@ def test_a_job_held_or_done_elsewhere_is_not_claimed_again(tmp_path):
     assert lost.state == TrialState.FAIL and lost.user_attrs["duplicate_of"] == held.number
     storage.finish(mine, held, 0.5)
     assert storage.claim(theirs, "cand-0@0", {}) is None  # done
-    assert storage.open_jobs(theirs, ["cand-0@0"]) == []
+    assert open_jobs(theirs, ["cand-0@0"]) == []
 
 
 def test_a_claim_waits_for_an_earlier_trial_to_name_its_job(tmp_path):
@@ -203,11 +225,11 @@ def test_stale_trials_are_failed_and_their_jobs_claimable(tmp_path):
     failed = study.get_trials()[0]
     assert failed.state == TrialState.FAIL and failed.user_attrs["stale"] > 60
     assert not storage.beat(trial)  # the worker learns it lost the job
-    assert storage.open_jobs(study, ["cand-0@0"]) == ["cand-0@0"]
+    assert open_jobs(study, ["cand-0@0"]) == ["cand-0@0"]
     again = storage.claim(study, "cand-0@0", {})
     assert again is not None
     storage.finish(study, again, 1.0)
-    assert storage.done_jobs(study) == {"cand-0@0"}
+    assert done_jobs(study) == {"cand-0@0"}
 
 
 # ---- worker processes ---------------------------------------------------------------------------
@@ -241,7 +263,7 @@ def test_a_killed_workers_job_is_taken_up_by_another(tmp_path, url, monkeypatch,
     holder.stderr.close()
 
     study = storage.open_study(out, IDENTITY, storage=url)
-    assert storage.running_jobs(study) == {"cand-0@0"}
+    assert running_jobs(study) == {"cand-0@0"}
     if same_host:  # its process is gone from this host: taken back at once
         assert storage.stale_jobs(study, grace_seconds=30) == ["cand-0@0"]
     else:  # a worker on another machine is judged by its heartbeat alone

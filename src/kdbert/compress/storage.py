@@ -30,8 +30,8 @@ queued by ``enqueue_trial`` instead of a fresh one).
 
 Faults: a worker calls :func:`beat` while it works; :func:`stale_jobs` fails the running trials
 whose heartbeat is older than the grace period (user attribute ``stale``) and returns their jobs.
-A job is claimable again once none of its trials is running or complete (:func:`open_jobs`), so a
-killed worker's job goes to the next claimer. Optuna's own heartbeat (``heartbeat_interval``,
+A job is claimable again once none of its trials is running or complete (:func:`claim`'s step 3),
+so a killed worker's job goes to the next claimer. Optuna's own heartbeat (``heartbeat_interval``,
 ``RetryFailedTrialCallback``) does not serve here: in Optuna 5 only ``RDBStorage`` implements it
 (``JournalStorage`` is no ``BaseHeartbeat``), and only ``study.optimize`` runs its thread, never
 ask-and-tell; hence the ``heartbeat`` attribute, the same on every storage.
@@ -192,30 +192,6 @@ def _holder(trials: Iterable[FrozenTrial], job: str, number: int) -> int | None:
         if other.state == TrialState.COMPLETE or (other.state == TrialState.RUNNING and other.number < number):
             return other.number
     return None
-
-
-# ---- the jobs' states ---------------------------------------------------------------------------
-
-def jobs_in(study: optuna.Study, state: TrialState) -> set[str]:
-    """The jobs that have a trial in ``state``."""
-    return {t.user_attrs["job"] for t in study.get_trials(deepcopy=False, states=(state,))
-            if "job" in t.user_attrs}
-
-
-def done_jobs(study: optuna.Study) -> set[str]:
-    """The jobs with a completed trial."""
-    return jobs_in(study, TrialState.COMPLETE)
-
-
-def running_jobs(study: optuna.Study) -> set[str]:
-    """The jobs with a running trial (held, or lost by a worker :func:`stale_jobs` has not caught)."""
-    return jobs_in(study, TrialState.RUNNING)
-
-
-def open_jobs(study: optuna.Study, jobs: Iterable[str]) -> list[str]:
-    """``jobs`` that are neither done nor running, in their order: the ones worth claiming."""
-    taken = done_jobs(study) | running_jobs(study)
-    return [job for job in jobs if job not in taken]
 
 
 def worker_gone(worker: str) -> bool:
