@@ -945,3 +945,21 @@ def test_a_student_of_another_vocabulary_is_refused_naming_the_difference(env, t
     line = refused(capsys, env, tmp_path / "compress", "--student", bigger)
     assert f"--student {bigger} uses a different vocabulary from the teacher's ({len(vocab) + 5} tokens, the " \
            f"teacher {len(vocab)})" in line
+
+
+def test_every_compress_option_is_part_of_a_searchs_identity_unless_said_otherwise():
+    from dataclasses import dataclass, fields
+
+    from kdbert.compress.options import OUTSIDE_IDENTITY, CompressConfig, search_identity
+    from kdbert.options import option
+
+    @dataclass
+    class WithNewOption(CompressConfig):
+        new_option: int = option(3, "an option added later", type=int, group="compress")
+
+    task = TaskOptions("sst2", held_out_fraction=0.1)
+    identity = search_identity(WithNewOption(teacher="t", target_speedup=2.0), task, "t")
+    assert identity["options"]["new_option"] == 3  # a new option changes the identity unless exempted
+    assert set(OUTSIDE_IDENTITY) < {f.name for f in fields(CompressConfig)}  # no exemption names a lost option
+    assert not set(OUTSIDE_IDENTITY) & set(identity["options"])
+    assert {"seed", "learning_rate", "candidates", "min_kept", "augment"} <= set(identity["options"])

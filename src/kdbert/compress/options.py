@@ -3,7 +3,7 @@ the identity a search's study keeps, which every process joining it must share."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from kdbert.compress.recipes import ROUND_SHARES
@@ -112,13 +112,32 @@ class CompressConfig(CheckedOptions):
             raise KdbertError("pass one of --target-speedup N or --target-latency-ms L")
 
 
+# The options a resumed or joined search may change, and why; every other option is part of its identity.
+OUTSIDE_IDENTITY = {
+    "teacher": "the identity names the teacher's resolved folder instead",
+    "budget_minutes": "a resumed search may be given more (or less) time",
+    "workers": "how many processes work on the search, not what they run",
+    "storage": "where the study is, not what it holds",
+    "study": "the study's name, not what it holds",
+    "threads": "the speed of the runs, not what they compute",
+    "length_rows": "the timings are measured once and reused",
+    "first_round_share": "a resumed search plans a new window",
+    "augment_copies": "the augmented rows are written once per search and reused",
+    "augment_max_rows": "the augmented rows are written once per search and reused",
+    "augment_labelling_share": "the augmented rows are written once per search and reused",
+    "nltk_data": "where the POS tagger is, not what it tags",
+    "students_store": "where general students are looked for; the build found is in the identity",
+    "no_general_students": "the identity names the general students' build, or none",
+    "no_progress": "what is shown, not what is run",
+}
+
+
 def search_identity(config: CompressConfig, task: TaskOptions, teacher_dir: str, general: dict | None = None) -> dict:
     """What a study's workers must agree on (:func:`kdbert.compress.storage.open_study`): the teacher,
-    the task and rows, every option that changes what a candidate's run is or who wins, and the
-    general students' build that candidates start from (``general``: its ``build.json``), if any."""
-    options = ("target_speedup", "target_latency_ms", "min_kept", "runtime", "rounds", "first_steps", "candidates",
-               "batch_size", "learning_rate", "seed", "word_vectors", "intermediate_share", "round_share",
-               "max_train_examples", "augment", "transfer_text", "student")
+    the task and rows, every option not in :data:`OUTSIDE_IDENTITY` (so a new option is part of it
+    unless said otherwise), and the general students' build that candidates start from (``general``:
+    its ``build.json``), if any."""
+    options = [f.name for f in fields(config) if f.name not in OUTSIDE_IDENTITY]
     return {"teacher": str(Path(teacher_dir).resolve()), "task": task.task, "train_file": task.train_file,
             "held_out_fraction": task.held_out_fraction,
             "options": {name: getattr(config, name) for name in options},
