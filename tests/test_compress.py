@@ -963,3 +963,12 @@ def test_every_compress_option_is_part_of_a_searchs_identity_unless_said_otherwi
     assert set(OUTSIDE_IDENTITY) < {f.name for f in fields(CompressConfig)}  # no exemption names a lost option
     assert not set(OUTSIDE_IDENTITY) & set(identity["options"])
     assert {"seed", "learning_rate", "candidates", "min_kept", "augment"} <= set(identity["options"])
+
+
+def test_the_search_settings_take_compress_options_and_their_defaults_from_one_place():
+    from kdbert.compress.options import CompressConfig
+    from kdbert.compress.recipes import SearchSettings
+
+    assert SearchSettings() == SearchSettings.of(CompressConfig(teacher="t", target_speedup=2.0))
+    given = SearchSettings.of(CompressConfig(teacher="t", target_speedup=2.0, rounds=3, seed=7, round_share="steps"))
+    assert (given.rounds, given.seed, given.round_share) == (3, 7, "steps")

@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from kdbert.compress.recipes import ROUND_SHARES
 from kdbert.compress.speed import RUNTIMES
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
 from kdbert.options import POSITIVE, POSITIVE_INT, UNIT, CheckedOptions, in_range, option
 
 HELD_OUT_FRACTION = 0.1  # of the training rows, picked on when the task options give none
+
+ROUND_SHARES = ("time", "steps")  # what a rung of the search shares out equally between families
 
 
 @dataclass

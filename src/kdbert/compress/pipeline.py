@@ -41,7 +41,7 @@ import os
 import re
 import tempfile
 import time
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 from kdbert.compress import search
@@ -193,7 +193,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     general = general_students(config, teacher)
     context = shape_context(teacher.folder, task, config.word_vectors, data, (teacher.model, teacher.tokenizer))
     offered = _offered(context, config.candidates, user_students(config.student, teacher))
-    search_settings = SearchSettings(**{f.name: getattr(config, f.name) for f in fields(SearchSettings)})
+    search_settings = SearchSettings.of(config)
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     new_folder, new_journal = not out.exists(), config.storage is None and not journal_path(out).exists()
     identity = search_identity(config, task, teacher.folder, general and general.facts)

@@ -26,14 +26,12 @@ labelled once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from kdbert.compress.options import ROUND_SHARES, CompressConfig
 from kdbert.core.hardware import resolve_precision
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate
-
-
-ROUND_SHARES = ("time", "steps")
 
 
 @dataclass(frozen=True)
@@ -44,18 +42,23 @@ class SearchSettings:
     a rung gives every family the same wall time or the same steps (``round_share``);
     ``max_train_examples`` distils on the first rows of the training split only (None: all);
     ``first_round_share``: the most of the search's time rung 0 may spend. Its wall time is the
-    search's :class:`~kdbert.compress.search.Window`."""
+    search's :class:`~kdbert.compress.search.Window`. The defaults are ``kdbert compress``'s."""
 
-    rounds: int = 8
-    first_steps: int = 200
-    batch_size: int = 32
-    learning_rate: float = 1e-4
-    seed: int = 42
-    word_vectors: str | None = None
-    intermediate_share: float = 0.0
-    round_share: str = "time"
-    max_train_examples: int | None = None
-    first_round_share: float = 1 / 3
+    rounds: int = CompressConfig.rounds
+    first_steps: int = CompressConfig.first_steps
+    batch_size: int = CompressConfig.batch_size
+    learning_rate: float = CompressConfig.learning_rate
+    seed: int = CompressConfig.seed
+    word_vectors: str | None = CompressConfig.word_vectors
+    intermediate_share: float = CompressConfig.intermediate_share
+    round_share: str = CompressConfig.round_share
+    max_train_examples: int | None = CompressConfig.max_train_examples
+    first_round_share: float = CompressConfig.first_round_share
+
+    @classmethod
+    def of(cls, config: CompressConfig) -> SearchSettings:
+        """The settings ``config`` gives."""
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
 
     def __post_init__(self):
         if self.rounds < 1 or self.first_steps < 1:
