@@ -27,7 +27,7 @@ from kdbert.data.load import TaskOptions
 
 
 RECORDED = ("task", "runtime", "target", "held_out_rows", "speed", "augmentation", "search", "winner",
-            "teacher_scores", "shipped", "seconds_per_candidate", "speedup_breakdown")
+            "teacher_scores", "shipped", "seconds_per_candidate", "speedup_breakdown", "starts", "general_students")
 
 
 def recorded_parts(report: dict) -> dict:
@@ -60,6 +60,9 @@ def main() -> None:
     parser.add_argument("--augment", help="candidate kinds that also compete augmented (e.g. bilstm, or all)")
     parser.add_argument("--nltk-data", default=NLTK_DATA, help="NLTK's POS tagger, for --augment")
     parser.add_argument("--workers", type=int, default=1, help="candidates distilled at once (one process each)")
+    parser.add_argument("--transfer-text", nargs="+", help="unlabelled text the -aug variants also distil on")
+    parser.add_argument("--students-store", help="where general students are looked for (default: compress's)")
+    parser.add_argument("--no-general-students", action="store_true", help="start from the teacher's weights only")
     parser.add_argument("--key-suffix", default="", help="appended to the results key <task>/x<target>")
     parser.add_argument("--output-dir", default=run_folder("compress-{task}-x{target:g}"))
     args = parser.parse_args()
@@ -70,7 +73,9 @@ def main() -> None:
                             first_steps=args.first_steps, word_vectors=args.word_vectors or None,
                             intermediate_share=args.intermediate_share, learning_rate=args.learning_rate,
                             batch_size=args.batch_size, workers=args.workers,
-                            augment=args.augment, nltk_data=args.nltk_data if args.augment else None)
+                            augment=args.augment, nltk_data=args.nltk_data if args.augment else None,
+                            transfer_text=args.transfer_text, students_store=args.students_store,
+                            no_general_students=args.no_general_students)
     started = time.time()
     report = compress(TaskOptions(args.task, data_dir=args.data_dir), config, out)
     precision = resolve_precision("auto")[0]  # what the candidates trained in
@@ -84,6 +89,9 @@ def main() -> None:
                + (f" --batch-size {args.batch_size}" if args.batch_size != 32 else "")
                + (f" --workers {args.workers}" if args.workers != 1 else "")
                + (f" --augment {args.augment}" if args.augment else "")
+               + (f" --transfer-text {' '.join(args.transfer_text)}" if args.transfer_text else "")
+               + (f" --students-store {args.students_store}" if args.students_store else "")
+               + (" --no-general-students" if args.no_general_students else "")
                + (f" --teacher {args.teacher}" if args.teacher != run_folder("teacher-{task}") else "")
                + (f" --key-suffix={args.key_suffix} --output-dir {out}" if args.key_suffix else ""))
     save_result("compress", f"{args.task}/x{args.target_speedup:g}{args.key_suffix}",
