@@ -5,11 +5,15 @@ latency in the same process count and threads (``kdbert.load(path).predict`` on 
     python benchmarks/serve_load.py --model winner=runs/quickstart/compress/winner/model.int8.onnx \\
         --model teacher-int8=runs/quickstart/compress/teacher-onnx/model.int8.onnx
 
-Each client sends one SST-2 dev sentence per request, waiting for each answer before the next
-(httpx, one connection per client); ``--requests`` requests per level, after ``--warmup`` untimed
-ones. The server's own mean time per request (its ``/metrics`` latency histogram, from reading the
-body to the answer) is recorded beside, so that what the client costs can be told apart. The server runs its model on ``--threads`` threads (default 1), leaving the other core to
-the clients. Results: ``benchmarks/results/serve_load.json`` under the model's name.
+Each client sends one SST-2 dev sentence per request, waiting for each answer before the next, on
+a connection of its own. ``--client wrk`` (the default; Debian's ``wrk``, a load generator in C that
+costs microseconds per request) runs each level for ``--seconds`` after ``--warmup-seconds``;
+``--client httpx`` (Python, about 4 ms of CPU per request here) sends ``--requests`` per level after
+``--warmup`` untimed ones. The server's own mean time per request (its ``/metrics`` latency
+histogram, from reading the body to the answer) is recorded beside, and the model's own time per
+text at batch 1, 8 and 32 (what batching can give at most). The server runs its model on
+``--threads`` threads (default 1), leaving the other core to the clients. Results:
+``benchmarks/results/serve_load.json`` under the model's name (``-httpx`` appended for that client).
 """
 
 from __future__ import annotations
@@ -17,12 +21,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import json
 import os
+import re
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,11 +60,12 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def model_latency_ms(model: str, texts: list[str], threads: int, runs: int) -> float:
-    """The model's own batch-1 latency (median over ``runs`` texts) through ``kdbert.load``."""
+def model_latency_ms(model: str, texts: list[str], threads: int, runs: int) -> tuple[float, dict[int, float]]:
+    """The model's own batch-1 latency (median over ``runs`` texts) through ``kdbert.load``, and its
+    mean time per text when ``runs`` texts go in batches of 1, 8 and 32 (dev order)."""
     from kdbert.deploy.predict import load
 
-    predictor = load(model, threads=threads)
+    predictor = load(model, threads=threads, batch_size=32)
     for text in texts[:10]:
         predictor.predict([text])
     times = []
@@ -64,7 +73,13 @@ def model_latency_ms(model: str, texts: list[str], threads: int, runs: int) -> f
         started = time.perf_counter()
         predictor.predict([text])
         times.append(1000 * (time.perf_counter() - started))
-    return statistics.median(times)
+    per_text = {}
+    for batch in (1, 8, 32):
+        started = time.perf_counter()
+        for start in range(0, runs, batch):
+            predictor.predict(texts[start:start + batch])
+        per_text[batch] = 1000 * (time.perf_counter() - started) / runs
+    return statistics.median(times), per_text
 
 
 def server_seconds(url: str) -> tuple[float, float]:
@@ -75,6 +90,50 @@ def server_seconds(url: str) -> tuple[float, float]:
         if name in ("kdbert_request_latency_seconds_sum", "kdbert_request_latency_seconds_count"):
             values[name] = float(value)
     return values["kdbert_request_latency_seconds_sum"], values["kdbert_request_latency_seconds_count"]
+
+
+WRK_SCRIPT = """
+local bodies = {}
+local next_body = 0
+function init(args)
+  for line in io.lines(args[1]) do bodies[#bodies + 1] = line end
+  next_body = tonumber(args[2]) % #bodies
+end
+function request()
+  next_body = next_body % #bodies + 1
+  return wrk.format("POST", "/predict", {["Content-Type"] = "application/json"}, bodies[next_body])
+end
+"""
+
+
+def _ms(value: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", value).groups()
+    return float(number) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
+
+
+def wrk_level(url: str, texts: list[str], clients: int, seconds: float, warmup_seconds: float) -> dict:
+    """One level with ``wrk``: ``clients`` connections, one wrk thread, ``seconds`` timed."""
+    with tempfile.TemporaryDirectory() as folder:
+        script, bodies = Path(folder) / "post.lua", Path(folder) / "bodies.jsonl"
+        script.write_text(WRK_SCRIPT)
+        bodies.write_text("".join(json.dumps({"texts": [text]}) + "\n" for text in texts))
+
+        def run(duration: float) -> str:
+            command = ["wrk", "-t1", f"-c{clients}", f"-d{duration:g}s", "--latency", "--timeout", "10s",
+                       "-s", str(script), url, "--", str(bodies), str(7919 * clients)]
+            return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+        run(warmup_seconds)
+        served_before, count_before = server_seconds(url)
+        out = run(seconds)
+        served, count = server_seconds(url)
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise SystemExit(f"wrk saw failed requests at {clients} clients:\n{out}")
+    quantiles = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    return {"clients": clients, "requests": requests, "p50_ms": _ms(quantiles["50"]), "p99_ms": _ms(quantiles["99"]),
+            "throughput_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+            "server_mean_ms": 1000 * (served - served_before) / (count - count_before)}
 
 
 async def one_level(url: str, texts: list[str], clients: int, requests: int, warmup: int) -> dict:
@@ -100,7 +159,7 @@ async def one_level(url: str, texts: list[str], clients: int, requests: int, war
             "server_mean_ms": 1000 * (served - served_before) / (count - count_before)}
 
 
-def serve_and_load(model: str, texts: list[str], max_batch: int, threads: int, requests: int, warmup: int) -> list:
+def serve_and_load(model: str, texts: list[str], max_batch: int, threads: int, args) -> list:
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "kdbert.cli", "serve", "--model", model, "--port", str(port),
                                "--max-batch", str(max_batch), "--threads", str(threads)],
@@ -117,7 +176,9 @@ def serve_and_load(model: str, texts: list[str], max_batch: int, threads: int, r
             time.sleep(0.1)
         else:
             raise SystemExit(f"the server for {model} did not come up")
-        return [asyncio.run(one_level(url, texts, clients, requests, warmup)) for clients in LEVELS]
+        if args.client == "wrk":
+            return [wrk_level(url, texts, clients, args.seconds, args.warmup_seconds) for clients in LEVELS]
+        return [asyncio.run(one_level(url, texts, clients, args.requests, args.warmup)) for clients in LEVELS]
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
@@ -127,20 +188,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", required=True, help="NAME=PATH (repeatable)")
     parser.add_argument("--data-dir", default=GLUE_DIR)
-    parser.add_argument("--requests", type=int, default=640, help="timed requests per level")
-    parser.add_argument("--warmup", type=int, default=64)
+    parser.add_argument("--client", choices=("wrk", "httpx"), default="wrk")
+    parser.add_argument("--seconds", type=float, default=10.0, help="wrk: timed seconds per level")
+    parser.add_argument("--warmup-seconds", type=float, default=2.0, help="wrk: untimed seconds before each level")
+    parser.add_argument("--requests", type=int, default=640, help="httpx: timed requests per level")
+    parser.add_argument("--warmup", type=int, default=64, help="httpx: untimed requests before each level")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    if args.client == "wrk" and shutil.which("wrk") is None:
+        raise SystemExit("--client wrk needs wrk on the PATH (Debian: apt-get install wrk), or pass --client httpx")
     texts = dev_sentences(args.data_dir)
     for named in args.model:
         name, _, path = named.partition("=")
-        own = model_latency_ms(path, texts, args.threads, 200)
-        rows = {mode: serve_and_load(path, texts, batch, args.threads, args.requests, args.warmup)
+        own, per_text = model_latency_ms(path, texts, args.threads, 320)
+        rows = {mode: serve_and_load(path, texts, batch, args.threads, args)
                 for mode, batch in BATCHING.items()}
-        command = f"python benchmarks/serve_load.py --model {named} --threads {args.threads}"
-        save_result("serve_load", name, {"model": path, "model_batch1_ms": own, "rows": rows, "command": command,
-                                         "cpu": cpu_int8_facts()["cpu"], **machine_info()})
-        print(f"{name}: the model alone {own:.2f} ms at batch 1")
+        command = f"python benchmarks/serve_load.py --model {named} --threads {args.threads} --client {args.client}"
+        key = name if args.client == "wrk" else f"{name}-httpx"
+        save_result("serve_load", key, {"model": path, "model_batch1_ms": own, "model_ms_per_text": per_text,
+                                        "client": args.client, "rows": rows, "command": command,
+                                        "cpu": cpu_int8_facts()["cpu"], **machine_info()})
+        print(f"{name}: the model alone {own:.2f} ms at batch 1; per text at batch 1 / 8 / 32: "
+              + " / ".join(f"{ms:.2f}" for ms in per_text.values()) + " ms")
         for mode, levels in rows.items():
             for row in levels:
                 print(f"  batching {mode:<3} {row['clients']:>2} clients: p50 {row['p50_ms']:.2f} ms, "

@@ -428,15 +428,19 @@ def serve_load_section() -> list[str]:
     if not results:
         return []
     lines = ["## Serving under load (`benchmarks/serve_load.py`)", "", note("serve-load-intro"), "",
-             "| model | batching | clients | p50 ms | p99 ms | requests/s | server's own mean ms |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| model | client | batching | clients | p50 ms | p99 ms | requests/s | server's own mean ms |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         for mode, rows in r["rows"].items():
-            lines += [f"| {name} | {mode} | {row['clients']} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
-                      f"| {row['throughput_per_s']:.0f} | {row['server_mean_ms']:.2f} |" for row in rows]
+            lines += [f"| {name.removesuffix('-httpx')} | {r.get('client', 'httpx')} | {mode} | {row['clients']} "
+                      f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['throughput_per_s']:.0f} "
+                      f"| {row['server_mean_ms']:.2f} |" for row in rows]
     lines.append("")
     for name, r in results.items():
+        per_text = r.get("model_ms_per_text")
+        batches = "" if not per_text else ("; per text at batch 1 / 8 / 32: "
+                                           + " / ".join(f"{ms:.2f}" for ms in per_text.values()) + " ms")
         lines.append(f"- {name}: `{current_command(r['command'])}` ({r['date']}, {r['machine']}, {r['cpu']}); "
-                     f"the model alone: {r['model_batch1_ms']:.2f} ms at batch 1.")
+                     f"the model alone: {r['model_batch1_ms']:.2f} ms at batch 1{batches}.")
     lines += ["", note("serve-load-reading"), ""]
     return lines
