@@ -20,6 +20,7 @@ from conftest import WORDS, save_tiny_classifier, sentence
 
 import kdbert
 from kdbert.deploy.export import export_model
+from kdbert.deploy.serve import DEFAULT_MODEL_BATCH
 from kdbert.families.bilstm.model import init_bilstm, save_bilstm
 
 pytest.importorskip("onnxruntime")
@@ -147,7 +148,18 @@ def test_concurrent_requests_are_answered_in_batches(models, servers):
     runs = metric(after, "kdbert_batch_size_count") - metric(before, "kdbert_batch_size_count")
     alone = metric(after, 'kdbert_batch_size_bucket{le="1.0"}') - metric(before, 'kdbert_batch_size_bucket{le="1.0"}')
     assert 0 < runs < 16 and runs > alone  # some model runs held several requests' texts
+    capped = metric(after, f'kdbert_batch_size_bucket{{le="{DEFAULT_MODEL_BATCH:.1f}"}}') - metric(
+        before, f'kdbert_batch_size_bucket{{le="{DEFAULT_MODEL_BATCH:.1f}"}}')
+    assert capped == runs  # a gathered batch runs in calls of at most --model-batch texts
     assert metric(after, "kdbert_request_latency_seconds_count") >= 16
+
+
+@pytest.mark.parametrize("option", ["--max-batch", "--model-batch", "--max-texts", "--max-chars"])
+def test_a_size_limit_below_one_is_refused_in_one_line(models, option, capsys):
+    from kdbert.cli import main
+
+    assert main(["serve", "--model", str(models["bert"]), option, "0"]) == 2
+    assert "--model-batch, --max-texts and --max-chars must be positive" in capsys.readouterr().err
 
 
 BAD_BODIES = [

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from kdbert.cli.common import add_command, require
-from kdbert.deploy.serve import DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS, ServeLimits
+from kdbert.deploy.serve import DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_MS, DEFAULT_MODEL_BATCH, ServeLimits
 
 
 def cmd_serve(args) -> int:
     from kdbert.deploy.serve import serve
 
     serve(args.model, host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-          threads=args.threads, limits=ServeLimits(max_texts=args.max_texts, max_chars=args.max_chars))
+          threads=args.threads, limits=ServeLimits(max_texts=args.max_texts, max_chars=args.max_chars),
+          model_batch=args.model_batch)
     return 0
 
 
@@ -28,7 +29,10 @@ def add_commands(sub, table: dict) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
     p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH,
-                   help=f"most texts the model runs at once (default {DEFAULT_MAX_BATCH}; 1: no batching)")
+                   help=f"most texts run together from concurrent requests (default {DEFAULT_MAX_BATCH}; 1: no batching)")
+    p.add_argument("--model-batch", type=int, default=DEFAULT_MODEL_BATCH,
+                   help=f"most texts of one model call: a batch runs sorted by length in calls of this many "
+                        f"(default {DEFAULT_MODEL_BATCH})")
     p.add_argument("--max-wait-ms", type=float, default=DEFAULT_MAX_WAIT_MS,
                    help=f"how long a batch waits for more requests on their way (default {DEFAULT_MAX_WAIT_MS:g})")
     p.add_argument("--max-texts", type=int, default=limits.max_texts,

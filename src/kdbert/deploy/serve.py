@@ -7,7 +7,9 @@
 One worker owns the model: requests wait in a queue, and the worker runs them together, up to
 ``max_batch`` texts, in a thread of its own so that the event loop keeps taking requests. After the
 first request of a batch it waits up to ``max_wait_ms`` for more, and only while more requests are
-on their way: a lone client is never kept waiting. Bad input is answered with a 4xx and a one-line
+on their way: a lone client is never kept waiting. A batch's texts run sorted by length in model
+calls of at most ``model_batch`` texts, so that a short text is not padded to a long one's length
+(the padding cost more than larger calls saved: measured in BENCHMARKS.md, "Serving under load"). Bad input is answered with a 4xx and a one-line
 ``{"detail": ...}``: 400 for a body that is not JSON, 413 past the limits, 422 for the wrong shape
 or texts the model cannot read.
 """
@@ -24,6 +26,7 @@ from kdbert.errors import KdbertError
 
 DEFAULT_MAX_BATCH = 32
 DEFAULT_MAX_WAIT_MS = 5.0
+DEFAULT_MODEL_BATCH = 8
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 JSON_BYTES_PER_CHAR = 12  # the longest JSON spelling of one character: a surrogate pair, \ud83d\ude00
@@ -204,7 +207,7 @@ async def _read_body(request, limit: int) -> bytes:
 def create_app(predictor, model_path: str, max_batch: int = DEFAULT_MAX_BATCH,
                max_wait_ms: float = DEFAULT_MAX_WAIT_MS, limits: ServeLimits = ServeLimits()):
     """The FastAPI app serving ``predictor``, the :class:`kdbert.deploy.predict.Predictor` of
-    ``model_path`` (its ``batch_size`` the largest batch the model runs)."""
+    ``model_path`` (its ``batch_size`` the most texts of one model call)."""
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -238,7 +241,8 @@ def create_app(predictor, model_path: str, max_batch: int = DEFAULT_MAX_BATCH,
         metrics.requests.inc()
         started = time.perf_counter()
         try:
-            return {"predictions": await worker.predict(await read_items(worker, request))}
+            # a JSONResponse as it is: FastAPI would otherwise walk the records through jsonable_encoder
+            return JSONResponse({"predictions": await worker.predict(await read_items(worker, request))})
         except BadRequest as exc:
             metrics.errors.labels(str(exc.status)).inc()
             return JSONResponse({"detail": exc.detail}, status_code=exc.status)
@@ -263,7 +267,7 @@ def create_app(predictor, model_path: str, max_batch: int = DEFAULT_MAX_BATCH,
 
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, max_batch: int = DEFAULT_MAX_BATCH,
           max_wait_ms: float = DEFAULT_MAX_WAIT_MS, threads: int | None = None,
-          limits: ServeLimits = ServeLimits()) -> None:
+          limits: ServeLimits = ServeLimits(), model_batch: int = DEFAULT_MODEL_BATCH) -> None:
     """Load ``model`` and serve it until SIGTERM or SIGINT, which let requests in flight finish."""
     import signal
 
@@ -271,13 +275,14 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, max_batch: int 
 
     from kdbert.deploy.predict import load
 
-    if max_batch < 1 or max_wait_ms < 0 or limits.max_texts < 1 or limits.max_chars < 1:
-        raise KdbertError("--max-batch, --max-texts and --max-chars must be positive and --max-wait-ms not negative")
+    if min(max_batch, model_batch, limits.max_texts, limits.max_chars) < 1 or max_wait_ms < 0:
+        raise KdbertError("--max-batch, --model-batch, --max-texts and --max-chars must be positive and "
+                          "--max-wait-ms not negative")
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)  # a PyTorch model's; ONNX Runtime's come with load()
-    predictor = load(model, threads=threads, batch_size=max_batch)
+    predictor = load(model, threads=threads, batch_size=min(max_batch, model_batch))
     app = create_app(predictor, str(model), max_batch, max_wait_ms, limits)
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, _exit_cleanly)
