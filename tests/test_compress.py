@@ -489,6 +489,10 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
     assert [c.name for c in spread_order(candidates, latency)] == [
         "bert-1x128", "bilstm-h150", "mobilebert-2x384", "bert-2x256", "bilstm-h300", "bert-2x128", "bert-1x192",
         "bert-1x256", "bert-2x192"]
+    # candidates that start from a general student lead their family, fastest first
+    assert [c.name for c in spread_order(candidates, latency, frozenset({"bert-2x256", "bert-2x128"}))] == [
+        "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-2x256", "bilstm-h300", "bert-1x128", "bert-2x192",
+        "bert-1x192", "bert-1x256"]
     # a kind's augmented variants (same speed) take turns with it as a family of their own
     latency = {"bilstm-h150": 0.15, "bilstm-h150-aug": 0.15, "bilstm-h300": 0.45, "bilstm-h300-aug": 0.45}
     candidates = [Candidate(name, "x", (), build=None) for name in sorted(latency)]

@@ -189,7 +189,7 @@ def test_compress_starts_candidates_of_a_built_shape_from_their_general_student(
     rng = random.Random(1)
     (tmp_path / "corpus.txt").write_text("\n\n".join(" ".join(sentence(rng) for _ in range(3)) for _ in range(20)))
     store = tmp_path / "store"
-    facts = build_students(BuildConfig(base=str(base_dir), corpus=[str(tmp_path / "corpus.txt")], shapes="bert-1x128",
+    facts = build_students(BuildConfig(base=str(base_dir), corpus=[str(tmp_path / "corpus.txt")], shapes="bert-2x128",
                                        store=str(store), max_seq_len=SEQ_LEN, held_out=4, batch_size=4,
                                        max_sequences=12, no_progress=True))
     args = ["compress", "--teacher", str(teacher_dir), "--task", "sst2", "--data-dir", str(tmp_path / "glue"),
@@ -202,15 +202,17 @@ def test_compress_starts_candidates_of_a_built_shape_from_their_general_student(
             f"({facts['steps']} steps, store {store / facts['key']}); the teacher's embeddings are 0.0% from that "
             "base's") in printed
     report = json.loads((tmp_path / "general" / "compress_report.json").read_text())
-    assert report["starts"] == {"bert-1x128": "general", "bert-2x128": "teacher-weights"}
+    assert report["starts"] == {"bert-1x128": "teacher-weights", "bert-2x128": "general"}
+    # the candidate with a general start leads its family, ahead of the faster bert-1x128
+    assert [row["candidate"] for row in report["search"]["segments"]] == ["bert-2x128", "bert-1x128"]
     assert report["general_students"]["key"] == facts["key"]
-    general = BertModel.from_pretrained(store / facts["key"] / "bert-1x128").state_dict()
-    start = BertForSequenceClassification.from_pretrained(tmp_path / "general" / "starts" / "bert-1x128")
+    general = BertModel.from_pretrained(store / facts["key"] / "bert-2x128").state_dict()
+    start = BertForSequenceClassification.from_pretrained(tmp_path / "general" / "starts" / "bert-2x128")
     for key, value in start.bert.state_dict().items():
         assert torch.equal(value, general[key]), key
     markdown = (tmp_path / "general" / "compress_report.md").read_text()
     assert "| tinybert, general start |" in markdown
-    assert f"bert-1x128 started from the general students built from {base_dir}" in markdown
+    assert f"bert-2x128 started from the general students built from {base_dir}" in markdown
 
     assert main([*args, "--output-dir", str(tmp_path / "off"), "--no-general-students"]) == 0
     report = json.loads((tmp_path / "off" / "compress_report.json").read_text())

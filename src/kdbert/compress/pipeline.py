@@ -45,7 +45,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from kdbert.compress import search
-from kdbert.compress.augment import AugmentSettings, augment_for_search, is_augmented, with_variant_rows, with_variants
+from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_name, is_augmented, with_variant_rows,
+                                     with_variants)
 from kdbert.compress.breakdown import speedup_breakdown
 from kdbert.compress.budget import Deadline, Progress, after_export_seconds, every_core, export_passes, finishing_seconds, fixed_seconds
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
@@ -287,7 +288,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     kept = with_variants([c for c in timed if c.name in fast], augment.kinds)
     table = with_variant_rows(table, kept)
     latency = {name: row["latency_real_p50_ms"] for name, row in table["candidates"].items()}
-    kept = spread_order(kept, latency)
+    general_starts = frozenset(c.name for c in kept if general and base_name(c.name) in general.shapes)
+    kept = spread_order(kept, latency, general_starts)
     reserve = _finishing(config, table, teacher, kept)
     if not search.under_way(study):  # a search under way was judged when it started
         check_budget(table, kept, search_settings, len(train_rows), config.budget_minutes, deadline.left() - reserve)

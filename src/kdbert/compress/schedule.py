@@ -63,16 +63,19 @@ def family(name: str) -> tuple[str, bool]:
     return kind_of(name), is_augmented(name)
 
 
-def spread_order(candidates: list[Candidate], latency: dict[str, float]) -> list[Candidate]:
+def spread_order(candidates: list[Candidate], latency: dict[str, float],
+                 first: frozenset[str] = frozenset()) -> list[Candidate]:
     """The order candidates start in, so that the first k span the families and the speed range
     whatever k the budget allows: families in turn (the one with the fastest candidate first; a
     kind's augmented variants are a family of their own), each family's candidates by bisection
     of their order by ``latency`` (the fastest, the slowest, the middle one, then the middles of
-    the two halves, ...)."""
+    the two halves, ...). Candidates named in ``first`` (those that start from a general student)
+    lead their family, fastest first: a search too short to reach many candidates tries them."""
     families: dict[tuple[str, bool], list[Candidate]] = {}
     for candidate in sorted(candidates, key=lambda c: latency[c.name]):
         families.setdefault(family(candidate.name), []).append(candidate)
-    queues = [_bisection(members) for members in families.values()]
+    queues = [[c for c in members if c.name in first] + _bisection([c for c in members if c.name not in first])
+              for members in families.values()]
     return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
 
 
