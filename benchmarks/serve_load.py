@@ -39,6 +39,7 @@ from common import machine_info, save_result
 from paths import GLUE_DIR
 
 from kdbert.deploy.int8_kernels import cpu_int8_facts
+from kdbert.deploy.serve import DEFAULT_MODEL_BATCH
 
 LEVELS = (1, 8, 32)
 BATCHING = {"on": 32, "off": 1}
@@ -60,12 +61,13 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def model_latency_ms(model: str, texts: list[str], threads: int, runs: int) -> tuple[float, dict[int, float]]:
+def model_latency_ms(model: str, texts: list[str], threads: int, runs: int, model_batch: int) -> tuple[float, dict]:
     """The model's own batch-1 latency (median over ``runs`` texts) through ``kdbert.load``, and its
-    mean time per text when ``runs`` texts go in batches of 1, 8 and 32 (dev order)."""
+    mean time per text when ``runs`` texts go in batches of 1, 8 and 32 (dev order; a batch runs in
+    calls of ``model_batch``, as the server runs it)."""
     from kdbert.deploy.predict import load
 
-    predictor = load(model, threads=threads, batch_size=32)
+    predictor = load(model, threads=threads, batch_size=model_batch)
     for text in texts[:10]:
         predictor.predict([text])
     times = []
@@ -162,7 +164,8 @@ async def one_level(url: str, texts: list[str], clients: int, requests: int, war
 def serve_and_load(model: str, texts: list[str], max_batch: int, threads: int, args) -> list:
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "kdbert.cli", "serve", "--model", model, "--port", str(port),
-                               "--max-batch", str(max_batch), "--threads", str(threads)],
+                               "--max-batch", str(max_batch), "--threads", str(threads),
+                               "--model-batch", str(args.model_batch)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     url = f"http://127.0.0.1:{port}"
@@ -194,18 +197,21 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=640, help="httpx: timed requests per level")
     parser.add_argument("--warmup", type=int, default=64, help="httpx: untimed requests before each level")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--model-batch", type=int, default=DEFAULT_MODEL_BATCH, help="the server's --model-batch")
     args = parser.parse_args()
     if args.client == "wrk" and shutil.which("wrk") is None:
         raise SystemExit("--client wrk needs wrk on the PATH (Debian: apt-get install wrk), or pass --client httpx")
     texts = dev_sentences(args.data_dir)
     for named in args.model:
         name, _, path = named.partition("=")
-        own, per_text = model_latency_ms(path, texts, args.threads, 320)
+        own, per_text = model_latency_ms(path, texts, args.threads, len(texts), args.model_batch)
         rows = {mode: serve_and_load(path, texts, batch, args.threads, args)
                 for mode, batch in BATCHING.items()}
-        command = f"python benchmarks/serve_load.py --model {named} --threads {args.threads} --client {args.client}"
+        command = (f"python benchmarks/serve_load.py --model {named} --threads {args.threads} --client {args.client}"
+                   + (f" --model-batch {args.model_batch}" if args.model_batch != DEFAULT_MODEL_BATCH else ""))
         key = name if args.client == "wrk" else f"{name}-httpx"
         save_result("serve_load", key, {"model": path, "model_batch1_ms": own, "model_ms_per_text": per_text,
+                                        "model_batch": args.model_batch,
                                         "client": args.client, "rows": rows, "command": command,
                                         "cpu": cpu_int8_facts()["cpu"], **machine_info()})
         print(f"{name}: the model alone {own:.2f} ms at batch 1; per text at batch 1 / 8 / 32: "
