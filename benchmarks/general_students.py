@@ -16,6 +16,15 @@ batch 32, lr 1e-4, warm-up 10% then linear decay, picked on the 10% of training 
 ``--steps`` steps, from the weight-selection start compress gives it without a build and from each
 snapshot; held-out and dev (PyTorch) scores under ``<task>/<shape>/<start>``. Finished runs are
 reused, so both phases resume.
+
+    # 3. search: whole compress searches (bench_compress.py) with and without the parts, compared
+    python benchmarks/general_students.py search --task mrpc baseline=runs/engine/mrpc-tie \
+        general=runs/issue44/mrpc-x4-general all-on=runs/issue44/mrpc-x4-all-on
+
+``search`` reads finished ``kdbert compress`` folders and records, under ``search/<task>/<label>``,
+what each had on (general students, augmented twins, transfer text), the candidates it trained and
+how each started, the winner and its steps, and the shipped dev score against the teacher's and
+the majority class's.
 """
 
 from __future__ import annotations
@@ -101,10 +110,40 @@ def downstream(args) -> None:
             print(f"{args.task} {name} {label}: {row}", flush=True)
 
 
+def search(args) -> None:
+    for item in args.searches:
+        label, _, folder = item.partition("=")
+        report = json.loads((Path(folder) / "compress_report.json").read_text())
+        starts = report.get("starts") or {}
+        best: dict[str, dict] = {}
+        for row in report["search"]["segments"]:
+            if row["steps"] >= best.get(row["candidate"], {"steps": -1})["steps"]:
+                best[row["candidate"]] = row
+        shipped, winner = report["shipped"], report["winner"]
+        general = report.get("general_students")
+        augmentation = report.get("augmentation") or {}
+        result = {
+            **machine_info(), "cpu": cpu_int8_facts(), "output_dir": folder,
+            "general_students": general and {"key": general["key"], "steps": general["steps"],
+                                             "minutes": round(general["minutes"], 1)},
+            "augmented": bool(augmentation), "transfer_rows": augmentation.get("transfer_rows", 0),
+            "trained": {name: {"steps": row["steps"], "held_out": row["score"], "start": starts.get(name, "?")}
+                        for name, row in best.items()},
+            "winner": winner["candidate"], "winner_start": starts.get(winner["candidate"], "?"),
+            "winner_steps": winner.get("steps"), "winner_held_out": winner.get("score"),
+            "teacher_held_out": report["teacher_scores"]["held_out"], "shipped_dev": shipped["dev_score"],
+            "teacher_dev": report["teacher_scores"]["dev"], "majority_dev": shipped.get("majority_dev"),
+            "kept_dev": shipped["kept_dev"], "speedup": shipped["speedup"],
+            "command": f"python benchmarks/general_students.py search --task {args.task} --searches {item}"}
+        save_result("general_students", f"search/{args.task}/{label}", result)
+        print(label, {k: result[k] for k in ("winner", "winner_start", "winner_steps", "shipped_dev", "kept_dev")})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("phase", choices=("build", "downstream"))
-    parser.add_argument("--shapes", nargs="+", required=True)
+    parser.add_argument("phase", choices=("build", "downstream", "search"))
+    parser.add_argument("--searches", nargs="+", default=[], help="search: label=compress output folder")
+    parser.add_argument("--shapes", nargs="+")
     parser.add_argument("--budgets", type=float, nargs="+", default=[15, 30, 60, 120])
     parser.add_argument("--corpus", default=CORPUS)
     parser.add_argument("--task")
@@ -113,7 +152,9 @@ def main() -> None:
     parser.add_argument("--runs-dir", default=str(RUNS_DIR / "general-students"))
     parser.add_argument("--data-dir", default=GLUE_DIR)
     args = parser.parse_args()
-    (build if args.phase == "build" else downstream)(args)
+    if args.phase != "search" and not args.shapes:
+        parser.error(f"{args.phase} needs --shapes")
+    {"build": build, "downstream": downstream, "search": search}[args.phase](args)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def general_students_section() -> list[str]:
     cpu = f", {last['cpu']['cpu']} ({', '.join(last['cpu']['int8_flags'])})" if "cpu" in last else ""
     lines += ["", f"Measured {last['date']}, {last['machine']}{cpu}, {last['torch_threads']} thread. "
                   f"Command: `{last['command']}`.", ""]
-    for task in sorted({key.split("/", 1)[0] for key in results if not key.startswith("build/")}):
+    for task in sorted({key.split("/", 1)[0] for key in results if not key.startswith(("build/", "search/"))}):
         rows = {key.split("/", 1)[1]: r for key, r in results.items() if key.startswith(f"{task}/")}
         starts = sorted({key.split("/")[1] for key in rows}, key=_start_order)
         task_shapes = sorted({key.split("/")[0] for key in rows})
@@ -43,7 +43,31 @@ def general_students_section() -> list[str]:
         scores = (f" (held-out {example['teacher_held_out']:.2f}, dev {example['teacher_dev']:.2f}; the majority "
                   f"class on dev: {example['majority_dev']:.2f})" if "teacher_dev" in example else "")
         lines += ["", f"Teacher: `{example['teacher']}`{scores}. Command: `{example['command']}`.", ""]
-    return lines + [note("general-students-reading"), ""]
+    return lines + search_lines(results) + [note("general-students-reading"), ""]
+
+
+def search_lines(results: dict) -> list[str]:
+    """Whole compress searches with and without general students and transfer sets (``search/``)."""
+    searches = {key.removeprefix("search/"): r for key, r in results.items() if key.startswith("search/")}
+    if not searches:
+        return []
+    lines = ["Whole `kdbert compress` searches (30 minutes, target 4x) with and without the parts:", "",
+             "| task | search | general students | transfer set | candidates trained (start) | winner (start) "
+             "| winner's steps | shipped dev (teacher) | kept | of the gain over majority |",
+             "|---|---|---|---|---|---|---:|---:|---:|---:|"]
+    for key, r in searches.items():
+        task, label = key.split("/", 1)
+        general = f"{r['general_students']['minutes']:g} min build" if r["general_students"] else "off"
+        transfer = ("augmented rows" + (f" + {r['transfer_rows']:,} text rows" if r["transfer_rows"] else "")
+                    if r["augmented"] else "off")
+        trained = ", ".join(f"{name} ({row['start']})" for name, row in r["trained"].items())
+        gain = ("-" if r["majority_dev"] is None else
+                f"{100 * (r['shipped_dev'] - r['majority_dev']) / (r['teacher_dev'] - r['majority_dev']):.1f}%")
+        lines.append(f"| {task} | {label} | {general} | {transfer} | {trained} | {r['winner']} ({r['winner_start']}) "
+                     f"| {r['winner_steps']} | {r['shipped_dev']:.2f} ({r['teacher_dev']:.2f}) "
+                     f"| {100 * r['kept_dev']:.1f}% | {gain} |")
+    machines = sorted({f"{r['date']}, {r['machine']}, {r['cpu']['cpu']}" for r in searches.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}; each search beside one other on the 2 cores.", ""]
 
 
 def _start_order(label: str) -> float:
