@@ -18,7 +18,7 @@ snapshot; held-out and dev (PyTorch) scores under ``<task>/<shape>/<start>``. Fi
 reused, so both phases resume.
 
     # 3. search: whole compress searches (bench_compress.py) with and without the parts, compared
-    python benchmarks/general_students.py search --task mrpc baseline=runs/engine/mrpc-tie \
+    python benchmarks/general_students.py search --task mrpc --searches baseline=runs/engine/mrpc-tie \
         general=runs/issue44/mrpc-x4-general all-on=runs/issue44/mrpc-x4-all-on
 
 ``search`` reads finished ``kdbert compress`` folders and records, under ``search/<task>/<label>``,
