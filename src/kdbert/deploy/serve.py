@@ -15,6 +15,7 @@ or texts the model cannot read.
 """
 
 import asyncio
+import gc
 import json
 import logging
 import time
@@ -284,6 +285,10 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, max_batch: int 
         torch.set_num_threads(threads)  # a PyTorch model's; ONNX Runtime's come with load()
     predictor = load(model, threads=threads, batch_size=min(max_batch, model_batch))
     app = create_app(predictor, str(model), max_batch, max_wait_ms, limits)
+    # what is loaded now (model, tokenizer, libraries) lives as long as the server: out of the cyclic
+    # collector's passes, whose full sweeps over it stalled every request in flight (BENCHMARKS.md)
+    gc.collect()
+    gc.freeze()
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, _exit_cleanly)
     uvicorn.run(app, host=host, port=port)
