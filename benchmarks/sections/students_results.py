@@ -52,7 +52,8 @@ def search_lines(results: dict) -> list[str]:
     if not searches:
         return []
     lines = ["Whole `kdbert compress` searches (30 minutes, target 4x) with and without the parts:", "",
-             "| task | search | general students | transfer set | candidates trained (start) | winner (start) "
+             "| task | search | general students | transfer set | candidates trained (start: held-out at steps) "
+             "| winner (start) "
              "| winner's steps | shipped dev (teacher) | kept | of the gain over majority |",
              "|---|---|---|---|---|---|---:|---:|---:|---:|"]
     for key, r in searches.items():
@@ -60,7 +61,8 @@ def search_lines(results: dict) -> list[str]:
         general = f"{r['general_students']['minutes']:g} min build" if r["general_students"] else "off"
         transfer = ("augmented rows" + (f" + {r['transfer_rows']:,} text rows" if r["transfer_rows"] else "")
                     if r["augmented"] else "off")
-        trained = ", ".join(f"{name} ({row['start']})" for name, row in r["trained"].items())
+        trained = ", ".join(f"{name} ({row['start']}: {row['held_out']:.1f} at {row['steps']})"
+                            for name, row in r["trained"].items())
         gain = ("-" if r["majority_dev"] is None else
                 f"{100 * (r['shipped_dev'] - r['majority_dev']) / (r['teacher_dev'] - r['majority_dev']):.1f}%")
         lines.append(f"| {task} | {label} | {general} | {transfer} | {trained} | {r['winner']} ({r['winner_start']}) "
