@@ -29,7 +29,8 @@ def add_commands(sub, table: dict) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
     p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH,
-                   help=f"most texts run together from concurrent requests (default {DEFAULT_MAX_BATCH}; 1: no batching)")
+                   help=f"most texts run together from concurrent requests (default {DEFAULT_MAX_BATCH}; "
+                        "1: no batching)")
     p.add_argument("--model-batch", type=int, default=DEFAULT_MODEL_BATCH,
                    help=f"most texts of one model call: a batch runs sorted by length in calls of this many "
                         f"(default {DEFAULT_MODEL_BATCH})")
