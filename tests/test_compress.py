@@ -340,11 +340,14 @@ def test_a_second_compress_on_a_search_under_way_joins_it_as_a_worker_and_exits_
                "--target-speedup", "0.01", "--no-progress", "--output-dir", str(out)]
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     leader = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
+    # the second process starts at once and imports kdbert while the first does, then runs compress as
+    # soon as the first leads: it joins long before the first's search can end, however slow the machine
+    joiner = subprocess.Popen([sys.executable, "-c", JOIN_ONCE_LED, str(out), *command[3:]], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=environment)
     deadline = time.time() + 300
     while "leader" not in _study_attrs(out, optuna, JournalStorage, JournalFileBackend):
         assert leader.poll() is None and time.time() < deadline, "the first compress never led its search"
         time.sleep(0.5)
-    joiner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
     joined, errors = joiner.communicate(timeout=600)
     assert leader.wait(timeout=600) == 0 and joiner.returncode == 0, errors[-2000:]
     leader_id = f"{socket.gethostname()}:{leader.pid}"
@@ -358,6 +361,30 @@ def test_a_second_compress_on_a_search_under_way_joins_it_as_a_worker_and_exits_
     keys = [(row["candidate"], row["rung"], row["steps"]) for row in segments]
     assert len(keys) == len(set(keys))  # no segment run twice
     assert not (out / "winner").is_dir() or report["winner"]["candidate"] in {row["candidate"] for row in segments}
+
+
+JOIN_ONCE_LED = """
+import sys, time
+from pathlib import Path
+
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+
+from kdbert.cli import main
+
+out = Path(sys.argv[1])
+while True:
+    if (out / "study.journal").is_file():
+        try:
+            storage = JournalStorage(JournalFileBackend(str(out / "study.journal")))
+            if "leader" in optuna.load_study(study_name="kdbert-compress", storage=storage).user_attrs:
+                break
+        except KeyError:
+            pass
+    time.sleep(0.1)
+sys.exit(main(sys.argv[2:]))
+"""
 
 
 def _study_attrs(out, optuna, JournalStorage, JournalFileBackend) -> dict:
