@@ -427,6 +427,9 @@ def serve_load_section() -> list[str]:
     results = load_results("serve_load")
     if not results:
         return []
+    # wrk before the first (httpx) measurement; the stub model, the server alone, after the models
+    results = dict(sorted(results.items(), key=lambda item: (item[1].get("client") != "wrk",
+                                                            item[1]["model"] == "stub", item[0] != "winner")))
     lines = ["## Serving under load (`benchmarks/serve_load.py`)", "", note("serve-load-intro"), "",
              "| model | client | batching | clients | p50 ms | p99 ms | requests/s | server's own mean ms |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
@@ -439,8 +442,12 @@ def serve_load_section() -> list[str]:
     for name, r in results.items():
         per_text = r.get("model_ms_per_text")
         batches = "" if not per_text else ("; per text at batch 1 / 8 / 32: "
-                                           + " / ".join(f"{ms:.2f}" for ms in per_text.values()) + " ms")
+                                           + " / ".join(f"{per_text[str(b)]:.2f}" for b in (1, 8, 32)) + " ms")
+        paced = f" ({r['model_batch1_paced_ms']:.2f} paced, 1 ms idle before each call)" \
+            if "model_batch1_paced_ms" in r else ""
+        alone = "a stub model that answers at once: the server's own cost" if r["model"] == "stub" else \
+            f"the model alone: {r['model_batch1_ms']:.2f} ms at batch 1{paced}{batches}"
         lines.append(f"- {name}: `{current_command(r['command'])}` ({r['date']}, {r['machine']}, {r['cpu']}); "
-                     f"the model alone: {r['model_batch1_ms']:.2f} ms at batch 1{batches}.")
+                     f"{alone}.")
     lines += ["", note("serve-load-reading"), ""]
     return lines

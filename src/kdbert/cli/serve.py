@@ -11,7 +11,7 @@ def cmd_serve(args) -> int:
 
     serve(args.model, host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
           threads=args.threads, limits=ServeLimits(max_texts=args.max_texts, max_chars=args.max_chars),
-          model_batch=args.model_batch)
+          model_batch=args.model_batch, access_log=args.access_log)
     return 0
 
 
@@ -41,3 +41,5 @@ def add_commands(sub, table: dict) -> None:
     p.add_argument("--max-chars", type=int, default=limits.max_chars,
                    help=f"most characters per text (default {limits.max_chars})")
     p.add_argument("--threads", type=int, help="CPU threads of the model (default: its runtime's own)")
+    p.add_argument("--access-log", action="store_true",
+                   help="log a line per request (default off: /metrics counts requests, errors and latency)")

@@ -7,7 +7,9 @@
 One worker owns the model: requests wait in a queue, and the worker runs them together, up to
 ``max_batch`` texts, in a thread of its own so that the event loop keeps taking requests. After the
 first request of a batch it waits up to ``max_wait_ms`` for more, and only while more requests are
-on their way: a lone client is never kept waiting. A batch's texts run sorted by length in model
+on their way: a lone client is never kept waiting. A lone request (one model call, nothing queued or
+arriving) runs on the event loop's own thread: handing it to the model thread and back slowed a
+lone client's answer, while the loop had nothing else to do. A batch's texts run sorted by length in model
 calls of at most ``model_batch`` texts, so that a short text is not padded to a long one's length
 (the padding cost more than larger calls saved: measured in BENCHMARKS.md, "Serving under load"). Bad input is answered with a 4xx and a one-line
 ``{"detail": ...}``: 400 for a body that is not JSON, 413 past the limits, 422 for the wrong shape
@@ -32,7 +34,7 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 JSON_BYTES_PER_CHAR = 12  # the longest JSON spelling of one character: a surrogate pair, \ud83d\ude00
 
-__all__ = ["BadRequest", "BatchingWorker", "ServeLimits", "create_app", "parse_request", "serve"]
+__all__ = ["BadRequest", "BatchingWorker", "ServeLimits", "create_app", "parse_request", "serve", "serve_predictor"]
 
 
 class BadRequest(Exception):
@@ -162,9 +164,12 @@ class BatchingWorker:
     async def _answer(self, group: list[_Request]) -> None:
         """Run a group of requests of one kind (texts or pairs) as one call; when the model refuses
         the call, run each request alone, so that only those it refuses get the error."""
-        loop = asyncio.get_running_loop()
+        items = [item for request in group for item in request.items]
         try:
-            records = await loop.run_in_executor(self.executor, self._predict, [i for r in group for i in r.items])
+            if self._alone(group, items):
+                records = self._predict(items)
+            else:
+                records = await asyncio.get_running_loop().run_in_executor(self.executor, self._predict, items)
         except Exception as exc:
             if len(group) == 1:
                 _fail(group[0], exc)
@@ -177,6 +182,12 @@ class BatchingWorker:
             if not request.answer.done():
                 request.answer.set_result(records[start:start + len(request.items)])
             start += len(request.items)
+
+    def _alone(self, group: list[_Request], items: list) -> bool:
+        """Whether ``group`` is one request of one model call with no other request queued, held
+        or being read: nothing the event loop would take in while the model runs."""
+        return (len(group) == 1 and len(items) <= self.predictor.batch_size and self.queue.empty()
+                and self.held is None and not self.arriving)
 
     def _predict(self, items: list) -> list[dict]:
         records = self.predictor.predict(items)
@@ -268,12 +279,11 @@ def create_app(predictor, model_path: str, max_batch: int = DEFAULT_MAX_BATCH,
 
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, max_batch: int = DEFAULT_MAX_BATCH,
           max_wait_ms: float = DEFAULT_MAX_WAIT_MS, threads: int | None = None,
-          limits: ServeLimits = ServeLimits(), model_batch: int = DEFAULT_MODEL_BATCH) -> None:
-    """Load ``model`` and serve it until SIGTERM or SIGINT, which let requests in flight finish."""
-    import signal
-
-    import uvicorn
-
+          limits: ServeLimits = ServeLimits(), model_batch: int = DEFAULT_MODEL_BATCH,
+          access_log: bool = False) -> None:
+    """Load ``model`` and serve it until SIGTERM or SIGINT, which let requests in flight finish;
+    ``access_log``: uvicorn's line per request (off by default: formatting and writing it was a
+    sizeable share of the event loop's time per request; ``/metrics`` counts requests and errors)."""
     from kdbert.deploy.predict import load
 
     if min(max_batch, model_batch, limits.max_texts, limits.max_chars) < 1 or max_wait_ms < 0:
@@ -284,14 +294,25 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, max_batch: int 
 
         torch.set_num_threads(threads)  # a PyTorch model's; ONNX Runtime's come with load()
     predictor = load(model, threads=threads, batch_size=min(max_batch, model_batch))
-    app = create_app(predictor, str(model), max_batch, max_wait_ms, limits)
+    serve_predictor(predictor, str(model), host, port, max_batch, max_wait_ms, limits, access_log)
+
+
+def serve_predictor(predictor, model_path: str, host: str = "127.0.0.1", port: int = 8000,
+                    max_batch: int = DEFAULT_MAX_BATCH, max_wait_ms: float = DEFAULT_MAX_WAIT_MS,
+                    limits: ServeLimits = ServeLimits(), access_log: bool = False) -> None:
+    """Serve a loaded ``predictor`` (see :func:`create_app`) until SIGTERM or SIGINT."""
+    import signal
+
+    import uvicorn
+
+    app = create_app(predictor, model_path, max_batch, max_wait_ms, limits)
     # what is loaded now (model, tokenizer, libraries) lives as long as the server: out of the cyclic
-    # collector's passes, whose full sweeps over it stalled every request in flight (BENCHMARKS.md)
+    # collector's passes, whose full sweeps over it stalled requests in flight
     gc.collect()
     gc.freeze()
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, _exit_cleanly)
-    uvicorn.run(app, host=host, port=port)
+    uvicorn.run(app, host=host, port=port, access_log=access_log)
 
 
 def _exit_cleanly(signum, frame) -> None:
