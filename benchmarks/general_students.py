@@ -21,6 +21,16 @@ reused, so both phases resume.
     python benchmarks/general_students.py search --task mrpc --searches baseline=runs/engine/mrpc-tie \
         general=runs/issue44/mrpc-x4-general all-on=runs/issue44/mrpc-x4-all-on
 
+    # 4. tinybert: TinyBERT's general distillation of the same shapes, the build's rival
+    OMP_NUM_THREADS=1 python benchmarks/general_students.py tinybert --shapes bert-2x128 bert-2x256 --steps 351
+
+``tinybert`` runs ``kdbert distill general --method tinybert`` (embedding, attention averaged over
+heads, and hidden-state MSE through fitted projections, on the uniform layer map) for each shape,
+from the same weight-selection start and with the build's base, corpus, batch, sequence length and
+learning rate, for ``--steps`` steps (351: the build's at 30 minutes, so both have seen the same
+sequences); the folders land in ``<runs-dir>/tinybert/<steps>/<shape>``, and ``downstream`` then
+distils them too, as the start ``tinybert-<steps>steps``.
+
 ``search`` reads finished ``kdbert compress`` folders and records, under ``search/<task>/<label>``,
 what each had on (general students, augmented twins, transfer text), the candidates it trained and
 how each started, the winner and its steps, and the shipped dev score against the teacher's and
@@ -32,6 +42,8 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from common import machine_info, save_result
@@ -90,7 +102,9 @@ def downstream(args) -> None:
         selection = runs / name / "start-selection"
         if not (selection / "config.json").is_file():
             build_from_teacher(candidate, args.teacher, task, selection, context)
-        starts = {"selection": selection, **{f"general-{p.name}min": p / name for p in snapshots}}
+        tinybert_runs = sorted(p.parent for p in (root / "tinybert").glob(f"*/{name}/general_report.json"))
+        starts = {"selection": selection, **{f"general-{p.name}min": p / name for p in snapshots},
+                  **{f"tinybert-{p.parent.name}steps": p for p in tinybert_runs}}
         for label, start in starts.items():
             out = runs / name / label
             if (out / "distill_report.json").is_file():
@@ -108,6 +122,34 @@ def downstream(args) -> None:
                 "command": f"OMP_NUM_THREADS=1 python benchmarks/general_students.py downstream --task {args.task} "
                            f"--teacher {args.teacher} --shapes {' '.join(args.shapes)} --steps {args.steps}"})
             print(f"{args.task} {name} {label}: {row}", flush=True)
+
+
+def tinybert(args) -> None:
+    from kdbert.core.loading import load_encoder
+    from kdbert.families.bert import speed_shapes, student_config
+
+    base, _ = load_encoder("default")
+    shapes = speed_shapes(base.config)
+    root = Path(args.runs_dir) / "tinybert" / str(args.steps)
+    for name in args.shapes:
+        out = root / name
+        if not (out / "general_report.json").is_file():
+            shape_folder = root / f"{name}.config"
+            student_config(None, base.config, 2, **shapes[name]).save_pretrained(shape_folder)
+            command = ["distill", "general", "--method", "tinybert", "--student", str(shape_folder),
+                       "--student-init", "teacher-weights", "--head-average", "--projection-init", "fit",
+                       "--corpus", args.corpus, "--max-steps", str(args.steps), "--batch-size", "32",
+                       "--max-seq-len", "128", "--learning-rate", "1e-4", "--save-every", "50", "--no-progress",
+                       "--output-dir", str(out), *(["--resume"] if (out / "run_config.json").is_file() else [])]
+            subprocess.run([sys.executable, "-m", "kdbert.cli", *command], check=True)
+        report = json.loads((out / "general_report.json").read_text())
+        losses = report["stage_losses"]["general"]
+        save_result("general_students", f"tinybert/{args.steps}/{name}", {
+            **machine_info(), "cpu": cpu_int8_facts(), "steps": args.steps, "train_seconds": report["train_seconds"],
+            "first_loss": losses[0]["loss"], "last_loss": losses[-1]["loss"],
+            "command": f"OMP_NUM_THREADS=1 python benchmarks/general_students.py tinybert --shapes "
+                       f"{' '.join(args.shapes)} --steps {args.steps}"})
+        print(f"tinybert {name}: {args.steps} steps in {report['train_seconds']:.0f} s", flush=True)
 
 
 def search(args) -> None:
@@ -141,7 +183,7 @@ def search(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("phase", choices=("build", "downstream", "search"))
+    parser.add_argument("phase", choices=("build", "downstream", "tinybert", "search"))
     parser.add_argument("--searches", nargs="+", default=[], help="search: label=compress output folder")
     parser.add_argument("--shapes", nargs="+")
     parser.add_argument("--budgets", type=float, nargs="+", default=[15, 30, 60, 120])
@@ -154,7 +196,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.phase != "search" and not args.shapes:
         parser.error(f"{args.phase} needs --shapes")
-    {"build": build, "downstream": downstream, "search": search}[args.phase](args)
+    {"build": build, "downstream": downstream, "tinybert": tinybert, "search": search}[args.phase](args)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ def general_students_section() -> list[str]:
     cpu = f", {last['cpu']['cpu']} ({', '.join(last['cpu']['int8_flags'])})" if "cpu" in last else ""
     lines += ["", f"Measured {last['date']}, {last['machine']}{cpu}, {last['torch_threads']} thread. "
                   f"Command: `{last['command']}`.", ""]
-    for task in sorted({key.split("/", 1)[0] for key in results if not key.startswith(("build/", "search/"))}):
+    lines += tinybert_lines(results)
+    for task in sorted({key.split("/", 1)[0] for key in results
+                        if not key.startswith(("build/", "search/", "tinybert/"))}):
         rows = {key.split("/", 1)[1]: r for key, r in results.items() if key.startswith(f"{task}/")}
         starts = sorted({key.split("/")[1] for key in rows}, key=_start_order)
         task_shapes = sorted({key.split("/")[0] for key in rows})
@@ -72,6 +74,25 @@ def search_lines(results: dict) -> list[str]:
     return lines + ["", f"Measured {'; '.join(machines)}; each search beside one other on the 2 cores.", ""]
 
 
-def _start_order(label: str) -> float:
-    """selection first, then the general starts by build minutes."""
-    return -1.0 if label == "selection" else float(label.removeprefix("general-").removesuffix("min"))
+def tinybert_lines(results: dict) -> list[str]:
+    """TinyBERT's general distillation of the same shapes, the build's rival (``tinybert/``)."""
+    runs = {key.removeprefix("tinybert/"): r for key, r in results.items() if key.startswith("tinybert/")}
+    if not runs:
+        return []
+    lines = ["The rival: TinyBERT's general distillation (`kdbert distill general --method tinybert`, attention "
+             "averaged over heads, fitted projections) of each shape alone, from the same start:", "",
+             "| shape | steps | s / step | training loss, first logged -> last |", "|---|---:|---:|---|"]
+    for key, r in sorted(runs.items()):
+        lines.append(f"| {key.split('/')[1]} | {r['steps']} | {r['train_seconds'] / r['steps']:.1f} "
+                     f"| {r['first_loss']:.3f} -> {r['last_loss']:.3f} |")
+    example = next(iter(runs.values()))
+    return lines + ["", f"Measured {example['date']}, {example['machine']}. Command: `{example['command']}`.", ""]
+
+
+def _start_order(label: str) -> tuple[int, float]:
+    """selection first, then the general starts by build minutes, then TinyBERT's by steps."""
+    if label == "selection":
+        return 0, 0.0
+    if label.startswith("tinybert-"):
+        return 2, float(label.removeprefix("tinybert-").removesuffix("steps"))
+    return 1, float(label.removeprefix("general-").removesuffix("min"))
