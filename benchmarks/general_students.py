@@ -46,7 +46,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import machine_info, save_result
+from common import load_results, machine_info, save_result
 from paths import CORPUS, GLUE_DIR, RUNS_DIR
 
 from kdbert.compress.build import build_from_teacher
@@ -93,6 +93,7 @@ def downstream(args) -> None:
     reference = {"teacher_held_out": teacher["selection_score"], "teacher_dev": teacher["score"],
                  "majority_dev": majority_score(load_task(task))}
     offered = {c.name: c for c in all_candidates(context)}
+    recorded = load_results("general_students")
     root = Path(args.runs_dir)
     runs = root / "downstream" / args.task
     snapshots = sorted((p for p in (root / "snapshots").iterdir() if (p / "build.json").is_file()),
@@ -108,6 +109,8 @@ def downstream(args) -> None:
         for label, start in starts.items():
             out = runs / name / label
             if (out / "distill_report.json").is_file():
+                if f"{args.task}/{name}/{label}" in recorded:  # kept with the date it was measured
+                    continue
                 report = json.loads((out / "distill_report.json").read_text())
             else:
                 options = {**run_options(candidate, args.steps, SearchSettings(), str(runs / "teacher-cache")),
