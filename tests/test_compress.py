@@ -596,6 +596,18 @@ def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hol
     stamp = (out / "augmented.jsonl").stat().st_mtime_ns
     assert main(args) == 0 and (out / "augmented.jsonl").stat().st_mtime_ns == stamp  # resumed: reused
     capsys.readouterr()
+    # more training rows than augmentation would add: no variants, said in one line
+    large = tmp_path / "large"
+    assert main([*args[:-2], "--output-dir", str(large), "--augment-max-rows", "10"]) == 0
+    report = json.loads((large / "compress_report.json").read_text())
+    assert [row["candidate"] for row in report["search"]["rounds"][0]] == ["bilstm-h150"]
+    assert report["augmentation"] is None and not (large / "augmented.jsonl").exists()
+    assert report["augmentation_skipped"].startswith("--augment: no augmented variants: the 11 training rows are "
+                                                     "more than --augment-max-rows 10")
+    assert report["augmentation_skipped"] in capsys.readouterr().out
+    assert main([*args[:-2], "--output-dir", str(tmp_path / "at-cap"), "--augment-max-rows", "11"]) == 0
+    at_cap = json.loads((tmp_path / "at-cap" / "compress_report.json").read_text())
+    assert sorted(row["candidate"] for row in at_cap["search"]["rounds"][0]) == ["bilstm-h150", "bilstm-h150-aug"]
     assert main([*args[:-2], "--output-dir", str(tmp_path / "other"), "--augment", "lstm"]) == 2
     assert "--augment lstm: unknown kind 'lstm'; use kinds among bert, mobilebert, bilstm" in capsys.readouterr().err
 

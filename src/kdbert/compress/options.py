@@ -88,7 +88,8 @@ class CompressConfig(CheckedOptions):
     augment_copies: int = option(20, "augmentation: versions tried per training row, at most", type=int,
                                  group="compress", check=POSITIVE_INT)
     augment_max_rows: int = option(50_000, "augmentation: new rows in all, at most (fewer versions per row on large "
-                                           "tasks; the teacher labels each once)", type=int, group="compress",
+                                           "tasks; the teacher labels each once); a task with more training rows "
+                                           "gets no augmented variants", type=int, group="compress",
                                    check=POSITIVE_INT)
     augment_labelling_share: float = option(0.1, "augmentation: the share of --budget-minutes the teacher may "
                                                  "spend labelling the new rows (their number is capped by its "
@@ -124,7 +125,6 @@ OUTSIDE_IDENTITY = {
     "length_rows": "the timings are measured once and reused",
     "first_round_share": "a resumed search plans a new window",
     "augment_copies": "the augmented rows are written once per search and reused",
-    "augment_max_rows": "the augmented rows are written once per search and reused",
     "augment_labelling_share": "the augmented rows are written once per search and reused",
     "nltk_data": "where the POS tagger is, not what it tags",
     "students_store": "where general students are looked for; the build found is in the identity",

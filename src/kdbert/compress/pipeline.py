@@ -285,7 +285,14 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                           f"{len(offered)} candidates on this machine ({deadline.spent():.0f} s spent) and none of "
                           f"them meets the target ({str(err).split(': ', 1)[1].split('; ')[0]}); raise "
                           "--budget-minutes") from None
-    kept = with_variants([c for c in timed if c.name in fast], augment.kinds)
+    kinds = augment.kinds_for(len(train_rows))
+    skipped = None
+    if augment.kinds and not kinds:
+        skipped = (f"--augment: no augmented variants: the {len(train_rows):,} training rows are more than "
+                   f"--augment-max-rows {augment.max_rows:,}, the most new rows it writes, so the variants would "
+                   "only share the budget (raise --augment-max-rows to augment anyway)")
+        progress.line(skipped)
+    kept = with_variants([c for c in timed if c.name in fast], kinds)
     table = with_variant_rows(table, kept)
     latency = {name: row["latency_real_p50_ms"] for name, row in table["candidates"].items()}
     general_starts = frozenset(c.name for c in kept if general and base_name(c.name) in general.shapes)
@@ -310,7 +317,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         starts = {c.name: search.start_of(plan, c.name) for c in kept}
     with progress.phase("finishing"):
         report = _finish(scored, config, out, data, teacher, table, searched, goal, speed_settings, deadline)
-    report.update(augmentation=augmentation, teacher_saw_held_out_rows=saw_held_out, starts=starts,
+    report.update(augmentation=augmentation, augmentation_skipped=skipped, teacher_saw_held_out_rows=saw_held_out,
+                  starts=starts,
                   general_students=general and {"folder": str(general.folder), "base": general.facts["base"],
                                                 "key": general.facts["key"], "steps": general.facts["steps"],
                                                 "minutes": general.facts["trained_seconds"] / 60}, budget={
