@@ -152,7 +152,7 @@ def models(tmp_path_factory, tiny_tokenizer):
                                for i, w in enumerate(WORDS)) + "\n")
     tiny_bert_config(tiny_tokenizer, hidden_size=8, num_attention_heads=4, intermediate_size=16).save_pretrained(
         root / "student-config")
-    write_glue_task(root / "glue", "RTE", n_train=2400)  # augmentation writes 256 rows per chunk
+    write_glue_task(root / "glue", "RTE", n_train=1600)  # augmentation writes 256 rows per chunk: 7 chunks, 5 kills
     return {"teacher": save_tiny_classifier(root / "teacher", tiny_tokenizer, hidden_size=32, num_hidden_layers=4),
             "mlm": root / "mlm", "corpus": corpus, "glove": glove, "student": root / "student-config",
             "glue": root / "glue"}
@@ -175,6 +175,13 @@ def test_finetuning_killed_five_times(tmp_path, models, glue_dir, precision):
     straight, resumed = run_both(tmp_path, command)
     assert_same_run(straight, resumed)
     assert json.loads((straight / "metrics.json").read_text()) == json.loads((resumed / "metrics.json").read_text())
+    # the log holds each step's record once: what a killed run logged past its checkpoint is dropped on resume
+    assert logged_steps(resumed) == logged_steps(straight) and logged_steps(straight)[-1][0] == 150
+
+
+def logged_steps(run: Path) -> list[tuple[int, bool]]:
+    """(step, is an evaluation) of each record of a run's ``log.jsonl``, in order."""
+    return [(record["step"], "eval" in record) for record in map(json.loads, (run / "log.jsonl").read_text().splitlines())]
 
 
 def test_tinybert_two_stages_killed_five_times(tmp_path, models, glue_dir):

@@ -1,12 +1,8 @@
-"""The shared trainer: resume after a kill, NaN stop, checkpoints, output-dir safety."""
+"""The shared trainer: NaN stop, checkpoints, output-dir safety (resume after a kill: test_kill_resume)."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -18,43 +14,6 @@ from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.errors import KdbertError
 from kdbert.core.run_folder import prepare_output_dir
 from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
-
-
-def finetune_command(model_dir, glue_dir, out, *extra):
-    return [sys.executable, "-m", "kdbert.cli", "finetune", "--model", str(model_dir), "--task", "rte",
-            "--data-dir", str(glue_dir), "--output-dir", str(out), "--max-steps", "160", "--batch-size", "4",
-            "--eval-every", "8", "--learning-rate", "1e-3", "--no-progress", *extra]
-
-
-def test_resume_after_kill_matches_uninterrupted_run(tmp_path, tiny_classifier_dir, glue_dir):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    straight = tmp_path / "straight"
-    subprocess.run(finetune_command(tiny_classifier_dir, glue_dir, straight), check=True, env=env,
-                   capture_output=True)
-
-    killed = tmp_path / "killed"
-    process = subprocess.Popen(finetune_command(tiny_classifier_dir, glue_dir, killed), env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and not list((killed / "checkpoints").glob("checkpoint-*[0-9]")):
-        time.sleep(0.005)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert not (killed / "train_report.json").exists(), "the run finished before it could be killed"
-
-    subprocess.run(finetune_command(tiny_classifier_dir, glue_dir, killed, "--resume"), check=True, env=env,
-                   capture_output=True)
-    a = json.loads((straight / "metrics.json").read_text())
-    b = json.loads((killed / "metrics.json").read_text())
-    assert a == b
-    weights_a = load_file(straight / "model.safetensors")
-    weights_b = load_file(killed / "model.safetensors")
-    for name in weights_a:
-        torch.testing.assert_close(weights_a[name], weights_b[name], rtol=0, atol=1e-6)
-    history = [json.loads(line) for line in (killed / "log.jsonl").read_text().splitlines()]
-    assert history[-1]["step"] == 160
-    steps = [(r["step"], "eval" in r) for r in history]
-    assert len(steps) == len(set(steps)), "records of the killed run past its checkpoint must be dropped"
 
 
 def _toy_stage(loss_fn, n=12, **config):
