@@ -5,9 +5,11 @@ Everything here is built locally in a temporary folder: no test downloads anythi
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import os
 import random
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -27,6 +29,7 @@ os.environ["KDBERT_MIXED_PRECISION"] = "no"
 # General students are looked for in a store of the tests' own (empty unless a test builds there),
 # never in the user's ~/.cache/kdbert/students.
 os.environ["KDBERT_STUDENTS"] = tempfile.mkdtemp(prefix="kdbert-students-")
+atexit.register(shutil.rmtree, os.environ["KDBERT_STUDENTS"], ignore_errors=True)
 # No tqdm monitor thread: tests/test_kill_resume.py forks this process, and a child forked while
 # the monitor holds tqdm's lock hangs at its first progress bar (seen once in a full run).
 tqdm.tqdm.monitor_interval = 0

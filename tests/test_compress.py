@@ -54,7 +54,7 @@ def test_speed_table_is_measured_once_and_targets_filter_it(env, monkeypatch):
     table = speed.measure_speed(env["teacher"], env["task"], out, settings, chosen)
     assert json.loads((out / "speed.json").read_text()) == table
     assert set(table["candidates"]) == {"bert-1x128", "bilstm-h150"}
-    assert (out / "speed" / "bert-1x128" / "model.int8.onnx").is_file()
+    assert not (out / "speed" / "bert-1x128").exists()  # random weights, timed: nothing later needs them
     for row in table["candidates"].values():
         assert row["speedup"] == table["teacher"]["latency_real_p50_ms"] / row["latency_real_p50_ms"]
     assert table["candidates"]["bert-1x128"]["shape"] == {"num_hidden_layers": 1, "hidden_size": 128,

@@ -10,9 +10,10 @@ a throughput batch (:func:`kdbert.deploy.onnx_runtime.bench_onnx`)::
     speedup = teacher latency_real_p50_ms / candidate latency_real_p50_ms
 
 A candidate meets the target when ``speedup >= target_speedup`` (or ``latency_real_p50_ms <=
-target_latency_ms``). Every export and the table (``speed.json``) stay in the output folder, so
-a rerun measures only what is missing (or a candidate whose shape changed, e.g. the BiLSTM's
-embedding size with other word vectors). Each row also keeps what its export and its timing cost
+target_latency_ms``). The table (``speed.json``) and the teacher's export stay in the output
+folder; a candidate's export, random weights that no later step uses, is removed once timed (tens
+of megabytes each). A rerun measures only what is missing (or a candidate whose shape changed,
+e.g. the BiLSTM's embedding size with other word vectors). Each row also keeps what its export and its timing cost
 here (``export_seconds``, ``timing_seconds``; the teacher's export includes its int8 choice and
 its scores on the task's rows): the finishing phase is estimated from them
 (:func:`kdbert.compress.budget.finishing_seconds`). With ``stop_at``, the candidates are timed in
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +182,7 @@ def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir:
         row["speedup"] = table["teacher"]["latency_real_p50_ms"] / row["latency_real_p50_ms"]
         table["candidates"][candidate.name] = {"family": candidate.family, "shape": dict(candidate.shape), **row}
         write_json(out / TABLE, table)
+        shutil.rmtree(folder)
         timed.append(clock() - started)
     return table
 
