@@ -18,9 +18,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from conftest import save_tiny_classifier
 from kdbert.cli import main
-from kdbert.data.load import TaskOptions
+from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.export import export_classifier
-from kdbert.deploy.int8_choice import MAX_SCORE_DROP, pick_int8
+from kdbert.deploy.int8_choice import MAX_SCORE_DROP, choose_int8, pick_int8
 from kdbert.deploy.int8_kernels import REDUCED_WEIGHT_MAX, largest_weight, saturation_note, target_for_weights
 from kdbert.deploy.onnx_runtime import ort_session
 from kdbert.deploy.quantize import INT8_METHODS, calibration_batches, quantize_int8
@@ -215,21 +215,50 @@ def test_with_held_out_rows_auto_chooses_on_them_and_dev_only_reports(bert_and_t
     assert int8["chosen_on"] == "held-out" and "fp32 held-out score" in int8["rule"]
     assert (int8["method"], int8["rule"]) == pick_int8(int8["variants"], int8["fp32_held_out_score"],
                                                        "held_out_score")
-    assert all({"held_out_score", "dev_score"} <= set(v) for v in int8["variants"].values() if "error" not in v)
+    assert all({"held_out_score", "dev_score"} <= set(v) for v in int8["variants"].values()
+               if "error" not in v and "skipped" not in v)
+
+
+def choose_on_scores(bert_and_task, folder, dev: dict[str, float], time_left=None) -> tuple[dict, dict, list]:
+    """``choose_int8`` of the tiny BERT's export in ``folder`` with an evaluator that gives each graph
+    the score ``dev[file name]``; also the graphs it scored, in order."""
+    model, encoder, task = bert_and_task
+    export_classifier(model, encoder, folder)
+    family = family_of_folder(folder)
+    scored = []
+
+    def evaluator(runner):
+        scored.append(runner.file.name)
+        return {"score": dev[runner.file.name]}
+
+    int8, metrics = choose_int8(folder / "model.onnx", folder / "model.int8.onnx", "auto", family, encoder,
+                                family.input_spec(model), load_task(task), evaluator, 64, time_left=time_left)
+    return int8, metrics, scored
+
+
+def test_auto_stops_calibrating_at_the_first_static_method_that_keeps_the_score(bert_and_task, tmp_path):
+    # minmax drops 2 points, percentile 0.4 (within MAX_SCORE_DROP), entropy would score best
+    dev = {"model.onnx": 80.0, "dynamic.int8.onnx": 79.0, "static-minmax.int8.onnx": 78.0,
+           "static-percentile.int8.onnx": 79.6, "static-entropy.int8.onnx": 90.0}
+    int8, metrics, scored = choose_on_scores(bert_and_task, tmp_path / "export", dev)
+    assert scored == ["model.onnx", "dynamic.int8.onnx", "static-minmax.int8.onnx", "static-percentile.int8.onnx"]
+    assert int8["variants"]["static-entropy"] == {
+        "skipped": "static-percentile kept the score, and a static graph's speed does not depend on its calibration"}
+    assert int8["method"] == "static-percentile"  # dynamic is 1 point down
+    assert metrics == {"onnx_fp32": {"score": 80.0}, "onnx_int8": {"score": 79.6}}
 
 
 def test_with_a_deadline_auto_makes_dynamic_first_and_a_static_method_only_while_it_fits(bert_and_task, tmp_path):
-    model, encoder, task = bert_and_task
+    dev = {"model.onnx": 80.0, "dynamic.int8.onnx": 80.0, "static-minmax.int8.onnx": 70.0}  # minmax: not kept
     # asked once per static method, in INT8_METHODS' order: time for the first, none after it
-    time_left = iter([1e9, -1.0, -1.0]).__next__
-    report = export_classifier(model, encoder, tmp_path / "export", quantize="int8", task=task,
-                               int8_time_left=time_left)
-    variants = report["quantization"]["variants"]
+    int8, _, _ = choose_on_scores(bert_and_task, tmp_path / "export", dev, iter([1e9, -1.0, -1.0]).__next__)
+    variants = int8["variants"]
     made = [name for name, v in variants.items() if "latency_real_p50_ms" in v]
     assert made == ["dynamic", "static-minmax"] and list(variants) == list(INT8_METHODS)
     assert all(variants[name]["skipped"].startswith("would end past the export's deadline (about ")
                for name in ("static-percentile", "static-entropy"))
-    assert report["quantization"]["method"] in made
+    assert int8["method"] == "dynamic"
+    model, encoder, task = bert_and_task
     nothing_left = export_classifier(model, encoder, tmp_path / "late", quantize="int8", task=task,
                                      int8_time_left=lambda: 0.0)["quantization"]
     assert nothing_left["method"] == "dynamic" and nothing_left["calibration_rows"] == 0

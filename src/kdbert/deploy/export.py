@@ -76,13 +76,14 @@ def _parity_rows(family: Family, encoder, spec: InputSpec, evaluator, task_name:
 
 
 def _parity(model: nn.Module, spec: InputSpec, encoder, files: dict[str, Path], evaluator, task_name: str | None,
-            seq_len: int, batch_size: int) -> tuple[dict, dict]:
-    """Logit differences and (with a task) dev metrics of PyTorch and every exported file."""
+            seq_len: int, batch_size: int, scored: dict[str, dict]) -> tuple[dict, dict]:
+    """Logit differences and (with a task) dev metrics of PyTorch and every exported file
+    (``scored``: the metrics of those already scored, by runner name)."""
     family = family_of_model(model)
     runners = {"pytorch": family.runner(model, spec)}
     runners.update({f"onnx_{precision}": OnnxClassifier(file, load_encoder=False) for precision, file in files.items()})
     predict, examples, source = _parity_rows(family, encoder, spec, evaluator, task_name, seq_len, batch_size)
-    metrics = {name: evaluator(runner) for name, runner in runners.items()} if evaluator else {}
+    metrics = {name: scored.get(name) or evaluator(runner) for name, runner in runners.items()} if evaluator else {}
     reference = predict(runners["pytorch"])
     parity: dict[str, Any] = {"examples": examples, "source": source, "max_seq_len": seq_len,
                               "tolerance": PARITY_TOLERANCE}
@@ -158,9 +159,9 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
         graph_report = export_graph(exported, tmp / FP32_FILE, spec, graph)
         files = {"fp32": tmp / FP32_FILE}
         evaluator = None if data is None else family.evaluator(data, encoder, max_seq_len, batch_size)
-        int8_report = None
+        int8_report, scored = None, {}
         if quantize == "int8":
-            int8_report = choose_int8(tmp / FP32_FILE, tmp / INT8_FILE, int8_method, family, encoder, spec, data,
+            int8_report, scored = choose_int8(tmp / FP32_FILE, tmp / INT8_FILE, int8_method, family, encoder, spec, data,
                                       evaluator, max_seq_len, threads=torch.get_num_threads(), target=int8_target,
                                       time_left=int8_time_left)
             files["int8"] = tmp / INT8_FILE
@@ -168,7 +169,7 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
         if getattr(model, "config", None) is not None and hasattr(model.config, "save_pretrained"):
             model.config.save_pretrained(tmp)
         parity, metrics = _parity(model, spec, encoder, files, evaluator, data and data.spec.name, max_seq_len,
-                                  batch_size)
+                                  batch_size, scored)
         params = count_parameters(exported)
         limit = spec.max_positions or max(FLOP_LENGTHS)
         flops = {str(length): count_flops(exported, length) for length in FLOP_LENGTHS if length <= limit}

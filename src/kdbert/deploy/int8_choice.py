@@ -2,7 +2,10 @@
 scored and timed at batch 1 at the rows' own lengths, on the task's held-out training rows when it
 has them (``--held-out-fraction``), else on dev.
 
-``--int8-method auto`` (the default) keeps::
+``--int8-method auto`` (the default) makes ``dynamic``, then the static methods in turn (minmax,
+percentile, entropy) until one keeps the score: every static graph has the same operators, only
+its scales differ, so a later calibration could win only by the noise of the timing (the others are
+recorded as ``skipped``). Of those made it keeps::
 
     the fastest method m (median batch-1 latency over the rows) with
         score_fp32 - score_m <= MAX_SCORE_DROP points (score_fp32: the ORT fp32 graph's score)
@@ -76,12 +79,14 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
                 evaluator=None, max_seq_len: int = 128, threads: int | None = None, target: str = "any",
                 time_left: Callable[[], float] | None = None) -> dict:
     """Quantise ``fp32_file`` into ``int8_file`` with ``method`` (one of :data:`INT8_CHOICES`) for
-    ``target`` CPUs and return what was chosen and why: ``{"method", "requested", "rule",
+    ``target`` CPUs and return what was chosen and why, ``{"method", "requested", "rule",
     "chosen_on", "target", "weight_bits", "largest_weight", "quantised_and_checked_on" (this machine's
     :func:`~kdbert.deploy.int8_kernels.cpu_int8_facts`), "variants": {method: {"held_out_score",
-    "dev_score", "latency_real_p50_ms", "size_mb"} | {"error"} | {"skipped"}}, ...}``. ``data``
-    (a TaskData) and ``evaluator`` (its family's evaluator) are needed by the static methods and by
-    ``auto``; ``time_left()``, the seconds to ``auto``'s deadline (module doc)."""
+    "dev_score", "latency_real_p50_ms", "size_mb"} | {"error"} | {"skipped"}}, ...}``, with the
+    ``evaluator``'s metrics of the graphs it scored (``{"onnx_fp32", "onnx_int8"}``; ``auto``
+    only), so that the export need not score them again. ``data`` (a TaskData) and ``evaluator``
+    (its family's evaluator) are needed by the static methods and by ``auto``; ``time_left()``, the
+    seconds to ``auto``'s deadline (module doc)."""
     from kdbert.deploy.onnx_runtime import OnnxClassifier
 
     if method not in INT8_CHOICES:
@@ -93,29 +98,37 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
             raise KdbertError(f"--int8-method {method} calibrates on the task's training rows; pass --task")
         quantize_int8(fp32_file, int8_file, target=target)
         return {"method": "dynamic", "requested": method, **_weights(int8_file, target),
-                "rule": "no task: dynamic (static methods need training rows to calibrate, rows to check)"}
+                "rule": "no task: dynamic (static methods need training rows to calibrate, rows to check)"}, {}
     if method != "auto":
         calibration, calibration_rows = (None, 0) if method == "dynamic" else _calibration(
             family, encoder, spec, data, max_seq_len)
         quantize_int8(fp32_file, int8_file, method, calibration, target=target)
         return {"method": method, "requested": method, "calibration_rows": calibration_rows,
-                **_weights(int8_file, target), "rule": "requested"}
+                **_weights(int8_file, target), "rule": "requested"}, {}
     held_out = bool(data.held_out)
     score = "held_out_score" if held_out else "dev_score"
 
-    def scores(runner) -> dict:
-        metrics = evaluator(runner)
-        return {"dev_score": metrics["score"], **({"held_out_score": metrics["selection_score"]} if held_out else {})}
+    metrics: dict[str, dict] = {}  # the evaluator's metrics of each graph scored
+
+    def scores(name: str, file: Path) -> dict:
+        metrics[name] = evaluator(OnnxClassifier(file, threads=threads, load_encoder=False))
+        return {"dev_score": metrics[name]["score"],
+                **({"held_out_score": metrics[name]["selection_score"]} if held_out else {})}
 
     began = time.perf_counter()
-    fp32 = scores(OnnxClassifier(fp32_file, threads=threads, load_encoder=False))
+    fp32 = scores("fp32", fp32_file)
     guess = STATIC_PASSES * (time.perf_counter() - began)
     measured: list[float] = []  # seconds of each static method made
     calibration, calibration_rows = None, 0
     variants: dict[str, dict] = {}
     files: dict[str, Path] = {}
+    kept_static = None  # the first static method within the drop: no other calibration is made
     for name in INT8_METHODS:
         expected = max(measured, default=guess)
+        if name != "dynamic" and kept_static is not None:
+            variants[name] = {"skipped": f"{kept_static} kept the score, and a static graph's speed does not "
+                                         "depend on its calibration"}
+            continue
         if name != "dynamic" and time_left is not None and expected > time_left():
             variants[name] = {"skipped": f"would end past the export's deadline (about {expected:.0f} s)"}
             continue
@@ -128,10 +141,11 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
         except KdbertError as err:
             variants[name] = {"error": str(err)}
             continue
-        variants[name] = {**scores(OnnxClassifier(files[name], threads=threads, load_encoder=False)),
-                          "size_mb": files[name].stat().st_size / 1e6}
+        variants[name] = {**scores(name, files[name]), "size_mb": files[name].stat().st_size / 1e6}
         if name != "dynamic":
             measured.append(time.perf_counter() - began)
+            if fp32[score] - variants[name][score] <= MAX_SCORE_DROP:
+                kept_static = name
     runners = {name: OnnxClassifier(file, threads=threads, load_encoder=False) for name, file in files.items()}
     feeds = task_feeds(family, encoder, spec, data, max_seq_len, TIMED_ROWS, split="held-out" if held_out else "dev")
     latency = {name: float("inf") for name in runners}
@@ -150,4 +164,4 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
             **_weights(int8_file, target), "rule": rule,
             "chosen_on": "held-out" if held_out else "dev", "fp32_dev_score": fp32["dev_score"],
             **({"fp32_held_out_score": fp32["held_out_score"]} if held_out else {}),
-            "timed_rows": len(feeds), "variants": variants}
+            "timed_rows": len(feeds), "variants": variants}, {"onnx_fp32": metrics["fp32"], "onnx_int8": metrics[chosen]}
