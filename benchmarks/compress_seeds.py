@@ -5,7 +5,8 @@
 
 The winner's last run in the search (its ``run_config.json`` holds every option, the task and its
 held-out fraction) runs again with each seed into ``<search>/seeds/<seed>`` (a finished seed is
-reused), with the same steps. Records, in ``benchmarks/results/compress_seeds.json`` under ``--key``
+reused), with the same steps: where the search trained it in segments (``report["search"]
+["segments"]``), paused and evaluated at the same steps, the best on held-out rows kept, as there. Records, in ``benchmarks/results/compress_seeds.json`` under ``--key``
 (the search's key in ``compress.json``), the held-out and dev (PyTorch) scores of every seed, the
 search's own run included under its seed. The reruns read the teacher outputs the search stored.
 """
@@ -42,16 +43,28 @@ def search_caches(search: Path, options: dict) -> dict:
     return {"logits_cache": str(search / "teacher-logits")} if (search / "teacher-logits").is_dir() else {}
 
 
-def rerun(run: Path, seed: int, out: Path, data_dir: str, search: Path) -> dict:
-    """``run`` again with ``seed`` into ``out`` (reused when finished); its held-out and dev scores."""
-    if (out / "distill_report.json").is_file():
-        return scores(json.loads((out / "distill_report.json").read_text()))
+def pauses(report: dict) -> list[int]:
+    """The steps at which the search paused and evaluated the winner's run, in order (none: one run)."""
+    search = report.get("search")
+    segments = search.get("segments", []) if isinstance(search, dict) else []
+    return sorted({segment["steps"] for segment in segments if segment["run"] == report["winner"]["run"]})
+
+
+def rerun(run: Path, seed: int, out: Path, data_dir: str, search: Path, pause_steps: list[int]) -> dict:
+    """``run`` again with ``seed`` into ``out`` (reused when finished), paused at ``pause_steps``; its
+    held-out and dev scores."""
+    done = out / "distill_report.json"
+    if done.is_file() and json.loads(done.read_text()).get("paused_at_step") == (pause_steps or [None])[-1]:
+        return scores(json.loads(done.read_text()))
     recorded = json.loads((run / "run_config.json").read_text())
     task = TaskOptions(**{**{k: v for k, v in recorded.items() if k in TASK_FIELDS and v is not None},
                           "data_dir": data_dir})
     options = {k: v for k, v in recorded.items() if k not in TASK_FIELDS and k != "command" and v is not None}
     options.update(search_caches(search, options), seed=seed, no_progress=True)
-    return scores(distill_task(task, options, str(out), overwrite=True))
+    report = None
+    for index, step in enumerate(pause_steps or [None]):
+        report = distill_task(task, options, str(out), resume=index > 0, overwrite=index == 0, pause_at_step=step)
+    return scores(report)
 
 
 def main() -> None:
@@ -69,7 +82,7 @@ def main() -> None:
     started = time.time()
     runs = {own_seed: scores(json.loads((run / "distill_report.json").read_text()))}
     for seed in args.seeds:
-        runs[seed] = rerun(run, seed, search / "seeds" / str(seed), args.data_dir, search)
+        runs[seed] = rerun(run, seed, search / "seeds" / str(seed), args.data_dir, search, pauses(report))
         print(f"seed {seed}: {runs[seed]}")
     dev = [row["dev"] for row in runs.values()]
     save_result("compress_seeds", args.key, {

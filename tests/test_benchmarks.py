@@ -228,6 +228,14 @@ def test_compress_seeds_reruns_read_the_teacher_outputs_the_search_stored(tmp_pa
     assert compress_seeds.search_caches(search, {"method": "bilstm"}) == {"logits_cache": str(search / "teacher-logits")}
 
 
+def test_compress_seeds_pause_where_the_search_paused_the_winner():
+    segment = lambda run, steps: {"run": run, "steps": steps}  # noqa: E731
+    report = {"winner": {"run": "runs/a"}, "search": {"segments": [
+        segment("runs/a", 865), segment("runs/b", 300), segment("runs/a", 300), segment("runs/a", 1312)]}}
+    assert compress_seeds.pauses(report) == [300, 865, 1312]
+    assert compress_seeds.pauses({"winner": {"run": "runs/a"}, "search": [[segment("runs/a", 300)]]}) == []  # one run
+
+
 def test_distill_glue_mobilebert_variants_distil_the_general_student(results_dir, monkeypatch, tmp_path):
     runs = tmp_path / "runs"
     (runs / "teacher-rte").mkdir(parents=True)
