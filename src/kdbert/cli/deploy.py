@@ -127,6 +127,7 @@ def cmd_export(args) -> int:
         for method, variant in int8.get("variants", {}).items():
             held_out = f"held-out {variant['held_out_score']:.2f}, " if "held_out_score" in variant else ""
             print(f"  {method}: " + (variant["error"] if "error" in variant else
+                                     f"skipped: {variant['skipped']}" if "skipped" in variant else
                                      f"{held_out}dev {variant['dev_score']:.2f}, "
                                      f"batch-1 p50 {variant['latency_real_p50_ms']:.3f} ms"))
     for runtime, metrics in report["dev_metrics"].items():
