@@ -6,7 +6,8 @@
 The winner's last run in the search (its ``run_config.json`` holds every option, the task and its
 held-out fraction) runs again with each seed into ``<search>/seeds/<seed>`` (a finished seed is
 reused), with the same steps: where the search trained it in segments (``report["search"]
-["segments"]``), paused and evaluated at the same steps, the best on held-out rows kept, as there. Records, in ``benchmarks/results/compress_seeds.json`` under ``--key``
+["segments"]``), paused and evaluated at the same steps, the best on held-out rows kept, as there.
+Records, in ``benchmarks/results/compress_seeds.json`` under ``--key``
 (the search's key in ``compress.json``), the held-out and dev (PyTorch) scores of every seed, the
 search's own run included under its seed. The reruns read the teacher outputs the search stored.
 """
@@ -53,9 +54,9 @@ def pauses(report: dict) -> list[int]:
 def rerun(run: Path, seed: int, out: Path, data_dir: str, search: Path, pause_steps: list[int]) -> dict:
     """``run`` again with ``seed`` into ``out`` (reused when finished), paused at ``pause_steps``; its
     held-out and dev scores."""
-    done = out / "distill_report.json"
-    if done.is_file() and json.loads(done.read_text()).get("paused_at_step") == (pause_steps or [None])[-1]:
-        return scores(json.loads(done.read_text()))
+    done = json.loads((out / "distill_report.json").read_text()) if (out / "distill_report.json").is_file() else {}
+    if done and done.get("paused_at_step") == (pause_steps or [None])[-1]:
+        return scores(done)
     recorded = json.loads((run / "run_config.json").read_text())
     task = TaskOptions(**{**{k: v for k, v in recorded.items() if k in TASK_FIELDS and v is not None},
                           "data_dir": data_dir})

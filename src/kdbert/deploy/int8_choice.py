@@ -56,13 +56,18 @@ def _calibration(family, encoder, spec, data, max_seq_len: int):
     return calibration_batches(feeds, pad_id=getattr(encoder, "pad_token_id", 0) or 0), len(feeds)
 
 
+def keeps_score(fp32_score: float, int8_score: float) -> bool:
+    """Whether an int8 graph scoring ``int8_score`` is within :data:`MAX_SCORE_DROP` of fp32."""
+    return fp32_score - int8_score <= MAX_SCORE_DROP
+
+
 def pick_int8(variants: dict[str, dict], fp32_score: float, score: str = "dev_score") -> tuple[str, str]:
     """The method the rule of the module doc keeps among ``variants`` (method -> ``score`` (the
     key of the rows that decide: ``held_out_score`` or ``dev_score``), ``latency_real_p50_ms``;
     entries with an ``error`` are skipped), and the rule that decided."""
     rows = "held-out" if score == "held_out_score" else "dev"
     scored = {name: v for name, v in variants.items() if score in v}
-    kept = [name for name, v in scored.items() if fp32_score - v[score] <= MAX_SCORE_DROP]
+    kept = [name for name, v in scored.items() if keeps_score(fp32_score, v[score])]
     if kept:
         return (min(kept, key=lambda name: scored[name]["latency_real_p50_ms"]),
                 f"fastest within {MAX_SCORE_DROP} points of the fp32 {rows} score")
@@ -144,7 +149,7 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
         variants[name] = {**scores(name, files[name]), "size_mb": files[name].stat().st_size / 1e6}
         if name != "dynamic":
             measured.append(time.perf_counter() - began)
-            if fp32[score] - variants[name][score] <= MAX_SCORE_DROP:
+            if keeps_score(fp32[score], variants[name][score]):
                 kept_static = name
     runners = {name: OnnxClassifier(file, threads=threads, load_encoder=False) for name, file in files.items()}
     feeds = task_feeds(family, encoder, spec, data, max_seq_len, TIMED_ROWS, split="held-out" if held_out else "dev")
