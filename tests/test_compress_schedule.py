@@ -49,6 +49,24 @@ def test_round_0_starts_with_the_first_candidate_of_each_family():
     assert job(three + [running("bilstm-h150", 1)], now=36.0, first_round_end=47.0) is None
 
 
+def test_augmented_twins_start_within_round_0s_share_after_promotions_not_as_a_family_of_their_own():
+    order = ["bilstm-h150", "bilstm-h150-aug", "bert-1x128", "bert-1x128-aug"]
+    latency = {name: LATENCY[name.removesuffix("-aug")] for name in order}
+
+    def twin_job(segments, now, first_round_end):
+        return next_job(order, segments, STEPS, Goal(90.0, 0.97, latency), now, 1000.0, first_round_end)
+
+    first = [done("bilstm-h150", 0, 100, 60.0)]
+    assert twin_job(first, 12.0, 300.0) == Job("bert-1x128", 0, 100)  # the next kind, not the BiLSTM's twin
+    # both kinds reached: the better goes on (floor(2 / 2) = 1) before the twins' first runs
+    kinds = first + [done("bert-1x128", 0, 100, 50.0)]
+    assert twin_job(kinds, 24.0, 300.0) == Job("bilstm-h150", 1, 200)
+    promoted = kinds + [running("bilstm-h150", 1)]
+    assert twin_job(promoted, 24.0, 300.0) == Job("bilstm-h150-aug", 0, 100)
+    # a twin's first run (12 s: 100 steps at 0.1 s and 2 s outside the loop) starts only within round 0's share
+    assert twin_job(promoted, 24.0, 35.9) is None
+
+
 def test_a_candidate_left_alone_goes_on_until_the_window_ends_it():
     one = [done("bert-1x128", 0, 100, 50.0)]
 

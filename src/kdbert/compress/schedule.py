@@ -16,8 +16,10 @@ Segments are dicts: ``candidate``, ``rung``, ``state`` (``"running"``: claimed b
 (the training loop's). :func:`next_job`
 reads them all (every worker's) and says what to run, in this order:
 
-1. rung 0 for the first candidate of each family not reached yet (candidates come in
-   ``spread_order``: families in turn), so that the search reaches every family;
+1. rung 0 for the first candidate of each kind not reached yet (BERT, BiLSTM, MobileBERT; candidates
+   come in ``spread_order``: families in turn), so that the search reaches every kind; a kind's
+   augmented twins, whose first run also waits for the teacher to label their extra rows, start
+   as its other candidates do (3), so that promotions are not held up behind them;
 2. rung-0 top-ups (a cheap family's equal time, so that rung 0 compares like with like), then
    promotions, the highest rung first: of the ``n`` candidates that finished rung ``r``, the top
    ``floor(n / eta)`` by :func:`promotion_order` go on to rung ``r + 1`` (below ``rounds``);
@@ -207,10 +209,10 @@ def next_job(order: list[str], segments: list[dict], settings: SearchSettings, g
     def rung0(name: str) -> Job:
         return Job(name, 0, rung_steps(name, 0, segments, settings, eta))
 
-    reached = {family(name) for name in started}
-    for name in order:  # the first candidate of each family not reached yet
-        if name not in started and family(name) not in reached:
-            reached.add(family(name))
+    reached = {kind_of(name) for name in started}
+    for name in order:  # the first candidate of each kind not reached yet
+        if name not in started and kind_of(name) not in reached:
+            reached.add(kind_of(name))
             if fits(rung0(name), window_end):
                 return rung0(name)
     top_ups = [rung0(name) for name in order if name in trained and name not in running
