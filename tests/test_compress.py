@@ -167,13 +167,15 @@ def test_a_promoted_candidate_continues_its_run_and_a_finished_search_is_returne
 
 @pytest.mark.parametrize("where", ["journal", "postgresql"])
 def test_two_worker_processes_share_the_study_never_run_a_segment_twice_and_pick_the_same_winner(env, tmp_path,
-                                                                                                 request, where):
+                                                                                                 request, where,
+                                                                                                 monkeypatch):
     from kdbert.compress import search
     from kdbert.compress.recipes import SearchSettings
     from kdbert.compress.schedule import pick_winner
     from kdbert.compress.storage import open_study
 
     url = request.getfixturevalue("postgres_url") if where == "postgresql" else None
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
     settings = SearchSettings(rounds=2, first_steps=2, batch_size=4, round_share="steps", first_round_share=1.0)
     names = ["bert-1x128", "bert-2x128", "bilstm-h150"]
@@ -181,6 +183,8 @@ def test_two_worker_processes_share_the_study_never_run_a_segment_twice_and_pick
     for workers in (1, 2):
         out = tmp_path / str(workers)
         plan = _plan(env, names, out, settings, min_kept=2.0)
+        # as on a machine with two GPUs: worker i gets GPU i (CUDA_VISIBLE_DEVICES); this torch runs on the CPU
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 2 if workers == 2 else 0)
         name = f"{tmp_path.name}-{workers}"  # a study of its own in the test server's database
         study = open_study(out, {"search": "test"}, url, name)
         searched = search.run_search(plan, study, workers=workers, storage_url=url, study_name=name,
@@ -189,6 +193,8 @@ def test_two_worker_processes_share_the_study_never_run_a_segment_twice_and_pick
         keys = [(row["candidate"], row["rung"]) for row in segments]
         assert len(keys) == len(set(keys))  # no segment twice
         assert len(searched["workers"]) == workers
+        gpus = {row["worker"]: row.get("gpu") for row in segments}
+        assert sorted(gpus.values(), key=str) == ([None] if workers == 1 else ["0", "1"])
         winner = pick_winner([{**row, "state": "done"} for row in segments], plan.goal)
         found[workers] = (winner["candidate"], winner["steps"], winner["score"],
                           sorted((row["candidate"], row["steps"]) for row in segments))

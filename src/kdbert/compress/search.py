@@ -243,7 +243,8 @@ def distil_segment(plan: Plan, job: Job, done_steps: int, loaded: Loaded | None 
             **({"loss": metrics["selection_loss"]} if "selection_loss" in metrics else {}),
             "dev_score": metrics["score"], "seconds": round(time.time() - started, 1),
             "labelling_seconds": round(sum(labelling), 1), "train_seconds": report["train_seconds"],
-            "run": str(folder), "worker": storage.worker_id()}
+            "run": str(folder), "worker": storage.worker_id(),
+            **({"gpu": os.environ["CUDA_VISIBLE_DEVICES"]} if os.environ.get("CUDA_VISIBLE_DEVICES") else {})}
 
 
 @contextlib.contextmanager
