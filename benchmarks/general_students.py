@@ -60,6 +60,7 @@ from kdbert.students.build import BuildConfig, build_students
 from kdbert.students.store import FINGERPRINT_FILE
 
 HELD_OUT_FRACTION = 0.1  # as the searches
+DEFAULT_STEPS = 600  # downstream runs of other lengths carry theirs in their label
 
 
 def build(args) -> None:
@@ -107,6 +108,7 @@ def downstream(args) -> None:
         starts = {"selection": selection, **{f"general-{p.name}min": p / name for p in snapshots},
                   **{f"tinybert-{p.parent.name}steps": p for p in tinybert_runs}}
         for label, start in starts.items():
+            label = label if args.steps == DEFAULT_STEPS else f"{label}-{args.steps}steps"
             out = runs / name / label
             if (out / "distill_report.json").is_file():
                 if f"{args.task}/{name}/{label}" in recorded:  # kept with the date it was measured
@@ -193,7 +195,7 @@ def main() -> None:
     parser.add_argument("--corpus", default=CORPUS)
     parser.add_argument("--task")
     parser.add_argument("--teacher")
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--runs-dir", default=str(RUNS_DIR / "general-students"))
     parser.add_argument("--data-dir", default=GLUE_DIR)
     args = parser.parse_args()

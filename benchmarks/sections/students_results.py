@@ -29,13 +29,14 @@ def general_students_section() -> list[str]:
     lines += ["", f"Measured {last['date']}, {last['machine']}{cpu}, {last['torch_threads']} thread. "
                   f"Command: `{last['command']}`.", ""]
     lines += tinybert_lines(results)
-    for task in sorted({key.split("/", 1)[0] for key in results
-                        if not key.startswith(("build/", "search/", "tinybert/"))}):
-        rows = {key.split("/", 1)[1]: r for key, r in results.items() if key.startswith(f"{task}/")}
+    downstream = {key: r for key, r in results.items() if not key.startswith(("build/", "search/", "tinybert/"))}
+    for task, steps in sorted({(key.split("/", 1)[0], r["steps"]) for key, r in downstream.items()}):
+        rows = {_without_steps(key.split("/", 1)[1], steps): r for key, r in downstream.items()
+                if key.startswith(f"{task}/") and r["steps"] == steps}
         starts = sorted({key.split("/")[1] for key in rows}, key=_start_order)
         task_shapes = sorted({key.split("/")[0] for key in rows})
         example = next(iter(rows.values()))
-        lines += [f"{task.upper()}, {example['steps']} steps of compress's recipe for BERT-style candidates from each "
+        lines += [f"{task.upper()}, {steps} steps of compress's recipe for BERT-style candidates from each "
                   "start, held-out / dev (PyTorch):", "",
                   "| shape | " + " | ".join(starts) + " |", "|---|" + "---:|" * len(starts)]
         for shape in task_shapes:
@@ -44,7 +45,8 @@ def general_students_section() -> list[str]:
                                                        for c in cells) + " |")
         scores = (f" (held-out {example['teacher_held_out']:.2f}, dev {example['teacher_dev']:.2f}; the majority "
                   f"class on dev: {example['majority_dev']:.2f})" if "teacher_dev" in example else "")
-        lines += ["", f"Teacher: `{example['teacher']}`{scores}. Command: `{example['command']}`.", ""]
+        commands = "; ".join(f"`{command}`" for command in sorted({r["command"] for r in rows.values()}))
+        lines += ["", f"Teacher: `{example['teacher']}`{scores}. Commands: {commands}.", ""]
     return lines + search_lines(results) + [note("general-students-reading"), ""]
 
 
@@ -87,6 +89,11 @@ def tinybert_lines(results: dict) -> list[str]:
                      f"| {r['first_loss']:.3f} -> {r['last_loss']:.3f} |")
     example = next(iter(runs.values()))
     return lines + ["", f"Measured {example['date']}, {example['machine']}. Command: `{example['command']}`.", ""]
+
+
+def _without_steps(key: str, steps: int) -> str:
+    """A downstream key without the ``-<steps>steps`` its label carries when the run was not 600 steps long."""
+    return key.removesuffix(f"-{steps}steps")
 
 
 def _start_order(label: str) -> tuple[int, float]:
