@@ -449,6 +449,10 @@ def test_bilstm_candidates_take_the_word_vectors_size(env, tmp_path):
     assert bilstm.build(context)[0].config.embedding_dim == 4
     with pytest.raises(KdbertError, match="word-vector file .*missing.txt does not exist"):
         speed.shape_context(env["teacher"], env["task"], tmp_path / "missing.txt")
+    # vectors read off an encoder (here the teacher's own) have its hidden size
+    encoder = speed.shape_context(env["teacher"], env["task"], f"encoder:{env['teacher']}")
+    width = json.loads((Path(env["teacher"]) / "config.json").read_text())["hidden_size"]
+    assert dict([c for c in speed.all_candidates(encoder) if c.name == "bilstm-h150"][0].shape)["embedding_dim"] == width
 
 
 def test_a_search_window_too_small_for_one_candidate_is_refused_before_any_run():

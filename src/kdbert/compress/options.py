@@ -62,7 +62,8 @@ class CompressConfig(CheckedOptions):
                                   check=in_range(0, 1, low_open=True, what="a learning rate in (0, 1]"))
     seed: int = option(42, "random seed of every distillation run", type=int, group="compress")
     word_vectors: str | None = option(None, "GloVe or word2vec text file the BiLSTM candidates' embeddings start "
-                                            "from (default: random, 300-d)", group="compress")
+                                            "from, or encoder:MODEL (each word through that encoder, e.g. "
+                                            "encoder:default) (default: random, 300-d)", group="compress")
     intermediate_share: float = option(0.0, "share of a BERT-style candidate's steps spent on TinyBERT's "
                                             "intermediate stage (0: the prediction stage only)", type=float,
                                        group="compress", check=in_range(0, 0.9, what="a share in [0, 0.9]"))

@@ -37,7 +37,7 @@ from kdbert.deploy.export import export_classifier, export_model
 from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, OnnxClassifier, bench_onnx
 from kdbert.deploy.task_rows import model_feeds, time_in_turns
 from kdbert.errors import KdbertError
-from kdbert.families.bilstm.words import word_vector_dim
+from kdbert.families.bilstm.model import word_vectors_dim
 from kdbert.families.registry import Candidate, ShapeContext, families, family_of_folder
 
 TABLE = "speed.json"
@@ -85,7 +85,7 @@ def shape_context(teacher_dir: str | os.PathLike, task: TaskOptions, word_vector
     teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
     data = data or load_task(task)
     texts = tuple(text for example in data.train for text in example.texts)
-    dim = word_vector_dim(word_vectors) if word_vectors else None
+    dim = word_vectors_dim(word_vectors) if word_vectors else None
     return ShapeContext(teacher.config, tokenizer, data.spec.num_labels, data.spec.is_pair, texts, dim,
                         data.spec.question_answering)
 

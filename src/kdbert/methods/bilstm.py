@@ -53,6 +53,7 @@ from kdbert.core.matching import Match
 from kdbert.core.method import DistillContext, Method, Plan, Student, TaskInputs, TaskSource
 from kdbert.options import POSITIVE_INT, UNIT, MethodConfig, in_range, option, override
 from kdbert.core.stages import task_stage
+from kdbert.core.teacher_logits import task_store_folder
 from kdbert.core.trace import HookAdapter, register_adapter
 from kdbert.errors import KdbertError
 from kdbert.families.bilstm.batching import DistillationCollator, encode_for_distillation
@@ -76,7 +77,9 @@ class BiLSTMDistillConfig(MethodConfig):
     method = "bilstm"
     weight_decay: float = override(MethodConfig, "weight_decay", 0.0)
     word_vectors: str | None = option(None, "GloVe or word2vec text file (.txt/.gz) initialising the word "
-                                            "embeddings (default: random)", group="student")
+                                            "embeddings, or encoder:MODEL (each word through that encoder, e.g. "
+                                            "encoder:default; stored beside the teacher's logits) (default: random)",
+                                      group="student")
     min_count: int = option(1, "keep words seen at least this often in the training texts (dev words with a word "
                                "vector join regardless)", POSITIVE_INT, int, "student")
     embedding_dim: int | None = option(None, "embedding size (default: the word vectors' size, 300 without)",
@@ -171,6 +174,7 @@ class BiLSTM(Method):
             [text for row in rows for text in row.texts], spec.num_labels, spec.is_pair, config.word_vectors,
             config.min_count, config.embedding_dim, config.seed,
             dev_texts=[text for split in data.dev.values() for row in split for text in row.texts],
+            vectors_folder=task_store_folder(source.task, spec, config.logits_cache),
             hidden_size=hidden_size, fc_size=config.fc_size, freeze_embeddings=config.freeze_embeddings,
             dropout=config.dropout)
         report = {"student": {"vocab_size": len(vocab), "parameters": sum(p.numel() for p in model.parameters()),

@@ -49,7 +49,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from kdbert.families.bilstm.words import Vocab, embedding_matrix, oov_rate, ranked_words, read_word_vectors
+from kdbert.families.bilstm.encoder_vectors import encoder_dim, encoder_word_vectors, is_encoder_source
+from kdbert.families.bilstm.words import (Vocab, WordVectors, embedding_matrix, oov_rate, ranked_words,
+                                          read_word_vectors, word_vector_dim)
 from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import replace_dir, write_json
 
@@ -195,7 +197,7 @@ def build_bilstm(config: BiLSTMConfig, embeddings: torch.Tensor | None = None, s
 
 def init_bilstm(texts: Sequence[str], num_labels: int, pair: bool, word_vectors: str | os.PathLike | None = None,
                 min_count: int = 1, embedding_dim: int | None = None, seed: int = 42, dev_texts: Sequence[str] = (),
-                **config: Any) -> tuple[BiLSTMStudent, Vocab, dict]:
+                vectors_folder: str | os.PathLike | None = None, **config: Any) -> tuple[BiLSTMStudent, Vocab, dict]:
     """A new student for a task, its vocabulary and a report.
 
     Vocabulary: the words of ``texts`` (every text of the training rows, augmented ones included)
@@ -203,7 +205,8 @@ def init_bilstm(texts: Sequence[str], num_labels: int, pair: bool, word_vectors:
     evaluated on) that it lacks and ``word_vectors`` has, most frequent first: they get their
     pretrained vector instead of ``[UNK]``, as the authors' code builds its vocabulary. Words
     only in ``dev_texts`` without a vector stay out (their rows would be random and never trained).
-    Embeddings: from ``word_vectors`` (GloVe / word2vec text) where they have the word, seeded
+    Embeddings: from ``word_vectors`` (GloVe / word2vec text, or ``encoder:MODEL``:
+    :func:`load_word_vectors`, stored in ``vectors_folder``) where they have the word, seeded
     random otherwise; ``embedding_dim`` defaults to the vectors' size (300 without vectors).
     ``config``: the other :class:`BiLSTMConfig` fields.
 
@@ -214,8 +217,8 @@ def init_bilstm(texts: Sequence[str], num_labels: int, pair: bool, word_vectors:
     train_vocab = Vocab.build(texts, min_count=min_count)
     dev_counts = ranked_words(dev_texts)
     dev_words = [w for w in dev_counts if w not in train_vocab.index]
-    vectors = None if word_vectors is None else read_word_vectors(word_vectors, [*train_vocab.words, *dev_words],
-                                                                  embedding_dim)
+    wanted = [*train_vocab.words[train_vocab.num_reserved:], *dev_words]
+    vectors = None if word_vectors is None else load_word_vectors(word_vectors, wanted, embedding_dim, vectors_folder)
     with_vector = set() if vectors is None else set(vectors.words)
     vocab = train_vocab.extended(w for w in dev_words if w in with_vector)
     dim = embedding_dim or (vectors.dim if vectors is not None else 300)
@@ -228,6 +231,25 @@ def init_bilstm(texts: Sequence[str], num_labels: int, pair: bool, word_vectors:
         report["dev_oov_rate"] = {"train words only": oov_rate(train_vocab, dev_counts),
                                   "with dev words": oov_rate(vocab, dev_counts)}
     return model, vocab, {**report, "embeddings": coverage}
+
+
+def load_word_vectors(source: str | os.PathLike, wanted: list[str], expected_dim: int | None = None,
+                      folder: str | os.PathLike | None = None) -> WordVectors:
+    """The vectors of the ``wanted`` words: from an encoder when ``source`` is ``encoder:MODEL``
+    (:func:`kdbert.families.bilstm.encoder_vectors.encoder_word_vectors`, stored in ``folder``), else
+    from a GloVe or word2vec text file (:func:`kdbert.families.bilstm.words.read_word_vectors`)."""
+    if not is_encoder_source(source):
+        return read_word_vectors(source, wanted, expected_dim)
+    vectors = encoder_word_vectors(str(source), wanted, folder)
+    if expected_dim is not None and vectors.dim != expected_dim:
+        raise KdbertError(f"--word-vectors {source}: the encoder's vectors have {vectors.dim} dimensions but the "
+                          f"student's embeddings have {expected_dim}; set --embedding-dim {vectors.dim}")
+    return vectors
+
+
+def word_vectors_dim(source: str | os.PathLike) -> int:
+    """The size of the vectors ``source`` gives (an encoder's hidden size, or a text file's width)."""
+    return encoder_dim(str(source)) if is_encoder_source(source) else word_vector_dim(source)
 
 
 def bilstm_flops(config: BiLSTMConfig, length: int) -> int:
