@@ -83,7 +83,8 @@ def main() -> None:
                f"OMP_NUM_THREADS=1 python benchmarks/bench_compress.py --task {args.task} --target-speedup "
                f"{args.target_speedup:g} --threads {args.threads} --budget-minutes {args.budget_minutes:g} "
                f"--rounds {args.rounds} --first-steps {args.first_steps} --intermediate-share "
-               f"{args.intermediate_share:g}" + (" --word-vectors ''" if not args.word_vectors else "")
+               f"{args.intermediate_share:g}"
+               + (f" --word-vectors {args.word_vectors or repr('')}" if args.word_vectors != WORD_VECTORS else "")
                + (f" --candidates {args.candidates}" if args.candidates else "")
                + (f" --learning-rate {args.learning_rate:g}" if args.learning_rate != 1e-4 else "")
                + (f" --batch-size {args.batch_size}" if args.batch_size != 32 else "")
