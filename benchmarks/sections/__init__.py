@@ -17,6 +17,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("compress-budget", compress_results.compress_budget_section),
     ("compress-engines", compress_results.compress_engines_section),
     ("general-students", students_results.general_students_section),
+    ("bilstm-vectors", bilstm_results.bilstm_vectors_section),
     ("rerun", reproduction.rerun_section),
     ("deploy", speed_results.deploy_section),
     ("export-graphs", speed_results.export_graphs_section),

@@ -361,3 +361,23 @@ def bilstm_speed_lines(results: dict) -> list[str]:
               + (f", after `{example['exports'][0]}` and `{example['exports'][1]}`" if "exports" in example else "")
               + "; all from `benchmarks/bilstm_distill.py`.", ""]
     return lines
+
+
+def bilstm_vectors_section() -> list[str]:
+    """GloVe against vectors read off an encoder, the same BiLSTM run otherwise (``bilstm_vectors.py``)."""
+    results = load_results("bilstm_vectors")
+    if not results:
+        return []
+    lines = ["## Distilled BiLSTM: GloVe against word vectors read off an encoder (`benchmarks/bilstm_vectors.py`)", "",
+             note("bilstm-vectors-intro"), "",
+             "| task | vectors | size | words (with a vector) | held-out / dev at each evaluation | training |",
+             "|---|---|---:|---:|---|---:|"]
+    for key, r in sorted(results.items(), key=lambda item: (TASK_ORDER.index(item[0].split("/")[0]), item[0])):
+        task, vectors = key.split("/", 1)
+        scores = ", ".join(f"{e['held_out']:.2f} / {e['dev']:.2f} ({e['step']:,})" for e in r["evaluations"])
+        lines.append(f"| {task} | {vectors} | {r['embedding_dim']} | {r['vocab_size']:,} "
+                     f"({100 * r['type_coverage']:.1f}%) | {scores} | {r['train_seconds']:.0f} s |")
+    machines = sorted({f"{r['date']}, {r['machine']}, {r['cpu']['cpu']}, 1 thread" for r in results.values()})
+    commands = sorted({r["command"] for r in results.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
+                    "", note("bilstm-vectors-reading"), ""]
