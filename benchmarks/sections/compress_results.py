@@ -95,6 +95,7 @@ def summary_table(results: dict) -> list[str]:
             if result.get("augmentation") else ""
         augmented += ", teacher without the held-out rows" if result.get("teacher_held_out_fraction") else ""
         augmented += ", candidates trained in bf16" if result.get("precision") == "bf16" else ""
+        augmented += ", BiLSTM vectors from the encoder" if "--word-vectors encoder:" in result["command"] else ""
         lines.append(f"| {result['task']} | {result['target']['speedup']:g}x | {result['winner']['candidate']} | "
                      f"{shipped['speedup']:.2f}x | {teacher['dev']:.2f} / {shipped['dev_score']:.2f} | "
                      f"{100 * shipped['kept_dev']:.1f}% | {gain} | {agreement} | {budget} min{augmented} |")
