@@ -240,11 +240,11 @@ def load_word_vectors(source: str | os.PathLike, wanted: list[str], expected_dim
     from a GloVe or word2vec text file (:func:`kdbert.families.bilstm.words.read_word_vectors`)."""
     if not is_encoder_source(source):
         return read_word_vectors(source, wanted, expected_dim)
-    vectors = encoder_word_vectors(str(source), wanted, folder)
-    if expected_dim is not None and vectors.dim != expected_dim:
-        raise KdbertError(f"--word-vectors {source}: the encoder's vectors have {vectors.dim} dimensions but the "
-                          f"student's embeddings have {expected_dim}; set --embedding-dim {vectors.dim}")
-    return vectors
+    width = encoder_dim(str(source))  # from the config, before the encoder runs over every word
+    if expected_dim is not None and width != expected_dim:
+        raise KdbertError(f"--word-vectors {source}: the encoder's vectors have {width} dimensions but the "
+                          f"student's embeddings have {expected_dim}; set --embedding-dim {width}")
+    return encoder_word_vectors(str(source), wanted, folder)
 
 
 def word_vectors_dim(source: str | os.PathLike) -> int:
