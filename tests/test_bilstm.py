@@ -194,29 +194,62 @@ def test_init_bilstm_builds_vocab_and_embeddings_from_the_data_and_vectors(tmp_p
     glove.write_text("cat 1 2\nthe 3 4\nunused 5 6\n")
     model, vocab, report = init_bilstm(["the cat sat", "the dog"], num_labels=2, pair=False, word_vectors=glove,
                                        hidden_size=H, fc_size=F)
-    assert vocab.words == ["[PAD]", "[UNK]", "[MASK]", "the", "cat", "dog", "sat"]
-    assert model.config.embedding_dim == 2 and model.config.vocab_size == 7
+    assert vocab.words == ["[PAD]", "[UNK]", "[MASK]", "the", "cat", "dog", "sat", "unused"]  # a frequent vector word
+    assert model.config.embedding_dim == 2 and model.config.vocab_size == 8
     assert model.embeddings.weight[3:5].tolist() == [[3.0, 4.0], [1.0, 2.0]]
-    assert report["vocab_sources"] == {"train": 4, "dev with a vector": 0} and "dev_oov_rate" not in report
+    assert report["vocab_sources"] == {"train": 4, "frequent vector words": 1} and "dev_oov_rate" not in report
     embeddings = report["embeddings"]
-    assert embeddings["with_vector"] == 2 and embeddings["token_coverage"] == 0.6  # the x2, cat x1 of 5 words
+    assert embeddings["with_vector"] == 3 and embeddings["token_coverage"] == 0.6  # the x2, cat x1 of 5 words
 
 
-def test_dev_words_join_the_vocabulary_only_with_a_vector(tmp_path):
-    glove = tmp_path / "g.txt"
-    glove.write_text("cat 1 2\nthe 3 4\nzebra 5 6\nfish 7 8\n")
-    dev = ["the zebra sat", "a qwxz zebra"]  # zebra x2 has a vector; a and qwxz do not; fish is not in dev
+def test_dev_words_stay_unk_unless_among_the_frequent_vector_words(tmp_path):
+    glove = tmp_path / "g.txt"  # most frequent first; the and cat are training words
+    glove.write_text("the 3 4\nzebra 5 6\ncat 1 2\nfish 7 8\nqwxz 9 9\n")
+    dev = ["the zebra sat", "a fish zebra"]  # fish has a vector but is not among the 1 frequent word; a has none
     model, vocab, report = init_bilstm(["the cat sat", "the dog"], num_labels=2, pair=False, word_vectors=glove,
-                                       dev_texts=dev, hidden_size=H, fc_size=F)
+                                       dev_texts=dev, frequent_words=1, hidden_size=H, fc_size=F)
     assert vocab.words == ["[PAD]", "[UNK]", "[MASK]", "the", "cat", "dog", "sat", "zebra"]
-    assert vocab.encode("a zebra qwxz [MASK]") == [1, 7, 1, 2]
+    assert vocab.encode("a zebra fish [MASK]") == [vocab.unk_id, 7, vocab.unk_id, vocab.mask_id]
     assert model.embeddings.weight[7].tolist() == [5.0, 6.0]
-    assert report["vocab_sources"] == {"train": 4, "dev with a vector": 1}
-    # dev: the sat zebra zebra a qwxz; unknown with the training words: zebra x2, a, qwxz
-    assert report["dev_oov_rate"] == {"train words only": round(4 / 6, 4), "with dev words": round(2 / 6, 4)}
-    assert report["embeddings"]["with_vector"] == 3 and report["embeddings"]["token_coverage"] == 0.6
-    without_vectors = init_bilstm(["the cat sat", "the dog"], 2, False, dev_texts=dev, embedding_dim=2)
-    assert without_vectors[1].words == vocab.words[:-1]  # no vector: a dev word would be a random, untrained row
+    assert report["vocab_sources"] == {"train": 4, "frequent vector words": 1}
+    # dev: the zebra sat a fish zebra; unknown with the training words: zebra x2, a, fish
+    assert report["dev_oov_rate"] == {"train words only": round(4 / 6, 4),
+                                      "with frequent vector words": round(2 / 6, 4)}
+
+
+def test_frequent_words_bounds_how_many_vector_words_join(tmp_path):
+    glove = tmp_path / "g.txt"
+    glove.write_text("the 3 4\nzebra 5 6\ne-mail 0 0\nZebra 1 1\ncat 1 2\nfish 7 8\nqwxz 9 9\n")
+
+    def added(count, **kw):
+        vocab = init_bilstm(["the cat sat", "the dog"], 2, False, word_vectors=glove, frequent_words=count,
+                            hidden_size=H, fc_size=F, **kw)[1]
+        return vocab.words[7:]
+
+    # in file order, training words, a duplicate by case and a word the tokenizer splits left out
+    assert [added(n) for n in (0, 1, 2, 10)] == [[], ["zebra"], ["zebra", "fish"], ["zebra", "fish", "qwxz"]]
+    assert init_bilstm(["the cat sat", "the dog"], 2, False, frequent_words=10, embedding_dim=2)[1].words[7:] == []
+    with pytest.raises(KdbertError, match=r"--frequent-words must be 0 or more \(got -1\)"):
+        added(-1)
+
+
+def test_a_folder_saved_with_dev_words_in_its_vocabulary_still_loads(tmp_path):
+    """Students saved before --frequent-words hold dev words after the training words: loading reads
+    vocab.txt as it is, every word keeping its id."""
+    from safetensors.torch import save_file
+
+    words = ["[PAD]", "[UNK]", "[MASK]", "the", "cat", "zebra", "qwxz"]  # zebra and qwxz: dev words
+    config = BiLSTMConfig(vocab_size=len(words), num_labels=2, embedding_dim=E, hidden_size=H, fc_size=F)
+    model = build_bilstm(config, seed=3)
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({field: getattr(config, field) for field in config.__dict__}))
+    (folder / "vocab.txt").write_text("".join(w + "\n" for w in words))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
+    loaded, vocab = load_bilstm(folder)
+    assert vocab.words == words and vocab.encode("the zebra qwxz new") == [3, 5, 6, vocab.unk_id]
+    ids, mask = padded([vocab.encode("the zebra qwxz")])
+    torch.testing.assert_close(loaded(ids, mask).logits, model.eval()(ids, mask).logits, rtol=0, atol=0)
 
 
 def test_flops_formula_counts_both_directions_and_both_sentences():

@@ -117,28 +117,30 @@ def test_cli_on_own_csv_data_and_an_augmented_file_with_stored_logits(env, capsy
     assert vocab.index["[MASK]"] == vocab.mask_id == 2 and vocab.encode("[MASK] cat") == [2, vocab.index["cat"]]
 
 
-def test_dev_words_with_a_vector_join_the_vocabulary_and_keep_their_vector(env):
-    """The authors' vocabulary: a dev word with a vector gets its own id and its vector (no training
-    row moves it); a dev word without one stays [UNK]; the report names the sources."""
+def test_frequent_vector_words_join_the_vocabulary_and_dev_only_words_stay_unk(env):
+    """--frequent-words 1: the vectors' first word that no training row has gets its own id and keeps
+    its vector (no training row moves it); a dev word with a vector past it stays [UNK], as in a
+    user's text; the report names the sources and what new text gets."""
     root = env["tmp"] / "own_glue"
     (root / "SST-2").mkdir(parents=True)
     train = ["the cat sat", "a dog ran", "the dog sat", "a cat ran"] * 3
     (root / "SST-2" / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{i % 2}\n"
                                                                             for i, t in enumerate(train)))
-    (root / "SST-2" / "dev.tsv").write_text("sentence\tlabel\nthe zebra sat\t1\na qwxz ran\t0\n")
-    vectors = write_vectors(env["tmp"] / "zebra.txt", words=("the", "a", "cat", "dog", "sat", "ran", "zebra"))
-    out = env["tmp"] / "dev_words"
+    (root / "SST-2" / "dev.tsv").write_text("sentence\tlabel\nthe zebra sat\t1\na lion ran\t0\n")
+    vectors = write_vectors(env["tmp"] / "zebra.txt", words=("the", "a", "cat", "lion", "dog", "sat", "ran", "zebra"))
+    out = env["tmp"] / "frequent_words"
     report = distill_task(TaskOptions("sst2", data_dir=str(root)),
-                          options(env, word_vectors=str(vectors), batch_size=4, max_steps=3), str(out))
-    assert report["student"]["vocab_sources"] == {"train": 6, "dev with a vector": 1}
-    # dev: the zebra sat a qwxz ran -> unknown: zebra and qwxz, then qwxz only
-    assert report["student"]["dev_oov_rate"] == {"train words only": 0.3333, "with dev words": 0.1667}
+                          options(env, word_vectors=str(vectors), frequent_words=1, batch_size=4, max_steps=3),
+                          str(out))
+    assert report["student"]["vocab_sources"] == {"train": 6, "frequent vector words": 1}
+    # dev: the zebra sat a lion ran -> unknown: zebra and lion, then zebra only
+    assert report["student"]["dev_oov_rate"] == {"train words only": 0.3333, "with frequent vector words": 0.1667}
     model, vocab = load_bilstm(out)
-    assert vocab.index["zebra"] == 9 and vocab.encode("zebra qwxz [MASK]") == [9, vocab.unk_id, vocab.mask_id]
-    assert len({vocab.unk_id, vocab.mask_id, *vocab.encode("the a cat dog sat ran zebra")}) == 9
+    assert vocab.index["lion"] == 9 and vocab.encode("lion zebra [MASK]") == [9, vocab.unk_id, vocab.mask_id]
+    assert len({vocab.unk_id, vocab.mask_id, *vocab.encode("the a cat dog sat ran lion")}) == 9
     vector = {line.split()[0]: torch.tensor([float(x) for x in line.split()[1:]])
               for line in vectors.read_text().splitlines()}
-    assert torch.equal(model.embeddings.weight[9], vector["zebra"])
+    assert torch.equal(model.embeddings.weight[9], vector["lion"])
     assert not torch.equal(model.embeddings.weight[vocab.index["the"]], vector["the"])  # a training word's row trained
 
 
@@ -278,6 +280,7 @@ def test_bad_input_is_one_line_with_exit_2(env, tmp_path, capsys):
         return message
 
     assert "--min-count" in error("--min-count", "1000")  # empty vocabulary
+    assert "--frequent-words must be a whole number of words, 0 or more (got -1)" in error("--frequent-words", "-1")
     binary = tmp_path / "vectors.bin"
     binary.write_bytes(b"2 4\n\xff\xfe\x00\x01 binary")
     assert "not UTF-8 text" in error("--word-vectors", str(binary))

@@ -1,6 +1,6 @@
 """`--word-vectors encoder:MODEL`: each word alone through an encoder, mean-pooled and scaled once
 (against a hand computation on a tiny random BERT), stored once and read back, every word covered,
-and the BiLSTM distilled with them from the one front."""
+the tokenizer's whole words as the frequent words, and the BiLSTM distilled with them from the one front."""
 
 import numpy as np
 import pytest
@@ -11,7 +11,7 @@ from transformers import BertModel
 import kdbert.families.bilstm.encoder_vectors as encoder_vectors
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
-from kdbert.families.bilstm.encoder_vectors import TARGET_STD, encoder_word_vectors
+from kdbert.families.bilstm.encoder_vectors import TARGET_STD, encoder_word_vectors, tokenizer_words
 from kdbert.families.bilstm.model import init_bilstm, load_bilstm, word_vectors_dim
 from kdbert.methods.front import distill_task
 
@@ -63,13 +63,27 @@ def test_vectors_are_stored_once_and_read_back_without_running_the_encoder(encod
     assert len(list((tmp_path / "store" / "word-vectors").glob("*.safetensors"))) == 2
 
 
-def test_every_word_gets_a_vector_and_dev_words_join(encoder_dir):
-    model, vocab, report = init_bilstm(["the cats walked", "the dog"], num_labels=2, pair=False,
-                                       word_vectors=f"encoder:{encoder_dir}", dev_texts=["a cat ran"])
-    assert report["embeddings"]["type_coverage"] == 1.0 and report["vocab_sources"]["dev with a vector"] == 3
-    assert model.config.embedding_dim == 16
+def test_every_word_gets_a_vector_and_the_tokenizers_first_whole_words_join(encoder_dir, tiny_tokenizer):
+    # the tiny vocabulary: specials, the, a, cat, dog, sat, on, mat, ran, ...; a is one character
+    dev = ["a cat ran", "mat"]  # cat joins; a and ran (past the 2 frequent words) stay [UNK]
+    model, vocab, report = init_bilstm(["the cats walked", "the dog"], num_labels=2, pair=False, frequent_words=2,
+                                       word_vectors=f"encoder:{encoder_dir}", dev_texts=dev)
+    assert vocab.words[3:] == ["the", "cats", "dog", "walked", "cat", "sat"]
+    assert vocab.encode("a cat ran") == [vocab.unk_id, 7, vocab.unk_id]
+    assert report["vocab_sources"] == {"train": 4, "frequent vector words": 2}
+    assert report["dev_oov_rate"] == {"train words only": 1.0, "with frequent vector words": 0.75}
+    assert report["embeddings"]["type_coverage"] == 1.0 and model.config.embedding_dim == 16
+    wide = init_bilstm(["the dog"], 2, False, word_vectors=f"encoder:{encoder_dir}", frequent_words=1000)[1]
+    assert len(wide) == 3 + len(tokenizer_words(tiny_tokenizer.get_vocab()))  # the vocabulary caps the count
     with pytest.raises(KdbertError, match="set --embedding-dim 16"):
         init_bilstm(["the dog"], 2, False, word_vectors=f"encoder:{encoder_dir}", embedding_dim=8)
+
+
+def test_tokenizer_words_are_whole_words_in_id_order():
+    wordpiece = ["[PAD]", "[CLS]", "!", "a", "b", "the", "##s", "Of", "e-mail", "of", "cat"]
+    assert tokenizer_words({piece: i for i, piece in enumerate(wordpiece)}) == ["the", "of", "cat"]
+    bpe = ["<s>", "the", "\u0120the", "\u0120a", "ing", "\u0120cat", "\u2581dog"]  # marked word starts only
+    assert tokenizer_words({piece: i for i, piece in enumerate(reversed(bpe))}) == ["dog", "cat", "the"]
 
 
 def test_a_missing_encoder_is_one_line(tmp_path):

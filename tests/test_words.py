@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from kdbert.families.bilstm.words import (
-    MASK_TOKEN, Vocab, embedding_matrix, oov_rate, ranked_words, read_word_vectors, tokenize, word_spans,
+    MASK_TOKEN, Vocab, embedding_matrix, frequent_file_words, oov_rate, ranked_words, read_word_vectors, tokenize,
+    word_spans,
 )
 from kdbert.errors import KdbertError
 
@@ -88,6 +89,19 @@ def test_cased_vectors_serve_a_lowercased_vocabulary_exact_match_first(tmp_path)
     path = _write(tmp_path / "w.txt", ["Paris 1 1", "paris 2 2", "Rome 3 3", "ROME 4 4"])
     vectors = read_word_vectors(path, wanted={"paris", "rome"})
     assert dict(zip(vectors.words, vectors.vectors[:, 0].tolist())) == {"paris": 2.0, "rome": 3.0}
+
+
+def test_frequent_file_words_are_the_first_new_vocabulary_words_read_no_further(tmp_path):
+    lines = ["3 2", "The 1 1", "cat 1 1", "e-mail 1 1", "Paris 1 1", "paris 2 2", "dog 1 1", "broken"]
+    for path in (_write(tmp_path / "w.txt", lines), _write(tmp_path / "w.txt.gz", lines, gz=True)):
+        # lowercased, in file order; a known word, a word the tokenizer splits and a case duplicate left out
+        assert frequent_file_words(path, 2, known={"cat"}) == ["the", "paris"]
+        assert frequent_file_words(path, 3, known={"cat"}) == ["the", "paris", "dog"]  # the broken line is never read
+        assert frequent_file_words(path, 0) == []
+    with pytest.raises(KdbertError, match=r"w.txt:8: expected a word and 2 numbers"):
+        frequent_file_words(tmp_path / "w.txt", 4, known={"cat"})
+    with pytest.raises(KdbertError, match="does not exist"):
+        frequent_file_words(tmp_path / "nope.txt", 1)
 
 
 @pytest.mark.parametrize("lines, message", [

@@ -1,10 +1,12 @@
 """The distilled BiLSTM (Tang et al. 2019): a word-level BiLSTM fitted to the teacher's logits.
 
 The student (:mod:`kdbert.families.bilstm.model`) reads word ids from its own vocabulary: the words of
-the training texts (augmented rows included, ``--min-count``), then the dev words that
-``--word-vectors`` (GloVe or word2vec text) has, so that they keep their meaning instead of
-becoming ``[UNK]`` (:func:`kdbert.families.bilstm.model.init_bilstm`; the report's ``student`` names the
-sources and the dev OOV rate). Embeddings start from the word vectors where they have the word.
+the training texts (augmented rows included, ``--min-count``), then the ``--frequent-words`` most
+frequent words of ``--word-vectors`` that they lack, so that the common words of new text keep
+their meaning instead of becoming ``[UNK]``. No dev word joins for being a dev word: dev scores
+then say what new text gets (:func:`kdbert.families.bilstm.model.init_bilstm`; the report's
+``student`` names the sources and the dev OOV rate). Embeddings start from the word vectors where
+they have the word.
 Hidden size: ``--hidden-size``, by default :data:`HIDDEN_SIZE` (the paper's 150) and
 :data:`PAIR_HIDDEN_SIZE` for sentence pairs. The student never sees the teacher's tokens, so this
 recipe provides :func:`task_inputs` (the front's hook for students with their own inputs)
@@ -58,7 +60,7 @@ from kdbert.core.trace import HookAdapter, register_adapter
 from kdbert.errors import KdbertError
 from kdbert.families.bilstm.batching import DistillationCollator, encode_for_distillation
 from kdbert.families.bilstm.evaluate import WordTaskEvaluator
-from kdbert.families.bilstm.model import BiLSTMStudent, init_bilstm
+from kdbert.families.bilstm.model import FREQUENT_WORDS, BiLSTMStudent, init_bilstm
 
 OPTIMIZER_RATES = {"adadelta": 1.0, "adamw": 1e-3}
 
@@ -80,8 +82,13 @@ class BiLSTMDistillConfig(MethodConfig):
                                             "embeddings, or encoder:MODEL (each word through that encoder, e.g. "
                                             "encoder:default; stored beside the teacher's logits) (default: random)",
                                       group="student")
-    min_count: int = option(1, "keep words seen at least this often in the training texts (dev words with a word "
-                               "vector join regardless)", POSITIVE_INT, int, "student")
+    min_count: int = option(1, "keep words seen at least this often in the training texts (the --frequent-words "
+                               "join regardless)", POSITIVE_INT, int, "student")
+    frequent_words: int = option(FREQUENT_WORDS, "also give ids to this many of the word vectors' most frequent words "
+                                                 "that the training texts lack, so new text's common words keep their "
+                                                 "vector (GloVe / word2vec: the file's first words; encoder:MODEL: its "
+                                                 "tokenizer's whole words); 0 = the training words only",
+                                 in_range(0, 10**7, int, what="a whole number of words, 0 or more"), int, "student")
     embedding_dim: int | None = option(None, "embedding size (default: the word vectors' size, 300 without)",
                                        POSITIVE_INT, int, "student")
     hidden_size: int | None = option(None, f"BiLSTM hidden size per direction (default {HIDDEN_SIZE}; sentence "
@@ -160,10 +167,10 @@ class BiLSTM(Method):
     config = BiLSTMDistillConfig
 
     def task_inputs(self, source: TaskSource, config: BiLSTMDistillConfig) -> TaskInputs:
-        """The BiLSTM student built from the training rows' texts and the dev texts (their words with
-        a vector), the rows encoded as word ids with the teacher's stored logits beside them
-        (:meth:`~kdbert.core.method.TaskSource.teacher_logits`: labelled once; not at all with
-        ``alpha`` 0), and the word-level dev evaluator."""
+        """The BiLSTM student built from the training rows' texts and the word vectors' frequent words
+        (the dev texts give the report's OOV rate, no word), the rows encoded as word ids with the
+        teacher's stored logits beside them (:meth:`~kdbert.core.method.TaskSource.teacher_logits`:
+        labelled once; not at all with ``alpha`` 0), and the word-level dev evaluator."""
         data, rows = source.data, source.rows
         spec = data.spec
         if spec.question_answering:
@@ -175,6 +182,7 @@ class BiLSTM(Method):
             config.min_count, config.embedding_dim, config.seed,
             dev_texts=[text for split in data.dev.values() for row in split for text in row.texts],
             vectors_folder=task_store_folder(source.task, spec, config.logits_cache),
+            frequent_words=config.frequent_words,
             hidden_size=hidden_size, fc_size=config.fc_size, freeze_embeddings=config.freeze_embeddings,
             dropout=config.dropout)
         report = {"student": {"vocab_size": len(vocab), "parameters": sum(p.numel() for p in model.parameters()),

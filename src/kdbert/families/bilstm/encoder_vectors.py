@@ -18,6 +18,16 @@ id. Use the base encoder, not a fine-tuned classifier: a classifier's single-wor
 task more than the word (measured in BENCHMARKS.md). The vectors of a vocabulary are computed once
 and stored under ``<folder>/word-vectors/<key>.safetensors``, the key a hash of the encoder's
 fingerprint and the words, so a search's later runs of the same student read them back.
+
+An encoder has no word frequencies of its own; its tokenizer's vocabulary stands in for them
+(:func:`tokenizer_words`). A WordPiece vocabulary (BERT's, all-MiniLM-L6-v2's) lists its
+continuation pieces with ``##`` and was built by frequency: after its block of single characters
+(the alphabet in code-point order), its whole words come most frequent first. Measured against
+GloVe 6B's frequency order, the median GloVe rank of all-MiniLM-L6-v2's whole words rises steadily
+with their position: 1,158 for its first 2,000 words, 8,226 for words 6,000-8,000, 26,932 for
+22,000-22,688. Byte-level BPE and SentencePiece vocabularies mark word starts (``Ġ``, ``▁``)
+instead; their order (the merges') also roughly follows frequency, not measured here. The
+vocabulary caps the count: all-MiniLM-L6-v2 has 22,688 whole words of two characters or more.
 """
 
 from __future__ import annotations
@@ -30,11 +40,13 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
-from kdbert.families.bilstm.words import WordVectors
+from kdbert.families.bilstm.words import WordVectors, is_vocab_word
 
 PREFIX = "encoder:"
 TARGET_STD = 0.6
 BATCH_SIZE = 256
+CONTINUATION = "##"  # WordPiece's mark of a piece that continues a word
+WORD_STARTS = ("\u0120", "\u2581")  # byte-level BPE's "Ġ" and SentencePiece's "▁": a piece that starts a word
 
 
 def is_encoder_source(word_vectors: str | os.PathLike | None) -> bool:
@@ -45,6 +57,26 @@ def is_encoder_source(word_vectors: str | os.PathLike | None) -> bool:
 def encoder_name(word_vectors: str) -> str:
     """``MODEL`` of ``encoder:MODEL`` (``default`` when empty)."""
     return word_vectors[len(PREFIX):] or "default"
+
+
+def tokenizer_words(vocab: dict[str, int]) -> list[str]:
+    """The whole words of a sub-word vocabulary (piece -> id), lowercased, in id order (module doc):
+    the pieces marked as word starts (the mark removed) where the vocabulary marks them, else the
+    pieces without WordPiece's ``##``; only those of two characters or more (not the alphabet block)
+    that a vocabulary can hold (:func:`~kdbert.families.bilstm.words.is_vocab_word`: not ``[CLS]``)."""
+    pieces = sorted(vocab, key=vocab.__getitem__)
+    marked = [piece[1:] for piece in pieces if piece.startswith(WORD_STARTS)]
+    words = marked or [piece for piece in pieces if not piece.startswith(CONTINUATION)]
+    return list(dict.fromkeys(w.lower() for w in words if len(w) > 1 and is_vocab_word(w)))
+
+
+def encoder_frequent_words(word_vectors: str, count: int, known: set[str]) -> list[str]:
+    """The first ``count`` whole words of the tokenizer of the encoder ``word_vectors`` names
+    (:func:`tokenizer_words`, its most frequent first) that are not in ``known``."""
+    from kdbert.core.loading import load_tokenizer
+
+    words = tokenizer_words(load_tokenizer(encoder_name(word_vectors)).get_vocab())
+    return [w for w in words if w not in known][:count]
 
 
 def encoder_dim(word_vectors: str) -> int:

@@ -42,22 +42,26 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from kdbert.families.bilstm.encoder_vectors import encoder_dim, encoder_word_vectors, is_encoder_source
-from kdbert.families.bilstm.words import (Vocab, WordVectors, embedding_matrix, oov_rate, ranked_words,
-                                          read_word_vectors, word_vector_dim)
+from kdbert.families.bilstm.encoder_vectors import (encoder_dim, encoder_frequent_words, encoder_word_vectors,
+                                                    is_encoder_source)
+from kdbert.families.bilstm.words import (Vocab, WordVectors, embedding_matrix, frequent_file_words, oov_rate,
+                                          ranked_words, read_word_vectors, word_vector_dim)
 from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import replace_dir, write_json
 
 MODEL_TYPE = "kdbert-bilstm"
 SENTENCE_INPUTS = ("input_ids", "attention_mask")
 PAIR_INPUTS = SENTENCE_INPUTS + ("input_ids_b", "attention_mask_b")
+# How many of the word vectors' most frequent words join the training words in a new student's
+# vocabulary (--frequent-words): measured in benchmarks/results/bilstm_vocab_size.md.
+FREQUENT_WORDS = 20_000
 
 
 @dataclass
@@ -197,40 +201,56 @@ def build_bilstm(config: BiLSTMConfig, embeddings: torch.Tensor | None = None, s
 
 def init_bilstm(texts: Sequence[str], num_labels: int, pair: bool, word_vectors: str | os.PathLike | None = None,
                 min_count: int = 1, embedding_dim: int | None = None, seed: int = 42, dev_texts: Sequence[str] = (),
-                vectors_folder: str | os.PathLike | None = None, **config: Any) -> tuple[BiLSTMStudent, Vocab, dict]:
+                vectors_folder: str | os.PathLike | None = None, frequent_words: int = FREQUENT_WORDS,
+                **config: Any) -> tuple[BiLSTMStudent, Vocab, dict]:
     """A new student for a task, its vocabulary and a report.
 
     Vocabulary: the words of ``texts`` (every text of the training rows, augmented ones included)
-    seen at least ``min_count`` times, then the words of ``dev_texts`` (the texts the student is
-    evaluated on) that it lacks and ``word_vectors`` has, most frequent first: they get their
-    pretrained vector instead of ``[UNK]``, as the authors' code builds its vocabulary. Words
-    only in ``dev_texts`` without a vector stay out (their rows would be random and never trained).
+    seen at least ``min_count`` times, then the ``frequent_words`` most frequent words of
+    ``word_vectors`` that they lack (:func:`frequent_vector_words`), so that the common words of new
+    text keep their pretrained vector instead of becoming ``[UNK]``. No other word joins: a word
+    that only the dev texts hold is ``[UNK]``, as it is in a user's text, so dev scores say what new
+    text gets. Without word vectors the vocabulary is the training words alone (a word no training
+    row holds would have a random row that training never moves).
     Embeddings: from ``word_vectors`` (GloVe / word2vec text, or ``encoder:MODEL``:
     :func:`load_word_vectors`, stored in ``vectors_folder``) where they have the word, seeded
     random otherwise; ``embedding_dim`` defaults to the vectors' size (300 without vectors).
     ``config``: the other :class:`BiLSTMConfig` fields.
 
     The report: ``vocab_sources`` (words from each source), ``dev_oov_rate`` (the share of the
-    dev words read as ``[UNK]`` with the training words only and with the dev words added; with
-    ``dev_texts``) and ``embeddings`` (:func:`kdbert.families.bilstm.words.embedding_matrix`'s coverage).
+    words of ``dev_texts`` read as ``[UNK]`` with the training words only and with the frequent
+    vector words added: what new text gets; with ``dev_texts``) and ``embeddings``
+    (:func:`kdbert.families.bilstm.words.embedding_matrix`'s coverage).
     """
+    if frequent_words < 0:
+        raise KdbertError(f"--frequent-words must be 0 or more (got {frequent_words}); 0 keeps the training words only")
     train_vocab = Vocab.build(texts, min_count=min_count)
-    dev_counts = ranked_words(dev_texts)
-    dev_words = [w for w in dev_counts if w not in train_vocab.index]
-    wanted = [*train_vocab.words[train_vocab.num_reserved:], *dev_words]
+    frequent = [] if word_vectors is None else frequent_vector_words(word_vectors, frequent_words, train_vocab.index)
+    vocab = train_vocab.extended(frequent)
+    wanted = vocab.words[vocab.num_reserved:]
     vectors = None if word_vectors is None else load_word_vectors(word_vectors, wanted, embedding_dim, vectors_folder)
-    with_vector = set() if vectors is None else set(vectors.words)
-    vocab = train_vocab.extended(w for w in dev_words if w in with_vector)
     dim = embedding_dim or (vectors.dim if vectors is not None else 300)
     matrix, coverage = embedding_matrix(vocab, dim, vectors, seed)
     model = build_bilstm(BiLSTMConfig(vocab_size=len(vocab), num_labels=num_labels, pair=pair, embedding_dim=dim,
                                       **config), torch.from_numpy(matrix), seed)
     report = {"vocab_sources": {"train": len(train_vocab) - train_vocab.num_reserved,
-                                "dev with a vector": len(vocab) - len(train_vocab)}}
+                                "frequent vector words": len(vocab) - len(train_vocab)}}
+    dev_counts = ranked_words(dev_texts)
     if dev_counts:
         report["dev_oov_rate"] = {"train words only": oov_rate(train_vocab, dev_counts),
-                                  "with dev words": oov_rate(vocab, dev_counts)}
+                                  "with frequent vector words": oov_rate(vocab, dev_counts)}
     return model, vocab, {**report, "embeddings": coverage}
+
+
+def frequent_vector_words(source: str | os.PathLike, count: int, known: Iterable[str]) -> list[str]:
+    """The ``count`` most frequent words of the word vectors ``source`` names that are not in
+    ``known``, most frequent first: the first words of a GloVe or word2vec text file (ordered by
+    frequency; :func:`kdbert.families.bilstm.words.frequent_file_words`), or for ``encoder:MODEL``,
+    which has no frequencies, the first whole words of its tokenizer's vocabulary
+    (:func:`kdbert.families.bilstm.encoder_vectors.encoder_frequent_words`; at most as many as it has)."""
+    if is_encoder_source(source):
+        return encoder_frequent_words(str(source), count, set(known))
+    return frequent_file_words(source, count, known)
 
 
 def load_word_vectors(source: str | os.PathLike, wanted: list[str], expected_dim: int | None = None,

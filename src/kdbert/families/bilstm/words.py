@@ -17,13 +17,14 @@ al. 2019, section 3.1), and an unknown word stays an unknown word.
 The vocabulary (:class:`Vocab`) holds ``[PAD]`` (id 0), ``[UNK]`` (id 1), ``[MASK]`` (id 2),
 then every word of the training texts that occurs at least ``min_count`` times, most frequent
 first (ties alphabetical), so a vocabulary built from the same texts is the same on every
-machine; :meth:`Vocab.extended` appends other words (the BiLSTM adds the dev words that have a
-pretrained vector, :func:`kdbert.families.bilstm.model.init_bilstm`). A ``vocab.txt`` written before
+machine; :meth:`Vocab.extended` appends other words (the BiLSTM adds the word vectors' most
+frequent words, :func:`kdbert.families.bilstm.model.init_bilstm`). A ``vocab.txt`` written before
 ``[MASK]`` had its own id (``[PAD]``, ``[UNK]``, then words) still loads: its students were
 trained with ``[MASK]`` read as ``[UNK]``, so there it still is.
 
 Word vectors (:func:`read_word_vectors`) come from GloVe text files (``word v1 ... vD`` per line)
-or word2vec text files (the same after a ``COUNT DIM`` header line), plain or ``.gz``;
+or word2vec text files (the same after a ``COUNT DIM`` header line), plain or ``.gz``; both list
+the most frequent words first, which :func:`frequent_file_words` reads off;
 :func:`embedding_matrix` turns them into the student's initial embedding matrix.
 """
 
@@ -32,9 +33,10 @@ from __future__ import annotations
 import gzip
 import re
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -175,24 +177,18 @@ def _header_dim(parts: list[str]) -> int | None:
     return int(parts[1]) if len(parts) == 2 and all(p.isdigit() for p in parts) else None
 
 
-def read_word_vectors(path: str | Path, wanted: Iterable[str] | None = None,
-                      expected_dim: int | None = None) -> WordVectors:
-    """Read a GloVe or word2vec text file (``.gz`` ok), keeping the vectors of ``wanted`` words.
+def _missing_file(path: Path) -> KdbertError:
+    return KdbertError(f"word-vector file {path} does not exist; pass a GloVe (.txt/.txt.gz) or "
+                       "word2vec text file with --word-vectors")
 
-    Without ``wanted`` every vector is kept. A file word matches a wanted word exactly, or
-    else lowercased (so cased word2vec files serve a lowercased vocabulary; an exact match wins).
-    Every line is checked for the field count; the numbers of kept lines are parsed. Words with
-    spaces (a few lines of glove.840B) are read as the fields before the last D.
-    Raises :class:`KdbertError` naming the file (and line) for a missing or binary file, a
-    malformed line, a dimension other than ``expected_dim``, and a file with no vectors.
-    """
-    path = Path(path)
+
+def _vector_lines(path: Path) -> Iterator[tuple[int, str, list[str]]]:
+    """``(line number, word, its D number fields)`` of each line of a GloVe or word2vec text file,
+    in file order (a word2vec header and blank lines skipped; D from the header, else the first line).
+    Raises :class:`KdbertError` naming the file (and line) for a missing or binary file and a line
+    with too few fields."""
     if not path.is_file():
-        raise KdbertError(f"word-vector file {path} does not exist; pass a GloVe (.txt/.txt.gz) or "
-                          "word2vec text file with --word-vectors")
-    wanted = None if wanted is None else set(wanted)
-    found: dict[str, np.ndarray] = {}
-    exact: set[str] = set()
+        raise _missing_file(path)
     dim = None
     line_no = 0
     try:
@@ -212,22 +208,42 @@ def read_word_vectors(path: str | Path, wanted: Iterable[str] | None = None,
                         f"{path}:{line_no}: expected a word and {dim} numbers, found {len(parts)} field(s); "
                         "--word-vectors takes GloVe text ('word v1 ... vD') or word2vec text (a 'COUNT DIM' "
                         "header, then the same)")
-                word = " ".join(parts[:-dim])
-                key = word if wanted is None or word in wanted else word.lower()
-                if (wanted is not None and key not in wanted) or key in exact or (key != word and key in found):
-                    continue
-                try:
-                    found[key] = np.array(parts[-dim:], dtype=np.float32)
-                except ValueError:
-                    raise KdbertError(f"{path}:{line_no}: the last {dim} fields are not all numbers; "
-                                      "fix the line or the file's format") from None
-                if key == word:
-                    exact.add(key)
+                yield line_no, " ".join(parts[:-dim]), parts[-dim:]
     except UnicodeDecodeError:
         raise KdbertError(f"{path}:{line_no}: not UTF-8 text (a binary word2vec file?); convert it to "
                           "word2vec text format (e.g. gensim's save_word2vec_format(binary=False))") from None
     except (OSError, EOFError) as exc:
         raise KdbertError(f"{path}: cannot read it ({exc}); is it a complete text or .gz file?") from None
+
+
+def read_word_vectors(path: str | Path, wanted: Iterable[str] | None = None,
+                      expected_dim: int | None = None) -> WordVectors:
+    """Read a GloVe or word2vec text file (``.gz`` ok), keeping the vectors of ``wanted`` words.
+
+    Without ``wanted`` every vector is kept. A file word matches a wanted word exactly, or
+    else lowercased (so cased word2vec files serve a lowercased vocabulary; an exact match wins).
+    Every line is checked for the field count; the numbers of kept lines are parsed. Words with
+    spaces (a few lines of glove.840B) are read as the fields before the last D.
+    Raises :class:`KdbertError` naming the file (and line) for a missing or binary file, a
+    malformed line, a dimension other than ``expected_dim``, and a file with no vectors.
+    """
+    path = Path(path)
+    wanted = None if wanted is None else set(wanted)
+    found: dict[str, np.ndarray] = {}
+    exact: set[str] = set()
+    dim = None
+    for line_no, word, numbers in _vector_lines(path):
+        dim = len(numbers)
+        key = word if wanted is None or word in wanted else word.lower()
+        if (wanted is not None and key not in wanted) or key in exact or (key != word and key in found):
+            continue
+        try:
+            found[key] = np.array(numbers, dtype=np.float32)
+        except ValueError:
+            raise KdbertError(f"{path}:{line_no}: the last {dim} fields are not all numbers; "
+                              "fix the line or the file's format") from None
+        if key == word:
+            exact.add(key)
     if dim is None:
         raise KdbertError(f"{path} contains no word vectors; pass a GloVe or word2vec text file")
     if expected_dim is not None and dim != expected_dim:
@@ -238,14 +254,37 @@ def read_word_vectors(path: str | Path, wanted: Iterable[str] | None = None,
     return WordVectors(words, matrix, str(path))
 
 
+def is_vocab_word(word: str) -> bool:
+    """Whether :func:`tokenize` reads ``word`` (lowercased) as that one word, so a vocabulary entry
+    for it can match text ("e-mail", "[CLS]" or a word with a space never would)."""
+    return tokenize(word) == [word.lower()]
+
+
+def frequent_file_words(path: str | Path, count: int, known: Iterable[str] = ()) -> list[str]:
+    """The first ``count`` words of a GloVe or word2vec text file (both list the most frequent first),
+    lowercased, that are not in ``known`` and that a vocabulary can hold (:func:`is_vocab_word`), in
+    file order; only as many lines as that takes are read."""
+    if count < 1:
+        return []
+    known = set(known)
+    words: dict[str, None] = {}
+    with closing(_vector_lines(Path(path))) as lines:
+        for _, word, _ in lines:
+            word = word.lower()
+            if word not in known and is_vocab_word(word):
+                words[word] = None
+                if len(words) == count:
+                    break
+    return list(words)
+
+
 def word_vector_dim(path: str | Path) -> int:
     """The dimension of a GloVe or word2vec text file, from its first line (word2vec's ``COUNT DIM``
     header, else the fields after the word); refuses a missing or empty file like
     :func:`read_word_vectors`."""
     path = Path(path)
     if not path.is_file():
-        raise KdbertError(f"word-vector file {path} does not exist; pass a GloVe (.txt/.txt.gz) or "
-                          "word2vec text file with --word-vectors")
+        raise _missing_file(path)
     try:
         with _open_binary(path) as handle:
             parts = handle.readline().decode("utf-8").rstrip().split(" ")
