@@ -60,3 +60,121 @@ def test_agreement_is_the_share_of_same_classes_or_the_correlation_of_scores():
     # r = 12 / sqrt(42 * 6) = 0.755929
     scores = agreement(GLUE_TASKS["stsb"], np.array([[1.0], [2.0], [4.0]]), np.array([[2.0], [3.0], [3.0]]))
     assert scores == pytest.approx(100 * 0.755929, abs=1e-4)
+
+
+def _resampling_cases():
+    """(metric, predictions, references) with ties, three classes and degenerate resamples."""
+    rng = np.random.default_rng(7)
+    binary_ref = rng.integers(0, 2, 60)
+    binary_pred = np.where(rng.random(60) < 0.7, binary_ref, 1 - binary_ref)
+    three_ref = rng.integers(0, 3, 60)
+    three_pred = np.where(rng.random(60) < 0.6, three_ref, rng.integers(0, 3, 60))
+    scores = np.round(rng.random(60) * 5, 1)  # many ties
+    predicted_scores = np.round(scores + rng.normal(0, 1, 60), 1)
+    cases = {"accuracy": ("accuracy", binary_pred, binary_ref), "accuracy-3": ("accuracy", three_pred, three_ref),
+             "f1": ("f1", binary_pred, binary_ref), "macro_f1-3": ("macro_f1", three_pred, three_ref),
+             "macro_f1-2": ("macro_f1", binary_pred, binary_ref), "mcc": ("mcc", binary_pred, binary_ref),
+             "mcc-3": ("mcc", three_pred, three_ref), "pearson": ("pearson", predicted_scores, scores),
+             "spearman": ("spearman", predicted_scores, scores)}
+    return [pytest.param(*case, id=name) for name, case in cases.items()]
+
+
+@pytest.mark.filterwarnings("ignore:A single label was found")  # scikit-learn on one-class resamples
+@pytest.mark.parametrize("name, predictions, references", _resampling_cases())
+def test_each_resampled_metric_equals_compute_metric_on_the_resampled_rows(name, predictions, references):
+    from kdbert.core.metrics import bootstrap_indices, resampled_metric
+
+    random_rows = bootstrap_indices(len(predictions), 6, seed=3)
+    negatives, positives = np.flatnonzero(references == 0), np.flatnonzero(references == references.max())
+    constant_prediction = np.flatnonzero(predictions == predictions[0])
+    degenerate = [np.zeros(60, dtype=int),  # one row repeated: one class, both sides constant
+                  np.resize(negatives, 60),  # references all of one class
+                  np.resize(positives, 60),
+                  np.resize(constant_prediction, 60),  # constant predictions, references varying
+                  np.resize(np.flatnonzero(predictions != references), 60),  # every row wrong
+                  np.resize(np.arange(2), 60)]  # two distinct rows
+    indices = np.vstack([random_rows, *degenerate])
+    values = resampled_metric(name, predictions, references, indices)
+    for rows, value in zip(indices, values):
+        assert value == pytest.approx(compute_metric(name, predictions[rows], references[rows]), rel=1e-9, abs=1e-12)
+
+
+def test_resampled_ranks_are_scipys_average_tie_ranks():
+    from scipy.stats import rankdata
+
+    from kdbert.core.metrics import _resampled_ranks, bootstrap_indices
+
+    values = np.array([3.0, 1.0, 2.0, 2.0, 5.0, 1.0, 4.0, 2.0])
+    indices = bootstrap_indices(len(values), 50, seed=1)
+    assert np.array_equal(_resampled_ranks(values, indices), rankdata(values[indices], axis=1))
+
+
+def test_bootstrap_standard_error_of_accuracy_approaches_the_binomial():
+    from kdbert.core.metrics import bootstrap_standard_error
+
+    # 320 of 400 right: the bootstrap distribution of accuracy is Binomial(400, 0.8) / 400, whose
+    # standard deviation is 100 * sqrt(0.8 * 0.2 / 400) = 2.0 points
+    references = np.ones(400, dtype=int)
+    predictions = np.r_[np.ones(320, dtype=int), np.zeros(80, dtype=int)]
+    resamples, exact = 4000, 2.0
+    tolerance = 4 * exact * math.sqrt(1 / (2 * (resamples - 1)))  # 4 Monte-Carlo SDs of an SD estimate: 0.089
+    se = bootstrap_standard_error(("accuracy",), predictions, references, resamples=resamples)
+    assert se == pytest.approx(exact, abs=tolerance)
+
+
+def test_bootstrap_standard_error_of_two_rows_by_hand():
+    from kdbert.core.metrics import bootstrap_standard_error
+
+    # one row right and one wrong: a resample's accuracy is 0, 50 or 100 with probabilities
+    # 1/4, 1/2, 1/4, mean 50, so the bootstrap SD is sqrt(2 * 50^2 / 4) = sqrt(1250) = 35.36
+    resamples, exact = 20000, math.sqrt(1250)
+    tolerance = 4 * exact * math.sqrt(1 / (2 * (resamples - 1)))  # 1.0
+    se = bootstrap_standard_error(("accuracy",), [1, 0], [1, 1], resamples=resamples)
+    assert se == pytest.approx(exact, abs=tolerance)
+    # every row right: every resample scores 100, no spread (with a negative row in the data, a
+    # resample of negatives only would have F1 0 and accuracy 100)
+    assert bootstrap_standard_error(("accuracy", "f1"), [1, 1, 1], [1, 1, 1]) == 0.0
+    assert bootstrap_standard_error(("accuracy",), [1, 0, 1], [1, 0, 1]) == 0.0
+
+
+def test_bootstrap_standard_error_is_deterministic_per_seed():
+    from kdbert.core.metrics import bootstrap_standard_error
+
+    rng = np.random.default_rng(0)
+    references = rng.integers(0, 2, 300)
+    predictions = np.where(rng.random(300) < 0.75, references, 1 - references)
+    first = bootstrap_standard_error(("mcc",), predictions, references, resamples=200, seed=5)
+    assert bootstrap_standard_error(("mcc",), predictions, references, resamples=200, seed=5) == first
+    assert bootstrap_standard_error(("mcc",), predictions, references, resamples=200, seed=6) != first
+
+
+def test_bootstrap_standard_error_of_two_metrics_is_that_of_their_mean():
+    from kdbert.core.metrics import bootstrap_indices, bootstrap_standard_error, resampled_metric
+
+    rng = np.random.default_rng(0)
+    references = rng.integers(0, 2, 300)
+    predictions = np.where(rng.random(300) < 0.75, references, 1 - references)
+    indices = bootstrap_indices(300, 500, seed=2)
+    accuracy = resampled_metric("accuracy", predictions, references, indices)
+    f1 = resampled_metric("f1", predictions, references, indices)
+    se = bootstrap_standard_error(("accuracy", "f1"), predictions, references, resamples=500, seed=2)
+    assert se == pytest.approx(np.std((accuracy + f1) / 2, ddof=1), rel=1e-12)
+    # accuracy and F1 move together, so the mean's SE is near, yet not, the mean of their SEs
+    assert se != pytest.approx((np.std(accuracy, ddof=1) + np.std(f1, ddof=1)) / 2, rel=1e-6)
+    assert se != pytest.approx(np.std(accuracy, ddof=1), rel=1e-6)
+    # one metric alone is its own SE
+    assert bootstrap_standard_error(("f1",), predictions, references, resamples=500, seed=2) == pytest.approx(
+        np.std(f1, ddof=1), rel=1e-12)
+
+
+def test_bootstrap_standard_error_refuses_what_it_cannot_estimate():
+    from kdbert.core.metrics import bootstrap_standard_error
+
+    with pytest.raises(ValueError):
+        bootstrap_standard_error(("accuracy",), [1, 0], [1, 1], resamples=1)
+    with pytest.raises(ValueError):
+        bootstrap_standard_error(("accuracy",), [], [])
+    with pytest.raises(ValueError):
+        bootstrap_standard_error(("f1",), [0, 1, 2], [0, 1, 2])  # binary F1 of three classes, as scikit-learn
+    with pytest.raises(ValueError):
+        bootstrap_standard_error(("bleu",), [0, 1], [0, 1])
