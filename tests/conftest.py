@@ -141,6 +141,20 @@ def write_glue_task(root: Path, task: str, n_train: int = 40, n_dev: int = 16, g
     return folder
 
 
+def record_held_out(teacher: Path, task, fraction: float) -> Path:
+    """Write the ``held_out.json`` that ``kdbert finetune --held-out-fraction`` would have written beside a
+    teacher the tests saved directly (``task``: its TaskOptions), so that compress accepts it."""
+    from dataclasses import replace
+
+    from kdbert.core.atomic_io import write_json
+    from kdbert.data.held_out import RECORD_FILE, record
+    from kdbert.data.load import load_task
+
+    data = load_task(replace(task, held_out_fraction=fraction))
+    write_json(Path(teacher) / RECORD_FILE, record(data, fraction, data.held_out_rule))
+    return Path(teacher)
+
+
 @pytest.fixture
 def glue_dir(tmp_path) -> Path:
     """A generated GLUE root with all nine tasks (small, random sentences from WORDS)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,11 +15,15 @@ from conftest import save_tiny_classifier, write_glue_task
 from transformers import BertForSequenceClassification
 
 from kdbert.cli import main
+from kdbert.core.metrics import bootstrap_standard_error
 from kdbert.core.evaluate import TaskEvaluator, held_out_loss, predict, selection_key, to_predictions
 from kdbert.core.matching import Match, MatchLoss
 from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import TaskData
+from kdbert.data.glue import Example
+from kdbert.data.held_out import (HELD_OUT_SEED, hold_out_recorded, lengths_differ, record, row_hash, row_length,
+                                  split_decide, uniform_indices)
 from kdbert.data.load import TaskOptions, hold_out, load_task
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
@@ -63,7 +69,8 @@ def test_evaluator_scores_held_out_rows_apart_from_dev(glue, tiny_tokenizer, tmp
     cross_entropy = torch.nn.functional.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels)).item()
     assert metrics["held-out/loss"] == metrics["selection_loss"] == pytest.approx(cross_entropy, rel=1e-5)
     assert set(metrics) == {"accuracy", "score", "held-out/accuracy", "held-out/loss", "selection_score",
-                            "selection_loss"}
+                            "selection_loss", "selection_se"}
+    assert metrics["selection_se"] == bootstrap_standard_error(["accuracy"], to_predictions(data.spec, logits), labels)
 
 
 def test_held_out_loss_is_the_mean_cross_entropy_or_squared_error():
@@ -115,6 +122,13 @@ def test_finetune_cli_selects_on_held_out_rows_and_resume_checks_the_fraction(gl
     args = ["finetune", "--model", str(model), "--task", "rte", "--data-dir", str(glue), "--max-steps", "4",
             "--batch-size", "8", "--eval-every", "2", "--no-progress", "--output-dir", str(tmp_path / "run")]
     assert main([*args, "--held-out-fraction", "0.25"]) == 0
+    # the folder says which rows the teacher never trained on, and a distillation from it holds out those
+    recorded = json.loads((tmp_path / "run" / "held_out.json").read_text())
+    held = load_task(TaskOptions("rte", data_dir=str(glue), held_out_fraction=0.25)).held_out
+    assert (recorded["fraction"], recorded["rule"], recorded["rows"]) == (0.25, "uniform", 10)
+    assert recorded["hashes"] == [row_hash(row) for row in held]
+    again = load_task(TaskOptions("rte", data_dir=str(glue), held_out_rows=str(tmp_path / "run")))
+    assert [row.texts for row in again.held_out] == [row.texts for row in held]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     history = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     evals = [record["eval"] for record in history if "eval" in record]
@@ -122,3 +136,75 @@ def test_finetune_cli_selects_on_held_out_rows_and_resume_checks_the_fraction(gl
     capsys.readouterr()
     assert main([*args, "--held-out-fraction", "0.1", "--resume"]) == 2
     assert "held_out_fraction" in capsys.readouterr().err
+
+
+def _rows(lengths, label=0, start=0) -> list[Example]:
+    return [Example((" ".join(f"w{start + i}x{k}" for k in range(n)),), label) for i, n in enumerate(lengths)]
+
+
+def test_rows_like_dev_are_held_out_when_the_training_rows_are_shorter(glue):
+    # SST-2's shape: training rows mostly short phrases (2-4 words), some sentences (10-19); dev all sentences
+    rng = random.Random(0)
+    phrases, sentences = _rows([rng.randint(2, 4) for _ in range(900)]), _rows(
+        [rng.randint(10, 19) for _ in range(600)], start=900)
+    train = phrases + sentences
+    rng.shuffle(train)
+    dev = _rows([rng.randint(10, 19) for _ in range(100)], start=5000)
+    spec = GLUE_TASKS["sst2"]
+    assert lengths_differ(train, dev) and not lengths_differ(sentences, dev)
+    data = hold_out(TaskData(spec, list(train), {"dev": dev}), 0.1)
+    assert data.held_out_rule == "length-matched" and len(data.held_out) == 150  # 10% of 1,500: a quarter of the sentences
+    assert all(10 <= row_length(row) <= 19 for row in data.held_out)  # no phrase: none is as short as a dev row
+    assert np.mean([row_length(row) for row in data.held_out]) == pytest.approx(
+        np.mean([row_length(row) for row in dev]), abs=1.0)  # dev's shape (mean 14.5), not the training file's
+    # no bin gives more than half its rows: asked for 40%, it holds out fewer, keeping dev's shape
+    most = hold_out(TaskData(spec, list(train), {"dev": dev}), 0.4)
+    assert 150 < len(most.held_out) <= 300 + 10 and all(10 <= row_length(row) <= 19 for row in most.held_out)
+    # alike lengths: the uniform rule of every earlier run, row for row
+    alike = hold_out(TaskData(spec, list(sentences), {"dev": dev}), 0.1)
+    chosen = set(uniform_indices(600, 60))
+    assert alike.held_out_rule == "uniform" and alike.held_out == [r for i, r in enumerate(sentences) if i in chosen]
+    assert HELD_OUT_SEED == "kdbert-held-out"  # the seed recorded teachers were fine-tuned with
+
+
+def test_half_the_held_out_rows_decide_and_a_prefix_of_the_rest_never_holds_one(glue):
+    options = TaskOptions("rte", data_dir=str(glue), held_out_fraction=0.25)
+    whole = load_task(options).held_out
+    split = load_task(replace(options, decide_share=0.5))
+    assert (len(split.held_out), len(split.decide)) == (5, 5)
+    assert sorted(r.texts for r in split.held_out + split.decide) == sorted(r.texts for r in whole)
+    assert split.held_out == whole[:5] and split.decide == whole[5:]  # share 0 orders the same rows first
+    capped = load_task(replace(options, max_held_out_examples=3))
+    assert capped.held_out == split.held_out[:3] and not capped.decide
+    assert load_task(replace(options, decide_share=0.5, max_held_out_examples=2)).decide == split.decide[:2]
+    one = TaskData(split.spec, [], {}, held_out=whole[:1])
+    with pytest.raises(KdbertError, match="the 1 held-out row.s. cannot be split into rows that pick and rows that "
+                                          "decide; raise --held-out-fraction"):
+        split_decide(one, 0.5)
+
+
+def test_the_evaluator_scores_the_rows_that_decide_apart_and_picks_on_the_others(glue, tiny_tokenizer, tmp_path):
+    data = load_task(TaskOptions("rte", data_dir=str(glue), held_out_fraction=0.25, decide_share=0.5))
+    model = BertForSequenceClassification.from_pretrained(save_tiny_classifier(tmp_path / "m", tiny_tokenizer))
+    metrics = TaskEvaluator(data, tiny_tokenizer, 64)(model)
+    for rows, key in ((data.held_out, "selection"), (data.decide, "decide")):
+        logits = predict(model, encode_examples(tiny_tokenizer, rows, 64), PaddingCollator(tiny_tokenizer.pad_token_id))
+        labels = np.array([ex.label for ex in rows])
+        predictions = to_predictions(data.spec, logits)
+        assert metrics[f"{key}_score"] == pytest.approx(100.0 * float(np.mean(predictions == labels)))
+        assert metrics[f"{key}_se"] == bootstrap_standard_error(["accuracy"], predictions, labels)
+    assert metrics["decide/accuracy"] == metrics["decide_score"]
+    only = TaskEvaluator(TaskData(data.spec, [], {}, decide=data.decide), tiny_tokenizer, 64)(model)
+    assert set(only) == {"decide/accuracy", "decide_score", "decide_se"}
+
+
+def test_a_record_from_other_rows_is_refused_in_one_line(glue):
+    data = load_task(TaskOptions("rte", data_dir=str(glue), held_out_fraction=0.25))
+    recorded = record(data, 0.25, "uniform")
+    other = load_task(TaskOptions("rte", data_dir=str(glue)))
+    other.train = other.train[:20]  # the record's rows are not all there
+    with pytest.raises(KdbertError, match=r"--held-out-rows x: \d+ of the 10 held-out rows it lists are not among this "
+                                          r"task's 20 training rows; pass the task and --train-file"):
+        hold_out_recorded(other, recorded, "--held-out-rows x")
+    with pytest.raises(KdbertError, match="--held-out-rows .*nowhere: no held_out.json there"):
+        load_task(TaskOptions("rte", data_dir=str(glue), held_out_rows=str(glue / "nowhere")))

@@ -11,7 +11,7 @@ from scipy.special import logsumexp
 from kdbert.data.batching import EncodedDataset, ModelInputs, TokenizerInputs, pool_windows, predict_rows
 from kdbert.data.glue import TaskData
 from kdbert.data.tasks import TaskSpec
-from kdbert.core.metrics import compute_metrics, split_prefix, task_score
+from kdbert.core.metrics import bootstrap_standard_error, compute_metrics, split_prefix, task_score
 from kdbert.core.trace import model_inputs, output_logits
 from kdbert.errors import KdbertError
 
@@ -77,7 +77,11 @@ class SplitEvaluator:
     scored too, as ``held-out/<metric>``, with their mean loss (:func:`held_out_loss`, not in
     percent) as ``held-out/loss`` and ``selection_loss``; ``selection_score`` (their score), ties
     broken by the lower ``selection_loss`` (:func:`selection_key`), picks the best checkpoint
-    instead of ``score``, so that dev only scores the checkpoint it did not pick.
+    instead of ``score``, so that dev only scores the checkpoint it did not pick. With rows that
+    decide (``data.decide``, ``--decide-share``) they are scored as ``decide/<metric>`` and
+    ``decide_score``, never picking anything here. ``selection_se`` and ``decide_se``: the
+    bootstrap standard error of those scores over their rows
+    (:func:`~kdbert.core.metrics.bootstrap_standard_error`).
     """
 
     def __init__(self, data: TaskData, encode, batch_size: int):
@@ -85,6 +89,7 @@ class SplitEvaluator:
         self.splits = {name: encode(rows) for name, rows in data.dev.items()}
         self.references = {name: np.array([ex.label for ex in rows]) for name, rows in data.dev.items()}
         self.held_out = (encode(data.held_out), np.array([ex.label for ex in data.held_out])) if data.held_out else None
+        self.decide = (encode(data.decide), np.array([ex.label for ex in data.decide])) if data.decide else None
         self.batch_size = batch_size
 
     def predict(self, model, dataset) -> np.ndarray:
@@ -98,17 +103,29 @@ class SplitEvaluator:
             predictions = to_predictions(self.spec, self.predict(model, dataset))
             metrics.update(compute_metrics(self.spec.metrics, predictions, self.references[name],
                                            split_prefix(name, splits)))
-        metrics["score"] = task_score(metrics, self.spec.metrics, splits)
+        if splits:
+            metrics["score"] = task_score(metrics, self.spec.metrics, splits)
         if self.held_out is not None:
             dataset, references = self.held_out
             logits = self.predict(model, dataset)
-            held = compute_metrics(self.spec.metrics, to_predictions(self.spec, logits), references, "")
+            held = self._scored(logits, references, "held-out", metrics)
             loss = held_out_loss(self.spec, logits, references)
-            metrics.update({f"held-out/{name}": value for name, value in held.items()})
             metrics["held-out/loss"] = loss
-            metrics["selection_score"] = task_score(held, self.spec.metrics, ("held-out",))
-            metrics["selection_loss"] = loss
+            metrics.update(selection_score=held[0], selection_se=held[1], selection_loss=loss)
+        if self.decide is not None:
+            dataset, references = self.decide
+            metrics["decide_score"], metrics["decide_se"] = self._scored(self.predict(model, dataset), references,
+                                                                         "decide", metrics)
         return metrics
+
+    def _scored(self, logits: np.ndarray, references: np.ndarray, prefix: str, metrics: dict) -> tuple[float, float]:
+        """The task score of ``logits`` on rows apart from dev and its bootstrap standard error; each metric
+        added to ``metrics`` as ``<prefix>/<metric>``."""
+        predictions = to_predictions(self.spec, logits)
+        scores = compute_metrics(self.spec.metrics, predictions, references, "")
+        metrics.update({f"{prefix}/{name}": value for name, value in scores.items()})
+        return (task_score(scores, self.spec.metrics, (prefix,)),
+                bootstrap_standard_error(self.spec.metrics, predictions, references))
 
 
 class TaskEvaluator(SplitEvaluator):

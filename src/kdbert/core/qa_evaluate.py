@@ -19,6 +19,7 @@ windows beats the best span.
 from __future__ import annotations
 
 import collections
+import math
 import re
 import string
 
@@ -55,15 +56,31 @@ def f1_score(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def squad_scores(predictions: list[str], examples: list[Example]) -> dict[str, float]:
-    """``exact_match`` and ``f1`` (percent) of ``predictions`` against the examples' gold answers."""
-    em = f1 = 0.0
+def question_scores(predictions: list[str], examples: list[Example]) -> tuple[np.ndarray, np.ndarray]:
+    """Each question's exact match and F1 (0-1, the best over its gold answers)."""
+    em, f1 = [], []
     for prediction, example in zip(predictions, examples):
         golds = [text for text, _ in example.label] or [""]
-        em += max(exact_match(prediction, gold) for gold in golds)
-        f1 += max(f1_score(prediction, gold) for gold in golds)
+        em.append(max(exact_match(prediction, gold) for gold in golds))
+        f1.append(max(f1_score(prediction, gold) for gold in golds))
+    return np.array(em, dtype=float), np.array(f1, dtype=float)
+
+
+def squad_scores(predictions: list[str], examples: list[Example]) -> dict[str, float]:
+    """``exact_match`` and ``f1`` (percent) of ``predictions`` against the examples' gold answers."""
+    em, f1 = question_scores(predictions, examples)
     count = max(len(examples), 1)
-    return {"exact_match": 100.0 * em / count, "f1": 100.0 * f1 / count}
+    return {"exact_match": 100.0 * float(em.sum()) / count, "f1": 100.0 * float(f1.sum()) / count}
+
+
+def score_and_error(predictions: list[str], examples: list[Example]) -> tuple[float, float]:
+    """The QA score, the mean of exact match and F1 (percent), and its standard error over the
+    questions, ``100 sd(s_i) / sqrt(n)`` with ``s_i = (em_i + f1_i) / 2`` (what the bootstrap of a
+    mean estimates)."""
+    em, f1 = question_scores(predictions, examples)
+    per_question = (em + f1) / 2
+    error = per_question.std(ddof=1) / math.sqrt(len(per_question)) if len(per_question) > 1 else 0.0
+    return 100.0 * float(per_question.mean()), 100.0 * float(error)
 
 
 def best_answer(context: str, windows: list[tuple[np.ndarray, np.ndarray, list]], allow_empty: bool) -> str:
@@ -105,6 +122,7 @@ class QAEvaluator:
         self.examples = dict(data.dev)
         self.splits = {name: self.encode(rows) for name, rows in data.dev.items()}
         self.held_out = (data.held_out, self.encode(data.held_out)) if data.held_out else None
+        self.decide = (data.decide, self.encode(data.decide)) if data.decide else None
 
     def encode(self, examples: list[Example]) -> EncodedDataset:
         return EncodedDataset(encode_qa(self.tokenizer, examples, self.max_seq_len, self.spec.doc_stride))
@@ -133,9 +151,14 @@ class QAEvaluator:
         for name, windows in self.splits.items():
             scores = squad_scores(self.answers(model, self.examples[name], windows), self.examples[name])
             metrics.update({(f"{name}/{k}" if prefix else k): v for k, v in scores.items()})
-        metrics["score"] = float(np.mean([v for v in metrics.values()]))
+        if metrics:
+            metrics["score"] = float(np.mean([v for v in metrics.values()]))
         if self.held_out is not None:
-            held = squad_scores(self.answers(model, *self.held_out), self.held_out[0])
+            answers = self.answers(model, *self.held_out)
+            held = squad_scores(answers, self.held_out[0])
             metrics.update({f"held-out/{k}": v for k, v in held.items()})
-            metrics["selection_score"] = (held["exact_match"] + held["f1"]) / 2
+            metrics["selection_score"], metrics["selection_se"] = score_and_error(answers, self.held_out[0])
+        if self.decide is not None:
+            metrics["decide_score"], metrics["decide_se"] = score_and_error(self.answers(model, *self.decide),
+                                                                            self.decide[0])
         return metrics

@@ -33,13 +33,16 @@ class Example:
 @dataclass
 class TaskData:
     """A task's training rows, its evaluation split(s), the training rows held out to pick
-    checkpoints on (empty unless ``--held-out-fraction``; :func:`kdbert.data.load.hold_out`), and
+    checkpoints on (empty unless ``--held-out-fraction``; :mod:`kdbert.data.held_out`) and the rule
+    that drew them, the held-out rows kept apart to decide between runs (``--decide-share``), and
     rows without labels for the teacher to label (``--unlabelled``)."""
 
     spec: TaskSpec
     train: list[Example]
     dev: dict[str, list[Example]]
     held_out: list[Example] = field(default_factory=list)
+    held_out_rule: str = ""
+    decide: list[Example] = field(default_factory=list)
     unlabelled: list[Example] = field(default_factory=list)
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import random
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kdbert.options import CheckedOptions, in_range, option
 from kdbert.data.custom import SUPPORTED_SUFFIXES, check_columns, load_custom_task, read_rows
 from kdbert.data.glue import Example, TaskData, load_glue_dir, load_glue_hf, read_glue_tsv
+from kdbert.data.held_out import (RECORD_FILE, held_out_indices, hold_out_recorded, move_held_out,
+                                  split_decide)
 from kdbert.data.imdb import load_imdb, load_imdb_hf, load_imdb_unlabelled
 from kdbert.data.squad import load_squad
 from kdbert.data.tasks import DOC_STRIDE, GLUE_TASKS, IMDB_TASK, SQUAD_TASKS, TRUNCATIONS, canonical_task_name
@@ -45,6 +47,12 @@ class TaskOptions(CheckedOptions):
                                            "to pick the best checkpoint on; dev then only scores it (0: dev picks "
                                            "and scores, as the papers do)", type=float, group="data",
                                       check=in_range(0, 0.5, what="a share of the training rows in [0, 0.5]"))
+    held_out_rows: str | None = option(None, "hold out the training rows a `kdbert finetune` folder lists in its "
+                                             "held_out.json (the folder or the file): the rows that teacher never "
+                                             "trained on; replaces --held-out-fraction", group="data")
+    decide_share: float = option(0.0, "keep this share of the held-out rows apart to decide between runs (compress: "
+                                      "the winner and its kept share); they never pick a checkpoint", type=float,
+                                 group="data", check=in_range(0, 0.9, what="a share of the held-out rows in [0, 0.9]"))
     truncation: str = option("head", "what a text longer than the token limit keeps: its first tokens (head), its "
                                      "last (tail), a quarter from the head and the rest from the tail (head+tail, "
                                      "best on IMDb in Sun et al. 2019), or all of it in windows sharing --doc-stride "
@@ -64,6 +72,9 @@ class TaskOptions(CheckedOptions):
     doc_stride: int = option(DOC_STRIDE, "squad and --truncation windows: tokens shared by consecutive windows of a "
                                          "text longer than the token limit", type=int, group="data",
                              check=in_range(1, 10**6, int, what="a positive integer"))
+    max_held_out_examples: int | None = option(None, "score only the first N held-out rows that pick and N that "
+                                                     "decide (a seeded order)", type=int, group="data",
+                                               check=in_range(1, 10**9, int, what="a positive integer"))
     max_dev_examples: int | None = option(None, "score only the first N rows of each evaluation split (IMDb's "
                                                 "come in a fixed shuffled order, so they are a sample of both "
                                                 "classes)", type=int, group="data",
@@ -79,9 +90,9 @@ def is_data_file(task: str) -> bool:
     return name.endswith(SUPPORTED_SUFFIXES)
 
 
-HELD_OUT_SEED = "kdbert-held-out"
 # options that change the rows a run trains or is scored on, once set (a resumed run must share them)
-ROW_OPTIONS = ("truncation", "unlabelled", "max_unlabelled", "max_dev_examples", "train_articles", "doc_stride")
+ROW_OPTIONS = ("truncation", "unlabelled", "max_unlabelled", "max_dev_examples", "train_articles", "doc_stride",
+               "held_out_rows", "decide_share", "max_held_out_examples")
 
 
 def task_identity(options: TaskOptions) -> dict:
@@ -92,29 +103,32 @@ def task_identity(options: TaskOptions) -> dict:
 
 
 def hold_out(data: TaskData, fraction: float) -> TaskData:
-    """Move ``round(fraction * N)`` of the N training rows (at least one) into ``data.held_out``:
-    a shuffle seeded by :data:`HELD_OUT_SEED`, so every run, seed and method holds out the same rows."""
-    count = max(1, round(fraction * len(data.train)))
-    if count >= len(data.train):
-        raise KdbertError(f"--held-out-fraction {fraction:g} leaves no training rows of {len(data.train)}; "
-                          "lower it")
-    order = list(range(len(data.train)))
-    random.Random(HELD_OUT_SEED).shuffle(order)
-    chosen = set(order[:count])
-    data.held_out = [row for index, row in enumerate(data.train) if index in chosen]
-    data.train = [row for index, row in enumerate(data.train) if index not in chosen]
-    return data
+    """Move ``round(fraction * N)`` of the N training rows (at least one) into ``data.held_out``, drawn
+    by :func:`kdbert.data.held_out.held_out_indices` (the same rows for every run, seed and method)."""
+    indices, data.held_out_rule = held_out_indices(data, fraction)
+    return move_held_out(data, indices)
+
+
+def held_out_record_of(path: str) -> tuple[dict, str]:
+    """The record ``--held-out-rows`` names (a model folder or its ``held_out.json``) and where it is."""
+    file = Path(path).expanduser()
+    file = file / RECORD_FILE if file.is_dir() else file
+    if not file.is_file():
+        raise KdbertError(f"--held-out-rows {path}: no {RECORD_FILE} there; pass the folder `kdbert finetune "
+                          "--held-out-fraction` wrote")
+    return json.loads(file.read_text()), str(file)
 
 
 def load_task(options: TaskOptions, seed: int = 42) -> TaskData:
-    """Load train and dev examples for ``options.task``, with ``held_out_fraction`` of the
-    training rows held out (:func:`hold_out`), the task's ``truncation`` and at most
-    ``max_dev_examples`` rows per evaluation split.
+    """Load train and dev examples for ``options.task``, with training rows held out
+    (:mod:`kdbert.data.held_out`: those ``held_out_rows`` lists, else ``held_out_fraction`` of them
+    drawn by :func:`hold_out`; ``decide_share`` of them kept apart to decide), the task's
+    ``truncation`` and at most ``max_dev_examples`` rows per evaluation split.
 
     ``train_file`` replaces a GLUE task's training split (e.g. TinyBERT's ``train_aug.tsv``),
     read in the task's own format.
     """
-    if options.held_out_fraction and options.train_file:
+    if (options.held_out_fraction or options.held_out_rows) and options.train_file:
         raise KdbertError("--held-out-fraction with --train-file would train on augmented copies of held-out rows; "
                           "hold out rows before augmenting, or leave one of them out")
     data = _load_task(options, seed)
@@ -129,7 +143,17 @@ def load_task(options: TaskOptions, seed: int = 42) -> TaskData:
         data.dev = {name: rows[: options.max_dev_examples] for name, rows in data.dev.items()}
     if options.unlabelled:
         data.unlabelled = load_unlabelled(options, data.spec)[: options.max_unlabelled]
-    return hold_out(data, options.held_out_fraction) if options.held_out_fraction else data
+    if options.held_out_rows:
+        recorded, source = held_out_record_of(options.held_out_rows)
+        data = hold_out_recorded(data, recorded, f"--held-out-rows {source}")
+        data.held_out_rule = recorded["rule"]
+    elif options.held_out_fraction:
+        data = hold_out(data, options.held_out_fraction)
+    if data.held_out:
+        data = split_decide(data, options.decide_share)
+    if options.max_held_out_examples:
+        data.held_out, data.decide = (rows[: options.max_held_out_examples] for rows in (data.held_out, data.decide))
+    return data
 
 
 def _load_task(options: TaskOptions, seed: int) -> TaskData:

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from transformers import set_seed
 
+from kdbert.core.atomic_io import write_json
 from kdbert.core.evaluate import task_evaluator
 from kdbert.core.hardware import ThreadShare, resolve_precision
 from kdbert.core.loading import load_task_model, load_tokenizer, resolve_model_path
@@ -30,6 +31,7 @@ from kdbert.core.run_folder import prepare_output_dir
 from kdbert.core.trace import model_inputs, output_logits
 from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer, to_device
 from kdbert.data.batching import PaddingCollator, TokenizerInputs
+from kdbert.data.held_out import RECORD_FILE, record
 from kdbert.data.load import TaskOptions, load_task, task_identity
 from kdbert.errors import KdbertError
 
@@ -80,6 +82,8 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
                 **task_identity(task),
                 **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {})}
     out = prepare_output_dir(config.output_dir, identity, resume, overwrite)
+    if data.held_out:  # which rows this teacher never trained on, for the students distilled from it
+        write_json(out / RECORD_FILE, record(data, task.held_out_fraction, data.held_out_rule))
     tokenizer = load_tokenizer(model_path)
     set_seed(config.seed)
     model = load_task_model(model_path, spec, new_head_ok=True)

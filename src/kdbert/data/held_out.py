@@ -1,0 +1,162 @@
+"""Which training rows are held out, and which of them decide.
+
+Held-out rows stand in for the rows a model will meet, so they are drawn to look like dev:
+
+- **The rule.** When the training rows' lengths (words per row, both texts of a pair) differ
+  from dev's, as SST-2's do (its training file is mostly phrases cut from the treebank's parse
+  trees, its dev set whole sentences: median 7 words against 19), the rows are drawn
+  *length-matched*: dev's lengths cut into ``LENGTH_BINS`` quantile bins (a row shorter or longer
+  than every dev row in none), each bin holding out
+  ``count * dev_share(bin)`` rows of the training rows of that length, at most ``MAX_BIN_SHARE``
+  of them (the count shrinks until every bin fits). "Differ" is a two-sample Kolmogorov-Smirnov
+  test: statistic ``D > MIN_LENGTH_SHIFT`` and p-value below ``MAX_LENGTH_P`` (SST-2: D = 0.49;
+  STS-B, whose dev comes from other genres: 0.20; CoLA, MRPC and RTE: 0.03-0.04, drawn uniformly).
+  Otherwise *uniform*: a shuffle seeded by :data:`HELD_OUT_SEED` (the rule of every earlier run).
+  Every run, seed and method of a task holds out the same rows.
+- **The record.** ``kdbert finetune`` writes which rows it held out (``held_out.json``:
+  :func:`record`, a hash of each row's texts and label), so that a distillation from that teacher
+  holds out the very rows the teacher never trained on (:func:`hold_out_recorded`), whatever share
+  it was asked for.
+- **Two halves.** Rows that pick checkpoints and promote candidates drift upwards from their
+  picking, so a search keeps ``decide_share`` of the held-out rows apart
+  (:func:`split_decide`, seeded): they are scored only to choose the winner and to state its
+  kept share. ``--max-held-out-examples N`` scores the first N of each (the exports' int8 choice).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import ks_2samp
+
+from kdbert.data.glue import Example, TaskData
+from kdbert.errors import KdbertError
+
+HELD_OUT_SEED = "kdbert-held-out"
+DECIDE_SEED = "kdbert-decide"
+RECORD_FILE = "held_out.json"
+LENGTH_BINS = 10
+MAX_BIN_SHARE = 0.5  # the most of a length bin's training rows held out
+MIN_LENGTH_SHIFT = 0.1  # the KS statistic above which training and dev lengths differ ...
+MAX_LENGTH_P = 0.01  # ... when its p-value is also below this
+MIN_RECORDED_FOUND = 0.9  # the share of a record's rows a task's training rows must hold
+
+
+def row_length(row: Example) -> int:
+    """Words in a row: whitespace-separated, over all its texts."""
+    return sum(len(text.split()) for text in row.texts)
+
+
+def row_hash(row: Example) -> str:
+    """A row's identity across loads and seeds: 16 hex digits of the SHA-256 of its texts and label."""
+    return hashlib.sha256(json.dumps([list(row.texts), row.label]).encode()).hexdigest()[:16]
+
+
+def lengths_differ(train: list[Example], dev: list[Example]) -> bool:
+    """Whether the training rows' lengths differ from dev's (module doc: KS statistic and p-value)."""
+    if not train or not dev:
+        return False
+    test = ks_2samp([row_length(r) for r in train], [row_length(r) for r in dev])
+    return test.statistic > MIN_LENGTH_SHIFT and test.pvalue < MAX_LENGTH_P
+
+
+def uniform_indices(rows: int, count: int) -> list[int]:
+    """The first ``count`` of ``range(rows)`` shuffled by :data:`HELD_OUT_SEED`."""
+    order = list(range(rows))
+    random.Random(HELD_OUT_SEED).shuffle(order)
+    return order[:count]
+
+
+def length_matched_indices(train: list[Example], dev: list[Example], count: int) -> list[int]:
+    """At most ``count`` training row indices whose lengths follow dev's (module doc): per bin of dev's
+    length deciles (rows shorter or longer than every dev row in none), ``n * dev_share`` of that
+    bin's rows (rounded by largest remainders, so that they add up to ``n``) in :data:`HELD_OUT_SEED`
+    order, with ``n`` the largest count up to ``count`` for which no bin gives more than
+    ``MAX_BIN_SHARE`` of its rows."""
+    dev_lengths = np.array([row_length(r) for r in dev])
+    quantiles = np.quantile(dev_lengths, np.linspace(0, 1, LENGTH_BINS + 1))
+    edges = np.unique(quantiles[1:-1])
+    dev_share = np.bincount(np.searchsorted(edges, dev_lengths, side="right"), minlength=len(edges) + 1) / len(dev)
+    lengths = np.array([row_length(r) for r in train])
+    bins = np.where((lengths >= quantiles[0]) & (lengths <= quantiles[-1]),
+                    np.searchsorted(edges, lengths, side="right"), -1)
+    members = [[] for _ in range(len(edges) + 1)]
+    for index in uniform_indices(len(train), len(train)):
+        if bins[index] >= 0:
+            members[bins[index]].append(index)
+    fits = [len(m) * MAX_BIN_SHARE / share for m, share in zip(members, dev_share) if share > 0]
+    quotas = min(count, int(min(fits))) * dev_share
+    counts = np.floor(quotas).astype(int)
+    for b in np.argsort(counts - quotas)[: int(round(quotas.sum())) - counts.sum()]:  # largest remainders
+        counts[b] += 1
+    return [i for m, n in zip(members, counts) for i in m[:n]]
+
+
+def held_out_indices(data: TaskData, fraction: float) -> tuple[list[int], str]:
+    """The indices of ``data.train`` to hold out for ``fraction`` and the rule that drew them
+    (``"length-matched"`` or ``"uniform"``, module doc)."""
+    count = max(1, round(fraction * len(data.train)))
+    if count >= len(data.train):
+        raise KdbertError(f"--held-out-fraction {fraction:g} leaves no training rows of {len(data.train)}; "
+                          "lower it")
+    dev = [row for rows in data.dev.values() for row in rows]
+    if lengths_differ(data.train, dev):
+        return length_matched_indices(data.train, dev, count), "length-matched"
+    return uniform_indices(len(data.train), count), "uniform"
+
+
+def move_held_out(data: TaskData, indices) -> TaskData:
+    """Move the training rows at ``indices`` into ``data.held_out`` (both keep the file's order)."""
+    chosen = set(indices)
+    data.held_out = [row for index, row in enumerate(data.train) if index in chosen]
+    data.train = [row for index, row in enumerate(data.train) if index not in chosen]
+    return data
+
+
+def record(data: TaskData, fraction: float, rule: str) -> dict:
+    """What ``held_out.json`` says of a hold-out: the share asked for, the rule, and each held-out row's
+    :func:`row_hash` (those that decide included)."""
+    rows = data.held_out + data.decide
+    return {"fraction": fraction, "rule": rule, "rows": len(rows), "hashes": [row_hash(row) for row in rows]}
+
+
+def read_record(folder: str | Path) -> dict | None:
+    """A model folder's ``held_out.json`` (None without one)."""
+    path = Path(folder) / RECORD_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def hold_out_recorded(data: TaskData, recorded: dict, source: str) -> TaskData:
+    """Hold out the training rows ``recorded`` lists (:func:`record`; duplicates of a listed row go
+    too, so none of them trains), refused in one line when this task's training rows lack more than
+    ``1 - MIN_RECORDED_FOUND`` of them (``source``: where the record came from, for the message)."""
+    wanted = set(recorded["hashes"])
+    indices = [i for i, row in enumerate(data.train) if row_hash(row) in wanted]
+    found = len({row_hash(data.train[i]) for i in indices})
+    if found < MIN_RECORDED_FOUND * len(wanted) or not indices:
+        raise KdbertError(f"{source}: {len(wanted) - found} of the {len(wanted)} held-out rows it lists are not "
+                          f"among this task's {len(data.train)} training rows; pass the task and --train-file "
+                          "the teacher was fine-tuned on")
+    if len(indices) >= len(data.train):
+        raise KdbertError(f"{source}: it lists every training row of this task as held out; fine-tune the teacher "
+                          "with a --held-out-fraction below 0.5")
+    return move_held_out(data, indices)
+
+
+def split_decide(data: TaskData, share: float) -> TaskData:
+    """Put the held-out rows in an order seeded by :data:`DECIDE_SEED` and move the last
+    ``round(share * n)`` of the ``n`` (at least one, and one left to pick on; none for share 0) into
+    ``data.decide``: a prefix of ``data.held_out`` never holds a row that decides, whatever the share."""
+    order = list(range(len(data.held_out)))
+    random.Random(DECIDE_SEED).shuffle(order)
+    rows = [data.held_out[i] for i in order]
+    count = min(len(rows) - 1, max(1, round(share * len(rows)))) if share else 0
+    if share and count < 1:
+        raise KdbertError(f"the {len(rows)} held-out row(s) cannot be split into rows that pick and rows that "
+                          "decide; raise --held-out-fraction")
+    data.held_out, data.decide = rows[: len(rows) - count], rows[len(rows) - count:]
+    return data
