@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import socket
 import statistics
 from dataclasses import replace
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import save_tiny_classifier, write_glue_task
+from conftest import record_held_out, save_tiny_classifier, write_glue_task
 
 from kdbert.compress import speed
 from kdbert.compress.augment import WARM_UP_ROWS
@@ -29,7 +30,9 @@ def env(tmp_path_factory, tiny_tokenizer):
     write_glue_task(root / "glue", "SST-2", n_train=12, n_dev=8)
     teacher = save_tiny_classifier(root / "teacher", tiny_tokenizer, hidden_size=128, num_hidden_layers=2,
                                    num_attention_heads=4, intermediate_size=256)
-    return {"root": root, "teacher": teacher, "task": TaskOptions("sst2", data_dir=str(root / "glue"))}
+    task = TaskOptions("sst2", data_dir=str(root / "glue"))
+    record_held_out(teacher, task, 0.2)  # 2 of the 12 rows: one picks, one decides
+    return {"root": root, "teacher": teacher, "task": task}
 
 
 def test_every_family_offers_shapes_no_larger_than_the_teacher(env):
@@ -237,8 +240,17 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert "s of the budget" in printed.err
     assert set(report["budget"]["phase_seconds"]) == {"timing", "search", "finishing", "other"}
     assert report["budget"]["untimed"] == [] and report["budget"]["minutes"] == 30
-    assert report["held_out_rows"] == 1  # the default --held-out-fraction 0.1 of 12 rows
-    assert report["teacher_saw_held_out_rows"] is None  # a folder saved without `kdbert finetune`: unknown
+    # the 2 rows the teacher's held_out.json lists (not the default 10%): one picks, one decides
+    assert (report["held_out_rows"], report["decide_rows"]) == (1, 1)
+    assert report["teacher_saw_held_out_rows"] is False and "held_out.json" in report["held_out"]["source"]
+    assert "held-out rows: 2 training rows the teacher never trained on" in printed.out
+    checked = report["shipped"]["checks"][0]  # the shipped graph scored on the row that decides
+    assert checked["candidate"] == report["winner"]["candidate"]
+    assert (report["shipped"]["decide_score"], report["shipped"]["decide_se"]) == (
+        checked["decide_score"], checked["decide_se"]) == ship.decide_score(
+        out / "winner", "model.int8.onnx", load_task(TaskOptions("sst2", data_dir=str(env["root"] / "glue"),
+                                                                 held_out_rows=str(env["teacher"]), decide_share=0.5)))
+    assert not (out / "exports").exists()  # only the shipped export is kept
     first_round = {row["candidate"]: row for row in report["search"]["rounds"][0]}
     assert {name: row["method"] for name, row in first_round.items()} == {"bert-1x128": "tinybert",
                                                                           "bilstm-h150": "bilstm"}
@@ -576,22 +588,22 @@ def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hol
     assert report["speed"]["candidates"]["bilstm-h150-aug"]["latency_real_p50_ms"] == \
         report["speed"]["candidates"]["bilstm-h150"]["latency_real_p50_ms"]
 
-    # the versions come from the 11 training rows left after the hold-out, never from the held-out row
-    data = load_task(TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_fraction=0.1))
+    # the versions come from the 10 training rows left after the teacher's hold-out, never from a held-out row
+    data = load_task(TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_rows=str(env["teacher"])))
     texts = [row.texts[0] for row in data.train]
     expected = [v for versions in BiLSTMAugmenter.from_texts(texts, NltkTagger(NLTK_DATA), n_iter=3, seed=42)
                 .augment([row.texts for row in data.train]) for v in versions[1:]]
     written = [json.loads(line)["sentence"] for line in (out / "augmented.jsonl").read_text().splitlines()]
-    assert written == [v[0] for v in expected] and len(written) > 11
+    assert written == [v[0] for v in expected] and len(written) > 10
     facts = report["augmentation"]
     assert {k: facts[k] for k in ("file", "input_rows", "augmented_rows", "tries_per_row", "rows")} == {
-        "file": str(out / "augmented.jsonl"), "input_rows": 11, "augmented_rows": 11, "tries_per_row": 3,
+        "file": str(out / "augmented.jsonl"), "input_rows": 10, "augmented_rows": 10, "tries_per_row": 3,
         "rows": len(written)}
-    assert facts["affordable_rows"] > 11 * 3  # a tiny teacher labels fast: --augment-copies decided
+    assert facts["affordable_rows"] > 10 * 3  # a tiny teacher labels fast: --augment-copies decided
     plain = json.loads((out / "runs" / "bilstm-h150" / "distill_report.json").read_text())
     variant = json.loads((out / "runs" / "bilstm-h150-aug" / "distill_report.json").read_text())
     assert (plain["train_rows"], variant["train_rows"], variant["unlabelled"]["rows"]) == \
-        (11, 11 + len(written), len(written))
+        (10, 10 + len(written), len(written))
     # the teacher labelled each distinct augmented row once for both runs, and each training row once for
     # them and once in the timing of its labelling speed
     from collections import Counter
@@ -608,14 +620,14 @@ def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hol
     capsys.readouterr()
     # more training rows than augmentation would add: no variants, said in one line
     large = tmp_path / "large"
-    assert main([*args[:-2], "--output-dir", str(large), "--augment-max-rows", "10"]) == 0
+    assert main([*args[:-2], "--output-dir", str(large), "--augment-max-rows", "9"]) == 0
     report = json.loads((large / "compress_report.json").read_text())
     assert [row["candidate"] for row in report["search"]["rounds"][0]] == ["bilstm-h150"]
     assert report["augmentation"] is None and not (large / "augmented.jsonl").exists()
-    assert report["augmentation_skipped"].startswith("--augment: no augmented variants: the 11 training rows are "
-                                                     "more than --augment-max-rows 10")
+    assert report["augmentation_skipped"].startswith("--augment: no augmented variants: the 10 training rows are "
+                                                     "more than --augment-max-rows 9")
     assert report["augmentation_skipped"] in capsys.readouterr().out
-    assert main([*args[:-2], "--output-dir", str(tmp_path / "at-cap"), "--augment-max-rows", "11"]) == 0
+    assert main([*args[:-2], "--output-dir", str(tmp_path / "at-cap"), "--augment-max-rows", "10"]) == 0
     at_cap = json.loads((tmp_path / "at-cap" / "compress_report.json").read_text())
     assert sorted(row["candidate"] for row in at_cap["search"]["rounds"][0]) == ["bilstm-h150", "bilstm-h150-aug"]
     assert main([*args[:-2], "--output-dir", str(tmp_path / "other"), "--augment", "lstm"]) == 2
@@ -693,30 +705,65 @@ def test_transfer_text_shares_the_labelling_cap_with_the_augmented_rows(tmp_path
         AugmentSettings.parse(None, [str(text)])
 
 
-def test_whether_the_teacher_saw_the_held_out_rows_is_read_from_its_finetune_folder(tmp_path, capsys):
-    from kdbert.compress.teacher import teacher_saw_held_out_rows
+def test_the_teachers_held_out_rows_are_found_in_its_folder_not_guessed(env, tmp_path):
+    from kdbert.compress.teacher import held_out_task
+    from kdbert.data.load import load_task
 
-    task = TaskOptions("sst2", held_out_fraction=0.1)
+    task = replace(env["task"], held_out_fraction=0.1)
 
-    def teacher(**identity) -> str:
+    def teacher(record: Path | None = None, **identity) -> str:
         folder = tmp_path / str(len(list(tmp_path.iterdir())))
         folder.mkdir()
         (folder / "run_config.json").write_text(json.dumps(identity))
+        if record is not None:
+            shutil.copy(record / "held_out.json", folder)
         return str(folder)
 
     finetuned = {"command": "finetune", "task": "sst2", "train_file": None}
-    assert teacher_saw_held_out_rows(teacher(**finetuned, held_out_fraction=0.1), task) is False
-    assert teacher_saw_held_out_rows(teacher(**finetuned), task) is True  # fine-tuned on every row
-    assert teacher_saw_held_out_rows(teacher(**finetuned, held_out_fraction=0.2), task) is True  # other rows
-    assert teacher_saw_held_out_rows(teacher(**{**finetuned, "task": "rte"}, held_out_fraction=0.1), task) is None
-    assert teacher_saw_held_out_rows(teacher(**{**finetuned, "train_file": "aug.tsv"}), task) is None
-    assert teacher_saw_held_out_rows(teacher(command="distill task", task="sst2", train_file=None), task) is None
-    assert teacher_saw_held_out_rows(str(tmp_path / "hub-model"), task) is None
+    # recorded: those rows, whatever share the search was asked for (the record's 2 of 12, not 10%)
+    found, facts = held_out_task(teacher(env["teacher"], **finetuned, held_out_fraction=0.2), task, False)
+    assert (found.held_out_rows, found.held_out_fraction, facts["teacher_saw_held_out_rows"]) == (
+        facts["source"].split(" (")[0].removesuffix("/held_out.json"), 0.2, False)
+    assert [r.texts for r in load_task(found).held_out] == [r.texts for r in load_task(
+        replace(task, held_out_fraction=0.2)).held_out]
+    # fine-tuned with a share before the rows were recorded: that share, as this task's rows are drawn uniformly
+    legacy, facts = held_out_task(teacher(**finetuned, held_out_fraction=0.25), task, False)
+    assert (legacy.held_out_fraction, legacy.held_out_rows, facts["teacher_saw_held_out_rows"]) == (0.25, None, False)
+    # nothing says which rows it never saw: refused, naming the command, unless the user accepts it
+    for folder in (teacher(**finetuned), teacher(command="distill task", task="sst2"), str(tmp_path / "hub")):
+        with pytest.raises(KdbertError, match=r"does not say which training rows it never trained on .*"
+                                              r"`kdbert finetune --task sst2 --held-out-fraction 0.1`"):
+            held_out_task(folder, task, False)
+        assert held_out_task(folder, task, True) == (task, {"source": "--teacher-trained-on-all-rows",
+                                                            "teacher_saw_held_out_rows": True})
 
 
-def test_compress_prints_a_note_before_searching_with_a_teacher_that_trained_on_the_held_out_rows(
-        tmp_path, capsys, monkeypatch):
+def test_a_legacy_teacher_of_a_task_now_held_out_by_length_is_refused(tmp_path):
+    from kdbert.compress.teacher import held_out_task
+
+    phrases = [f"word{i} word{i + 1}" for i in range(200)]  # training phrases of 2 words, dev sentences of 12
+    sentences = [" ".join(f"w{i}x{k}" for k in range(12)) for i in range(60)]
+    (tmp_path / "SST-2").mkdir()
+    for split, texts in (("train", phrases), ("dev", sentences)):
+        (tmp_path / "SST-2" / f"{split}.tsv").write_text(
+            "sentence\tlabel\n" + "".join(f"{text}\t{i % 2}\n" for i, text in enumerate(texts)))
+    folder = tmp_path / "teacher"
+    folder.mkdir()
+    (folder / "run_config.json").write_text(json.dumps(
+        {"command": "finetune", "task": "sst2", "train_file": None, "held_out_fraction": 0.1}))
+    with pytest.raises(KdbertError, match="was fine-tuned before kdbert recorded its held-out rows, and sst2's rows "
+                                          "are now held out to look like dev"):
+        held_out_task(str(folder), TaskOptions("sst2", data_dir=str(tmp_path), held_out_fraction=0.1), False)
+
+
+def test_compress_refuses_a_teacher_that_does_not_say_which_rows_it_never_saw(env, tmp_path, capsys, monkeypatch):
     from kdbert.compress import pipeline
+
+    unrecorded = tmp_path / "teacher"
+    shutil.copytree(env["teacher"], unrecorded)
+    (unrecorded / "held_out.json").unlink()
+    line = refused(capsys, {**env, "teacher": unrecorded}, tmp_path / "compress")
+    assert "does not say which training rows it never trained on" in line and "--teacher-trained-on-all-rows" in line
 
     class Stop(Exception):
         pass
@@ -724,16 +771,12 @@ def test_compress_prints_a_note_before_searching_with_a_teacher_that_trained_on_
     def stop(*args, **kwargs):
         raise Stop
 
-    monkeypatch.setattr(pipeline, "load_task", stop)  # the first step after the note
-    config = pipeline.CompressConfig(teacher=str(tmp_path), target_speedup=4.0)
-    for identity, noted in (({}, True), ({"held_out_fraction": 0.1}, False)):
-        (tmp_path / "run_config.json").write_text(json.dumps(
-            {"command": "finetune", "task": "sst2", "train_file": None, **identity}))
-        with pytest.raises(Stop):
-            pipeline.compress(TaskOptions("sst2"), config, tmp_path / "out")
-        printed = capsys.readouterr().out
-        assert ("note: the teacher was fine-tuned on the 10% of training rows this search holds out" in printed) \
-            is noted
+    monkeypatch.setattr(pipeline, "checked_teacher", stop)  # the first step after the hold-out
+    config = pipeline.CompressConfig(teacher=str(unrecorded), target_speedup=4.0, teacher_trained_on_all_rows=True)
+    with pytest.raises(Stop):
+        pipeline.compress(replace(env["task"], held_out_fraction=0.2), config, tmp_path / "out")
+    assert "rows the teacher trained on (--teacher-trained-on-all-rows: kept shares read high)" in \
+        capsys.readouterr().out
 
 
 def test_the_labelling_speed_leaves_the_first_batch_untimed(monkeypatch):
@@ -1026,3 +1069,41 @@ def test_the_search_settings_take_compress_options_and_their_defaults_from_one_p
     assert SearchSettings() == SearchSettings.of(CompressConfig(teacher="t", target_speedup=2.0))
     given = SearchSettings.of(CompressConfig(teacher="t", target_speedup=2.0, rounds=3, seed=7, round_share="steps"))
     assert (given.rounds, given.seed, given.round_share) == (3, 7, "steps")
+
+
+def test_a_winner_whose_shipped_graph_falls_short_is_replaced_by_the_next_that_keeps_it(tmp_path, monkeypatch):
+    from kdbert.compress import ship
+    from kdbert.compress.schedule import Goal, ranked_candidates
+
+    latency = {"bert-1x128": 0.2, "bilstm-h150": 0.3, "bert-2x128": 0.4}
+    goal = Goal(90.0, 0.97, latency, teacher_decide=90.0, teacher_decide_se=0.0)  # line 87.3
+    segments = [{"candidate": name, "rung": 0, "state": "done", "steps": 10, "trained": 10, "score": score,
+                 "decide_score": score, "decide_se": 0.5, "run": str(tmp_path / "runs" / name)}
+                for name, score in (("bert-1x128", 88.0), ("bilstm-h150", 89.0), ("bert-2x128", 80.0))]
+    ranking = ranked_candidates(segments, goal)
+    assert [row["candidate"] for row in ranking] == ["bert-1x128", "bilstm-h150", "bert-2x128"]
+
+    def fake_export(row, folder, task, runtime, int8_time_left):
+        folder.mkdir(parents=True)
+        report = {"source": row["run"]}
+        (folder / "export_report.json").write_text(json.dumps(report))
+        return report
+
+    shipped_scores = {"bert-1x128": 85.0, "bilstm-h150": 88.5}  # int8 costs the first 3 points: 85.0 < 87.3 - 0.5
+    monkeypatch.setattr(ship, "ship", fake_export)
+    monkeypatch.setattr(ship, "decide_score", lambda folder, file, data: (shipped_scores[folder.name], 0.5))
+    winner, exported, checks = ship.ship_checked(ranking, tmp_path, None, "onnx-int8", goal, None,
+                                                 int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0)
+    assert [(c["candidate"], c["keeps"]) for c in checks] == [("bert-1x128", False), ("bilstm-h150", True)]
+    assert checks[0]["kept"] == pytest.approx(85.0 / 90.0)
+    assert winner["candidate"] == "bilstm-h150" and exported == {"source": str(tmp_path / "runs" / "bilstm-h150")}
+    assert json.loads((tmp_path / "winner" / "export_report.json").read_text())["source"].endswith("bilstm-h150")
+    assert not (tmp_path / "exports").exists()
+    # none keeps on the graph: the best of those checked ships; no time for a second export: the first alone
+    shipped_scores.update({"bilstm-h150": 84.0})
+    winner, _, checks = ship.ship_checked(ranking, tmp_path / "b", None, "onnx-int8", goal, None,
+                                          int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0)
+    assert winner["candidate"] == "bert-1x128" and [c["candidate"] for c in checks] == ["bert-1x128", "bilstm-h150"]
+    winner, _, checks = ship.ship_checked(ranking, tmp_path / "c", None, "onnx-int8", goal, None,
+                                          int8_time_left=lambda: 15.0, export_seconds=lambda name: 10.0)
+    assert winner["candidate"] == "bert-1x128" and len(checks) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kdbert.compress.recipes import SearchSettings
-from kdbert.compress.schedule import Goal, Job, next_job, pick_winner, promotion_order, rung_steps
+from kdbert.compress.schedule import Goal, Job, next_job, pick_winner, promotion_order, ranked_candidates, rung_steps
 from kdbert.errors import KdbertError
 
 ORDER = ["bert-1x128", "bilstm-h150", "bert-2x128", "mobilebert-2x384"]
@@ -110,27 +110,33 @@ def test_once_a_candidate_keeps_the_share_only_candidates_as_fast_go_on():
         "mobilebert-2x384", "bilstm-h150", "bert-1x128", "bert-2x128"]
 
 
-def test_a_near_tie_within_the_held_out_rows_noise_is_promoted_by_speed():
-    # SST-2's first rung (6,735 held-out rows): MobileBERT 84.80 at 300 steps, the BiLSTM 84.32 at 824.
-    # noise(84.80) = 100 sqrt(2 * 0.848 * 0.152 / 6735) = 0.6187, and 84.80 - 84.32 = 0.48 is within it
+def test_a_near_tie_within_the_margin_of_the_standard_errors_is_promoted_by_speed():
+    # SST-2's first rung: MobileBERT 84.80 (se 0.62), the BiLSTM 84.32 (se 0.62); the margin of their
+    # difference is sqrt(0.62^2 + 0.62^2) = 0.8768, and 84.80 - 84.32 = 0.48 is within it
     latency = {"bilstm-h150": 0.433, "mobilebert-2x384": 1.922, "bert-1x128": 0.291}
     rung0 = [done("bert-1x128", 0, 300, 80.50), done("bilstm-h150", 0, 824, 84.32),
              done("mobilebert-2x384", 0, 300, 84.80)]
-    sst2 = Goal(89.77, 0.97, latency, held_out_rows=6735)
-    assert sst2.noise(84.80) == pytest.approx(0.6187, abs=5e-5)
-    assert promotion_order(list(latency), 0, rung0, sst2) == ["bilstm-h150", "mobilebert-2x384", "bert-1x128"]
-    # on 100,000 rows the noise is 0.1606: the half-point lead stands
-    assert promotion_order(list(latency), 0, rung0, Goal(89.77, 0.97, latency, 100_000)) == [
+    with_errors = [{**row, "se": 0.62} for row in rung0]
+    sst2 = Goal(89.77, 0.97, latency)
+    assert Goal.margin(0.62, 0.62) == pytest.approx(0.8768, abs=5e-5)
+    assert promotion_order(list(latency), 0, with_errors, sst2) == ["bilstm-h150", "mobilebert-2x384", "bert-1x128"]
+    # standard errors of 0.2 (margin 0.283): the half-point lead stands
+    assert promotion_order(list(latency), 0, [{**row, "se": 0.2} for row in rung0], sst2) == [
         "mobilebert-2x384", "bilstm-h150", "bert-1x128"]
-    # rows unknown: score alone, as before
-    assert promotion_order(list(latency), 0, rung0, Goal(89.77, 0.97, latency)) == [
-        "mobilebert-2x384", "bilstm-h150", "bert-1x128"]
-    # the tie is measured from the best left, not chained: on 200 rows noise(90) = 3.0, so 88 ties
-    # with 90 and 86 does not, even though it is within 3 of 88
-    chain = [done("mobilebert-2x384", 0, 300, 90.0), done("bilstm-h150", 0, 300, 88.0),
-             done("bert-1x128", 0, 300, 86.0)]
-    assert promotion_order(list(latency), 0, chain, Goal(95.0, 0.97, latency, 200)) == [
+    # errors unknown: score alone, as before
+    assert promotion_order(list(latency), 0, rung0, sst2) == ["mobilebert-2x384", "bilstm-h150", "bert-1x128"]
+    # the tie is measured from the best left, not chained: margin sqrt(2) * 2.1 = 2.97, so 88 ties with 90
+    # and 86 does not, even though it is within 2.97 of 88
+    chain = [{**done(name, 0, 300, score), "se": 2.1} for name, score in
+             (("mobilebert-2x384", 90.0), ("bilstm-h150", 88.0), ("bert-1x128", 86.0))]
+    assert promotion_order(list(latency), 0, chain, Goal(95.0, 0.97, latency)) == [
         "bilstm-h150", "mobilebert-2x384", "bert-1x128"]
+
+
+def test_the_rows_that_decide_never_order_a_promotion():
+    rung0 = [{**done("bert-1x128", 0, 100, 80.0), "decide_score": 89.0},
+             {**done("bilstm-h150", 0, 100, 85.0), "decide_score": 70.0}]
+    assert promotion_order(ORDER, 0, rung0, goal(teacher=100.0)) == ["bilstm-h150", "bert-1x128"]
 
 
 def test_the_winner_is_the_fastest_keeping_the_share_among_every_candidate_trained():
@@ -144,6 +150,25 @@ def test_the_winner_is_the_fastest_keeping_the_share_among_every_candidate_train
                                                                             "none keeps 0.97: best score")
     with pytest.raises(KdbertError, match="no candidate finished a run within --budget-minutes"):
         pick_winner([running("bert-1x128", 0)], goal())
+
+
+def test_the_winner_is_decided_on_the_rows_that_decide_within_the_noise_margin():
+    # the teacher decides at 90.0 (se 1.0): the line is 0.97 * 90 = 87.3, the margin of a student with
+    # se 1.5 is sqrt(1.5^2 + (0.97 * 1.0)^2) = sqrt(2.25 + 0.9409) = 1.7863
+    target = Goal(95.0, 0.97, LATENCY, teacher_decide=90.0, teacher_decide_se=1.0)
+    assert target.line() == pytest.approx(87.3)
+    assert target.margin(1.5, 0.97 * 1.0) == pytest.approx(1.7863, abs=5e-5)
+    fast = {**done("bert-1x128", 0, 100, 99.0), "decide_score": 85.6, "decide_se": 1.5}  # short by 1.70: keeps
+    slow = {**done("bilstm-h150", 0, 100, 80.0), "decide_score": 88.0, "decide_se": 1.5}
+    winner = pick_winner([fast, slow], target)
+    assert (winner["candidate"], winner["keeps"]) == ("bert-1x128", True)
+    assert winner["kept"] == pytest.approx(85.6 / 90.0)  # the rows that decide, not the 99.0 that picked
+    beyond = {**fast, "decide_score": 85.5}  # short by 1.80: beyond the margin
+    ranking = ranked_candidates([beyond, slow], target)
+    assert [(row["candidate"], row["keeps"]) for row in ranking] == [("bilstm-h150", True), ("bert-1x128", False)]
+    # without an error the line is hard
+    hard = Goal(95.0, 0.97, LATENCY, teacher_decide=90.0)
+    assert hard.keeps_decided(87.3) and not hard.keeps_decided(87.29)
 
 
 def test_equal_time_gives_cheap_families_more_steps_and_tops_up_instead_of_rerunning():

@@ -175,13 +175,15 @@ def test_a_teacher_fine_tuned_from_the_base_finds_its_build_and_another_model_do
 
 # ----------------------------------------------------------------------------- compress starts from them
 def test_compress_starts_candidates_of_a_built_shape_from_their_general_student(tmp_path, tiny_tokenizer, capsys):
-    from conftest import save_tiny_classifier, write_glue_task
+    from conftest import record_held_out, save_tiny_classifier, write_glue_task
 
     from kdbert.cli import main
+    from kdbert.data.load import TaskOptions
 
     write_glue_task(tmp_path / "glue", "SST-2", n_train=12, n_dev=8)
     teacher_dir = save_tiny_classifier(tmp_path / "teacher", tiny_tokenizer, hidden_size=128, num_hidden_layers=2,
                                        num_attention_heads=4, intermediate_size=256)
+    record_held_out(teacher_dir, TaskOptions("sst2", data_dir=str(tmp_path / "glue")), 0.2)
     teacher = BertForSequenceClassification.from_pretrained(teacher_dir)
     base_dir = tmp_path / "base"  # the teacher's own encoder as its base: drift 0
     teacher.bert.save_pretrained(base_dir)

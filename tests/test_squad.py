@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import WORDS, save_tiny_classifier, tiny_bert_config
+from conftest import WORDS, record_held_out, save_tiny_classifier, tiny_bert_config
 from test_cli import run_cli
 from transformers import BertForQuestionAnswering
 
@@ -313,6 +313,7 @@ def test_compress_finds_distils_and_ships_a_question_answerer(tmp_path, tiny_tok
 
     dev = squad_file(tmp_path / "dev.json", articles=5)
     teacher_dir = save_tiny_qa_model(tmp_path / "teacher", tiny_tokenizer)
+    record_held_out(teacher_dir, TaskOptions("squad", dev_file=str(dev), train_articles=4, doc_stride=8), 0.1)
     out = tmp_path / "compress"
     task = ["--task", "squad", "--dev-file", str(dev), "--train-articles", "4", "--doc-stride", "8"]
     assert main(["compress", "--teacher", str(teacher_dir), *task, "--candidates", "mobilebert-2x16", "--rounds", "1",

@@ -27,8 +27,9 @@ def add_commands(sub, table: dict) -> None:
                                 "real lengths, distil those that meet the speed target by asynchronous successive "
                                 "halving on an Optuna study (--workers processes here; more processes, on this or "
                                 "other machines, join with the same --storage and --study), "
-                                "pick the winner on held-out training rows (--held-out-fraction, default 0.1), "
-                                "export it and report. Rerun to continue an interrupted search.")
+                                "pick on the training rows the teacher never trained on (its held_out.json), half "
+                                "of them picking checkpoints and half deciding the winner, ship it as int8 checked "
+                                "on those rows, and report. Rerun to continue an interrupted search.")
     p.add_argument("--output-dir", help="where the timings, runs, winner and report go (required)")
     require(p, "output_dir")
     add_task_arguments(p)

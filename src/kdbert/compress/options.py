@@ -12,6 +12,7 @@ from kdbert.errors import KdbertError
 from kdbert.options import POSITIVE, POSITIVE_INT, UNIT, CheckedOptions, in_range, option
 
 HELD_OUT_FRACTION = 0.1  # of the training rows, picked on when the task options give none
+DECIDE_SHARE = 0.5  # of the held-out rows, kept apart to decide the winner when the task options give none
 
 ROUND_SHARES = ("time", "steps")  # what a rung of the search shares out equally between families
 
@@ -105,6 +106,11 @@ class CompressConfig(CheckedOptions):
     no_general_students: bool = option(False, "start every BERT-style candidate from the teacher's weights, even "
                                               "where a general student of its shape was built", type=bool,
                                        group="compress")
+    teacher_trained_on_all_rows: bool = option(False, "accept a teacher whose folder does not say which training rows "
+                                                      "it never trained on (a hub model, another tool's run): hold "
+                                                      "out --held-out-fraction of its rows anyway; its score there "
+                                                      "reads high, and so do the kept shares (the report says so)",
+                                               type=bool, group="compress")
     no_progress: bool = option(False, "hide the progress bar of the budget", type=bool, group="run")
 
     def check(self) -> None:

@@ -3,7 +3,9 @@ machine within ``--budget-minutes`` of wall time in all, in four steps (each res
 candidate run is an ordinary run folder), each planned against one deadline
 (:mod:`kdbert.compress.budget`):
 
-1. load and check the teacher (:mod:`kdbert.compress.teacher`), time it exported and every
+1. load and check the teacher (:mod:`kdbert.compress.teacher`; the training rows it never trained
+   on, read off its folder, are held out: half pick checkpoints and promote candidates, half
+   decide the winner and its kept share, :mod:`kdbert.data.held_out`), time it exported and every
    family's candidate shapes in the runtime shipped (:mod:`kdbert.compress.speed`), keeping those that meet the speed target (a budget too short to
    time them all times them families in turn, spread over their sizes, and says which it left);
 2. build the kept candidates from the teacher and distil them by asynchronous successive halving
@@ -11,9 +13,10 @@ candidate run is an ordinary run folder), each planned against one deadline
    (:mod:`kdbert.compress.build`, :mod:`kdbert.compress.search`, :mod:`kdbert.compress.schedule`,
    :mod:`kdbert.compress.storage`), with ``--augment`` beside augmented variants of them
    (:mod:`kdbert.compress.augment`);
-3. pick the winner on held-out training rows among every candidate trained
-   (:func:`kdbert.compress.schedule.pick_winner`);
-4. export it as it ships, checked on dev (:mod:`kdbert.compress.ship`), and write
+3. rank every candidate trained on the held-out rows that decide, with a bootstrap noise margin
+   (:func:`kdbert.compress.schedule.ranked_candidates`);
+4. export the first as it ships and score that graph on the rows that decide, exporting the next
+   while the shipped one falls short of ``--min-kept`` (:mod:`kdbert.compress.ship`), and write
    ``compress_report.json`` / ``.md`` (:mod:`kdbert.compress.report`) and the winner's model card
    (:mod:`kdbert.deploy.model_card`). Its options: :mod:`kdbert.compress.options`.
 
@@ -25,13 +28,14 @@ with its trained weights, in turns with the exported teacher within the same min
 (:func:`kdbert.compress.speed.time_against_teacher`: a slow spell of the machine slows both), the
 speedup reported, and the speedup is broken down step by step (:mod:`kdbert.compress.breakdown`).
 The exports (the teacher's and the winner's) are scored on the dev rows and a sample of the
-held-out rows as large as dev (:func:`kdbert.compress.ship.export_task`), so that their int8 choice and parity check
+held-out rows that pick as large as dev (:func:`kdbert.compress.ship.export_task`), so that their int8 choice and parity check
 cost what dev's size does, not the whole held-out set's (6,735 rows on SST-2); the teacher is
 scored on all of them once, before anything is timed.
 
 Bad input is refused in one line before anything is written: the options' checks
 (``--budget-minutes`` must be positive), an ``--output-dir`` that cannot be written, a teacher that
-is not fine-tuned for the task's outputs.
+is not fine-tuned for the task's outputs, a teacher whose folder does not say which rows it never
+trained on (unless ``--teacher-trained-on-all-rows``).
 """
 
 from __future__ import annotations
@@ -49,15 +53,16 @@ from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_n
                                      with_variants)
 from kdbert.compress.breakdown import speedup_breakdown
 from kdbert.compress.budget import Deadline, Progress, after_export_seconds, every_core, export_passes, finishing_seconds, fixed_seconds
-from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
+from kdbert.compress.options import DECIDE_SHARE, HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings
 from kdbert.compress.report import seconds_per_candidate, write_report
-from kdbert.compress.schedule import Goal, pick_winner, spread_order
+from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
-from kdbert.compress.ship import agreement_measure, dev_agreement, export_task, ship, shipped_speed
+from kdbert.compress.ship import agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed
 from kdbert.compress.speed import RUNTIMES, SpeedSettings, all_candidates, measure_speed, meeting_target, shape_context
 from kdbert.compress.storage import journal_path, open_study
-from kdbert.compress.teacher import Teacher, checked_teacher, majority_score, teacher_saw_held_out_rows, time_and_export_teacher
+from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, loaded_teacher, majority_score,
+                                    time_and_export_teacher)
 from kdbert.core.loading import check_vocabulary, resolve_model_path
 from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.model_card import write_compress_card
@@ -179,18 +184,24 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     deadline = Deadline(config.budget_minutes, clock)
     if not task.held_out_fraction:
         task = replace(task, held_out_fraction=HELD_OUT_FRACTION)
+    if not task.decide_share:
+        task = replace(task, decide_share=DECIDE_SHARE)
     out = Path(output_dir)
     check_output_dir(out)
     augment = AugmentSettings.parse(config.augment, config.transfer_text, copies=config.augment_copies,
                                     max_rows=config.augment_max_rows,
                                     nltk_data=config.nltk_data, labelling_share=config.augment_labelling_share)
-    saw_held_out = teacher_saw_held_out_rows(str(Path(config.teacher).expanduser()), task)
-    if saw_held_out:
-        print(f"note: the teacher was fine-tuned on the {task.held_out_fraction:.0%} of training rows this search "
-              "holds out to pick on, so it scores optimistically there and they may rank students unlike dev; "
-              f"`kdbert finetune --held-out-fraction {task.held_out_fraction:g}` gives a teacher without them")
+    loaded = loaded_teacher(config, load_task(replace(task, held_out_fraction=0.0, held_out_rows=None,
+                                                      decide_share=0.0)).spec)
+    task, held_out = held_out_task(loaded[0], task, config.teacher_trained_on_all_rows)
+    saw_held_out = held_out["teacher_saw_held_out_rows"]
     data = load_task(task, seed=config.seed)  # the rows every run of the search reads
-    teacher = checked_teacher(config, data)
+    held_out.update(rule=data.held_out_rule, pick_rows=len(data.held_out), decide_rows=len(data.decide))
+    print(f"held-out rows: {len(data.held_out) + len(data.decide)} training rows the teacher "
+          f"{'trained on (--teacher-trained-on-all-rows: kept shares read high)' if saw_held_out else 'never trained on'}"
+          f", drawn {data.held_out_rule or 'as recorded'} (from {held_out['source']}): {len(data.held_out)} pick "
+          f"checkpoints and promote, {len(data.decide)} decide the winner and its kept share")
+    teacher = checked_teacher(loaded, data)
     general = general_students(config, teacher)
     context = shape_context(teacher.folder, task, config.word_vectors, data, (teacher.model, teacher.tokenizer))
     offered = _offered(context, config.candidates, user_students(config.student, teacher))
@@ -207,7 +218,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
             _check_fits(config, teacher, data, offered, search_settings, len(train_rows), deadline.spent())
         with search.leading(study, out):
             return _compress(task, config, out, data, train_rows, teacher, context, offered, augment,
-                             search_settings, deadline, progress, saw_held_out, study, identity, general, command)
+                             search_settings, deadline, progress, held_out, study, identity, general, command)
     except KdbertError:
         if new_journal and not search.under_way(study):  # refused before the search: nothing left behind
             journal_path(out).unlink(missing_ok=True)
@@ -260,7 +271,7 @@ def general_students(config: CompressConfig, teacher: Teacher) -> Build | None:
 
 
 def _compress(task, config, out, data, train_rows, teacher: Teacher, context, offered, augment, search_settings,
-              deadline: Deadline, progress: Progress, saw_held_out, study, identity: dict, general: Build | None,
+              deadline: Deadline, progress: Progress, held_out: dict, study, identity: dict, general: Build | None,
               command=None) -> dict:
     speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
     scored = export_task(task, data)
@@ -307,7 +318,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
             augmentation = augment_for_search(teacher.model, teacher.tokenizer, data.spec, train_rows, text_fields,
                                               out, augment, config.budget_minutes * 60, config.seed)
         window = Window.from_now(deadline.left() - reserve, config.first_round_share)
-        goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, len(data.held_out))
+        goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, teacher.metrics["decide_score"],
+                    teacher.metrics["decide_se"])
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()))
         loaded = search.Loaded((teacher.model, teacher.tokenizer))
@@ -317,7 +329,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         starts = {c.name: search.start_of(plan, c.name) for c in kept}
     with progress.phase("finishing"):
         report = _finish(scored, config, out, data, teacher, table, searched, goal, speed_settings, deadline)
-    report.update(augmentation=augmentation, augmentation_skipped=skipped, teacher_saw_held_out_rows=saw_held_out,
+    report.update(augmentation=augmentation, augmentation_skipped=skipped,
+                  teacher_saw_held_out_rows=held_out["teacher_saw_held_out_rows"], held_out=held_out,
                   starts=starts,
                   general_students=general and {"folder": str(general.folder), "base": general.facts["base"],
                                                 "key": general.facts["key"], "steps": general.facts["steps"],
@@ -334,15 +347,19 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
 
 def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, table: dict, searched: dict,
             goal: Goal, speed_settings: SpeedSettings, deadline: Deadline) -> dict:
-    """Step 4: the winner picked, exported (scored on ``task``, :func:`export_task`, its static int8
-    methods only while they leave the rest its time), timed in turns with the teacher, broken down
-    and compared; the report (without the budget's figures)."""
-    winner = pick_winner([{**row, "state": "done"} for row in searched["segments"]], goal)
-    winner = {**winner, "latency_real_p50_ms": table["candidates"][winner["candidate"]]["latency_real_p50_ms"]}
-    winner.pop("state")
-    ratio = winner["latency_real_p50_ms"] / table["teacher"]["latency_real_p50_ms"]
+    """Step 4: the winner picked on the rows that decide, exported (scored on ``task``,
+    :func:`export_task`, its static int8 methods only while they leave the rest its time) and checked
+    there as it ships (the next exported when it falls short, :func:`ship_checked`), timed in turns
+    with the teacher, broken down and compared; the report (without the budget's figures)."""
+    ranking = ranked_candidates([{**row, "state": "done"} for row in searched["segments"]], goal)
+    ratio = table["candidates"][ranking[0]["candidate"]]["latency_real_p50_ms"] / table["teacher"]["latency_real_p50_ms"]
     after = after_export_seconds(table["teacher"], ratio, teacher.dev_seconds, every_core(config.threads))
-    shipped = ship(winner, out, task, config.runtime, int8_time_left=lambda: deadline.left() - after)
+    winner, shipped, checks = ship_checked(
+        ranking, out, task, config.runtime, goal, data, int8_time_left=lambda: deadline.left() - after,
+        export_seconds=lambda name: table["candidates"].get(name, {}).get("export_seconds", 0.0))
+    winner = {key: value for key, value in winner.items() if key != "state"}
+    winner["latency_real_p50_ms"] = table["candidates"][winner["candidate"]]["latency_real_p50_ms"]
+    shipped_decide = next(check for check in checks if check["candidate"] == winner["candidate"])
     file_name = RUNTIMES[config.runtime]
     in_turns = shipped_speed(winner, out, task, speed_settings)
     runtime_key = "onnx_int8" if config.runtime == "onnx-int8" else "onnx_fp32"
@@ -354,13 +371,18 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
         "task": data.spec.name, "teacher": teacher.folder, "runtime": config.runtime,
         "target": {"speedup": config.target_speedup, "latency_ms": config.target_latency_ms,
                    "min_kept": config.min_kept},
-        "held_out_rows": len(data.held_out), "speed": table, "search": searched,
+        "held_out_rows": len(data.held_out), "decide_rows": len(data.decide), "speed": table, "search": searched,
         "winner": winner,
         "seconds_per_candidate": seconds_per_candidate(searched), "speedup_breakdown": breakdown,
-        "teacher_scores": {"held_out": teacher.metrics["selection_score"], "dev": teacher_dev,
+        "teacher_scores": {"held_out": teacher.metrics["selection_score"], "decide": goal.teacher_decide,
+                           "decide_se": goal.teacher_decide_se, "dev": teacher_dev,
                            "dev_deployed": teacher.deployed.get(runtime_key)},
         "shipped": {"folder": str(out / "winner"), "dev_score": student_dev, "parity": shipped["parity"],
                     "int8": shipped.get("quantization"),
+                    "decide_score": shipped_decide["decide_score"], "decide_se": shipped_decide["decide_se"],
+                    "kept_decide": shipped_decide["kept"], "keeps": shipped_decide["keeps"],
+                    "margin": goal.margin(shipped_decide["decide_se"], goal.min_kept * goal.teacher_decide_se),
+                    "checks": checks,
                     "speedup": in_turns["speedup"]["student"],
                     "speedup_random_weights": table["candidates"][winner["candidate"]]["speedup"],
                     "latency_real_p50_ms": in_turns["latency_real_p50_ms"]["student"],

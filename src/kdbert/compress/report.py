@@ -54,6 +54,38 @@ def plot_records(report: dict) -> list[dict]:
     return records
 
 
+def held_out_lines(report: dict) -> list[str]:
+    """Where the held-out rows came from and how they split, and the kept share the shipped graph
+    shows on the rows that decide (with the checks that led to it); reports written before the
+    rows were split say what they knew."""
+    saw, shipped = report.get("teacher_saw_held_out_rows"), report["shipped"]
+    if "decide_rows" not in report:
+        return [] if saw is None else [
+            f"{report['held_out_rows']} training rows held out to pick on; the teacher was fine-tuned "
+            + ("on them too, so its held-out score is optimistic." if saw else "without them."), ""]
+    facts, teacher = report["held_out"], report["teacher_scores"]
+    lines = [f"{report['held_out_rows'] + report['decide_rows']} training rows held out ({facts['source']}"
+             + (f"; drawn {facts['rule']}" if facts.get("rule") else "") + "), which the teacher "
+             + ("trained on too (--teacher-trained-on-all-rows), so every kept share reads high" if saw
+                else "never trained on")
+             + f": {report['held_out_rows']} pick checkpoints and promote candidates, {report['decide_rows']} decide "
+             "the winner and its kept share.", ""]
+    checks = shipped["checks"]
+    lines += [f"As shipped ({report['runtime']}), on the rows that decide: {shipped['decide_score']:.2f} ± "
+              f"{shipped['decide_se']:.2f} against the teacher's {teacher['decide']:.2f} ± {teacher['decide_se']:.2f}"
+              f" (PyTorch): **{100 * shipped['kept_decide']:.1f}% kept**, "
+              + ("keeping" if shipped["keeps"] else "short of") + f" {report['target']['min_kept']:g}"
+              + (" (a shortfall within" if shipped["keeps"] else " beyond") + f" the noise margin "
+              f"{shipped['margin']:.2f}" + (" counts as keeping)" if shipped["keeps"] else "")
+              + "; standard errors are bootstrap estimates over those rows."]
+    if len(checks) > 1:
+        lines[-1] += (" Each shipped graph checked there, best-ranked first: "
+                      + "; ".join(f"{c['candidate']} {c['decide_score']:.2f} ({100 * c['kept']:.1f}% kept, "
+                                  + ("keeps" if c["keeps"] else "short") + ")" for c in checks)
+                      + f"; shipped: {report['winner']['candidate']}.")
+    return lines + [""]
+
+
 def format_report(report: dict, plot: str | None = None) -> str:
     """The report as Markdown: the winner, then every candidate timed (and distilled). Reports
     written before a figure existed (the trained export's timing, agreement, time per candidate,
@@ -71,12 +103,8 @@ def format_report(report: dict, plot: str | None = None) -> str:
                       f"({shipped['agreement_measure']})" if "agreement_dev" in shipped else "")
     deployed = (f" (the teacher in {report['runtime']}: {report['teacher_scores']['dev_deployed']:.2f})"
                 if report["teacher_scores"].get("dev_deployed") is not None else "")
-    saw = report.get("teacher_saw_held_out_rows")
-    held_out_note = ("" if saw is None else
-                     f"{report['held_out_rows']} training rows held out to pick on; the teacher was fine-tuned "
-                     + ("on them too, so its held-out score is optimistic." if saw else "without them."))
     lines = [f"# kdbert compress: {report['task']}, {report['runtime']}", "",
-             *([held_out_note, ""] if held_out_note else []),
+             *held_out_lines(report),
              f"Winner: **{report['winner']['candidate']}** ({report['winner']['rule']}): "
              f"{shipped['speedup']:.2f}x the teacher's speed on dev rows{timed}, dev score {shipped['dev_score']:.2f} "
              f"against {report['teacher_scores']['dev']:.2f}{deployed} ({100 * shipped['kept_dev']:.1f}% kept{gain})"
@@ -87,15 +115,23 @@ def format_report(report: dict, plot: str | None = None) -> str:
              f"| teacher | {speed['teacher']['latency_real_p50_ms']:.2f} | 1.00x | "
              f"{report['teacher_scores']['held_out']:.2f} | {report['teacher_scores']['dev']:.2f} | - | - | - |"]
     starts = report.get("starts", {})
+    deciding = "decide_rows" in report
+    if deciding:  # the rows that decide: a column of their own
+        lines[-3:] = [lines[-3].replace("| held-out score |", "| held-out score (picks) | decides |"),
+                      lines[-2].replace("---:|---:|---|", "---:|---:|---:|---|", 1),
+                      lines[-1].replace(f"{report['teacher_scores']['held_out']:.2f} |",
+                                        f"{report['teacher_scores']['held_out']:.2f} | "
+                                        f"{report['teacher_scores']['decide']:.2f} |", 1)]
     for name, row in sorted(speed["candidates"].items(), key=lambda item: item[1]["latency_real_p50_ms"]):
         run = finals.get(name)
         start = starts.get(name, "teacher-weights")
         method = run.get("method", "kd") + ("" if start in ("teacher-weights", "own") else f", {start} start") \
             if run else ""
         lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x | "
-                     + (f"{run['score']:.2f} | {run['dev_score']:.2f} | {method} | "
+                     + (f"{run['score']:.2f} | " + (f"{run['decide_score']:.2f} | " if deciding else "")
+                        + f"{run['dev_score']:.2f} | {method} | "
                         f"{run['steps']} | " + (f"{seconds[name] / 60:.1f} min |" if name in seconds else "- |")
-                        if run else "- | - | - | - | - |"))
+                        if run else "- | " * (6 if deciding else 5)).rstrip())
     general = report.get("general_students")
     if general:
         started = sorted(name for name, start in starts.items() if start == "general")

@@ -12,7 +12,9 @@ its family's cost was known is topped up to its count (continued, not rerun) onc
 
 Segments are dicts: ``candidate``, ``rung``, ``state`` (``"running"``: claimed by a worker;
 ``"done"``), and for a done one ``steps`` (cumulative), ``trained`` (this segment's steps),
-``score`` (held-out), ``loss`` (held-out, may be missing), ``seconds`` (wall), ``train_seconds``
+``score`` and ``se`` (on the held-out rows that pick: the score of the run's best checkpoint by
+them, and its bootstrap standard error), ``decide_score`` and ``decide_se`` (that checkpoint on
+the rows that decide), ``loss`` (held-out, may be missing), ``seconds`` (wall), ``train_seconds``
 (the training loop's). :func:`next_job`
 reads them all (every worker's) and says what to run, in this order:
 
@@ -31,10 +33,12 @@ reads them all (every worker's) and says what to run, in this order:
 A job starts only when it should end inside the window (its candidate's measured seconds per step
 and the runs' mean overhead outside training and the teacher's labelling; the first run of a
 search always starts). The order serves the
-winner rule (:func:`pick_winner`: the fastest candidate whose held-out score keeps ``min_kept`` of
-the teacher's, among every candidate trained): once a candidate keeps it, a slower one can no
-longer win, so only candidates at least as fast are promoted, best score first; scores within the
-held-out rows' noise of each other count as a tie, which the faster candidate wins.
+winner rule (:func:`pick_winner`: the fastest candidate whose score on the held-out rows that
+decide keeps ``min_kept`` of the teacher's there, within the noise margin, among every candidate
+trained): once a candidate keeps it, a slower one can no longer win, so only candidates at least as
+fast are promoted, best score on the rows that pick first; scores within the margin of their
+standard errors count as a tie, which the faster candidate wins. The rows that decide never order
+a promotion.
 """
 
 from __future__ import annotations
@@ -105,29 +109,54 @@ class Job:
 
 @dataclass(frozen=True)
 class Goal:
-    """What the winner must do: keep ``min_kept`` of the teacher's held-out score ``teacher_score``;
-    ``latency`` (ms per row, by candidate) decides among those that do. ``held_out_rows`` (the rows
-    scores are measured on; None: unknown) sets :meth:`noise`."""
+    """What the winner must do: keep ``min_kept`` of the teacher's score; ``latency`` (ms per row, by
+    candidate) decides among those that do. The search compares on the held-out rows that pick
+    (the teacher's ``teacher_score``), the winner on those that decide (``teacher_decide``, with its
+    bootstrap standard error ``teacher_decide_se``; None: the rows that pick decide too)."""
 
     teacher_score: float
     min_kept: float
     latency: dict[str, float]
-    held_out_rows: int | None = None
+    teacher_decide: float | None = None
+    teacher_decide_se: float = 0.0
 
-    def noise(self, score: float) -> float:
-        """The standard error of the difference of two scores near ``score`` (0-100) on
-        ``held_out_rows`` rows, as for two independent accuracies: ``100 sqrt(2 p (1 - p) / n)``,
-        ``p = score / 100``; other metrics (F1, MCC, correlation) use it as their scale of noise.
-        0 when the rows are unknown."""
-        if not self.held_out_rows:
-            return 0.0
-        share = min(max(score / 100.0, 0.0), 1.0)
-        return 100.0 * math.sqrt(2.0 * share * (1.0 - share) / self.held_out_rows)
+    @staticmethod
+    def margin(*errors: float) -> float:
+        """The standard error of a difference of independent scores with these standard errors,
+        ``sqrt(sum se_i^2)``: what two scores closer than this cannot be told apart by."""
+        return math.sqrt(sum(error * error for error in errors))
 
     def keeps(self, score: float) -> bool:
+        """Whether ``score`` on the rows that pick keeps ``min_kept`` of the teacher's there."""
         if self.teacher_score <= 0:  # a teacher scoring 0: a student keeps it all when it does as well
             return score >= self.teacher_score
         return score / self.teacher_score >= self.min_kept
+
+    def line(self) -> float:
+        """The score on the rows that decide that keeps ``min_kept`` of the teacher's."""
+        teacher = self.teacher_score if self.teacher_decide is None else self.teacher_decide
+        return teacher if teacher <= 0 else self.min_kept * teacher
+
+    def keeps_decided(self, score: float, error: float = 0.0) -> bool:
+        """Whether ``score`` (standard error ``error``) on the rows that decide keeps the share: at or
+        above :meth:`line` unless its shortfall is within the margin of the difference,
+        ``line - score <= margin(error, min_kept * teacher_decide_se)`` (a shortfall the rows cannot
+        tell from noise does not disqualify)."""
+        return self.line() - score <= self.margin(error, self.min_kept * self.teacher_decide_se)
+
+    def kept(self, score: float) -> float:
+        """``score`` over the teacher's on the rows that decide (a teacher scoring at most 0: 1 when
+        the score is at least as high, else 0)."""
+        teacher = self.teacher_score if self.teacher_decide is None else self.teacher_decide
+        return float(score >= teacher) if teacher <= 0 else score / teacher
+
+
+def decided(row: dict) -> tuple[float, float]:
+    """A segment's score and standard error on the rows that decide (a search without them: on the
+    rows that pick)."""
+    if "decide_score" in row:
+        return row["decide_score"], row.get("decide_se", 0.0)
+    return row["score"], row.get("se", 0.0)
 
 
 def latest(segments: list[dict]) -> dict[str, dict]:
@@ -174,9 +203,10 @@ def _predicted_seconds(candidate: str, steps: int, segments: list[dict]) -> floa
 
 def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal: Goal) -> list[str]:
     """``candidates`` that may still win (no candidate keeps the share yet, or they are at least as
-    fast as the fastest that does), best first by their score at ``rung`` (then lower held-out loss,
-    then name), where a near-tie goes to speed: of the candidates left, the fastest whose score is
-    within :meth:`Goal.noise` of the best comes next."""
+    fast as the fastest that does), best first by their score at ``rung`` on the rows that pick
+    (then lower held-out loss, then name), where a near-tie goes to speed: of the candidates left,
+    the fastest whose score is within :meth:`Goal.margin` of the best's (their bootstrap standard
+    errors, ``se``) comes next."""
     keepers = [name for name, s in latest(segments).items() if goal.keeps(s["score"])]
     limit = min((goal.latency[name] for name in keepers), default=math.inf)
     at_rung = {s["candidate"]: s for s in sorted(segments, key=lambda s: s.get("steps", 0))
@@ -185,8 +215,9 @@ def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal
     left = sorted(useful, key=lambda name: (-at_rung[name]["score"], at_rung[name].get("loss", math.inf), name))
     order = []
     while left:
-        best = at_rung[left[0]]["score"]
-        tied = [left[0]] + [name for name in left[1:] if best - at_rung[name]["score"] < goal.noise(best)]
+        best = at_rung[left[0]]
+        tied = [left[0]] + [name for name in left[1:] if best["score"] - at_rung[name]["score"]
+                            < goal.margin(best.get("se", 0.0), at_rung[name].get("se", 0.0))]
         order.append(min(tied, key=lambda name: goal.latency[name]))  # min keeps the first of equal latency
         left.remove(order[-1])
     return order
@@ -250,21 +281,24 @@ def _promotions(order, segments, running, trained, goal: Goal, settings: SearchS
     return jobs
 
 
-def pick_winner(segments: list[dict], goal: Goal) -> dict:
-    """Among every candidate trained (its latest segment), the fastest keeping ``goal.min_kept``, else
-    the best held-out score (then lower loss, then name); with ``kept`` and ``rule``."""
+def ranked_candidates(segments: list[dict], goal: Goal) -> list[dict]:
+    """Every candidate trained (its latest segment) in the order the winner rule prefers them, scored
+    on the rows that decide (:func:`decided`): those that keep the share (:meth:`Goal.keeps_decided`),
+    fastest first, then the rest by score (then lower loss, then name); each with ``kept``,
+    ``keeps`` and ``rule``."""
     rows = list(latest(segments).values())
     if not rows:
         raise KdbertError("no candidate finished a run within --budget-minutes; raise it or lower --first-steps")
+    keeping = sorted((row for row in rows if goal.keeps_decided(*decided(row))),
+                     key=lambda row: (goal.latency[row["candidate"]], row["candidate"]))
+    rest = sorted((row for row in rows if row not in keeping),
+                  key=lambda row: (-decided(row)[0], row.get("loss", math.inf), row["candidate"]))
+    return [{**row, "kept": goal.kept(decided(row)[0]), "keeps": row in keeping,
+             "rule": f"fastest keeping {goal.min_kept:g}" if keeping else f"none keeps {goal.min_kept:g}: best score"}
+            for row in keeping + rest]
 
-    def kept(score: float) -> float:
-        if goal.teacher_score <= 0:
-            return float(score >= goal.teacher_score)
-        return score / goal.teacher_score
 
-    keeping = [row for row in rows if goal.keeps(row["score"])]
-    if keeping:
-        best = min(keeping, key=lambda row: (goal.latency[row["candidate"]], row["candidate"]))
-        return {**best, "kept": kept(best["score"]), "rule": f"fastest keeping {goal.min_kept:g}"}
-    best = min(rows, key=lambda row: (-row["score"], row.get("loss", math.inf), row["candidate"]))
-    return {**best, "kept": kept(best["score"]), "rule": f"none keeps {goal.min_kept:g}: best score"}
+def pick_winner(segments: list[dict], goal: Goal) -> dict:
+    """The first of :func:`ranked_candidates`: the fastest candidate keeping ``goal.min_kept`` on the
+    rows that decide, else the best score there."""
+    return ranked_candidates(segments, goal)[0]

@@ -240,7 +240,9 @@ def distil_segment(plan: Plan, job: Job, done_steps: int, loaded: Loaded | None 
     return {"candidate": candidate.name, "rung": job.rung, "method": options["method"], "steps": steps,
             "trained": max(0, steps - done_steps), "stopped": bool(report["stopped_early"]),
             "score": metrics.get("selection_score", metrics["score"]),
-            **({"loss": metrics["selection_loss"]} if "selection_loss" in metrics else {}),
+            **{key: metrics[name] for key, name in (("se", "selection_se"), ("loss", "selection_loss"),
+                                                     ("decide_score", "decide_score"), ("decide_se", "decide_se"))
+               if name in metrics},
             "dev_score": metrics["score"], "seconds": round(time.time() - started, 1),
             "labelling_seconds": round(sum(labelling), 1), "train_seconds": report["train_seconds"],
             "run": str(folder), "worker": storage.worker_id(),
@@ -443,7 +445,11 @@ def segment_line(row: dict) -> str:
     """The line a finished segment prints: rung, candidate, steps, held-out score, seconds."""
     stopped = " (stopped at the budget's end)" if row.get("stopped") else ""
     return (f"rung {row['rung']}  {row['candidate']}  {row['steps']} steps (+{row['trained']}){stopped}  "
-            f"held-out {row['score']:.2f}  {row['seconds']:.0f} s")
+            f"held-out {row['score']:.2f}{_error(row.get('se'))}  {row['seconds']:.0f} s")
+
+
+def _error(se: float | None) -> str:
+    return "" if se is None else f" ± {se:.2f}"
 
 
 def runtime_line(row: dict) -> str:

@@ -1,17 +1,21 @@
-"""Step 4 of ``kdbert compress``: the winner's run exported as it ships, timed again in turns with
-the exported teacher, and its dev agreement with the teacher; each reused when a rerun finds it."""
+"""Step 4 of ``kdbert compress``: the winner's run exported as it ships and checked there on the
+held-out rows that decide (the next candidate exported when it falls short), timed again in turns
+with the exported teacher, and its dev agreement with the teacher; each reused when a rerun finds it."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
+from kdbert.compress.schedule import Goal
 from kdbert.compress.speed import RUNTIMES, SpeedSettings, time_against_teacher
 from kdbert.compress.teacher import dev_outputs
-from kdbert.core.atomic_io import write_json
+from kdbert.core.atomic_io import replace_dir, write_json
 from kdbert.core.evaluate import agreement
 from kdbert.core.qa_evaluate import answer_agreement
+from kdbert.data.glue import TaskData
 from kdbert.data.load import TaskOptions
 from kdbert.deploy.export import export_model
 from kdbert.deploy.onnx_runtime import OnnxClassifier
@@ -20,12 +24,11 @@ SHIPPED_SPEED = "shipped_speed.json"
 
 
 def export_task(task: TaskOptions, data) -> TaskOptions:
-    """The task the exports are scored on: its dev rows and, of the rows the search holds out, as many
-    as dev has, a subset of them (a smaller ``held_out_fraction`` holds out a prefix of the same
-    seeded order, :func:`kdbert.data.load.hold_out`)."""
+    """The task the exports are scored on (their int8 choice and parity check): its dev rows and, of the
+    held-out rows that pick, as many as dev has (a prefix of their seeded order,
+    :func:`kdbert.data.held_out.split_decide`, which holds no row that decides)."""
     dev_rows = sum(len(rows) for rows in data.dev.values())
-    return replace(task, held_out_fraction=min(task.held_out_fraction,
-                                               dev_rows / (len(data.train) + len(data.held_out))))
+    return replace(task, decide_share=0.0, max_held_out_examples=max(1, min(dev_rows, len(data.held_out))))
 
 
 def shipped_speed(winner: dict, out: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
@@ -44,18 +47,67 @@ def shipped_speed(winner: dict, out: Path, task: TaskOptions, settings: SpeedSet
     return timing
 
 
-def ship(winner: dict, out: Path, task: TaskOptions, runtime: str, int8_time_left) -> dict:
-    """The winner's run exported as it ships (int8 for ``onnx-int8``; ``int8_time_left()``: the
-    seconds its int8 choice may still make static methods in), checked on dev; reused when the
-    folder already holds the export of that run."""
-    folder = out / "winner"
-    report_path = folder / "export_report.json"
-    if report_path.is_file():
-        previous = json.loads(report_path.read_text())
-        if previous.get("source") == str(winner["run"]):
-            return previous
+MAX_SHIP_TRIES = 3  # candidates exported and checked on the rows that decide, at most
+
+
+def ship(winner: dict, folder: Path, task: TaskOptions, runtime: str, int8_time_left) -> dict:
+    """``winner``'s run exported into ``folder`` as it ships (int8 for ``onnx-int8``;
+    ``int8_time_left()``: the seconds its int8 choice may still make static methods in), checked on
+    dev; reused when the folder already holds the export of that run."""
+    if _export_of(folder) == str(winner["run"]):
+        return json.loads((folder / "export_report.json").read_text())
     return export_model(winner["run"], folder, quantize="int8" if runtime == "onnx-int8" else None, task=task,
                         int8_time_left=int8_time_left)
+
+
+def _export_of(folder: Path) -> str | None:
+    """The run an export folder was made from (None: no export there)."""
+    report = folder / "export_report.json"
+    return json.loads(report.read_text()).get("source") if report.is_file() else None
+
+
+def decide_score(folder: Path, file_name: str, data) -> tuple[float, float]:
+    """The export ``folder/file_name``'s score on the held-out rows that decide (``data.decide``) and its
+    bootstrap standard error."""
+    model = OnnxClassifier(folder / file_name)
+    rows = TaskData(data.spec, [], {}, decide=data.decide)
+    metrics = model.family.evaluator(rows, model.encoder, None, 64)(model)
+    return metrics["decide_score"], metrics["decide_se"]
+
+
+def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str, goal: Goal, data,
+                 int8_time_left, export_seconds) -> tuple[dict, dict, list[dict]]:
+    """Ship what keeps the share as it ships: export the first of ``ranking``
+    (:func:`~kdbert.compress.schedule.ranked_candidates`) into ``out/exports/<candidate>`` and score
+    that graph on the rows that decide; while it falls short of ``goal``
+    (:meth:`~kdbert.compress.schedule.Goal.keeps_decided`), export and check the next that keeps it
+    in PyTorch, at most ``MAX_SHIP_TRIES`` and while ``int8_time_left()`` exceeds twice
+    ``export_seconds(candidate)``. The first shipped graph that keeps it goes to ``out/winner``; if
+    none does, the checked one scoring best there. Returns that candidate's row, its export report
+    and every check (``candidate``, ``decide_score``, ``decide_se``, ``kept``, ``keeps``)."""
+    file_name = RUNTIMES[runtime]
+    tries = [ranking[0]] + [row for row in ranking[1:] if row["keeps"]][: MAX_SHIP_TRIES - 1]
+    checks, exports = [], {}
+    for row in tries:
+        if checks and int8_time_left() < 2 * export_seconds(row["candidate"]):
+            break
+        folder = out / "exports" / row["candidate"]
+        if not folder.exists() and _export_of(out / "winner") == str(row["run"]):  # a rerun: shipped before
+            shutil.copytree(out / "winner", folder)
+        exports[row["candidate"]] = ship(row, folder, task, runtime, int8_time_left)
+        score, error = decide_score(folder, file_name, data)
+        checks.append({"candidate": row["candidate"], "decide_score": score, "decide_se": error,
+                       "kept": goal.kept(score), "keeps": goal.keeps_decided(score, error)})
+        if checks[-1]["keeps"]:
+            break
+    chosen = next((c for c in checks if c["keeps"]), max(checks, key=lambda c: c["decide_score"]))
+    winner = next(row for row in tries if row["candidate"] == chosen["candidate"])
+    staged = out / "winner.tmp"
+    shutil.rmtree(staged, ignore_errors=True)
+    shutil.copytree(out / "exports" / chosen["candidate"], staged)
+    replace_dir(staged, out / "winner")
+    shutil.rmtree(out / "exports")  # the shipped export is in winner/; the others are what the report says
+    return winner, exports[chosen["candidate"]], checks
 
 
 def dev_agreement(data, teacher_outputs, shipped_folder: Path, file_name: str) -> float:

@@ -87,7 +87,7 @@ def shape_context(teacher_dir: str | os.PathLike, task: TaskOptions, word_vector
     texts = tuple(text for example in data.train for text in example.texts)
     dim = word_vectors_dim(word_vectors) if word_vectors else None
     return ShapeContext(teacher.config, tokenizer, data.spec.num_labels, data.spec.is_pair, texts, dim,
-                        data.spec.question_answering)
+                        data.spec.question_answering, word_vectors=str(word_vectors) if word_vectors else None)
 
 
 def all_candidates(context: ShapeContext) -> list[Candidate]:

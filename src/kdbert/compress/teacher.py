@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,8 @@ from kdbert.compress.budget import TEACHER_EXPORT_SHARE, Deadline
 from kdbert.compress.options import CompressConfig
 from kdbert.compress.speed import SpeedSettings, time_teacher
 from kdbert.core.metrics import compute_metrics, task_score
-from kdbert.data.load import TaskOptions
+from kdbert.data.held_out import RECORD_FILE, held_out_indices, read_record
+from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
 from kdbert.families.registry import family_of_folder
 
@@ -39,16 +40,21 @@ class Teacher:
     steps: list[dict] | None = None
 
 
-def checked_teacher(config: CompressConfig, data) -> Teacher:
-    """The teacher loaded for the task (one that is not fine-tuned for its outputs is refused), with
-    its dev outputs, timed."""
+def loaded_teacher(config: CompressConfig, spec) -> tuple[str, object, object]:
+    """The teacher's folder, model and tokenizer, loaded for the task ``spec`` (one that is not
+    fine-tuned for its outputs is refused in one line)."""
     folder = str(Path(config.teacher).expanduser())
     if not Path(folder).is_dir():
         raise KdbertError(f"--teacher {folder} is not a folder; pass a model fine-tuned on the task "
                           "(see `kdbert finetune`)")
-    family = family_of_folder(folder)
-    model, tokenizer = family.load(Path(folder), data.spec)
-    evaluator = family.evaluator(data, tokenizer, None, 64)
+    model, tokenizer = family_of_folder(folder).load(Path(folder), spec)
+    return folder, model, tokenizer
+
+
+def checked_teacher(loaded: tuple[str, object, object], data) -> Teacher:
+    """The teacher (:func:`loaded_teacher`) scored on ``data``'s rows, with its dev outputs, timed."""
+    folder, model, tokenizer = loaded
+    evaluator = family_of_folder(folder).evaluator(data, tokenizer, None, 64)
     started = time.time()
     metrics = evaluator(model)
     scored = time.time()
@@ -83,20 +89,41 @@ def majority_score(data) -> float | None:
     return task_score(metrics, data.spec.metrics, tuple(data.dev))
 
 
-def teacher_saw_held_out_rows(teacher_dir: str, task: TaskOptions) -> bool | None:
-    """Whether the teacher was fine-tuned on the rows the search holds out to pick on: ``False`` for a
-    ``kdbert finetune`` folder of the same task and training file that held out the same share (the
-    same seeded rows, :func:`kdbert.data.load.hold_out`), ``True`` for one that held out none or
-    another share, ``None`` where the folder does not say (a hub model, another tool's folder,
-    another task's teacher)."""
-    config = Path(teacher_dir) / "run_config.json"
-    if not config.is_file():
-        return None
-    recorded = json.loads(config.read_text())
-    if (recorded.get("command"), recorded.get("task"), recorded.get("train_file")) != (
-            "finetune", task.task, task.train_file):
-        return None
-    return recorded.get("held_out_fraction", 0.0) != task.held_out_fraction
+def held_out_task(teacher_dir: str, task: TaskOptions, trained_on_all: bool) -> tuple[TaskOptions, dict]:
+    """The task with the training rows the teacher never trained on held out, found, not guessed, and
+    what was found (``{"source", "teacher_saw_held_out_rows"}``):
+
+    - the rows its ``held_out.json`` lists (``kdbert finetune --held-out-fraction`` writes it), whatever
+      share ``task`` asks for;
+    - a ``kdbert finetune`` folder of the same task and training file that held out a share before the
+      rows were recorded: that share, where this task's rows are still drawn uniformly
+      (:func:`kdbert.data.held_out.held_out_indices`, the rule it was fine-tuned with);
+    - otherwise refused in one line, unless ``trained_on_all`` (``--teacher-trained-on-all-rows``):
+      then ``task``'s share, rows the teacher trained on."""
+    folder = Path(teacher_dir)
+    recorded = read_record(folder)
+    if recorded is not None:
+        return (replace(task, held_out_rows=str(folder), held_out_fraction=recorded["fraction"]),
+                {"source": f"{folder / RECORD_FILE} ({recorded['rows']} rows, {recorded['rule']})",
+                 "teacher_saw_held_out_rows": False})
+    config = folder / "run_config.json"
+    run = json.loads(config.read_text()) if config.is_file() else {}
+    fraction = run.get("held_out_fraction", 0.0)
+    same_rows = (run.get("command"), run.get("task"), run.get("train_file")) == ("finetune", task.task, task.train_file)
+    if same_rows and fraction:
+        rows = load_task(replace(task, held_out_fraction=0.0, decide_share=0.0, held_out_rows=None))
+        if held_out_indices(rows, fraction)[1] == "uniform":
+            return (replace(task, held_out_fraction=fraction),
+                    {"source": f"{config} (held_out_fraction {fraction:g}, uniform)", "teacher_saw_held_out_rows": False})
+        why = (f"was fine-tuned before kdbert recorded its held-out rows, and {task.task}'s rows are now held out "
+               "to look like dev")
+    else:
+        why = "does not say which training rows it never trained on (no held_out.json)"
+    if trained_on_all:
+        return task, {"source": "--teacher-trained-on-all-rows", "teacher_saw_held_out_rows": True}
+    raise KdbertError(f"--teacher {teacher_dir} {why}; fine-tune it with `kdbert finetune --task {task.task} "
+                      f"--held-out-fraction {task.held_out_fraction:g}`, or pass --teacher-trained-on-all-rows to "
+                      "hold out rows it trained on (its kept shares then read high)")
 
 
 def export_dev_scores(export_folder: Path) -> dict[str, float]:

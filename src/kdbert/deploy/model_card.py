@@ -283,11 +283,16 @@ def _selection_lines(report: dict) -> list[str]:
     lines = [f"Picked by `kdbert compress`"
              + (f" among the {trained} candidate{'s' if trained != 1 else ''} the search trained" if trained else "") + (f" (target: {wanted})" if wanted else "")
              + f": **{winner['candidate']}**, rule `{winner['rule']}`."]
-    teacher_held_out = (report.get("teacher_scores") or {}).get("held_out")
-    if "score" in winner and teacher_held_out is not None:
+    teachers, shipped = report.get("teacher_scores") or {}, report.get("shipped") or {}
+    if "decide_score" in shipped:
+        lines.append(f"On the {report['decide_rows']} held-out training rows that decide (never used to pick a "
+                     f"checkpoint or promote): {winner['decide_score']:.2f} in PyTorch and {shipped['decide_score']:.2f}"
+                     f" ± {shipped['decide_se']:.2f} as shipped, against the teacher's {teachers['decide']:.2f} "
+                     f"({100 * shipped['kept_decide']:.1f}% kept as shipped).")
+    elif "score" in winner and teachers.get("held_out") is not None:
         kept = f" ({100 * winner['kept']:.1f}% kept)" if "kept" in winner else ""
         lines.append(f"Held-out score: {winner['score']:.2f} against the teacher's "
-                     f"{teacher_held_out:.2f}{kept}.")
+                     f"{teachers['held_out']:.2f}{kept}.")
     start = (report.get("starts") or {}).get(winner["candidate"])
     general = report.get("general_students") or {}
     if start == "general" and general:
@@ -297,7 +302,8 @@ def _selection_lines(report: dict) -> list[str]:
         shape = report["speed"]["candidates"][winner["candidate"]]["shape"]
         lines.append(f"Its distillation started from the weights of {shape['path']} (`--student`).")
     if report.get("teacher_saw_held_out_rows"):
-        lines.append("The teacher was fine-tuned on the held-out rows too, so its held-out score is optimistic.")
+        lines.append("The teacher was fine-tuned on the held-out rows too (--teacher-trained-on-all-rows), so its "
+                     "held-out score and every kept share read high.")
     return lines
 
 
