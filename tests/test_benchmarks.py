@@ -426,21 +426,43 @@ def test_gpu_bundle_writes_a_float16_teacher_glue_folders_and_a_corpus_slice(tmp
     assert not (tmp_path / "small").exists() and not (tmp_path / "small.tmp").exists()
 
 
-def test_gpu_bundle_keeps_the_word_vectors_of_the_glue_words_only(tmp_path):
-    glue = tmp_path / "glue_data" / "CoLA"
-    glue.mkdir(parents=True)
-    (glue / "train.tsv").write_text("src\t1\t\tThe cat didn't sit.\n", encoding="utf-8")
+def test_gpu_bundle_keeps_the_first_word_vectors_and_the_training_words_in_file_order(tmp_path):
+    """The cut file gives a BiLSTM the vocabulary and vectors the whole file gives: its first lines as far
+    as each task's --frequent-words read, then the training words' lines; a dev-only word goes."""
+    from kdbert.families.bilstm.model import init_bilstm
+
+    glue = tmp_path / "glue_data"
+    (glue / "CoLA").mkdir(parents=True)
+    (glue / "RTE").mkdir()
+    (glue / "CoLA" / "train.tsv").write_text("src\t1\t\tThe cat didn't sit.\n", encoding="utf-8")
+    (glue / "CoLA" / "dev.tsv").write_text("src\t0\t\tA zebra ran.\n", encoding="utf-8")  # zebra: dev only
+    (glue / "RTE" / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\tA dog ran.\tThe dog sat.\t"
+                                            "entailment\n", encoding="utf-8")
     vectors = tmp_path / "vectors.txt.gz"
-    lines = ["3 2\n", "the 0.1 0.2\n", "Cat 0.3 0.4\n", "dog 0.5 0.6\n", "n't 0.7 0.8\n", "sit 0.9 1.0\n"]
+    lines = ["12 2\n", "the 0.1 0.2\n", "Cat 0.3 0.4\n", "e-mail 0.5 0.5\n", "fish 0.5 0.6\n", "Fish 0.6 0.6\n",
+             "dog 0.7 0.8\n", "zebra 0.9 1.0\n", "sit 1.1 1.2\n", "FISH 1.3 1.4\n", "bird 1.5 1.6\n", "sat 1.7 1.8\n",
+             "Ran 1.9 2.0\n"]
     with gzip.open(vectors, "wt", encoding="utf-8") as handle:
         handle.write("".join(lines))
-    words = gpu_bundle.task_words(tmp_path / "glue_data")
-    assert {"the", "cat", "did", "n't", "sit", ".", "src", "1"} == words
-    kept = gpu_bundle.filter_word_vectors(vectors, tmp_path / "kept.txt.gz", words)
-    with gzip.open(tmp_path / "kept.txt.gz", "rt", encoding="utf-8") as handle:
-        # the header goes, "Cat" stays (matched lowercased, as the BiLSTM's reader does), "dog" goes
-        assert handle.read() == "the 0.1 0.2\nCat 0.3 0.4\nn't 0.7 0.8\nsit 0.9 1.0\n"
-    assert kept == 4
+    words = gpu_bundle.train_words(glue)
+    assert words["CoLA"] == {"the", "cat", "did", "n't", "sit", ".", "src", "1"} and "zebra" not in words["RTE"]
+    cut = tmp_path / "kept.txt.gz"
+    kept = gpu_bundle.filter_word_vectors(vectors, cut, words, frequent=2)
+    with gzip.open(cut, "rt", encoding="utf-8") as handle:
+        # the header goes; the first lines stay until CoLA (fish, dog) and RTE (cat, fish) each had 2 words
+        # beyond their training words (e-mail, which no vocabulary holds, and Fish, a repeat, count for
+        # neither); after them the training words' lines (Ran lowercased) and FISH (a first word) stay,
+        # zebra (a dev word) and bird go
+        assert handle.read() == "".join(lines[1:7] + [lines[8], lines[9], lines[11], lines[12]])
+    assert kept == 10
+    for texts in (["The cat didn't sit."], ["A dog ran.", "The dog sat."]):
+        built = [init_bilstm(texts, 2, False, word_vectors=file, frequent_words=2, hidden_size=3, fc_size=4)
+                 for file in (vectors, cut)]
+        assert built[0][1].words == built[1][1].words
+        assert built[0][0].embeddings.weight.tolist() == built[1][0].embeddings.weight.tolist()
+    assert "zebra" not in built[1][1].words and built[1][1].words[-2:] == ["cat", "fish"]
+    # the default keeps the BiLSTM's FREQUENT_WORDS: here the whole file but the header
+    assert gpu_bundle.filter_word_vectors(vectors, tmp_path / "all.txt.gz", words) == 12
 
 
 def test_mobilebert_gpu_bench_records_the_student_against_the_teacher(results_dir, tmp_path, tiny_tokenizer):

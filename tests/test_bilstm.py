@@ -16,7 +16,7 @@ from kdbert.errors import KdbertError
 from kdbert.families.bilstm.evaluate import WordTaskEvaluator, predict_words
 from kdbert.core.losses import bilstm_distill_loss
 from kdbert.families.bilstm.model import (
-    BiLSTMConfig, bilstm_flops, build_bilstm, init_bilstm, is_bilstm_folder, load_bilstm, save_bilstm,
+    FREQUENT_WORDS, BiLSTMConfig, bilstm_flops, build_bilstm, init_bilstm, is_bilstm_folder, load_bilstm, save_bilstm,
 )
 
 V, E, H, F = 12, 4, 3, 5
@@ -231,6 +231,38 @@ def test_frequent_words_bounds_how_many_vector_words_join(tmp_path):
     assert init_bilstm(["the cat sat", "the dog"], 2, False, frequent_words=10, embedding_dim=2)[1].words[7:] == []
     with pytest.raises(KdbertError, match=r"--frequent-words must be 0 or more \(got -1\)"):
         added(-1)
+
+
+def test_compress_size_estimate_builds_the_shipped_vocabulary_frequent_words_included(tmp_path):
+    """`kdbert compress` times and sizes a BiLSTM candidate built from the task's texts before any
+    training: its vocabulary (so its embedding rows, parameters and size_mb) must be init_bilstm's,
+    the word vectors' frequent words included, read off only the file's first lines."""
+    from kdbert.families.bilstm.family import BiLSTMFamily, student_vocab
+    from kdbert.families.registry import ShapeContext
+
+    texts = ("the cat sat", "the dog")
+    glove = tmp_path / "g.txt"
+    glove.write_text("the 3 4\nzebra 5 6\ncat 1 2\nfish 7 8\nqwxz 9 9\n")
+    context = ShapeContext(None, None, 2, False, texts, word_vector_dim=2, word_vectors=str(glove))
+    shipped = init_bilstm(list(texts), 2, False, word_vectors=glove, hidden_size=H, fc_size=F)[1]
+    assert shipped.words[7:] == ["zebra", "fish", "qwxz"]
+    candidates = BiLSTMFamily().candidates(context)
+    for candidate in candidates:
+        model, vocab = candidate.build(context)
+        assert vocab.words == shipped.words and model.config.vocab_size == len(shipped) == 10
+        assert model.embeddings.weight.shape == (10, 2)
+    # only the lines needed are read: a broken line past them is never reached
+    glove.write_text("the 3 4\nzebra 5 6\ncat 1 2\nfish 7 8\nbroken\n")
+    assert student_vocab(context, frequent_words=2).words[7:] == ["zebra", "fish"]
+    # vectors known by their size alone still count frequent_words rows, with entries no text matches
+    sized = ShapeContext(None, None, 2, False, texts, word_vector_dim=2)
+    vocab = student_vocab(sized)
+    assert len(vocab) == 7 + FREQUENT_WORDS and vocab.encode("the zebra") == [3, vocab.unk_id]
+    assert candidates[0].build(sized)[0].config.vocab_size == 7 + FREQUENT_WORDS
+    # without word vectors: the training words alone, as init_bilstm
+    bare = ShapeContext(None, None, 2, False, texts)
+    assert candidates[0].build(bare)[1].words == init_bilstm(list(texts), 2, False, hidden_size=H)[1].words
+    assert len(student_vocab(bare)) == 7
 
 
 def test_a_folder_saved_with_dev_words_in_its_vocabulary_still_loads(tmp_path):

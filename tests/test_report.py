@@ -214,15 +214,19 @@ def test_mobilebert_ablation_fitted_budget_states_its_precision_and_embedding_di
         "1.500; dev score 75.6 -> 80.0."]
 
 
-def bilstm_run(task, variant, seed, score, setting="", hidden=150, p_ng=0.25, oov=None):
-    """A key and record as benchmarks/bilstm_distill.py writes them; ``setting`` is the kd_aug tag."""
+def bilstm_run(task, variant, seed, score, setting="", hidden=150, p_ng=0.25, oov=None, frequent=False):
+    """A key and record as benchmarks/bilstm_distill.py writes them; ``setting`` is the kd_aug tag;
+    ``oov``: (train-only rate, vocabulary rate, words added) under the old rule (dev words with a
+    vector join), or with ``frequent`` the present one (the word vectors' frequent words join)."""
     tag = setting if variant == "kd_aug" else setting.split("-png")[0]  # only kd_aug names its p_ng
     run = {"task": task, "variant": variant, "seed": seed, "score": score, "optimizer": "adadelta",
            "setting": tag, "machine": "2 cores", "date": "2026-11-24",
            "student": {"config": {"hidden_size": hidden}}}
     if oov:
-        run["student"].update(dev_oov_rate={"train words only": oov[0], "with dev words": oov[1]},
-                              vocab_sources={"train": 5000, "dev with a vector": oov[2]})
+        rule, source = (("with frequent vector words", "frequent vector words") if frequent
+                        else ("with dev words", "dev with a vector"))
+        run["student"].update(dev_oov_rate={"train words only": oov[0], rule: oov[1]},
+                              vocab_sources={"train": 5000, source: oov[2]})
     if variant == "kd_aug":
         run["augment"] = {"p_ng": p_ng}
     return f"{task}/{variant}{tag}/s{seed}", run
@@ -246,7 +250,7 @@ def test_bilstm_v2_rows_sit_beside_the_old_ones(tmp_path, monkeypatch):
     table = lines[lines.index("|---|---|---|---|---|---|---|---|---|---|") + 1:]
     assert table[:5] == [
         "| stsb | recorded: hidden 150, p_ng 0.25 | new | 83.0 | 70.0 | 71.0 | 72.0 | 86.7% | 6.5% -> 0.3% "
-        "(+812 words) | 42 |",
+        "with dev words (old rule) (+812 words) | 42 |",
         "| stsb | recorded: hidden 150, p_ng 0.25 | before | 83.0 | 66.5 ± 0.7 (n=2) | 67.5 ± 0.7 (n=2) | "
         "59.5 ± 0.7 (n=2) | 71.7% | - | 42, 43 |",
         "| rte | recorded: hidden 150, p_ng 0.25 | new | 57.0 | 55.0 | 56.0 | 54.0 | 94.7% | - | 42 |",
@@ -259,3 +263,26 @@ def test_bilstm_v2_rows_sit_beside_the_old_ones(tmp_path, monkeypatch):
         "- rte (`-h300-png0`: hidden 300, p_ng 0) against the recorded setting: distilled + aug 57.5 against "
         "54.0 (+3.5).",
         ""]
+
+
+def test_bilstm_v2_dev_oov_names_the_rule_that_built_each_vocabulary(tmp_path, monkeypatch):
+    """Records made before the frequent-words vocabulary report "with dev words"; newer ones "with
+    frequent vector words": both render, each labelled with its own rule."""
+    old = {"stsb/teacher": {"score": 83.0}, "rte/teacher": {"score": 57.0}}
+    new = dict([bilstm_run("stsb", v, 42, score, oov=(0.065, 0.003, 812))  # recorded under the old rule
+                for v, score in (("labels", 70.0), ("kd", 71.0), ("kd_aug", 72.0))]
+               + [bilstm_run("rte", v, 42, score, oov=(0.071, 0.024, 20000), frequent=True)
+                  for v, score in (("labels", 55.0), ("kd", 56.0), ("kd_aug", 57.5))])
+    report = load_benchmark_report(tmp_path / "results", monkeypatch, {"bilstm_distill_v2": new})
+    lines = report.bilstm_v2_lines(old)
+    assert lines[1] == ("### Distilled BiLSTM with the new vocabulary ([MASK] apart, dev words with a vector in the "
+                        "older runs, the word vectors' frequent words in the newer)")
+    table = lines[lines.index("|---|---|---|---|---|---|---|---|---|---|") + 1:]
+    assert [row.split(" | ")[-2] for row in table[:2]] == [
+        "6.5% -> 0.3% with dev words (old rule) (+812 words)",
+        "7.1% -> 2.4% with frequent vector words (+20,000 words)"]
+    # only new-rule runs: the heading says so
+    only_new = {k: r for k, r in new.items() if k.startswith("rte/")}
+    report = load_benchmark_report(tmp_path / "only_new", monkeypatch, {"bilstm_distill_v2": only_new})
+    assert report.bilstm_v2_lines(old)[1] == ("### Distilled BiLSTM with the new vocabulary ([MASK] apart, the word "
+                                              "vectors' frequent words)")

@@ -125,17 +125,37 @@ def _setting_text(tag: str, group: dict[str, list[dict]]) -> str:
             f"p_ng {p_ng}{optimizer}")
 
 
+# The vocabulary rules a student's report names: (its dev_oov_rate key, its vocab_sources key, what the
+# table calls it). Until 0305e56 the dev words with a vector joined; since, the word vectors' most frequent
+# words (--frequent-words) join and a dev-only word stays [UNK].
+OOV_RULES = (("with dev words", "dev with a vector", "with dev words (old rule)"),
+             ("with frequent vector words", "frequent vector words", "with frequent vector words"))
+
+
+def _oov_rule(student: dict) -> tuple[str, str, str] | None:
+    """The entry of :data:`OOV_RULES` whose rate the student's report holds (None: no dev OOV rate,
+    or a rule this table does not know)."""
+    rate = student.get("dev_oov_rate", {})
+    return next((rule for rule in OOV_RULES if rule[0] in rate), None)
+
+
 def _oov_text(group: dict[str, list[dict]]) -> str:
-    """The dev OOV rate with the training words only -> with the dev words that have a vector, and how
-    many of those joined; the augmented runs' apart when their vocabulary (built from the augmented
-    file) differs from the others'."""
+    """The dev OOV rate with the training words only -> with the student's whole vocabulary, named by
+    the rule that built it (:data:`OOV_RULES`: the dev words that have a vector, in records made before
+    the change, or the word vectors' frequent words), and how many words that rule added; the augmented
+    runs' apart when their vocabulary (built from the augmented file) differs from the others'."""
     def text(runs: list[dict]) -> str | None:
-        rates = [r["student"] for r in runs if "dev_oov_rate" in r["student"]]
-        if not rates:
+        students = [r["student"] for r in runs if "dev_oov_rate" in r["student"]]
+        if not students:
             return None
-        rate = rates[0]["dev_oov_rate"]
-        return (f"{100 * rate['train words only']:.1f}% -> {100 * rate['with dev words']:.1f}% "
-                f"(+{rates[0]['vocab_sources']['dev with a vector']} words)")
+        rate = students[0]["dev_oov_rate"]
+        train = f"{100 * rate['train words only']:.1f}%"
+        rule = _oov_rule(students[0])
+        if rule is None:
+            return f"{train} with the training words only"
+        key, source, label = rule
+        added = students[0].get("vocab_sources", {}).get(source)
+        return f"{train} -> {100 * rate[key]:.1f}% {label}" + ("" if added is None else f" (+{added:,} words)")
 
     plain = text(group["labels"] + group["kd"])
     augmented = text(group["kd_aug"])
@@ -165,10 +185,11 @@ def bilstm_v2_lines(old_results: dict) -> list[str]:
     if not groups:
         return []
     old_groups = _bilstm_groups(old_results)
-    lines = ["", "### Distilled BiLSTM with the new vocabulary ([MASK] apart, dev words with a vector)", "",
+    lines = ["", f"### Distilled BiLSTM with the new vocabulary ([MASK] apart, {_vocab_rules_text(groups)})", "",
              note("bilstm-v2-intro"), "",
              "| task | setting | vocabulary | teacher | labels only | distilled | distilled + aug | "
-             "share kept (distilled + aug) | dev OOV | seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "share kept (distilled + aug) | dev OOV: training words -> vocabulary | seeds |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for (task, tag), group in groups.items():
         teacher = (results.get(f"{task}/teacher") or old_results[f"{task}/teacher"])["score"]
         setting = _setting_text(tag, group)
@@ -191,6 +212,17 @@ def bilstm_v2_lines(old_results: dict) -> list[str]:
                     "`OMP_NUM_THREADS=1 python benchmarks/bilstm_distill.py --results-name bilstm_distill_v2 "
                     "--tasks T --seeds S [--pair-hidden-size 300 --p-ng 0]`; every run's full command is in "
                     "`benchmarks/results/bilstm_distill_v2.json`.", ""]
+
+
+def _vocab_rules_text(groups: dict) -> str:
+    """What joined the training words in these runs' vocabularies: the dev words with a vector (the
+    recorded runs' rule, also when no run reports it), the word vectors' frequent words, or both."""
+    rules = {_oov_rule(r.get("student", {})) for group in groups.values() for runs in group.values() for r in runs}
+    if OOV_RULES[1] not in rules:
+        return "dev words with a vector"
+    if OOV_RULES[0] not in rules:
+        return "the word vectors' frequent words"
+    return "dev words with a vector in the older runs, the word vectors' frequent words in the newer"
 
 
 def _augmentation_verdicts(groups: dict, old_groups: dict) -> list[str]:

@@ -62,8 +62,10 @@ class InputSpec:
 class ShapeContext:
     """What a student shape is built for: the teacher's config (vocabulary, positions), its
     tokenizer, the task's outputs and sentence count, its training texts (word vocabularies), the
-    size of the word vectors word-level students start from (None: none given), and whether the
-    task is question answering (start and end logits per token)."""
+    size of the word vectors word-level students start from (None: none given), whether the
+    task is question answering (start and end logits per token), and the word vectors themselves
+    (a file or ``encoder:MODEL``; None: not named, only their size known), from which a word-level
+    student's vocabulary also takes their most frequent words."""
 
     teacher_config: Any
     tokenizer: Any
@@ -72,6 +74,7 @@ class ShapeContext:
     texts: tuple[str, ...] = ()
     word_vector_dim: int | None = None
     question_answering: bool = False
+    word_vectors: str | None = None
 
 
 @dataclass(frozen=True)

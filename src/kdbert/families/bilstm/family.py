@@ -20,10 +20,12 @@ from torch import nn
 from kdbert.core.trace import HookAdapter
 from kdbert.errors import KdbertError
 from kdbert.families.bilstm.model import (
+    FREQUENT_WORDS,
     BiLSTMConfig,
     BiLSTMStudent,
     bilstm_flops,
     build_bilstm,
+    frequent_vector_words,
     is_bilstm_folder,
     load_bilstm,
 )
@@ -35,8 +37,25 @@ SPEED_HIDDEN_SIZES = (150, 300)  # the paper's sentence and pair settings
 DEFAULT_EMBEDDING_DIM = BiLSTMConfig.__dataclass_fields__["embedding_dim"].default  # without word vectors
 
 
-def _random_student(hidden: int, context: ShapeContext) -> tuple[BiLSTMStudent, Vocab]:
+def student_vocab(context: ShapeContext, frequent_words: int = FREQUENT_WORDS) -> Vocab:
+    """The vocabulary a student distilled for ``context`` ships with, by
+    :func:`~kdbert.families.bilstm.model.init_bilstm`'s rule: the training words, plus, with word
+    vectors, up to ``frequent_words`` of their most frequent words that the training words lack
+    (:func:`~kdbert.families.bilstm.model.frequent_vector_words`, which reads only the lines it
+    needs). Word vectors known only by their size (``context.word_vectors`` None) get
+    ``frequent_words`` stand-in entries that no text matches, as many as a full-size vector file
+    gives, so that the student's size still counts them. Without word vectors: the training words."""
     vocab = Vocab.build(context.texts)
+    if context.word_vectors is not None:
+        return vocab.extended(frequent_vector_words(context.word_vectors, frequent_words, vocab.index))
+    if context.word_vector_dim is not None:
+        return vocab.extended(f"[frequent word {i}]" for i in range(frequent_words))
+    return vocab
+
+
+def _random_student(hidden: int, context: ShapeContext) -> tuple[BiLSTMStudent, Vocab]:
+    """A student of the shipped one's size (its vocabulary: :func:`student_vocab`), random weights."""
+    vocab = student_vocab(context)
     config = BiLSTMConfig(vocab_size=len(vocab), num_labels=context.num_labels, pair=context.pair, hidden_size=hidden,
                           embedding_dim=context.word_vector_dim or DEFAULT_EMBEDDING_DIM)
     return build_bilstm(config), vocab
@@ -104,8 +123,10 @@ class BiLSTMFamily(Family):
 
     def candidates(self, context: ShapeContext) -> list[Candidate]:
         """The distilled BiLSTM at hidden 150 and 300, its embeddings the size of the word vectors
-        given (else 300), its vocabulary the training texts' words; none without training texts or
-        for question answering (it classifies whole texts)."""
+        given (else 300), its vocabulary the shipped student's (:func:`student_vocab`: the training
+        texts' words, plus the word vectors' most frequent words when vectors are given), so that the
+        size and parameters measured are the shipped student's; none without training texts or for
+        question answering (it classifies whole texts)."""
         if not context.texts or context.question_answering:
             return []
         dim = context.word_vector_dim or DEFAULT_EMBEDDING_DIM
