@@ -26,7 +26,8 @@ from kdbert.core.hardware import resolve_precision
 from kdbert.data.load import TaskOptions
 
 
-RECORDED = ("task", "runtime", "target", "held_out_rows", "speed", "augmentation", "search", "winner",
+RECORDED = ("task", "runtime", "target", "held_out_rows", "decide_rows", "held_out", "teacher_saw_held_out_rows",
+            "speed", "augmentation", "search", "winner",
             "teacher_scores", "shipped", "seconds_per_candidate", "speedup_breakdown", "starts", "general_students")
 
 

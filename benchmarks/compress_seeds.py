@@ -8,7 +8,7 @@ held-out fraction) runs again with each seed into ``<search>/seeds/<seed>`` (a f
 reused), with the same steps: where the search trained it in segments (``report["search"]
 ["segments"]``), paused and evaluated at the same steps, the best on held-out rows kept, as there.
 Records, in ``benchmarks/results/compress_seeds.json`` under ``--key``
-(the search's key in ``compress.json``), the held-out and dev (PyTorch) scores of every seed, the
+(the search's key in ``compress.json``), the held-out (picking and deciding) and dev (PyTorch) scores of every seed, the
 search's own run included under its seed. The reruns read the teacher outputs the search stored.
 """
 
@@ -31,8 +31,11 @@ TASK_FIELDS = {field.name for field in fields(TaskOptions)}
 
 
 def scores(report: dict) -> dict:
+    """A run's score on the held-out rows that picked its checkpoint, on those that decide (searches
+    that split them), and on dev."""
     metrics = report["dev_metrics"]
-    return {"held_out": metrics.get("selection_score", metrics["score"]), "dev": metrics["score"]}
+    return {"held_out": metrics.get("selection_score", metrics["score"]), "dev": metrics["score"],
+            **({"decide": metrics["decide_score"]} if "decide_score" in metrics else {})}
 
 
 def search_caches(search: Path, options: dict) -> dict:

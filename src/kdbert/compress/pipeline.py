@@ -141,13 +141,14 @@ def _check_fits(config: CompressConfig, teacher: Teacher, data, offered: list, s
     """Refuse, before anything is written, a budget shorter than what compress needs on this machine
     whatever it searches: the ``spent`` seconds of loading and scoring the teacher, then
     :func:`~kdbert.compress.budget.fixed_seconds` and one first round, at the
-    teacher's measured speed on the dev and held-out rows, per character of text (the exports'
-    held-out sample, :func:`export_task`, costs its share of them)."""
+    teacher's measured speed on the dev and held-out rows (both halves), per character of text (the
+    exports' sample of the rows that pick, :func:`export_task`, costs its share of them)."""
     dev = [row for rows in data.dev.values() for row in rows]
     sample = min(len(dev), len(data.held_out))
     scored_characters = _characters(dev) + _characters(data.held_out) * sample / max(1, len(data.held_out))
-    pass_seconds = teacher.pass_seconds * scored_characters / max(1, _characters(dev) + _characters(data.held_out))
-    row_seconds = teacher.pass_seconds / (len(dev) + len(data.held_out))
+    teacher_characters = _characters(dev) + _characters(data.held_out) + _characters(data.decide)
+    pass_seconds = teacher.pass_seconds * scored_characters / max(1, teacher_characters)
+    row_seconds = teacher.pass_seconds / (len(dev) + len(data.held_out) + len(data.decide))
     rows, first_round = first_round_seconds(offered, settings, train_rows, row_seconds)
     needed = spent + fixed_seconds(pass_seconds, config.runtime, _latency_ratio(config)) + first_round
     if needed > 60 * config.budget_minutes:
