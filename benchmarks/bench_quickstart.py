@@ -43,7 +43,15 @@ def main() -> None:
             sys.exit("quickstart failed")
         seconds = time.time() - started
     summary = json.loads((out / "summary.json").read_text())
+    report = json.loads((out / "compress" / "compress_report.json").read_text())
+    shipped = report["shipped"]
+    kept = {key: shipped.get(key) for key in ("kept_dev", "kept_decide", "decide_score", "decide_se", "margin", "keeps",
+                                              "checks")}
     save_result("quickstart", args.task, {**summary, "wall_seconds": round(seconds), "command": "kdbert " + " ".join(command),
+                                          "compress": {**kept, "winner": report["winner"]["candidate"],
+                                                       "held_out_rows": report["held_out_rows"],
+                                                       "decide_rows": report.get("decide_rows"),
+                                                       "teacher_scores": report["teacher_scores"]},
                                           **machine_info()})
     print(f"quickstart {args.task}: {seconds / 60:.1f} min, student keeps {summary['retained_percent']:.1f}%")
 

@@ -208,3 +208,24 @@ def test_a_record_from_other_rows_is_refused_in_one_line(glue):
         hold_out_recorded(other, recorded, "--held-out-rows x")
     with pytest.raises(KdbertError, match="--held-out-rows .*nowhere: no held_out.json there"):
         load_task(TaskOptions("rte", data_dir=str(glue), held_out_rows=str(glue / "nowhere")))
+
+
+def test_where_most_rows_are_parts_of_others_whole_rows_are_held_out_and_their_parts_leave_training(glue):
+    # SST-2's shape: every sentence (8-14 words) comes with phrases of it (its runs of 2-5 words); dev: sentences
+    rng = random.Random(1)
+    sentences = [tuple(f"s{i}w{k}" for k in range(rng.randint(8, 14))) for i in range(200)]
+    phrases = {words[start:start + n] for words in sentences for n in (2, 3, 5) for start in (0, 1, 3)}
+    train = [Example((" ".join(words),), i % 2) for i, words in enumerate(sentences + sorted(phrases))]
+    dev = [Example((" ".join(f"d{i}w{k}" for k in range(rng.randint(8, 14))),), 0) for i in range(80)]
+    data = hold_out(TaskData(GLUE_TASKS["sst2"], list(train), {"dev": dev}), 0.1)
+    held = {tuple(row.texts[0].split()) for row in data.held_out}
+    assert data.held_out_rule == "whole rows" and len(held) == 20 and held <= set(sentences)  # a tenth of the sentences
+    parts = {words[i:j] for words in held for i in range(len(words)) for j in range(i + 1, len(words) + 1)
+             if j - i < len(words)}
+    assert {tuple(row.texts[0].split()) for row in data.held_out_parts} == parts & phrases  # 9 phrases a sentence
+    assert len(data.held_out_parts) == 20 * 9 and not any(tuple(r.texts[0].split()) in parts for r in data.train)
+    assert len(data.train) == len(train) - 20 - 180
+    # a record carries the parts: a distillation from that teacher leaves them out of training too
+    recorded = record(data, 0.1, data.held_out_rule)
+    again = hold_out_recorded(TaskData(GLUE_TASKS["sst2"], list(train), {"dev": dev}), recorded, "x")
+    assert again.held_out == data.held_out and again.held_out_parts == data.held_out_parts and again.train == data.train

@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sections import (augmentation_results, bilstm_results, compress_results, distill_results, long_text_results,
-                      mobilebert_results, reproduction, scoreboard, speed_results, students_results)
+                      mobilebert_results, reproduction, scoreboard, speed_results, students_results, trust_results)
 
 SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("intro", reproduction.intro_section),
     ("scoreboard", scoreboard.scoreboard_section),
+    ("kept", trust_results.kept_section),
+    ("teachers", trust_results.teachers_section),
     ("quickstart", speed_results.quickstart_section),
     ("compress", compress_results.compress_section),
     ("compress-budget", compress_results.compress_budget_section),

@@ -33,8 +33,8 @@ class Example:
 @dataclass
 class TaskData:
     """A task's training rows, its evaluation split(s), the training rows held out to pick
-    checkpoints on (empty unless ``--held-out-fraction``; :mod:`kdbert.data.held_out`) and the rule
-    that drew them, the held-out rows kept apart to decide between runs (``--decide-share``), and
+    checkpoints on (empty unless ``--held-out-fraction``; :mod:`kdbert.data.held_out`), the rule
+    that drew them and the rows left out of training as parts of them, the held-out rows kept apart to decide between runs (``--decide-share``), and
     rows without labels for the teacher to label (``--unlabelled``)."""
 
     spec: TaskSpec
@@ -42,6 +42,7 @@ class TaskData:
     dev: dict[str, list[Example]]
     held_out: list[Example] = field(default_factory=list)
     held_out_rule: str = ""
+    held_out_parts: list[Example] = field(default_factory=list)
     decide: list[Example] = field(default_factory=list)
     unlabelled: list[Example] = field(default_factory=list)
 

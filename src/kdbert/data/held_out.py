@@ -11,6 +11,12 @@ Held-out rows stand in for the rows a model will meet, so they are drawn to look
   of them (the count shrinks until every bin fits). "Differ" is a two-sample Kolmogorov-Smirnov
   test: statistic ``D > MIN_LENGTH_SHIFT`` and p-value below ``MAX_LENGTH_P`` (SST-2: D = 0.49;
   STS-B, whose dev comes from other genres: 0.20; CoLA, MRPC and RTE: 0.03-0.04, drawn uniformly).
+  Where, besides, most training rows are parts of other rows (their words a contiguous run of
+  another's: SST-2's phrases of its sentences, 90% of its rows), a held-out phrase would have its
+  sentence, and a held-out sentence its phrases, in training. Then *whole rows* are held out: the
+  share of the rows that are no other's part (SST-2's 6,885 sentences; length-matched among them
+  if their lengths still differ), and every part of them is dropped from training
+  (``data.held_out_parts``), so that nothing of a held-out row is trained on.
   Otherwise *uniform*: a shuffle seeded by :data:`HELD_OUT_SEED` (the rule of every earlier run).
   Every run, seed and method of a task holds out the same rows.
 - **The record.** ``kdbert finetune`` writes which rows it held out (``held_out.json``:
@@ -44,6 +50,7 @@ MAX_BIN_SHARE = 0.5  # the most of a length bin's training rows held out
 MIN_LENGTH_SHIFT = 0.1  # the KS statistic above which training and dev lengths differ ...
 MAX_LENGTH_P = 0.01  # ... when its p-value is also below this
 MIN_RECORDED_FOUND = 0.9  # the share of a record's rows a task's training rows must hold
+MIN_PART_SHARE = 0.5  # above this share of rows that are parts of other rows, whole rows are held out
 
 
 def row_length(row: Example) -> int:
@@ -96,32 +103,72 @@ def length_matched_indices(train: list[Example], dev: list[Example], count: int)
     return [i for m, n in zip(members, counts) for i in m[:n]]
 
 
-def held_out_indices(data: TaskData, fraction: float) -> tuple[list[int], str]:
-    """The indices of ``data.train`` to hold out for ``fraction`` and the rule that drew them
-    (``"length-matched"`` or ``"uniform"``, module doc)."""
+def words(row: Example) -> tuple[str, ...]:
+    """A row's whitespace-separated words, over all its texts."""
+    return tuple(word for text in row.texts for word in text.split())
+
+
+def parts_of(rows) -> set[tuple[str, ...]]:
+    """Every contiguous run of words of ``rows`` shorter than its row (their proper parts)."""
+    parts = set()
+    for row in rows:
+        tokens = words(row)
+        parts.update(tokens[i:j] for i in range(len(tokens)) for j in range(i + 1, len(tokens) + 1)
+                     if j - i < len(tokens))
+    return parts
+
+
+def whole_rows(train: list[Example]) -> list[int] | None:
+    """The indices of the rows that are no other row's part, where more than ``MIN_PART_SHARE`` of
+    the rows are parts of others (SST-2: 60,464 of its 67,349 rows are phrases of its 6,885
+    sentences); None otherwise."""
+    parts = parts_of(train)
+    whole = [i for i, row in enumerate(train) if words(row) not in parts]
+    return whole if len(whole) < (1 - MIN_PART_SHARE) * len(train) else None
+
+
+def held_out_indices(data: TaskData, fraction: float) -> tuple[list[int], str, list[int]]:
+    """The indices of ``data.train`` to hold out for ``fraction``, the rule that drew them, and the
+    indices of the rows left out of training because they are parts of a held-out row (module doc):
+    ``"uniform"``; ``"length-matched"`` where the lengths differ from dev's; ``"whole rows"`` where
+    most rows are parts of others: ``fraction`` of the whole rows (length-matched among them if
+    theirs differ too), every part of them dropped from training."""
     count = max(1, round(fraction * len(data.train)))
     if count >= len(data.train):
         raise KdbertError(f"--held-out-fraction {fraction:g} leaves no training rows of {len(data.train)}; "
                           "lower it")
     dev = [row for rows in data.dev.values() for row in rows]
-    if lengths_differ(data.train, dev):
-        return length_matched_indices(data.train, dev, count), "length-matched"
-    return uniform_indices(len(data.train), count), "uniform"
+    if not lengths_differ(data.train, dev):
+        return uniform_indices(len(data.train), count), "uniform", []
+    whole = whole_rows(data.train)
+    if whole is None:
+        return length_matched_indices(data.train, dev, count), "length-matched", []
+    candidates = [data.train[i] for i in whole]
+    count = max(1, round(fraction * len(whole)))
+    picked = (length_matched_indices(candidates, dev, count) if lengths_differ(candidates, dev)
+              else uniform_indices(len(whole), count))
+    chosen = [whole[i] for i in picked]
+    parts = parts_of(data.train[i] for i in chosen)
+    dropped = [i for i, row in enumerate(data.train) if words(row) in parts]
+    return chosen, "whole rows", dropped
 
 
-def move_held_out(data: TaskData, indices) -> TaskData:
-    """Move the training rows at ``indices`` into ``data.held_out`` (both keep the file's order)."""
-    chosen = set(indices)
+def move_held_out(data: TaskData, indices, dropped=()) -> TaskData:
+    """Move the training rows at ``indices`` into ``data.held_out`` (both keep the file's order) and
+    those at ``dropped`` into ``data.held_out_parts`` (out of training, scored nowhere)."""
+    chosen, parts = set(indices), set(dropped) - set(indices)
     data.held_out = [row for index, row in enumerate(data.train) if index in chosen]
-    data.train = [row for index, row in enumerate(data.train) if index not in chosen]
+    data.held_out_parts = [row for index, row in enumerate(data.train) if index in parts]
+    data.train = [row for index, row in enumerate(data.train) if index not in chosen and index not in parts]
     return data
 
 
 def record(data: TaskData, fraction: float, rule: str) -> dict:
-    """What ``held_out.json`` says of a hold-out: the share asked for, the rule, and each held-out row's
-    :func:`row_hash` (those that decide included)."""
+    """What ``held_out.json`` says of a hold-out: the share asked for, the rule, each held-out row's
+    :func:`row_hash` (those that decide included) and those of the rows dropped as their parts."""
     rows = data.held_out + data.decide
-    return {"fraction": fraction, "rule": rule, "rows": len(rows), "hashes": [row_hash(row) for row in rows]}
+    return {"fraction": fraction, "rule": rule, "rows": len(rows), "hashes": [row_hash(row) for row in rows],
+            "parts": [row_hash(row) for row in data.held_out_parts]}
 
 
 def read_record(folder: str | Path) -> dict | None:
@@ -144,7 +191,8 @@ def hold_out_recorded(data: TaskData, recorded: dict, source: str) -> TaskData:
     if len(indices) >= len(data.train):
         raise KdbertError(f"{source}: it lists every training row of this task as held out; fine-tune the teacher "
                           "with a --held-out-fraction below 0.5")
-    return move_held_out(data, indices)
+    parts = set(recorded.get("parts", ()))
+    return move_held_out(data, indices, [i for i, row in enumerate(data.train) if row_hash(row) in parts])
 
 
 def split_decide(data: TaskData, share: float) -> TaskData:

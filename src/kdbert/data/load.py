@@ -50,8 +50,9 @@ class TaskOptions(CheckedOptions):
     held_out_rows: str | None = option(None, "hold out the training rows a `kdbert finetune` folder lists in its "
                                              "held_out.json (the folder or the file): the rows that teacher never "
                                              "trained on; replaces --held-out-fraction", group="data")
-    decide_share: float = option(0.0, "keep this share of the held-out rows apart to decide between runs (compress: "
-                                      "the winner and its kept share); they never pick a checkpoint", type=float,
+    decide_share: float = option(0.0, "keep this share of the held-out rows apart to decide between runs; they never "
+                                      "pick a checkpoint (kdbert compress: 0.5 unless given; they decide the winner "
+                                      "and its kept share)", type=float,
                                  group="data", check=in_range(0, 0.9, what="a share of the held-out rows in [0, 0.9]"))
     truncation: str = option("head", "what a text longer than the token limit keeps: its first tokens (head), its "
                                      "last (tail), a quarter from the head and the rest from the tail (head+tail, "
@@ -103,10 +104,11 @@ def task_identity(options: TaskOptions) -> dict:
 
 
 def hold_out(data: TaskData, fraction: float) -> TaskData:
-    """Move ``round(fraction * N)`` of the N training rows (at least one) into ``data.held_out``, drawn
-    by :func:`kdbert.data.held_out.held_out_indices` (the same rows for every run, seed and method)."""
-    indices, data.held_out_rule = held_out_indices(data, fraction)
-    return move_held_out(data, indices)
+    """Move ``fraction`` of the training rows into ``data.held_out``, drawn by
+    :func:`kdbert.data.held_out.held_out_indices` (the same rows for every run, seed and method), and
+    the rows that are parts of them out of training."""
+    indices, data.held_out_rule, parts = held_out_indices(data, fraction)
+    return move_held_out(data, indices, parts)
 
 
 def held_out_record_of(path: str) -> tuple[dict, str]:

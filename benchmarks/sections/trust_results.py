@@ -1,0 +1,63 @@
+"""Figures under the rules that keep them honest: teachers tuned on their held-out rows, the kept
+share stated on the held-out rows that decide, as shipped, beside dev."""
+
+from __future__ import annotations
+
+from common import load_results
+
+from sections.shared import TASK_ORDER, note
+
+
+
+
+def teachers_section() -> list[str]:
+    """Each task's benchmark teacher, the best of its tuning runs on its held-out rows (``teacher_best.py``)."""
+    chosen = load_results("teacher_best")
+    if not chosen:
+        return []
+    lines = ["## Teachers tuned on their held-out rows (`benchmarks/teacher_best.py`)", "", note("teachers-intro"), "",
+             "| task | chosen run | held-out (± se) | dev | published MiniLM-L6 dev | every run: held-out / dev | "
+             "training |", "|---|---|---:|---:|---:|---|---:|"]
+    for task in sorted(chosen, key=TASK_ORDER.index):
+        record = chosen[task]
+        best = record["runs"][record["chosen"]]
+        runs = "; ".join(f"lr {r['learning_rate']:g}, {r['epochs']:g} ep: {r['held_out']:.2f} / {r['dev']:.2f}"
+                         for r in record["runs"].values())
+        published = record["published_minilm_l6_dev"]
+        lines.append(f"| {task} | lr {best['learning_rate']:g}, {best['epochs']:g} epochs | {best['held_out']:.2f}"
+                     + (f" ± {best['held_out_se']:.2f}" if best.get("held_out_se") is not None else "")
+                     + f" | {best['dev']:.2f} | {published if published is not None else '-'} | {runs} | "
+                     f"{best['train_seconds'] / 60:.0f} min |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in chosen.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}: bf16 autocast, one thread, the whole training set less "
+                        "the held-out rows. Command: `python benchmarks/teacher_best.py` after the "
+                        "`teacher_glue.py --budget full --held-out-fraction 0.1` runs it names.", "",
+                    note("teachers-reading"), ""]
+
+
+def kept_section() -> list[str]:
+    """The searches and the main job run under the rules (``bench_compress.py --key-suffix -trust``,
+    ``bench_quickstart.py``): kept on dev and on the rows that decide, both as shipped."""
+    searches = {key: r for key, r in load_results("compress").items() if key.endswith("-trust")}
+    quickstart = {task: r for task, r in load_results("quickstart").items() if "compress" in r}
+    if not searches and not quickstart:
+        return []
+    lines = ["## The kept share on the rows that decide, as shipped", "", note("kept-intro"), "",
+             "| run | winner | speedup | kept on dev (int8) | kept on the rows that decide (int8) | dev - decide: within the margin? | "
+             "rows that pick / decide | checks |", "|---|---|---:|---:|---:|---|---:|---|"]
+    rows = [(f"compress {key}", r, r["shipped"], r["winner"]["candidate"], r["shipped"]["speedup"], r.get("held_out_rows"),
+             r.get("decide_rows")) for key, r in sorted(searches.items())]
+    rows += [(f"quickstart {task}", r, r["compress"], r["compress"]["winner"], r.get("int8_speedup_vs_int8_teacher"),
+              r["compress"]["held_out_rows"], r["compress"]["decide_rows"]) for task, r in sorted(quickstart.items())]
+    for name, record, shipped, winner, speedup, pick, decide in rows:
+        teacher = record["teacher_scores"]
+        dev_kept, decide_kept = 100 * shipped["kept_dev"], 100 * shipped["kept_decide"]
+        margin = 100 * shipped["margin"] / teacher["decide"] if teacher["decide"] else 0.0
+        agree = f"{dev_kept - decide_kept:+.1f}: " + ("yes" if abs(dev_kept - decide_kept) <= margin else "no")
+        checks = ", ".join(f"{c['candidate']} {100 * c['kept']:.1f}%" for c in shipped["checks"])
+        lines.append(f"| {name} | {winner} | " + (f"{speedup:.2f}x" if speedup else "-")
+                     + f" | {dev_kept:.1f}% | {decide_kept:.1f}% ± {margin:.1f} | {agree} | {pick} / {decide} | {checks} |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in [*searches.values(), *quickstart.values()]})
+    commands = sorted({r["command"] for r in [*searches.values(), *quickstart.values()]})
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
+                    "", note("kept-reading"), ""]
