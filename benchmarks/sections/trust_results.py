@@ -50,7 +50,7 @@ def kept_section() -> list[str]:
     rows += [(f"quickstart {task}", r, r["compress"], r["compress"]["winner"], r.get("int8_speedup_vs_int8_teacher"),
               r["compress"]["held_out_rows"], r["compress"]["decide_rows"]) for task, r in sorted(quickstart.items())]
     for name, record, shipped, winner, speedup, pick, decide in rows:
-        teacher = record["teacher_scores"]
+        teacher = record.get("teacher_scores") or shipped["teacher_scores"]
         dev_kept, decide_kept = 100 * shipped["kept_dev"], 100 * shipped["kept_decide"]
         margin = 100 * shipped["margin"] / teacher["decide"] if teacher["decide"] else 0.0
         agree = f"{dev_kept - decide_kept:+.1f}: " + ("yes" if abs(dev_kept - decide_kept) <= margin else "no")
