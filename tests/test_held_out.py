@@ -129,6 +129,12 @@ def test_finetune_cli_selects_on_held_out_rows_and_resume_checks_the_fraction(gl
     assert recorded["hashes"] == [row_hash(row) for row in held]
     again = load_task(TaskOptions("rte", data_dir=str(glue), held_out_rows=str(tmp_path / "run")))
     assert [row.texts for row in again.held_out] == [row.texts for row in held]
+    assert main(["distill", "task", "--method", "kd", "--teacher", str(tmp_path / "run"), "--task", "rte",
+                 "--data-dir", str(glue), "--held-out-rows", str(tmp_path / "run"), "--decide-share", "0.5",
+                 "--student-layers", "1", "--max-steps", "2", "--batch-size", "8", "--no-progress",
+                 "--output-dir", str(tmp_path / "kd")]) == 0
+    distilled = json.loads((tmp_path / "kd" / "distill_report.json").read_text())
+    assert distilled["selected_on"] == "held-out training rows (5)" and "decide_score" in distilled["dev_metrics"]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     history = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     evals = [record["eval"] for record in history if "eval" in record]
