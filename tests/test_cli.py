@@ -181,6 +181,8 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
     assert run["options"]["skip_intermediate"] is True  # the quickstart's short rounds: the prediction stage only
     assert summary["int8_speedup_vs_int8_teacher"] == report["shipped"]["speedup"]
     assert "faster than the int8 teacher" in stdout and "winner of the search" in stdout and "Dev score" in stdout
+    assert f"held-out training rows that decide (never trained on, never picking a checkpoint), the shipped student " \
+           f"keeps {100 * report['shipped']['kept_decide']:.1f}% of the teacher's score" in stdout
     # how long it takes here, said before it starts, from the teacher's measured steps
     assert stdout.index(" min on this machine (") < stdout.index("[1/3] fine-tuning the teacher")
     assert "fine-tuning the teacher" in stdout and "steps of" in stdout and "s, measured), compress 6 min" in stdout

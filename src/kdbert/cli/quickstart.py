@@ -166,11 +166,16 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", ta
              f"{shipped['speedup']:.2f}x faster than the int8 teacher at batch 1 and keeps {deployed_retained:.1f}% "
              f"of its score; every candidate in {search_dir / 'compress_report.md'} and "
              f"{search_dir / 'pareto.png'}",
+             *([f"on the {report['decide_rows']} held-out training rows that decide (never trained on, never "
+                f"picking a checkpoint), the shipped student keeps {100 * shipped['kept_decide']:.1f}% of the "
+                f"teacher's score (noise margin ± {shipped['margin']:.2f} points): what to expect on new text "
+                "like them"] if "kept_decide" in shipped else []),
              "", format_table(rows), ""]
     (out / "summary.md").write_text("\n".join(lines))
     summary = {"rows": rows, "winner": winner["candidate"], "retained_percent": retained,
                "int8_speedup_vs_int8_teacher": shipped["speedup"], "int8_retained_percent": deployed_retained,
                "int8_methods": int8_methods,
+               **({"int8_kept_decide_percent": 100 * shipped["kept_decide"]} if "kept_decide" in shipped else {}),
                "training_precision": {"teacher": _training_precision(teacher_dir)},
                "compress_report": str(search_dir / "compress_report.json")}
     write_json(out / "summary.json", summary)
