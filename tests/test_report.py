@@ -286,3 +286,23 @@ def test_bilstm_v2_dev_oov_names_the_rule_that_built_each_vocabulary(tmp_path, m
     report = load_benchmark_report(tmp_path / "only_new", monkeypatch, {"bilstm_distill_v2": only_new})
     assert report.bilstm_v2_lines(old)[1] == ("### Distilled BiLSTM with the new vocabulary ([MASK] apart, the word "
                                               "vectors' frequent words)")
+
+
+def test_compress_searches_superseded_by_a_later_protocol_go_to_the_archive(monkeypatch):
+    """A search against a teacher fine-tuned on the rows it picks on is superseded once its task and
+    target were searched against a teacher fine-tuned without them, unless the scoreboard cites it."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from sections import compress_results
+
+    def search(task, target, held_out_teacher=False):
+        return {"task": task, "target": {"speedup": target}, "teacher_held_out_fraction": 0.1 if held_out_teacher
+                else None}
+
+    monkeypatch.setattr(compress_results, "CITED_SEARCHES", {"sst2/x4"})
+    assert compress_results.superseded({
+        "cola/x4": search("cola", 4), "cola/x4-aug": search("cola", 4),
+        "cola/x4-held-out-teacher": search("cola", 4, held_out_teacher=True),
+        "cola/x8": search("cola", 8),  # no later 8x search
+        "rte/x4": search("rte", 4),  # RTE not searched again
+        "sst2/x4": search("sst2", 4), "sst2/x4-tie": search("sst2", 4, held_out_teacher=True)}) == {
+        "cola/x4", "cola/x4-aug"}

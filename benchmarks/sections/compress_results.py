@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from common import load_results
+from sections.scoreboard import CITED_SEARCHES
 from sections.shared import GPU_H200_RESULTS, GPU_RESULTS, current_command, note
 
 from kdbert.compress.report import format_report
@@ -12,9 +13,45 @@ def compress_section() -> list[str]:
     results = load_results("compress")
     if not results:
         return []
-    seeds = load_results("compress_seeds")
+    old = superseded(results)
     lines = ["## `kdbert compress`: the fastest student that keeps the score, found on this machine", "",
              note("compress-intro"), "", *summary_table(results), ""]
+    if old:
+        lines += [f"Each search's report follows, but for {len(old)} superseded by a later protocol (a teacher "
+                  "fine-tuned without the rows the search picks on) that the scoreboard does not cite: those are on "
+                  "the [archive](archive.md).", ""]
+    lines += search_lines({key: r for key, r in results.items() if key not in old})
+    return lines + [note("compress-reading"), "", *learning_rate_lines(), *gpu_lines()]
+
+
+def compress_archive_section() -> list[str]:
+    """The searches ``superseded`` by a later protocol, each with its report."""
+    results = load_results("compress")
+    old = superseded(results)
+    if not old:
+        return []
+    return ["## `kdbert compress` searches against a teacher fine-tuned on the rows they pick on", "",
+            "Searched again since against a teacher fine-tuned without them (the summary table of the "
+            "[compress page](compress.md) has a row for every search).", "",
+            *search_lines({key: results[key] for key in old})]
+
+
+def superseded(results: dict) -> set[str]:
+    """The searches whose teacher was fine-tuned on the rows they pick on, of a task and target searched
+    again later against a teacher fine-tuned without them, but those the scoreboard cites."""
+    def against_held_out_teacher(r: dict) -> bool:
+        return bool(r.get("teacher_held_out_fraction"))
+
+    later = {(r["task"], r["target"]["speedup"]) for r in results.values() if against_held_out_teacher(r)}
+    return {key for key, r in results.items()
+            if not against_held_out_teacher(r) and (r["task"], r["target"]["speedup"]) in later
+            and key not in CITED_SEARCHES}
+
+
+def search_lines(results: dict) -> list[str]:
+    """Each search's report, with the winner's run distilled again with other seeds where recorded."""
+    seeds = load_results("compress_seeds")
+    lines = []
     for key in sorted(results):
         result = results[key]
         body = format_report(result).splitlines()[2:]  # without its title
@@ -25,10 +62,11 @@ def compress_section() -> list[str]:
                   f"{result['speed']['settings']['threads']} runtime thread(s), {result['held_out_rows']} training "
                   "rows held out to pick on" + (" (the teacher was fine-tuned without them)."
                                                  if result.get("teacher_held_out_fraction") else
-                                                 "; the teacher was fine-tuned on them too."), "", *body, "", f"Command: `{result['command']}`.", ""]
+                                                 "; the teacher was fine-tuned on them too."), "", *body, "",
+                  f"Command: `{result['command']}`.", ""]
         if key in seeds and seeds[key]["run"] == result["winner"]["run"]:
             lines += [seeds_line(seeds[key]), ""]
-    return lines + [note("compress-reading"), "", *learning_rate_lines(), *gpu_lines()]
+    return lines
 
 
 def seeds_line(record: dict) -> str:

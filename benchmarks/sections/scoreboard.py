@@ -1,6 +1,7 @@
 """The scoreboard at the top of BENCHMARKS.md: one row per headline result, its value computed from
 ``benchmarks/results/*.json`` with the machine and date of the records it comes from, beside the
-figure the papers publish for the nearest setting.
+figure the papers publish for the nearest setting, with the command that reproduces it and the
+page of its full record.
 
 Only the published figures are typed in here (``PAPERS``), each with its paper and table; the
 shares of a teacher they keep are computed from them. A row whose records are missing is left out,
@@ -8,10 +9,12 @@ and the section is empty when every row is."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from typing import NamedTuple
 
 from common import load_results
-from sections.shared import note
+from sections.shared import GPU_RESULTS, LINK_BASE, current_command, note, page_of
 
 from kdbert.deploy.report import build_table, mean_std
 
@@ -49,6 +52,8 @@ COMPRESS_8X_ALL_ON = {task: f"{task}/x8-all-on" for task in COMPRESS_4X}
 """The same at 8x."""
 COMPRESS_GOAL = "sst2/x8"
 """The search that meets the deployment goal (>= 8x the int8 teacher, >= 97% of its dev score)."""
+CITED_SEARCHES = {*COMPRESS_4X.values(), *COMPRESS_4X_ALL_ON.values(), *COMPRESS_8X_ALL_ON.values(), COMPRESS_GOAL}
+"""The searches the scoreboard cites: their reports stay on the compress page."""
 
 
 def paper_kept(paper: str, tasks: list[str] = FIVE_TASKS) -> float:
@@ -64,11 +69,12 @@ def where(records: list[dict]) -> str:
     return f"{'; '.join(machines)}, {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
 
 
-def glue_rows(variants: list[str]) -> tuple[dict, list[dict]]:
+def glue_rows(variants: list[str], results_dir=None) -> tuple[dict, list[dict]]:
     """The `kdbert report` rows (mean per task, average, share kept) of the teacher and ``variants``
-    in ``distill.json``, as the GLUE tables of the page compute them, and the variants' records."""
-    results = load_results("distill")
-    teachers = {r["task"]: r for r in load_results("teacher_glue").values() if not r.get("tuning")}
+    in ``distill.json`` (of ``results_dir``), as the GLUE tables of the pages compute them, and the
+    variants' records."""
+    results = load_results("distill", results_dir)
+    teachers = {r["task"]: r for r in load_results("teacher_glue", results_dir).values() if not r.get("tuning")}
     runs = [r for r in results.values() if r["variant"] in variants]
     if not runs or not teachers:
         return {}, []
@@ -78,8 +84,33 @@ def glue_rows(variants: list[str]) -> tuple[dict, list[dict]]:
     return {row["name"]: row for row in build_table(records)["rows"]}, runs
 
 
-Row = tuple[str, str, str, str, str]
-"""result | ours | published (paper) | machine, date | section."""
+class Row(NamedTuple):
+    result: str
+    ours: str
+    published: str  # the paper's figure for the nearest setting, "-" where none
+    where: str  # machine, date
+    label: str  # what the row's part of its page is called
+    section: str  # that part's name in sections.SECTIONS, which puts it on a page
+    command: str  # what reproduces the row
+
+    @property
+    def page(self) -> str:
+        return page_of(self.section)
+
+
+def run(experiment: str) -> str:
+    """The command that runs ``experiment`` of benchmarks/experiments.yaml."""
+    return f"python benchmarks/run.py run {experiment}"
+
+
+def task_command(records: dict[str, dict]) -> str:
+    """The command of the first of ``records`` (by task); when they cover several tasks, its task written
+    T and without its output folder."""
+    task, record = next(iter(records.items()))
+    command = current_command(record["command"])
+    if len(records) > 1:
+        command = re.sub(r" --output-dir \S+", "", re.sub(rf"\b{task}\b", "T", command))
+    return command
 
 
 def teacher_row() -> Row | None:
@@ -89,10 +120,10 @@ def teacher_row() -> Row | None:
         return None
     mean = sum(scores.values()) / len(scores)
     teacher = PAPERS["distilbert"]["teacher"]
-    return ("Teacher all-MiniLM-L6-v2 fine-tuned on 5 GLUE tasks, CPU budget",
-            f"dev mean {mean:.1f} (CoLA {scores['cola']:.1f}, SST-2 {scores['sst2']:.1f})",
-            f"BERT-base {sum(teacher.values()) / 5:.1f} (CoLA {teacher['cola']}, SST-2 {teacher['sst2']}) "
-            "(Sanh et al. 2019, Table 1; dev)", where(teachers), "Teacher")
+    return Row("Teacher all-MiniLM-L6-v2 fine-tuned on 5 GLUE tasks, CPU budget",
+               f"dev mean {mean:.1f} (CoLA {scores['cola']:.1f}, SST-2 {scores['sst2']:.1f})",
+               f"BERT-base {sum(teacher.values()) / 5:.1f} (CoLA {teacher['cola']}, SST-2 {teacher['sst2']}) "
+               "(Sanh et al. 2019, Table 1; dev)", where(teachers), "Teacher", "teacher", run("teachers"))
 
 
 def quickstart_row() -> Row | None:
@@ -101,9 +132,10 @@ def quickstart_row() -> Row | None:
         return None
     decide = (f" (on the held-out rows that decide: {100 * r['compress']['kept_decide']:.1f}% of the PyTorch teacher)"
               if r.get("compress", {}).get("kept_decide") is not None else "")
-    return ("`kdbert quickstart` SST-2: int8 student vs int8 teacher",
-            f"{r['winner']}: {r['int8_retained_percent']:.1f}% kept{decide}, {r['int8_speedup_vs_int8_teacher']:.2f}x, "
-            f"{r['wall_seconds'] / 60:.1f} min end to end", "-", where([r]), "The main job")
+    return Row("`kdbert quickstart` SST-2: int8 student vs int8 teacher",
+               f"{r['winner']}: {r['int8_retained_percent']:.1f}% kept{decide}, {r['int8_speedup_vs_int8_teacher']:.2f}x, "
+               f"{r['wall_seconds'] / 60:.1f} min end to end", "-", where([r]), "The main job", "quickstart",
+               run("quickstart"))
 
 
 def compress_trust_row() -> Row | None:
@@ -115,10 +147,11 @@ def compress_trust_row() -> Row | None:
         return None
     shares = ", ".join(f"{TASK_NAMES[t]} {100 * r['shipped']['kept_decide']:.1f} (dev {100 * r['shipped']['kept_dev']:.1f})"
                        for t, r in records.items())
-    return (f"`kdbert compress` at 4x, tuned teachers, kept on the held-out rows that decide as shipped "
-            f"({len(records)} of 5 tasks so far)", shares,
-            f"TinyBERT4 {paper_kept('tinybert'):.1f}% on these 5, {PAPERS['tinybert']['speedup']}x vs BERT-base on GPU "
-            "(Jiao et al. 2020, Table 1)", where(list(records.values())), "The kept share on the rows that decide")
+    return Row(f"`kdbert compress` at 4x, tuned teachers, kept on the held-out rows that decide as shipped "
+               f"({len(records)} of 5 tasks so far)", shares,
+               f"TinyBERT4 {paper_kept('tinybert'):.1f}% on these 5, {PAPERS['tinybert']['speedup']}x vs BERT-base on GPU "
+               "(Jiao et al. 2020, Table 1)", where(list(records.values())), "`kdbert compress`", "compress",
+               task_command(records))
 
 
 def compress_goal_row() -> Row | None:
@@ -129,16 +162,23 @@ def compress_goal_row() -> Row | None:
     kept, speedup = 100 * shipped["kept_dev"], shipped["speedup"]
     met = "met" if kept >= 97 and speedup >= r["target"]["speedup"] else "not met"
     bilstm = PAPERS["bilstm"]
-    return (f"`kdbert compress` SST-2, goal >= {r['target']['speedup']:g}x and >= 97% kept ({met})",
-            f"{r['winner']['candidate']}: {kept:.1f}% kept, {speedup:.2f}x vs int8 teacher",
-            f"distilled BiLSTM {bilstm['distilled']} (Tang et al. 2019, Table 1; test), ~15x less inference time than "
-            "BERT-large",
-            where([r]), "`kdbert compress`")
+    return Row(f"`kdbert compress` SST-2, goal >= {r['target']['speedup']:g}x and >= 97% kept ({met})",
+               f"{r['winner']['candidate']}: {kept:.1f}% kept, {speedup:.2f}x vs int8 teacher",
+               f"distilled BiLSTM {bilstm['distilled']} (Tang et al. 2019, Table 1; test), ~15x less inference time than "
+               "BERT-large",
+               where([r]), "`kdbert compress`", "compress", run("compress-sst2-x8"))
 
 
-def compress_mean_row(searches: dict[str, str] = COMPRESS_4X,
-                      title: str = "`kdbert compress` at 4x, winner per task (30-min CPU search each)",
-                      section: str = "`kdbert compress`") -> Row | None:
+def compress_4x_row() -> Row | None:
+    return compress_mean_row(COMPRESS_4X, "`kdbert compress` at 4x, winner per task (30-min CPU search each)",
+                             "`kdbert compress`", "compress",
+                             f"{run('compress-sst2')} && {run('compress-glue-x4-aug-held-out-teacher')}")
+
+
+def compress_mean_row(searches: dict[str, str], title: str, label: str, section: str,
+                      command: str | None = None) -> Row | None:
+    """The mean kept share of ``searches`` (task: key) and their speedups; ``command`` by default the
+    searches' own, per task."""
     results = load_results("compress")
     records = {task: results.get(key) for task, key in searches.items()}
     if not all(records.values()):
@@ -146,20 +186,21 @@ def compress_mean_row(searches: dict[str, str] = COMPRESS_4X,
     kept = {task: 100 * r["shipped"]["kept_dev"] for task, r in records.items()}
     speedups = [r["shipped"]["speedup"] for r in records.values()]
     shares = ", ".join(f"{TASK_NAMES[t]} {kept[t]:.1f}" for t in FIVE_TASKS)
-    return (title, f"mean {sum(kept.values()) / len(kept):.1f}% kept ({shares}), "
+    return Row(title, f"mean {sum(kept.values()) / len(kept):.1f}% kept ({shares}), "
                    f"{min(speedups):.1f}-{max(speedups):.1f}x",
-            f"TinyBERT4 {paper_kept('tinybert'):.1f}% on these 5, {PAPERS['tinybert']['speedup']}x vs BERT-base on GPU "
-            "(Jiao et al. 2020, Table 1)", where(list(records.values())), section)
+               f"TinyBERT4 {paper_kept('tinybert'):.1f}% on these 5, {PAPERS['tinybert']['speedup']}x vs BERT-base on GPU "
+               "(Jiao et al. 2020, Table 1)", where(list(records.values())), label, section,
+               command or task_command(records))
 
 
 def compress_all_on_row() -> Row | None:
     return compress_mean_row(COMPRESS_4X_ALL_ON, "`kdbert compress` at 4x with general students and transfer sets "
-                                                 "(goal: 97% kept on each task)", "General students")
+                                                 "(goal: 97% kept on each task)", "General students", "general-students")
 
 
 def compress_all_on_8x_row() -> Row | None:
     return compress_mean_row(COMPRESS_8X_ALL_ON, "`kdbert compress` at 8x with general students and transfer sets",
-                             "General students")
+                             "General students", "general-students")
 
 
 def int8_row() -> Row | None:
@@ -170,10 +211,11 @@ def int8_row() -> Row | None:
     if not {"pytorch", "onnx-fp32", "int8-dynamic"} <= set(steps):
         return None
     int8 = steps["int8-dynamic"]
-    return ("int8 export of the teacher (ONNX Runtime dynamic, batch 1, SST-2 dev rows)",
-            f"{steps['onnx-fp32']['latency_ms'] / int8['latency_ms']:.2f}x over ORT fp32, "
-            f"{steps['pytorch']['latency_ms'] / int8['latency_ms']:.2f}x over PyTorch fp32; dev "
-            f"{steps['onnx-fp32']['dev_score']:.2f} -> {int8['dev_score']:.2f}", "-", where([r]), "Speedup breakdown")
+    return Row("int8 export of the teacher (ONNX Runtime dynamic, batch 1, SST-2 dev rows)",
+               f"{steps['onnx-fp32']['latency_ms'] / int8['latency_ms']:.2f}x over ORT fp32, "
+               f"{steps['pytorch']['latency_ms'] / int8['latency_ms']:.2f}x over PyTorch fp32; dev "
+               f"{steps['onnx-fp32']['dev_score']:.2f} -> {int8['dev_score']:.2f}", "-", where([r]), "Speedup breakdown",
+               "breakdown", current_command(r["command"]))
 
 
 def tinybert_row() -> Row | None:
@@ -186,10 +228,11 @@ def tinybert_row() -> Row | None:
     ours += f" (with DA {aug['average_kept']:.1f}%)" if aug and aug["average_kept"] is not None else ""
     ours += f"; SST-2 {sst2['mean']:.1f} ({sst2['kept']:.0f}%)" if sst2 else ""
     paper = PAPERS["tinybert"]
-    return ("TinyBERT4 general + task distillation, from teacher weights, CPU budget", ours,
-            f"TinyBERT4 {paper_kept('tinybert'):.1f}% kept; SST-2 {paper['student']['sst2']} of "
-            f"{paper['teacher']['sst2']} (Jiao et al. 2020, Table 1; test)",
-            where([r for r in runs if r["variant"] == "tinybert-ws-general-task"]), "TinyBERT")
+    return Row("TinyBERT4 general + task distillation, from teacher weights, CPU budget", ours,
+               f"TinyBERT4 {paper_kept('tinybert'):.1f}% kept; SST-2 {paper['student']['sst2']} of "
+               f"{paper['teacher']['sst2']} (Jiao et al. 2020, Table 1; test)",
+               where([r for r in runs if r["variant"] == "tinybert-ws-general-task"]), "TinyBERT", "tinybert",
+               run("tinybert"))
 
 
 def pkd_row() -> Row | None:
@@ -201,9 +244,10 @@ def pkd_row() -> Row | None:
     ours = f"PKD-Skip SST-2 {sst2['mean']:.1f} ({sst2['kept']:.0f}%), 5-task {pkd['average_kept']:.1f}% kept"
     ours += f"; KD {kd['average_kept']:.1f}%" if kd and kd["average_kept"] is not None else ""
     paper = PAPERS["pkd3"]
-    return ("BERT-PKD vs KD, 3 layers x 384 from the teacher's", ours,
-            f"BERT3-PKD SST-2 {paper['student']} = {100 * paper['student'] / paper['teacher']:.1f}% of BERT-base "
-            "(Sun et al. 2019, via MobileBERT Table 4; test)", where(runs), "KD, BERT-PKD and DistilBERT")
+    return Row("BERT-PKD vs KD, 3 layers x 384 from the teacher's", ours,
+               f"BERT3-PKD SST-2 {paper['student']} = {100 * paper['student'] / paper['teacher']:.1f}% of BERT-base "
+               "(Sun et al. 2019, via MobileBERT Table 4; test)", where(runs), "KD, BERT-PKD and DistilBERT", "pkd",
+               run("kd-pkd-distilbert"))
 
 
 def distilbert_row() -> Row | None:
@@ -213,9 +257,10 @@ def distilbert_row() -> Row | None:
         return None
     ours = f"5-task mean {row['average']:.1f}, {row['average_kept']:.1f}% kept"
     ours += f" (after 100 general steps {general['average_kept']:.1f}%)" if general and general["average_kept"] else ""
-    return ("DistilBERT (D), 3 layers (theirs: 6 layers, full pre-training distillation)", ours,
-            f"DistilBERT {paper_kept('distilbert'):.1f}% kept on these 5 (Sanh et al. 2019, Table 1; dev)",
-            where([r for r in runs if r["variant"] == "distilbert-d"]), "KD, BERT-PKD and DistilBERT")
+    return Row("DistilBERT (D), 3 layers (theirs: 6 layers, full pre-training distillation)", ours,
+               f"DistilBERT {paper_kept('distilbert'):.1f}% kept on these 5 (Sanh et al. 2019, Table 1; dev)",
+               where([r for r in runs if r["variant"] == "distilbert-d"]), "KD, BERT-PKD and DistilBERT", "pkd",
+               run("kd-pkd-distilbert"))
 
 
 def mobilebert_row() -> Row | None:
@@ -223,10 +268,11 @@ def mobilebert_row() -> Row | None:
     row = table.get("mobilebert-fitted-task")
     if not row or row["average_kept"] is None:
         return None
-    return ("MobileBERT matched to the teacher, progressive transfer at a CPU budget (theirs: 740k steps), logit KD",
-            f"5-task mean {row['average']:.1f}, {row['average_kept']:.1f}% kept",
-            f"MobileBERT {paper_kept('mobilebert'):.1f}% of BERT-base on these 5 (Sun et al. 2020, Table 4; test)",
-            where(runs), "MobileBERT against the teacher")
+    return Row("MobileBERT matched to the teacher, progressive transfer at a CPU budget (theirs: 740k steps), logit KD",
+               f"5-task mean {row['average']:.1f}, {row['average_kept']:.1f}% kept",
+               f"MobileBERT {paper_kept('mobilebert'):.1f}% of BERT-base on these 5 (Sun et al. 2020, Table 4; test)",
+               where(runs), "MobileBERT against the teacher", "mobilebert-task",
+               run("mobilebert-task"))
 
 
 def bilstm_row() -> Row | None:
@@ -238,12 +284,12 @@ def bilstm_row() -> Row | None:
     labels, aug = (mean_std([r["score"] for r in runs[v]])[0] for v in ("labels", "kd_aug"))
     paper = PAPERS["bilstm"]
     rows = runs["labels"][0].get("train_rows")
-    return ("Distilled BiLSTM + augmentation over labels only, SST-2 (GloVe 50d"
-            + (f", {rows:,} rows)" if rows else ")"),
-            f"{labels:.1f} -> {aug:.1f} ({aug - labels:+.1f}), {100 * aug / teacher['score']:.1f}% kept",
-            f"{paper['labels']} -> {paper['distilled']} ({paper['distilled'] - paper['labels']:+.1f}), "
-            "BERT-large teacher (Tang et al. 2019, Table 1; test)", where(runs["labels"] + runs["kd_aug"]),
-            "Distilled BiLSTM")
+    return Row("Distilled BiLSTM + augmentation over labels only, SST-2 (GloVe 50d"
+               + (f", {rows:,} rows)" if rows else ")"),
+               f"{labels:.1f} -> {aug:.1f} ({aug - labels:+.1f}), {100 * aug / teacher['score']:.1f}% kept",
+               f"{paper['labels']} -> {paper['distilled']} ({paper['distilled'] - paper['labels']:+.1f}), "
+               "BERT-large teacher (Tang et al. 2019, Table 1; test)", where(runs["labels"] + runs["kd_aug"]),
+               "Distilled BiLSTM", "bilstm-distill", run("bilstm-distill-v2"))
 
 
 def imdb_row() -> Row | None:
@@ -255,10 +301,11 @@ def imdb_row() -> Row | None:
     ours, base = r["full_test"]["accuracy"], teacher["full_test"]["accuracy"]
     paper = PAPERS["distilbert_imdb"]
     rows = r.get("train_rows", r["budget"]["train_rows"])
-    return (f"IMDb test, 3-layer KD student reading whole reviews ({rows:,} training reviews)",
-            f"{ours:.2f}, {100 * ours / base:.1f}% of the teacher's {base:.2f}",
-            f"DistilBERT {paper['student']}, {100 * paper['student'] / paper['teacher']:.1f}% of BERT-base "
-            "(Sanh et al. 2019, Table 2)", where([r]), "IMDb")
+    return Row(f"IMDb test, 3-layer KD student reading whole reviews ({rows:,} training reviews)",
+               f"{ours:.2f}, {100 * ours / base:.1f}% of the teacher's {base:.2f}",
+               f"DistilBERT {paper['student']}, {100 * paper['student'] / paper['teacher']:.1f}% of BERT-base "
+               "(Sanh et al. 2019, Table 2)", where([r]), "IMDb", "imdb",
+               current_command(r["command"]))
 
 
 def squad_row() -> Row | None:
@@ -270,11 +317,12 @@ def squad_row() -> Row | None:
     paper = PAPERS["distilbert_squad"]
     kept = [100 * s / t for s, t in zip(paper["student"], paper["teacher"])]
     questions = teacher["budget"]["train_questions"]
-    return (f"SQuAD v1.1, 3-layer DistilBERT (D) (article split of dev, {questions:,} questions: not comparable)",
-            f"EM/F1 {em:.1f}/{f1:.1f}, {100 * em / teacher['metrics']['exact_match']:.1f}%/"
-            f"{100 * f1 / teacher['metrics']['f1']:.1f}% kept",
-            f"DistilBERT (D) {paper['student'][0]}/{paper['student'][1]}, {kept[0]:.1f}%/{kept[1]:.1f}% of BERT-base "
-            "(Sanh et al. 2019, Table 2)", where([r]), "SQuAD v1.1")
+    return Row(f"SQuAD v1.1, 3-layer DistilBERT (D) (article split of dev, {questions:,} questions: not comparable)",
+               f"EM/F1 {em:.1f}/{f1:.1f}, {100 * em / teacher['metrics']['exact_match']:.1f}%/"
+               f"{100 * f1 / teacher['metrics']['f1']:.1f}% kept",
+               f"DistilBERT (D) {paper['student'][0]}/{paper['student'][1]}, {kept[0]:.1f}%/{kept[1]:.1f}% of BERT-base "
+               "(Sanh et al. 2019, Table 2)", where([r]), "SQuAD v1.1", "squad",
+               current_command(r["command"]))
 
 
 def throughput_row() -> Row | None:
@@ -286,9 +334,10 @@ def throughput_row() -> Row | None:
         return None
     best = max(kdbert, key=lambda x: x["vs_textbrewer_fp32"])
     same = [x["vs_textbrewer_same_precision"] for x in kdbert if x["vs_textbrewer_same_precision"] is not None]
-    return ("TinyBERT distillation step, examples/s against TextBrewer",
-            f"{best['vs_textbrewer_fp32']:.2f}x ({best['precision']}, {best['seq_len']} tokens, vs TextBrewer fp32); "
-            f"{min(same):.2f}-{max(same):.2f}x at equal precision", "-", where([r]), "Distillation-step throughput")
+    return Row("TinyBERT distillation step, examples/s against TextBrewer",
+               f"{best['vs_textbrewer_fp32']:.2f}x ({best['precision']}, {best['seq_len']} tokens, vs TextBrewer fp32); "
+               f"{min(same):.2f}-{max(same):.2f}x at equal precision", "-", where([r]), "Distillation-step throughput",
+               "throughput", current_command(r["command"]))
 
 
 def teacher_cache_row() -> Row | None:
@@ -300,9 +349,10 @@ def teacher_cache_row() -> Row | None:
         none, warm = (sum(r["runs"][run]["seconds_per_epoch"].values()) for run in ("no_cache", "warm_cache"))
         speedups.append(f"{r['method']} {none / warm:.2f}x")
     settings = sorted({f"{TASK_NAMES.get(r['task'], r['task'])}, {r['rows']:,} rows" for r in results.values()})
-    return (f"Teacher-output cache, warm: training time per epoch ({'; '.join(settings)})",
-            ", ".join(speedups) + " faster",
-            "-", where(list(results.values())), "Teacher-output cache")
+    return Row(f"Teacher-output cache, warm: training time per epoch ({'; '.join(settings)})",
+               ", ".join(speedups) + " faster",
+               "-", where(list(results.values())), "Teacher-output cache", "teacher-cache",
+               run("teacher-cache"))
 
 
 def serve_row() -> Row | None:
@@ -314,22 +364,53 @@ def serve_row() -> Row | None:
         return None
     one = rows["on"][1]
     batching = rows["on"][32]["throughput_per_s"] / rows["off"][32]["throughput_per_s"]
-    return ("`kdbert serve`, compress winner (goals: <= 1 ms added at 1 client, >= 2x by batching at 32)",
-            f"1 client: p50 {one['p50_ms']:.1f} ms, server {one['server_mean_ms']:.1f} ms (model "
-            f"{r['model_batch1_ms']:.2f}); batching {batching:.2f}x", "-", where([r]), "Serving under load")
+    return Row("`kdbert serve`, compress winner (goals: <= 1 ms added at 1 client, >= 2x by batching at 32)",
+               f"1 client: p50 {one['p50_ms']:.1f} ms, server {one['server_mean_ms']:.1f} ms (model "
+               f"{r['model_batch1_ms']:.2f}); batching {batching:.2f}x", "-", where([r]), "Serving under load",
+               "serve-load", current_command(r["command"]))
+
+
+def augmentation_row() -> Row | None:
+    variants = ["tinybert-ws-general-task", "tinybert-ws-general-task-aug", "tinybert-ws-general-task-aug-x4"]
+    table, runs = glue_rows(variants, GPU_RESULTS)
+    base, aug, x4 = (table.get(v) for v in variants)
+    if not base or not aug or base["average"] is None or aug["average"] is None:
+        return None
+    ours = f"{len(base['tasks'])}-task mean {base['average']:.1f} -> {aug['average']:.1f} with augmentation"
+    ours += f", {x4['average']:.1f} with 4x the steps" if x4 and x4["average"] is not None else ""
+    return Row("TinyBERT data augmentation on the same rows, every step on one GPU (general + task, from teacher "
+               "weights)", ours, "-", where(runs), "TinyBERT augmentation on the same rows", "augmentation-gpu",
+               run("augmentation-gpu"))
+
+
+def reruns_row() -> Row | None:
+    results = load_results("reruns")
+    if not results:
+        return None
+    reproduced = sum(r["reproduced"] for r in results.values())
+    return Row("Recorded figures run again from their recorded settings (`--rerun`)",
+               f"{reproduced} of {len(results)} reproduced within noise", "-", where(list(results.values())),
+               "Reruns of recorded figures", "reruns", "python benchmarks/run.py rerun NAME")
 
 
 ROWS: list[Callable[[], Row | None]] = [
-    teacher_row, quickstart_row, compress_trust_row, compress_goal_row, compress_mean_row, compress_all_on_row, compress_all_on_8x_row,
-    int8_row, tinybert_row, pkd_row,
-    distilbert_row, mobilebert_row, bilstm_row, imdb_row, squad_row, throughput_row, teacher_cache_row, serve_row]
+    teacher_row, quickstart_row, compress_trust_row, compress_goal_row, compress_4x_row, compress_all_on_row,
+    compress_all_on_8x_row, int8_row, tinybert_row, pkd_row, distilbert_row, augmentation_row, mobilebert_row,
+    bilstm_row, imdb_row, squad_row, throughput_row, teacher_cache_row, serve_row, reruns_row]
 
 
-def scoreboard_section() -> list[str]:
-    """The headline results, one row each, beside the published figure for the nearest setting."""
-    rows = [row for row in (make() for make in ROWS) if row is not None]
+def headline_rows() -> list[Row]:
+    """The rows whose records are there."""
+    return [row for row in (make() for make in ROWS) if row is not None]
+
+
+def scoreboard_section(base: str = LINK_BASE, rows: list[Row] | None = None) -> list[str]:
+    """The headline results, one row each, beside the published figure for the nearest setting, with
+    the command and a link to the page of the full record (``base``: the pages' folder)."""
+    rows = headline_rows() if rows is None else rows
     if not rows:
         return []
     return ["## Scoreboard", "", note("scoreboard-intro"), "",
-            "| result | ours | published (paper) | machine, date | section |", "|---|---|---|---|---|",
-            *(f"| {' | '.join(row)} |" for row in rows), ""]
+            "| result | ours | published (paper) | machine, date | command | full record |", "|---|---|---|---|---|---|",
+            *(f"| {row.result} | {row.ours} | {row.published} | {row.where} | `{row.command}` "
+              f"| [{row.label}]({base}{row.page}.md) |" for row in rows), ""]

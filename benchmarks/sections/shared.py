@@ -1,5 +1,5 @@
-"""What every section of BENCHMARKS.md shares: the task order, the results folders, the notes
-beside the data, and the GLUE table of distilled students (``distill_section``) with its verdicts."""
+"""What every section of the benchmark pages shares: the pages, the task order, the results folders,
+the notes beside the data, and the GLUE table of distilled students (``distill_section``) with its verdicts."""
 
 from __future__ import annotations
 
@@ -22,6 +22,33 @@ RENAMED_SCRIPTS = {f"benchmarks/{old}.py": f"benchmarks/bench_{old}.py"
 """Benchmark scripts renamed after results recorded commands naming them (their names repeated
 modules of kdbert); the page shows those commands under today's names, so that they run."""
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
+
+HEADLINE = ["intro", "scoreboard", "kept", "teachers"]
+"""The sections of BENCHMARKS.md (and of docs/benchmarks/index.md), before a short section per page."""
+PAGES: dict[str, tuple[str, list[str]]] = {
+    "compress": ("`kdbert compress`", ["quickstart", "compress", "compress-budget", "compress-engines"]),
+    "students": ("General students", ["general-students"]),
+    "speed": ("Speed and deployment", ["deploy", "export-graphs", "breakdown", "int8-targets", "serve-load",
+                                       "efficiency", "bench", "throughput", "teacher-cache"]),
+    "distill": ("Distillation on GLUE: the teachers, TinyBERT, KD, BERT-PKD and DistilBERT",
+                ["teacher", "precision", "tinybert", "pkd", "general", "mlm-head"]),
+    "augmentation": ("Augmentation", ["augmentation-gpu", "augmented-files", "augment-throughput"]),
+    "mobilebert": ("MobileBERT", ["mobilebert-ops", "mobilebert-ablation", "mobilebert-task"]),
+    "bilstm": ("Distilled BiLSTM", ["bilstm-vectors", "bilstm-augment", "bilstm-distill"]),
+    "long-text": ("Long text: IMDb and SQuAD v1.1", ["imdb", "squad"]),
+    "reproduction": ("Reproduction", ["rerun", "reruns"]),
+    "archive": ("Archive: runs superseded by a later protocol", ["quickstart-before-bf16", "compress-superseded"]),
+}
+"""The full records: ``docs/benchmarks/<page>.md``, its title and its sections in page order."""
+PAGES_DIR = Path("docs", "benchmarks")
+"""Where the pages go, under the repository root."""
+LINK_BASE = f"{PAGES_DIR.as_posix()}/"
+"""The pages' folder as BENCHMARKS.md links to it; the copy of the headline in that folder links with ``""``."""
+
+
+def page_of(section: str) -> str:
+    """The page (``docs/benchmarks/<page>.md``) holding ``section``."""
+    return next(page for page, (_, names) in PAGES.items() if section in names)
 
 
 def note(name: str, **fields) -> str:

@@ -1,4 +1,4 @@
-"""BENCHMARKS.md sections of speed: `kdbert bench`, the distillation step against TextBrewer, the
+"""Sections of speed: `kdbert bench`, the distillation step against TextBrewer, the
 README's main job, deployment to ONNX Runtime and the teacher-output cache."""
 
 from __future__ import annotations
@@ -133,10 +133,13 @@ def profile_lines(results_dir: Path | None = None) -> list[str]:
     return lines
 
 
-def quickstart_section() -> list[str]:
+def quickstart_section(superseded: bool = False) -> list[str]:
+    """The main job's records (``superseded``: those before bf16 became the default, the archive's)."""
     results = load_results("quickstart")
     lines = []
     for key, r in results.items():
+        if key.endswith("-float32") != superseded:
+            continue
         trained = r.get("training_precision") or {"teacher": "float32", "student": "float32"}
         if "winner" in r:  # quickstart as a short compress
             lines += [f"## The main job: `{r['command']}`", "",
@@ -149,7 +152,7 @@ def quickstart_section() -> list[str]:
                       "64 tokens. " + note("quickstart-compress"), "",
                       format_table(r["rows"]), "", "Command: `python benchmarks/bench_quickstart.py`.", ""]
             continue
-        title = "The main job before bf16 became the default" if key.endswith("-float32") else "The main job"
+        title = "The main job before bf16 became the default" if superseded else "The main job"
         lines += [f"## {title}: `{r['command']}`", "",
                   f"Trained in {trained['teacher']} (teacher) and {trained['student']} (student). "
                   f"Wall time {r['wall_seconds'] / 60:.1f} min on {r['machine']} ({r['date']}), "
@@ -157,6 +160,10 @@ def quickstart_section() -> list[str]:
                   f"{r['retained_percent']:.1f}% of the teacher's dev score. " + note("dev-selection"), "",
                   format_table(r["rows"]), "", "Command: `python benchmarks/bench_quickstart.py`.", ""]
     return lines
+
+
+def quickstart_archive_section() -> list[str]:
+    return quickstart_section(superseded=True)
 
 
 def _headline(student: dict, teacher: dict) -> tuple[float, float, bool]:
@@ -175,8 +182,9 @@ def _best_distilled(task: str, preset: str, teacher: dict) -> str:
         return f"No {preset} student of {task} distilled yet."
     best = max(runs, key=lambda r: r["metrics"]["score"])
     kept = 100 * best["metrics"]["score"] / teacher["score"]
-    return (f"The best distilled {preset} on {task} in the tables above, `{best['variant']}` (seed {best['seed']}), "
-            f"scores {best['metrics']['score']:.2f} in fp32, {kept:.1f}% of this teacher's {teacher['score']:.2f}: "
+    return (f"The best distilled {preset} on {task} in the [distillation tables](distill.md), `{best['variant']}` "
+            f"(seed {best['seed']}), scores {best['metrics']['score']:.2f} in fp32, {kept:.1f}% of this teacher's "
+            f"{teacher['score']:.2f}: "
             + ("within" if kept >= 97 else "short of") + " the 97% target before int8.")
 
 
@@ -229,7 +237,7 @@ def _deploy_task(task: str, records: list[dict]) -> list[str]:
     png = ROOT / "docs" / f"deploy_pareto_{task}.png"
     if plot_pareto(table, png, title=f"{task}: dev accuracy against batch-1 latency, ONNX Runtime int8, "
                                      f"{first['threads']} thread(s)"):
-        lines += [f"![Pareto plot: {task} dev score against ORT int8 latency](docs/{png.name})", ""]
+        lines += [f"![Pareto plot: {task} dev score against ORT int8 latency](../{png.name})", ""]
     over = any(r["bench"][rt]["efficiency"] > 1 for r in records for rt, _ in runtimes)
     lines += [f"{first['date']}, onnxruntime {first['onnxruntime']}, torch {first['torch']}. A 1-minute load "
               "average above the thread count means other jobs shared the cores while these were timed: the "
