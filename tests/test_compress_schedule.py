@@ -190,3 +190,15 @@ def test_equal_time_gives_cheap_families_more_steps_and_tops_up_instead_of_rerun
     assert job(topped, now=48.0, settings=time_share) == Job("bilstm-h150", 1, 1100)
     promoted = topped + [running("bilstm-h150", 1)]
     assert job(promoted, now=40.0, settings=time_share) == Job("bert-2x128", 0, 100)
+
+
+def test_a_promotion_always_goes_past_the_steps_a_candidate_has_trained():
+    # bert-1x128's rung 0 ran 300 steps at equal time while its family looked cheap; by the time it is
+    # promoted the mean cost has moved so that rung 1 would end at 200: it continues to 300 + 100 instead
+    time_share = SearchSettings(first_steps=100, round_share="time")
+    segments = [done("bert-1x128", 0, 300, 80.0, train_seconds=30.0), done("bilstm-h150", 0, 100, 70.0, train_seconds=10.0),
+                done("bert-2x128", 0, 100, 60.0, train_seconds=10.0),
+                done("mobilebert-2x384", 0, 100, 50.0, train_seconds=10.0)]
+    assert rung_steps("bert-1x128", 1, segments, time_share) == 200  # mean 0.1 s/step = its own: 100 * 2
+    promoted = job(segments, now=50.0, settings=time_share)
+    assert promoted == Job("bert-1x128", 1, 400)

@@ -277,8 +277,18 @@ def _promotions(order, segments, running, trained, goal: Goal, settings: SearchS
                                                   and s["state"] == "done" for s in segments)]
         for name in promotion_order(finished, rung, segments, goal)[: share(len(finished) / eta)]:
             if name not in running and trained[name]["rung"] == rung:
-                jobs.append(Job(name, rung + 1, rung_steps(name, rung + 1, segments, settings, eta)))
+                jobs.append(Job(name, rung + 1, _next_rung_steps(name, rung, trained[name]["steps"], segments,
+                                                                settings, eta)))
     return jobs
+
+
+def _next_rung_steps(name: str, rung: int, done: int, segments: list[dict], settings: SearchSettings,
+                     eta: int) -> int:
+    """Where ``name``'s rung ``rung + 1`` ends (:func:`rung_steps`), or, when the families' costs have
+    moved since it trained so that this is not past the ``done`` steps it has, ``done`` plus its
+    rung's increment ``first_steps * eta^rung`` (at most :func:`horizon`): a run only goes on."""
+    steps = rung_steps(name, rung + 1, segments, settings, eta)
+    return steps if steps > done else min(done + settings.first_steps * eta ** rung, horizon(settings, eta))
 
 
 def ranked_candidates(segments: list[dict], goal: Goal) -> list[dict]:
