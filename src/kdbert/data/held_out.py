@@ -54,8 +54,8 @@ MIN_PART_SHARE = 0.5  # above this share of rows that are parts of other rows, w
 
 
 def row_length(row: Example) -> int:
-    """Words in a row: whitespace-separated, over all its texts."""
-    return sum(len(text.split()) for text in row.texts)
+    """Words in a row (:func:`words`)."""
+    return len(words(row))
 
 
 def row_hash(row: Example) -> str:
