@@ -351,15 +351,15 @@ def test_a_second_compress_on_a_search_under_way_joins_it_as_a_worker_and_exits_
     from optuna.storages.journal import JournalFileBackend
 
     out = tmp_path / "search"
-    command = [sys.executable, "-c", "import sys; from kdbert.cli import main; sys.exit(main(sys.argv[1:]))",
+    command = [sys.executable, "-c", LEAD_ONCE_JOINED,
                "compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
                "--candidates", "bert-1x128,bert-2x128,mobilebert-2x128,bilstm-h150", "--rounds", "2",
                "--first-steps", "8", "--batch-size", "4", "--length-rows", "4", "--threads", "1",
                "--target-speedup", "0.01", "--no-progress", "--output-dir", str(out)]
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     leader = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
-    # the second process starts at once and imports kdbert while the first does, then runs compress as
-    # soon as the first leads: it joins long before the first's search can end, however slow the machine
+    # the second process runs compress as soon as the first leads; the first distils nothing until the
+    # second has claimed a segment, so the second joins before the search can end, however fast the machine
     joiner = subprocess.Popen([sys.executable, "-c", JOIN_ONCE_LED, str(out), *command[3:]], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=environment)
     deadline = time.time() + 300
@@ -380,6 +380,27 @@ def test_a_second_compress_on_a_search_under_way_joins_it_as_a_worker_and_exits_
     assert len(keys) == len(set(keys))  # no segment run twice
     assert not (out / "winner").is_dir() or report["winner"]["candidate"] in {row["candidate"] for row in segments}
 
+
+LEAD_ONCE_JOINED = """
+import sys, time
+
+import kdbert.compress.search as search
+from kdbert.cli import main
+
+work = search.work
+
+
+def work_once_joined(study, plan, *args, **kwargs):
+    deadline = time.time() + 300
+    while time.time() < deadline and not any(trial.user_attrs.get("worker") not in (None, search.storage.worker_id())
+                                             for trial in study.get_trials(deepcopy=False)):
+        time.sleep(0.2)
+    return work(study, plan, *args, **kwargs)
+
+
+search.work = work_once_joined
+sys.exit(main(sys.argv[1:]))
+"""
 
 JOIN_ONCE_LED = """
 import sys, time
