@@ -103,6 +103,10 @@ def test_output_dir_holding_another_run_is_refused(tmp_path):
         prepare_output_dir(out, {"task": "rte", "lr": 2}, resume=True, overwrite=False)
     prepare_output_dir(out, {"task": "rte", "lr": 2}, resume=False, overwrite=True)
     assert json.loads((out / "run_config.json").read_text())["lr"] == 2
+    # an option added since the run began resumes it when left off, and is a change when set
+    prepare_output_dir(out, {"task": "rte", "lr": 2, "schedule_free": False}, resume=True, overwrite=False)
+    with pytest.raises(KdbertError, match=r"different settings \(schedule_free\)"):
+        prepare_output_dir(out, {"task": "rte", "lr": 2, "schedule_free": True}, resume=True, overwrite=False)
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
@@ -181,3 +185,49 @@ def test_a_deadline_that_leaves_time_changes_nothing(tmp_path):
     report = Trainer(_linear_modules(), [stage], RunConfig(str(tmp_path), progress=False, deadline=far),
                      PaddingCollator(0), evaluator=_scoring_evaluator).train()
     assert report["stopped_early"] is None and report["history"][-1]["step"] == 3
+
+
+def test_a_schedule_free_stage_evaluates_and_keeps_the_averaged_weights(tmp_path):
+    """Schedule-free AdamW keeps the trained point y and the fast iterate z; what is evaluated
+    mid-run and left in the model at the end is their average x = y + (1 - 1/beta1)(z - y), the
+    same as the library's own ``eval()`` gives when driven by hand over the same batches."""
+    import schedulefree
+
+    seen = []
+
+    def evaluator(student):
+        seen.append({k: v.clone() for k, v in student.state_dict().items()})
+        return {"score": 0.0}
+
+    stage = _toy_stage(_loss_on_inputs, n=8, batch_size=8, max_steps=3, eval_every=2, learning_rate=0.01,
+                       warmup_ratio=0.34, schedule_free=True, max_grad_norm=0.0)
+    trainer = Trainer(_linear_modules(), [stage], RunConfig(str(tmp_path), progress=False, log_every=1),
+                      PaddingCollator(0), evaluator=evaluator)
+    trainer.train()
+
+    model = _linear_modules()["student"]
+    decayed = [p for p in model.parameters() if p.ndim >= 2]
+    plain = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = schedulefree.AdamWScheduleFree([{"params": decayed, "weight_decay": 0.01},
+                                                {"params": plain, "weight_decay": 0.0}], lr=0.01, warmup_steps=1)
+    optimizer.train()
+    batch = PaddingCollator(0)([stage.dataset[i] for i in range(8)])  # every step sees all 8 rows
+    expected = []
+    for step in (1, 2, 3):
+        _loss_on_inputs({"student": model}, {}, batch)["ce"].backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step in (2, 3):
+            optimizer.eval()
+            expected.append({k: v.clone() for k, v in model.state_dict().items()})
+            optimizer.train()
+    assert len(seen) == 2  # steps 2 and 3
+    for got, want in zip(seen, expected):
+        for name in want:
+            torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6, msg=name)
+    final = trainer.student.state_dict()
+    for name in expected[-1]:
+        torch.testing.assert_close(final[name], expected[-1][name], rtol=1e-5, atol=1e-6, msg=name)
+    lrs = [json.loads(line)["lr"] for line in (tmp_path / "log.jsonl").read_text().splitlines()
+           if '"lr"' in line]
+    assert lrs == pytest.approx([0.01, 0.01, 0.01])  # warm-up of int(0.34 * 3) = 1 step, then flat

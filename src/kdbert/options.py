@@ -138,6 +138,9 @@ class OptimOptions(CheckedOptions):
                                      in_range(3, 10**6, int, what="an integer >= 3"), int, "optimisation")
     warmup_ratio: float = option(0.1, "fraction of steps with linear warmup", warmup, float, "optimisation")
     weight_decay: float = option(0.01, "weight decay, not on bias/LayerNorm", in_range(0, 10), float, "optimisation")
+    schedule_free: bool = option(False, "AdamW without a planned decay (the schedulefree package): the averaged "
+                                        "weights are evaluated and saved, so a run can stop or go on at any step "
+                                        "as if its rate had decayed there", type=bool, group="optimisation")
     eval_every: int | None = option(None, "evaluate every N steps (default: each epoch)", POSITIVE_INT, int,
                                     "optimisation")
     max_train_examples: int | None = option(None, "use only the first N training rows (quick runs)", POSITIVE_INT,

@@ -1,7 +1,17 @@
-"""A stage's optimiser and learning-rate schedule, by name (:class:`kdbert.core.trainer.StageConfig`)."""
+"""A stage's optimiser and learning-rate schedule, by name (:class:`kdbert.core.trainer.StageConfig`).
+
+A schedule-free stage (``schedule_free``, Defazio et al. 2024, the ``schedulefree`` package) runs
+AdamW without a planned decay: the optimiser keeps the trained point y, a fast iterate z and their
+average x = (1 - c) x + c z, and x is what is evaluated, kept and shipped
+(:func:`averaged_weights`). It matches a linear decay that ends at the step where the run is
+stopped, whichever step that is: what a search that continues its runs needs.
+"""
 
 from __future__ import annotations
 
+import contextlib
+
+import schedulefree
 import torch
 from transformers import get_constant_schedule, get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
@@ -16,20 +26,47 @@ OPTIMIZERS = {
 SCHEDULES = ("linear", "linear-from-first-step", "constant", "constant_warmup")
 
 
-def make_optimizer(config, groups: list[dict]) -> torch.optim.Optimizer:
-    """``config.optimizer`` (a key of :data:`OPTIMIZERS`) over the parameter ``groups``."""
+def is_schedule_free(config) -> bool:
+    """Whether the stage runs schedule-free AdamW (module doc); other optimisers ignore the flag."""
+    return config.schedule_free and config.optimizer == "adamw"
+
+
+def make_optimizer(config, groups: list[dict], total: int) -> torch.optim.Optimizer:
+    """``config.optimizer`` (a key of :data:`OPTIMIZERS`) over the parameter ``groups``; schedule-free
+    AdamW warms up over ``int(warmup_ratio * total)`` steps itself. Left in training mode."""
     if config.optimizer not in OPTIMIZERS:
         raise KdbertError(f"stage '{config.name}': unknown optimizer '{config.optimizer}'; use one of "
                           f"{', '.join(OPTIMIZERS)}")
-    return OPTIMIZERS[config.optimizer](groups, config.learning_rate)
+    if not is_schedule_free(config):
+        return OPTIMIZERS[config.optimizer](groups, config.learning_rate)
+    optimizer = schedulefree.AdamWScheduleFree(groups, lr=config.learning_rate,
+                                               warmup_steps=int(config.warmup_ratio * total))
+    optimizer.train()
+    return optimizer
+
+
+@contextlib.contextmanager
+def averaged_weights(optimizer):
+    """While the block runs, the parameters hold a schedule-free optimiser's average x (what is
+    evaluated and saved), then the trained point y again; other optimisers: nothing changes.
+    ``optimizer``: the optimiser or accelerate's wrapper of it."""
+    if not isinstance(getattr(optimizer, "optimizer", optimizer), schedulefree.AdamWScheduleFree):
+        yield
+        return
+    optimizer.eval()
+    try:
+        yield
+    finally:
+        optimizer.train()
 
 
 def make_scheduler(config, optimizer, total: int):
     """``config.schedule`` over ``total`` steps with ``w = int(warmup_ratio * total)`` warm-up steps:
     linear (lr * s / w, then down to 0 at ``total``), linear-from-first-step (lr * (s + 1) / w,
-    w >= 1), constant, constant_warmup (linear warm-up, then constant)."""
+    w >= 1), constant, constant_warmup (linear warm-up, then constant); constant for a
+    schedule-free stage, whatever it says."""
     warmup = int(config.warmup_ratio * total)
-    if config.schedule == "constant":
+    if config.schedule == "constant" or is_schedule_free(config):  # schedule-free: the optimiser warms up
         return get_constant_schedule(optimizer)
     if config.schedule == "constant_warmup":
         return get_constant_schedule_with_warmup(optimizer, warmup)

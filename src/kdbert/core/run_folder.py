@@ -45,7 +45,9 @@ def prepare_output_dir(output_dir: str | Path, identity: dict, resume: bool, ove
             shutil.rmtree(out)
         elif resume:
             saved = json.loads(marker.read_text())
-            changed = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
+            # an option added since the run began, left off (None or False), is no change
+            changed = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k)
+                             and (k in saved or identity[k] not in (None, False)))
             if changed:
                 raise KdbertError(
                     f"--resume: {out} holds a run with different settings ({', '.join(changed)}); "

@@ -46,7 +46,7 @@ from kdbert.core.atomic_io import copy_files_atomically, restore_interrupted, wr
 from kdbert.core.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from kdbert.core.evaluate import selection_key
 from kdbert.core.hardware import ThreadShare, resolve_precision
-from kdbert.core.optim import make_optimizer, make_scheduler
+from kdbert.core.optim import averaged_weights, make_optimizer, make_scheduler
 from kdbert.core.run_folder import RunLog, save_student
 
 LossFn = Callable[[nn.ModuleDict, dict, dict], dict]
@@ -71,7 +71,9 @@ class StageConfig:
     ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
     ``optimizer`` is a key of :data:`kdbert.core.optim.OPTIMIZERS`: "adamw" (decoupled weight decay) or
     "adadelta" (rho 0.95, eps 1e-6; the distilled BiLSTM's, with ``learning_rate`` 1.0 and a
-    constant schedule; weight decay there is an L2 term added to the gradient).
+    constant schedule; weight decay there is an L2 term added to the gradient); ``schedule_free``
+    runs AdamW schedule-free (:mod:`kdbert.core.optim`: its own warm-up, no decay, the averaged
+    weights evaluated, kept and left in the model when the stage ends).
     ``train`` selects the parameters this stage updates by name in the trainer's module dict
     (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
     entry is a glob pattern, or a :class:`ParamGroup` with a learning-rate multiplier; the first
@@ -89,6 +91,7 @@ class StageConfig:
     grad_accum: int = 1
     max_grad_norm: float = 1.0
     optimizer: str = "adamw"
+    schedule_free: bool = False
     evaluate: bool = True
     eval_every: int | None = None
     train: tuple = ("student.*",)
@@ -102,7 +105,7 @@ class StageConfig:
 
 # the optimisation options (kdbert.options.OptimOptions) a stage takes over as they are
 STAGE_OPTIONS = ("epochs", "max_steps", "learning_rate", "warmup_ratio", "weight_decay", "batch_size", "grad_accum",
-                 "eval_every")
+                 "eval_every", "schedule_free")
 
 
 @dataclass(frozen=True)
@@ -385,8 +388,8 @@ class Trainer:
             raise KdbertError(f"stage '{config.name}' has no training rows")
         self._setup(stage)
         groups = self._trainable_parameters(config)
-        optimizer = make_optimizer(config, groups)
         total = self._total_steps(stage)
+        optimizer = make_optimizer(config, groups, total)
         scheduler = make_scheduler(config, optimizer, total)
         module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
         if checkpoint is not None:
@@ -431,6 +434,7 @@ class Trainer:
                     elif not last and self._out_of_time(step_seconds):
                         self._stop(index, config, total, optimizer, scheduler, paused=False)
         bar.close()
+        optimizer.eval()  # a schedule-free optimiser leaves its averaged weights in the model; others: nothing
         self.modules = self.accelerator.unwrap_model(module).parts
 
     # ----------------------------------------------------------------- pieces
@@ -475,10 +479,12 @@ class Trainer:
         bar.set_postfix(loss=f"{sum(averaged.values()):.4f}")
         if step % self.run.log_every == 0 or step == total:
             self._log({"stage": config.name, "step": step, "epoch": self.state["epoch"],
-                       "lr": scheduler.get_last_lr()[0], "loss": sum(averaged.values()), **averaged})
+                       "lr": optimizer.param_groups[0].get("scheduled_lr", scheduler.get_last_lr()[0]),
+                       "loss": sum(averaged.values()), **averaged})
         if config.evaluate and ((config.eval_every and step % config.eval_every == 0) or step == total
                                 or (not config.eval_every and end_of_epoch)):
-            self._evaluate(config.name)
+            with averaged_weights(optimizer):
+                self._evaluate(config.name)
         save_every = self.run.save_every or config.eval_every
         if (save_every and step % save_every == 0) or end_of_epoch or step == total:
             self._save_checkpoint(optimizer, scheduler)
@@ -500,7 +506,8 @@ class Trainer:
         step = self.state["step"]
         evaluated = self.evaluated_at == (index, step)
         if not evaluated:
-            self._evaluate(config.name)
+            with averaged_weights(optimizer):
+                self._evaluate(config.name)
         if not evaluated or self.saved_at != (index, step):
             self._save_checkpoint(optimizer, scheduler)
         if paused:

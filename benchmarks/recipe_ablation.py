@@ -1,0 +1,113 @@
+"""The recipe of `kdbert compress`'s candidates, one part at a time, at equal steps and several seeds.
+
+    OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task stsb \
+        --candidate bert-3x256 --variants search schedule-free regression-teacher --seeds 42 43 44 --steps 1200
+
+Each run is one candidate built from the teacher as the search builds it (weight selection),
+distilled with the search's options for its kind (the schedule set for the search's horizon, its
+warm-up, its batch size and rate), on the held-out rows the teacher's ``kdbert finetune`` recorded
+(half pick the checkpoint, half decide, as in the search), for ``--steps`` steps, evaluated at half
+and at the end, the better on the picking rows kept. A variant changes one part of the recipe
+(:data:`VARIANTS`). The teacher is ``runs/teacher-<task>`` (``teacher_best.py``). Runs go to
+``<runs-dir>/<task>/<candidate>/<variant>/seed<seed>`` (a finished run is reused, its checkpoints
+removed); scores to
+``benchmarks/results/recipe_ablation.json`` under ``<task>/<candidate>/<steps>/<variant>/seed<seed>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from common import machine_info, save_result
+from paths import GLUE_DIR, run_folder
+
+from kdbert.compress.build import build_from_teacher
+from kdbert.compress.options import DECIDE_SHARE
+from kdbert.compress.recipes import SearchSettings, run_options
+from kdbert.compress.schedule import horizon
+from kdbert.compress.speed import all_candidates, shape_context
+from kdbert.compress.teacher import held_out_task
+from kdbert.data.load import TaskOptions
+from kdbert.errors import KdbertError
+from kdbert.methods.front import distill_task
+
+VARIANTS = {
+    "search": {},  # today's recipe: the search's options as they are
+    "schedule-free": {"schedule_free": True},
+    "schedule-free-lr3e-4": {"schedule_free": True, "learning_rate": 3e-4},
+    "annealed": "annealed",  # the same run with a linear decay that ends at --steps (what no search can know)
+    "regression-teacher": {"regression_target": "teacher"},
+}
+"""Variant -> the options it changes in the search's run ("annealed": the schedule's length)."""
+
+
+def search_options(candidate, settings: SearchSettings, steps: int, teacher: str, start: Path, cache: Path,
+                   variant: str) -> dict:
+    """The options the search gives ``candidate``'s run (``compress/search.py`` ``_options``),
+    changed as ``variant`` says, paused at ``steps``."""
+    length = steps if VARIANTS[variant] == "annealed" else horizon(settings)
+    options = {**run_options(candidate, length, settings, str(cache)), "teacher": teacher, "student": str(start),
+               "warmup_ratio": min(0.1 * settings.first_steps, 0.1 * steps) / length, "keep_checkpoints": 1,
+               "eval_every": steps // 2}
+    if isinstance(VARIANTS[variant], dict):
+        options.update(VARIANTS[variant])
+    return options
+
+
+def scores(report: dict) -> dict:
+    metrics = report["dev_metrics"]
+    return {"held_out": metrics["selection_score"], "decide": metrics.get("decide_score"), "dev": metrics["score"],
+            "train_seconds": report["train_seconds"], "precision": report["runtime"]["mixed_precision"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--teacher", help="default: runs/teacher-<task>")
+    parser.add_argument("--candidate", required=True, help="a BERT-style candidate name, e.g. bert-3x256")
+    parser.add_argument("--variants", nargs="+", default=["search", "schedule-free"], choices=sorted(VARIANTS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    parser.add_argument("--steps", type=int, default=1200)
+    parser.add_argument("--runs-dir", default=run_folder("recipe-ablation"))
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    args = parser.parse_args()
+    teacher = args.teacher or run_folder(f"teacher-{args.task}")
+    task, _ = held_out_task(teacher, TaskOptions(task=args.task, data_dir=args.data_dir), trained_on_all=False)
+    task = replace(task, decide_share=DECIDE_SHARE)
+    context = shape_context(teacher, task)
+    offered = {c.name: c for c in all_candidates(context) if c.from_teacher is not None}
+    if args.candidate not in offered:
+        raise KdbertError(f"--candidate {args.candidate}: not a BERT-style candidate of this teacher; choose from "
+                          f"{', '.join(offered)}")
+    candidate = offered[args.candidate]
+    root = Path(args.runs_dir) / args.task / candidate.name
+    start = root / "start"
+    if not (start / "config.json").is_file():
+        build_from_teacher(candidate, teacher, task, start, context)
+    command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task {args.task} "
+               f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
+               f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}")
+    for variant in args.variants:
+        for seed in args.seeds:
+            out = root / variant / f"seed{seed}"
+            if (out / "distill_report.json").is_file():
+                report = json.loads((out / "distill_report.json").read_text())
+            else:
+                settings = SearchSettings(seed=seed)
+                options = search_options(candidate, settings, args.steps, teacher, start, root.parent / "teacher-cache",
+                                         variant)
+                report = distill_task(task, options, str(out), overwrite=True, pause_at_step=args.steps)
+                shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 0.1 GB a run; nothing continues it
+            row = scores(report)
+            save_result("recipe_ablation", f"{args.task}/{candidate.name}/{args.steps}/{variant}/seed{seed}",
+                        {**machine_info(), "teacher": teacher, "steps": args.steps, "variant": variant, "seed": seed,
+                         **row, "command": command})
+            print(f"{candidate.name} {variant} seed {seed}: {row}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
