@@ -91,8 +91,8 @@ def main() -> None:
     command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task {args.task} "
                f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
                f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}")
-    for variant in args.variants:
-        for seed in args.seeds:
+    for seed in args.seeds:  # every variant of a seed before the next seed: pairs compare as they come
+        for variant in args.variants:
             out = root / variant / f"seed{seed}"
             if (out / "distill_report.json").is_file():
                 report = json.loads((out / "distill_report.json").read_text())
