@@ -1,20 +1,28 @@
 """The model card (README.md) that export and compress write beside a model (tiny random models)."""
 
+import fnmatch
 import json
+from pathlib import Path
 
 import pytest
-import yaml
-from huggingface_hub import ModelCard
+from huggingface_hub import ModelCard, constants
 
 from conftest import save_tiny_classifier, write_glue_task
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.export import export_model
-from kdbert.deploy.model_card import compress_card, task_facts, write_compress_card
+from kdbert.deploy.model_card import TEMPLATE, compress_card, export_card, task_facts, write_compress_card
 
 
 def front_matter(text: str) -> dict:
+    """The card's metadata as the Hub's library reads it back (model-index rebuilt from its EvalResults)."""
     assert text.startswith("---\n")
-    return yaml.safe_load(text[4:].split("\n---\n", 1)[0])
+    return ModelCard(text).data.to_dict()
+
+
+def scores(meta: dict, split: str) -> dict:
+    """``{metric name: value}`` of the model-index results on ``split``."""
+    [result] = [r for r in meta["model-index"][0]["results"] if r["dataset"]["split"] == split]
+    return {m["name"]: m["value"] for m in result["metrics"]}
 
 
 def no_temporary_files(folder) -> bool:
@@ -37,9 +45,11 @@ def test_export_with_a_task_writes_a_card_of_its_report(tmp_path, tiny_tokenizer
     text = (folder / "README.md").read_text()
     assert no_temporary_files(folder)
 
-    meta = front_matter(text)
+    meta = ModelCard.load(folder / "README.md").data.to_dict()
     assert meta["library_name"] == "onnx" and {"kdbert", "onnx", "int8"} <= set(meta["tags"])
-    assert meta["base_model"] == str(model_dir) and meta["datasets"] == ["nyu-mll/glue"]
+    assert meta["datasets"] == ["nyu-mll/glue"] and meta["language"] == "en"
+    assert meta["pipeline_tag"] == "text-classification" and meta["metrics"] == ["accuracy"]
+    assert not {"base_model", "license"} & set(meta)  # a local folder without a card: no Hub id, no known license
     [result] = meta["model-index"][0]["results"]
     assert result["task"] == {"type": "text-classification"}
     assert result["dataset"] == {"type": "nyu-mll/glue", "name": "GLUE SST2", "config": "sst2", "split": "validation"}
@@ -72,18 +82,23 @@ def test_export_with_a_task_writes_a_card_of_its_report(tmp_path, tiny_tokenizer
 
 
 def test_export_without_a_task_has_no_results_and_names_the_teacher_of_its_run(tmp_path, tiny_tokenizer):
+    teacher = tmp_path / "teacher"  # fine-tuned from a model whose card states its license and language
+    teacher.mkdir()
+    (teacher / "run_config.json").write_text(json.dumps({"command": "finetune", "model": str(tmp_path / "base")}))
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "README.md").write_text("---\nlanguage: fr\nlicense: apache-2.0\n---\n# base\n")
     model_dir = save_tiny_classifier(tmp_path / "student", tiny_tokenizer)
     (model_dir / "run_config.json").write_text(json.dumps(
-        {"command": "distill-task", "method": "tinybert", "teacher": "runs/teacher"}))
+        {"command": "distill-task", "method": "tinybert", "teacher": str(teacher)}))
     report = export_model(model_dir, tmp_path / "onnx", quantize="int8")
     text = (tmp_path / "onnx" / "README.md").read_text()
     assert no_temporary_files(tmp_path / "onnx")
 
     meta = front_matter(text)
-    assert meta["base_model"] == "runs/teacher"
-    assert not {"model-index", "datasets", "metrics"} & set(meta)
+    assert meta["license"] == "apache-2.0" and meta["language"] == "fr"
+    assert not {"model-index", "datasets", "metrics", "base_model", "pipeline_tag"} & set(meta)
     assert not ModelCard(text).data.eval_results
-    assert "Distilled with tinybert from the teacher `runs/teacher`." in text
+    assert f"Distilled with tinybert from the teacher `{teacher}`." in text
     assert "Exported without a task: parity was checked on synthetic rows and there is no score." in text
     assert f"Method: dynamic ({report['quantization']['rule']})." in text
     for missing in ("## Data", "## Evaluation\n\nDev score", "## Speed", "```"):
@@ -132,10 +147,14 @@ def test_compress_card_names_the_rule_the_kept_share_and_the_speed(sst2, tmp_pat
     data = load_task(sst2)
     text = compress_card(report, export_report, task_facts(data, 0.2, 30), command="kdbert compress --task sst2")
     meta = front_matter(text)
-    assert meta["base_model"] == "runs/quickstart/teacher" and "knowledge-distillation" in meta["tags"]
-    [result] = meta["model-index"][0]["results"]
+    assert "base_model" not in meta and "knowledge-distillation" in meta["tags"]  # the teacher is no Hub id
     assert meta["model-index"][0]["name"] == "bilstm-1x300"
-    assert result["metrics"][-1] == {"type": "accuracy", "value": 84.2, "name": "accuracy (ONNX int8, percent)"}
+    assert {m["type"] for r in meta["model-index"][0]["results"] for m in r["metrics"]} == {"accuracy"}
+    assert scores(meta, "validation") == {"accuracy (ONNX fp32, percent)": 84.6, "accuracy (ONNX int8, percent)": 84.2,
+                                          "accuracy (teacher, PyTorch, percent)": 86.2}
+    where = "accuracy on the held-out training rows that pick"
+    assert scores(meta, "train") == {f"{where} (student, PyTorch, percent)": 86.4,
+                                     f"{where} (teacher, PyTorch, percent)": 88.0}
     for line in (
             "Distilled from the teacher `runs/quickstart/teacher` by `kdbert compress`.",
             "BiLSTMClassifier (layers 1, hidden 300): 3,210,000 parameters, 610,000 outside the embeddings.",
@@ -217,6 +236,10 @@ def test_compress_card_and_report_state_the_kept_share_on_the_rows_that_decide_a
     text = compress_card(report, export_report, task_facts(data, 0.2, 30), command="kdbert compress --task sst2")
     assert ("On the 3367 held-out training rows that decide (never used to pick a checkpoint or promote): 85.90 in "
             "PyTorch and 85.80 ± 0.60 as shipped, against the teacher's 88.50 (96.9% kept as shipped).") in text
+    where = "accuracy on the 3367 held-out training rows that decide"
+    assert scores(front_matter(text), "train") == {f"{where} (student, PyTorch, percent)": 85.9,
+                                                   f"{where} (student, ONNX int8, percent)": 85.8,
+                                                   f"{where} (teacher, PyTorch, percent)": 88.5}
     markdown = format_report(report)
     assert ("6735 training rows held out (teacher/held_out.json (6735 rows, length-matched); drawn length-matched), "
             "which the teacher never trained on: 3368 pick checkpoints and promote candidates, 3367 decide the "
@@ -229,3 +252,39 @@ def test_compress_card_and_report_state_the_kept_share_on_the_rows_that_decide_a
     assert "| model | ms / dev row (p50) | speedup | held-out score (picks) | decides | dev score (PyTorch) |" in markdown
     assert "| teacher | 9.80 | 1.00x | 88.00 | 88.50 | 86.20 | - | - | - |" in markdown
     assert "| bilstm-1x300 | 0.21 | 46.70x | 86.40 | 85.90 | 84.60 | kd | 1600 | - |" in markdown
+
+
+def hub_cache(root: Path, repo_id: str) -> Path:
+    """A Hub cache holding ``repo_id``'s config.json, as loading the model from the Hub leaves it; its snapshot."""
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    return snapshot
+
+
+def test_base_model_is_the_teacher_where_it_is_a_hub_id_and_the_license_its_card_states(sst2, tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    snapshot = hub_cache(tmp_path / "hub", "org/teacher")
+    (snapshot / "README.md").write_text("---\nlicense: mit\n---\n# teacher\n")
+
+    def meta(run: dict) -> dict:
+        return front_matter(export_card({"source": str(tmp_path / "run")}, None, None, run))
+
+    assert meta({"teacher": "org/teacher"})["base_model"] == "org/teacher"
+    assert meta({"teacher": "org/teacher"})["license"] == "mit"
+    assert meta({"command": "finetune", "model": "org/teacher"})["base_model"] == "org/teacher"
+    assert not {"base_model", "license"} & set(meta({"teacher": "org/other"}))  # not cached: nothing says it is
+    assert "base_model" not in meta({"teacher": str(tmp_path)})  # a folder of one's own
+    report, export_report = compress_reports(str(tmp_path))
+    card = front_matter(compress_card({**report, "teacher": str(snapshot)}, export_report, task_facts(load_task(sst2))))
+    assert card["base_model"] == "org/teacher" and card["license"] == "mit"  # a teacher folder of the Hub cache
+
+
+def test_the_card_template_ships_in_the_wheel():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["kdbert"]
+    assert any(fnmatch.fnmatch(f"deploy/{TEMPLATE}", pattern) for pattern in patterns)
