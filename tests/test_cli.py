@@ -197,3 +197,14 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
     code, stdout, _ = run_cli(capsys, *args)  # finished steps are skipped, not redone
     assert code == 0 and "fine-tuning the teacher" not in stdout
     assert json.loads((out / "summary.json").read_text())["winner"] == summary["winner"]
+
+
+@pytest.mark.parametrize("argv", [["predict", "--model", "m", "--input", "x.csv", "--text-column", "t"],
+                                  ["distill", "task", "--method", "kd", "--learning-rat", "1e-4"]])
+def test_a_shortened_option_is_refused_not_guessed(argv, capsys):
+    """A renamed option must fail where it is still typed, not match the new name's prefix."""
+    from kdbert.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err

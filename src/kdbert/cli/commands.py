@@ -30,7 +30,8 @@ RECIPE_DIR = Path(__file__).parents[1] / "methods" / "presets"
 def build_parser(table: dict[str, argparse.ArgumentParser] | None = None) -> argparse.ArgumentParser:
     """The ``kdbert`` parser; ``table`` receives each command's parser by name ("distill task")."""
     table = {} if table is None else table
-    parser = argparse.ArgumentParser(prog="kdbert", description="Knowledge distillation for BERT-family models.")
+    parser = argparse.ArgumentParser(prog="kdbert", description="Knowledge distillation for BERT-family models.",
+                                     allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     quickstart.add_commands(sub, table)
     train.add_commands(sub, table)

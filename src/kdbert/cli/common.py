@@ -18,7 +18,7 @@ def add_command(sub, table: dict[str, argparse.ArgumentParser], name: str, func,
                 **kwargs) -> argparse.ArgumentParser:
     """A subcommand ``name`` running ``func(args)``, kept in ``table`` under ``key`` (e.g. "distill task")
     for the ``--config`` loader of :mod:`kdbert.cli.commands`."""
-    parser = sub.add_parser(name, **kwargs)
+    parser = sub.add_parser(name, allow_abbrev=False, **kwargs)  # a renamed option must not match a prefix
     key = key or name
     parser.set_defaults(func=func, command_name=key)
     table[key] = parser
