@@ -131,7 +131,8 @@ def downstream(args) -> None:
 
 def tinybert(args) -> None:
     from kdbert.core.loading import load_encoder
-    from kdbert.families.bert import speed_shapes, student_config
+    from kdbert.families.bert import student_config
+    from kdbert.families.selection import speed_shapes
 
     base, _ = load_encoder("default")
     shapes = speed_shapes(base.config)

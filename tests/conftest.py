@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import tqdm
-from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizerFast
 
 SHARED_GLUE = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue_data"
 
@@ -73,6 +73,20 @@ def save_tiny_classifier(folder: Path, tokenizer, num_labels: int = 2, seed: int
     if num_labels == 1:
         config.problem_type = "regression"
     BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def save_char_student(folder: Path, seed: int = 1, **overrides) -> Path:
+    """A tiny random pre-trained ``BertModel`` with a tokenizer of its own: character-level WordPiece
+    (``cat`` -> ``c ##a ##t``), so its ids and lengths differ from the tiny tokenizer's on every text."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    tokenizer = BertTokenizerFast(vocab={token: i for i, token in enumerate(
+        SPECIAL + list(letters) + [f"##{c}" for c in letters] + ["."])}, do_lower_case=True)
+    torch.manual_seed(seed)
+    values = dict(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+                  max_position_embeddings=128)
+    BertModel(tiny_bert_config(tokenizer, **{**values, **overrides})).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 

@@ -51,7 +51,7 @@ def test_every_family_offers_shapes_no_larger_than_the_teacher(env):
 
 def test_speed_table_is_measured_once_and_targets_filter_it(env, monkeypatch):
     out = env["root"] / "run"
-    settings = speed.SpeedSettings(length_rows=8, runs=2, threads=1)
+    settings = speed.SpeedSettings("onnx-int8", length_rows=8, runs=2, threads=1)
     context = speed.shape_context(env["teacher"], env["task"])
     chosen = [c for c in speed.all_candidates(context) if c.name in ("bert-1x128", "bilstm-h150")]
     table = speed.measure_speed(env["teacher"], env["task"], out, settings, chosen)
@@ -81,7 +81,7 @@ def test_speed_table_is_measured_once_and_targets_filter_it(env, monkeypatch):
     with pytest.raises(KdbertError, match="pass one of --target-speedup N or --target-latency-ms L"):
         speed.meeting_target(table)
     with pytest.raises(KdbertError, match="--runtime tflite is unknown; use one of onnx-int8, onnx-fp32"):
-        speed.SpeedSettings(runtime="tflite")
+        speed.SpeedSettings(runtime="tflite", length_rows=8)
 
 
 def test_kept_candidates_are_built_from_the_teacher_weights(env, tmp_path):
@@ -652,7 +652,8 @@ def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hol
     at_cap = json.loads((tmp_path / "at-cap" / "compress_report.json").read_text())
     assert sorted(row["candidate"] for row in at_cap["search"]["rounds"][0]) == ["bilstm-h150", "bilstm-h150-aug"]
     assert main([*args[:-2], "--output-dir", str(tmp_path / "other"), "--augment", "lstm"]) == 2
-    assert "--augment lstm: unknown kind 'lstm'; use kinds among bert, mobilebert, bilstm" in capsys.readouterr().err
+    assert ("--augment lstm: unknown kind 'lstm'; use kinds among bert, roberta, xlmr, electra, mpnet, distilbert, "
+            "mobilebert, bilstm") in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not NLTK_DATA.is_dir(), reason="needs the offline nltk_data folder")
@@ -867,7 +868,7 @@ def test_timing_stops_before_a_candidate_that_would_end_past_its_time(env, tmp_p
     from kdbert.compress import pipeline
     from kdbert.families.registry import Candidate
 
-    settings = speed.SpeedSettings(length_rows=4, runs=2, threads=1)
+    settings = speed.SpeedSettings("onnx-int8", length_rows=4, runs=2, threads=1)
     (tmp_path / "speed.json").write_text(json.dumps({"settings": settings.key(), "candidates": {}, "teacher": {
         "latency_real_p50_ms": 4.0, "export_seconds": 20.0, "timing_seconds": 2.0}}))
     clock, costs = FakeClock(0.0), {"bert-1x8": 2.0, "bert-2x8": 5.0, "bert-4x8": 4.0, "bilstm-h8": 1.0}
@@ -1040,29 +1041,102 @@ def test_a_student_the_user_brings_is_timed_and_distilled_from_its_own_weights(e
     assert "| kd, user start |" in (out / "compress_report.md").read_text()
 
 
-def test_a_student_of_another_vocabulary_is_refused_naming_the_difference(env, tmp_path, capsys, tiny_tokenizer):
-    from transformers import BertModel, BertTokenizerFast
+def test_students_of_their_own_tokenizer_learn_the_stored_teacher_logits_and_ship_with_it(env, tmp_path, capsys,
+                                                                                      monkeypatch):
+    import kdbert
+    from transformers import AutoTokenizer
+
+    from conftest import count_teacher_runs, save_char_student
+    from kdbert.cli import main
+    from kdbert.compress import pipeline
+    from kdbert.data.load import load_task
+
+    pretrained = save_char_student(tmp_path / "char-pretrained", seed=2)
+    monkeypatch.setattr(pipeline, "PRETRAINED_STUDENTS", {"pretrained-char": lambda: str(pretrained)})
+    mine = save_char_student(tmp_path / "char bert", seed=3, hidden_size=16)
+    seen = count_teacher_runs(monkeypatch)
+    out = tmp_path / "compress"
+    capsys.readouterr()
+    assert main(["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+                 "--candidates", "pretrained-char", "--student", str(mine), "--rounds", "1", "--first-steps", "2",
+                 "--batch-size", "4", "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01",
+                 "--output-dir", str(out)]) == 0
+    report = json.loads((out / "compress_report.json").read_text())
+    assert report["starts"] == {"pretrained-char": "pretrained", "user-char-bert": "user"}
+    assert {name: row["shape"]["tokenizer"] for name, row in report["speed"]["candidates"].items()} == {
+        "pretrained-char": "own", "user-char-bert": "own"}
+    assert {(s["candidate"], s["method"]) for s in report["search"]["segments"]} == {("pretrained-char", "kd"),
+                                                                                   ("user-char-bert", "kd")}
+    # the teacher labelled each training row once for both, with its tokenizer; no token-level cache
+    train = load_task(TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_rows=str(env["teacher"]),
+                                  decide_share=0.5)).train
+    assert sorted(seen) == sorted(row.texts for row in train) and not (out / "teacher-cache").exists()
+    for name in ("pretrained-char", "user-char-bert"):
+        run = json.loads((out / "runs" / name / "distill_report.json").read_text())
+        assert run["teacher_logits"]["store"] == str(out / "teacher-logits") and run["student_tokenizer"]["rows_cut"] == 0
+    assert "| kd, pretrained start |" in (out / "compress_report.md").read_text()
+    # shipped with its own tokenizer: `kdbert predict` reads it
+    own = AutoTokenizer.from_pretrained(mine).get_vocab()
+    assert AutoTokenizer.from_pretrained(out / "winner").get_vocab() == own
+    assert len(kdbert.load(str(out / "winner")).predict(["the cat sat", "a dog ran fast"])) == 2
+
+
+def test_a_student_of_another_vocabulary_without_a_tokenizer_is_refused_naming_the_difference(env, tmp_path, capsys,
+                                                                                          tiny_tokenizer):
+    from transformers import BertModel
 
     from conftest import tiny_bert_config
 
     vocab = tiny_tokenizer.get_vocab()
-    swapped = {**vocab, "cat": vocab["dog"], "dog": vocab["cat"]}  # same size, two tokens at each other's ids
-    other = tmp_path / "other"
-    BertModel(tiny_bert_config(tiny_tokenizer, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                               intermediate_size=64)).save_pretrained(other)
-    BertTokenizerFast(vocab=swapped, do_lower_case=True).save_pretrained(other)
-    line = refused(capsys, env, tmp_path / "compress", "--student", other)
-    order = sorted(["cat", "dog"], key=lambda t: vocab[t])
-    assert line == (f"kdbert: error: --student {other} uses a different vocabulary from the teacher's (2 tokens at "
-                    f"other ids (e.g. {order[0]!r}: {vocab[order[1]]} here, {vocab[order[0]]} in the teacher's)); "
-                    "distil into a student that shares the teacher's tokenizer (a preset, --student-layers, or a "
-                    "student made from this teacher)")
     bigger = tmp_path / "bigger"
     BertModel(tiny_bert_config(tiny_tokenizer, vocab_size=len(vocab) + 5, hidden_size=32, num_hidden_layers=1,
                                num_attention_heads=2, intermediate_size=64)).save_pretrained(bigger)
     line = refused(capsys, env, tmp_path / "compress", "--student", bigger)
-    assert f"--student {bigger} uses a different vocabulary from the teacher's ({len(vocab) + 5} tokens, the " \
-           f"teacher {len(vocab)})" in line
+    assert line == (f"kdbert: error: --student {bigger} uses a different vocabulary from the teacher's "
+                    f"({len(vocab) + 5} tokens, the teacher {len(vocab)}) and has no tokenizer of its own; save its "
+                    "tokenizer in that folder (tokenizer.save_pretrained)")
+
+
+def test_the_packaged_minilm_is_offered_as_a_student_only_under_a_bigger_teacher(env, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, AutoTokenizer, BertForSequenceClassification
+
+    from conftest import save_char_student
+    from kdbert.compress import pipeline
+    from kdbert.core.loading import default_model_path
+    from kdbert.data.load import load_task
+    from kdbert.data.tasks import SQUAD_TASKS
+
+    context = speed.shape_context(env["teacher"], env["task"])
+    spec = load_task(env["task"]).spec
+
+    def teacher(config, tokenizer):
+        with torch.device("meta"):  # its size, not its weights
+            return SimpleNamespace(model=BertForSequenceClassification(config), tokenizer=tokenizer)
+
+    minilm = AutoConfig.from_pretrained(default_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
+
+    def names(found):
+        return [(c.name, c.start, c.tokenizer) for c in found]
+
+    # fine-tuned from it (the default teacher): as big, not offered; one more layer: offered, on its tokenizer
+    assert pipeline.pretrained_students(teacher(minilm, tokenizer), context, spec) == []
+    deeper = AutoConfig.from_pretrained(default_model_path(), num_hidden_layers=7)
+    assert names(pipeline.pretrained_students(teacher(deeper, tokenizer), context, spec)) == [
+        ("pretrained-minilm-l6", "pretrained", None)]
+    # a tiny pre-trained student of its own tokenizer under the tiny teacher, not under a smaller one
+    student = save_char_student(tmp_path / "char", max_position_embeddings=64)
+    monkeypatch.setattr(pipeline, "PRETRAINED_STUDENTS", {"pretrained-char": lambda: str(student)})
+    big = SimpleNamespace(model=load_task_model(str(env["teacher"]), spec), tokenizer=context.tokenizer)
+    assert names(pipeline.pretrained_students(big, context, spec)) == [("pretrained-char", "pretrained", str(student))]
+    small = save_tiny_classifier(tmp_path / "small", context.tokenizer, hidden_size=4, num_hidden_layers=1,
+                                 num_attention_heads=1, intermediate_size=4, max_position_embeddings=16)
+    assert pipeline.pretrained_students(SimpleNamespace(model=load_task_model(str(small), spec),
+                                                        tokenizer=context.tokenizer), context, spec) == []
+    # question answering's per-token targets cannot cross tokenizers: not offered there
+    assert pipeline.pretrained_students(big, context, SQUAD_TASKS["squad"]) == []
 
 
 def test_every_compress_option_is_part_of_a_searchs_identity_unless_said_otherwise():

@@ -11,6 +11,7 @@ from transformers import BertForSequenceClassification, BertModel
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
 from kdbert.families import bert as students
+from kdbert.families.selection import evenly_spaced
 from kdbert.methods.front import distill_general
 from kdbert.methods import kd
 from kdbert.methods import tinybert
@@ -32,9 +33,9 @@ def _narrow_student(tokenizer, **kw):
 
 
 def test_evenly_spaced_indices():
-    assert students.evenly_spaced(3, 12).tolist() == [0, 4, 8]
-    assert students.evenly_spaced(4, 4).tolist() == [0, 1, 2, 3]
-    picked = students.evenly_spaced(312, 384)
+    assert evenly_spaced(3, 12).tolist() == [0, 4, 8]
+    assert evenly_spaced(4, 4).tolist() == [0, 1, 2, 3]
+    picked = evenly_spaced(312, 384)
     assert len(set(picked.tolist())) == 312 and picked[0] == 0 and picked[-1] < 384
     assert bool((picked[1:] > picked[:-1]).all())
 
@@ -116,7 +117,7 @@ def test_tinybert4_from_the_real_teacher(teacher_path):
         student = built.model
         assert student.config.hidden_size == 312 and student.config.num_hidden_layers == 4
         assert built.origin == "tinybert4, teacher-weights (layers 2,3,5,6, 312 of 384 units)"
-        hidden = students.evenly_spaced(312, 384)
+        hidden = evenly_spaced(312, 384)
         torch.testing.assert_close(student.bert.embeddings.word_embeddings.weight,
                                    teacher.bert.embeddings.word_embeddings.weight[:, hidden])
 

@@ -34,6 +34,7 @@ from kdbert.compress.recipes import kind
 from kdbert.core.atomic_io import write_json
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate
+from kdbert.families.selection import KINDS as SELECTED_KINDS
 
 SUFFIX = "-aug"
 ROWS_FILE = "augmented.jsonl"
@@ -41,7 +42,7 @@ TRANSFER_FILE = "transfer.jsonl"  # the augmented rows, then the --transfer-text
 PLAN_FILE = "augmented.json"
 SAMPLE_ROWS = 256
 WARM_UP_ROWS = 8
-KINDS = ("bert", "mobilebert", "bilstm")
+KINDS = (*SELECTED_KINDS, "mobilebert", "bilstm")
 
 
 @dataclass(frozen=True)

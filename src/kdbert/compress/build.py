@@ -1,11 +1,11 @@
 """Step 2 of ``kdbert compress``, its start: a kept candidate built from the teacher.
 
-A BERT-style candidate takes the teacher's weights by selection (its layers g(m) = ceil(m N / M),
-evenly spaced hidden units, heads, head dimensions and FFN units:
-:func:`kdbert.families.bert.select_teacher_weights`); a MobileBERT candidate its fitted embedding
-layer and copied head (:func:`kdbert.families.mobilebert.init_from_teacher`). The student is saved
-as an ordinary HF folder with the teacher's tokenizer, the starting point of its distillation
-(``kdbert distill task --student FOLDER``). A family without ``from_teacher`` (the BiLSTM) is
+A candidate of the teacher's architecture (``bert-2x256``, ``roberta-2x256``, ...) takes the
+teacher's weights by selection (its layers g(m) = ceil(m N / M), evenly spaced hidden units, heads,
+head dimensions and FFN units: :func:`kdbert.families.selection.select_teacher_weights`); a
+MobileBERT candidate its fitted embedding layer and copied head (:func:`kdbert.families.mobilebert.init_from_teacher`). The student is saved
+as an ordinary HF folder with the teacher's tokenizer (a student of its own tokenizer: with that
+one), the starting point of its distillation (``kdbert distill task --student FOLDER``). A family without ``from_teacher`` (the BiLSTM) is
 built by its own method from the task's texts and word vectors.
 
 Where a general student of the candidate's shape was built for the teacher's base
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kdbert.compress.speed import shape_context
 from kdbert.core.atomic_io import save_hf_folder
+from kdbert.core.loading import load_tokenizer
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate, ShapeContext, family_of_folder
@@ -32,7 +33,8 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
                        folder: str | os.PathLike, context: ShapeContext | None = None,
                        teacher: tuple | None = None) -> Path:
     """``candidate`` initialised from the teacher in ``teacher_dir``, saved to ``folder`` (atomically,
-    with the teacher's tokenizer and ``student_init.json`` naming the candidate and its shape);
+    with the teacher's tokenizer, or the candidate's own, and ``student_init.json`` naming the
+    candidate and its shape);
     ``context``: :func:`~kdbert.compress.speed.shape_context` and ``teacher``: the teacher's
     ``(model, tokenizer)`` as loaded from ``teacher_dir``, when the caller has them (not changed)."""
     if candidate.from_teacher is None:
@@ -40,6 +42,7 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
                           "not from the teacher's weights")
     teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
     student = candidate.from_teacher(teacher, context or shape_context(teacher_dir, task))
+    tokenizer = load_tokenizer(candidate.tokenizer) if candidate.tokenizer else tokenizer
     report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir),
               "start": candidate.start}
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})

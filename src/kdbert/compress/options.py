@@ -49,10 +49,10 @@ class CompressConfig(CheckedOptions):
     study: str | None = option(None, "the study's name in --storage (default: kdbert-compress)", group="compress")
     candidates: str | None = option(None, "only these candidates (comma-separated names, e.g. bert-2x256); default: "
                                           "every family's", group="compress")
-    student: list | None = option(None, "a student of your own (a BERT-family folder or hub id with the teacher's "
-                                        "vocabulary), timed and distilled from its weights as candidate "
-                                        "user-<name> beside the built-in shapes; repeatable", type=list,
-                                  group="compress")
+    student: list | None = option(None, "a student of your own (a BERT-family folder or hub id; one of another "
+                                        "vocabulary reads its own tokenizer and the teacher's stored logits), timed "
+                                        "and distilled from its weights as candidate user-<name> beside the built-in "
+                                        "shapes; repeatable", type=list, group="compress")
     length_rows: int = option(200, "dev rows timed per model, each at its own length, batch 1", type=int,
                               group="compress", check=in_range(1, 10**6, int, what="a positive number of rows"))
     threads: int | None = option(None, "CPU threads of the timed runtime (default: all cores)", type=int,
@@ -65,9 +65,9 @@ class CompressConfig(CheckedOptions):
     word_vectors: str | None = option(None, "GloVe or word2vec text file the BiLSTM candidates' embeddings start "
                                             "from, or encoder:MODEL (each word through that encoder, e.g. "
                                             "encoder:default) (default: random, 300-d)", group="compress")
-    intermediate_share: float = option(0.0, "share of a BERT-style candidate's steps spent on TinyBERT's "
-                                            "intermediate stage (0: the prediction stage only)", type=float,
-                                       group="compress", check=in_range(0, 0.9, what="a share in [0, 0.9]"))
+    intermediate_share: float = option(0.0, "share of a weight-selected candidate's steps (bert-, roberta-, ...) "
+                                            "spent on TinyBERT's intermediate stage (0: the prediction stage only)",
+                                       type=float, group="compress", check=in_range(0, 0.9, what="a share in [0, 0.9]"))
     round_share: str = option("time", "what a rung of the search shares out equally between families: wall "
                                       "time (cheap steps, e.g. the BiLSTM's, buy more steps) or steps", group="compress",
                               choices=ROUND_SHARES)
@@ -79,7 +79,8 @@ class CompressConfig(CheckedOptions):
     max_train_examples: int | None = option(None, "distil on the first N training rows only (default: all)", type=int,
                                             group="compress",
                                             check=POSITIVE_INT)
-    augment: str | None = option(None, "candidate kinds (bert, mobilebert, bilstm; comma-separated, or all) that "
+    augment: str | None = option(None, "candidate kinds (bert, roberta, xlmr, mpnet, electra, distilbert, mobilebert, "
+                                       "bilstm; comma-separated, or all) that "
                                        "also compete as an augmented variant, NAME-aug, trained on the BiLSTM paper's "
                                        "new versions of the training rows as well, labelled by the teacher "
                                        "(default: none)", group="compress")

@@ -48,6 +48,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+
 from kdbert.compress import search
 from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_name, is_augmented, with_variant_rows,
                                      with_variants)
@@ -59,15 +61,17 @@ from kdbert.compress.report import seconds_per_candidate, write_report
 from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
 from kdbert.compress.ship import agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed
-from kdbert.compress.speed import RUNTIMES, SpeedSettings, all_candidates, measure_speed, meeting_target, shape_context
+from kdbert.compress.speed import (RUNTIMES, SpeedSettings, all_candidates, candidate_notes, measure_speed,
+                                   meeting_target, shape_context)
 from kdbert.compress.storage import journal_path, open_study
 from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, loaded_teacher, majority_score,
                                     time_and_export_teacher)
-from kdbert.core.loading import check_vocabulary, resolve_model_path
+from kdbert.core.loading import default_model_path, own_tokenizer, resolve_model_path
 from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.model_card import write_compress_card
 from kdbert.errors import KdbertError
 from kdbert.families.hf import user_candidate
+from kdbert.methods.kd import check_own_tokenizer, own_tokenizer_problem
 from kdbert.students.store import Build, default_store, find_build
 
 __all__ = ["CompressConfig", "compress"]
@@ -90,9 +94,10 @@ def check_output_dir(out: Path) -> None:
                           "another --output-dir") from None
 
 
-def _offered(context, names: str | None, students: list) -> list:
-    """Every family's candidates, or the ``--candidates`` named, then the ``students`` the user brings."""
-    offered = all_candidates(context)
+def _offered(context, names: str | None, students: list, pretrained: list) -> list:
+    """Every family's candidates and the ``pretrained`` students, or the ``--candidates`` named, then
+    the ``students`` the user brings."""
+    offered = all_candidates(context) + pretrained
     if names:
         wanted = [name.strip() for name in names.split(",") if name.strip()]
         unknown = sorted(set(wanted) - {c.name for c in offered})
@@ -103,20 +108,50 @@ def _offered(context, names: str | None, students: list) -> list:
     return offered + students
 
 
-def user_students(paths: list | None, teacher: Teacher) -> list:
-    """A candidate ``user-<folder name>`` per ``--student`` (:func:`kdbert.families.hf.user_candidate`),
-    each refused in one line unless it shares the teacher's vocabulary, token for token."""
+def user_students(paths: list | None, teacher: Teacher, spec) -> list:
+    """A candidate ``user-<folder name>`` per ``--student`` (:func:`kdbert.families.hf.user_candidate`):
+    on the teacher's tokenizer, or its own where its vocabulary differs (refused in one line where
+    ``spec`` needs the teacher's tokens, or the folder has no tokenizer)."""
     candidates, names = [], set()
     for given in paths or []:
         path = resolve_model_path(str(given))
-        check_vocabulary(path, teacher.model, teacher.tokenizer, option="--student")
+        own = own_tokenizer(path, teacher.model, teacher.tokenizer) is not None
+        if own:
+            check_own_tokenizer(path, spec)
         stem = re.sub(r"[^A-Za-z0-9.]+", "-", Path(path).name).strip("-").removesuffix("-aug") or "student"
         name, count = f"user-{stem}", 1
         while name in names:
             count += 1
             name = f"user-{stem}-{count}"
         names.add(name)
-        candidates.append(user_candidate(path, name))
+        candidates.append(user_candidate(path, name, own))
+    return candidates
+
+
+PRETRAINED_STUDENTS = {"pretrained-minilm-l6": default_model_path}
+"""Packaged pre-trained students offered as candidates: name -> the function giving its folder."""
+
+
+def parameter_count(candidate, context) -> int:
+    """The parameters of ``candidate`` as the task's model (its head included), counted on a model
+    built on the meta device (no memory, no weights read)."""
+    with torch.device("meta"):
+        model, _ = candidate.build(context)
+    return sum(p.numel() for p in model.parameters())
+
+
+def pretrained_students(teacher: Teacher, context, spec) -> list:
+    """The :data:`PRETRAINED_STUDENTS` with fewer parameters than the teacher (each as the task's
+    model), as candidates from their own weights with a fresh task head; one of another vocabulary
+    reads its own tokenizer, and is not offered where ``spec`` needs the teacher's tokens."""
+    size = sum(p.numel() for p in teacher.model.parameters())
+    candidates = []
+    for name, folder in PRETRAINED_STUDENTS.items():
+        path = folder()
+        own = own_tokenizer(path, teacher.model, teacher.tokenizer, option=name) is not None
+        candidate = user_candidate(path, name, own, start="pretrained")
+        if not (own and own_tokenizer_problem(spec)) and parameter_count(candidate, context) < size:
+            candidates.append(candidate)
     return candidates
 
 
@@ -205,7 +240,8 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     teacher = checked_teacher(loaded, data)
     general = general_students(config, teacher)
     context = shape_context(teacher.folder, task, config.word_vectors, data, (teacher.model, teacher.tokenizer))
-    offered = _offered(context, config.candidates, user_students(config.student, teacher))
+    offered = _offered(context, config.candidates, user_students(config.student, teacher, data.spec),
+                       pretrained_students(teacher, context, data.spec))
     search_settings = SearchSettings.of(config)
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     new_folder, new_journal = not out.exists(), config.storage is None and not journal_path(out).exists()
@@ -263,8 +299,8 @@ def general_students(config: CompressConfig, teacher: Teacher) -> Build | None:
     found = find_build(teacher.model, config.students_store)
     if found is None:
         print(f"general students: none built for this teacher's base in {config.students_store or default_store()}; "
-              "BERT-style candidates start from the teacher's weights (`kdbert students build` builds them once "
-              "per base model)")
+              "candidates of the teacher's architecture start from its weights (`kdbert students build` builds "
+              "them once per base model)")
         return None
     build, drift = found
     print(f"general students: {build.describe()}; the teacher's embeddings are {drift:.1%} from that base's")
@@ -274,7 +310,10 @@ def general_students(config: CompressConfig, teacher: Teacher) -> Build | None:
 def _compress(task, config, out, data, train_rows, teacher: Teacher, context, offered, augment, search_settings,
               deadline: Deadline, progress: Progress, held_out: dict, study, identity: dict, general: Build | None,
               command=None) -> dict:
-    speed_settings = SpeedSettings(config.runtime, config.threads, config.length_rows)
+    notes = candidate_notes(context)
+    for note in notes:
+        progress.line(note)
+    speed_settings = SpeedSettings(config.runtime, config.length_rows, config.threads)
     scored = export_task(task, data)
     with progress.phase("timing"):
         table = time_and_export_teacher(teacher, scored, out, speed_settings, deadline)
@@ -332,7 +371,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         report = _finish(scored, config, out, data, teacher, table, searched, goal, speed_settings, deadline)
     report.update(augmentation=augmentation, augmentation_skipped=skipped,
                   teacher_saw_held_out_rows=held_out["teacher_saw_held_out_rows"], held_out=held_out,
-                  starts=starts,
+                  starts=starts, candidate_notes=notes,
                   general_students=general and {"folder": str(general.folder), "base": general.facts["base"],
                                                 "key": general.facts["key"], "steps": general.facts["steps"],
                                                 "minutes": general.facts["trained_seconds"] / 60}, budget={

@@ -4,15 +4,19 @@ A candidate's kind is its name's prefix (``bert-2x256`` is a ``bert``). A round 
 ``steps`` optimiser steps; its kind's recipe says which method spends them and how (options of
 ``kdbert distill task``):
 
-- ``bert``: TinyBERT task distillation from the weight-selected start: by default its prediction
+- ``bert`` (and ``roberta``, ``xlmr``, ``mpnet``, ``electra``, ``distilbert``: the students of a
+  teacher of that architecture, :mod:`kdbert.families.selection`): TinyBERT task distillation from
+  the weight-selected start: by default its prediction
   stage alone (the teacher's logits); ``intermediate_share`` of the first rung's steps go first to the
   intermediate stage (embeddings, attention scores averaged over heads, hidden states through
   g(m)). At a few hundred steps the intermediate stage cost more than it gave: on SST-2, 300
   prediction steps beat 150 + 150 for every candidate and cost half as much (BENCHMARKS.md);
 - ``mobilebert``: logit KD from the fitted start (its intermediate transfer needs a
   general-distilled student, which compress does not build);
-- ``user`` (a student the user brings, ``--student``): logit KD from its own weights, whatever its
-  architecture;
+- ``user`` (a student the user brings, ``--student``) and ``pretrained`` (the packaged
+  all-MiniLM-L6-v2, offered under a bigger teacher): logit KD from its own weights, whatever its
+  architecture; one of another vocabulary reads its own tokenizer and the teacher's logits stored
+  per row (:func:`reads_stored_logits`);
 - ``bilstm``: the distilled BiLSTM (its own vocabulary, the paper's Adadelta and batch 50, the
   teacher's stored logits, labelled in bf16 where the runs train in it), its hidden size the
   candidate's, its embeddings the word vectors given (``--word-vectors``) or random.
@@ -20,8 +24,8 @@ A candidate's kind is its name's prefix (``bert-2x256`` is a ``bert``). A round 
 Every token-level recipe reads the teacher's logits through one teacher cache shared by all
 candidates and rounds (``teacher_cache``), so the teacher's logits are computed once per distinct
 training row for the whole search (TinyBERT's intermediate stage still runs the teacher for its
-features: stored, they take ~0.2 MB a row of SST-2); the BiLSTM's stored logits are likewise
-labelled once.
+features: stored, they take ~0.2 MB a row of SST-2); the stored logits of the BiLSTM and of
+students of their own tokenizer are likewise labelled once.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from kdbert.compress.options import ROUND_SHARES, CompressConfig
 from kdbert.core.hardware import resolve_precision
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate
+from kdbert.families.selection import KINDS as SELECTED_KINDS
 
 
 @dataclass(frozen=True)
@@ -100,13 +105,14 @@ def _bilstm(candidate: Candidate, steps: int, settings: SearchSettings) -> dict:
     return options
 
 
-RECIPES = {"bert": _tinybert, "mobilebert": _kd, "bilstm": _bilstm, "user": _kd}
+RECIPES = {**dict.fromkeys(SELECTED_KINDS, _tinybert), "mobilebert": _kd, "bilstm": _bilstm, "user": _kd,
+           "pretrained": _kd}
 """Candidate kind -> ``recipe(candidate, steps, settings)``: the method and its step options."""
 
 
 def kind_of(name: str) -> str:
-    """The kind of the candidate called ``name``: the name up to the first dash (``bert``,
-    ``mobilebert``, ``bilstm``, ``user``)."""
+    """The kind of the candidate called ``name``: the name up to the first dash (``bert``, ``roberta``,
+    ..., ``mobilebert``, ``bilstm``, ``user``, ``pretrained``)."""
     return name.split("-", 1)[0]
 
 
@@ -121,6 +127,12 @@ def starts_from_teacher(candidate: Candidate) -> bool:
     return candidate.from_teacher is not None
 
 
+def reads_stored_logits(candidate: Candidate) -> bool:
+    """Whether the candidate's runs read the teacher's logits stored for every training row (the
+    BiLSTM, a student of its own tokenizer) rather than the teacher's outputs per batch."""
+    return not starts_from_teacher(candidate) or candidate.tokenizer is not None
+
+
 def run_options(candidate: Candidate, steps: int, settings: SearchSettings, teacher_cache: str) -> dict:
     """The ``kdbert distill task`` options of one candidate's run of ``steps`` optimiser steps
     (evaluated twice: half-way and at the end, the better on held-out rows kept)."""
@@ -133,6 +145,7 @@ def run_options(candidate: Candidate, steps: int, settings: SearchSettings, teac
     if settings.max_train_examples:
         options["max_train_examples"] = settings.max_train_examples
     if starts_from_teacher(candidate):
-        options.update(batch_size=settings.batch_size, learning_rate=settings.learning_rate,
-                       teacher_cache=teacher_cache)
+        options.update(batch_size=settings.batch_size, learning_rate=settings.learning_rate)
+    if not reads_stored_logits(candidate):
+        options["teacher_cache"] = teacher_cache
     return options

@@ -132,6 +132,7 @@ def format_report(report: dict, plot: str | None = None) -> str:
                         + f"{run['dev_score']:.2f} | {method} | "
                         f"{run['steps']} | " + (f"{seconds[name] / 60:.1f} min |" if name in seconds else "- |")
                         if run else "- | " * (6 if deciding else 5)).rstrip())
+    lines += [line for note in report.get("candidate_notes") or () for line in ("", f"{note[0].upper()}{note[1:]}.")]
     general = report.get("general_students")
     if general:
         started = sorted(name for name, start in starts.items() if start == "general")

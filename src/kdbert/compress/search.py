@@ -46,7 +46,8 @@ from optuna.trial import TrialState
 from kdbert.compress import storage
 from kdbert.compress.augment import base_name, is_augmented, variant_rows_file
 from kdbert.compress.build import build_from_general, build_from_teacher
-from kdbert.compress.recipes import SearchSettings, run_options, starts_from_teacher
+from kdbert.compress.options import CompressConfig
+from kdbert.compress.recipes import SearchSettings, reads_stored_logits, run_options, starts_from_teacher
 from kdbert.compress.schedule import Goal, Job, horizon, latest, next_job
 from kdbert.compress.speed import shape_context
 from kdbert.core.hardware import available_cores
@@ -176,7 +177,7 @@ def _options(plan: Plan, candidate: Candidate) -> dict:
     start = _start(plan, candidate)
     if start is not None:
         options["student"] = str(start)
-    else:  # a student of its own (the BiLSTM): the teacher's logits stored once for every run
+    if reads_stored_logits(candidate):  # the teacher's logits stored once for every run
         options["logits_cache"] = str(out / "teacher-logits")
     return options
 
@@ -367,7 +368,7 @@ def _worker(index: int, plan: Plan, storage_url: str | None, study_name: str | N
         work(study, plan)
 
 
-def run_search(plan: Plan, study: optuna.Study, workers: int = 1, storage_url: str | None = None,
+def run_search(plan: Plan, study: optuna.Study, workers: int = CompressConfig.workers, storage_url: str | None = None,
                study_name: str | None = None, identity: dict | None = None,
                on_segment: Callable[[dict], None] | None = None, context=None, loaded: Loaded | None = None) -> dict:
     """Distil ``plan``'s candidates in ``study`` with ``workers`` processes (module doc); returns the
@@ -470,9 +471,9 @@ def teacher_row_seconds(table: dict) -> float:
 def first_round_seconds(candidates: list[Candidate], settings: SearchSettings, train_rows: int,
                         row_seconds: float) -> tuple[int, float]:
     """The fewest rows one of ``candidates``' first segments runs the teacher on, ``first_steps *
-    batch_size`` (the BiLSTM: every training row, labelled once), and their seconds at ``row_seconds``
-    a row. A lower estimate: the student's own steps come on top."""
-    rows = min(train_rows if not starts_from_teacher(c) else settings.first_steps * settings.batch_size
+    batch_size`` (stored logits: every training row, labelled once), and their seconds at
+    ``row_seconds`` a row. A lower estimate: the student's own steps come on top."""
+    rows = min(train_rows if reads_stored_logits(c) else settings.first_steps * settings.batch_size
                for c in candidates)
     return rows, rows * row_seconds
 

@@ -2,10 +2,10 @@
 measured on this machine before anything is trained.
 
 Each candidate (every registered family's :meth:`~kdbert.families.registry.Family.candidates`:
-BERT-style depth x width, teacher-matched MobileBERTs, the BiLSTM) is built with random weights
-(speed does not depend on them), exported as it would ship (ONNX, int8 by default; fp32 parity
-checked) and timed in ONNX Runtime on the task's dev rows at their own lengths, batch 1, and on
-a throughput batch (:func:`kdbert.deploy.onnx_runtime.bench_onnx`)::
+depth x width of the teacher's own architecture, teacher-matched MobileBERTs for a BERT teacher,
+the BiLSTM) is built with random weights (speed does not depend on them), exported as it would
+ship (ONNX, int8 by default; fp32 parity checked) and timed in ONNX Runtime on the task's dev rows
+at their own lengths, batch 1, and on a throughput batch (:func:`kdbert.deploy.onnx_runtime.bench_onnx`)::
 
     speedup = teacher latency_real_p50_ms / candidate latency_real_p50_ms
 
@@ -47,13 +47,14 @@ TURNS = 3  # rounds in which the shipped student and the teacher take turns bein
 
 @dataclass(frozen=True)
 class SpeedSettings:
-    """How candidates are timed: ``runtime`` (a key of :data:`RUNTIMES`), threads (None: all
-    cores), task rows timed at batch 1, timed runs of the fixed-length and throughput figures,
-    and the fixed length itself."""
+    """How candidates are timed: ``runtime`` (a key of :data:`RUNTIMES`), task rows timed at batch 1
+    (both compress's options, their defaults :class:`~kdbert.compress.options.CompressConfig`'s),
+    threads (None: all cores), timed runs of the fixed-length and throughput figures, and the fixed
+    length itself."""
 
-    runtime: str = "onnx-int8"
+    runtime: str
+    length_rows: int
     threads: int | None = None
-    length_rows: int = 200
     runs: int = 10
     seq_len: int = 64
 
@@ -95,6 +96,11 @@ def all_candidates(context: ShapeContext) -> list[Candidate]:
     return [candidate for family in families() for candidate in family.candidates(context)]
 
 
+def candidate_notes(context: ShapeContext) -> list[str]:
+    """What the families say of candidates they do not offer for ``context`` (one line each)."""
+    return [note for family in families() if (note := family.candidates_note(context))]
+
+
 def time_export(file: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
     """The figures compress keeps of one exported model timed with ``settings`` (see module doc)."""
     row = bench_onnx(file, seq_len=settings.seq_len, threads=settings.threads, runs=settings.runs,
@@ -129,7 +135,7 @@ def _timed_export(export, file: Path, task: TaskOptions, settings: SpeedSettings
 
 
 def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,
-                 settings: SpeedSettings = SpeedSettings(), int8_time_left=None) -> dict:
+                 settings: SpeedSettings, int8_time_left=None) -> dict:
     """The speed table of ``output_dir/speed.json`` for ``settings`` (a new one for other settings)
     with the exported teacher's row, timed now if it is missing (``int8_time_left``: as
     :func:`~kdbert.deploy.export.export_model`'s)."""
@@ -156,7 +162,7 @@ def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: 
 
 
 def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,
-                  settings: SpeedSettings = SpeedSettings(), candidates: list[Candidate] | None = None,
+                  settings: SpeedSettings, candidates: list[Candidate] | None = None,
                   context: ShapeContext | None = None, stop_at: float | None = None, clock=time.time) -> dict:
     """The teacher's and each candidate's deployed speed (see module doc), as ``{"settings",
     "teacher": row, "candidates": {name: row}}``, also written to ``output_dir/speed.json`` after

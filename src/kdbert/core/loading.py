@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from kdbert.core.pooling import apply_pooling, pool_like_folder
 from kdbert.errors import KdbertError
 
 DEFAULT_MODEL = "default"
@@ -61,7 +62,8 @@ def load_sequence_classifier(name_or_path: str | None, num_labels: int, new_head
 
     ``new_head_ok=False`` (a teacher for distillation, a model to evaluate) requires the folder
     to hold a trained classifier with exactly ``num_labels`` outputs; with the task's ``labels``
-    its label names are checked too (:func:`align_label_order`).
+    its label names are checked too (:func:`align_label_order`). The model pools as its config records;
+    with ``new_head_ok``, as its folder says (:func:`kdbert.core.pooling.pool_like_folder`).
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
@@ -87,7 +89,7 @@ def load_sequence_classifier(name_or_path: str | None, num_labels: int, new_head
         raise KdbertError(f"could not load {path} as a sequence classifier: {str(exc).splitlines()[0]}") from None
     if not new_head_ok and labels is not None:
         align_label_order(model, labels, path)
-    return model
+    return pool_like_folder(model, path) if new_head_ok else apply_pooling(model)
 
 
 def has_qa_head(config) -> bool:
@@ -211,10 +213,18 @@ def vocabulary_difference(mine: dict[str, int], teacher: dict[str, int]) -> str 
     return ", ".join(parts)
 
 
-def check_vocabulary(path: str, teacher, teacher_tokenizer=None, option: str = "--student") -> None:
-    """Refuse a student folder whose vocabulary is not the teacher's: by size from its config,
-    and token by token when the folder has a tokenizer and ``teacher_tokenizer`` is given (the
-    message names the difference)."""
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
+
+
+def has_tokenizer(path: str) -> bool:
+    """Whether the model folder ``path`` holds a tokenizer of its own."""
+    return any((Path(path) / name).is_file() for name in TOKENIZER_FILES)
+
+
+def vocabulary_mismatch(path: str, teacher, teacher_tokenizer=None, option: str = "--student") -> str | None:
+    """How the student folder's vocabulary differs from the teacher's, in a few words, or None when
+    it is the teacher's: by size from its config, and token by token when the folder has a
+    tokenizer and ``teacher_tokenizer`` is given."""
     from transformers import AutoConfig
 
     try:
@@ -222,13 +232,31 @@ def check_vocabulary(path: str, teacher, teacher_tokenizer=None, option: str = "
     except (OSError, ValueError) as exc:
         raise KdbertError(f"{option} {path}: could not read its config.json: {str(exc).splitlines()[0]}") from None
     difference = None if size == teacher.config.vocab_size else f"{size} tokens, the teacher {teacher.config.vocab_size}"
-    if difference is None and teacher_tokenizer is not None and any(
-            (Path(path) / name).is_file() for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json")):
+    if difference is None and teacher_tokenizer is not None and has_tokenizer(path):
         difference = vocabulary_difference(load_tokenizer(path).get_vocab(), teacher_tokenizer.get_vocab())
+    return difference
+
+
+def check_vocabulary(path: str, teacher, teacher_tokenizer=None, option: str = "--student") -> None:
+    """Refuse a student folder whose vocabulary is not the teacher's (:func:`vocabulary_mismatch`;
+    the message names the difference)."""
+    difference = vocabulary_mismatch(path, teacher, teacher_tokenizer, option)
     if difference is not None:
         raise KdbertError(
             f"{option} {path} uses a different vocabulary from the teacher's ({difference}); distil into a student "
             "that shares the teacher's tokenizer (a preset, --student-layers, or a student made from this teacher)")
+
+
+def own_tokenizer(path: str, teacher, teacher_tokenizer, option: str = "--student"):
+    """The tokenizer of the student folder ``path`` when its vocabulary is not the teacher's, None
+    when it shares the teacher's; a folder of another vocabulary without a tokenizer is refused."""
+    difference = vocabulary_mismatch(path, teacher, teacher_tokenizer, option)
+    if difference is None:
+        return None
+    if not has_tokenizer(path):
+        raise KdbertError(f"{option} {path} uses a different vocabulary from the teacher's ({difference}) and has no "
+                          "tokenizer of its own; save its tokenizer in that folder (tokenizer.save_pretrained)")
+    return load_tokenizer(path)
 
 
 def load_encoder(name_or_path: str | None, option: str = "--teacher"):

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 from torch import nn
 
 from kdbert.core.evaluate import task_evaluator
-from kdbert.core.loading import check_vocabulary
-from kdbert.core.teacher_logits import stored_teacher_logits
+from kdbert.core.loading import vocabulary_mismatch
+from kdbert.core.teacher_logits import stored_teacher_logits, unlabelled_store_folder
 from kdbert.data.batching import EncodedDataset, ModelInputs, TaskCollator, TokenizerInputs, encode_task
 from kdbert.data.glue import Example, TaskData
 from kdbert.data.load import TaskOptions
@@ -61,6 +62,8 @@ class TaskInputs:
         saved_with_student: the teacher's tokenizer or the student's vocabulary: anything with
             ``save_pretrained(folder)``, written beside the saved student.
         report: facts for ``distill_report.json`` (vocabulary size, stored teacher logits...).
+        teacher: the teacher the plan runs when it is not the loaded one (the
+            :class:`~kdbert.core.teacher_logits.StoredTeacherLogits` of rows that carry them).
     """
 
     student: Student
@@ -69,12 +72,14 @@ class TaskInputs:
     evaluator: Callable
     saved_with_student: Any
     report: dict = field(default_factory=dict)
+    teacher: nn.Module | None = None
 
 
 @dataclass
 class TaskSource:
     """What the front loaded for task distillation: the teacher (eval mode) and its tokenizer, the
-    task, the training ``rows`` (``--max-train-examples`` applied) and the teacher's token limit."""
+    task, the training ``rows`` (``--max-train-examples`` applied; the last ``unlabelled`` of them
+    the ``--unlabelled`` rows the teacher labelled) and the teacher's token limit."""
 
     teacher: nn.Module
     tokenizer: Any
@@ -82,13 +87,22 @@ class TaskSource:
     rows: list[Example]
     max_seq_len: int
     task: TaskOptions
+    unlabelled: int = 0
 
     def teacher_logits(self, dtype: str = "float32", folder: str | None = None):
         """The teacher's logits (N, C) on ``rows``, computed once and stored (beside the training
-        file, or in ``folder``: :func:`kdbert.core.teacher_logits.stored_teacher_logits`), and the
-        facts for the report."""
-        return stored_teacher_logits(self.teacher, self.tokenizer, self.rows, self.task, self.data.spec,
-                                     self.max_seq_len, dtype, folder)
+        file, or in ``folder``: :func:`kdbert.core.teacher_logits.stored_teacher_logits`; the
+        ``--unlabelled`` rows where their labelling stored them, :func:`unlabelled_store_folder`),
+        and the facts for the report."""
+        spec, kept = self.data.spec, len(self.rows) - self.unlabelled
+        logits, facts = stored_teacher_logits(self.teacher, self.tokenizer, self.rows[:kept], self.task, spec,
+                                              self.max_seq_len, dtype, folder)
+        if self.unlabelled:
+            store = str(unlabelled_store_folder(self.task, spec, folder))
+            labelled, _ = stored_teacher_logits(self.teacher, self.tokenizer, self.rows[kept:], self.task, spec,
+                                                self.max_seq_len, dtype, store)
+            logits, facts["rows"] = np.concatenate([logits, labelled]), len(self.rows)
+        return logits, facts
 
 
 @dataclass
@@ -157,7 +171,12 @@ class Method:
         overrides this."""
         teacher, tokenizer, spec = source.teacher, source.tokenizer, source.data.spec
         if config.student and Path(str(config.student)).is_dir():
-            check_vocabulary(config.student, teacher, tokenizer)
+            difference = vocabulary_mismatch(config.student, teacher, tokenizer)
+            if difference is not None:
+                raise KdbertError(f"--method {self.name} needs a student of the teacher's tokenizer (it matches what "
+                                  f"they compute per token), but --student {config.student} uses a different "
+                                  f"vocabulary ({difference}); --method kd distils a student of its own tokenizer "
+                                  "from the teacher's logits per row")
         student = self.initial_student(teacher, spec, config)
         teacher_inputs = TokenizerInputs.for_task(tokenizer, source.max_seq_len, spec)
         student_inputs = self.student_inputs(student, config, spec)

@@ -21,6 +21,9 @@ are not the float32 ones, so the precision is part of the namespace.
 
 The texts the teacher reads are :func:`teacher_view` of the stored ones: the augmentation's
 ``[MASK]`` becomes the teacher tokenizer's own mask token.
+
+A student trained on them (the BiLSTM, a student of its own tokenizer under ``--method kd``) meets
+the teacher as :class:`StoredTeacherLogits`, which returns the logits the batch carries.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors import safe_open
+from torch import nn
 
 from kdbert.core.teacher_store import SHARD_GLOB, TeacherStore, teacher_fingerprint
+from kdbert.core.trace import HookAdapter, register_adapter
 from kdbert.data.batching import PaddingCollator, encode_examples, pool_windows
 from kdbert.data.glue import Example, resolve_glue_dir, split_file
 from kdbert.data.load import TaskOptions, is_data_file
@@ -46,6 +51,21 @@ from kdbert.errors import KdbertError
 
 DTYPES = ("float32", "bfloat16")
 SHARD_ROWS = 1 << 16  # logits are a few numbers per row: large shards, few files
+
+
+class StoredTeacherLogits(nn.Module):
+    """The teacher of a student trained on its stored logits: ``forward(teacher_logits)`` returns
+    the logits (B, C) stored for the batch's rows, so tracing it costs nothing and the real
+    teacher never runs while the student trains."""
+
+    def forward(self, teacher_logits: torch.Tensor | None = None) -> torch.Tensor:
+        if teacher_logits is None:
+            raise KdbertError("the batch carries no teacher_logits; encode the rows with the teacher's stored logits "
+                              "(TaskSource.teacher_logits)")
+        return teacher_logits
+
+
+register_adapter(StoredTeacherLogits, HookAdapter({}))  # its output is the logits: no other feature
 
 
 def check_dtype(dtype: str) -> None:

@@ -1,4 +1,4 @@
-"""Trace: what one forward pass of a model exposes to distillation, from two adapters.
+"""Trace: what one forward pass of a model exposes to distillation, from three adapters.
 
 - :class:`HFAdapter`, for any Hugging Face model whose attention goes through transformers'
   attention interface (BERT, DistilBERT, MobileBERT, ...). HF's ``output_attentions`` returns
@@ -7,6 +7,9 @@
   attention exactly like HF's eager path and records every layer's scores; it switches the model
   to it (``set_attn_implementation``) for one forward pass and back, so saved models never carry
   it. Hidden states come from ``output_hidden_states``.
+- :class:`BiasedScoresAdapter`, for HF models whose attention module computes its scores itself
+  (MPNet, with its relative-position bias): the HF adapter's hidden states and logits, the scores
+  built from the query and key projections and the bias recorded by hooks.
 - :class:`HookAdapter`, for models that are not HF transformers (a BiLSTM student): forward hooks
   record the outputs of named submodules as custom features; the model's output (a tensor, or an
   object with ``.logits``) is the logits.
@@ -31,12 +34,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import threading
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from transformers import AttentionInterface, PreTrainedModel
+from transformers import AttentionInterface, MPNetPreTrainedModel, PreTrainedModel
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
 
 from kdbert.errors import KdbertError
@@ -181,6 +185,45 @@ class HFAdapter:
                      model_class=type(model).__name__)
 
 
+class BiasedScoresAdapter(HFAdapter):
+    """Trace an HF model whose attention computes ``softmax(Q K^T / sqrt(d) + bias + mask)`` itself,
+    outside transformers' attention interface (MPNet, ``bias`` its relative-position bias): as the
+    HF adapter, with each layer's scores built from what hooks record, the query and key projections
+    (B, L, H*d) of every layer below ``layers`` (paths below the base model) and the bias table's
+    lookup (L, L, H), masked as :func:`_traced_attention` masks them."""
+
+    def __init__(self, layers: str, query: str, key: str, bias: str):
+        self.layers, self.query, self.key, self.bias = layers, query, key, bias
+
+    def __call__(self, model: nn.Module, inputs: dict, with_attention: bool) -> Trace:
+        if not with_attention:
+            return super().__call__(model, inputs, False)
+        base = model.base_model
+        recorded: dict = {}
+        layers = base.get_submodule(self.layers)
+        modules = {"bias": base.get_submodule(self.bias)}
+        for i, layer in enumerate(layers):
+            modules[("query", i)], modules[("key", i)] = layer.get_submodule(self.query), layer.get_submodule(self.key)
+        handles = [module.register_forward_hook(lambda _m, _a, out, name=name: recorded.__setitem__(name, out))
+                   for name, module in modules.items()]
+        try:
+            traced = super().__call__(model, inputs, False)
+        finally:
+            for handle in handles:
+                handle.remove()
+        bias = recorded["bias"].permute(2, 0, 1).unsqueeze(0)  # (1, H, L, L)
+        key_mask = traced.attention_mask.to(bias.dtype)[:, None, None, :]
+        scores = []
+        for i in range(len(layers)):
+            query, key = (recorded[(name, i)] for name in ("query", "key"))
+            shape = (*query.shape[:2], bias.shape[1], -1)
+            query, key = query.view(shape).transpose(1, 2), key.view(shape).transpose(1, 2)
+            raw = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(query.shape[-1]) + bias
+            scores.append(raw + (1.0 - key_mask) * MASKED_SCORE)
+        traced.attention_scores = tuple(scores)
+        return traced
+
+
 class HookAdapter:
     """Trace any ``nn.Module``: ``features`` maps a feature name to a submodule's dotted path
     (``{"encoded": "encoder"}``); each submodule's output (first item of a tuple) is recorded in
@@ -218,6 +261,10 @@ _ADAPTERS: dict[type, object] = {}
 def register_adapter(model_class: type, adapter) -> None:
     """Trace instances of ``model_class`` (and subclasses) with ``adapter(model, inputs, with_attention)``."""
     _ADAPTERS[model_class] = adapter
+
+
+register_adapter(MPNetPreTrainedModel, BiasedScoresAdapter("encoder.layer", "attention.attn.q", "attention.attn.k",
+                                                            "encoder.relative_attention_bias"))
 
 
 def adapter_for(model: nn.Module):

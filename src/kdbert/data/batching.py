@@ -4,7 +4,9 @@ Per-model inputs: when the student reads the teacher's tokenizer (every BERT-fam
 a row and a batch are one dict that both models read. A student with its own inputs (a
 word-level BiLSTM, another vocabulary) brings a :class:`ModelInputs`; rows and batches are then
 ``{"teacher": {...}, "student": {...}, "labels": ...}`` (:func:`encode_task`,
-:class:`TaskCollator`), each side made and padded by its own encoder.
+:class:`TaskCollator`), each side made and padded by its own encoder, or, where the teacher's
+logits are stored per row, ``{"student": {...}, "teacher_logits": ..., "labels": ...}``
+(:func:`encode_with_logits`).
 
 Dynamic padding pads each batch only to its longest row; length grouping shuffles rows,
 cuts them into mega-batches of ``50 * batch_size``, sorts each by length and batches them, so
@@ -212,19 +214,48 @@ def encode_task(examples: list[Example], teacher: TokenizerInputs,
     return EncodedDataset(rows)
 
 
-class TaskCollator:
-    """Batches of :func:`encode_task` rows: :class:`PaddingCollator` for shared rows, else each
-    side collated by its own :class:`ModelInputs` and the labels as long or float."""
+def encode_with_logits(examples: list[Example], student: ModelInputs,
+                       teacher_logits: np.ndarray | None = None) -> EncodedDataset:
+    """Training rows of a student that never reads the teacher's tokens: ``{"student": {...},
+    "teacher_logits": (C,) float32, "labels"}``, the teacher's stored logits (N, C) left out when
+    ``None`` (no soft term)."""
+    if teacher_logits is not None and len(teacher_logits) != len(examples):
+        raise KdbertError(f"{len(teacher_logits)} rows of teacher logits for {len(examples)} examples; "
+                          "label the same examples with the teacher")
+    rows = [{"student": s} for s in student.encode(examples)]
+    for i, (row, example) in enumerate(zip(rows, examples)):
+        if teacher_logits is not None:
+            row["teacher_logits"] = np.asarray(teacher_logits[i], dtype=np.float32)
+        if example.label is not None:
+            row["labels"] = example.label
+    return EncodedDataset(rows)
 
-    def __init__(self, teacher: TokenizerInputs, student: ModelInputs | None = None, regression: bool = False):
-        self.shared = PaddingCollator(teacher.tokenizer.pad_token_id, regression)
+
+def longer_than(tokenizer, examples: list[Example], max_seq_len: int) -> list[bool]:
+    """Per example, whether its tokens (special tokens included, pairs together) are more than
+    ``max_seq_len``: the rows a limit of ``max_seq_len`` cuts."""
+    columns = [list(c) for c in zip(*(ex.texts for ex in examples))] if examples else [[]]
+    return [len(ids) > max_seq_len for ids in tokenizer(*columns, verbose=False)["input_ids"]]
+
+
+class TaskCollator:
+    """Batches of :func:`encode_task` / :func:`encode_with_logits` rows: :class:`PaddingCollator`
+    for shared rows, else each side collated by its own :class:`ModelInputs` (``teacher`` None:
+    rows without the teacher's inputs; stored teacher logits stacked, (B, C)) and the labels as long
+    or float."""
+
+    def __init__(self, teacher: TokenizerInputs | None, student: ModelInputs | None = None, regression: bool = False):
+        self.shared = None if teacher is None else PaddingCollator(teacher.tokenizer.pad_token_id, regression)
         self.teacher, self.student, self.regression = teacher, student, regression
 
     def __call__(self, features: list[dict]) -> dict:
         if self.student is None:
             return self.shared(features)
-        batch = {"teacher": self.teacher.collate([f["teacher"] for f in features]),
-                 "student": self.student.collate([f["student"] for f in features])}
+        batch = {"student": self.student.collate([f["student"] for f in features])}
+        if "teacher" in features[0]:
+            batch["teacher"] = self.teacher.collate([f["teacher"] for f in features])
+        if "teacher_logits" in features[0]:
+            batch["teacher_logits"] = torch.from_numpy(np.stack([f["teacher_logits"] for f in features]))
         if "labels" in features[0]:
             dtype = torch.float32 if self.regression else torch.long
             batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=dtype)

@@ -1,14 +1,13 @@
 """Student construction: presets, random init, and init from a teacher's layers.
 
 Every function returns a plain Hugging Face model: ``save_pretrained`` output loads with
-transformers alone, no kdbert needed.
+transformers alone, no kdbert needed (a student that pools by mean, as its teacher does, pools so
+where kdbert loads it: :mod:`kdbert.core.pooling`).
 """
 
 from __future__ import annotations
 
 import copy
-import math
-from functools import partial
 from typing import Callable
 
 import torch
@@ -24,8 +23,11 @@ from transformers import (
     PreTrainedModel,
 )
 
+from kdbert.core.pooling import apply_pooling, inherit_pooling
 from kdbert.errors import KdbertError
+from kdbert.families import selection
 from kdbert.families.registry import Candidate, ShapeContext
+from kdbert.families.selection import select_teacher_weights
 
 # TinyBERT students (Jiao et al., 2020). With BERT's 30522-word vocabulary tinybert4's
 # BertModel (pooler included) has 14,350,248 parameters; the paper rounds to 14.5M.
@@ -52,11 +54,11 @@ def student_config(
 ) -> BertConfig:
     """A BertConfig for a student of ``teacher_config``'s vocabulary.
 
-    Vocabulary size, max positions, token-type vocabulary, pad id and activation come from
-    the teacher (the student shares its tokenizer). The shape comes from the preset, or
-    from the teacher when ``preset_or_none`` is None; ``overrides`` (e.g.
-    ``num_hidden_layers``, ``hidden_size``, ``intermediate_size``, ``num_attention_heads``)
-    win over both.
+    Vocabulary size, max positions, token-type vocabulary, pad id, activation and pooling
+    (:mod:`kdbert.core.pooling`) come from the teacher (the student shares its tokenizer). The
+    shape comes from the preset, or from the teacher when ``preset_or_none`` is None;
+    ``overrides`` (e.g. ``num_hidden_layers``, ``hidden_size``, ``intermediate_size``,
+    ``num_attention_heads``) win over both.
     """
     if preset_or_none is None:
         shape = {key: getattr(teacher_config, key) for key in PRESETS["tinybert4"]}
@@ -82,13 +84,14 @@ def student_config(
             f"student hidden_size {kwargs['hidden_size']} is not divisible by "
             f"num_attention_heads {kwargs['num_attention_heads']}; change one of them"
         )
-    return BertConfig(**kwargs)
+    return inherit_pooling(BertConfig(**kwargs), teacher_config)
 
 
 def build_student(
     config: BertConfig, task_kind: str = "classification", seed: int = 0
 ) -> BertForSequenceClassification | BertForQuestionAnswering:
-    """A randomly initialised ``BertForSequenceClassification``; same seed, same weights.
+    """A randomly initialised ``BertForSequenceClassification`` pooling as ``config`` records; same seed,
+    same weights.
 
     ``task_kind="regression"`` sets num_labels 1 and problem_type "regression" (STS-B);
     ``"question-answering"`` gives a ``BertForQuestionAnswering`` (start and end logits).
@@ -104,7 +107,8 @@ def build_student(
         config.num_labels = 2
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return (BertForQuestionAnswering if task_kind == "question-answering" else BertForSequenceClassification)(config)
+        head = BertForQuestionAnswering if task_kind == "question-answering" else BertForSequenceClassification
+        return apply_pooling(head(config))
 
 
 def _bert_of(teacher: PreTrainedModel) -> BertModel:
@@ -156,7 +160,7 @@ def init_from_teacher_layers(
 
     Copies the embeddings, teacher encoder layers ``layers`` (0-based, increasing) into
     student layers 0..k-1, and the pooler; the classifier is fresh (seeded), a QA head (start, end)
-    when the teacher answers questions. PKD initialises
+    when the teacher answers questions; the student pools as the teacher does. PKD initialises
     from the first k layers: ``layers=list(range(k))``. num_labels 1 means regression.
     """
     bert = _bert_of(teacher)
@@ -176,7 +180,7 @@ def init_from_teacher_layers(
             student.bert.encoder.layer[i].load_state_dict(bert.encoder.layer[layer].state_dict())
         if bert.pooler is not None and student.bert.pooler is not None:
             student.bert.pooler.load_state_dict(bert.pooler.state_dict())
-    return student
+    return apply_pooling(student)
 
 
 def init_distilbert_student(
@@ -263,90 +267,6 @@ def init_distilbert_student(
 STUDENT_INITS = ("random", "teacher-weights")
 
 
-def evenly_spaced(count: int, size: int) -> torch.Tensor:
-    """``count`` indices spread evenly over ``range(size)``: floor(i * size / count), i < count."""
-    return torch.arange(count) * size // count
-
-
-def _selection_layers(student_depth: int, teacher_depth: int) -> list[int]:
-    """0-based teacher layer for each student layer: the uniform map ceil(m*N/M) - 1."""
-    return [math.ceil(m * teacher_depth / student_depth) - 1 for m in range(1, student_depth + 1)]
-
-
-@torch.no_grad()
-def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel) -> dict:
-    """Initialise a narrower/shallower BERT ``student`` in place from the teacher's weights.
-
-    Weight selection (Xu et al., 2024, "Initializing Models with Larger Ones"), an option
-    beyond the TinyBERT paper for users without a general-distilled student: every student
-    tensor is a sub-tensor of the matching teacher tensor, picked consistently so the student
-    computes a slice of the teacher's residual stream.
-
-    - layers: student layer m (1-based) copies teacher layer g(m) = ceil(m*N/M), the uniform
-      map its hidden states are distilled towards;
-    - hidden units H = evenly_spaced(d_s, d_t), used for every residual-stream dimension
-      (embedding columns, LayerNorms, the rows of attention output and FFN output, pooler);
-    - attention: heads evenly_spaced(h_s, h_t), and within each head dims
-      evenly_spaced(d_s/h_s, d_t/h_t) of the query/key/value rows;
-    - FFN units evenly_spaced(i_s, i_t).
-
-    The classifier (if any) keeps its fresh initialisation. Each student size must be at most
-    the teacher's. Returns what was selected, for reports.
-    """
-    s_bert, t_bert = _bert_of(student), _bert_of(teacher)
-    sc, tc = s_bert.config, t_bert.config
-    s_head_dim, t_head_dim = sc.hidden_size // sc.num_attention_heads, tc.hidden_size // tc.num_attention_heads
-    sizes = {"num_hidden_layers": (sc.num_hidden_layers, tc.num_hidden_layers),
-             "hidden_size": (sc.hidden_size, tc.hidden_size),
-             "num_attention_heads": (sc.num_attention_heads, tc.num_attention_heads),
-             "head size": (s_head_dim, t_head_dim),
-             "intermediate_size": (sc.intermediate_size, tc.intermediate_size)}
-    for name, (s, t) in sizes.items():
-        if s > t:
-            raise KdbertError(f"--student-init teacher-weights needs a student no larger than the teacher, but the "
-                              f"student's {name} is {s} > the teacher's {t}; use --student-init random")
-    if sc.vocab_size != tc.vocab_size:
-        raise KdbertError(f"--student-init teacher-weights needs the teacher's vocabulary ({tc.vocab_size} tokens), "
-                          f"the student has {sc.vocab_size}")
-    hidden = evenly_spaced(sc.hidden_size, tc.hidden_size)
-    heads = evenly_spaced(sc.num_attention_heads, tc.num_attention_heads)
-    head_dims = evenly_spaced(s_head_dim, t_head_dim)
-    attention = (heads[:, None] * t_head_dim + head_dims[None, :]).reshape(-1)
-    ffn = evenly_spaced(sc.intermediate_size, tc.intermediate_size)
-    layers = _selection_layers(sc.num_hidden_layers, tc.num_hidden_layers)
-
-    def take(dst: nn.Module, src: nn.Module, rows: torch.Tensor | None, cols: torch.Tensor | None = None) -> None:
-        weight = src.weight
-        if rows is not None:
-            weight = weight[rows]
-        if cols is not None:
-            weight = weight[:, cols]
-        dst.weight.copy_(weight)
-        if getattr(src, "bias", None) is not None:
-            dst.bias.copy_(src.bias if rows is None else src.bias[rows])
-
-    se, te = s_bert.embeddings, t_bert.embeddings
-    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
-        dst, src = getattr(se, name), getattr(te, name)
-        dst.weight.copy_(src.weight[: dst.weight.shape[0], hidden])
-    take(se.LayerNorm, te.LayerNorm, hidden)
-    for s_layer, t_index in zip(s_bert.encoder.layer, layers):
-        t_layer = t_bert.encoder.layer[t_index]
-        for name in ("query", "key", "value"):
-            take(getattr(s_layer.attention.self, name), getattr(t_layer.attention.self, name), attention, hidden)
-        take(s_layer.attention.output.dense, t_layer.attention.output.dense, hidden, attention)
-        take(s_layer.attention.output.LayerNorm, t_layer.attention.output.LayerNorm, hidden)
-        take(s_layer.intermediate.dense, t_layer.intermediate.dense, ffn, hidden)
-        take(s_layer.output.dense, t_layer.output.dense, hidden, ffn)
-        take(s_layer.output.LayerNorm, t_layer.output.LayerNorm, hidden)
-    if s_bert.pooler is not None and t_bert.pooler is not None:
-        take(s_bert.pooler.dense, t_bert.pooler.dense, hidden, hidden)
-    return {"student_init": "teacher-weights", "teacher_layers": [i + 1 for i in layers],
-            "hidden_units": f"{sc.hidden_size} of {tc.hidden_size}",
-            "heads": f"{sc.num_attention_heads} of {tc.num_attention_heads} ({s_head_dim} of {t_head_dim} dims each)",
-            "ffn_units": f"{sc.intermediate_size} of {tc.intermediate_size}"}
-
-
 def apply_student_init(student: PreTrainedModel, teacher: PreTrainedModel, init: str | None) -> str:
     """Apply ``--student-init`` to a freshly built preset student; returns a description.
 
@@ -363,13 +283,6 @@ def apply_student_init(student: PreTrainedModel, teacher: PreTrainedModel, init:
 
 
 # ----------------------------------------------------------------------------- shapes worth timing
-SPEED_DEPTHS = (1, 2, 3, 4)
-SPEED_WIDTHS = (128, 192, 256, 384)
-"""BERT-style students whose deployed speed ``kdbert compress`` measures: every depth x width up to
-the teacher's, with the teacher's head size and FFN-to-width ratio, so that every one of them can
-take its weights from the teacher (:func:`select_teacher_weights`)."""
-
-
 def task_kind(spec_or_context) -> str:
     """The :data:`TASK_KINDS` entry of a task spec or shape context."""
     if spec_or_context.question_answering:
@@ -382,31 +295,7 @@ def _random_student(shape: dict, context: ShapeContext) -> tuple[BertForSequence
     return build_student(config, task_kind(context)), context.tokenizer
 
 
-def _student_from_teacher(shape: dict, teacher: PreTrainedModel, context: ShapeContext) -> BertForSequenceClassification:
-    """The shape's student with weights selected from the teacher (:func:`select_teacher_weights`)."""
-    student, _ = _random_student(shape, context)
-    select_teacher_weights(student, teacher)
-    return student
-
-
-def bert_shape(layers: int, hidden: int, teacher_config) -> dict:
-    """The shape ``bert-<layers>x<hidden>`` of a student of ``teacher_config``: the teacher's head size
-    and FFN-to-width ratio."""
-    head_size = teacher_config.hidden_size // teacher_config.num_attention_heads
-    return {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": hidden // head_size,
-            "intermediate_size": hidden * teacher_config.intermediate_size // teacher_config.hidden_size}
-
-
-def speed_shapes(teacher_config) -> dict[str, dict]:
-    """Name -> shape of :data:`SPEED_DEPTHS` x :data:`SPEED_WIDTHS` no larger than the teacher."""
-    head_size = teacher_config.hidden_size // teacher_config.num_attention_heads
-    return {f"bert-{layers}x{hidden}": bert_shape(layers, hidden, teacher_config)
-            for layers in SPEED_DEPTHS if layers <= teacher_config.num_hidden_layers
-            for hidden in SPEED_WIDTHS if hidden <= teacher_config.hidden_size and hidden % head_size == 0}
-
-
 def speed_candidates(context: ShapeContext) -> list[Candidate]:
-    """The BERT-style shapes of :func:`speed_shapes`."""
-    return [Candidate(name, "hf", tuple(shape.items()), partial(_random_student, shape),
-                      partial(_student_from_teacher, shape))
-            for name, shape in speed_shapes(context.teacher_config).items()]
+    """A BERT teacher's ``bert-<layers>x<width>`` candidates (:func:`kdbert.families.selection.speed_candidates`),
+    built on :func:`student_config` as they always were."""
+    return selection.speed_candidates(context, _random_student)

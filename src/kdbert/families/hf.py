@@ -31,6 +31,16 @@ def _looks_local(path: str) -> bool:
     return os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1 or (os.sep != "/" and os.sep in path)
 
 
+def _max_positions(model: nn.Module) -> int | None:
+    """The longest sequence ``model`` takes: ``max_position_embeddings``, less the rows up to the
+    padding row where positions are numbered after it (RoBERTa, XLM-R, MPNet: from padding_idx + 1,
+    so roberta-base's 514 rows take 512 tokens)."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    table = getattr(getattr(getattr(model, "base_model", model), "embeddings", None), "position_embeddings", None)
+    padding = getattr(table, "padding_idx", None)
+    return limit if limit is None or padding is None else limit - padding - 1
+
+
 class HFFamily(Family):
     name = "hf"
     model_classes = (PreTrainedModel,)
@@ -66,6 +76,7 @@ class HFFamily(Family):
         from transformers import AutoConfig, AutoModel, AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
         from kdbert.core.loading import has_qa_head
+        from kdbert.core.pooling import apply_pooling
 
         local = Path(path).expanduser()
         missing = f"model path {path} does not exist; pass a folder saved with save_pretrained or a hub id"
@@ -76,7 +87,7 @@ class HFFamily(Family):
             try:
                 if has_qa_head(AutoConfig.from_pretrained(source)):
                     return AutoModelForQuestionAnswering.from_pretrained(source)
-                return AutoModelForSequenceClassification.from_pretrained(source)
+                return apply_pooling(AutoModelForSequenceClassification.from_pretrained(source))
             except (ValueError, KeyError):  # no classification head for this architecture
                 return AutoModel.from_pretrained(source)
         except (OSError, ValueError) as err:
@@ -99,19 +110,19 @@ class HFFamily(Family):
         from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
         from kdbert.core.loading import has_qa_head
+        from kdbert.core.pooling import apply_pooling
 
         config = AutoConfig.from_pretrained(str(folder))
         head = AutoModelForQuestionAnswering if has_qa_head(config) else AutoModelForSequenceClassification
-        return head.from_config(config)
+        return apply_pooling(head.from_config(config))
 
     def input_spec(self, model: nn.Module) -> InputSpec:
         """The inputs ``forward`` names, the position limit, the vocabulary size, and the graphs:
         ``fused`` too where ORT's transformer optimiser knows the architecture."""
         accepted = inspect.signature(model.forward).parameters
-        config = model.config
         graphs = ("torchscript", "fused", "dynamo") if self.fusion_settings(model) else ("torchscript", "dynamo")
-        return InputSpec(tuple(n for n in TOKEN_INPUTS if n in accepted),
-                         getattr(config, "max_position_embeddings", None), config.vocab_size, graphs)
+        return InputSpec(tuple(n for n in TOKEN_INPUTS if n in accepted), _max_positions(model),
+                         model.config.vocab_size, graphs)
 
     @contextlib.contextmanager
     def export_form(self, model: nn.Module):
@@ -136,12 +147,22 @@ class HFFamily(Family):
                 "hidden_size": getattr(config, "hidden_size", None) or config.dim}
 
     def candidates(self, context: ShapeContext) -> list[Candidate]:
-        """BERT-style students (depth x width) and teacher-matched MobileBERTs, for a BERT-shaped teacher."""
-        from kdbert.families import bert, mobilebert
+        """Students of the teacher's architecture (depth x width, weights selected from the teacher's:
+        :mod:`kdbert.families.selection`), and teacher-matched MobileBERTs for a BERT teacher."""
+        from kdbert.families import bert, mobilebert, selection
 
-        if not all(hasattr(context.teacher_config, key) for key in ("num_hidden_layers", "hidden_size")):
+        layout = selection.layout_of(context.teacher_config)
+        if layout is None:
             return []
-        return bert.speed_candidates(context) + mobilebert.speed_candidates(context)
+        if layout is selection.LAYOUTS["bert"]:
+            return bert.speed_candidates(context) + mobilebert.speed_candidates(context)
+        return selection.speed_candidates(context)
+
+    def candidates_note(self, context: ShapeContext) -> str | None:
+        """Why a teacher kdbert cannot cut gets no candidates of its architecture."""
+        from kdbert.families.selection import uncut_note
+
+        return uncut_note(context.teacher_config)
 
     def evaluator(self, data, encoder, max_seq_len: int | None, batch_size: int):
         from kdbert.core.evaluate import task_evaluator
@@ -183,21 +204,28 @@ def _task_class(context: ShapeContext):
     return AutoModelForQuestionAnswering if context.question_answering else AutoModelForSequenceClassification
 
 
-def user_candidate(path: str, name: str) -> Candidate:
-    """A student the user brings (a BERT-family folder or hub id, with the teacher's vocabulary,
-    checked by the caller) as a candidate called ``name``: timed with random weights of its config,
-    distilled from its own weights with a fresh task head."""
+def user_candidate(path: str, name: str, own_tokenizer: bool = False, start: str = "user") -> Candidate:
+    """A student the user brings (a BERT-family folder or hub id) as a candidate called ``name``,
+    reading the teacher's tokenizer or, with ``own_tokenizer``, the folder's (checked by the caller):
+    timed with random weights of its config, distilled from its own weights (``start``) with a fresh
+    task head, pooling as the folder says (:func:`kdbert.core.pooling.pool_like_folder`)."""
     from transformers import AutoConfig
+
+    from kdbert.core.loading import load_tokenizer
+    from kdbert.core.pooling import pool_like_folder
 
     config = AutoConfig.from_pretrained(path)
     shape = {"path": str(path), "model_type": config.model_type,
-             **{key: getattr(config, key) for key in ("num_hidden_layers", "hidden_size") if hasattr(config, key)}}
+             **{key: getattr(config, key) for key in ("num_hidden_layers", "hidden_size") if hasattr(config, key)},
+             **({"tokenizer": "own"} if own_tokenizer else {})}
 
     def build(context: ShapeContext):
-        return _task_class(context).from_config(_task_config(path, context)), context.tokenizer
+        model = pool_like_folder(_task_class(context).from_config(_task_config(path, context)), path)
+        return model, load_tokenizer(path) if own_tokenizer else context.tokenizer
 
     def own_weights(teacher, context: ShapeContext):
-        return _task_class(context).from_pretrained(path, config=_task_config(path, context),
-                                                    ignore_mismatched_sizes=True)
+        return pool_like_folder(_task_class(context).from_pretrained(path, config=_task_config(path, context),
+                                                                     ignore_mismatched_sizes=True), path)
 
-    return Candidate(name, "hf", tuple(shape.items()), build, own_weights, start="user")
+    return Candidate(name, "hf", tuple(shape.items()), build, own_weights, start=start,
+                     tokenizer=str(path) if own_tokenizer else None)

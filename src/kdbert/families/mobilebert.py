@@ -58,6 +58,7 @@ from transformers import (
     PreTrainedModel,
 )
 
+from kdbert.core.pooling import apply_pooling, inherit_pooling
 from kdbert.errors import KdbertError
 from kdbert.families.mobilebert_embeddings import can_fit_embeddings, fit_embeddings_to_teacher, strip_prefix
 from kdbert.families.registry import Candidate, ShapeContext
@@ -148,8 +149,8 @@ def mobilebert_config(
 ) -> MobileBertConfig:
     """A ``MobileBertConfig`` for ``preset`` (see the module table), with any shape override.
 
-    With ``teacher_config`` the vocabulary size, max positions, token-type vocabulary and pad
-    id come from the teacher (the student shares its tokenizer); ``*-matched`` presets need it.
+    With ``teacher_config`` the vocabulary size, max positions, token-type vocabulary, pad id and
+    pooling come from the teacher (the student shares its tokenizer); ``*-matched`` presets need it.
     ``overrides`` are ``MobileBertConfig`` fields from :data:`SHAPE_KEYS`, e.g.
     ``num_hidden_layers=6`` or ``normalization_type="layer_norm", hidden_act="gelu"``; they win
     over the preset. ``num_labels=1`` means regression.
@@ -190,14 +191,14 @@ def mobilebert_config(
         )
     config = MobileBertConfig(num_labels=num_labels, **shape)
     config.problem_type = "regression" if num_labels == 1 else "single_label_classification"
-    return config
+    return inherit_pooling(config, teacher_config)
 
 
 def build_mobilebert(
     config: MobileBertConfig, head: str = "sequence-classification", seed: int = 0
 ) -> MobileBertForSequenceClassification | MobileBertForQuestionAnswering | MobileBertForMaskedLM:
-    """A randomly initialised (seeded) MobileBERT with a classification, question-answering (start and
-    end logits per token) or masked-LM head."""
+    """A randomly initialised (seeded) MobileBERT with a classification (pooling as ``config``
+    records), question-answering (start and end logits per token) or masked-LM head."""
     if head not in HEADS:
         raise KdbertError(f"unknown head {head!r}; use one of {', '.join(HEADS)}")
     if head == "masked-lm" and config.embedding_size > config.hidden_size:
@@ -209,7 +210,7 @@ def build_mobilebert(
            "question-answering": MobileBertForQuestionAnswering, "masked-lm": MobileBertForMaskedLM}[head]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return cls(config)
+        return apply_pooling(cls(config))
 
 
 # ----------------------------------------------------------------------------- feature widths

@@ -82,14 +82,16 @@ class Candidate:
     """A student shape of one family, measurable for speed before any training: ``build(context)``
     gives a model of that shape with random weights and its encoder; ``from_teacher(teacher,
     context)``, where the family can, the same shape initialised from the teacher's weights (the
-    start of its distillation)."""
+    start of its distillation); ``tokenizer``: the folder of the tokenizer it reads where that is not
+    the teacher's (a pre-trained student of another vocabulary)."""
 
     name: str
     family: str
     shape: tuple[tuple[str, Any], ...]
     build: Callable[[ShapeContext], tuple[nn.Module, Any]]
     from_teacher: Callable[[nn.Module, ShapeContext], nn.Module] | None = None
-    start: str = "teacher-weights"  # what ``from_teacher`` starts from: the teacher's weights, or "user" (its own)
+    start: str = "teacher-weights"  # ``from_teacher``'s start: the teacher's weights, or its own ("user", "pretrained")
+    tokenizer: str | None = None
 
 
 def example_inputs(spec: InputSpec, seq_len: int, batch_size: int = 1) -> dict[str, torch.Tensor]:
@@ -249,6 +251,11 @@ class Family:
     def candidates(self, context: ShapeContext) -> list[Candidate]:
         """The student shapes of this family worth timing for ``context`` (none by default)."""
         return []
+
+    def candidates_note(self, context: ShapeContext) -> str | None:
+        """One line saying why :meth:`candidates` offers none for ``context`` where the user would
+        expect some (None: nothing to say)."""
+        return None
 
     def check_fits(self, where: str, num_labels: int | None, pair: bool, task) -> None:
         """Refuse a model with another number of outputs than ``task`` (a TaskSpec) needs."""

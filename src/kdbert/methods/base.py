@@ -59,6 +59,16 @@ class LogitKDConfig(TeacherCacheOptions, MethodConfig):
 
 
 @dataclass
+class StoredLogitsOptions:
+    """Where the teacher's logits stored per row are kept (:mod:`kdbert.core.teacher_logits`), for a
+    student that reads them instead of the teacher's tokens."""
+
+    logits_cache: str | None = option(None, "folder for the teacher's stored logits (default: beside the "
+                                            "training file; ~/.cache/kdbert/teacher-logits when that folder is "
+                                            "read-only)", group="models")
+
+
+@dataclass
 class StudentLayerOptions:
     """A BERT student made of teacher layers, or a preset's weights selected from the teacher's."""
 
@@ -156,11 +166,12 @@ def preset_student(name: str, teacher, spec: TaskSpec, init: str | None, seed: i
     return Student(model, f"{name}, {students.apply_student_init(model, teacher, init)}")
 
 
-def folder_student(name: str, teacher, spec: TaskSpec, seed: int) -> Student:
+def folder_student(name: str, teacher, spec: TaskSpec, seed: int, own_tokenizer: bool = False) -> Student:
     """An HF folder loaded as the task's model (a sequence classifier with a fresh head when the label
-    count differs; a QA model for question answering), refused when its vocabulary is not the teacher's; random parts seeded by ``seed``."""
+    count differs; a QA model for question answering), refused when its vocabulary is not the teacher's
+    unless it reads its ``own_tokenizer``; random parts seeded by ``seed``."""
     path = resolve_model_path(name)
-    if Path(path).is_dir():
+    if Path(path).is_dir() and not own_tokenizer:
         check_vocabulary(path, teacher)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -168,10 +179,12 @@ def folder_student(name: str, teacher, spec: TaskSpec, seed: int) -> Student:
     return Student(model, path)
 
 
-def resolve_student(teacher, spec: TaskSpec, config, default_preset: str | None = None) -> Student:
+def resolve_student(teacher, spec: TaskSpec, config, default_preset: str | None = None,
+                    own_tokenizer: bool = False) -> Student:
     """The initial student from ``config.student`` (preset or folder) or ``config.student_layers``.
 
     Without either: ``default_preset`` when given, else the first half of the teacher's layers.
+    ``own_tokenizer``: the folder reads a tokenizer of its own (:func:`folder_student`).
     """
     name, layers = config.student, getattr(config, "student_layers", None)
     init = getattr(config, "student_init", None)
@@ -185,7 +198,7 @@ def resolve_student(teacher, spec: TaskSpec, config, default_preset: str | None 
     if name in students.PRESETS:
         student = preset_student(name, teacher, spec, init, config.seed)
     elif name:
-        student = folder_student(name, teacher, spec, config.seed)
+        student = folder_student(name, teacher, spec, config.seed, own_tokenizer)
     else:
         depth = int(teacher.config.num_hidden_layers)
         student = teacher_layer_student(teacher, spec, layers if layers not in (None, "") else str(max(1, depth // 2)),

@@ -17,8 +17,8 @@ instead of ``initial_student``:
    file (``--logits-cache`` elsewhere) keyed by the teacher's identity and each row's texts, and
    reused by later runs, seeds and student sizes;
 2. batches carry the student's word ids and those stored logits (``batch["teacher_logits"]``),
-   and the teacher in the plan is :class:`StoredTeacherLogits`, which returns them: the real
-   teacher never runs during training.
+   and the teacher in the plan is :class:`~kdbert.core.teacher_logits.StoredTeacherLogits`, which
+   returns them: the real teacher never runs during training.
 
 Loss per batch (B examples, C outputs; one stage, terms logged as ``distill`` and ``hard``)::
 
@@ -48,15 +48,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import torch
-from torch import nn
-
 from kdbert.core.matching import Match
 from kdbert.core.method import DistillContext, Method, Plan, Student, TaskInputs, TaskSource
 from kdbert.options import POSITIVE_INT, UNIT, MethodConfig, in_range, option, override
 from kdbert.core.stages import task_stage
-from kdbert.core.teacher_logits import task_store_folder
+from kdbert.core.teacher_logits import StoredTeacherLogits, task_store_folder
 from kdbert.core.trace import HookAdapter, register_adapter
+from kdbert.methods.base import StoredLogitsOptions
 from kdbert.errors import KdbertError
 from kdbert.families.bilstm.batching import DistillationCollator, encode_for_distillation
 from kdbert.families.bilstm.evaluate import WordTaskEvaluator
@@ -73,7 +71,7 @@ PAIR_HIDDEN_SIZE = 150
 
 
 @dataclass
-class BiLSTMDistillConfig(MethodConfig):
+class BiLSTMDistillConfig(StoredLogitsOptions, MethodConfig):
     """Options of the distilled BiLSTM (see the module docstring)."""
 
     method = "bilstm"
@@ -111,9 +109,6 @@ class BiLSTMDistillConfig(MethodConfig):
                                            "bfloat16 (autocast; faster on CPUs with AVX-512 BF16/AMX; logits "
                                            "stored in float32, apart from the float32 ones)", type=str,
                                 group="models", choices=("float32", "bfloat16"))
-    logits_cache: str | None = option(None, "folder for the teacher's stored logits (default: beside the "
-                                            "training file; ~/.cache/kdbert/teacher-logits when that folder is "
-                                            "read-only)", group="models")
 
     def task_defaults(self, task: str) -> dict:
         return {"epochs": 10.0, "batch_size": 50, "learning_rate": OPTIMIZER_RATES[self.optimizer],
@@ -126,22 +121,8 @@ class BiLSTMDistillConfig(MethodConfig):
                               "texts and --word-vectors (sizes: --hidden-size, --fc-size); drop --student")
 
 
-# ----------------------------------------------------------------------------- the stored teacher
-class StoredTeacherLogits(nn.Module):
-    """The teacher during BiLSTM distillation: ``forward(teacher_logits)`` returns the logits
-    (B, C) stored for the batch's rows, so tracing it costs nothing and the real teacher never
-    runs while the student trains."""
-
-    def forward(self, teacher_logits: torch.Tensor | None = None) -> torch.Tensor:
-        if teacher_logits is None:
-            raise KdbertError("the batch carries no teacher_logits; encode the rows with "
-                              "encode_for_distillation(..., teacher_logits=TaskSource.teacher_logits(...))")
-        return teacher_logits
-
-
-# Neither model is an HF transformer: their output is the logits, no other feature is needed.
+# The student is no HF transformer: its output is the logits, no other feature is needed.
 register_adapter(BiLSTMStudent, HookAdapter({}))
-register_adapter(StoredTeacherLogits, HookAdapter({}))
 
 
 # ----------------------------------------------------------------------------- plan

@@ -59,6 +59,7 @@ from kdbert.core.layer_maps import parse_layers
 from kdbert.core.loading import check_vocabulary, load_tokenizer, resolve_model_path
 from kdbert.core.matching import Match
 from kdbert.core.method import DistillContext, Method, Plan, Student
+from kdbert.core.pooling import pool_like_folder
 from kdbert.options import NON_NEGATIVE, POSITIVE_INT, UNIT, TrainOptions, in_range, option, override
 from kdbert.core.stages import task_stage
 from kdbert.data.batching import EncodedDataset
@@ -234,8 +235,8 @@ class DistilBert(Method):
     config, general_config = DistilBertConfig, DistilBertGeneralConfig
 
     def initial_student(self, teacher, spec: TaskSpec, config: DistilBertConfig) -> Student:
-        """``DistilBertForSequenceClassification`` from the ``--student`` DistilBERT folder (fresh classifier;
-        ``DistilBertForQuestionAnswering`` for question answering)."""
+        """``DistilBertForSequenceClassification`` from the ``--student`` DistilBERT folder (fresh classifier,
+        pooling as the folder says; ``DistilBertForQuestionAnswering`` for question answering)."""
         from transformers import DistilBertForQuestionAnswering, DistilBertForSequenceClassification
 
         check_kd_loss(config.kd_loss, spec)
@@ -258,6 +259,7 @@ class DistilBert(Method):
                 else:
                     model = DistilBertForSequenceClassification.from_pretrained(
                         path, num_labels=spec.num_labels, problem_type=problem_type, ignore_mismatched_sizes=True)
+                    pool_like_folder(model, path)
             except (OSError, ValueError) as exc:
                 first_line = str(exc).splitlines()[0]
                 raise KdbertError(f"could not load --student {path} as DistilBERT: {first_line}") from None

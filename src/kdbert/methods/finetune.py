@@ -26,6 +26,7 @@ from kdbert.core.evaluate import task_evaluator
 from kdbert.core.hardware import ThreadShare, resolve_precision
 from kdbert.core.loading import load_task_model, load_tokenizer, resolve_model_path
 from kdbert.core.matching import Match, MatchLoss
+from kdbert.core.pooling import POOLINGS, choose_pooling, set_pooling
 from kdbert.options import TrainOptions, build_config, option
 from kdbert.core.run_folder import prepare_output_dir
 from kdbert.core.trace import model_inputs, output_logits
@@ -55,6 +56,10 @@ class FinetuneConfig(TrainOptions):
     output_dir: str = option(".", "where the model, metrics, logs and checkpoints go", group="run")
     model: str | None = option(None, "HF hub id or local folder (default: the packaged all-MiniLM-L6-v2)",
                                group="models")
+    pooling: str = option("auto", "what the classifier reads: mean (the masked mean of the last hidden states), "
+                                  "cls (the [CLS] pooler) or auto (what a model kdbert fine-tuned records, else "
+                                  "mean where the folder's sentence-transformers pooling is mean tokens, as the "
+                                  "default model's is, else cls)", group="models", choices=("auto", *POOLINGS))
 
     def task_defaults(self, task: str) -> dict:
         epochs, lr, batch = TASK_DEFAULTS.get(task, FALLBACK_DEFAULTS)
@@ -75,18 +80,24 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     data = load_task(task, seed=given.seed)
     spec = data.spec
     config = given.resolved(spec.name)
+    if spec.question_answering and config.pooling != "auto":
+        raise KdbertError(f"--pooling {config.pooling} applies to classification and regression; {spec.name} is "
+                          "question answering, whose head reads every token")
     max_seq_len = config.max_seq_len or spec.max_seq_len
     model_path = resolve_model_path(config.model)
     identity = {"command": "finetune", "task": task.task, "model": model_path, "max_seq_len": max_seq_len,
                 "train_file": task.train_file, **{name: getattr(config, name) for name in IDENTITY_OPTIONS},
                 **task_identity(task),
-                **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {})}
+                **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {}),
+                **({"pooling": config.pooling} if config.pooling != "auto" else {})}
     out = prepare_output_dir(config.output_dir, identity, resume, overwrite)
     if data.held_out:  # which rows this teacher never trained on, for the students distilled from it
         write_json(out / RECORD_FILE, record(data, task.held_out_fraction, data.held_out_rule))
     tokenizer = load_tokenizer(model_path)
     set_seed(config.seed)
     model = load_task_model(model_path, spec, new_head_ok=True)
+    if not spec.question_answering:
+        _pool(model, model_path, config.pooling)
     if spec.labels is not None:
         model.config.id2label = dict(enumerate(spec.labels))
         model.config.label2id = {label: i for i, label in enumerate(spec.labels)}
@@ -104,6 +115,16 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     if len(train_set) != len(train_rows):  # QA and --truncation windows: several windows a row
         report["train_windows"] = len(train_set)
     return report
+
+
+def _pool(model, path: str, requested: str) -> None:
+    """Make the classifier loaded from ``path`` pool as ``--pooling`` asks
+    (:func:`kdbert.core.pooling.choose_pooling`) and say which pooling and why in one line."""
+    from transformers import AutoConfig
+
+    pooling, why = choose_pooling(requested, path, AutoConfig.from_pretrained(path))
+    set_pooling(model, pooling)
+    print(f"pooling: {pooling} ({why})")
 
 
 PROBE_STEPS = 3  # training steps timed, after an untimed one

@@ -126,17 +126,18 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     set_seed(config.seed)
     max_seq_len = config.max_seq_len or spec.max_seq_len
     rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
-    unlabelled = None
+    unlabelled, labelled = None, []
     if data.unlabelled:
-        # a method that stores the teacher's logits itself (the BiLSTM) reads these back from its store
+        # a method that stores the teacher's logits itself (the BiLSTM) reads these back from their store
         labelled, unlabelled = teacher_labelled(teacher, tokenizer, data.unlabelled, task, spec, max_seq_len,
                                                 getattr(config, "teacher_dtype", "float32"),
                                                 getattr(config, "logits_cache", None))
         rows = rows + labelled
         if is_main_process():
             print(f"unlabelled: {len(labelled)} rows labelled by the teacher ({unlabelled['seconds']} s)")
-    inputs = method.task_inputs(TaskSource(teacher, tokenizer, data, rows, max_seq_len, task), config)
-    context = DistillContext(teacher, inputs.student, tokenizer, spec, inputs.train_set, config, config.seed)
+    inputs = method.task_inputs(TaskSource(teacher, tokenizer, data, rows, max_seq_len, task, len(labelled)), config)
+    context = DistillContext(teacher if inputs.teacher is None else inputs.teacher, inputs.student, tokenizer, spec,
+                             inputs.train_set, config, config.seed)
     plan = method.build_task_plan(context)
     identity = _identity("distill task", given, task=task.task, train_file=task.train_file,
                          **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {}),

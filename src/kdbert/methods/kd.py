@@ -30,21 +30,39 @@ vocabulary); ``--student-layers`` is ``K`` (the first K teacher layers) or a lis
 0-based teacher layers copied into a BERT student of the teacher's width (embeddings and pooler
 copied, fresh classifier). Default: the first half of the teacher's layers, as the PKD paper's
 vanilla-KD students.
+
+A folder student with a tokenizer of its own (another vocabulary: a pre-trained model of another
+family) never reads the teacher's tokens (:func:`own_tokenizer_inputs`): the teacher's logits on
+every training row (augmented and ``--unlabelled`` rows included) are computed once with the
+teacher's tokenizer and stored (:mod:`kdbert.core.teacher_logits`, ``--logits-cache``), the
+student reads each row through its own tokenizer (cut to ``--max-seq-len`` within its positions)
+beside the row's stored logits, and the plan's teacher is
+:class:`~kdbert.core.teacher_logits.StoredTeacherLogits`. Soft targets are per row, so sequence
+classification and regression only: a QA window's per-token logits do not line up with another
+tokenizer's tokens.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from kdbert.core.method import DistillContext, Method, Plan, Student
+from kdbert.core.evaluate import task_evaluator
+from kdbert.core.loading import own_tokenizer
+from kdbert.core.method import DistillContext, Method, Plan, Student, TaskInputs, TaskSource
 from kdbert.core.stages import task_stage
+from kdbert.core.teacher_logits import StoredTeacherLogits
+from kdbert.data.batching import TaskCollator, TokenizerInputs, encode_with_logits, longer_than
 from kdbert.data.tasks import TaskSpec
-from kdbert.methods.base import (LogitKDConfig, StudentLayerOptions, check_kd_loss, kd_matches, kd_report,
-                                 resolve_student, student_description, teacher_if_needed)
+from kdbert.errors import KdbertError
+from kdbert.methods.base import (LogitKDConfig, StoredLogitsOptions, StudentLayerOptions, check_kd_loss, kd_matches,
+                                 kd_report, resolve_student, student_description, teacher_if_needed)
+
+UNLIMITED = 10**6  # a tokenizer's model_max_length at or above this means "no limit known"
 
 
 @dataclass
-class KDConfig(StudentLayerOptions, LogitKDConfig):
+class KDConfig(StudentLayerOptions, StoredLogitsOptions, LogitKDConfig):
     """Classic KD (see the module docstring)."""
 
     method = "kd"
@@ -58,12 +76,90 @@ class KD(Method):
         check_kd_loss(config.kd_loss, spec)
         return resolve_student(teacher, spec, config)
 
+    def task_inputs(self, source: TaskSource, config: KDConfig) -> TaskInputs:
+        """The teacher's tokens for a student of its tokenizer (the default), else
+        :func:`own_tokenizer_inputs` for a folder student with a tokenizer of its own."""
+        folder = config.student if config.student and Path(str(config.student)).is_dir() else None
+        tokenizer = own_tokenizer(folder, source.teacher, source.tokenizer) if folder else None
+        if tokenizer is None:
+            return super().task_inputs(source, config)
+        return own_tokenizer_inputs(source, config, tokenizer)
+
     def build_task_plan(self, ctx: DistillContext) -> Plan:
         """One stage ``kd`` whose matches are :func:`~kdbert.methods.base.logit_matches`."""
         config, spec = ctx.config, ctx.spec
         stages = [task_stage("kd", config, kd_matches(config, spec), ctx)]
         return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages,
                     report={"loss": kd_report(config, spec), **student_description(ctx.student)})
+
+
+# ----------------------------------------------------------------------------- a student of its own tokenizer
+def own_tokenizer_problem(spec: TaskSpec) -> str | None:
+    """Why a student of its own tokenizer cannot learn ``spec`` from the teacher's logits per row, or None."""
+    if spec.question_answering:
+        return (f"{spec.name}'s soft targets are the teacher's logits per token of its tokenizer, which another "
+                "tokenizer's tokens do not line up with; distil a student of the teacher's tokenizer")
+    if spec.truncation == "windows":
+        return ("--truncation windows gives the teacher several rows of a text where the student reads one; use "
+                "--truncation head, tail or head+tail")
+    return None
+
+
+def check_own_tokenizer(student: str, spec: TaskSpec, teacher_cache: str | None = None) -> None:
+    """Refuse, in one line, a ``student`` of its own tokenizer where its rows cannot be paired with the
+    teacher's outputs per row."""
+    problem = own_tokenizer_problem(spec)
+    if problem is None and teacher_cache:
+        problem = ("it never reads the teacher's tokens that --teacher-cache keeps outputs of; drop --teacher-cache "
+                   "(the teacher's logits are stored per row, --logits-cache DIR)")
+    if problem is not None:
+        raise KdbertError(f"--student {student} has a tokenizer of its own: {problem}")
+
+
+def student_max_seq_len(student, tokenizer, max_seq_len: int) -> tuple[int, int | None]:
+    """The student's token limit: ``max_seq_len`` within its positions (its config's and its
+    tokenizer's), and those positions (None: no limit known)."""
+    limits = [getattr(student.config, "max_position_embeddings", None), tokenizer.model_max_length]
+    known = [limit for limit in limits if isinstance(limit, int) and limit < UNLIMITED]
+    positions = min(known) if known else None
+    return min(max_seq_len, positions or max_seq_len), positions
+
+
+def say_cut_rows(source: TaskSource, tokenizer, limit: int, positions: int | None) -> int:
+    """How many training rows the student's ``limit`` cuts that the teacher read whole, said in one
+    line when there are any (with the option that changes it)."""
+    rows = source.rows
+    student, teacher = longer_than(tokenizer, rows, limit), longer_than(source.tokenizer, rows, source.max_seq_len)
+    cut = sum(s and not t for s, t in zip(student, teacher))
+    if cut:
+        if positions is not None and limit >= positions:
+            fix = f"the student takes no more than its {positions} positions"
+        else:
+            fix = "raise --max-seq-len" + (f" (the student takes up to {positions} tokens)" if positions else "")
+        print(f"student tokenizer: {cut} of {len(rows)} training rows are cut to the student's {limit} tokens where "
+              f"the teacher read them whole; {fix}")
+    return cut
+
+
+def own_tokenizer_inputs(source: TaskSource, config: KDConfig, tokenizer) -> TaskInputs:
+    """A folder student of its own ``tokenizer`` (module doc): rows encoded by it beside the
+    teacher's stored logits (labelled once; not at all with ``alpha`` 0), read by
+    :class:`~kdbert.core.teacher_logits.StoredTeacherLogits`; dev read by its tokenizer, which is
+    saved with it."""
+    spec = source.data.spec
+    check_own_tokenizer(config.student, spec, config.teacher_cache)
+    check_kd_loss(config.kd_loss, spec)
+    student = resolve_student(source.teacher, spec, config, own_tokenizer=True)
+    limit, positions = student_max_seq_len(student.model, tokenizer, source.max_seq_len)
+    inputs = TokenizerInputs.for_task(tokenizer, limit, spec)
+    report = {"student_tokenizer": {"vocab_size": len(tokenizer), "max_seq_len": limit,
+                                    "rows_cut": say_cut_rows(source, tokenizer, limit, positions)}}
+    logits = None
+    if config.alpha > 0:
+        logits, report["teacher_logits"] = source.teacher_logits(folder=config.logits_cache)
+    return TaskInputs(student, encode_with_logits(source.rows, inputs, logits),
+                      TaskCollator(None, inputs, spec.is_regression), task_evaluator(source.data, tokenizer, limit),
+                      tokenizer, report, teacher=StoredTeacherLogits())
 
 
 METHOD = KD()

@@ -2,7 +2,7 @@
 model on raw text, paid for once and reused by every task's ``kdbert compress``.
 
 Each shape (``bert-<layers>x<width>``, as compress names its BERT-style candidates) starts from the
-base's weights by selection (:func:`kdbert.families.bert.select_teacher_weights`, the start compress
+base's weights by selection (:func:`kdbert.families.selection.select_teacher_weights`, the start compress
 gives it today) and learns MiniLMv2's self-attention relations of one base layer on its last
 layer (:class:`kdbert.methods.minilm.RelationLoss`'s terms)::
 
@@ -41,7 +41,8 @@ from kdbert.core.trainer import IndependentModels, RunConfig, Stage, StageConfig
 from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.data.corpus import corpus_files, pack_sequences
 from kdbert.errors import KdbertError
-from kdbert.families.bert import build_student, select_teacher_weights, speed_shapes, student_config
+from kdbert.families.bert import build_student, student_config
+from kdbert.families.selection import select_teacher_weights, speed_shapes
 from kdbert.methods.minilm import captured_qkv, qkv_width, resolve_relation_heads, resolve_relation_layer
 from kdbert.options import LEARNING_RATE, POSITIVE, POSITIVE_INT, RunOptions, in_range, option
 from kdbert.students.store import BUILD_FILE, FINGERPRINT_FILE, default_store, fingerprint, weights_key

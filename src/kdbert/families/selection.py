@@ -1,0 +1,315 @@
+"""Weight selection for every architecture kdbert can cut, read from one table of module layouts.
+
+A student of the teacher's own architecture, narrower and shallower, takes a sub-tensor of every
+teacher tensor (Xu et al., 2024, "Initializing Models with Larger Ones"): the same rule for BERT,
+RoBERTa / XLM-R, MPNet, ELECTRA and DistilBERT, which differ only in where their tensors live
+(:data:`LAYOUTS`). ``kdbert compress`` offers such students as ``<prefix>-<layers>x<width>``
+candidates (:func:`speed_candidates`; ``bert-2x256`` for a BERT teacher, ``roberta-2x256`` for a
+RoBERTa one); a teacher of another architecture gets none, and :func:`uncut_note` says why.
+
+What the architectures add to BERT's layout, and what selection does with it:
+
+- RoBERTa / XLM-R and MPNet number positions from ``padding_idx + 1``: the student keeps the
+  teacher's ``max_position_embeddings`` and pad id, and position rows are copied row for row, so
+  the offset carries over;
+- MPNet's relative attention bias, a (buckets, heads) table shared by every layer: its columns
+  are the kept heads;
+- ELECTRA projects its embeddings to the hidden size when ``embedding_size != hidden_size``: the
+  student then keeps the teacher's embedding width (tables and their LayerNorm copied whole) and
+  the projection's rows are the kept hidden units; without a projection the tables are cut like
+  BERT's;
+- the dense layer a task head applies to the first token (BERT's pooler, the ``classifier.dense``
+  of RoBERTa, XLM-R, MPNet and ELECTRA heads, DistilBERT's ``pre_classifier``) is cut like the
+  pooler; the output layer stays fresh;
+- a student pools as the teacher does (:mod:`kdbert.core.pooling`): ``task_config`` copies the
+  teacher's config, where the pooling is recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Callable
+
+import torch
+from torch import nn
+from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification, PreTrainedModel
+
+from kdbert.core.pooling import apply_pooling
+from kdbert.errors import KdbertError
+from kdbert.families.registry import Candidate, ShapeContext
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one architecture keeps the tensors weight selection cuts: dotted paths below the base
+    model (``model.base_model``), those of a layer below ``layers[i]``.
+
+    ``tables``: embedding tables (rows: tokens, positions, token types); ``poolers``: dense layers on
+    the first token before a task head's output, below the base model or the model (copied where
+    both models have one); ``head_bias``: a (buckets, heads) attention-bias table; ``projection``:
+    the embeddings-to-hidden projection, present when ``config.embedding_size != hidden_size``;
+    ``ffn_size``: the config field of the FFN width; ``prefix``: candidate names' first word."""
+
+    prefix: str
+    tables: tuple[str, ...]
+    layers: str
+    query: str
+    key: str
+    value: str
+    attention_out: str
+    attention_norm: str
+    ffn_in: str
+    ffn_out: str
+    ffn_norm: str
+    poolers: tuple[str, ...]
+    embedding_norm: str = "embeddings.LayerNorm"
+    head_bias: str | None = None
+    projection: str | None = None
+    ffn_size: str = "intermediate_size"
+
+
+_BERT_LAYER = dict(layers="encoder.layer", query="attention.self.query", key="attention.self.key",
+                   value="attention.self.value", attention_out="attention.output.dense",
+                   attention_norm="attention.output.LayerNorm", ffn_in="intermediate.dense",
+                   ffn_out="output.dense", ffn_norm="output.LayerNorm")
+_BERT_TABLES = ("embeddings.word_embeddings", "embeddings.position_embeddings", "embeddings.token_type_embeddings")
+_ROBERTA = Layout("roberta", _BERT_TABLES, poolers=("pooler.dense", "classifier.dense"), **_BERT_LAYER)
+
+LAYOUTS: dict[str, Layout] = {
+    "bert": Layout("bert", _BERT_TABLES, poolers=("pooler.dense",), **_BERT_LAYER),
+    "roberta": _ROBERTA,
+    "xlm-roberta": replace(_ROBERTA, prefix="xlmr"),
+    "electra": Layout("electra", _BERT_TABLES, poolers=("classifier.dense",), projection="embeddings_project",
+                      **_BERT_LAYER),
+    "mpnet": Layout("mpnet", _BERT_TABLES[:2], layers="encoder.layer", query="attention.attn.q",
+                    key="attention.attn.k", value="attention.attn.v", attention_out="attention.attn.o",
+                    attention_norm="attention.LayerNorm", ffn_in="intermediate.dense", ffn_out="output.dense",
+                    ffn_norm="output.LayerNorm", poolers=("pooler.dense", "classifier.dense"),
+                    head_bias="encoder.relative_attention_bias"),
+    "distilbert": Layout("distilbert", _BERT_TABLES[:2], layers="transformer.layer", query="attention.q_lin",
+                         key="attention.k_lin", value="attention.v_lin", attention_out="attention.out_lin",
+                         attention_norm="sa_layer_norm", ffn_in="ffn.lin1", ffn_out="ffn.lin2",
+                         ffn_norm="output_layer_norm", poolers=("pre_classifier",), ffn_size="hidden_dim"),
+}
+"""``config.model_type`` -> :class:`Layout` of every architecture kdbert cuts."""
+
+KINDS = tuple(layout.prefix for layout in LAYOUTS.values())
+"""The candidate kinds (name prefixes) of weight-selected students."""
+
+SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+
+
+def layout_of(config) -> Layout | None:
+    """The layout of a model config's architecture, None when kdbert cannot cut it."""
+    return LAYOUTS.get(getattr(config, "model_type", None))
+
+
+def _sizes(config, layout: Layout) -> dict[str, int]:
+    """Depth, width, heads and FFN width of ``config`` under :data:`SIZES` names."""
+    return {name: int(getattr(config, layout.ffn_size if name == "intermediate_size" else name)) for name in SIZES}
+
+
+def _find(model: nn.Module, path: str) -> nn.Module | None:
+    """The submodule at ``path`` below the base model or the model, None where there is none."""
+    for root in (model.base_model, model):
+        try:
+            return root.get_submodule(path)
+        except AttributeError:
+            continue
+    return None
+
+
+def evenly_spaced(count: int, size: int) -> torch.Tensor:
+    """``count`` indices spread evenly over ``range(size)``: floor(i * size / count), i < count."""
+    return torch.arange(count) * size // count
+
+
+def _selection_layers(student_depth: int, teacher_depth: int) -> list[int]:
+    """0-based teacher layer for each student layer: the uniform map ceil(m*N/M) - 1."""
+    return [math.ceil(m * teacher_depth / student_depth) - 1 for m in range(1, student_depth + 1)]
+
+
+def _take(dst: nn.Module, src: nn.Module, rows: torch.Tensor | None, cols: torch.Tensor | None = None) -> None:
+    """``dst`` (Linear, LayerNorm, Embedding) <- ``src``'s weight rows x columns and bias rows (None: all)."""
+    weight = src.weight
+    if rows is not None:
+        weight = weight[rows]
+    if cols is not None:
+        weight = weight[:, cols]
+    dst.weight.copy_(weight)
+    if getattr(src, "bias", None) is not None:
+        dst.bias.copy_(src.bias if rows is None else src.bias[rows])
+
+
+def _checked_layout(student: PreTrainedModel, teacher: PreTrainedModel) -> Layout:
+    """The layout both models share, refused in one line when they differ or kdbert cannot cut it."""
+    s_type, t_type = (getattr(m.config, "model_type", type(m).__name__) for m in (student, teacher))
+    layout = layout_of(teacher.config)
+    if layout is None:
+        raise KdbertError(f"--student-init teacher-weights cannot cut the weights of a {t_type!r} teacher (it cuts "
+                          f"{', '.join(LAYOUTS)}); use --student-init random")
+    if s_type != t_type:
+        raise KdbertError(f"--student-init teacher-weights needs a student of the teacher's architecture ({t_type}), "
+                          f"got {s_type}; use --student-init random")
+    if layout.projection and (_find(student, layout.projection) is None) != (_find(teacher, layout.projection) is None):
+        raise KdbertError("--student-init teacher-weights needs a student whose embeddings are projected (embedding_"
+                          "size != hidden_size) exactly when the teacher's are; give the student the teacher's "
+                          "embedding_size")
+    return layout
+
+
+@torch.no_grad()
+def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel) -> dict:
+    """Initialise a narrower/shallower ``student`` of the teacher's architecture in place from the
+    teacher's weights: every student tensor is a sub-tensor of the matching teacher tensor, picked
+    consistently so the student computes a slice of the teacher's residual stream.
+
+    - layers: student layer m (1-based) copies teacher layer g(m) = ceil(m*N/M), the uniform
+      map its hidden states are distilled towards;
+    - hidden units H = evenly_spaced(d_s, d_t), used for every residual-stream dimension
+      (embedding columns, LayerNorms, the rows of attention output and FFN output, poolers);
+    - attention: heads evenly_spaced(h_s, h_t), and within each head dims
+      evenly_spaced(d_s/h_s, d_t/h_t) of the query/key/value rows (MPNet's bias: those heads);
+    - FFN units evenly_spaced(i_s, i_t);
+    - what each architecture adds: the module doc.
+
+    The task head's output layer keeps its fresh initialisation. Each student size must be at most
+    the teacher's. Returns what was selected, for reports.
+    """
+    layout = _checked_layout(student, teacher)
+    s_base, t_base = student.base_model, teacher.base_model
+    sc, tc = _sizes(student.config, layout), _sizes(teacher.config, layout)
+    s_head_dim = sc["hidden_size"] // sc["num_attention_heads"]
+    t_head_dim = tc["hidden_size"] // tc["num_attention_heads"]
+    for name, s, t in [*((n, sc[n], tc[n]) for n in SIZES), ("head size", s_head_dim, t_head_dim)]:
+        if s > t:
+            raise KdbertError(f"--student-init teacher-weights needs a student no larger than the teacher, but the "
+                              f"student's {name} is {s} > the teacher's {t}; use --student-init random")
+    if student.config.vocab_size != teacher.config.vocab_size:
+        raise KdbertError(f"--student-init teacher-weights needs the teacher's vocabulary ({teacher.config.vocab_size} "
+                          f"tokens), the student has {student.config.vocab_size}")
+    hidden = evenly_spaced(sc["hidden_size"], tc["hidden_size"])
+    heads = evenly_spaced(sc["num_attention_heads"], tc["num_attention_heads"])
+    attention = (heads[:, None] * t_head_dim + evenly_spaced(s_head_dim, t_head_dim)[None, :]).reshape(-1)
+    ffn = evenly_spaced(sc["intermediate_size"], tc["intermediate_size"])
+    layers = _selection_layers(sc["num_hidden_layers"], tc["num_hidden_layers"])
+
+    projection = _find(teacher, layout.projection) if layout.projection else None
+    embedding_units = None if projection is not None else hidden  # projected: the embedding width is kept
+    for path in layout.tables:  # every row: the student keeps the teacher's vocabulary and positions
+        dst, src = s_base.get_submodule(path), t_base.get_submodule(path)
+        _take(dst, src, torch.arange(dst.weight.shape[0]), embedding_units)
+    _take(s_base.get_submodule(layout.embedding_norm), t_base.get_submodule(layout.embedding_norm), embedding_units)
+    if projection is not None:
+        _take(_find(student, layout.projection), projection, hidden)
+    s_layers, t_layers = s_base.get_submodule(layout.layers), t_base.get_submodule(layout.layers)
+    for s_layer, t_index in zip(s_layers, layers):
+        t_layer = t_layers[t_index]
+        pairs = [(layout.query, attention, hidden), (layout.key, attention, hidden), (layout.value, attention, hidden),
+                 (layout.attention_out, hidden, attention), (layout.attention_norm, hidden, None),
+                 (layout.ffn_in, ffn, hidden), (layout.ffn_out, hidden, ffn), (layout.ffn_norm, hidden, None)]
+        for path, rows, cols in pairs:
+            _take(s_layer.get_submodule(path), t_layer.get_submodule(path), rows, cols)
+    if layout.head_bias:
+        s_base.get_submodule(layout.head_bias).weight.copy_(t_base.get_submodule(layout.head_bias).weight[:, heads])
+    for path in layout.poolers:
+        dst, src = _find(student, path), _find(teacher, path)
+        if dst is not None and src is not None:
+            _take(dst, src, hidden, hidden)
+    return {"student_init": "teacher-weights", "teacher_layers": [i + 1 for i in layers],
+            "hidden_units": f"{sc['hidden_size']} of {tc['hidden_size']}",
+            "heads": f"{sc['num_attention_heads']} of {tc['num_attention_heads']} ({s_head_dim} of {t_head_dim} "
+                     "dims each)",
+            "ffn_units": f"{sc['intermediate_size']} of {tc['intermediate_size']}"}
+
+
+# ----------------------------------------------------------------------------- shapes worth timing
+SPEED_DEPTHS = (1, 2, 3, 4)
+SPEED_WIDTHS = (128, 192, 256, 384)
+"""Students whose deployed speed ``kdbert compress`` measures: every depth x width up to the
+teacher's, with the teacher's head size and FFN-to-width ratio, so that every one of them can take
+its weights from the teacher (:func:`select_teacher_weights`)."""
+
+
+def _shape_of(layers: int, hidden: int, teacher_config) -> dict:
+    """The shape ``<prefix>-<layers>x<hidden>`` of a student of ``teacher_config``: the teacher's head
+    size and FFN-to-width ratio."""
+    sizes = _sizes(teacher_config, layout_of(teacher_config))
+    head_size = sizes["hidden_size"] // sizes["num_attention_heads"]
+    return {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": hidden // head_size,
+            "intermediate_size": hidden * sizes["intermediate_size"] // sizes["hidden_size"]}
+
+
+def _cuttable_width(hidden: int, teacher_config, layout: Layout) -> bool:
+    """Whether a student ``hidden`` wide can take the teacher's weights: its heads keep the teacher's
+    head size, and where the teacher projects its embeddings the student does too (ELECTRA makes no
+    projection for a width equal to ``embedding_size``)."""
+    sizes = _sizes(teacher_config, layout)
+    projected = layout.projection and teacher_config.embedding_size != sizes["hidden_size"]
+    return (hidden <= sizes["hidden_size"] and hidden % (sizes["hidden_size"] // sizes["num_attention_heads"]) == 0
+            and not (projected and hidden == teacher_config.embedding_size))
+
+
+def speed_shapes(teacher_config) -> dict[str, dict]:
+    """Name -> shape of :data:`SPEED_DEPTHS` x :data:`SPEED_WIDTHS` no larger than the teacher (none
+    for an architecture kdbert cannot cut)."""
+    layout = layout_of(teacher_config)
+    if layout is None:
+        return {}
+    depth = _sizes(teacher_config, layout)["num_hidden_layers"]
+    return {f"{layout.prefix}-{layers}x{hidden}": _shape_of(layers, hidden, teacher_config)
+            for layers in SPEED_DEPTHS if layers <= depth
+            for hidden in SPEED_WIDTHS if _cuttable_width(hidden, teacher_config, layout)}
+
+
+def task_config(teacher_config, shape: dict, num_labels: int, question_answering: bool = False):
+    """The teacher's config with ``shape`` (:data:`SIZES` names) and the task's outputs (start and
+    end for QA, one for regression); an unprojected ELECTRA's embedding width follows the width."""
+    layout = layout_of(teacher_config)
+    config = copy.deepcopy(teacher_config)
+    for name, value in shape.items():
+        setattr(config, layout.ffn_size if name == "intermediate_size" else name, value)
+    if layout.projection and teacher_config.embedding_size == teacher_config.hidden_size:
+        config.embedding_size = shape["hidden_size"]
+    config.num_labels = 2 if question_answering else num_labels
+    config.problem_type = "regression" if num_labels == 1 and not question_answering else None
+    config.architectures = None
+    return config
+
+
+def task_student(shape: dict, context: ShapeContext) -> tuple[PreTrainedModel, object]:
+    """A random (seed 0) model of the teacher's architecture, ``shape``, the task's head and the
+    teacher's pooling, with the teacher's tokenizer."""
+    config = task_config(context.teacher_config, shape, context.num_labels, context.question_answering)
+    head = AutoModelForQuestionAnswering if context.question_answering else AutoModelForSequenceClassification
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return apply_pooling(head.from_config(config)), context.tokenizer
+
+
+def _from_teacher(random_student: Callable, shape: dict, teacher: PreTrainedModel,
+                  context: ShapeContext) -> PreTrainedModel:
+    """``random_student``'s model of ``shape`` with weights selected from the teacher."""
+    student, _ = random_student(shape, context)
+    select_teacher_weights(student, teacher)
+    return student
+
+
+def speed_candidates(context: ShapeContext, random_student: Callable = task_student) -> list[Candidate]:
+    """The shapes of :func:`speed_shapes`, built by ``random_student(shape, context)`` (random weights)
+    or from the teacher's weights."""
+    return [Candidate(name, "hf", tuple(shape.items()), partial(random_student, shape),
+                      partial(_from_teacher, random_student, shape))
+            for name, shape in speed_shapes(context.teacher_config).items()]
+
+
+def uncut_note(teacher_config) -> str | None:
+    """One line saying why a teacher gets no weight-selected candidates (None when it gets them)."""
+    if layout_of(teacher_config) is not None:
+        return None
+    kind = getattr(teacher_config, "model_type", None) or type(teacher_config).__name__
+    return (f"no candidates of the teacher's architecture ({kind}): kdbert cuts the weights of "
+            f"{', '.join(LAYOUTS)} teachers only; the BiLSTM and --student candidates are still offered")

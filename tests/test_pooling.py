@@ -1,0 +1,198 @@
+"""Mean pooling (kdbert.core.pooling): the pooled vector by hand, the config round trip through kdbert's
+loaders, ``finetune --pooling auto`` on a sentence-transformers folder, compress's weight-selected
+students of a mean-pooling teacher, and ONNX exports of every graph kind (tiny random models)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import save_tiny_classifier, tiny_bert_config, write_glue_task
+from test_export import random_batch
+from test_graphs import max_difference_from_pytorch
+from transformers import (AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification, BertModel,
+                          DistilBertConfig, GPT2Config, RobertaConfig)
+
+from kdbert.cli import main
+from kdbert.core.loading import load_sequence_classifier
+from kdbert.core.pooling import POOLING_KEY, apply_pooling, choose_pooling, masked_mean, set_pooling
+from kdbert.deploy.export import export_classifier
+from kdbert.deploy.onnx_runtime import OnnxClassifier
+from kdbert.errors import KdbertError
+from kdbert.families.hf import HFFamily
+from kdbert.families.registry import ShapeContext
+
+SHAPE = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32)
+WIDE = dict(hidden_size=256, num_attention_heads=8, intermediate_size=512)  # compress's candidates are >= 128 wide
+LENGTHS = [7, 3]  # two rows of different lengths: the second padded with 4 masked tokens
+
+
+def _classifier(kind: str, vocab: int, **shape):
+    common = dict(vocab_size=vocab, max_position_embeddings=66, num_labels=2)
+    shape = {**SHAPE, **shape}
+    config = {"bert": lambda: BertConfig(**shape, **common),
+              "roberta": lambda: RobertaConfig(**shape, **common, pad_token_id=0),
+              "distilbert": lambda: DistilBertConfig(dim=16, n_layers=2, n_heads=4, hidden_dim=32, **common)}[kind]()
+    torch.manual_seed(0)
+    return AutoModelForSequenceClassification.from_config(config).eval()
+
+
+def _hand_logits(model, batch: dict) -> torch.Tensor:
+    """The head applied to the mean of each row's real tokens' last hidden states, written out per row
+    and per architecture (BERT, MobileBERT: the classifier on the mean, no pooler; RoBERTa: its head's dense + tanh
+    + out_proj; DistilBERT: pre_classifier + ReLU + classifier)."""
+    with torch.no_grad():
+        hidden = model(**batch, output_hidden_states=True).hidden_states[-1]
+        lengths = batch["attention_mask"].sum(dim=1).tolist()
+        pooled = torch.stack([hidden[row, :length].sum(dim=0) / length for row, length in enumerate(lengths)])
+        kind = model.config.model_type
+        if kind in ("bert", "mobilebert"):
+            return model.classifier(pooled)
+        if kind == "distilbert":
+            return model.classifier(torch.relu(model.pre_classifier(pooled)))
+        return model.classifier.out_proj(torch.tanh(model.classifier.dense(pooled)))
+
+
+def _logits(model, batch: dict) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+def _batch(model) -> dict:
+    batch = random_batch(model.config.vocab_size, LENGTHS, pair=False)
+    names = ("input_ids", "attention_mask") + (("token_type_ids",) if model.config.model_type == "bert" else ())
+    return {name: batch[name] for name in names}
+
+
+# ----------------------------------------------------------------------------- the pooled vector
+@pytest.mark.parametrize("kind", ["bert", "roberta", "distilbert"])
+def test_mean_pooling_feeds_the_head_the_mean_of_the_real_tokens(kind, tiny_tokenizer):
+    model = _classifier(kind, len(tiny_tokenizer))
+    batch = _batch(model)
+    cls_logits = _logits(model, batch)
+    set_pooling(model, "mean")
+    set_pooling(model, "mean")  # idempotent: one hook
+    # float32 sums in another order than the model's kernels: compared at float32 tolerance
+    torch.testing.assert_close(_logits(model, batch), _hand_logits(model, batch), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(_logits(model, batch), cls_logits, atol=1e-4)
+    set_pooling(model, "cls")
+    assert torch.equal(_logits(model, batch), cls_logits) and POOLING_KEY not in model.config.to_dict()
+
+
+def test_masked_mean_by_hand():
+    hidden = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    expected = torch.stack([(hidden[0, 0] + hidden[0, 1]) / 2, torch.zeros(4)])  # an empty row: / max(1, 0)
+    assert torch.equal(masked_mean(hidden, mask), expected)
+
+
+# ----------------------------------------------------------------------------- recorded and loaded
+def test_the_pooling_is_saved_in_the_config_and_every_loader_applies_it(tmp_path, tiny_tokenizer):
+    folder = save_tiny_classifier(tmp_path / "model", tiny_tokenizer)
+    model = set_pooling(BertForSequenceClassification.from_pretrained(folder).eval(), "mean")
+    model.save_pretrained(folder)
+    assert json.loads((folder / "config.json").read_text())[POOLING_KEY] == "mean"
+    batch = _batch(model)
+    expected = _logits(model, batch)
+    family = HFFamily()
+    from_config = family.from_config(folder)
+    from_config.load_state_dict(model.state_dict())
+    # each loaded model computes the saved one's logits in the same batch: bit for bit
+    for loaded in (family.load(folder)[0], family.load_for_bench(str(folder)),
+                   load_sequence_classifier(str(folder), 2, new_head_ok=False), from_config):
+        assert torch.equal(_logits(loaded.eval(), batch), expected), type(loaded).__name__
+    assert not torch.allclose(_logits(set_pooling(model, "cls"), batch), expected, atol=1e-4)
+
+
+def test_an_unknown_pooling_or_an_architecture_without_a_first_token_head_is_refused(tiny_tokenizer):
+    model = _classifier("bert", len(tiny_tokenizer))
+    model.config.kdbert_pooling = "max"
+    with pytest.raises(KdbertError, match="kdbert_pooling 'max'; use one of cls, mean"):
+        apply_pooling(model)
+    gpt2 = AutoModelForSequenceClassification.from_config(GPT2Config(vocab_size=40, n_embd=16, n_layer=1, n_head=2))
+    with pytest.raises(KdbertError, match="not gpt2; use --pooling cls"):
+        set_pooling(gpt2, "mean")
+
+
+# ----------------------------------------------------------------------------- --pooling auto
+def _sentence_transformers_folder(folder, tokenizer, modes: dict) -> str:
+    """A tiny pre-trained BERT saved as sentence-transformers saves all-MiniLM-L6-v2: modules.json and
+    1_Pooling/config.json beside the model."""
+    torch.manual_seed(0)
+    BertModel(tiny_bert_config(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 16, **modes}))
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    return str(folder)
+
+
+MEAN_TOKENS = {"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False}
+
+
+def test_finetune_pools_by_mean_where_the_folder_says_so_and_as_asked(tmp_path, tiny_tokenizer, capsys):
+    glue = tmp_path / "glue"
+    write_glue_task(glue, "SST-2", n_train=8, n_dev=4)
+    folder = _sentence_transformers_folder(tmp_path / "encoder", tiny_tokenizer, MEAN_TOKENS)
+    common = ["--model", folder, "--task", "sst2", "--data-dir", str(glue), "--max-steps", "1", "--batch-size", "4",
+              "--no-progress"]
+    assert main(["finetune", *common, "--output-dir", str(tmp_path / "auto")]) == 0
+    out = capsys.readouterr().out
+    assert f"pooling: mean ({tmp_path / 'encoder' / '1_Pooling' / 'config.json'} pools by mean tokens)" in out
+    assert json.loads((tmp_path / "auto" / "config.json").read_text())[POOLING_KEY] == "mean"
+    assert main(["finetune", *common, "--pooling", "cls", "--output-dir", str(tmp_path / "cls")]) == 0
+    assert "pooling: cls (--pooling cls)" in capsys.readouterr().out
+    assert POOLING_KEY not in json.loads((tmp_path / "cls" / "config.json").read_text())
+
+
+def test_auto_reads_what_kdbert_recorded_then_the_sentence_transformers_modes(tmp_path, tiny_tokenizer):
+    bert = tiny_bert_config(tiny_tokenizer)
+    recorded = tiny_bert_config(tiny_tokenizer, kdbert_pooling="cls")
+    mean = _sentence_transformers_folder(tmp_path / "mean", tiny_tokenizer, MEAN_TOKENS)
+    both = _sentence_transformers_folder(tmp_path / "both", tiny_tokenizer,
+                                         {**MEAN_TOKENS, "pooling_mode_max_tokens": True})  # concatenated
+    assert choose_pooling("auto", mean, bert)[0] == "mean"
+    assert choose_pooling(None, mean, recorded) == ("cls", f"{mean} records kdbert_pooling cls in its config.json")
+    assert choose_pooling("cls", mean, bert) == ("cls", "--pooling cls")
+    assert choose_pooling("auto", both, bert)[0] == "cls"
+    assert choose_pooling("auto", mean, GPT2Config())[0] == "cls"  # its head reads the last token
+    assert choose_pooling("auto", str(tmp_path), bert) == ("cls", f"{tmp_path} has no sentence-transformers "
+                                                                   "pooling config")
+
+
+# ----------------------------------------------------------------------------- compress's students
+@pytest.mark.parametrize("kind,name", [("bert", "bert-1x128"), ("bert", "mobilebert-2x256"),
+                                       ("roberta", "roberta-1x128")])
+def test_students_compress_builds_from_a_mean_pooling_teacher_pool_by_mean(kind, name, tmp_path, tiny_tokenizer):
+    teacher = set_pooling(_classifier(kind, len(tiny_tokenizer), **WIDE), "mean")
+    context = ShapeContext(teacher.config, tiny_tokenizer, 2, False)
+    candidate = next(c for c in HFFamily().candidates(context) if c.name == name)
+    for student in (candidate.from_teacher(teacher, context), candidate.build(context)[0]):
+        student.eval()
+        assert student.config.kdbert_pooling == "mean"
+        batch = _batch(student)
+        torch.testing.assert_close(_logits(student, batch), _hand_logits(student, batch), rtol=1e-5, atol=1e-6)
+    student.save_pretrained(tmp_path / "start")  # distillation loads its start with a fresh head
+    loaded = load_sequence_classifier(str(tmp_path / "start"), 2, new_head_ok=True).eval()
+    assert torch.equal(_logits(loaded, batch), _logits(student, batch))
+
+
+# ----------------------------------------------------------------------------- ONNX
+@pytest.mark.parametrize("kind,graph", [("bert", "torchscript"), ("bert", "dynamo"), ("bert", "fused"),
+                                        ("roberta", "torchscript"), ("roberta", "dynamo")])
+def test_onnx_exports_carry_the_mean_pooling(kind, graph, tmp_path, tiny_tokenizer):
+    model = _classifier(kind, len(tiny_tokenizer))
+    cls_model = _classifier(kind, len(tiny_tokenizer))
+    set_pooling(model, "mean")
+    report = export_classifier(model, tiny_tokenizer, tmp_path, graph=graph)
+    assert report["graph"]["graph"] == graph
+    pair = kind == "bert"
+    assert max_difference_from_pytorch(model, tmp_path, pair=pair) < 1e-4  # padded rows, batch 1 and 3
+    batch = _batch(model)
+    onnx_logits = OnnxClassifier(tmp_path)({name: tensor.numpy() for name, tensor in batch.items()})
+    assert np.abs(onnx_logits - _hand_logits(model, batch).numpy()).max() < 1e-4
+    assert np.abs(onnx_logits - _logits(cls_model, batch).numpy()).max() > 1e-3
