@@ -38,15 +38,39 @@ import math
 import os
 import platform
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kdbert.cli.common import add_command, add_task_arguments, task_options
+from kdbert.cli.common import OptionFlags, add_command, add_task_arguments, given_options, task_options
+from kdbert.compress.options import CompressConfig
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions
+from kdbert.options import POSITIVE_INT, CheckedOptions, build_config, option, override
 
 SHORT_BUDGET = {"max_train_examples": 16000, "epochs": 1}
 BENCH_ROWS = 4 * (5 + 20 + (2 + 6) * 32)  # 4 models: bench_model's warm-up and 20 runs, its throughput batches
+
+
+@dataclass
+class QuickstartConfig(CheckedOptions):
+    """The main job's options, each defined here once (its flags are generated from them): its own,
+    then ``kdbert compress``'s with the quickstart's defaults (a short search; the BiLSTM candidates'
+    vectors read off the teacher's embeddings, ``encoder:default``)."""
+
+    output_dir: str = option("runs/quickstart", "where the teacher, the search and summary go", group="quickstart")
+    budget: str = option("short", "short: a 16000-row subset, one epoch for the teacher; full: per-task defaults",
+                         group="quickstart", choices=("short", "full"))
+    model: str = option("default", "teacher to fine-tune (default: the packaged all-MiniLM-L6-v2)", group="quickstart")
+    max_train_examples: int | None = option(None, "training rows (overrides the budget's subset)", POSITIVE_INT,
+                                            int, "quickstart")
+    target_speedup: float = override(CompressConfig, "target_speedup", 4.0)
+    budget_minutes: float = override(CompressConfig, "budget_minutes", 6.0)
+    first_steps: int = override(CompressConfig, "first_steps", 100)
+    intermediate_share: float = override(CompressConfig, "intermediate_share", CompressConfig.intermediate_share)
+    candidates: str | None = override(CompressConfig, "candidates", None)
+    word_vectors: str | None = override(CompressConfig, "word_vectors", "encoder:default")
+    seed: int = override(CompressConfig, "seed", CompressConfig.seed)
+    no_progress: bool = override(CompressConfig, "no_progress", False)
 
 
 def _cpu_name() -> str:
@@ -102,34 +126,30 @@ def _finished(folder: Path) -> dict | None:
     return json.loads(report.read_text()) if report.exists() and (folder / "train_report.json").exists() else None
 
 
-def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", target_speedup: float = 4.0,
-                   budget_minutes: float = 6.0, first_steps: int = 100, intermediate_share: float = 0.0,
-                   candidates: str | None = None,
-                   word_vectors: str | None = None, seed: int = 42, progress: bool = True, model: str = "default",
-                   max_train_examples: int | None = None, log=print) -> dict:
-    """Run the main job; returns the summary (also written to ``output_dir``).
-
-    ``model`` is the teacher to fine-tune (default: the packaged all-MiniLM-L6-v2);
-    ``max_train_examples`` overrides the budget's training subset (the search distils on it too);
-    ``target_speedup``, ``budget_minutes``, ``first_steps``, ``intermediate_share``, ``candidates`` and
-    ``word_vectors`` are ``kdbert compress``'s options.
-    """
+def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None, log=print) -> dict:
+    """Run the main job with ``quickstart``'s options (default: :class:`QuickstartConfig`'s); returns
+    the summary (also written to its ``output_dir``). ``max_train_examples`` overrides the budget's
+    training subset (the search distils on it too)."""
     from kdbert.compress.options import HELD_OUT_FRACTION
-    from kdbert.compress.pipeline import CompressConfig, compress
+    from kdbert.compress.pipeline import compress
     from kdbert.deploy.bench import bench_model, compare, format_table
 
-    out = Path(output_dir)
+    quickstart = quickstart or QuickstartConfig()
+    quickstart.check()
+    out = Path(quickstart.output_dir)
     task = replace(task, held_out_fraction=task.held_out_fraction or HELD_OUT_FRACTION)
-    limits = dict(SHORT_BUDGET) if budget == "short" else {}
-    if max_train_examples:
-        limits["max_train_examples"] = max_train_examples
+    limits = dict(SHORT_BUDGET) if quickstart.budget == "short" else {}
+    if quickstart.max_train_examples:
+        limits["max_train_examples"] = quickstart.max_train_examples
     teacher_dir, search_dir = out / "teacher", out / "compress"
+    target_speedup = quickstart.target_speedup
 
-    options = {"output_dir": str(teacher_dir), "model": model, "seed": seed, "no_progress": not progress, **limits}
-    config = CompressConfig(teacher=str(teacher_dir), target_speedup=target_speedup, budget_minutes=budget_minutes,
-                            first_steps=first_steps, intermediate_share=intermediate_share, candidates=candidates,
-                            word_vectors=word_vectors, seed=seed,
-                            max_train_examples=limits.get("max_train_examples"), no_progress=not progress)
+    options = {"output_dir": str(teacher_dir), "model": quickstart.model, "seed": quickstart.seed,
+               "no_progress": quickstart.no_progress, **limits}
+    shared = ("target_speedup", "budget_minutes", "first_steps", "intermediate_share", "candidates", "word_vectors",
+              "seed", "no_progress")
+    config = CompressConfig(teacher=str(teacher_dir), max_train_examples=limits.get("max_train_examples"),
+                            **{name: getattr(quickstart, name) for name in shared})
     cost, minutes = _plan(task, options, config, log)
     teacher_metrics = _teacher(task, options, cost, log)
 
@@ -155,7 +175,7 @@ def run_quickstart(task: TaskOptions, output_dir: str, budget: str = "short", ta
     deployed_retained = 100.0 * shipped["dev_score"] / teacher_int8 if teacher_int8 else 0.0
     int8_methods = {"teacher": json.loads((search_dir / "teacher-onnx" / "export_report.json").read_text())
                     ["quantization"]["method"], "student": shipped["int8"]["method"]}
-    lines = [f"# kdbert quickstart: {task.task}, budget {budget}", "",
+    lines = [f"# kdbert quickstart: {task.task}, budget {quickstart.budget}", "",
              f"teacher dev: {_describe(teacher_metrics)}",
              f"winner of the search: {winner['candidate']} ({winner['method']}, {winner['steps']} steps, "
              f"{winner['rule']}), dev {winner['dev_score']:.2f}: {retained:.1f}% of the teacher's score",
@@ -196,11 +216,7 @@ def _describe(metrics: dict) -> str:
 
 
 def cmd_quickstart(args) -> int:
-    run_quickstart(task_options(args), args.output_dir, budget=args.budget, target_speedup=args.target_speedup,
-                   budget_minutes=args.budget_minutes, first_steps=args.first_steps,
-                   intermediate_share=args.intermediate_share, candidates=args.candidates,
-                   word_vectors=args.word_vectors, seed=args.seed, progress=not args.no_progress, model=args.model,
-                   max_train_examples=args.max_train_examples)
+    run_quickstart(task_options(args), build_config(QuickstartConfig, given_options(args, QuickstartConfig)))
     return 0
 
 
@@ -213,19 +229,6 @@ def add_commands(sub, table: dict) -> None:
                                 "teacher-vs-student table. Rerun to continue an interrupted run.")
     add_task_arguments(p, required=False)
     p.set_defaults(task="sst2")
-    p.add_argument("--output-dir", default="runs/quickstart", help="where the teacher, the search and summary go")
-    p.add_argument("--budget", choices=["short", "full"], default="short",
-                   help="short: a 16000-row subset, one epoch for the teacher; full: per-task defaults")
-    p.add_argument("--target-speedup", type=float, default=4.0,
-                   help="students at least this many times faster than the int8 teacher are distilled")
-    p.add_argument("--budget-minutes", type=float, default=6.0,
-                   help="wall time of the compress step: timing, distilling the candidates, shipping the winner")
-    p.add_argument("--first-steps", type=int, default=100, help="steps per candidate in the search's first round")
-    p.add_argument("--intermediate-share", type=float, default=0.0,
-                   help="share of a BERT-style candidate's steps on TinyBERT's intermediate stage (0: prediction only)")
-    p.add_argument("--candidates", help="only these candidates (comma-separated, e.g. bert-2x256; default: all)")
-    p.add_argument("--word-vectors", help="GloVe or word2vec text file for the BiLSTM candidates (default: random)")
-    p.add_argument("--model", default="default", help="teacher to fine-tune (default: the packaged all-MiniLM-L6-v2)")
-    p.add_argument("--max-train-examples", type=int, help="training rows (overrides the budget's subset)")
-    p.add_argument("--seed", type=int, default=42, help="random seed")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    OptionFlags(p).add(QuickstartConfig, help={
+        "word_vectors": "GloVe or word2vec text file the BiLSTM candidates' embeddings start from, or encoder:MODEL "
+                        "(each word through that encoder) (default: encoder:default, the packaged teacher's base)"})
