@@ -17,7 +17,8 @@ from kdbert.compress import speed
 from kdbert.compress.build import build_from_teacher
 from kdbert.compress.recipes import SearchSettings, run_options, starts_from_teacher
 from kdbert.core.checkpoints import latest_checkpoint
-from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
+from kdbert.core.stages import Stage, StageConfig
+from kdbert.core.trainer import RunConfig, Trainer
 from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError

@@ -18,7 +18,8 @@ from kdbert.cli import main
 from kdbert.core.evaluate import TaskEvaluator
 from kdbert.core.matching import Match, MatchLoss
 from kdbert.core.trace import HookAdapter
-from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
+from kdbert.core.stages import Stage, StageConfig
+from kdbert.core.trainer import RunConfig, Trainer
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import load_glue_dir
 from kdbert.data.tasks import GLUE_TASKS

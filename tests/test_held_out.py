@@ -18,7 +18,8 @@ from kdbert.cli import main
 from kdbert.core.metrics import bootstrap_standard_error
 from kdbert.core.evaluate import TaskEvaluator, held_out_loss, predict, selection_key, to_predictions
 from kdbert.core.matching import Match, MatchLoss
-from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
+from kdbert.core.stages import Stage, StageConfig
+from kdbert.core.trainer import RunConfig, Trainer
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import TaskData
 from kdbert.data.glue import Example

@@ -20,7 +20,7 @@ from kdbert.methods.mobilebert_transfer import (
 from kdbert.core.matching import MatchLoss
 from kdbert.families.mobilebert import build_mobilebert, feature_widths, mobilebert_config
 from kdbert.methods.mobilebert import MobileBertGeneralConfig
-from kdbert.core.trainer import Stage, StageConfig
+from kdbert.core.stages import Stage, StageConfig
 
 PAIRS = [(1, 1), (2, 2), (3, 3)]
 EMB = "student.mobilebert.embeddings.*"

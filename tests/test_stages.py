@@ -24,7 +24,9 @@ from kdbert.core.matching import Match, MatchLoss
 from kdbert.core.trace import HookAdapter, register_adapter, trace
 from kdbert.methods import tinybert
 from kdbert.core.method import DistillContext
-from kdbert.core.trainer import ParamGroup, RunConfig, Stage, StageConfig, Trainer
+from kdbert.core.optim import optimizer_groups
+from kdbert.core.stages import ParamGroup, Stage, StageConfig
+from kdbert.core.trainer import RunConfig, Trainer
 
 SPEC = GLUE_TASKS["rte"]
 
@@ -106,7 +108,7 @@ def test_progressive_example_generates_one_stage_per_layer_with_lr_groups(env, t
     trainer = Trainer(plan.modules, plan.stages, RunConfig(str(tmp_path), progress=False),
                       PaddingCollator(env["tokenizer"].pad_token_id), frozen=plan.frozen)
     config = StageConfig("layer-2", learning_rate=1e-3, train=plan.stages[1].config.train)
-    groups = trainer._trainable_parameters(config)
+    groups = optimizer_groups(trainer.modules, config)
     rates = {id(p): g["lr"] for g in groups for p in g["params"]}
     named = dict(trainer.modules.named_parameters())
     assert rates[id(named["student.bert.encoder.layer.1.output.dense.weight"])] == 1e-3
@@ -134,7 +136,7 @@ def test_a_pattern_that_matches_nothing_is_refused(env, tmp_path):
     trainer = Trainer(plan.modules, plan.stages, RunConfig(str(tmp_path), progress=False),
                       PaddingCollator(env["tokenizer"].pad_token_id), frozen=plan.frozen)
     with pytest.raises(KdbertError, match="no parameter matches 'students.\\*'"):
-        trainer._trainable_parameters(plan.stages[0].config)
+        optimizer_groups(trainer.modules, plan.stages[0].config)
 
 
 # ----------------------------------------------------------------------------- other student families

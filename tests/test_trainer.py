@@ -13,7 +13,8 @@ from transformers import BertConfig, BertForSequenceClassification
 from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.errors import KdbertError
 from kdbert.core.run_folder import prepare_output_dir
-from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
+from kdbert.core.stages import Stage, StageConfig
+from kdbert.core.trainer import RunConfig, Trainer
 
 
 def _toy_stage(loss_fn, n=12, **config):

@@ -125,7 +125,7 @@ class CheckedOptions:
 @dataclass
 class OptimOptions(CheckedOptions):
     """How every training command optimises (``--epochs``, ``--learning-rate``, ...); the fields
-    a stage takes from them are :data:`kdbert.core.trainer.STAGE_OPTIONS`."""
+    a stage takes from them are :data:`kdbert.core.stages.STAGE_OPTIONS`."""
 
     epochs: float | None = option(None, "training epochs (may be fractional)", EPOCHS, float, "optimisation")
     max_steps: int | None = option(None, "optimiser steps; overrides --epochs", POSITIVE_INT, int, "optimisation")

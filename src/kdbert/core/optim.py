@@ -1,4 +1,4 @@
-"""A stage's optimiser and learning-rate schedule, by name (:class:`kdbert.core.trainer.StageConfig`).
+"""A stage's optimiser and learning-rate schedule, by name (:class:`kdbert.core.stages.StageConfig`).
 
 A schedule-free stage (``schedule_free``, Defazio et al. 2024, the ``schedulefree`` package) runs
 AdamW without a planned decay: the optimiser keeps the trained point y, a fast iterate z and their
@@ -10,11 +10,14 @@ stopped, whichever step that is: what a search that continues its runs needs.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 
 import schedulefree
 import torch
+from torch import nn
 from transformers import get_constant_schedule, get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
+from kdbert.core.stages import StageConfig, param_groups
 from kdbert.errors import KdbertError
 
 OPTIMIZERS = {
@@ -24,6 +27,33 @@ OPTIMIZERS = {
     "adadelta": lambda groups, lr: torch.optim.Adadelta(groups, lr=lr, rho=0.95, eps=1e-6),
 }
 SCHEDULES = ("linear", "linear-from-first-step", "constant", "constant_warmup")
+
+
+def optimizer_groups(modules: nn.Module, config: StageConfig) -> list[dict]:
+    """The stage's optimiser groups over ``modules``' parameters (in module order): one per (learning
+    rate, decayed or not); parameters that match none of ``config.train`` are frozen.
+
+    A parameter's group is the first ``config.train`` pattern its name matches (lr = the stage's
+    rate x that pattern's ``lr_scale``); biases and LayerNorm weights get no weight decay unless
+    ``config.decay_all``."""
+    groups = param_groups(config.train)
+    merged: dict[tuple, dict] = {}
+    used = set()
+    for name, param in modules.named_parameters():
+        index = next((i for i, g in enumerate(groups) if fnmatch.fnmatchcase(name, g.pattern)), None)
+        param.requires_grad_(index is not None)
+        if index is None:
+            continue
+        used.add(index)
+        lr = config.learning_rate * groups[index].lr_scale
+        decay = config.decay_all or not (param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name)
+        group = merged.setdefault((lr, decay), {"params": [], "lr": lr,
+                                                "weight_decay": config.weight_decay if decay else 0.0})
+        group["params"].append(param)
+    for i, group in enumerate(groups):
+        if i not in used:
+            raise KdbertError(f"stage '{config.name}': no parameter matches '{group.pattern}'")
+    return list(merged.values())
 
 
 def is_schedule_free(config) -> bool:

@@ -1,5 +1,5 @@
-"""Stages as data: build :class:`~kdbert.core.trainer.Stage` objects from a method's options, or from a
-stage plan written in YAML (``stages:`` in a recipe), which may generate one stage per layer.
+"""A stage of training (:class:`Stage`: its settings, loss and data), and stages as data: built from a
+method's options, or from a stage plan written in YAML (``stages:`` in a recipe), which may generate one stage per layer.
 
 A stage plan in YAML (any key left out takes the method's option of the same name)::
 
@@ -32,12 +32,100 @@ lr_scale: 0.3}`` expands to every earlier layer j < l - 1.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
-from kdbert.errors import KdbertError
+from torch import nn
+
 from kdbert.core.layer_maps import LayerMap
 from kdbert.core.matching import LAYERED, Match, MatchLoss
-from kdbert.core.trainer import ParamGroup, Stage, StageConfig
+from kdbert.data.batching import EncodedDataset
+from kdbert.errors import KdbertError
+
+LossFn = Callable[[nn.ModuleDict, dict, dict], dict]
+
+
+@dataclass
+class StageConfig:
+    """Optimisation settings of one stage.
+
+    ``epochs`` may be fractional; ``max_steps`` (optimiser steps), when set, wins. ``schedule``
+    is "linear" (warmup from 0, then linear decay to 0), "linear-from-first-step" (the same with the
+    first step at lr / warmup_steps instead of 0, at least one warmup step; ``kdbert mlm-head``),
+    "constant" (TinyBERT's intermediate stage) or "constant_warmup" (warmup then constant:
+    MobileBERT's layer-wise phases). ``decay_all`` applies weight decay to biases and LayerNorm
+    weights too.
+    ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
+    ``optimizer`` is a key of :data:`kdbert.core.optim.OPTIMIZERS`: "adamw" (decoupled weight decay) or
+    "adadelta" (rho 0.95, eps 1e-6; the distilled BiLSTM's, with ``learning_rate`` 1.0 and a
+    constant schedule; weight decay there is an L2 term added to the gradient); ``schedule_free``
+    runs AdamW schedule-free (:mod:`kdbert.core.optim`: its own warm-up, no decay, the averaged
+    weights evaluated, kept and left in the model when the stage ends).
+    ``train`` selects the parameters this stage updates by name in the trainer's module dict
+    (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
+    entry is a glob pattern, or a :class:`ParamGroup` with a learning-rate multiplier; the first
+    pattern a parameter matches decides its group, and parameters matching none are frozen.
+    """
+
+    name: str
+    epochs: float = 3.0
+    max_steps: int | None = None
+    learning_rate: float = 5e-5
+    schedule: str = "linear"
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    batch_size: int = 32
+    grad_accum: int = 1
+    max_grad_norm: float = 1.0
+    optimizer: str = "adamw"
+    schedule_free: bool = False
+    evaluate: bool = True
+    eval_every: int | None = None
+    train: tuple = ("student.*",)
+    decay_all: bool = False
+
+    @classmethod
+    def from_options(cls, name: str, options, **overrides) -> StageConfig:
+        """Stage ``name`` with the :data:`STAGE_OPTIONS` of a resolved config (``overrides`` win)."""
+        return cls(name, **{**{key: getattr(options, key) for key in STAGE_OPTIONS}, **overrides})
+
+
+# the optimisation options (kdbert.options.OptimOptions) a stage takes over as they are
+STAGE_OPTIONS = ("epochs", "max_steps", "learning_rate", "warmup_ratio", "weight_decay", "batch_size", "grad_accum",
+                 "eval_every", "schedule_free")
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """Parameters whose name matches ``pattern`` (glob), trained at ``lr_scale`` x the stage's rate.
+
+    "Layer 3 at 3x, earlier layers at 0.3x, the rest frozen" is
+    ``(ParamGroup("student.*.layer.3.*", 3.0), ParamGroup("student.*.layer.[0-2].*", 0.3))``.
+    """
+
+    pattern: str
+    lr_scale: float = 1.0
+
+
+def param_groups(train: tuple) -> list[ParamGroup]:
+    return [g if isinstance(g, ParamGroup) else ParamGroup(str(g)) for g in train]
+
+
+@dataclass
+class Stage:
+    """A stage: its settings, its loss ``loss_fn(modules, frozen, batch) -> {term: tensor}``
+    and its training data.
+
+    A loss with a ``setup(modules, frozen, batch)`` method (e.g. :class:`~kdbert.core.matching.MatchLoss`
+    creating projections from the widths it sees) gets the stage's first batch before the
+    optimiser is built. ``order(epoch) -> [[row indices of a batch], ...]`` replaces the default
+    length-grouped order, a pure function of (seed, epoch).
+    """
+
+    config: StageConfig
+    loss_fn: LossFn
+    dataset: EncodedDataset
+    order: Callable[[int], list[list[int]]] | None = None
 
 STAGE_KEYS = {"name", "matches", "train", "learning_rate", "schedule", "epochs", "max_steps", "warmup_ratio",
               "weight_decay", "batch_size", "grad_accum", "evaluate", "eval_every", "max_grad_norm", "for_each_layer"}

@@ -26,7 +26,6 @@ output root after every stop, as after a finished run.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -40,105 +39,20 @@ from accelerate.utils import DistributedDataParallelKwargs
 from torch import nn
 from tqdm.auto import tqdm
 
-from kdbert.data.batching import EncodedDataset, epoch_order
+from kdbert.data.batching import epoch_order
 from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import copy_files_atomically, restore_interrupted, write_json
 from kdbert.core.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from kdbert.core.evaluate import selection_key
 from kdbert.core.hardware import ThreadShare, resolve_precision
-from kdbert.core.optim import averaged_weights, make_optimizer, make_scheduler
+from kdbert.core.optim import averaged_weights, make_optimizer, make_scheduler, optimizer_groups
+from kdbert.core.stages import LossFn, Stage, StageConfig
 from kdbert.core.run_folder import RunLog, save_student
-
-LossFn = Callable[[nn.ModuleDict, dict, dict], dict]
-
 
 class IndependentModels(nn.ModuleDict):
     """Models trained side by side in one run, sharing nothing but the batch (and what the loss
     computes once for all of them, e.g. the teacher's pass): the trainer clips each one's gradient
     norm alone, so that they train exactly as they would apart."""
-
-
-@dataclass
-class StageConfig:
-    """Optimisation settings of one stage.
-
-    ``epochs`` may be fractional; ``max_steps`` (optimiser steps), when set, wins. ``schedule``
-    is "linear" (warmup from 0, then linear decay to 0), "linear-from-first-step" (the same with the
-    first step at lr / warmup_steps instead of 0, at least one warmup step; ``kdbert mlm-head``),
-    "constant" (TinyBERT's intermediate stage) or "constant_warmup" (warmup then constant:
-    MobileBERT's layer-wise phases). ``decay_all`` applies weight decay to biases and LayerNorm
-    weights too.
-    ``eval_every`` is in optimiser steps; ``None`` evaluates at the end of each epoch.
-    ``optimizer`` is a key of :data:`kdbert.core.optim.OPTIMIZERS`: "adamw" (decoupled weight decay) or
-    "adadelta" (rho 0.95, eps 1e-6; the distilled BiLSTM's, with ``learning_rate`` 1.0 and a
-    constant schedule; weight decay there is an L2 term added to the gradient); ``schedule_free``
-    runs AdamW schedule-free (:mod:`kdbert.core.optim`: its own warm-up, no decay, the averaged
-    weights evaluated, kept and left in the model when the stage ends).
-    ``train`` selects the parameters this stage updates by name in the trainer's module dict
-    (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
-    entry is a glob pattern, or a :class:`ParamGroup` with a learning-rate multiplier; the first
-    pattern a parameter matches decides its group, and parameters matching none are frozen.
-    """
-
-    name: str
-    epochs: float = 3.0
-    max_steps: int | None = None
-    learning_rate: float = 5e-5
-    schedule: str = "linear"
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    batch_size: int = 32
-    grad_accum: int = 1
-    max_grad_norm: float = 1.0
-    optimizer: str = "adamw"
-    schedule_free: bool = False
-    evaluate: bool = True
-    eval_every: int | None = None
-    train: tuple = ("student.*",)
-    decay_all: bool = False
-
-    @classmethod
-    def from_options(cls, name: str, options, **overrides) -> StageConfig:
-        """Stage ``name`` with the :data:`STAGE_OPTIONS` of a resolved config (``overrides`` win)."""
-        return cls(name, **{**{key: getattr(options, key) for key in STAGE_OPTIONS}, **overrides})
-
-
-# the optimisation options (kdbert.options.OptimOptions) a stage takes over as they are
-STAGE_OPTIONS = ("epochs", "max_steps", "learning_rate", "warmup_ratio", "weight_decay", "batch_size", "grad_accum",
-                 "eval_every", "schedule_free")
-
-
-@dataclass(frozen=True)
-class ParamGroup:
-    """Parameters whose name matches ``pattern`` (glob), trained at ``lr_scale`` x the stage's rate.
-
-    "Layer 3 at 3x, earlier layers at 0.3x, the rest frozen" is
-    ``(ParamGroup("student.*.layer.3.*", 3.0), ParamGroup("student.*.layer.[0-2].*", 0.3))``.
-    """
-
-    pattern: str
-    lr_scale: float = 1.0
-
-
-def param_groups(train: tuple) -> list[ParamGroup]:
-    return [g if isinstance(g, ParamGroup) else ParamGroup(str(g)) for g in train]
-
-
-@dataclass
-class Stage:
-    """A stage: its settings, its loss ``loss_fn(modules, frozen, batch) -> {term: tensor}``
-    and its training data.
-
-    A loss with a ``setup(modules, frozen, batch)`` method (e.g. :class:`~kdbert.core.matching.MatchLoss`
-    creating projections from the widths it sees) gets the stage's first batch before the
-    optimiser is built. ``order(epoch) -> [[row indices of a batch], ...]`` replaces the default
-    length-grouped order, a pure function of (seed, epoch).
-    """
-
-    config: StageConfig
-    loss_fn: LossFn
-    dataset: EncodedDataset
-    order: Callable[[int], list[list[int]]] | None = None
 
 
 @dataclass
@@ -319,29 +233,6 @@ class Trainer:
             print(f"threads: {choice.threads} ({choice.reason}{'' if choice.pinned else '; --threads N to pin'})")
 
     # ----------------------------------------------------------------- one stage
-    def _trainable_parameters(self, config: StageConfig):
-        """Optimiser groups, parameters in module order: one per (learning rate, decayed or not).
-
-        Biases and LayerNorm weights get no weight decay unless ``config.decay_all``."""
-        groups = param_groups(config.train)
-        merged: dict[tuple, dict] = {}
-        used = set()
-        for name, param in self.modules.named_parameters():
-            index = next((i for i, g in enumerate(groups) if fnmatch.fnmatchcase(name, g.pattern)), None)
-            param.requires_grad_(index is not None)
-            if index is None:
-                continue
-            used.add(index)
-            lr = config.learning_rate * groups[index].lr_scale
-            decay = config.decay_all or not (param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name)
-            group = merged.setdefault((lr, decay), {"params": [], "lr": lr,
-                                                    "weight_decay": config.weight_decay if decay else 0.0})
-            group["params"].append(param)
-        for i, group in enumerate(groups):
-            if i not in used:
-                raise KdbertError(f"stage '{config.name}': no parameter matches '{group.pattern}'")
-        return list(merged.values())
-
     def _setup(self, stage: Stage) -> None:
         """Give a loss with a ``setup`` method the stage's first batch (RNG untouched)."""
         setup = getattr(stage.loss_fn, "setup", None)
@@ -387,7 +278,7 @@ class Trainer:
         if len(stage.dataset) == 0:
             raise KdbertError(f"stage '{config.name}' has no training rows")
         self._setup(stage)
-        groups = self._trainable_parameters(config)
+        groups = optimizer_groups(self.modules, config)
         total = self._total_steps(stage)
         optimizer = make_optimizer(config, groups, total)
         scheduler = make_scheduler(config, optimizer, total)

@@ -38,7 +38,7 @@ from kdbert.core.method import DistillContext, Method, Plan, Student
 from kdbert.core.relation_losses import RELATION_TYPES, minilm_relation_loss
 from kdbert.core.stages import task_stage
 from kdbert.core.trace import model_batch, model_inputs
-from kdbert.core.trainer import Stage, StageConfig
+from kdbert.core.stages import Stage, StageConfig
 from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError

@@ -41,7 +41,8 @@ from kdbert.core.atomic_io import write_json
 from kdbert.core.loading import resolve_model_path
 from kdbert.options import LEARNING_RATE, POSITIVE_INT, RunOptions, build_config, option, override
 from kdbert.core.run_folder import prepare_output_dir
-from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer
+from kdbert.core.stages import Stage, StageConfig
+from kdbert.core.trainer import RunConfig, Trainer
 from kdbert.data.batching import EncodedDataset
 from kdbert.data.corpus import pack_sequences
 from kdbert.errors import KdbertError

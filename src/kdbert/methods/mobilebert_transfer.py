@@ -12,9 +12,9 @@ masked-LM predictions. Its three strategies differ only in how the same terms ar
   layers do not train. Then pre-training distillation.
 
 The generators here build :class:`kdbert.core.matching.Match` lists and
-:class:`kdbert.core.trainer.ParamGroup` tuples and hand them, with a stage name, a length and a
+:class:`kdbert.core.stages.ParamGroup` tuples and hand them, with a stage name, a length and a
 schedule, to a ``make_stage`` callable that returns the trainer's
-:class:`~kdbert.core.trainer.Stage` (:mod:`kdbert.methods.mobilebert` supplies it); they train
+:class:`~kdbert.core.stages.Stage` (:mod:`kdbert.methods.mobilebert` supplies it); they train
 nothing and read no data. Parameter patterns are globs over the trainer's module names
 (``student.mobilebert.encoder.layer.2.*``).
 
@@ -47,7 +47,7 @@ from kdbert.errors import KdbertError
 from kdbert.core.layer_maps import LayerMapRules, ResolvedLayerMap, resolve_layer_map
 from kdbert.core.matching import Match
 from kdbert.families.mobilebert import FeatureWidths
-from kdbert.core.trainer import ParamGroup, Stage
+from kdbert.core.stages import ParamGroup, Stage
 
 STRATEGIES = ("progressive", "joint", "auxiliary")
 PREVIOUS_LAYERS = ("official", "frozen")
