@@ -13,7 +13,6 @@ from kdbert.data.glue import TaskData
 from kdbert.data.tasks import TaskSpec
 from kdbert.core.metrics import bootstrap_standard_error, compute_metrics, split_prefix, task_score
 from kdbert.core.trace import model_inputs, output_logits
-from kdbert.errors import KdbertError
 
 
 @torch.no_grad()
@@ -143,17 +142,3 @@ class TaskEvaluator(SplitEvaluator):
     def predict(self, model, dataset: EncodedDataset) -> np.ndarray:
         """Logits (N_texts, C) of ``model`` on one of ``splits``."""
         return pool_windows(predict(model, dataset, self.collator, self.batch_size), dataset)
-
-
-def task_evaluator(data: TaskData, tokenizer, max_seq_len: int | None = None, batch_size: int = 64,
-                   inputs: ModelInputs | None = None):
-    """The evaluator of ``data``'s task: :class:`~kdbert.core.qa_evaluate.QAEvaluator` (EM / F1 over
-    windows) for question answering, else :class:`TaskEvaluator`."""
-    if data.spec.question_answering:
-        from kdbert.core.qa_evaluate import QAEvaluator
-
-        if inputs is not None:
-            raise KdbertError(f"{data.spec.name} is question answering, which needs a token-level student on the "
-                              "teacher's tokenizer")
-        return QAEvaluator(data, tokenizer, max_seq_len, batch_size)
-    return TaskEvaluator(data, tokenizer, max_seq_len, batch_size, inputs)

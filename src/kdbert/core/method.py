@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 from torch import nn
 
-from kdbert.core.evaluate import task_evaluator
+from kdbert.core.evaluators import task_evaluator
 from kdbert.core.loading import vocabulary_mismatch
 from kdbert.core.teacher_logits import stored_teacher_logits, unlabelled_store_folder
 from kdbert.data.batching import EncodedDataset, ModelInputs, TaskCollator, TokenizerInputs, encode_task
@@ -166,7 +166,7 @@ class Method:
     def task_inputs(self, source: TaskSource, config) -> TaskInputs:
         """:meth:`initial_student`; the rows encoded once by the teacher's tokenizer and, when
         :meth:`student_inputs` gives inputs of its own, by the student's too;
-        :class:`~kdbert.data.batching.TaskCollator`, :func:`~kdbert.core.evaluate.task_evaluator`.
+        :class:`~kdbert.data.batching.TaskCollator`, :func:`~kdbert.core.evaluators.task_evaluator`.
         A method whose student is built from the data itself (the BiLSTM's word vocabulary)
         overrides this."""
         teacher, tokenizer, spec = source.teacher, source.tokenizer, source.data.spec

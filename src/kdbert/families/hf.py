@@ -165,7 +165,7 @@ class HFFamily(Family):
         return uncut_note(context.teacher_config)
 
     def evaluator(self, data, encoder, max_seq_len: int | None, batch_size: int):
-        from kdbert.core.evaluate import task_evaluator
+        from kdbert.core.evaluators import task_evaluator
 
         return task_evaluator(data, encoder, max_seq_len, batch_size)
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from transformers import set_seed
 
 from kdbert.core.atomic_io import write_json
-from kdbert.core.evaluate import task_evaluator
+from kdbert.core.evaluators import task_evaluator
 from kdbert.core.hardware import ThreadShare, resolve_precision
 from kdbert.core.loading import load_task_model, load_tokenizer, resolve_model_path
 from kdbert.core.matching import Match, MatchLoss

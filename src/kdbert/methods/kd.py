@@ -47,7 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdbert.core.evaluate import task_evaluator
+from kdbert.core.evaluators import task_evaluator
 from kdbert.core.loading import own_tokenizer
 from kdbert.core.method import DistillContext, Method, Plan, Student, TaskInputs, TaskSource
 from kdbert.core.stages import task_stage
