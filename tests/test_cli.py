@@ -172,8 +172,7 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
     # the teacher never trained on the rows the search picks on: both held out the same tenth
     teacher_config = json.loads((out / "teacher" / "run_config.json").read_text())
     assert teacher_config["held_out_fraction"] == 0.1 == json.loads(
-        (out / "compress" / "runs" / report["search"]["rounds"][0][0]["candidate"] / "run_config.json")
-        .read_text())["held_out_fraction"]
+        (Path(report["winner"]["run"]) / "run_config.json").read_text())["held_out_fraction"]
     assert report["teacher_saw_held_out_rows"] is False and "note: the teacher was fine-tuned on" not in stdout
     # the search distilled on the 16 rows the teacher was fine-tuned on (less the held-out tenth)
     run = json.loads((Path(report["winner"]["run"]) / "distill_report.json").read_text())

@@ -602,7 +602,7 @@ def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hol
     args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
             "--candidates", "bilstm-h150", "--augment", "bilstm", "--augment-copies", "3", "--nltk-data",
             str(NLTK_DATA), "--rounds", "1", "--first-steps", "2", "--length-rows", "4", "--threads", "1",
-            "--target-speedup", "0.01", "--output-dir", str(out)]
+            "--target-speedup", "0.01", "--keep", "runs", "--output-dir", str(out)]  # both runs are read below
     assert main(args) == 0
     report = json.loads((out / "compress_report.json").read_text())
     assert sorted(row["candidate"] for row in report["search"]["rounds"][0]) == ["bilstm-h150", "bilstm-h150-aug"]
@@ -1060,7 +1060,7 @@ def test_students_of_their_own_tokenizer_learn_the_stored_teacher_logits_and_shi
     assert main(["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
                  "--candidates", "pretrained-char", "--student", str(mine), "--rounds", "1", "--first-steps", "2",
                  "--batch-size", "4", "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01",
-                 "--output-dir", str(out)]) == 0
+                 "--keep", "runs", "--output-dir", str(out)]) == 0  # both runs are read below
     report = json.loads((out / "compress_report.json").read_text())
     assert report["starts"] == {"pretrained-char": "pretrained", "user-char-bert": "user"}
     assert {name: row["shape"]["tokenizer"] for name, row in report["speed"]["candidates"].items()} == {
@@ -1202,3 +1202,61 @@ def test_a_winner_whose_shipped_graph_falls_short_is_replaced_by_the_next_that_k
     winner, _, checks = ship.ship_checked(ranking, tmp_path / "c", None, "onnx-int8", goal, None,
                                           int8_time_left=lambda: 15.0, export_seconds=lambda name: 10.0)
     assert winner["candidate"] == "bert-1x128" and len(checks) == 1
+
+
+def _tiny_compress_args(env, out) -> list[str]:
+    return ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+            "--candidates", "bert-1x128,bert-2x128", "--rounds", "1", "--first-steps", "2", "--batch-size", "4",
+            "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01", "--no-progress",
+            "--output-dir", str(out)]
+
+
+def test_compress_keeps_what_the_shipped_winner_needs_and_says_how_much(env, tmp_path, capsys):
+    from kdbert.cli import main
+
+    out = tmp_path / "shipped"
+    assert main(_tiny_compress_args(env, out)) == 0
+    report = json.loads((out / "compress_report.json").read_text())
+    checked = {check["candidate"] for check in report["shipped"]["checks"]}
+    assert {run.name for run in (out / "runs").iterdir() if run.is_dir()} == checked
+    assert all((out / "runs" / name / "model.safetensors").is_file() for name in checked)
+    assert not any((out / "runs" / name / "checkpoints").exists() for name in checked)
+    assert report["disk"]["keep"] == "shipped" and 0 < report["disk"]["kept_mb"] < report["disk"]["written_mb"]
+    assert f"keeps {report['disk']['kept_mb']:.0f} MB (--keep shipped)" in (out / "compress_report.md").read_text()
+
+    everything = tmp_path / "runs"
+    assert main([*_tiny_compress_args(env, everything), "--keep", "runs"]) == 0
+    report = json.loads((everything / "compress_report.json").read_text())
+    assert {run.name for run in (everything / "runs").iterdir() if run.is_dir()} == {"bert-1x128", "bert-2x128"}
+    assert all((everything / "runs" / name / "checkpoints").is_dir() for name in ("bert-1x128", "bert-2x128"))
+    assert report["disk"]["kept_mb"] == report["disk"]["written_mb"]
+
+
+def test_a_full_disk_stops_compress_in_one_line_and_the_rerun_continues_the_search(env, tmp_path, capsys,
+                                                                                 monkeypatch):
+    import errno
+
+    from kdbert.cli import main
+    from kdbert.compress import search
+
+    out = tmp_path / "compress"
+    distilled = []
+    real = search.distil_segment
+
+    def disk_fills_after_one_segment(*args, **kwargs):
+        if distilled:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        distilled.append(args[1].candidate)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(search, "distil_segment", disk_fills_after_one_segment)
+    capsys.readouterr()
+    assert main(_tiny_compress_args(env, out)) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"kdbert: error: the disk holding --output-dir {out} is full (") and \
+        error.endswith("rerun the same command, which continues the search from its last finished segment")
+    monkeypatch.setattr(search, "distil_segment", real)
+    assert main(_tiny_compress_args(env, out)) == 0
+    segments = json.loads((out / "compress_report.json").read_text())["search"]["segments"]
+    first = [row for row in segments if row["candidate"] == distilled[0]]
+    assert len(first) == 1 and len(segments) == 2  # the segment done before the disk filled was kept, not redone

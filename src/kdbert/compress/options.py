@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from kdbert.compress.disk import KEEPS
 from kdbert.compress.speed import RUNTIMES
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
@@ -112,6 +113,10 @@ class CompressConfig(CheckedOptions):
                                                       "out --held-out-fraction of its rows anyway; its score there "
                                                       "reads high, and so do the kept shares (the report says so)",
                                                type=bool, group="compress")
+    keep: str = option("shipped", "what the output folder keeps once the winner ships: shipped (the report, the "
+                                  "winner, the exports and runs of the candidates checked for shipping, without "
+                                  "checkpoints) or runs (every candidate's run and checkpoints)", group="compress",
+                       choices=KEEPS)
     no_progress: bool = option(False, "hide the progress bar of the budget", type=bool, group="run")
 
     def check(self) -> None:
@@ -138,6 +143,7 @@ OUTSIDE_IDENTITY = {
     "students_store": "where general students are looked for; the build found is in the identity",
     "no_general_students": "the identity names the general students' build, or none",
     "no_progress": "what is shown, not what is run",
+    "keep": "what is left on disk after the search, not what it runs",
 }
 
 

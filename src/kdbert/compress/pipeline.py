@@ -55,6 +55,7 @@ from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_n
                                      with_variants)
 from kdbert.compress.breakdown import speedup_breakdown
 from kdbert.compress.budget import Deadline, Progress, after_export_seconds, every_core, export_passes, finishing_seconds, fixed_seconds
+from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import DECIDE_SHARE, HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings
 from kdbert.compress.report import seconds_per_candidate, write_report
@@ -256,6 +257,11 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
         with search.leading(study, out):
             return _compress(task, config, out, data, train_rows, teacher, context, offered, augment,
                              search_settings, deadline, progress, held_out, study, identity, general, command)
+    except OSError as err:
+        full = disk_full(err, out)
+        if full is None:
+            raise
+        raise full from None
     except KdbertError:
         if new_journal and not search.under_way(study):  # refused before the search: nothing left behind
             journal_path(out).unlink(missing_ok=True)
@@ -377,6 +383,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                                                 "minutes": general.facts["trained_seconds"] / 60}, budget={
         "minutes": config.budget_minutes, "finishing_reserve_seconds": round(reserve, 1), "untimed": untimed,
         "phase_seconds": progress.phase_seconds(), "seconds": round(deadline.spent(), 1)})
+    report["disk"] = keep_shipped(out, config.keep, [check["candidate"] for check in report["shipped"]["checks"]])
     write_report(report, out, config.runtime)
     write_compress_card(out / "winner", report, data, task.held_out_fraction, len(train_rows), command)
     progress.line(f"compress: {deadline.spent() / 60:.1f} min of --budget-minutes {config.budget_minutes:g} ("

@@ -148,6 +148,10 @@ def format_report(report: dict, plot: str | None = None) -> str:
                       f"{facts['tries_per_row']} tries a row; the held-out rows not among them)"
                       + (f" and {facts['transfer_rows']} rows of unlabelled text (--transfer-text)"
                          if facts.get("transfer_rows") else "") + ", labelled by the teacher."]
+    if report.get("disk"):
+        disk = report["disk"]
+        lines += ["", f"Disk: the search wrote {disk['written_mb']:.0f} MB and keeps {disk['kept_mb']:.0f} MB "
+                      f"(--keep {disk['keep']})."]
     if report.get("speedup_breakdown"):
         lines += ["", "Where the speedup comes from, one change at a time (batch 1, dev rows):", "",
                   *format_breakdown(report["speedup_breakdown"])]

@@ -345,8 +345,12 @@ def work(study: optuna.Study, plan: Plan, on_segment: Callable[[dict], None] | N
                               {"candidate": job.candidate, "rung": job.rung, "steps": job.steps})
         if trial is None:
             continue
-        with _every(BEAT_SECONDS, lambda: storage.beat(trial)):  # False once the trial was taken back
-            row = distil_segment(replace(plan, window=window), job, done, loaded)
+        try:
+            with _every(BEAT_SECONDS, lambda: storage.beat(trial)):  # False once the trial was taken back
+                row = distil_segment(replace(plan, window=window), job, done, loaded)
+        except BaseException:
+            storage.give_back(study, trial)
+            raise
         storage.finish(study, trial, row["score"], {"segment": row})
         ran += 1
         if on_segment is not None:

@@ -39,6 +39,7 @@ ask-and-tell; hence the ``heartbeat`` attribute, the same on every storage.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -154,6 +155,15 @@ def finish(study: optuna.Study, trial: Trial, value: float, attrs: dict[str, Any
     for key, value_ in (attrs or {}).items():
         trial.set_user_attr(key, value_)
     study.tell(trial, value)
+
+
+def give_back(study: optuna.Study, trial: Trial) -> None:
+    """Fail this process's ``trial`` (its segment stopped on an error), so that its job goes to the next
+    claimer at once; where the study cannot be written (a full disk), a later process takes it back
+    as a gone worker's (:func:`stale_jobs`)."""
+    with contextlib.suppress(Exception):
+        trial.set_user_attr("given_back", True)
+        study.tell(trial, state=TrialState.FAIL)
 
 
 def beat(trial: Trial, now: Callable[[], float] = time.time) -> bool:
