@@ -143,7 +143,7 @@ def test_a_run_without_evaluation_continued_after_a_pause_saves_its_last_weights
 def test_independent_models_are_clipped_each_alone(tmp_path):
     """Two copies of one model side by side, one of them fed inputs whose gradient is 100x larger:
     each steps as it would alone (global clipping would shrink the small one's step too)."""
-    from kdbert.core.trainer import IndependentModels
+    from kdbert.core.optim import IndependentModels
 
     def model():
         torch.manual_seed(0)

@@ -56,6 +56,25 @@ def optimizer_groups(modules: nn.Module, config: StageConfig) -> list[dict]:
     return list(merged.values())
 
 
+class IndependentModels(nn.ModuleDict):
+    """Models trained side by side in one run, sharing nothing but the batch (and what the loss
+    computes once for all of them, e.g. the teacher's pass): the trainer clips each one's gradient
+    norm alone, so that they train exactly as they would apart."""
+
+
+def clip_groups(module: nn.Module) -> list[list[nn.Parameter]]:
+    """The parameters whose gradient norm is clipped together: every model of an
+    :class:`IndependentModels` part on its own, everything else as one group. ``module``: the
+    trainer's stage module (``.parts``), or DDP's wrapper of it."""
+    groups, shared = [], []
+    for part in getattr(module, "module", module).parts.values():
+        if isinstance(part, IndependentModels):
+            groups.extend(list(model.parameters()) for model in part.values())
+        else:
+            shared.extend(part.parameters())
+    return ([shared] if shared or not groups else []) + groups
+
+
 def is_schedule_free(config) -> bool:
     """Whether the stage runs schedule-free AdamW (module doc); other optimisers ignore the flag."""
     return config.schedule_free and config.optimizer == "adamw"

@@ -1,5 +1,5 @@
-"""A stage of training (:class:`Stage`: its settings, loss and data), and stages as data: built from a
-method's options, or from a stage plan written in YAML (``stages:`` in a recipe), which may generate one stage per layer.
+"""A stage of training (:class:`Stage`: its settings, loss and data), a run's settings
+(:class:`RunConfig`), and stages as data: built from a method's options, or from a stage plan written in YAML (``stages:`` in a recipe), which may generate one stage per layer.
 
 A stage plan in YAML (any key left out takes the method's option of the same name)::
 
@@ -126,6 +126,32 @@ class Stage:
     loss_fn: LossFn
     dataset: EncodedDataset
     order: Callable[[int], list[list[int]]] | None = None
+
+@dataclass
+class RunConfig:
+    """Settings of a whole run (shared by its stages). ``reseed=False`` keeps the caller's torch RNG
+    stream instead of seeding it with ``seed`` when training starts."""
+
+    output_dir: str
+    seed: int = 42
+    mixed_precision: str = "auto"  # or no, bf16, fp16 (kdbert.core.hardware.resolve_precision)
+    threads: int | None = None  # None: a fair share of the cores (kdbert.core.hardware.ThreadShare)
+    log_every: int = 20
+    save_every: int | None = None
+    keep_checkpoints: int = 2
+    group_by_length: bool = True
+    progress: bool = True
+    reseed: bool = True
+    deadline: float | None = None  # time.time() by which training ends (module doc)
+    pause_at_step: int | None = None  # optimiser steps over all stages after which training pauses (module doc)
+
+    @classmethod
+    def from_options(cls, output_dir, options, **overrides) -> RunConfig:
+        """The run settings of a config's :class:`~kdbert.options.RunOptions` (``overrides`` win)."""
+        return cls(str(output_dir), **{"seed": options.seed, "mixed_precision": options.mixed_precision,
+                                       "threads": options.threads, "keep_checkpoints": options.keep_checkpoints,
+                                       "progress": not options.no_progress, **overrides})
+
 
 STAGE_KEYS = {"name", "matches", "train", "learning_rate", "schedule", "epochs", "max_steps", "warmup_ratio",
               "weight_decay", "batch_size", "grad_accum", "evaluate", "eval_every", "max_grad_norm", "for_each_layer"}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -45,41 +45,9 @@ from kdbert.core.atomic_io import copy_files_atomically, restore_interrupted, wr
 from kdbert.core.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
 from kdbert.core.evaluate import selection_key
 from kdbert.core.hardware import ThreadShare, resolve_precision
-from kdbert.core.optim import averaged_weights, make_optimizer, make_scheduler, optimizer_groups
-from kdbert.core.stages import LossFn, Stage, StageConfig
+from kdbert.core.optim import averaged_weights, clip_groups, make_optimizer, make_scheduler, optimizer_groups
+from kdbert.core.stages import LossFn, RunConfig, Stage, StageConfig
 from kdbert.core.run_folder import RunLog, save_student
-
-class IndependentModels(nn.ModuleDict):
-    """Models trained side by side in one run, sharing nothing but the batch (and what the loss
-    computes once for all of them, e.g. the teacher's pass): the trainer clips each one's gradient
-    norm alone, so that they train exactly as they would apart."""
-
-
-@dataclass
-class RunConfig:
-    """Settings of a whole run (shared by its stages). ``reseed=False`` keeps the caller's torch RNG
-    stream instead of seeding it with ``seed`` when training starts."""
-
-    output_dir: str
-    seed: int = 42
-    mixed_precision: str = "auto"  # or no, bf16, fp16 (kdbert.core.hardware.resolve_precision)
-    threads: int | None = None  # None: a fair share of the cores (kdbert.core.hardware.ThreadShare)
-    log_every: int = 20
-    save_every: int | None = None
-    keep_checkpoints: int = 2
-    group_by_length: bool = True
-    progress: bool = True
-    reseed: bool = True
-    deadline: float | None = None  # time.time() by which training ends (module doc)
-    pause_at_step: int | None = None  # optimiser steps over all stages after which training pauses (module doc)
-
-    @classmethod
-    def from_options(cls, output_dir, options, **overrides) -> RunConfig:
-        """The run settings of a config's :class:`~kdbert.options.RunOptions` (``overrides`` win)."""
-        return cls(str(output_dir), **{"seed": options.seed, "mixed_precision": options.mixed_precision,
-                                       "threads": options.threads, "keep_checkpoints": options.keep_checkpoints,
-                                       "progress": not options.no_progress, **overrides})
-
 
 def to_device(batch: dict, device) -> dict:
     """Move a batch's tensors (nested per-model dicts included) to ``device``."""
@@ -331,7 +299,7 @@ class Trainer:
     # ----------------------------------------------------------------- pieces
     def _optimizer_step(self, module, optimizer, scheduler, config: StageConfig) -> None:
         if config.max_grad_norm:
-            groups = self._clip_groups(module)
+            groups = clip_groups(module)
             if len(groups) == 1:
                 self.accelerator.clip_grad_norm_(groups[0], config.max_grad_norm)
             else:  # unscale (fp16) once, then each group on its own
@@ -341,18 +309,6 @@ class Trainer:
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-
-    @staticmethod
-    def _clip_groups(module) -> list[list[nn.Parameter]]:
-        """The parameters clipped together: every model of an :class:`IndependentModels` part on its
-        own, everything else as one group."""
-        groups, shared = [], []
-        for part in getattr(module, "module", module).parts.values():  # DDP wraps the stage module
-            if isinstance(part, IndependentModels):
-                groups.extend(list(model.parameters()) for model in part.values())
-            else:
-                shared.extend(part.parameters())
-        return ([shared] if shared or not groups else []) + groups
 
     def _after_step(self, config, total, averaged, position, n_batches, optimizer, scheduler, bar) -> None:
         """Record the new position (step, epoch, batch in epoch), then log, evaluate and

@@ -10,7 +10,7 @@ layer (:class:`kdbert.methods.minilm.RelationLoss`'s terms)::
 
 One base pass feeds every shape: each batch runs the base once, its queries, keys and values shared
 by all the students' losses. The students share no parameter, and each one's gradient norm is
-clipped alone (:class:`kdbert.core.trainer.IndependentModels`), so each trains as it would on its
+clipped alone (:class:`kdbert.core.optim.IndependentModels`), so each trains as it would on its
 own. The corpus is packed into single-segment sequences (:func:`kdbert.data.corpus.pack_sequences`);
 the last ``held_out`` of them are never trained on and score every shape's relation loss after
 each session (and before the first, the selection start). The learning rate warms up over the first
@@ -37,7 +37,9 @@ from kdbert.core.loading import load_encoder, load_tokenizer
 from kdbert.core.relation_losses import minilm_relation_loss
 from kdbert.core.run_folder import prepare_output_dir
 from kdbert.core.trace import model_batch
-from kdbert.core.trainer import IndependentModels, RunConfig, Stage, StageConfig, Trainer, to_device
+from kdbert.core.optim import IndependentModels
+from kdbert.core.stages import Stage, StageConfig
+from kdbert.core.trainer import RunConfig, Trainer, to_device
 from kdbert.data.batching import EncodedDataset, PaddingCollator
 from kdbert.data.corpus import corpus_files, pack_sequences
 from kdbert.errors import KdbertError
