@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from kdbert.cli.common import add_command, require
+from kdbert.data.custom import jsonl_rows
 from kdbert.errors import KdbertError
 
 STDIN = "-"
@@ -17,17 +18,7 @@ STDIN = "-"
 
 def stdin_rows() -> list[tuple[int, dict]]:
     """``(line_number, row)`` of the JSONL read from standard input (one object per line)."""
-    rows = []
-    for line_no, line in enumerate(sys.stdin, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise KdbertError(f"stdin:{line_no}: not valid JSON ({exc.msg}); pipe one JSON object per line") from None
-        if not isinstance(row, dict):
-            raise KdbertError(f"stdin:{line_no}: expected a JSON object per line")
-        rows.append((line_no, row))
+    rows = jsonl_rows(sys.stdin, "stdin")
     if not rows:
         raise KdbertError("stdin: no data rows found; pipe one JSON object per line")
     return rows

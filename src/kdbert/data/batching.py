@@ -238,6 +238,17 @@ def longer_than(tokenizer, examples: list[Example], max_seq_len: int) -> list[bo
     return [len(ids) > max_seq_len for ids in tokenizer(*columns, verbose=False)["input_ids"]]
 
 
+def with_targets(batch: dict, features: list[dict], regression: bool) -> dict:
+    """``batch`` with what the rows hold to learn from: stored teacher logits stacked, (B, C), and the
+    labels, (B,), float for a regression, else long."""
+    if "teacher_logits" in features[0]:
+        batch["teacher_logits"] = torch.from_numpy(np.stack([f["teacher_logits"] for f in features]))
+    if "labels" in features[0]:
+        dtype = torch.float32 if regression else torch.long
+        batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=dtype)
+    return batch
+
+
 class TaskCollator:
     """Batches of :func:`encode_task` / :func:`encode_with_logits` rows: :class:`PaddingCollator`
     for shared rows, else each side collated by its own :class:`ModelInputs` (``teacher`` None:
@@ -254,12 +265,7 @@ class TaskCollator:
         batch = {"student": self.student.collate([f["student"] for f in features])}
         if "teacher" in features[0]:
             batch["teacher"] = self.teacher.collate([f["teacher"] for f in features])
-        if "teacher_logits" in features[0]:
-            batch["teacher_logits"] = torch.from_numpy(np.stack([f["teacher_logits"] for f in features]))
-        if "labels" in features[0]:
-            dtype = torch.float32 if self.regression else torch.long
-            batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=dtype)
-        return batch
+        return with_targets(batch, features, self.regression)
 
 
 def epoch_order(lengths: list[int], batch_size: int, seed: int, epoch: int, group_by_length: bool = True) -> list[int]:

@@ -29,6 +29,23 @@ def _format_of(path: Path) -> str:
     return suffix
 
 
+def jsonl_rows(lines, where: str) -> list[tuple[int, dict]]:
+    """``(line_number, row)`` of each non-blank line of ``lines``, one JSON object a line; ``where``
+    (a path, ``stdin``) names the source in errors."""
+    rows = []
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise KdbertError(f"{where}:{line_no}: not valid JSON ({exc.msg}); one JSON object per line") from None
+        if not isinstance(row, dict):
+            raise KdbertError(f"{where}:{line_no}: expected a JSON object per line")
+        rows.append((line_no, row))
+    return rows
+
+
 def read_rows(path: str | Path) -> list[tuple[int, dict]]:
     """Read ``(line_number, row_dict)`` pairs from a CSV/TSV (with header) or JSONL file."""
     path = Path(path)
@@ -38,16 +55,7 @@ def read_rows(path: str | Path) -> list[tuple[int, dict]]:
     rows = []
     with open_text(path) as handle:
         if kind in (".jsonl", ".json"):
-            for line_no, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise KdbertError(f"{path}:{line_no}: not valid JSON ({exc.msg}); one object per line") from None
-                if not isinstance(row, dict):
-                    raise KdbertError(f"{path}:{line_no}: expected a JSON object per line")
-                rows.append((line_no, row))
+            rows = jsonl_rows(handle, str(path))
         else:
             reader = csv.DictReader(handle, delimiter="\t" if kind == ".tsv" else ",")
             for offset, row in enumerate(reader):

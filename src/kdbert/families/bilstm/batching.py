@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kdbert.data.batching import EncodedDataset, PaddingCollator, encode_examples
+from kdbert.data.batching import EncodedDataset, PaddingCollator, encode_examples, with_targets
 from kdbert.data.glue import Example
 from kdbert.core.teacher_logits import teacher_view
 from kdbert.families.bilstm.words import Vocab
@@ -112,9 +112,4 @@ class DistillationCollator:
             if self.teacher is None:
                 raise KdbertError("the batch holds teacher inputs; give DistillationCollator the teacher's pad id")
             batch["teacher"] = self.teacher([f["teacher"] for f in features])
-        if "teacher_logits" in features[0]:
-            batch["teacher_logits"] = torch.from_numpy(np.stack([f["teacher_logits"] for f in features]))
-        if "labels" in features[0]:
-            dtype = torch.float32 if self.regression else torch.long
-            batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=dtype)
-        return batch
+        return with_targets(batch, features, self.regression)
