@@ -207,3 +207,48 @@ def test_a_shortened_option_is_refused_not_guessed(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_the_fine_tuning_time_probe_times_the_trainers_own_steps(tiny_classifier_dir, glue_dir, monkeypatch):
+    """estimate_finetune's step time is the median of the trainer's own steps after an untimed one
+    (its optimiser, precision and clipping), not a loop of its own."""
+    from kdbert.core.trainer import Trainer
+    from kdbert.data.load import TaskOptions
+    from kdbert.methods.finetune import PROBE_STEPS, estimate_finetune
+
+    asked = []
+
+    def timed(trainer, rows, steps):
+        asked.append((len(rows), steps, trainer.stages[0].config.batch_size))
+        return [9.0, 0.5, 0.25, 0.75][:steps]
+
+    monkeypatch.setattr(Trainer, "step_seconds", timed)
+    cost = estimate_finetune(TaskOptions(task="sst2", data_dir=str(glue_dir)),
+                             {"model": str(tiny_classifier_dir), "batch_size": 4, "max_train_examples": 16,
+                              "epochs": 1})
+    assert asked == [(4, PROBE_STEPS + 1, 4)] and cost["step_seconds"] == 0.5 and cost["steps"] == 4
+    assert cost["seconds"] == pytest.approx(cost["load_seconds"] + 4 * 0.5
+                                            + cost["eval_rows"] * cost["evaluations"] * cost["row_seconds"])
+
+
+def test_the_trainers_step_seconds_run_real_optimiser_steps(tiny_classifier_dir, tiny_tokenizer):
+    import tempfile
+
+    import torch
+    from transformers import BertForSequenceClassification
+
+    from kdbert.core.matching import Match, MatchLoss
+    from kdbert.core.stages import RunConfig, Stage, StageConfig
+    from kdbert.core.trainer import Trainer
+    from kdbert.data.batching import EncodedDataset, PaddingCollator
+
+    model = BertForSequenceClassification.from_pretrained(tiny_classifier_dir)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rows = EncodedDataset([{"input_ids": [2, 5 + i, 3], "attention_mask": [1, 1, 1], "labels": i % 2} for i in range(4)])
+    stage = Stage(StageConfig("probe", batch_size=4, max_steps=10, learning_rate=1e-2),
+                  MatchLoss([Match("task", "logits", "hard_label", target="labels")]), rows)
+    with tempfile.TemporaryDirectory() as scratch:
+        seconds = Trainer({"student": model}, [stage], RunConfig(scratch, progress=False),
+                          PaddingCollator(0)).step_seconds([0, 1, 2, 3], 3)
+    assert len(seconds) == 3 and all(s > 0 for s in seconds)
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # it trained

@@ -274,11 +274,8 @@ class Trainer:
                 micro += 1
                 boundary = micro == group_size
                 sync = contextlib.nullcontext() if boundary else self.accelerator.no_sync(module)
-                with sync, self.accelerator.autocast():
-                    terms = module(batch)
-                    loss = sum(terms.values())
-                    self._check_finite(loss, terms, config.name)
-                    self.accelerator.backward(loss / group_size)
+                with sync:
+                    terms = self._backward(module, batch, config.name, group_size)
                 for name, value in terms.items():
                     terms_sum[name] = terms_sum.get(name, 0.0) + float(value.detach())
                 if boundary:
@@ -296,7 +293,42 @@ class Trainer:
         optimizer.eval()  # a schedule-free optimiser leaves its averaged weights in the model; others: nothing
         self.modules = self.accelerator.unwrap_model(module).parts
 
+    def step_seconds(self, rows: list[int], steps: int) -> list[float]:
+        """Wall seconds of each of ``steps`` optimiser steps of the first stage on the batch of its
+        dataset's ``rows``, taken as a run takes them (its optimiser, schedule, precision and clipping):
+        what a time probe measures before a run. The steps train the modules: give it a copy to keep."""
+        stage = self.stages[0]
+        config = stage.config
+        self._setup(stage)
+        total = self._total_steps(stage)
+        optimizer = make_optimizer(config, optimizer_groups(self.modules, config), total)
+        scheduler = make_scheduler(config, optimizer, total)
+        module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
+        module.train()
+        seconds = []
+        for _ in range(steps):
+            began = time.time()
+            batch = to_device(self.collator([stage.dataset[i] for i in rows]), self.device)
+            self._backward(module, batch, config.name, 1)
+            self._optimizer_step(module, optimizer, scheduler, config)
+            seconds.append(time.time() - began)
+        return seconds
+
     # ----------------------------------------------------------------- pieces
+    def _backward(self, module, batch: dict, stage_name: str, group_size: int) -> dict:
+        """The stage's loss terms on ``batch`` (checked finite), their sum over ``group_size``
+        back-propagated under the run's autocast."""
+        with self.accelerator.autocast():
+            terms = module(batch)
+            loss = sum(terms.values())
+            if not torch.isfinite(loss):
+                bad = ", ".join(name for name, value in terms.items() if not torch.isfinite(value))
+                raise KdbertError(f"stage '{stage_name}', step {self.state['step'] + 1}: the loss became "
+                                  f"{float(loss.detach())} (non-finite term(s): {bad}); lower the learning rate, "
+                                  "check the inputs, or train in fp32")
+            self.accelerator.backward(loss / group_size)
+        return terms
+
     def _optimizer_step(self, module, optimizer, scheduler, config: StageConfig) -> None:
         if config.max_grad_norm:
             groups = clip_groups(module)
@@ -362,16 +394,6 @@ class Trainer:
         else:
             self.stopped_early = {"stage": config.name, "step": step, "of": total,
                                   "steps_run": self._steps_run(index)}
-
-    def _check_finite(self, loss, terms, stage_name):
-        if torch.isfinite(loss):
-            return
-        bad = [name for name, value in terms.items() if not torch.isfinite(value)]
-        raise KdbertError(
-            f"stage '{stage_name}', step {self.state['step'] + 1}: the loss became {float(loss.detach())} "
-            f"(non-finite term(s): {', '.join(bad)}); "
-            "lower the learning rate, check the inputs, or train in fp32"
-        )
 
     def _evaluate(self, stage_name: str) -> None:
         self.evaluated_at = (self.state["stage"], self.state["step"])

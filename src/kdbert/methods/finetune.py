@@ -13,9 +13,9 @@ and threads, one evaluation batch, and the loading and tokenising of a sample of
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 
@@ -23,14 +23,15 @@ from transformers import set_seed
 
 from kdbert.core.atomic_io import write_json
 from kdbert.core.evaluators import task_evaluator
-from kdbert.core.hardware import ThreadShare, resolve_precision
+from kdbert.core.hardware import ThreadShare
 from kdbert.core.loading import load_task_model, load_tokenizer, resolve_model_path
 from kdbert.core.matching import Match, MatchLoss
 from kdbert.core.pooling import POOLINGS, choose_pooling, set_pooling
 from kdbert.options import TrainOptions, build_config, option
 from kdbert.core.run_folder import prepare_output_dir
-from kdbert.core.trace import model_inputs, output_logits
-from kdbert.core.trainer import RunConfig, Stage, StageConfig, Trainer, to_device
+from kdbert.core.trace import model_inputs
+from kdbert.core.stages import RunConfig, Stage, StageConfig
+from kdbert.core.trainer import Trainer, to_device
 from kdbert.data.batching import PaddingCollator, TokenizerInputs
 from kdbert.data.held_out import RECORD_FILE, record
 from kdbert.data.load import TaskOptions, load_task, task_identity
@@ -103,8 +104,7 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
         model.config.label2id = {label: i for i, label in enumerate(spec.labels)}
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     train_set = TokenizerInputs.for_task(tokenizer, max_seq_len, spec).rows(train_rows)
-    stage = Stage(StageConfig.from_options("finetune", config),
-                  MatchLoss([Match("task", "logits", "hard_label", target="labels")]), train_set)
+    stage = Stage(StageConfig.from_options("finetune", config), _task_loss(), train_set)
     trainer = Trainer({"student": model}, [stage], RunConfig.from_options(out, config, deadline=deadline),
                       PaddingCollator(tokenizer.pad_token_id, spec.is_regression),
                       evaluator=task_evaluator(data, tokenizer, max_seq_len), tokenizer=tokenizer)
@@ -115,6 +115,11 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     if len(train_set) != len(train_rows):  # QA and --truncation windows: several windows a row
         report["train_windows"] = len(train_set)
     return report
+
+
+def _task_loss() -> MatchLoss:
+    """Fine-tuning's loss: the task's, on the gold labels (cross-entropy, or MSE for a regression)."""
+    return MatchLoss([Match("task", "logits", "hard_label", target="labels")])
 
 
 def _pool(model, path: str, requested: str) -> None:
@@ -175,30 +180,19 @@ def _around_median(dataset, size: int) -> list[int]:
 
 
 def _probe(model, dataset, collator, config: FinetuneConfig) -> tuple[float, float]:
-    """Seconds a training step takes (the median of ``PROBE_STEPS`` on one batch of median-length rows,
-    after an untimed one: the first call at a shape pays one-off kernel set-up, which a run pays once
-    per shape) and an evaluated row (a batch of ``EVAL_BATCH``, float32, timed on its second pass) of
-    ``model`` on ``dataset``."""
+    """Seconds a training step takes (the median of ``PROBE_STEPS`` of the trainer's own steps on one
+    batch of median-length rows, after an untimed one: the first call at a shape pays one-off kernel
+    set-up, which a run pays once per shape) and an evaluated row (a batch of ``EVAL_BATCH``, timed on
+    its second pass) of ``model`` on ``dataset``."""
     import torch
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device).train()
-    precision = resolve_precision(config.mixed_precision)[0]
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
-    batch = to_device(collator([dataset[i] for i in _around_median(dataset, config.batch_size)]), device)
-    times = []
-    for _ in range(PROBE_STEPS + 1):
-        began = time.time()
-        with autocast:
-            loss = output_logits(model(**model_inputs(model, batch))).float().pow(2).mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        times.append(time.time() - began)
+    stage = Stage(StageConfig.from_options("probe", config), _task_loss(), dataset)
+    with tempfile.TemporaryDirectory() as scratch:
+        trainer = Trainer({"student": model}, [stage], RunConfig.from_options(scratch, config, progress=False),
+                          collator)
+        times = trainer.step_seconds(_around_median(dataset, config.batch_size), PROBE_STEPS + 1)
     model.eval()
-    batch = to_device(collator([dataset[i] for i in _around_median(dataset, EVAL_BATCH)]), device)
+    batch = to_device(collator([dataset[i] for i in _around_median(dataset, EVAL_BATCH)]), trainer.device)
     with torch.no_grad():
         for _ in range(2):
             began = time.time()
