@@ -23,6 +23,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("compress", compress_results.compress_section),
     ("compress-budget", compress_results.compress_budget_section),
     ("compress-engines", compress_results.compress_engines_section),
+    ("recipe-ablation", compress_results.recipe_ablation_section),
     ("general-students", students_results.general_students_section),
     ("deploy", speed_results.deploy_section),
     ("export-graphs", speed_results.export_graphs_section),

@@ -180,3 +180,29 @@ def compress_engines_section() -> list[str]:
                      f"| {r['shipped_dev']:.2f} ({r['teacher_dev']:.2f}) | {r['speedup']:.2f}x |")
     machines = sorted({f"{r['date']}, {r['machine']}, {r['cpu']['cpu']}" for r in results.values()})
     return lines + ["", f"Measured {'; '.join(machines)}.", "", note("compress-engines-reading"), ""]
+
+
+def recipe_ablation_section() -> list[str]:
+    """The compress recipe one part at a time, at equal steps and several seeds
+    (``recipe_ablation.py``): the mean and every seed's score on the rows that pick, that decide,
+    and on dev."""
+    records = load_results("recipe_ablation")
+    if not records:
+        return []
+    runs: dict[tuple, list[dict]] = {}
+    for key, record in records.items():
+        task, candidate, steps, variant, _ = key.split("/")
+        runs.setdefault((task, candidate, int(steps), variant), []).append(record)
+    lines = ["## The recipe at equal steps (`benchmarks/recipe_ablation.py`)", "", note("recipe-intro"), "",
+             "| task | candidate | steps | variant | seeds | picks (mean) | decides (mean) | dev (mean) | dev per seed |",
+             "|---|---|---:|---|---:|---:|---:|---:|---|"]
+    for (task, candidate, steps, variant), rows in sorted(runs.items()):
+        rows = sorted(rows, key=lambda r: r["seed"])
+        mean = {name: sum(r[name] for r in rows) / len(rows) for name in ("held_out", "decide", "dev")}
+        lines.append(f"| {task} | {candidate} | {steps} | {variant} | {len(rows)} | {mean['held_out']:.2f} | "
+                     f"{mean['decide']:.2f} | {mean['dev']:.2f} | "
+                     + ", ".join(f"{r['seed']}: {r['dev']:.2f}" for r in rows) + " |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    commands = sorted({r["command"] for r in records.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
+                    "", note("recipe-reading"), ""]

@@ -26,7 +26,8 @@ TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnl
 HEADLINE = ["intro", "scoreboard", "kept", "teachers"]
 """The sections of BENCHMARKS.md (and of docs/benchmarks/index.md), before a short section per page."""
 PAGES: dict[str, tuple[str, list[str]]] = {
-    "compress": ("`kdbert compress`", ["quickstart", "compress", "compress-budget", "compress-engines"]),
+    "compress": ("`kdbert compress`", ["quickstart", "compress", "compress-budget", "compress-engines",
+                                       "recipe-ablation"]),
     "students": ("General students", ["general-students"]),
     "speed": ("Speed and deployment", ["deploy", "export-graphs", "breakdown", "int8-targets", "serve-load",
                                        "efficiency", "bench", "throughput", "teacher-cache"]),
