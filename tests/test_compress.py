@@ -1029,7 +1029,7 @@ def test_a_student_the_user_brings_is_timed_and_distilled_from_its_own_weights(e
     assert main(["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
                  "--candidates", "bert-1x128", "--student", str(mine), "--rounds", "1", "--first-steps", "2",
                  "--batch-size", "4", "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01",
-                 "--output-dir", str(out)]) == 0
+                 "--keep", "runs", "--output-dir", str(out)]) == 0  # the user's start is read below
     report = json.loads((out / "compress_report.json").read_text())
     assert report["starts"] == {"bert-1x128": "teacher-weights", "user-my-small-bert": "user"}
     row = report["speed"]["candidates"]["user-my-small-bert"]
@@ -1221,6 +1221,7 @@ def test_compress_keeps_what_the_shipped_winner_needs_and_says_how_much(env, tmp
     assert {run.name for run in (out / "runs").iterdir() if run.is_dir()} == checked
     assert all((out / "runs" / name / "model.safetensors").is_file() for name in checked)
     assert not any((out / "runs" / name / "checkpoints").exists() for name in checked)
+    assert {start.name for start in (out / "starts").iterdir()} == checked
     assert report["disk"]["keep"] == "shipped" and 0 < report["disk"]["kept_mb"] < report["disk"]["written_mb"]
     assert f"keeps {report['disk']['kept_mb']:.0f} MB (--keep shipped)" in (out / "compress_report.md").read_text()
 

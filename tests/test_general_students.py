@@ -198,7 +198,7 @@ def test_compress_starts_candidates_of_a_built_shape_from_their_general_student(
             "--candidates", "bert-1x128,bert-2x128", "--rounds", "1", "--first-steps", "2", "--batch-size", "4",
             "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01", "--students-store", str(store)]
     capsys.readouterr()
-    assert main([*args, "--output-dir", str(tmp_path / "general")]) == 0
+    assert main([*args, "--keep", "runs", "--output-dir", str(tmp_path / "general")]) == 0  # starts read below
     printed = capsys.readouterr().out
     assert (f"general students: general student built from {base_dir} for {facts['trained_seconds'] / 60:.0f} min "
             f"({facts['steps']} steps, store {store / facts['key']}); the teacher's embeddings are 0.0% from that "

@@ -3,8 +3,9 @@
 A 30-minute search writes 1-2 GB, nearly all of it candidate runs (``runs/<candidate>``: the model,
 its best checkpoint and the resumable checkpoints with their optimiser state). Once the winner has
 shipped, ``--keep shipped`` (the default) keeps what the report, the winner and a rerun need: the
-study, the timings, the stored teacher outputs, the exports checked, and the runs of the candidates
-checked for shipping without their checkpoints; the other candidates' runs are removed. ``--keep
+study, the timings, the stored teacher outputs, the exports checked, and the runs and starts of the
+candidates checked for shipping (the runs without their checkpoints); the other candidates' runs and
+starts are removed. ``--keep
 runs`` keeps every run and checkpoint (to continue a candidate by hand). The report says how much
 the search wrote and how much it keeps.
 
@@ -39,6 +40,9 @@ def keep_shipped(out: Path, keep: str, checked: list[str]) -> dict:
                 shutil.rmtree(run)
             elif run.is_dir():
                 shutil.rmtree(run / "checkpoints", ignore_errors=True)
+        for start in sorted((out / "starts").glob("*")):
+            if start.is_dir() and start.name not in checked:
+                shutil.rmtree(start)
     return {"keep": keep, "written_mb": round(written / 1e6, 1), "kept_mb": round(folder_bytes(out) / 1e6, 1)}
 
 
