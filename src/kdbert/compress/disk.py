@@ -4,8 +4,8 @@ A 30-minute search writes 1-2 GB, nearly all of it candidate runs (``runs/<candi
 its best checkpoint and the resumable checkpoints with their optimiser state). Once the winner has
 shipped, ``--keep shipped`` (the default) keeps what the report, the winner and a rerun need: the
 study, the timings, the stored teacher outputs, the exports checked, and the runs and starts of the
-candidates checked for shipping (the runs without their checkpoints); the other candidates' runs and
-starts are removed. ``--keep
+candidates checked for shipping (the runs without their checkpoints); the other candidates' runs are
+removed, and of their starts only the record of how each was built stays. ``--keep
 runs`` keeps every run and checkpoint (to continue a candidate by hand). The report says how much
 the search wrote and how much it keeps.
 
@@ -23,6 +23,7 @@ from pathlib import Path
 from kdbert.errors import KdbertError
 
 KEEPS = ("shipped", "runs")
+START_RECORD = "student_init.json"  # how a candidate's start was built (teacher weights, general, user...)
 
 
 def folder_bytes(folder: Path) -> int:
@@ -41,8 +42,10 @@ def keep_shipped(out: Path, keep: str, checked: list[str]) -> dict:
             elif run.is_dir():
                 shutil.rmtree(run / "checkpoints", ignore_errors=True)
         for start in sorted((out / "starts").glob("*")):
-            if start.is_dir() and start.name not in checked:
-                shutil.rmtree(start)
+            if start.is_dir() and start.name not in checked:  # its record of how it started stays
+                for path in start.iterdir():
+                    if path.name != START_RECORD:
+                        shutil.rmtree(path) if path.is_dir() else path.unlink()
     return {"keep": keep, "written_mb": round(written / 1e6, 1), "kept_mb": round(folder_bytes(out) / 1e6, 1)}
 
 
