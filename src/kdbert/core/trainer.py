@@ -245,12 +245,8 @@ class Trainer:
         config = stage.config
         if len(stage.dataset) == 0:
             raise KdbertError(f"stage '{config.name}' has no training rows")
-        self._setup(stage)
-        groups = optimizer_groups(self.modules, config)
         total = self._total_steps(stage)
-        optimizer = make_optimizer(config, groups, total)
-        scheduler = make_scheduler(config, optimizer, total)
-        module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
+        module, optimizer, scheduler = self._prepare(stage, total)
         if checkpoint is not None:
             load_checkpoint(checkpoint, self.accelerator, self.modules, optimizer, scheduler)
             self._resumed_at(index, config)
@@ -299,11 +295,7 @@ class Trainer:
         what a time probe measures before a run. The steps train the modules: give it a copy to keep."""
         stage = self.stages[0]
         config = stage.config
-        self._setup(stage)
-        total = self._total_steps(stage)
-        optimizer = make_optimizer(config, optimizer_groups(self.modules, config), total)
-        scheduler = make_scheduler(config, optimizer, total)
-        module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
+        module, optimizer, scheduler = self._prepare(stage, self._total_steps(stage))
         module.train()
         seconds = []
         for _ in range(steps):
@@ -315,6 +307,15 @@ class Trainer:
         return seconds
 
     # ----------------------------------------------------------------- pieces
+    def _prepare(self, stage: Stage, total: int):
+        """The stage's module (its loss over the trainable and frozen modules), optimiser and schedule
+        over ``total`` steps, prepared by accelerate; the loss set up on the first batch first."""
+        self._setup(stage)
+        optimizer = make_optimizer(stage.config, optimizer_groups(self.modules, stage.config), total)
+        scheduler = make_scheduler(stage.config, optimizer, total)
+        module, optimizer = self.accelerator.prepare(_StageModule(self.modules, self.frozen, stage.loss_fn), optimizer)
+        return module, optimizer, scheduler
+
     def _backward(self, module, batch: dict, stage_name: str, group_size: int) -> dict:
         """The stage's loss terms on ``batch`` (checked finite), their sum over ``group_size``
         back-propagated under the run's autocast."""
