@@ -30,6 +30,12 @@ os.environ["KDBERT_MIXED_PRECISION"] = "no"
 # never in the user's ~/.cache/kdbert/students.
 os.environ["KDBERT_STUDENTS"] = tempfile.mkdtemp(prefix="kdbert-students-")
 atexit.register(shutil.rmtree, os.environ["KDBERT_STUDENTS"], ignore_errors=True)
+# Caches (the teacher's stored logits of `kdbert compress`, ...) go to a folder of each test's own.
+@pytest.fixture(autouse=True)
+def own_cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
+
+
 # No tqdm monitor thread: tests/test_kill_resume.py forks this process, and a child forked while
 # the monitor holds tqdm's lock hangs at its first progress bar (seen once in a full run).
 tqdm.tqdm.monitor_interval = 0
@@ -238,9 +244,9 @@ def count_teacher_runs(monkeypatch) -> list:
     seen = []
     run = teacher_logits._run_teacher
 
-    def wrapped(model, tokenizer, examples, *settings):
+    def wrapped(labeller, examples, *settings):
         seen.extend(examples)
-        return run(model, tokenizer, examples, *settings)
+        return run(labeller, examples, *settings)
 
     monkeypatch.setattr(teacher_logits, "_run_teacher", wrapped)
     return seen

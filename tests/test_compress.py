@@ -18,7 +18,6 @@ import torch
 from conftest import record_held_out, save_tiny_classifier, write_glue_task
 
 from kdbert.compress import speed
-from kdbert.compress.augment import WARM_UP_ROWS
 from kdbert.core.loading import load_task_model
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
@@ -261,7 +260,8 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
         assert [row["steps"] for row in own] == list(itertools.accumulate(row["trained"] for row in own))
         assert report["seconds_per_candidate"][name] == pytest.approx(sum(row["seconds"] for row in own), abs=0.06)
     assert all(row["train_seconds"] <= row["seconds"] for row in segments)
-    assert sorted(p.name for p in (out / "teacher-logits").iterdir())  # the BiLSTM's logits stored in the search
+    store = tmp_path / "cache-home" / "kdbert" / "teacher-logits"  # the tests' $XDG_CACHE_HOME
+    assert sorted(store.iterdir()) and report["labelling"]["cache"] == str(store)  # the BiLSTM's, stored once
     exported = json.loads((out / "winner" / "export_report.json").read_text())
     assert report["shipped"]["dev_score"] == exported["dev_metrics"]["onnx_int8"]["score"]
     assert report["shipped"]["kept_dev"] == report["shipped"]["dev_score"] / report["teacher_scores"]["dev"]
@@ -593,9 +593,9 @@ def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hol
     labelled = []
     run_teacher = teacher_logits._run_teacher
 
-    def counting(model, tokenizer, examples, *args, **kwargs):
+    def counting(labeller, examples, *args, **kwargs):
         labelled.extend(examples)
-        return run_teacher(model, tokenizer, examples, *args, **kwargs)
+        return run_teacher(labeller, examples, *args, **kwargs)
 
     monkeypatch.setattr(teacher_logits, "_run_teacher", counting)
     out = tmp_path / "compress"
@@ -625,15 +625,15 @@ def test_augmented_variants_train_on_new_versions_of_the_rows_left_after_the_hol
     variant = json.loads((out / "runs" / "bilstm-h150-aug" / "distill_report.json").read_text())
     assert (plain["train_rows"], variant["train_rows"], variant["unlabelled"]["rows"]) == \
         (10, 10 + len(written), len(written))
-    # the teacher labelled each distinct augmented row once for both runs, and each training row once for
-    # them and once in the timing of its labelling speed
+    # the teacher's int8 export labelled each distinct row once for both runs, at the speed it was timed at
     from collections import Counter
 
     counts = Counter(texts[0] for texts in labelled)
     assert {text: counts[text] for text in written} == {text: 1 for text in written}
-    warmed_up = set(texts[:WARM_UP_ROWS])  # and the first rows once more, in the timing's untimed first batch
-    assert {text: counts[text] for text in texts} == {text: 2 + (text in warmed_up) for text in texts} and \
+    assert {text: counts[text] for text in texts} == {text: 1 for text in texts} and \
         len(counts) == len(set(texts) | set(written))
+    assert report["labelling"]["onnx"] == str(out / "teacher-onnx" / "model.int8.onnx")
+    assert variant["unlabelled"]["onnx"] == report["labelling"]["onnx"]
     assert "Candidates named -aug also trained on" in (out / "compress_report.md").read_text()
 
     stamp = (out / "augmented.jsonl").stat().st_mtime_ns
@@ -806,7 +806,7 @@ def test_the_labelling_speed_leaves_the_first_batch_untimed(monkeypatch):
     would make the teacher look slow and cap the augmented rows far below what it labels."""
     import time
 
-    from kdbert.compress import augment
+    from kdbert.compress import labelling
     from kdbert.core import teacher_logits
     from kdbert.data.glue import Example
     from kdbert.data.tasks import GLUE_TASKS
@@ -819,9 +819,9 @@ def test_the_labelling_speed_leaves_the_first_batch_untimed(monkeypatch):
 
     monkeypatch.setattr(teacher_logits, "label_with_teacher", label)
     rows = [Example(texts=(f"row {i}",), label=0) for i in range(100)]
-    affordable = augment.affordable_rows(torch.nn.Linear(1, 1), None, rows, GLUE_TASKS["sst2"], seconds=1.0)
-    assert calls == [augment.WARM_UP_ROWS, 100]
-    assert affordable >= 20_000  # 100 rows in about 1 ms (the sleep's floor): about 100,000 a second
+    seconds = labelling.pytorch_row_seconds(torch.nn.Linear(1, 1), None, rows, GLUE_TASKS["sst2"])
+    assert calls == [labelling.WARM_UP_ROWS, 100]
+    assert seconds <= 5e-5  # 100 rows in about 1 ms (the sleep's floor): about 100,000 a second
 
 
 def test_a_segment_line_says_rung_candidate_steps_held_out_score_and_seconds():
@@ -1073,7 +1073,7 @@ def test_students_of_their_own_tokenizer_learn_the_stored_teacher_logits_and_shi
     assert sorted(seen) == sorted(row.texts for row in train) and not (out / "teacher-cache").exists()
     for name in ("pretrained-char", "user-char-bert"):
         run = json.loads((out / "runs" / name / "distill_report.json").read_text())
-        assert run["teacher_logits"]["store"] == str(out / "teacher-logits") and run["student_tokenizer"]["rows_cut"] == 0
+        assert run["teacher_logits"]["store"] == report["labelling"]["cache"] and run["student_tokenizer"]["rows_cut"] == 0
     assert "| kd, pretrained start |" in (out / "compress_report.md").read_text()
     # shipped with its own tokenizer: `kdbert predict` reads it
     own = AutoTokenizer.from_pretrained(mine).get_vocab()
@@ -1262,3 +1262,55 @@ def test_a_full_disk_stops_compress_in_one_line_and_the_rerun_continues_the_sear
     segments = json.loads((out / "compress_report.json").read_text())["search"]["segments"]
     first = [row for row in segments if row["candidate"] == distilled[0]]
     assert len(first) == 1 and len(segments) == 2  # the segment done before the disk filled was kept, not redone
+
+
+def test_labelling_that_outlasts_the_first_round_leaves_its_candidates_out_or_refuses_the_budget():
+    """Hand numbers: 1,000 rows of which 400 stored, 0.5 s a row: 300 s of labelling. A 900 s
+    window starts candidates in its first 300 s (a third): labelling fits exactly; in a 600 s window
+    (200 s) the BiLSTM is left out, with the budget that admits it: ceil(2 min outside the window +
+    300 s / (1/3) / 60) = 17 min; with only readers of stored logits, that line refuses the budget."""
+    from kdbert.compress.labelling import Labelling, afford_labelling
+    from kdbert.families.registry import Candidate
+
+    bert = Candidate("bert-1x128", "hf", (), build=None, from_teacher=lambda teacher, context: teacher)
+    bilstm = Candidate("bilstm-h150", "bilstm", (), build=None)
+    labelling = Labelling("/cache", "/out/teacher-onnx/model.int8.onnx", rows=1000, stored=400, row_seconds=0.5)
+    assert labelling.seconds == 300
+    assert afford_labelling([bert, bilstm], labelling, 900, 1 / 3, 2.0, 20) == ([bert, bilstm], None)
+    kept, line = afford_labelling([bert, bilstm], labelling, 600, 1 / 3, 2.0, 20)
+    assert kept == [bert] and line.startswith("left out: bilstm-h150 learn from the teacher's labels of the 1,000")
+    assert "export model.int8.onnx labels the 600 not stored yet in about 5.0 min here (2 rows/s)" in line
+    assert "than the 3.3 min in which candidates start; --budget-minutes 17 or more admits them" in line
+    assert "\n" not in line
+    with pytest.raises(KdbertError, match=r"^--budget-minutes 20 is too short to label the rows: bilstm-h150 learn"):
+        afford_labelling([bilstm], labelling, 600, 1 / 3, 2.0, 20)
+    assert afford_labelling([bert], labelling, 60, 1 / 3, 2.0, 20) == ([bert], None)  # no reader: nothing to label
+
+
+def test_a_second_search_of_the_teacher_reads_its_stored_labels_and_a_budget_that_cannot_label_is_refused(
+        env, tmp_path, capsys, monkeypatch):
+    from conftest import count_teacher_runs
+
+    from kdbert.cli import main
+    from kdbert.compress import pipeline
+
+    args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+            "--candidates", "bilstm-h150", "--rounds", "1", "--first-steps", "2", "--length-rows", "4",
+            "--threads", "1", "--target-speedup", "0.01"]
+    seen = count_teacher_runs(monkeypatch)
+    assert main([*args, "--output-dir", str(tmp_path / "first")]) == 0
+    first = json.loads((tmp_path / "first" / "compress_report.json").read_text())["labelling"]
+    assert (first["rows"], first["stored"], first["left_out"]) == (10, 0, None) and len(seen) == 10
+    assert first["onnx"].endswith("teacher-onnx/model.int8.onnx") and first["row_seconds"] > 0
+    # another search of the same teacher: its export labels the same way, so nothing is labelled again,
+    # and the budget counts no labelling, however slow the teacher is said to be
+    monkeypatch.setattr(pipeline, "teacher_row_seconds", lambda table: 600.0)
+    assert main([*args, "--output-dir", str(tmp_path / "second")]) == 0
+    second = json.loads((tmp_path / "second" / "compress_report.json").read_text())["labelling"]
+    assert (second["stored"], second["seconds"], len(seen)) == (10, 0, 10)
+    # a store without them: 10 rows at 600 s each cannot be labelled in a 30-minute budget
+    capsys.readouterr()
+    assert main([*args, "--output-dir", str(tmp_path / "third"), "--logits-cache", str(tmp_path / "empty")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("kdbert: error: --budget-minutes 30 is too short to label the rows: bilstm-h150 learn")
+    assert "labels the 10 not stored yet in about 100.0 min here" in error

@@ -174,3 +174,40 @@ def test_unlabelled_rows_keep_their_logits_beside_their_file(tmp_path, glue_dir)
     # IMDb's unlabelled reviews are no file of the user's: stored as the training rows are
     assert unlabelled_store_folder(replace(task, unlabelled="imdb-unsup"), spec, None) == \
         task_store_folder(task, spec, None)
+
+
+def test_an_onnx_export_labels_close_to_pytorch_under_its_own_namespace_and_is_counted(tmp_path, tiny_classifier_dir,
+                                                                                        tiny_tokenizer, monkeypatch):
+    """The teacher's export labels (ONNX Runtime: the fp32 graph matches PyTorch to float32 rounding
+    over a few layers; int8 within its quantisation error), keyed by the graph's bytes apart from
+    the PyTorch teacher's labels, and ``stored_rows`` counts what a later search need not label."""
+    from kdbert.core.teacher_logits import onnx_labelling_namespace, stored_rows
+    from kdbert.deploy.export import export_model
+
+    export_model(tiny_classifier_dir, tmp_path / "onnx", quantize="int8")
+    teacher = BertForSequenceClassification.from_pretrained(tiny_classifier_dir).eval()
+    store, rows = tmp_path / "store", [texts[:1] for texts in EXAMPLES]
+    reference = label_with_teacher(teacher, tiny_tokenizer, rows, store, max_seq_len=32)
+    fp32, int8 = tmp_path / "onnx" / "model.onnx", tmp_path / "onnx" / "model.int8.onnx"
+    seen = count_teacher_runs(monkeypatch)
+    got = label_with_teacher(teacher, tiny_tokenizer, rows, store, max_seq_len=32, onnx=str(fp32))
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-4)
+    assert len(seen) == 3  # not the PyTorch teacher's stored rows: its own
+    quantised = label_with_teacher(teacher, tiny_tokenizer, rows, store, max_seq_len=32, onnx=str(int8))
+    assert not np.array_equal(quantised, got) and np.abs(quantised - got).max() < 0.1 * np.abs(got).max() + 0.05
+    namespaces = {onnx_labelling_namespace(f, tiny_tokenizer, 32) for f in (fp32, int8)}
+    assert len(namespaces) == 2 and labelling_namespace(teacher, tiny_tokenizer, 32) not in namespaces
+    assert stored_rows(store, onnx_labelling_namespace(int8, tiny_tokenizer, 32), rows + [("new row",)]) == 3
+    assert stored_rows(tmp_path / "nowhere", onnx_labelling_namespace(int8, tiny_tokenizer, 32), rows) == 0
+    label_with_teacher(teacher, tiny_tokenizer, rows, store, max_seq_len=32, onnx=str(int8))
+    assert len(seen) == 6  # stored: not labelled again
+
+
+def test_an_export_of_another_task_is_refused(tmp_path, tiny_classifier_dir, tiny_tokenizer):
+    from kdbert.deploy.export import export_model
+
+    export_model(tiny_classifier_dir, tmp_path / "onnx")
+    teacher = BertForSequenceClassification.from_pretrained(tiny_classifier_dir)
+    with pytest.raises(KdbertError, match="export .*model.onnx has 2 output"):
+        label_with_teacher(teacher, tiny_tokenizer, [("a",)], tmp_path / "s", 32, num_labels=3,
+                           onnx=str(tmp_path / "onnx" / "model.onnx"))

@@ -10,7 +10,7 @@ cost it 4 on RTE), so the variant competes with its plain twin and the held-out 
 The versions are made from the training rows left after the hold-out (the held-out rows and
 their copies never train). The teacher labels each once, and that cost counts in the variant's
 first run, so their number is capped by what it can label in ``labelling_share`` of the search's
-budget (its float32 speed timed on this machine, :func:`affordable_rows`) and by ``max_rows``:
+budget (at the labeller's speed measured on this machine, :mod:`kdbert.compress.labelling`) and by ``max_rows``:
 at most ``copies`` versions per row, fewer on large tasks, and when not even one each fits,
 versions of the first rows only. They are written once per search to ``augmented.jsonl``
 (resumably, with the texts only; ``augmented.json`` keeps the plan, so a rerun makes the same
@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,8 +38,6 @@ SUFFIX = "-aug"
 ROWS_FILE = "augmented.jsonl"
 TRANSFER_FILE = "transfer.jsonl"  # the augmented rows, then the --transfer-text rows
 PLAN_FILE = "augmented.json"
-SAMPLE_ROWS = 256
-WARM_UP_ROWS = 8
 KINDS = (*SELECTED_KINDS, "mobilebert", "bilstm")
 
 
@@ -102,33 +98,14 @@ def with_variant_rows(table: dict, candidates: list[Candidate]) -> dict:
     return {**table, "candidates": rows}
 
 
-def augment_for_search(teacher, tokenizer, spec, train_rows: list, text_fields: list[str], out: Path,
-                       settings: AugmentSettings, budget_seconds: float, seed: int) -> dict:
+def augment_for_search(train_rows: list, text_fields: list[str], out: Path, settings: AugmentSettings,
+                       budget_seconds: float, seed: int, row_seconds: float) -> dict:
     """The search's augmented rows (:func:`write_augmented_rows`), as many as the teacher labels in
-    ``labelling_share`` of ``budget_seconds`` (:func:`affordable_rows`; timed only the first time)."""
-    affordable = 0 if (out / PLAN_FILE).is_file() else affordable_rows(
-        teacher, tokenizer, train_rows, spec, settings.labelling_share * budget_seconds)
+    ``labelling_share`` of ``budget_seconds`` at ``row_seconds`` a row (the labeller's measured time,
+    :class:`~kdbert.compress.labelling.Labelling`; the plan is made only the first time)."""
+    affordable = 0 if (out / PLAN_FILE).is_file() else int(settings.labelling_share * budget_seconds
+                                                           / max(row_seconds, 1e-9))
     return write_augmented_rows(train_rows, text_fields, out, settings, seed, affordable)
-
-
-def affordable_rows(teacher, tokenizer, rows: list, spec, seconds: float, sample: int = SAMPLE_ROWS) -> int:
-    """How many rows like ``rows`` (:class:`~kdbert.data.glue.Example`) the teacher labels in
-    ``seconds`` on this machine: timed in float32 on the first ``sample`` of them (a fresh store),
-    on the device the runs label on (a GPU when there is one), after an untimed first batch (a
-    GPU's start-up would otherwise count as labelling time)."""
-    import torch
-
-    from kdbert.core.teacher_logits import label_with_teacher
-
-    teacher.to("cuda" if torch.cuda.is_available() else "cpu")
-    timed = [row.texts for row in rows[:sample]]
-    with tempfile.TemporaryDirectory() as warm_up, tempfile.TemporaryDirectory() as folder:
-        for texts, store in ((timed[:WARM_UP_ROWS], warm_up), (timed, folder)):
-            started = time.perf_counter()
-            label_with_teacher(teacher, tokenizer, texts, store, spec.max_seq_len, truncation=spec.truncation,
-                               doc_stride=spec.doc_stride)
-        per_row = (time.perf_counter() - started) / max(1, len(timed))
-    return int(seconds / max(per_row, 1e-9))
 
 
 def write_augmented_rows(train_rows: list, text_fields: list[str], out: Path, settings: AugmentSettings,

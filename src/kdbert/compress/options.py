@@ -113,6 +113,10 @@ class CompressConfig(CheckedOptions):
                                                       "out --held-out-fraction of its rows anyway; its score there "
                                                       "reads high, and so do the kept shares (the report says so)",
                                                type=bool, group="compress")
+    logits_cache: str | None = option(None, "where the teacher's labels of the rows (the logits the BiLSTM and "
+                                            "students of another tokenizer learn from) are kept, shared by every "
+                                            "search of the same teacher export (default: "
+                                            "$XDG_CACHE_HOME/kdbert/teacher-logits)", group="compress")
     keep: str = option("shipped", "what the output folder keeps once the winner ships: shipped (the report, the "
                                   "winner, the exports and runs of the candidates checked for shipping, without "
                                   "checkpoints) or runs (every candidate's run and checkpoints)", group="compress",
@@ -144,6 +148,7 @@ OUTSIDE_IDENTITY = {
     "no_general_students": "the identity names the general students' build, or none",
     "no_progress": "what is shown, not what is run",
     "keep": "what is left on disk after the search, not what it runs",
+    "logits_cache": "where labels are kept; each is keyed by the teacher export and the text it labels",
 }
 
 

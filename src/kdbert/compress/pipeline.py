@@ -60,6 +60,7 @@ from kdbert.compress.options import DECIDE_SHARE, HELD_OUT_FRACTION, CompressCon
 from kdbert.compress.recipes import SearchSettings
 from kdbert.compress.report import seconds_per_candidate, write_report
 from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
+from kdbert.compress.labelling import afford_labelling, plan_labelling
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
 from kdbert.compress.ship import agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed
 from kdbert.compress.speed import (RUNTIMES, SpeedSettings, all_candidates, candidate_notes, measure_speed,
@@ -286,7 +287,8 @@ def _join(study, config: CompressConfig, task: TaskOptions, out: Path, context, 
     by_name = {c.name: c for c in with_variants(offered, augment.kinds)}
     plan = Plan([by_name[name] for name in plan_attrs["candidates"]], str(Path(config.teacher).expanduser()),
                 task, str(out), settings, Goal(**plan_attrs["goal"]), Window(**plan_attrs["window"]), config.threads,
-                general=plan_attrs.get("general"), general_shapes=tuple(plan_attrs.get("general_shapes", ())))
+                general=plan_attrs.get("general"), general_shapes=tuple(plan_attrs.get("general_shapes", ())),
+                labelling=plan_attrs.get("labelling"))
     missing = search.missing_starts(plan)
     if missing:
         raise KdbertError(f"--output-dir {out} has no start for {', '.join(missing)}: a process joining study "
@@ -355,19 +357,27 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     general_starts = frozenset(c.name for c in kept if general and base_name(c.name) in general.shapes)
     kept = spread_order(kept, latency, general_starts)
     reserve = _finishing(config, table, teacher, kept)
+    labelling = plan_labelling(config.logits_cache, out / "teacher-onnx" / RUNTIMES[config.runtime], teacher.model,
+                               teacher.tokenizer, data.spec, train_rows, teacher_row_seconds(table))
+    kept, left_out = afford_labelling(kept, labelling, deadline.left() - reserve, config.first_round_share,
+                                      (deadline.spent() + reserve) / 60, config.budget_minutes)
+    if left_out:
+        progress.line(left_out)
     if not search.under_way(study):  # a search under way was judged when it started
-        check_budget(table, kept, search_settings, len(train_rows), config.budget_minutes, deadline.left() - reserve)
+        check_budget(table, kept, search_settings, labelling.rows - labelling.stored, config.budget_minutes,
+                     deadline.left() - reserve)
     augmentation = None
     with progress.phase("search"):
         if any(is_augmented(c.name) for c in kept):
             text_fields = list(task.text_columns) if is_data_file(task.task) else list(data.spec.text_fields)
-            augmentation = augment_for_search(teacher.model, teacher.tokenizer, data.spec, train_rows, text_fields,
-                                              out, augment, config.budget_minutes * 60, config.seed)
+            augmentation = augment_for_search(train_rows, text_fields, out, augment, config.budget_minutes * 60,
+                                              config.seed, labelling.row_seconds)
         window = Window.from_now(deadline.left() - reserve, config.first_round_share)
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, teacher.metrics["decide_score"],
                     teacher.metrics["decide_se"])
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
-                    general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()))
+                    general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),
+                    labelling=labelling.plan_options())
         loaded = search.Loaded((teacher.model, teacher.tokenizer))
         loaded.keep(task, config.seed, data)
         searched = search.run_search(plan, study, config.workers, config.storage, config.study, identity,
@@ -376,6 +386,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     with progress.phase("finishing"):
         report = _finish(scored, config, out, data, teacher, table, searched, goal, speed_settings, deadline)
     report.update(augmentation=augmentation, augmentation_skipped=skipped,
+                  labelling={**labelling.summary(), "left_out": left_out},
                   teacher_saw_held_out_rows=held_out["teacher_saw_held_out_rows"], held_out=held_out,
                   starts=starts, candidate_notes=notes,
                   general_students=general and {"folder": str(general.folder), "base": general.facts["base"],

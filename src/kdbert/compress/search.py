@@ -96,6 +96,7 @@ class Plan:
     clock: Callable[[], float] = time.time  # what "now" is to the schedule (the runs' deadlines: time.time)
     general: str | None = None  # the build of general students BERT-style candidates of its shapes start from
     general_shapes: tuple[str, ...] = ()
+    labelling: dict | None = None  # {"cache": folder, "onnx": the teacher export that labels, or None}
     by_name: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -105,7 +106,7 @@ class Plan:
         """The plan as the study keeps it (JSON): what a joining worker checks and reads."""
         return {"candidates": [c.name for c in self.candidates], "window": asdict(self.window),
                 "goal": asdict(self.goal), "settings": asdict(self.settings), "general": self.general,
-                "general_shapes": list(self.general_shapes)}
+                "general_shapes": list(self.general_shapes), "labelling": self.labelling}
 
 
 def job_key(candidate: str, segments: list[dict]) -> str:
@@ -177,8 +178,11 @@ def _options(plan: Plan, candidate: Candidate) -> dict:
     start = _start(plan, candidate)
     if start is not None:
         options["student"] = str(start)
-    if reads_stored_logits(candidate):  # the teacher's logits stored once for every run
-        options["logits_cache"] = str(out / "teacher-logits")
+    if reads_stored_logits(candidate):  # the teacher's logits stored once for every run and search
+        labelling = plan.labelling or {}
+        options["logits_cache"] = labelling.get("cache") or str(out / "teacher-logits")
+        if labelling.get("onnx"):
+            options["teacher_onnx"] = labelling["onnx"]
     return options
 
 
@@ -472,22 +476,22 @@ def teacher_row_seconds(table: dict) -> float:
     return (1.0 / teacher["throughput"]) * teacher["real_length_p50"] / table["settings"]["seq_len"]
 
 
-def first_round_seconds(candidates: list[Candidate], settings: SearchSettings, train_rows: int,
+def first_round_seconds(candidates: list[Candidate], settings: SearchSettings, unlabelled_rows: int,
                         row_seconds: float) -> tuple[int, float]:
     """The fewest rows one of ``candidates``' first segments runs the teacher on, ``first_steps *
-    batch_size`` (stored logits: every training row, labelled once), and their seconds at
-    ``row_seconds`` a row. A lower estimate: the student's own steps come on top."""
-    rows = min(train_rows if reads_stored_logits(c) else settings.first_steps * settings.batch_size
+    batch_size`` (stored logits: the ``unlabelled_rows`` of training not stored yet, labelled once),
+    and their seconds at ``row_seconds`` a row. A lower estimate: the student's own steps come on top."""
+    rows = min(unlabelled_rows if reads_stored_logits(c) else settings.first_steps * settings.batch_size
                for c in candidates)
     return rows, rows * row_seconds
 
 
-def check_budget(table: dict, candidates: list[Candidate], settings: SearchSettings, train_rows: int,
+def check_budget(table: dict, candidates: list[Candidate], settings: SearchSettings, unlabelled_rows: int,
                  budget_minutes: float, seconds: float) -> None:
     """Refuse a search of ``seconds`` (what ``budget_minutes`` leaves after the timing and before the
     finishing) too short for one candidate's first segment (:func:`first_round_seconds`, at the
     deployed teacher's time per row, :func:`teacher_row_seconds`)."""
-    rows, needed = first_round_seconds(candidates, settings, train_rows, teacher_row_seconds(table))
+    rows, needed = first_round_seconds(candidates, settings, unlabelled_rows, teacher_row_seconds(table))
     if needed > seconds:
         raise KdbertError(f"--budget-minutes {budget_minutes:g} leaves {max(0.0, seconds) / 60:.1f} min to distil on "
                           f"this machine after timing and before shipping the winner, too little for one candidate: "

@@ -33,7 +33,10 @@ import inspect
 import json
 import os
 import time
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -73,23 +76,98 @@ def check_dtype(dtype: str) -> None:
         raise KdbertError(f"teacher labelling precision {dtype!r} is unknown; use {' or '.join(DTYPES)}")
 
 
+def _vocabulary_and_kept(tokenizer, truncation: str, doc_stride: int) -> tuple[str, str]:
+    """What of the tokenizer and the truncation decides a labeller's inputs: its vocabulary and
+    rules (without the truncation / padding state each call sets), and which tokens a long text keeps."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        described = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
+        vocab = json.dumps(described, sort_keys=True)
+    else:
+        vocab = repr(sorted(tokenizer.get_vocab().items()))
+    kept = {"head": "", "windows": f"windows:{doc_stride}|"}.get(truncation, f"{truncation}|")  # head: earlier stores
+    return vocab, kept
+
+
 def labelling_namespace(model: torch.nn.Module, tokenizer, max_seq_len: int, dtype: str = "float32",
                         truncation: str = "head", doc_stride: int = DOC_STRIDE) -> str:
     """A hex digest of everything that decides the teacher's logits on a text: its fingerprint
     (:func:`~kdbert.core.teacher_store.teacher_fingerprint`), its tokenizer, the precision and
     which tokens a long text keeps (``truncation``; for ``windows``, their ``doc_stride`` too)."""
     check_dtype(dtype)
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:  # without the truncation / padding state that each call sets
-        described = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
-        vocab = json.dumps(described, sort_keys=True)
-    else:
-        vocab = repr(sorted(tokenizer.get_vocab().items()))
-    kept = {"head": "", "windows": f"windows:{doc_stride}|"}.get(truncation, f"{truncation}|")  # head: earlier stores
+    vocab, kept = _vocabulary_and_kept(tokenizer, truncation, doc_stride)
     digest = hashlib.blake2b(f"texts|{teacher_fingerprint(model, max_seq_len)}|{dtype}|{kept}".encode(),
                              digest_size=16)
     digest.update(vocab.encode("utf-8"))
     return digest.hexdigest()
+
+
+def onnx_labelling_namespace(graph: str | os.PathLike, tokenizer, max_seq_len: int, truncation: str = "head",
+                             doc_stride: int = DOC_STRIDE) -> str:
+    """:func:`labelling_namespace` of an exported teacher: the bytes of its ``.onnx`` file (an int8
+    graph's logits are its own, not the PyTorch teacher's) in place of the fingerprint and precision."""
+    graph_digest = hashlib.blake2b(digest_size=16)
+    with open(graph, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            graph_digest.update(block)
+    vocab, kept = _vocabulary_and_kept(tokenizer, truncation, doc_stride)
+    digest = hashlib.blake2b(f"texts|onnx:{graph_digest.hexdigest()}|{max_seq_len}|{kept}".encode(), digest_size=16)
+    digest.update(vocab.encode("utf-8"))
+    return digest.hexdigest()
+
+
+@dataclass
+class Labeller:
+    """Who computes the stored logits: the PyTorch teacher (``model``, in ``dtype``) or, where
+    ``onnx`` names one, its exported graph in ONNX Runtime (e.g. ``model.int8.onnx`` of `kdbert
+    export`, several times faster on a CPU). ``namespace`` keys its rows in the store
+    (:func:`labelling_namespace`, :func:`onnx_labelling_namespace`)."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    max_seq_len: int
+    dtype: str = "float32"
+    onnx: str | None = None
+    truncation: str = "head"
+    doc_stride: int = DOC_STRIDE
+    _session: object = field(default=None, init=False, repr=False)
+
+    @cached_property
+    def namespace(self) -> str:
+        if self.onnx:
+            return onnx_labelling_namespace(self.onnx, self.tokenizer, self.max_seq_len, self.truncation,
+                                            self.doc_stride)
+        return labelling_namespace(self.model, self.tokenizer, self.max_seq_len, self.dtype, self.truncation,
+                                   self.doc_stride)
+
+    def describe(self) -> str:
+        return f"ONNX Runtime, {Path(self.onnx).name}" if self.onnx else f"PyTorch, {self.dtype}"
+
+    def num_labels(self) -> int | None:
+        return self._graph().num_labels if self.onnx else self.model.config.num_labels
+
+    def _graph(self):
+        if self._session is None:
+            from kdbert.deploy.onnx_runtime import OnnxClassifier
+
+            self._session = OnnxClassifier(self.onnx, threads=torch.get_num_threads(), load_encoder=False)
+        return self._session
+
+    def forward(self) -> tuple[Callable[[dict], np.ndarray], frozenset]:
+        """A batch's logits (B, C) as float32 numbers from its padded inputs, and the input names taken."""
+        if self.onnx:
+            graph = self._graph()
+            return (lambda inputs: graph({k: v.numpy() for k, v in inputs.items()}).astype(np.float32),
+                    frozenset(graph.input_names))
+        device = next(self.model.parameters()).device
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.dtype == "bfloat16")
+        self.model.eval()
+
+        def run(inputs):
+            with autocast:
+                return self.model(**{k: v.to(device) for k, v in inputs.items()}).logits.float().cpu().numpy()
+
+        return run, frozenset(inspect.signature(self.model.forward).parameters)  # DistilBERT: no token_type_ids
 
 
 def teacher_view(text: str, mask_token: str | None) -> str:
@@ -109,54 +187,60 @@ def row_keys(namespace: str, examples: list[tuple[str, ...]]) -> list[str]:
 
 
 @torch.inference_mode()
-def _run_teacher(model, tokenizer, examples: list[tuple[str, ...]], max_seq_len: int, batch_size: int,
-                 dtype: str = "float32", truncation: str = "head", doc_stride: int = DOC_STRIDE) -> np.ndarray:
-    """The teacher's logits (N, C) on ``examples``, shortest first in batches; a text read in
-    windows gets the mean of its windows' logits (:func:`~kdbert.data.batching.pool_windows`)."""
+def _run_teacher(labeller: Labeller, examples: list[tuple[str, ...]], batch_size: int) -> np.ndarray:
+    """The labeller's logits (N, C) on ``examples``, shortest first in batches (the throughput
+    mode: little padding); a text read in windows gets the mean of its windows' logits
+    (:func:`~kdbert.data.batching.pool_windows`)."""
+    tokenizer = labeller.tokenizer
     mask_token = getattr(tokenizer, "mask_token", None)
     rows = [Example(tuple(teacher_view(t, mask_token) for t in texts), None) for texts in examples]
     order = sorted(range(len(rows)), key=lambda i: sum(len(t) for t in rows[i].texts))
     collator = PaddingCollator(tokenizer.pad_token_id)
-    device = next(model.parameters()).device
-    accepted = inspect.signature(model.forward).parameters  # DistilBERT takes no token_type_ids
-    model.eval()
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
+    forward, accepted = labeller.forward()
     out = [None] * len(rows)
     for begin in range(0, len(order), batch_size):
         indices = order[begin:begin + batch_size]
-        dataset = encode_examples(tokenizer, [rows[i] for i in indices], max_seq_len, truncation, doc_stride)
+        dataset = encode_examples(tokenizer, [rows[i] for i in indices], labeller.max_seq_len, labeller.truncation,
+                                  labeller.doc_stride)
         batch = collator(dataset.features)
-        inputs = {k: v.to(device) for k, v in batch.items() if k in accepted}
-        with autocast:
-            logits = model(**inputs).logits.float().cpu().numpy()
+        logits = forward({k: v for k, v in batch.items() if k in accepted})
         for row, index in zip(pool_windows(logits, dataset), indices):
             out[index] = row
     return np.stack(out)
 
 
+def stored_rows(folder: str | os.PathLike, namespace: str, examples: list[tuple[str, ...]]) -> int:
+    """How many of ``examples`` (distinct texts) already have logits under ``namespace`` in ``folder``."""
+    if not Path(folder).is_dir():
+        return 0
+    store = TeacherStore(folder, namespace, "--logits-cache")
+    return sum(1 for key in set(row_keys(namespace, examples)) if store.has(key, ["logits"]))
+
+
 def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder: str | os.PathLike,
                        max_seq_len: int, batch_size: int = 64, num_labels: int | None = None,
                        dtype: str = "float32", option: str = "--logits-cache", truncation: str = "head",
-                       doc_stride: int = DOC_STRIDE) -> np.ndarray:
+                       doc_stride: int = DOC_STRIDE, onnx: str | None = None) -> np.ndarray:
     """The teacher's logits (N, C) on ``examples`` (one or two texts each), from the store in
     ``folder`` where present; rows not stored yet are computed (shortest first, in batches of
     ``batch_size``) and stored. ``num_labels``: the task's output count, checked against the
     teacher's. ``dtype``: "float32", or "bfloat16" to run the teacher under autocast (logits
-    stored in float32, under a namespace of their own). ``option`` names the folder in errors;
+    stored in float32, under a namespace of their own); ``onnx``: an export of the teacher that
+    labels instead (:class:`Labeller`). ``option`` names the folder in errors;
     ``truncation`` and ``doc_stride`` are the task's (:data:`kdbert.data.tasks.TRUNCATIONS`)."""
-    if num_labels is not None and model.config.num_labels != num_labels:
-        raise KdbertError(f"the teacher has {model.config.num_labels} output(s) but the task needs {num_labels}; "
-                          "use a teacher fine-tuned on this task")
-    store = TeacherStore(folder, labelling_namespace(model, tokenizer, max_seq_len, dtype, truncation, doc_stride),
-                         option, shard_rows=SHARD_ROWS)
+    check_dtype(dtype)
+    labeller = Labeller(model, tokenizer, max_seq_len, dtype, onnx, truncation, doc_stride)
+    if num_labels is not None and labeller.num_labels() not in (None, num_labels):
+        raise KdbertError(f"the teacher{f' export {onnx}' if onnx else ''} has {labeller.num_labels()} output(s) but "
+                          f"the task needs {num_labels}; use a teacher fine-tuned on this task")
+    store = TeacherStore(folder, labeller.namespace, option, shard_rows=SHARD_ROWS)
     keys = row_keys(store.namespace, examples)
     new_rows: dict[str, int] = {}  # key -> first example with it
     for i, key in enumerate(keys):
         if not store.has(key, ["logits"]):
             new_rows.setdefault(key, i)
     if new_rows:
-        computed = _run_teacher(model, tokenizer, [examples[i] for i in new_rows.values()], max_seq_len, batch_size,
-                                dtype, truncation, doc_stride)
+        computed = _run_teacher(labeller, [examples[i] for i in new_rows.values()], batch_size)
         for key, logits in zip(new_rows, computed):
             store.put(key, {"logits": torch.tensor(logits, dtype=torch.float32)})
         store.close()
@@ -200,20 +284,29 @@ def task_store_folder(task: TaskOptions, spec: TaskSpec, folder: str | None) -> 
     source = training_file(task, spec)
     if source is not None and os.access(source.resolve().parent, os.W_OK):
         return store_folder(source)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kdbert" / "teacher-logits"
+    return shared_store_folder()
+
+
+def shared_store_folder() -> Path:
+    """The store every teacher shares unless told otherwise (each under its own namespace):
+    ``$XDG_CACHE_HOME/kdbert/teacher-logits`` (``~/.cache/...``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kdbert" / "teacher-logits"
 
 
 def stored_teacher_logits(teacher, tokenizer, rows: list[Example], task: TaskOptions, spec: TaskSpec,
-                          max_seq_len: int, dtype: str = "float32", folder: str | None = None):
+                          max_seq_len: int, dtype: str = "float32", folder: str | None = None, onnx: str | None = None):
     """The teacher's logits (N, C) on ``rows`` (:func:`label_with_teacher`, on a GPU when there is
-    one) from the store of ``task`` (:func:`task_store_folder`), and the facts for the report."""
+    one, or by its export ``onnx``) from the store of ``task`` (:func:`task_store_folder`), and
+    the facts for the report."""
     store = task_store_folder(task, spec, folder)
     started = time.time()
-    teacher.to("cuda" if torch.cuda.is_available() else "cpu")
+    if not onnx:
+        teacher.to("cuda" if torch.cuda.is_available() else "cpu")
     logits = label_with_teacher(teacher, tokenizer, [row.texts for row in rows], store, max_seq_len,
                                 num_labels=spec.num_labels, dtype=dtype, truncation=spec.truncation,
-                                doc_stride=spec.doc_stride)
-    return logits, {"store": str(store), "rows": len(rows), "dtype": dtype, "seconds": round(time.time() - started, 1)}
+                                doc_stride=spec.doc_stride, onnx=onnx)
+    return logits, {"store": str(store), "rows": len(rows), "dtype": dtype, "seconds": round(time.time() - started, 1),
+                    **({"onnx": str(onnx)} if onnx else {})}
 
 
 def unlabelled_store_folder(task: TaskOptions, spec: TaskSpec, folder: str | None) -> Path:
@@ -229,12 +322,13 @@ def unlabelled_store_folder(task: TaskOptions, spec: TaskSpec, folder: str | Non
 
 
 def teacher_labelled(teacher, tokenizer, rows: list[Example], task: TaskOptions, spec: TaskSpec, max_seq_len: int,
-                     dtype: str = "float32", folder: str | None = None) -> tuple[list[Example], dict]:
+                     dtype: str = "float32", folder: str | None = None,
+                     onnx: str | None = None) -> tuple[list[Example], dict]:
     """``rows`` (unlabelled, ``--unlabelled``) with the teacher's label: the argmax of its stored
     logits (:func:`stored_teacher_logits`, in :func:`unlabelled_store_folder`), or its score for
     regression; and the facts for the report (rows, store, and the share of rows per label)."""
     store = unlabelled_store_folder(task, spec, folder)
-    logits, facts = stored_teacher_logits(teacher, tokenizer, rows, task, spec, max_seq_len, dtype, str(store))
+    logits, facts = stored_teacher_logits(teacher, tokenizer, rows, task, spec, max_seq_len, dtype, str(store), onnx)
     labels = logits[:, 0].tolist() if spec.is_regression else logits.argmax(axis=-1).tolist()
     if not spec.is_regression:
         facts["label_shares"] = {name: round(labels.count(i) / len(labels), 4) for i, name in enumerate(spec.labels)}

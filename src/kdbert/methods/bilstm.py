@@ -170,7 +170,8 @@ class BiLSTM(Method):
                               "config": asdict(model.config), "word_vectors": config.word_vectors, **built}}
         logits = None
         if config.alpha > 0:
-            logits, report["teacher_logits"] = source.teacher_logits(config.teacher_dtype, config.logits_cache)
+            logits, report["teacher_logits"] = source.teacher_logits(config.teacher_dtype, config.logits_cache,
+                                                                     config.teacher_onnx)
         train_set = encode_for_distillation(rows, vocab, spec.is_pair, teacher_logits=logits,
                                             max_words=config.max_words)
         vectors = f" and {config.word_vectors}" if config.word_vectors else ""

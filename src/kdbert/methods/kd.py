@@ -82,6 +82,10 @@ class KD(Method):
         folder = config.student if config.student and Path(str(config.student)).is_dir() else None
         tokenizer = own_tokenizer(folder, source.teacher, source.tokenizer) if folder else None
         if tokenizer is None:
+            if config.teacher_onnx:
+                raise KdbertError(f"--teacher-onnx {config.teacher_onnx}: the student reads the teacher's tokens, so "
+                                  "the teacher runs beside it and no logits are stored; drop --teacher-onnx (it labels "
+                                  "for a student of another tokenizer)")
             return super().task_inputs(source, config)
         return own_tokenizer_inputs(source, config, tokenizer)
 
@@ -156,7 +160,8 @@ def own_tokenizer_inputs(source: TaskSource, config: KDConfig, tokenizer) -> Tas
                                     "rows_cut": say_cut_rows(source, tokenizer, limit, positions)}}
     logits = None
     if config.alpha > 0:
-        logits, report["teacher_logits"] = source.teacher_logits(folder=config.logits_cache)
+        logits, report["teacher_logits"] = source.teacher_logits(folder=config.logits_cache,
+                                                                     onnx=config.teacher_onnx)
     return TaskInputs(student, encode_with_logits(source.rows, inputs, logits),
                       TaskCollator(None, inputs, spec.is_regression), task_evaluator(source.data, tokenizer, limit),
                       tokenizer, report, teacher=StoredTeacherLogits())
