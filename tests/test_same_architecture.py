@@ -16,6 +16,7 @@ from transformers import (AlbertConfig, AlbertForSequenceClassification, AutoMod
                           RobertaConfig, RobertaForSequenceClassification, XLMRobertaConfig)
 
 from kdbert.compress import speed
+from kdbert.families.importance import Importance
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
 from kdbert.families.registry import ShapeContext
@@ -254,8 +255,10 @@ def test_compress_ships_a_roberta_student_distilled_through_its_layers(tmp_path,
     start = AutoModelForSequenceClassification.from_pretrained(out / "starts" / "roberta-1x128")
     teacher = AutoModelForSequenceClassification.from_pretrained(tmp_path / "teacher")
     assert type(start).__name__ == "RobertaForSequenceClassification"
+    copied = Importance.load(out).layers(1)[0]  # the layer the teacher's ranking on the task left last
     assert torch.equal(start.roberta.encoder.layer[0].attention.self.query.weight,
-                       teacher.roberta.encoder.layer[1].attention.self.query.weight)  # g(1) = 2, whole at this width
+                       teacher.roberta.encoder.layer[copied].attention.self.query.weight)  # whole at this width
+    assert json.loads((out / "starts" / "roberta-1x128" / "student_init.json").read_text())["selection"] == "importance"
     # TinyBERT's intermediate stage matched the teacher's attention scores and hidden states, then its logits
     log = [json.loads(line) for line in (out / "runs" / "roberta-1x128" / "log.jsonl").read_text().splitlines()]
     assert any(row.get("stage") == "intermediate" and "attention" in row for row in log)

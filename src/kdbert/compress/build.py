@@ -41,10 +41,13 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
         raise KdbertError(f"candidate {candidate.name} is built by its own method (--method {candidate.family}), "
                           "not from the teacher's weights")
     teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
-    student = candidate.from_teacher(teacher, context or shape_context(teacher_dir, task))
+    context = context or shape_context(teacher_dir, task)
+    student = candidate.from_teacher(teacher, context)
     tokenizer = load_tokenizer(candidate.tokenizer) if candidate.tokenizer else tokenizer
     report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir),
               "start": candidate.start}
+    if candidate.family == "hf" and candidate.start == "teacher-weights":  # weight selection
+        report["selection"] = "even" if context.importance is None else "importance"
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
     return Path(folder)
 

@@ -47,14 +47,17 @@ from kdbert.compress import storage
 from kdbert.compress.augment import base_name, is_augmented, variant_rows_file
 from kdbert.compress.build import build_from_general, build_from_teacher
 from kdbert.compress.options import CompressConfig
-from kdbert.compress.recipes import SearchSettings, reads_stored_logits, run_options, starts_from_teacher
+from kdbert.compress.recipes import SearchSettings, kind, reads_stored_logits, run_options, starts_from_teacher
 from kdbert.compress.schedule import Goal, Job, horizon, latest, next_job
 from kdbert.compress.speed import shape_context
 from kdbert.core.hardware import available_cores
 from kdbert.core.loading import load_task_model, load_tokenizer, resolve_model_path
 from kdbert.data.load import TaskData, TaskOptions, load_task
 from kdbert.errors import KdbertError
-from kdbert.families.registry import Candidate
+from kdbert.families.importance import ROWS, Importance, task_importance
+from kdbert.families.registry import Candidate, family_of_folder
+from kdbert.families.selection import KINDS as SELECTED_KINDS
+from kdbert.families.selection import layout_of
 from kdbert.methods.front import distill_task
 
 BEAT_SECONDS = 10.0  # a worker's heartbeat while it trains
@@ -97,6 +100,7 @@ class Plan:
     general: str | None = None  # the build of general students BERT-style candidates of its shapes start from
     general_shapes: tuple[str, ...] = ()
     labelling: dict | None = None  # {"cache": folder, "onnx": the teacher export that labels, or None}
+    selection: str = "importance"  # how candidates of the teacher's architecture take its weights
     by_name: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -140,20 +144,48 @@ def _start(plan: Plan, candidate: Candidate) -> Path | None:
     return Path(plan.output_dir) / "starts" / base_name(candidate.name) if starts_from_teacher(candidate) else None
 
 
-def build_starts(plan: Plan, context=None, teacher: tuple | None = None) -> None:
+def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: TaskData | None = None) -> None:
     """Build every candidate's start once, before any worker runs (an augmented variant shares its
-    twin's): from its general student where ``plan.general`` has its shape, else from the teacher;
-    ``context`` and ``teacher`` (model, tokenizer): as the caller loaded them, else loaded here."""
-    for candidate in plan.candidates:
+    twin's): from its general student where ``plan.general`` has its shape, else from the teacher
+    (by the importance of its units on the training rows with ``plan.selection`` importance,
+    :func:`search_importance`); ``context``, ``teacher`` (model, tokenizer) and the task's ``data``: as
+    the caller loaded them, else loaded here."""
+    todo = [c for c in plan.candidates if (start := _start(plan, c)) is not None and not (start / "config.json").is_file()]
+    if not todo:
+        return
+    context = context or shape_context(plan.teacher_dir, plan.task)
+    teacher = teacher or family_of_folder(plan.teacher_dir).load(Path(plan.teacher_dir))
+    selected = [c for c in todo if kind(c) in SELECTED_KINDS and base_name(c.name) not in plan.general_shapes]
+    if selected and plan.selection == "importance":
+        context = replace(context, importance=search_importance(plan, teacher, data))
+    for candidate in todo:
+        base = replace(candidate, name=base_name(candidate.name))
         start = _start(plan, candidate)
-        if start is not None and not (start / "config.json").is_file():
-            context = context or shape_context(plan.teacher_dir, plan.task)
-            base = replace(candidate, name=base_name(candidate.name))
-            if base.name in plan.general_shapes:
-                build_from_general(base, Path(plan.general) / base.name, plan.teacher_dir, plan.task, start, context,
-                                   teacher)
-            else:
-                build_from_teacher(base, plan.teacher_dir, plan.task, start, context, teacher)
+        if base.name in plan.general_shapes:
+            build_from_general(base, Path(plan.general) / base.name, plan.teacher_dir, plan.task, start, context,
+                               teacher)
+        else:
+            build_from_teacher(base, plan.teacher_dir, plan.task, start, context, teacher)
+
+
+def search_importance(plan: Plan, teacher: tuple, data: TaskData | None = None) -> Importance:
+    """The teacher's units ranked on the task's training rows (of ``data``, else loaded;
+    :func:`~kdbert.families.importance.task_importance`), once per search: kept in its output folder."""
+    out = Path(plan.output_dir)
+    found = Importance.load(out)
+    if found is not None:
+        return found
+    model, tokenizer = teacher
+    data = data or load_task(plan.task, seed=plan.settings.seed)
+    rows = data.train
+    started = time.time()
+    ranked = task_importance(model, layout_of(model.config), rows, tokenizer, data.spec.max_seq_len)
+    out.mkdir(parents=True, exist_ok=True)
+    ranked.save(out)
+    print(f"importance: the teacher's layers, heads, FFN units and hidden units ranked on {min(len(rows), ROWS)} "
+          f"training rows in {time.time() - started:.0f} s; layers dropped in the order "
+          f"{', '.join(str(i + 1) for i in ranked.dropped)}", flush=True)
+    return ranked
 
 
 def start_of(plan: Plan, candidate: str) -> str:
@@ -386,7 +418,7 @@ def run_search(plan: Plan, study: optuna.Study, workers: int = CompressConfig.wo
     if not plan.task.held_out_fraction:
         raise KdbertError("the search picks on held-out training rows: pass --held-out-fraction (e.g. 0.1)")
     if not study.user_attrs.get(ENDED_ATTR):
-        build_starts(plan, context, loaded and loaded.teacher)
+        build_starts(plan, context, loaded and loaded.teacher, loaded and loaded.task_data(plan.task, plan.settings.seed))
         study.set_user_attr(PLAN_ATTR, plan.summary())  # what joining processes wait for
         if workers == 1:
             work(study, plan, on_segment, loaded)

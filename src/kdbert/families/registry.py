@@ -65,7 +65,8 @@ class ShapeContext:
     size of the word vectors word-level students start from (None: none given), whether the
     task is question answering (start and end logits per token), and the word vectors themselves
     (a file or ``encoder:MODEL``; None: not named, only their size known), from which a word-level
-    student's vocabulary also takes their most frequent words."""
+    student's vocabulary also takes their most frequent words; and the teacher's units ranked by
+    importance on the task, which students of its architecture keep (None: evenly spaced)."""
 
     teacher_config: Any
     tokenizer: Any
@@ -75,6 +76,7 @@ class ShapeContext:
     word_vector_dim: int | None = None
     question_answering: bool = False
     word_vectors: str | None = None
+    importance: Any = None  # the teacher's units ranked on the task (kdbert.families.importance), or None
 
 
 @dataclass(frozen=True)

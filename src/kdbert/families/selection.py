@@ -112,7 +112,7 @@ def _sizes(config, layout: Layout) -> dict[str, int]:
     return {name: int(getattr(config, layout.ffn_size if name == "intermediate_size" else name)) for name in SIZES}
 
 
-def _find(model: nn.Module, path: str) -> nn.Module | None:
+def find_module(model: nn.Module, path: str) -> nn.Module | None:
     """The submodule at ``path`` below the base model or the model, None where there is none."""
     for root in (model.base_model, model):
         try:
@@ -125,6 +125,12 @@ def _find(model: nn.Module, path: str) -> nn.Module | None:
 def evenly_spaced(count: int, size: int) -> torch.Tensor:
     """``count`` indices spread evenly over ``range(size)``: floor(i * size / count), i < count."""
     return torch.arange(count) * size // count
+
+
+def top(scores: torch.Tensor, count: int) -> torch.Tensor:
+    """The indices of the ``count`` largest ``scores``, ascending (ties: the lower index)."""
+    order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
+    return torch.tensor(sorted(order[:count]), dtype=torch.long)
 
 
 def _selection_layers(student_depth: int, teacher_depth: int) -> list[int]:
@@ -154,7 +160,7 @@ def _checked_layout(student: PreTrainedModel, teacher: PreTrainedModel) -> Layou
     if s_type != t_type:
         raise KdbertError(f"--student-init teacher-weights needs a student of the teacher's architecture ({t_type}), "
                           f"got {s_type}; use --student-init random")
-    if layout.projection and (_find(student, layout.projection) is None) != (_find(teacher, layout.projection) is None):
+    if layout.projection and (find_module(student, layout.projection) is None) != (find_module(teacher, layout.projection) is None):
         raise KdbertError("--student-init teacher-weights needs a student whose embeddings are projected (embedding_"
                           "size != hidden_size) exactly when the teacher's are; give the student the teacher's "
                           "embedding_size")
@@ -162,10 +168,12 @@ def _checked_layout(student: PreTrainedModel, teacher: PreTrainedModel) -> Layou
 
 
 @torch.no_grad()
-def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel) -> dict:
+def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, importance=None) -> dict:
     """Initialise a narrower/shallower ``student`` of the teacher's architecture in place from the
     teacher's weights: every student tensor is a sub-tensor of the matching teacher tensor, picked
     consistently so the student computes a slice of the teacher's residual stream.
+
+    Evenly spaced (``importance`` None):
 
     - layers: student layer m (1-based) copies teacher layer g(m) = ceil(m*N/M), the uniform
       map its hidden states are distilled towards;
@@ -174,7 +182,11 @@ def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel) -
     - attention: heads evenly_spaced(h_s, h_t), and within each head dims
       evenly_spaced(d_s/h_s, d_t/h_t) of the query/key/value rows (MPNet's bias: those heads);
     - FFN units evenly_spaced(i_s, i_t);
-    - what each architecture adds: the module doc.
+
+    By ``importance`` (an :class:`~kdbert.families.importance.Importance`, ranked on the task): the layers left by
+    its elimination, the most important hidden units, and per copied layer its most important heads
+    and FFN units (heads ranked over all layers where a bias table shares them: MPNet), each kept in
+    the teacher's order. What each architecture adds: the module doc.
 
     The task head's output layer keeps its fresh initialisation. Each student size must be at most
     the teacher's. Returns what was selected, for reports.
@@ -191,35 +203,47 @@ def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel) -
     if student.config.vocab_size != teacher.config.vocab_size:
         raise KdbertError(f"--student-init teacher-weights needs the teacher's vocabulary ({teacher.config.vocab_size} "
                           f"tokens), the student has {student.config.vocab_size}")
-    hidden = evenly_spaced(sc["hidden_size"], tc["hidden_size"])
-    heads = evenly_spaced(sc["num_attention_heads"], tc["num_attention_heads"])
-    attention = (heads[:, None] * t_head_dim + evenly_spaced(s_head_dim, t_head_dim)[None, :]).reshape(-1)
-    ffn = evenly_spaced(sc["intermediate_size"], tc["intermediate_size"])
-    layers = _selection_layers(sc["num_hidden_layers"], tc["num_hidden_layers"])
+    h_s, i_s = sc["num_attention_heads"], sc["intermediate_size"]
+    if importance is None:
+        hidden = evenly_spaced(sc["hidden_size"], tc["hidden_size"])
+        layers = _selection_layers(sc["num_hidden_layers"], tc["num_hidden_layers"])
+        heads = {t: evenly_spaced(h_s, tc["num_attention_heads"]) for t in layers}
+        ffn = {t: evenly_spaced(i_s, tc["intermediate_size"]) for t in layers}
+    else:
+        hidden = top(importance.hidden, sc["hidden_size"])
+        layers = importance.layers(sc["num_hidden_layers"])
+        shared = top(importance.heads.sum(0), h_s) if layout.head_bias else None  # one bias table for all layers
+        heads = {t: shared if shared is not None else top(importance.heads[t], h_s) for t in layers}
+        ffn = {t: top(importance.ffn[t], i_s) for t in layers}
+    dims = evenly_spaced(s_head_dim, t_head_dim)
 
-    projection = _find(teacher, layout.projection) if layout.projection else None
+    projection = find_module(teacher, layout.projection) if layout.projection else None
     embedding_units = None if projection is not None else hidden  # projected: the embedding width is kept
     for path in layout.tables:  # every row: the student keeps the teacher's vocabulary and positions
         dst, src = s_base.get_submodule(path), t_base.get_submodule(path)
         _take(dst, src, torch.arange(dst.weight.shape[0]), embedding_units)
     _take(s_base.get_submodule(layout.embedding_norm), t_base.get_submodule(layout.embedding_norm), embedding_units)
     if projection is not None:
-        _take(_find(student, layout.projection), projection, hidden)
+        _take(find_module(student, layout.projection), projection, hidden)
     s_layers, t_layers = s_base.get_submodule(layout.layers), t_base.get_submodule(layout.layers)
     for s_layer, t_index in zip(s_layers, layers):
         t_layer = t_layers[t_index]
+        attention = (heads[t_index][:, None] * t_head_dim + dims[None, :]).reshape(-1)
         pairs = [(layout.query, attention, hidden), (layout.key, attention, hidden), (layout.value, attention, hidden),
                  (layout.attention_out, hidden, attention), (layout.attention_norm, hidden, None),
-                 (layout.ffn_in, ffn, hidden), (layout.ffn_out, hidden, ffn), (layout.ffn_norm, hidden, None)]
+                 (layout.ffn_in, ffn[t_index], hidden), (layout.ffn_out, hidden, ffn[t_index]),
+                 (layout.ffn_norm, hidden, None)]
         for path, rows, cols in pairs:
             _take(s_layer.get_submodule(path), t_layer.get_submodule(path), rows, cols)
     if layout.head_bias:
-        s_base.get_submodule(layout.head_bias).weight.copy_(t_base.get_submodule(layout.head_bias).weight[:, heads])
+        bias = t_base.get_submodule(layout.head_bias).weight[:, heads[layers[0]]]
+        s_base.get_submodule(layout.head_bias).weight.copy_(bias)
     for path in layout.poolers:
-        dst, src = _find(student, path), _find(teacher, path)
+        dst, src = find_module(student, path), find_module(teacher, path)
         if dst is not None and src is not None:
             _take(dst, src, hidden, hidden)
-    return {"student_init": "teacher-weights", "teacher_layers": [i + 1 for i in layers],
+    return {"student_init": "teacher-weights", "selection": "evenly spaced" if importance is None else "importance",
+            "teacher_layers": [i + 1 for i in layers],
             "hidden_units": f"{sc['hidden_size']} of {tc['hidden_size']}",
             "heads": f"{sc['num_attention_heads']} of {tc['num_attention_heads']} ({s_head_dim} of {t_head_dim} "
                      "dims each)",
@@ -292,9 +316,10 @@ def task_student(shape: dict, context: ShapeContext) -> tuple[PreTrainedModel, o
 
 def _from_teacher(random_student: Callable, shape: dict, teacher: PreTrainedModel,
                   context: ShapeContext) -> PreTrainedModel:
-    """``random_student``'s model of ``shape`` with weights selected from the teacher."""
+    """``random_student``'s model of ``shape`` with weights selected from the teacher (by the
+    context's importance where it has one)."""
     student, _ = random_student(shape, context)
-    select_teacher_weights(student, teacher)
+    select_teacher_weights(student, teacher, context.importance)
     return student
 
 

@@ -1,0 +1,214 @@
+"""Which of the teacher's layers, heads, FFN units and hidden units a smaller student keeps, ranked by
+importance on the task's training rows instead of evenly spaced (:func:`select_teacher_weights`
+reads an :class:`Importance`).
+
+- **Heads, FFN units, hidden units**: the first-order Taylor estimate of how much the teacher's loss
+  changes when a group ``S`` of its weights is removed (Molchanov et al. 2019, "Importance
+  Estimation for Neural Network Pruning"), summed over batches ``b`` of training rows::
+
+      I_S = sum_b ( sum_{w in S} w * dL_b/dw )^2,     L_b: the teacher's task loss on batch b
+
+  (cross-entropy against the gold labels; MSE for regression). A head's group is its rows of the
+  query, key and value projections (weights and biases) and its columns of the attention output;
+  an FFN unit's, its row of the FFN input and column of the FFN output; a hidden unit's, everything
+  that reads or writes that dimension of the residual stream, in every layer (columns of the
+  query, key, value and FFN input; rows of the attention and FFN outputs; the LayerNorms; the
+  embedding tables' columns). Heads and FFN units are ranked per layer, hidden units once.
+- **Layers**: greedy backward elimination (the layer-dropping of Sajjad et al. 2022, "On the
+  effect of dropping layers of pre-trained transformer models", guided by the task): from all N
+  layers, repeatedly drop the one whose removal (its output replaced by its input) moves the
+  teacher's predictions least, ``KL(p_teacher || p_without)`` over the rows (MSE for regression),
+  until one is left; a student of M layers copies the last M left, in order.
+
+The ranking costs one forward and backward pass over ``rows`` and about N^2 / 2 forward passes over
+``layer_rows`` of them, once per teacher and task (``kdbert compress`` keeps it in its output folder).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.nn import functional as F
+
+from kdbert.errors import KdbertError
+from kdbert.families.selection import find_module
+
+FILE = "importance.safetensors"
+ROWS = 512  # training rows the Taylor importance sums over
+LAYER_ROWS = 128  # of them, those the layer elimination compares predictions on
+BATCH = 32
+
+
+@dataclass
+class Importance:
+    """The teacher's units ranked on a task: ``heads`` (N, h), ``ffn`` (N, i), ``hidden`` (d,), and
+    ``dropped`` the layers (0-based) in the order elimination removed them (N - 1 of them)."""
+
+    heads: torch.Tensor
+    ffn: torch.Tensor
+    hidden: torch.Tensor
+    dropped: list[int]
+
+    def layers(self, depth: int) -> list[int]:
+        """The ``depth`` teacher layers (0-based, in order) a student of that depth copies."""
+        total = len(self.heads)
+        if not 1 <= depth <= total:
+            raise KdbertError(f"a student of {depth} layers cannot copy layers of a teacher of {total}")
+        return sorted(set(range(total)) - set(self.dropped[: total - depth]))
+
+    def save(self, folder: Path) -> None:
+        path = folder / FILE
+        tmp = path.with_name(path.name + ".tmp")
+        save_file({"heads": self.heads.contiguous(), "ffn": self.ffn.contiguous(), "hidden": self.hidden.contiguous()},
+                  str(tmp), metadata={"dropped": json.dumps(self.dropped)})
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, folder: Path) -> Importance | None:
+        path = folder / FILE
+        if not path.is_file():
+            return None
+        from safetensors import safe_open
+
+        with safe_open(str(path), "pt") as handle:
+            dropped = json.loads(handle.metadata()["dropped"])
+        tensors = load_file(str(path))
+        return cls(tensors["heads"], tensors["ffn"], tensors["hidden"], dropped)
+
+
+def _batches(model: nn.Module, tokenizer, rows: list, max_seq_len: int):
+    """Padded batches of ``rows`` (:class:`~kdbert.data.glue.Example`) with their labels."""
+    import inspect
+
+    accepted = inspect.signature(model.forward).parameters
+    regression = model.config.num_labels == 1
+    for begin in range(0, len(rows), BATCH):
+        chunk = rows[begin:begin + BATCH]
+        texts = list(zip(*(row.texts for row in chunk)))
+        inputs = tokenizer(*texts, padding=True, truncation=True, max_length=max_seq_len, return_tensors="pt")
+        labels = torch.tensor([row.label for row in chunk], dtype=torch.float if regression else torch.long)
+        yield {k: v for k, v in inputs.items() if k in accepted}, labels
+
+
+def _task_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    if logits.shape[-1] == 1:
+        return F.mse_loss(logits.squeeze(-1), labels)
+    return F.cross_entropy(logits, labels)
+
+
+def _wg(module: nn.Module, part: str = "weight") -> torch.Tensor:
+    """``w * dL/dw`` of one of ``module``'s parameters (zeros where it got no gradient)."""
+    param = getattr(module, part)
+    return torch.zeros_like(param) if param.grad is None else (param * param.grad).detach()
+
+
+def unit_importance(model: nn.Module, layout, rows: list, tokenizer, max_seq_len: int) -> tuple:
+    """``(heads (N, h), ffn (N, i), hidden (d,))``: :math:`I_S` (module doc) of each group, summed
+    over the batches of ``rows``."""
+    base = model.base_model
+    layers = base.get_submodule(layout.layers)
+    heads_n = model.config.num_attention_heads
+    heads = torch.zeros(len(layers), heads_n)
+    ffn = torch.zeros(len(layers), layers[0].get_submodule(layout.ffn_in).out_features)
+    hidden = torch.zeros(model.config.hidden_size)
+    model.eval()  # no dropout: the importance of the function the student copies
+    trainable = {name: p.requires_grad for name, p in model.named_parameters()}
+    model.requires_grad_(True)
+    for inputs, labels in _batches(model, tokenizer, rows, max_seq_len):
+        model.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            _task_loss(model(**inputs).logits.float(), labels).backward()
+        units = torch.zeros_like(hidden)
+        for index, layer in enumerate(layers):
+            def wg(path, part="weight"):
+                return _wg(layer.get_submodule(path), part)
+
+            per_head = torch.zeros(heads_n)
+            for path in (layout.query, layout.key, layout.value):
+                rows_sum = wg(path).sum(1) + wg(path, "bias")
+                per_head += rows_sum.view(heads_n, -1).sum(1)
+                units += wg(path).sum(0)
+            out = wg(layout.attention_out)
+            per_head += out.sum(0).view(heads_n, -1).sum(1)
+            units += out.sum(1) + wg(layout.attention_out, "bias")
+            heads[index] += per_head ** 2
+            ffn_in, ffn_out = wg(layout.ffn_in), wg(layout.ffn_out)
+            ffn[index] += (ffn_in.sum(1) + wg(layout.ffn_in, "bias") + ffn_out.sum(0)) ** 2
+            units += ffn_in.sum(0) + ffn_out.sum(1) + wg(layout.ffn_out, "bias")
+            for norm in (layout.attention_norm, layout.ffn_norm):
+                units += wg(norm) + wg(norm, "bias")
+        projection = find_module(model, layout.projection) if layout.projection else None
+        if projection is not None:  # projected embeddings (ELECTRA): the projection writes the stream
+            units += _wg(projection).sum(1) + _wg(projection, "bias")
+        else:  # the embeddings are the stream's first units
+            units += _wg(base.get_submodule(layout.embedding_norm)) + _wg(base.get_submodule(layout.embedding_norm),
+                                                                             "bias")
+            for path in layout.tables:
+                units += _wg(base.get_submodule(path)).sum(0)
+        for path in layout.poolers:  # dense layers on the first token read and write hidden units
+            pooler = find_module(model, path)
+            if pooler is not None and pooler.weight.grad is not None:
+                units += _wg(pooler).sum(0) + _wg(pooler).sum(1) + _wg(pooler, "bias")
+        hidden += units ** 2
+    model.zero_grad(set_to_none=True)
+    for name, param in model.named_parameters():
+        param.requires_grad_(trainable[name])
+    return heads, ffn, hidden
+
+
+@contextmanager
+def only_layers(model: nn.Module, layout, keep: list[int]):
+    """The model with only the layers ``keep`` (0-based, in order) in its stack, for the block."""
+    parent_path, _, name = layout.layers.rpartition(".")
+    parent = model.base_model.get_submodule(parent_path) if parent_path else model.base_model
+    every = getattr(parent, name)
+    setattr(parent, name, nn.ModuleList([every[i] for i in keep]))
+    try:
+        yield model
+    finally:
+        setattr(parent, name, every)
+
+
+@torch.no_grad()
+def layer_elimination(model: nn.Module, layout, rows: list, tokenizer, max_seq_len: int) -> list[int]:
+    """The layers (0-based) in the order greedy elimination drops them (module doc), N - 1 of them."""
+    batches = list(_batches(model, tokenizer, rows, max_seq_len))
+    model.eval()
+    full = [model(**inputs).logits.float() for inputs, _ in batches]
+
+    def moved(keep: list[int]) -> float:
+        with only_layers(model, layout, keep):
+            total = 0.0
+            for (inputs, _), reference in zip(batches, full):
+                logits = model(**inputs).logits.float()
+                if logits.shape[-1] == 1:
+                    total += float(F.mse_loss(logits, reference, reduction="sum"))
+                else:
+                    total += float(F.kl_div(F.log_softmax(logits, -1), F.log_softmax(reference, -1),
+                                            log_target=True, reduction="sum"))
+        return total
+
+    kept, dropped = list(range(len(model.base_model.get_submodule(layout.layers)))), []
+    while len(kept) > 1:
+        scores = {layer: moved([k for k in kept if k != layer]) for layer in kept}
+        least = min(kept, key=lambda layer: (scores[layer], -layer))  # ties: drop the higher layer
+        kept.remove(least)
+        dropped.append(least)
+    return dropped
+
+
+def task_importance(model: nn.Module, layout, rows: list, tokenizer, max_seq_len: int) -> Importance:
+    """The :class:`Importance` of ``model``'s units on :data:`ROWS` of ``rows`` drawn at random (seed 0;
+    the layers on :data:`LAYER_ROWS` of those)."""
+    if not rows:
+        raise KdbertError("ranking the teacher's units by importance needs training rows; there are none")
+    sample = random.Random(0).sample(rows, min(ROWS, len(rows)))  # not the file's order (sorted files exist)
+    heads, ffn, hidden = unit_importance(model, layout, sample, tokenizer, max_seq_len)
+    return Importance(heads, ffn, hidden, layer_elimination(model, layout, sample[:LAYER_ROWS], tokenizer, max_seq_len))

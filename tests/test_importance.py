@@ -1,0 +1,110 @@
+"""Starts chosen by importance: the Taylor importance of heads, FFN units and hidden units against a
+hand computation, their order on a hand-made model, the layer a greedy elimination drops first, and
+the weights a student of fewer units then takes."""
+
+import random
+
+import pytest
+import torch
+from conftest import WORDS, tiny_bert_config
+from transformers import BertForSequenceClassification
+
+from kdbert.data.glue import Example
+from kdbert.families.importance import Importance, layer_elimination, task_importance, unit_importance
+from kdbert.families.selection import LAYOUTS, select_teacher_weights
+
+LAYOUT = LAYOUTS["bert"]
+
+
+def rows(n=64, seed=0):
+    rng = random.Random(seed)
+    return [Example((" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8))),), rng.randint(0, 1))
+            for _ in range(n)]
+
+
+@pytest.fixture
+def teacher(tiny_tokenizer):
+    """A tiny BERT (2 layers, 16 wide, 4 heads, 32 FFN units) with head 2 and FFN units 5 and 9 of
+    layer 0 and hidden unit 3 everywhere switched off (their weights zero), and layer 1 made (almost)
+    the identity: its attention and FFN write nothing, its LayerNorms renormalise what layer 0's
+    already normalised."""
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(tiny_bert_config(tiny_tokenizer, hidden_dropout_prob=0.0,
+                                                           attention_probs_dropout_prob=0.0)).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():  # layer 0 and the head do real work (init: near identity)
+            if name.startswith(("bert.encoder.layer.0.", "classifier", "bert.pooler")) and param.dim() == 2:
+                param.mul_(20)
+        attention = model.bert.encoder.layer[0].attention
+        for linear in (attention.self.query, attention.self.key, attention.self.value):
+            linear.weight[8:12] = 0
+            linear.bias[8:12] = 0
+        attention.output.dense.weight[:, 8:12] = 0
+        first = model.bert.encoder.layer[0]
+        first.intermediate.dense.weight[[5, 9]] = 0
+        first.intermediate.dense.bias[[5, 9]] = 0
+        first.output.dense.weight[:, [5, 9]] = 0
+        second = model.bert.encoder.layer[1]
+        for dense in (second.attention.output.dense, second.output.dense):
+            dense.weight.zero_()
+            dense.bias.zero_()
+        for name, param in model.named_parameters():  # hidden unit 3: nothing reads or writes it
+            if param.dim() == 2 and param.shape[1] == 16 and "classifier" not in name:
+                param[:, 3] = 0
+            if param.shape[0] == 16:
+                param[3] = 0
+    return model
+
+
+def test_unit_importance_is_the_squared_taylor_sum_of_each_group(teacher, tiny_tokenizer):
+    """One batch: I of FFN unit 7 of layer 0 is (sum of w * dL/dw over its row of the FFN input with
+    its bias and its column of the FFN output)^2, computed here by autograd directly."""
+    batch = rows(32)
+    heads, ffn, hidden = unit_importance(teacher, LAYOUT, batch, tiny_tokenizer, 16)
+    inputs = tiny_tokenizer([r.texts[0] for r in batch], padding=True, return_tensors="pt")
+    loss = torch.nn.functional.cross_entropy(teacher(**inputs).logits, torch.tensor([r.label for r in batch]))
+    layer = teacher.bert.encoder.layer[0]
+    w_in, b_in, w_out = layer.intermediate.dense.weight, layer.intermediate.dense.bias, layer.output.dense.weight
+    g_in, gb_in, g_out = torch.autograd.grad(loss, [w_in, b_in, w_out])
+    by_hand = ((w_in[7] * g_in[7]).sum() + b_in[7] * gb_in[7] + (w_out[:, 7] * g_out[:, 7]).sum()) ** 2
+    assert ffn[0, 7].item() == pytest.approx(by_hand.item(), rel=1e-4)
+    assert heads.shape == (2, 4) and ffn.shape == (2, 32) and hidden.shape == (16,)
+
+
+def test_switched_off_units_rank_last_and_the_identity_layer_is_dropped_first(teacher, tiny_tokenizer):
+    ranked = task_importance(teacher, LAYOUT, rows(), tiny_tokenizer, 16)
+    assert ranked.heads[0, 2] == 0 and ranked.heads[0].argsort()[0] == 2
+    assert set(ranked.ffn[0].argsort()[:2].tolist()) == {5, 9} and ranked.hidden.argmin() == 3
+    assert (ranked.heads[1] == 0).all()  # layer 1 writes nothing: none of its heads matters
+    assert (ranked.heads[0, [0, 1, 3]] > 0).all() and (ranked.hidden > 0).sum() == 15
+    assert ranked.dropped == [1] and ranked.layers(1) == [0] and ranked.layers(2) == [0, 1]
+    assert layer_elimination(teacher, LAYOUT, rows(16), tiny_tokenizer, 16) == [1]
+    assert all(p.requires_grad for p in teacher.parameters()) and all(p.grad is None for p in teacher.parameters())
+
+
+def test_a_student_takes_the_most_important_units_and_the_layers_left(teacher, tiny_tokenizer, tmp_path):
+    """Hand-made ranking: hidden units 0-7 least important (student keeps 8-15), heads 1 and 3 of
+    layer 1, FFN units 16-31 of layer 1, and layer 0 dropped first (a 1-layer student copies layer 1)."""
+    ranking = Importance(heads=torch.tensor([[4.0, 3, 2, 1], [1, 5, 0, 6]]), ffn=torch.arange(64.0).view(2, 32),
+                         hidden=torch.arange(16.0), dropped=[0])
+    student = BertForSequenceClassification(tiny_bert_config(tiny_tokenizer, num_hidden_layers=1, hidden_size=8,
+                                                             num_attention_heads=2, intermediate_size=16))
+    picked = select_teacher_weights(student, teacher, ranking)
+    assert picked["selection"] == "importance" and picked["teacher_layers"] == [2]
+    hidden, t_layer, s_layer = torch.arange(8, 16), teacher.bert.encoder.layer[1], student.bert.encoder.layer[0]
+    attention = torch.tensor([4, 5, 6, 7, 12, 13, 14, 15])  # heads 1 and 3, 4 dims each
+    assert torch.equal(s_layer.attention.self.query.weight, t_layer.attention.self.query.weight[attention][:, hidden])
+    assert torch.equal(s_layer.intermediate.dense.weight, t_layer.intermediate.dense.weight[16:][:, hidden])
+    assert torch.equal(student.bert.embeddings.word_embeddings.weight,
+                       teacher.bert.embeddings.word_embeddings.weight[:, hidden])
+    evenly = BertForSequenceClassification(student.config)
+    assert select_teacher_weights(evenly, teacher)["selection"] == "evenly spaced"
+    assert not torch.equal(evenly.bert.embeddings.word_embeddings.weight, student.bert.embeddings.word_embeddings.weight)
+
+
+def test_the_ranking_is_saved_and_read_back(tmp_path):
+    ranking = Importance(torch.rand(3, 2), torch.rand(3, 8), torch.rand(4), dropped=[2, 0])
+    ranking.save(tmp_path)
+    again = Importance.load(tmp_path)
+    assert torch.equal(again.heads, ranking.heads) and again.dropped == [2, 0] and again.layers(2) == [0, 1]
+    assert Importance.load(tmp_path / "missing") is None and not list(tmp_path.glob("*.tmp"))
