@@ -80,7 +80,8 @@ def main() -> None:
     results["estimate"] = {"row_seconds": estimate, "rows_per_second": round(1 / estimate, 1),
                            "over_measured": round(results["onnx-int8"]["seconds"] / len(rows) / estimate, 2)}
     print("estimate", results["estimate"])
-    key = args.key or f"{Path(str(path)).name}/{args.task}"
+    name = "all-MiniLM-L6-v2" if args.teacher == "default" else Path(args.teacher).name  # the packaged default
+    key = args.key or f"{name}/{args.task}"
     save_result("labelling_speed", key, {**machine_info(), "command": f"OMP_NUM_THREADS={torch.get_num_threads()} "
                                          f"python benchmarks/labelling_speed.py --teacher {args.teacher} --task "
                                          f"{args.task} --rows {args.rows}", "rows": len(rows),

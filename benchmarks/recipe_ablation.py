@@ -31,8 +31,11 @@ from kdbert.compress.recipes import SearchSettings, run_options
 from kdbert.compress.schedule import horizon
 from kdbert.compress.speed import all_candidates, shape_context
 from kdbert.compress.teacher import held_out_task
-from kdbert.data.load import TaskOptions
+from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
+from kdbert.families.importance import task_importance
+from kdbert.families.registry import family_of_folder
+from kdbert.families.selection import layout_of
 from kdbert.methods.front import distill_task
 
 VARIANTS = {
@@ -41,15 +44,19 @@ VARIANTS = {
     "schedule-free-lr3e-4": {"schedule_free": True, "learning_rate": 3e-4},
     "annealed": "annealed",  # the same run with a linear decay that ends at --steps (what no search can know)
     "regression-teacher": {"regression_target": "teacher"},
+    "even": "even",  # the search's options from a start of evenly spaced teacher units (compress --selection even)
+    "importance": "importance",  # ... from the teacher's units ranked by importance (compress's default)
 }
-"""Variant -> the options it changes in the search's run ("annealed": the schedule's length)."""
+"""Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
+"importance": the start). Before ``--selection`` existed the search started from evenly spaced units,
+so "search" runs recorded then are "even" runs."""
 
 
 def search_options(candidate, settings: SearchSettings, steps: int, teacher: str, start: Path, cache: Path,
                    variant: str) -> dict:
     """The options the search gives ``candidate``'s run (``compress/search.py`` ``_options``),
     changed as ``variant`` says, paused at ``steps``."""
-    length = steps if VARIANTS[variant] == "annealed" else horizon(settings)
+    length = steps if VARIANTS[variant] == "annealed" else horizon(settings)  # "even", "importance": the search's
     options = {**run_options(candidate, length, settings, str(cache)), "teacher": teacher, "student": str(start),
                "warmup_ratio": min(0.1 * settings.first_steps, 0.1 * steps) / length, "keep_checkpoints": 1,
                "eval_every": steps // 2}
@@ -74,6 +81,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument("--runs-dir", default=run_folder("recipe-ablation"))
     parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--key-suffix", default="", help="after the task in the results' keys (e.g. a new teacher's)")
     args = parser.parse_args()
     teacher = args.teacher or run_folder(f"teacher-{args.task}")
     task, _ = held_out_task(teacher, TaskOptions(task=args.task, data_dir=args.data_dir), trained_on_all=False)
@@ -85,12 +93,20 @@ def main() -> None:
                           f"{', '.join(offered)}")
     candidate = offered[args.candidate]
     root = Path(args.runs_dir) / args.task / candidate.name
-    start = root / "start"
-    if not (start / "config.json").is_file():
-        build_from_teacher(candidate, teacher, task, start, context)
+    starts = {"even": root / "start", "importance": root / "start-importance"}
+    for selection, start in starts.items():
+        if not (start / "config.json").is_file() and (selection == "even" or "importance" in args.variants):
+            ranked = None
+            if selection == "importance":
+                model, tokenizer = family_of_folder(teacher).load(Path(teacher))
+                data = load_task(task)
+                ranked = task_importance(model, layout_of(model.config), data.train, tokenizer, data.spec.max_seq_len)
+                print(f"importance: layers dropped in the order {[i + 1 for i in ranked.dropped]}", flush=True)
+            build_from_teacher(candidate, teacher, task, start, replace(context, importance=ranked))
     command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task {args.task} "
                f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
-               f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}")
+               f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
+               + (f" --key-suffix={args.key_suffix}" if args.key_suffix else ""))
     for seed in args.seeds:  # every variant of a seed before the next seed: pairs compare as they come
         for variant in args.variants:
             out = root / variant / f"seed{seed}"
@@ -98,12 +114,13 @@ def main() -> None:
                 report = json.loads((out / "distill_report.json").read_text())
             else:
                 settings = SearchSettings(seed=seed)
+                start = starts["importance" if variant == "importance" else "even"]
                 options = search_options(candidate, settings, args.steps, teacher, start, root.parent / "teacher-cache",
                                          variant)
                 report = distill_task(task, options, str(out), overwrite=True, pause_at_step=args.steps)
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 0.1 GB a run; nothing continues it
             row = scores(report)
-            save_result("recipe_ablation", f"{args.task}/{candidate.name}/{args.steps}/{variant}/seed{seed}",
+            save_result("recipe_ablation", f"{args.task}{args.key_suffix}/{candidate.name}/{args.steps}/{variant}/seed{seed}",
                         {**machine_info(), "teacher": teacher, "steps": args.steps, "variant": variant, "seed": seed,
                          **row, "command": command})
             print(f"{candidate.name} {variant} seed {seed}: {row}", flush=True)

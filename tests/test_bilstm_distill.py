@@ -95,6 +95,9 @@ def test_cli_on_own_csv_data_and_an_augmented_file_with_stored_logits(env, capsy
                  "--epochs", "1", "--embedding-dim", "3", "--hidden-size", "4", "--fc-size", "4", "--output-dir",
                  str(env["tmp"] / "own"), "--no-progress", *extra]) == 0, capsys.readouterr().err
     assert load_bilstm(env["tmp"] / "own")[0].config.embedding_dim == 3  # random embeddings without vectors
+    capsys.readouterr()  # predict reads the rows by the column the student was trained on
+    assert main(["predict", "--model", str(env["tmp"] / "own"), "--input", str(data)]) == 0, capsys.readouterr().err
+    assert len(capsys.readouterr().out.splitlines()) == 30  # one JSON line per row
     assert store_namespaces(env["tmp"] / "reviews.csv.teacher-logits")  # stored beside the user's file
     # An augmented file as `kdbert augment --method bilstm --teacher` leaves it: logits already stored.
     augmented = env["tmp"] / "train_aug.tsv"

@@ -51,6 +51,9 @@ def test_finetune_regression_and_own_csv(tmp_path, capsys, tiny_tokenizer, glue_
                               "--no-progress")
     assert code == 0 and "macro_f1=" in stdout
     assert AutoModelForSequenceClassification.from_pretrained(tmp_path / "own").config.num_labels == 3
+    # `kdbert predict` reads a file's rows by the column it was trained on, with no --text-columns
+    code, stdout, err = run_cli(capsys, "predict", "--model", tmp_path / "own", "--input", csv)
+    assert code == 0 and len(stdout.splitlines()) == 30, err  # one JSON line per row
 
 
 def test_config_file_sets_options_and_command_line_wins(tmp_path, capsys, tiny_classifier_dir, glue_dir):

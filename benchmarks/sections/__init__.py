@@ -34,6 +34,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("bench", speed_results.bench_section),
     ("throughput", speed_results.throughput_section),
     ("teacher-cache", speed_results.teacher_cache_section),
+    ("labelling", speed_results.labelling_section),
     ("teacher", distill_results.teacher_section),
     ("precision", distill_results.precision_section),
     ("tinybert", distill_results.tinybert_section),

@@ -291,6 +291,34 @@ def teacher_cache_section() -> list[str]:
     return lines
 
 
+def labelling_section() -> list[str]:
+    """Who labels the stored logits (``benchmarks/labelling_speed.py``)."""
+    results = load_results("labelling_speed")
+    if not results:
+        return []
+    lines = ["## Labelling the rows: the PyTorch teacher against its ONNX export", "",
+             "Rows per second labelling the same first training rows into a fresh store (tokenising included, "
+             "shortest first in batches of 64), and agreement with the PyTorch float32 teacher's logits (same "
+             "argmax, largest logit difference). `kdbert compress` labels with the int8 export; its estimate per "
+             "row, from the export's throughput timed at 64 tokens, is set beside the measured rate.", "",
+             "| teacher | params | task, rows | labeller | rows/s | vs PyTorch fp32 | same argmax | max logit diff "
+             "| threads | machine | date |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, r in results.items():
+        base = r["labellers"]["pytorch-float32"]["rows_per_second"]
+        for name, row in r["labellers"].items():
+            if name == "estimate":
+                lines.append(f"| {key.split('/')[0]} | | | compress's estimate | {row['rows_per_second']:.0f} | "
+                             f"{row['rows_per_second'] / base:.2f}x | | | | | |")
+                continue
+            lines.append(f"| {key.split('/')[0]} | {r['params'] / 1e6:.1f}M | {key.split('/')[1]}, {r['rows']:,} | "
+                         f"{name} | {row['rows_per_second']:.0f} | {row['rows_per_second'] / base:.2f}x | "
+                         f"{row['argmax_agreement']:.1%} | {row['max_abs_diff']:.3g} | {r['threads']} | {r['machine']} "
+                         f"| {r['date']} |")
+    commands = sorted({r["command"] for r in results.values()})
+    lines += ["", "Commands: " + "; ".join(f"`{c}`" for c in commands), "", note("labelling-reading"), ""]
+    return lines
+
+
 GRAPH_ORDER = ["dynamo", "torchscript", "fused"]
 
 

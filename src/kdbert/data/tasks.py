@@ -121,3 +121,13 @@ def canonical_task_name(name: str) -> str | None:
     key = name.strip().lower()
     key = _ALIASES.get(key, key)
     return key if key in GLUE_TASKS else None
+
+
+TEXT_COLUMNS_KEY = "kdbert_text_columns"
+
+
+def record_text_columns(model, spec: TaskSpec) -> None:
+    """Write the task's text columns into ``model``'s config (``kdbert_text_columns`` of its
+    ``config.json``), so `kdbert predict` and `serve` read a file's rows by the columns it was trained
+    on, whatever the data set."""
+    setattr(model.config, TEXT_COLUMNS_KEY, list(spec.text_fields))

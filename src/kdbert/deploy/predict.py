@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from kdbert.data.glue import Example, TaskData
-from kdbert.data.tasks import DOC_STRIDE, GLUE_TASKS, IMDB_TASK, SQUAD_TASKS, TaskSpec, canonical_task_name
+from kdbert.data.tasks import (DOC_STRIDE, GLUE_TASKS, IMDB_TASK, SQUAD_TASKS, TEXT_COLUMNS_KEY, TaskSpec,
+                               canonical_task_name)
 from kdbert.errors import KdbertError
 
 TASK_RECORDS = ("run_config.json", "distill_report.json", "compress_report.json")
@@ -127,7 +128,10 @@ class Predictor:
         self.num_labels, self.regression = num_labels, num_labels == 1 and not self.question_answering
         self.labels = None if self.regression or self.question_answering else _label_names(config, num_labels,
                                                                                             self.task)
-        if self.task is not None:
+        recorded = config.get(TEXT_COLUMNS_KEY)  # the columns it was trained on, where recorded
+        if recorded:
+            self.text_fields = tuple(recorded)
+        elif self.task is not None:
             self.text_fields = self.task.text_fields
         else:
             self.text_fields = ("text", "text_pair") if self.pair_only else ("text",)

@@ -35,6 +35,7 @@ from kdbert.core.trainer import Trainer, to_device
 from kdbert.data.batching import PaddingCollator, TokenizerInputs
 from kdbert.data.held_out import RECORD_FILE, record
 from kdbert.data.load import TaskOptions, load_task, task_identity
+from kdbert.data.tasks import record_text_columns
 from kdbert.errors import KdbertError
 
 # epochs, learning rate, batch size per task (for small (~20M-parameter) BERT-family models).
@@ -102,6 +103,7 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     if spec.labels is not None:
         model.config.id2label = dict(enumerate(spec.labels))
         model.config.label2id = {label: i for i, label in enumerate(spec.labels)}
+    record_text_columns(model, spec)
     train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
     train_set = TokenizerInputs.for_task(tokenizer, max_seq_len, spec).rows(train_rows)
     stage = Stage(StageConfig.from_options("finetune", config), _task_loss(), train_set)

@@ -23,6 +23,7 @@ from transformers import set_seed
 
 from kdbert.data.corpus import corpus_files, pack_sequences
 from kdbert.data.load import TaskData, TaskOptions, load_task, task_identity
+from kdbert.data.tasks import record_text_columns
 from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import write_json
 from kdbert.methods.registry import get_method, method_config
@@ -137,6 +138,7 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
         if is_main_process():
             print(f"unlabelled: {len(labelled)} rows labelled by the teacher ({unlabelled['seconds']} s)")
     inputs = method.task_inputs(TaskSource(teacher, tokenizer, data, rows, max_seq_len, task, len(labelled)), config)
+    record_text_columns(inputs.student.model, spec)
     context = DistillContext(teacher if inputs.teacher is None else inputs.teacher, inputs.student, tokenizer, spec,
                              inputs.train_set, config, config.seed)
     plan = method.build_task_plan(context)

@@ -79,6 +79,7 @@ class BiLSTMConfig:
     freeze_embeddings: bool = False
     dropout: float = 0.0
     model_type: str = MODEL_TYPE
+    kdbert_text_columns: list | None = None  # the columns it was trained on (kdbert.data.tasks.record_text_columns)
 
     def __post_init__(self):
         sizes = (self.vocab_size, self.num_labels, self.embedding_dim, self.hidden_size, self.fc_size)
