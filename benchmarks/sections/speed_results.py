@@ -305,7 +305,8 @@ def labelling_section() -> list[str]:
              "| threads | machine | date |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in results.items():
         base = r["labellers"]["pytorch-float32"]["rows_per_second"]
-        for name, row in r["labellers"].items():
+        order = ["pytorch-float32", "pytorch-bfloat16", "onnx-fp32", "onnx-int8", "estimate"]
+        for name, row in sorted(r["labellers"].items(), key=lambda item: order.index(item[0])):
             if name == "estimate":
                 lines.append(f"| {key.split('/')[0]} | | | compress's estimate | {row['rows_per_second']:.0f} | "
                              f"{row['rows_per_second'] / base:.2f}x | | | | | |")
