@@ -107,8 +107,8 @@ def recorded(teacher: Path) -> dict:
             "dev": metrics["score"], "held_out": metrics["selection_score"], "held_out_se": metrics.get("selection_se"),
             "dev_metrics": metrics, "export_dev": {k: v["score"] for k, v in exported.get("dev_metrics", {}).items()},
             "command": f"KDBERT_MIXED_PRECISION=bf16 python benchmarks/base_teacher.py finetune --task "
-                       f"{run['task']} --epochs {run['epochs']:g} && python benchmarks/base_teacher.py export --task "
-                       f"{run['task']}"}
+                       f"{run['task']} --epochs {run['epochs']:g}"
+                       + (f" && python benchmarks/base_teacher.py export --task {run['task']}" if exported else "")}
 
 
 if __name__ == "__main__":

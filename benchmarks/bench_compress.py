@@ -29,7 +29,7 @@ from kdbert.data.load import TaskOptions
 RECORDED = ("task", "runtime", "target", "held_out_rows", "decide_rows", "held_out", "teacher_saw_held_out_rows",
             "speed", "augmentation", "search", "winner",
             "teacher_scores", "shipped", "seconds_per_candidate", "speedup_breakdown", "starts", "general_students",
-            "disk")
+            "disk", "labelling")
 
 
 def recorded_parts(report: dict) -> dict:
