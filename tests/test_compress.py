@@ -997,6 +997,20 @@ def test_the_budget_keeps_each_phases_seconds_on_its_clock():
     progress.close()
 
 
+def test_a_budget_overrun_keeps_the_bar_full_instead_of_failing_the_run(capsys):
+    """Past its total, tqdm drops the total from its format (a bar_format naming it then raises):
+    the bar stops at the budget, and the line is still printed."""
+    from kdbert.compress.budget import Deadline, Progress
+
+    clock = FakeClock(0.0)
+    progress = Progress(Deadline(1.0, clock))
+    clock.now = 75.0  # 15 s past the budget
+    progress.line("a segment's line")
+    progress.close()
+    printed = capsys.readouterr()
+    assert "a segment's line" in printed.out and "60/60 s of the budget" in printed.err
+
+
 def test_a_budget_that_times_too_few_candidates_to_meet_the_target_says_so(env, tmp_path, capsys, monkeypatch):
     from kdbert.cli import main
     from kdbert.compress import pipeline

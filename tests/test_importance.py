@@ -108,3 +108,23 @@ def test_the_ranking_is_saved_and_read_back(tmp_path):
     again = Importance.load(tmp_path)
     assert torch.equal(again.heads, ranking.heads) and again.dropped == [2, 0] and again.layers(2) == [0, 1]
     assert Importance.load(tmp_path / "missing") is None and not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_time_limit_sums_fewer_batches_and_ranks_the_layers_more_cheaply(teacher, tiny_tokenizer, monkeypatch):
+    """A clock that moves 3 s a reading: each batch of the Taylor sums takes 3 s, a forward 1 s, so
+    the 2-layer teacher's greedy elimination (GREEDY_PASSES[2] = 1 pass of 2 batches) costs 2 s.
+    20 s: both batches (3 + 3 + 3 <= 10), 5 s left: greedy. 1 s: one batch (3 + 3 > 0.5), none left:
+    the layers unranked (the uniform map)."""
+    from kdbert.families import importance
+
+    clock = iter(range(0, 10_000, 3))
+    monkeypatch.setattr(importance.time, "perf_counter", lambda: float(next(clock)))
+    assert importance.GREEDY_PASSES[2] == 1.0 and importance.GREEDY_PASSES[12] == pytest.approx(572 / 12)
+    ranked = task_importance(teacher, LAYOUT, rows(), tiny_tokenizer, 16, seconds=20.0)
+    assert (ranked.layer_rule, ranked.dropped) == ("greedy elimination", [1])
+    one_batch = task_importance(teacher, LAYOUT, rows(), tiny_tokenizer, 16, seconds=1.0)
+    assert (one_batch.layer_rule, one_batch.dropped, one_batch.layers(1)) == ("uniform", [], [1])  # ceil(1 * 2 / 1)
+    assert one_batch.hidden.argmin() == 3 and (one_batch.hidden <= ranked.hidden).all()  # a sum of fewer squares
+    assert not torch.equal(one_batch.hidden, ranked.hidden)
+    # each layer dropped alone: the same order here, the least moving first
+    assert layer_elimination(teacher, LAYOUT, rows(16), tiny_tokenizer, 16, greedy=False) == [1]

@@ -150,8 +150,8 @@ class Progress:
         return {name: round(seconds, 1) for name, seconds in {**self.seconds, "other": before}.items()}
 
     def tick(self) -> None:
-        """Move the bar to the seconds spent."""
-        self.bar.n = round(self.deadline.spent())
+        """Move the bar to the seconds spent (at most the budget's: tqdm cannot draw a bar past its total)."""
+        self.bar.n = min(round(self.deadline.spent()), self.bar.total)
         self.bar.refresh()
 
     def line(self, text: str) -> None:

@@ -168,9 +168,13 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
             build_from_teacher(base, plan.teacher_dir, plan.task, start, context, teacher)
 
 
+IMPORTANCE_SHARE = 0.05  # of the search's window, the most the ranking of the teacher's units may take
+
+
 def search_importance(plan: Plan, teacher: tuple, data: TaskData | None = None) -> Importance:
     """The teacher's units ranked on the task's training rows (of ``data``, else loaded;
-    :func:`~kdbert.families.importance.task_importance`), once per search: kept in its output folder."""
+    :func:`~kdbert.families.importance.task_importance`) within ``IMPORTANCE_SHARE`` of what is left
+    of the search's window, once per search: kept in its output folder."""
     out = Path(plan.output_dir)
     found = Importance.load(out)
     if found is not None:
@@ -179,12 +183,14 @@ def search_importance(plan: Plan, teacher: tuple, data: TaskData | None = None) 
     data = data or load_task(plan.task, seed=plan.settings.seed)
     rows = data.train
     started = time.time()
-    ranked = task_importance(model, layout_of(model.config), rows, tokenizer, data.spec.max_seq_len)
+    allowed = IMPORTANCE_SHARE * max(0.0, plan.window.end - plan.clock())
+    ranked = task_importance(model, layout_of(model.config), rows, tokenizer, data.spec.max_seq_len, allowed)
     out.mkdir(parents=True, exist_ok=True)
     ranked.save(out)
-    print(f"importance: the teacher's layers, heads, FFN units and hidden units ranked on {min(len(rows), ROWS)} "
-          f"training rows in {time.time() - started:.0f} s; layers dropped in the order "
-          f"{', '.join(str(i + 1) for i in ranked.dropped)}", flush=True)
+    order = ", ".join(str(i + 1) for i in ranked.dropped)
+    print(f"importance: the teacher's heads, FFN units and hidden units ranked on up to {min(len(rows), ROWS)} "
+          f"training rows, its layers by {ranked.layer_rule}" + (f" (dropped in the order {order})" if order else "")
+          + f", in {time.time() - started:.0f} s of the {allowed:.0f} s allowed", flush=True)
     return ranked
 
 
