@@ -839,7 +839,7 @@ def test_a_segment_past_the_window_stops_early_scored_and_keeps_the_steps_it_tra
     from kdbert.compress.schedule import Job
 
     settings = SearchSettings(first_steps=6, batch_size=2)
-    plan = replace(_plan(env, ["bert-1x128"], tmp_path, settings, seconds=-1.0), selection="even")
+    plan = _plan(env, ["bert-1x128"], tmp_path, settings, seconds=-1.0)  # --selection even, the default
     search.build_starts(plan)
     assert json.loads((tmp_path / "starts" / "bert-1x128" / "student_init.json").read_text())["selection"] == "even"
     assert not (tmp_path / "importance.safetensors").exists()  # --selection even ranks nothing

@@ -247,7 +247,7 @@ def test_compress_ships_a_roberta_student_distilled_through_its_layers(tmp_path,
     config = _config("roberta", len(tiny_tokenizer), hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=256)
     args = _tiny_task_teacher(tmp_path, tiny_tokenizer, config)
-    assert main([*args, "--candidates", "roberta-1x128", "--intermediate-share", "0.5"]) == 0
+    assert main([*args, "--candidates", "roberta-1x128", "--intermediate-share", "0.5", "--selection", "importance"]) == 0
     out = tmp_path / "out"
     report = json.loads((out / "compress_report.json").read_text())
     assert report["winner"]["candidate"] == "roberta-1x128" and report["candidate_notes"] == []

@@ -66,10 +66,10 @@ class CompressConfig(CheckedOptions):
     word_vectors: str | None = option(None, "GloVe or word2vec text file the BiLSTM candidates' embeddings start "
                                             "from, or encoder:MODEL (each word through that encoder, e.g. "
                                             "encoder:default) (default: random, 300-d)", group="compress")
-    selection: str = option("importance", "which of the teacher's layers, heads, FFN units and hidden units a "
-                                          "candidate of its architecture starts from: ranked by importance on the "
-                                          "training rows, or evenly spaced", group="compress",
-                            choices=("importance", "even"))
+    selection: str = option("even", "which of the teacher's layers, heads, FFN units and hidden units a "
+                                    "candidate of its architecture starts from: evenly spaced, or ranked by importance "
+                                    "on the training rows (no better on MRPC at equal steps, BENCHMARKS.md)",
+                            group="compress", choices=("even", "importance"))
     intermediate_share: float = option(0.0, "share of a weight-selected candidate's steps (bert-, roberta-, ...) "
                                             "spent on TinyBERT's intermediate stage (0: the prediction stage only)",
                                        type=float, group="compress", check=in_range(0, 0.9, what="a share in [0, 0.9]"))
