@@ -20,7 +20,8 @@ tutorial says stops it) and must exit.
 
 The README's commands point at the quickstart's winner, runs/quickstart/compress/winner: the
 tutorial's winner (trained on SST-2 rows) is copied there with a run_config.json naming task
-sst2, so that ``kdbert predict`` reads the `sentence` column as it does for the quickstart's.
+sst2 and SST-2's text column in its config.json, so that ``kdbert predict`` reads the `sentence`
+column as it does for the quickstart's.
 
 Exits 1 naming the page, the block and the command that failed; 0 when every block ran.
 
@@ -279,6 +280,8 @@ def stand_in_quickstart_winner(workdir: Path) -> None:
         raise CheckError(f"the tutorial made no {TUTORIAL_WINNER}; update TUTORIAL_WINNER to its compress winner")
     shutil.copytree(winner, workdir / QUICKSTART_WINNER)
     (workdir / QUICKSTART_WINNER / "run_config.json").write_text(json.dumps({"task": "sst2"}))
+    config = workdir / QUICKSTART_WINNER / "config.json"  # trained on sst2, it would read SST-2's column
+    config.write_text(json.dumps({**json.loads(config.read_text()), "kdbert_text_columns": ["sentence"]}))
     print(f"\n[test mode] {TUTORIAL_WINNER} copied to {QUICKSTART_WINNER}, recorded as task sst2", flush=True)
 
 
