@@ -100,7 +100,7 @@ class Plan:
     general: str | None = None  # the build of general students BERT-style candidates of its shapes start from
     general_shapes: tuple[str, ...] = ()
     labelling: dict | None = None  # {"cache": folder, "onnx": the teacher export that labels, or None}
-    selection: str = "even"  # how candidates of the teacher's architecture take its weights (or "importance")
+    selection: str = CompressConfig.selection  # how candidates of the teacher's architecture take its weights
     by_name: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
