@@ -801,27 +801,28 @@ def test_compress_refuses_a_teacher_that_does_not_say_which_rows_it_never_saw(en
         capsys.readouterr().out
 
 
-def test_the_labelling_speed_leaves_the_first_batch_untimed(monkeypatch):
-    """The first labelling of a process pays the device's start-up (CUDA's, on a GPU): timed, it
-    would make the teacher look slow and cap the augmented rows far below what it labels."""
-    import time
-
+def test_the_labelling_speed_is_timed_after_a_warm_up_and_scaled_by_the_tokens_labelled(monkeypatch, tmp_path):
+    """The first labelling of a process pays the runtime's start-up (CUDA's, on a GPU): timed, it would
+    make the teacher look slow and cap the augmented rows far below what it labels. The rate is per
+    token the labeller runs on, so rows longer than the sample's cost more."""
     from kdbert.compress import labelling
-    from kdbert.core import teacher_logits
-    from kdbert.data.glue import Example
-    from kdbert.data.tasks import GLUE_TASKS
 
-    calls = []
-
-    def label(model, tokenizer, examples, folder, max_seq_len, **options):
-        time.sleep(0.5 if not calls else 0.001)  # a slow start-up, then 1 ms for the timed rows
-        calls.append(len(examples))
-
-    monkeypatch.setattr(teacher_logits, "label_with_teacher", label)
-    rows = [Example(texts=(f"row {i}",), label=0) for i in range(100)]
-    seconds = labelling.pytorch_row_seconds(torch.nn.Linear(1, 1), None, rows, GLUE_TASKS["sst2"])
-    assert calls == [labelling.WARM_UP_ROWS, 100]
-    assert seconds <= 5e-5  # 100 rows in about 1 ms (the sleep's floor): about 100,000 a second
+    calls, ticks = [], iter([10.0, 12.0])  # the timed labelling takes 2 s
+    monkeypatch.setattr(labelling, "label_rows", lambda labeller, rows, folder: calls.append((list(rows), folder)))
+    monkeypatch.setattr(labelling, "padded_tokens", lambda labeller, rows: sum(len(texts[0]) for texts in rows))
+    texts = [("x" * n,) for n in range(1, 41)]  # 40 rows of 1 to 40 "tokens"
+    to_label = texts[20:]  # 21 to 40: 610 tokens, 30.5 a row
+    seconds = labelling.measured_row_seconds(None, texts, to_label, str(tmp_path), sample=12, clock=lambda: next(ticks))
+    (warm_up, first_store), (timed, timed_store) = calls
+    assert len(warm_up) == labelling.WARM_UP_ROWS and len(timed) == 12 - labelling.WARM_UP_ROWS
+    assert set(warm_up + timed) <= set(to_label) and not set(warm_up) & set(timed)
+    assert first_store == timed_store == str(tmp_path)  # the sample stays in the store the runs read
+    assert seconds == pytest.approx(2.0 / sum(len(t[0]) for t in timed) * 30.5)
+    # nothing left to label (augmented rows still need the rate): a sample of all rows, in stores of its own
+    calls.clear()
+    ticks = iter([0.0, 1.0])
+    labelling.measured_row_seconds(None, texts, [], str(tmp_path), sample=12, clock=lambda: next(ticks))
+    assert str(tmp_path) not in {folder for _, folder in calls}
 
 
 def test_a_segment_line_says_rung_candidate_steps_held_out_score_and_seconds():
@@ -1308,7 +1309,7 @@ def test_a_second_search_of_the_teacher_reads_its_stored_labels_and_a_budget_tha
     from conftest import count_teacher_runs
 
     from kdbert.cli import main
-    from kdbert.compress import pipeline
+    from kdbert.compress import labelling
 
     # fp32: its export is the same graph every time, where the int8 method is chosen by timing (another
     # choice labels again, as it should: its logits differ)
@@ -1318,11 +1319,12 @@ def test_a_second_search_of_the_teacher_reads_its_stored_labels_and_a_budget_tha
     seen = count_teacher_runs(monkeypatch)
     assert main([*args, "--output-dir", str(tmp_path / "first")]) == 0
     first = json.loads((tmp_path / "first" / "compress_report.json").read_text())["labelling"]
+    # labelled once each (the timing's sample stays in the store)
     assert (first["rows"], first["stored"], first["left_out"]) == (10, 0, None) and len(seen) == 10
     assert first["onnx"].endswith("teacher-onnx/model.onnx") and first["row_seconds"] > 0
     # another search of the same teacher: its export labels the same way, so nothing is labelled again,
     # and the budget counts no labelling, however slow the teacher is said to be
-    monkeypatch.setattr(pipeline, "teacher_row_seconds", lambda table: 600.0)
+    monkeypatch.setattr(labelling, "measured_row_seconds", lambda *args, **kwargs: 600.0)
     assert main([*args, "--output-dir", str(tmp_path / "second")]) == 0
     second = json.loads((tmp_path / "second" / "compress_report.json").read_text())["labelling"]
     assert (second["stored"], second["seconds"], len(seen)) == (10, 0, 10)

@@ -180,8 +180,8 @@ def test_an_onnx_export_labels_close_to_pytorch_under_its_own_namespace_and_is_c
                                                                                         tiny_tokenizer, monkeypatch):
     """The teacher's export labels (ONNX Runtime: the fp32 graph matches PyTorch to float32 rounding
     over a few layers; int8 within its quantisation error), keyed by the graph's bytes apart from
-    the PyTorch teacher's labels, and ``stored_rows`` counts what a later search need not label."""
-    from kdbert.core.teacher_logits import onnx_labelling_namespace, stored_rows
+    the PyTorch teacher's labels, and ``unstored_rows`` lists what a later search still labels."""
+    from kdbert.core.teacher_logits import onnx_labelling_namespace, unstored_rows
     from kdbert.deploy.export import export_model
 
     export_model(tiny_classifier_dir, tmp_path / "onnx", quantize="int8")
@@ -197,8 +197,9 @@ def test_an_onnx_export_labels_close_to_pytorch_under_its_own_namespace_and_is_c
     assert not np.array_equal(quantised, got) and np.abs(quantised - got).max() < 0.1 * np.abs(got).max() + 0.05
     namespaces = {onnx_labelling_namespace(f, tiny_tokenizer, 32) for f in (fp32, int8)}
     assert len(namespaces) == 2 and labelling_namespace(teacher, tiny_tokenizer, 32) not in namespaces
-    assert stored_rows(store, onnx_labelling_namespace(int8, tiny_tokenizer, 32), rows + [("new row",)]) == 3
-    assert stored_rows(tmp_path / "nowhere", onnx_labelling_namespace(int8, tiny_tokenizer, 32), rows) == 0
+    namespace = onnx_labelling_namespace(int8, tiny_tokenizer, 32)
+    assert unstored_rows(store, namespace, rows + [("new row",), ("new row",)]) == [("new row",)]
+    assert unstored_rows(tmp_path / "nowhere", namespace, rows) == list(dict.fromkeys(rows))
     label_with_teacher(teacher, tiny_tokenizer, rows, store, max_seq_len=32, onnx=str(int8))
     assert len(seen) == 6  # stored: not labelled again
 
@@ -211,3 +212,17 @@ def test_an_export_of_another_task_is_refused(tmp_path, tiny_classifier_dir, tin
     with pytest.raises(KdbertError, match="export .*model.onnx has 2 output"):
         label_with_teacher(teacher, tiny_tokenizer, [("a",)], tmp_path / "s", 32, num_labels=3,
                            onnx=str(tmp_path / "onnx" / "model.onnx"))
+
+
+def test_padded_tokens_counts_each_batch_of_the_shortest_first_order_at_its_longest_row(tiny_tokenizer):
+    """What labelling's time grows with: rows sorted by length, each batch padded to its longest."""
+    from conftest import WORDS
+
+    from kdbert.core.teacher_logits import Labeller, padded_tokens
+
+    word = WORDS[0]
+    rows = [(" ".join([word] * n),) for n in (1, 3, 2, 5)]  # 3, 5, 4 and 7 tokens with [CLS] and [SEP]
+    # shortest first: (3, 4) padded to 4, (5, 7) padded to 7
+    assert padded_tokens(Labeller(None, tiny_tokenizer, 16), rows, batch_size=2) == 2 * 4 + 2 * 7
+    assert padded_tokens(Labeller(None, tiny_tokenizer, 16), rows, batch_size=64) == 4 * 7
+    assert padded_tokens(Labeller(None, tiny_tokenizer, 6), rows, batch_size=2) == 2 * 4 + 2 * 6  # cut to 6

@@ -6,12 +6,13 @@ they are kept, and whether the budget affords it.
   graph by default), in ONNX Runtime, its rows batched shortest first
   (:class:`~kdbert.core.teacher_logits.Labeller`): several times faster on a CPU than the PyTorch
   teacher, which matters once the teacher is base-size. On a GPU, the PyTorch teacher there, its
-  time per row measured on a sample (:func:`pytorch_row_seconds`).
+  time per row measured the same way (:func:`measured_row_seconds`).
 - **Where**: one store shared by every search (``--logits-cache``, default
   ``$XDG_CACHE_HOME/kdbert/teacher-logits``), each row keyed by the export's bytes and its text, so
   a second search of the same teacher on the same rows labels nothing.
-- **Whether**: labelling the rows not stored yet costs ``rows * row_seconds``, at the deployed
-  teacher's time per row measured in the timing step. Every candidate of stored logits waits for
+- **Whether**: labelling the rows not stored yet costs ``rows * row_seconds``, the labeller's time
+  measured on a random sample of the rows and scaled by the tokens it will run on
+  (:func:`measured_row_seconds`), so that long rows (sentence pairs) count as long. Every candidate of stored logits waits for
   it in its first segment, so when it takes more than the share of the search in which candidates
   start (``--first-round-share``) they are left out, in one line with the budget that would admit
   them; when they are all the search has, the budget is refused in that line.
@@ -20,6 +21,7 @@ they are kept, and whether the budget affords it.
 from __future__ import annotations
 
 import math
+import random
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -27,13 +29,13 @@ from pathlib import Path
 
 import torch
 
+from kdbert.compress.augment import is_augmented
 from kdbert.compress.recipes import reads_stored_logits
-from kdbert.core import teacher_logits
-from kdbert.core.teacher_logits import Labeller, shared_store_folder, stored_rows
+from kdbert.core.teacher_logits import Labeller, label_rows, padded_tokens, shared_store_folder, unstored_rows
 from kdbert.errors import KdbertError
 
-SAMPLE_ROWS = 256  # rows the PyTorch teacher's labelling is timed on
-WARM_UP_ROWS = 8  # labelled untimed first (a GPU's start-up)
+SAMPLE_ROWS = 256  # rows the labeller is timed on, drawn at random from the task's
+WARM_UP_ROWS = 8  # labelled untimed first (the runtime's or a GPU's start-up)
 
 
 @dataclass(frozen=True)
@@ -60,32 +62,50 @@ class Labelling:
 
 
 def plan_labelling(cache: str | None, export: Path, teacher, tokenizer, spec, rows: list,
-                   export_row_seconds: float) -> Labelling:
+                   candidates: list) -> Labelling:
     """The labelling of ``rows`` (:class:`~kdbert.data.glue.Example`) into ``cache`` (None: the shared
-    store): by the teacher ``export`` (an ``.onnx`` file) at ``export_row_seconds`` a row, measured in
-    the timing; on a GPU, or when the export is missing, by the PyTorch ``teacher``, timed here."""
+    store) for ``candidates``: by the teacher ``export`` (an ``.onnx`` file), or on a GPU or when the
+    export is missing by the PyTorch ``teacher``. Its time per row is measured here
+    (:func:`measured_row_seconds`) where it is needed: rows not stored yet that a candidate reads,
+    or augmented candidates, whose rows are capped at that rate (else 0)."""
     folder = str(Path(cache).expanduser() if cache else shared_store_folder())
     onnx = str(export) if export.is_file() and not torch.cuda.is_available() else None
+    if onnx is None:
+        teacher.to("cuda" if torch.cuda.is_available() else "cpu")
     labeller = Labeller(teacher, tokenizer, spec.max_seq_len, onnx=onnx, truncation=spec.truncation,
                         doc_stride=spec.doc_stride)
-    texts = [row.texts for row in rows]
-    row_seconds = export_row_seconds if onnx else pytorch_row_seconds(teacher, tokenizer, rows, spec)
-    return Labelling(folder, onnx, len(set(texts)), stored_rows(folder, labeller.namespace, texts), row_seconds)
+    texts = list(dict.fromkeys(row.texts for row in rows))
+    unstored = unstored_rows(folder, labeller.namespace, texts)
+    row_seconds = 0.0
+    if (unstored and any(reads_stored_logits(c) for c in candidates)) or any(is_augmented(c.name) for c in candidates):
+        # the export's sample stays in the store the runs read (counted in ``seconds``: this search labels
+        # it); the PyTorch teacher's (float32) would not be read
+        row_seconds = measured_row_seconds(labeller, texts, unstored, folder if onnx else None)
+    return Labelling(folder, onnx, len(texts), len(texts) - len(unstored), row_seconds)
 
 
-def pytorch_row_seconds(teacher, tokenizer, rows: list, spec, sample: int = SAMPLE_ROWS) -> float:
-    """The PyTorch teacher's seconds per row labelling rows like ``rows``: timed in float32 on the first
-    ``sample`` of them (a fresh store), on the device the runs label on (a GPU when there is one),
-    after an untimed first batch (a GPU's start-up would otherwise count as labelling time)."""
-    teacher.to("cuda" if torch.cuda.is_available() else "cpu")
-    timed = [row.texts for row in rows[:sample]]
-    with tempfile.TemporaryDirectory() as warm_up, tempfile.TemporaryDirectory() as folder:
-        for texts, store in ((timed[:WARM_UP_ROWS], warm_up), (timed, folder)):
-            started = time.perf_counter()
-            teacher_logits.label_with_teacher(teacher, tokenizer, texts, store, spec.max_seq_len,
-                                              truncation=spec.truncation, doc_stride=spec.doc_stride)
-    return max((time.perf_counter() - started) / max(1, len(timed)), 1e-9)
+def measured_row_seconds(labeller: Labeller, texts: list, to_label: list, folder: str | None,
+                         sample: int = SAMPLE_ROWS, clock=time.perf_counter) -> float:
+    """The labeller's seconds per row on ``to_label`` (rows of ``texts`` not stored yet): timed on
+    ``sample`` rows drawn at random from them (labelled into the store in ``folder``, where they stay;
+    None, or none left to label: a sample of ``texts`` into a store of its own), after the sample's
+    first :data:`WARM_UP_ROWS` untimed, per token it ran on, times the tokens ``to_label`` takes in
+    its batches (:func:`~kdbert.core.teacher_logits.padded_tokens`)::
 
+        row_seconds = sample_seconds / tokens(timed rows) * tokens(to_label) / len(to_label)
+
+    A random sample of the task's rows has their lengths; its batches pad more than the whole set's,
+    which the token count corrects."""
+    drawn = random.Random(0).sample(to_label or texts, min(sample, len(to_label or texts)))
+    warm_up, timed = drawn[:WARM_UP_ROWS], drawn[WARM_UP_ROWS:] or drawn  # a small sample: all timed again
+    keep = folder is not None and bool(to_label)
+    with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
+        label_rows(labeller, warm_up, folder if keep else first)
+        started = clock()
+        label_rows(labeller, timed, folder if keep and timed is not drawn else second)
+        seconds = clock() - started
+    per_token = seconds / max(1, padded_tokens(labeller, timed))
+    return max(per_token * padded_tokens(labeller, to_label or texts) / max(1, len(to_label or texts)), 1e-9)
 
 def afford_labelling(candidates: list, labelling: Labelling, window_seconds: float, first_round_share: float,
                      minutes_before: float, budget_minutes: float) -> tuple[list, str | None]:

@@ -358,7 +358,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     kept = spread_order(kept, latency, general_starts)
     reserve = _finishing(config, table, teacher, kept)
     labelling = plan_labelling(config.logits_cache, out / "teacher-onnx" / RUNTIMES[config.runtime], teacher.model,
-                               teacher.tokenizer, data.spec, train_rows, teacher_row_seconds(table))
+                               teacher.tokenizer, data.spec, train_rows, kept)
     kept, left_out = afford_labelling(kept, labelling, deadline.left() - reserve, config.first_round_share,
                                       (deadline.spent() + reserve) / 60, config.budget_minutes)
     if left_out:

@@ -186,22 +186,33 @@ def row_keys(namespace: str, examples: list[tuple[str, ...]]) -> list[str]:
             for texts in examples]
 
 
-@torch.inference_mode()
-def _run_teacher(labeller: Labeller, examples: list[tuple[str, ...]], batch_size: int) -> np.ndarray:
-    """The labeller's logits (N, C) on ``examples``, shortest first in batches (the throughput
-    mode: little padding); a text read in windows gets the mean of its windows' logits
-    (:func:`~kdbert.data.batching.pool_windows`)."""
-    tokenizer = labeller.tokenizer
-    mask_token = getattr(tokenizer, "mask_token", None)
+def _batches(labeller: Labeller, examples: list[tuple[str, ...]], batch_size: int):
+    """The labeller's batches of ``examples``, shortest first (the throughput mode: little padding):
+    each as (the examples' indices, their encoded rows; a text read in windows has one per window)."""
+    mask_token = getattr(labeller.tokenizer, "mask_token", None)
     rows = [Example(tuple(teacher_view(t, mask_token) for t in texts), None) for texts in examples]
     order = sorted(range(len(rows)), key=lambda i: sum(len(t) for t in rows[i].texts))
-    collator = PaddingCollator(tokenizer.pad_token_id)
-    forward, accepted = labeller.forward()
-    out = [None] * len(rows)
     for begin in range(0, len(order), batch_size):
         indices = order[begin:begin + batch_size]
-        dataset = encode_examples(tokenizer, [rows[i] for i in indices], labeller.max_seq_len, labeller.truncation,
-                                  labeller.doc_stride)
+        yield indices, encode_examples(labeller.tokenizer, [rows[i] for i in indices], labeller.max_seq_len,
+                                       labeller.truncation, labeller.doc_stride)
+
+
+def padded_tokens(labeller: Labeller, examples: list[tuple[str, ...]], batch_size: int = 64) -> int:
+    """The tokens the labeller runs on to label ``examples``: each batch's rows (windows) times its
+    longest one, as it pads them (what its time grows with)."""
+    return sum(len(dataset) * max(len(row["input_ids"]) for row in dataset.features)
+               for _, dataset in _batches(labeller, examples, batch_size))
+
+
+@torch.inference_mode()
+def _run_teacher(labeller: Labeller, examples: list[tuple[str, ...]], batch_size: int) -> np.ndarray:
+    """The labeller's logits (N, C) on ``examples``, in :func:`_batches`; a text read in windows gets
+    the mean of its windows' logits (:func:`~kdbert.data.batching.pool_windows`)."""
+    collator = PaddingCollator(labeller.tokenizer.pad_token_id)
+    forward, accepted = labeller.forward()
+    out = [None] * len(examples)
+    for indices, dataset in _batches(labeller, examples, batch_size):
         batch = collator(dataset.features)
         logits = forward({k: v for k, v in batch.items() if k in accepted})
         for row, index in zip(pool_windows(logits, dataset), indices):
@@ -209,12 +220,13 @@ def _run_teacher(labeller: Labeller, examples: list[tuple[str, ...]], batch_size
     return np.stack(out)
 
 
-def stored_rows(folder: str | os.PathLike, namespace: str, examples: list[tuple[str, ...]]) -> int:
-    """How many of ``examples`` (distinct texts) already have logits under ``namespace`` in ``folder``."""
+def unstored_rows(folder: str | os.PathLike, namespace: str, examples: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The distinct ``examples`` (texts) with no logits under ``namespace`` in ``folder`` yet, in order."""
+    distinct = list(dict.fromkeys(examples))
     if not Path(folder).is_dir():
-        return 0
+        return distinct
     store = TeacherStore(folder, namespace, "--logits-cache")
-    return sum(1 for key in set(row_keys(namespace, examples)) if store.has(key, ["logits"]))
+    return [texts for texts, key in zip(distinct, row_keys(namespace, distinct)) if not store.has(key, ["logits"])]
 
 
 def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder: str | os.PathLike,
@@ -233,6 +245,13 @@ def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder
     if num_labels is not None and labeller.num_labels() not in (None, num_labels):
         raise KdbertError(f"the teacher{f' export {onnx}' if onnx else ''} has {labeller.num_labels()} output(s) but "
                           f"the task needs {num_labels}; use a teacher fine-tuned on this task")
+    return label_rows(labeller, examples, folder, batch_size, option)
+
+
+def label_rows(labeller: Labeller, examples: list[tuple[str, ...]], folder: str | os.PathLike, batch_size: int = 64,
+               option: str = "--logits-cache") -> np.ndarray:
+    """:func:`label_with_teacher` by ``labeller``: the rows of ``examples`` not in the store in
+    ``folder`` yet are labelled and stored; the logits (N, C) of all of them."""
     store = TeacherStore(folder, labeller.namespace, option, shard_rows=SHARD_ROWS)
     keys = row_keys(store.namespace, examples)
     new_rows: dict[str, int] = {}  # key -> first example with it
