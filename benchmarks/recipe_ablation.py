@@ -45,10 +45,15 @@ VARIANTS = {
     "annealed": "annealed",  # the same run with a linear decay that ends at --steps (what no search can know)
     "regression-teacher": {"regression_target": "teacher"},
     "even": "even",  # the search's options from a start of evenly spaced teacher units (compress --selection even)
-    "importance": "importance",  # ... from the teacher's units ranked by importance (compress's default)
+    "importance": "importance",  # ... from the teacher's units ranked by importance (compress --selection importance)
+    "temperature-2": {"temperature": 2.0},  # softer targets: bert's soft CE at T=2; kd's KL at T=2 (alpha kept)
+    "kd-soft-t1": {"temperature": 1.0, "alpha": 1.0},  # kd candidates (mobilebert, pretrained): bert's loss, KL at T=1
+    "kd-soft-t2": {"temperature": 2.0, "alpha": 1.0},  # ... at T=2, no hard-label term
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
-"importance": the start). Before ``--selection`` existed the search started from evenly spaced units,
+"importance": the start). The temperature variants test one loss per signal (``kd-*`` apply to
+candidates distilled by ``kd``: mobilebert, pretrained; today they train at T=20 with 0.3 of the hard
+labels, where bert-style candidates train on the teacher's soft targets alone at T=1). Before ``--selection`` existed the search started from evenly spaced units,
 so "search" runs recorded then are "even" runs."""
 
 

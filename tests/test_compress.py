@@ -1304,30 +1304,39 @@ def test_labelling_that_outlasts_the_first_round_leaves_its_candidates_out_or_re
     assert afford_labelling([bert], labelling, 60, 1 / 3, 2.0, 20) == ([bert], None)  # no reader: nothing to label
 
 
-def test_a_second_search_of_the_teacher_reads_its_stored_labels_and_a_budget_that_cannot_label_is_refused(
+def test_a_second_search_of_the_teacher_reads_its_export_and_stored_labels_and_a_budget_that_cannot_label_is_refused(
         env, tmp_path, capsys, monkeypatch):
     from conftest import count_teacher_runs
 
     from kdbert.cli import main
     from kdbert.compress import labelling
 
-    # fp32: its export is the same graph every time, where the int8 method is chosen by timing (another
-    # choice labels again, as it should: its logits differ)
+    exported = []
+    export_model = speed.export_model
+    monkeypatch.setattr(speed, "export_model", lambda *a, **k: exported.append(a[0]) or export_model(*a, **k))
     args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
             "--candidates", "bilstm-h150", "--rounds", "1", "--first-steps", "2", "--length-rows", "4",
-            "--threads", "1", "--target-speedup", "0.01", "--runtime", "onnx-fp32"]
+            "--threads", "1", "--target-speedup", "0.01"]  # int8: the graph chosen by timing, kept for later
     seen = count_teacher_runs(monkeypatch)
     assert main([*args, "--output-dir", str(tmp_path / "first")]) == 0
-    first = json.loads((tmp_path / "first" / "compress_report.json").read_text())["labelling"]
+    report = json.loads((tmp_path / "first" / "compress_report.json").read_text())
+    first = report["labelling"]
     # labelled once each (the timing's sample stays in the store)
     assert (first["rows"], first["stored"], first["left_out"]) == (10, 0, None) and len(seen) == 10
-    assert first["onnx"].endswith("teacher-onnx/model.onnx") and first["row_seconds"] > 0
-    # another search of the same teacher: its export labels the same way, so nothing is labelled again,
-    # and the budget counts no labelling, however slow the teacher is said to be
+    assert first["onnx"].endswith("teacher-onnx/model.int8.onnx") and first["row_seconds"] > 0
+    assert report["speed"]["teacher"]["export"].startswith("exported, kept in ")
+    assert exported.count(str(env["teacher"])) == 1
+    # another search of the same teacher reads its export (the same int8 graph), so nothing is labelled
+    # again, and the budget counts no labelling, however slow the teacher is said to be
     monkeypatch.setattr(labelling, "measured_row_seconds", lambda *args, **kwargs: 600.0)
     assert main([*args, "--output-dir", str(tmp_path / "second")]) == 0
-    second = json.loads((tmp_path / "second" / "compress_report.json").read_text())["labelling"]
+    report = json.loads((tmp_path / "second" / "compress_report.json").read_text())
+    second = report["labelling"]
     assert (second["stored"], second["seconds"], len(seen)) == (10, 0, 10)
+    assert report["speed"]["teacher"]["export"].startswith("read from ") and exported.count(str(env["teacher"])) == 1
+    for name in ("model.int8.onnx", "export_report.json"):
+        assert (tmp_path / "second" / "teacher-onnx" / name).read_bytes() == \
+            (tmp_path / "first" / "teacher-onnx" / name).read_bytes()
     # a store without them: 10 rows at 600 s each cannot be labelled in a 30-minute budget
     capsys.readouterr()
     assert main([*args, "--output-dir", str(tmp_path / "third"), "--logits-cache", str(tmp_path / "empty")]) == 2

@@ -121,6 +121,10 @@ class CompressConfig(CheckedOptions):
                                             "students of another tokenizer learn from) are kept, shared by every "
                                             "search of the same teacher export (default: "
                                             "$XDG_CACHE_HOME/kdbert/teacher-logits)", group="compress")
+    teacher_exports: str | None = option(None, "where the teacher's ONNX exports are kept for later searches of the "
+                                               "same teacher on this machine, which read them instead of exporting "
+                                               "again (default: $XDG_CACHE_HOME/kdbert/teacher-exports; none: not "
+                                               "kept)", group="compress")
     keep: str = option("shipped", "what the output folder keeps once the winner ships: shipped (the report, the "
                                   "winner, the exports and runs of the candidates checked for shipping, without "
                                   "checkpoints) or runs (every candidate's run and checkpoints)", group="compress",
@@ -153,6 +157,7 @@ OUTSIDE_IDENTITY = {
     "no_progress": "what is shown, not what is run",
     "keep": "what is left on disk after the search, not what it runs",
     "logits_cache": "where labels are kept; each is keyed by the teacher export and the text it labels",
+    "teacher_exports": "where the teacher's exports are kept; each is keyed by all that decides it",
 }
 
 

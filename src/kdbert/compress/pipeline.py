@@ -68,6 +68,7 @@ from kdbert.compress.speed import (RUNTIMES, SpeedSettings, all_candidates, cand
 from kdbert.compress.storage import journal_path, open_study
 from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, loaded_teacher, majority_score,
                                     time_and_export_teacher)
+from kdbert.compress.teacher_exports import teacher_exports
 from kdbert.core.loading import default_model_path, own_tokenizer, resolve_model_path
 from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.model_card import write_compress_card
@@ -324,7 +325,10 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     speed_settings = SpeedSettings(config.runtime, config.length_rows, config.threads)
     scored = export_task(task, data)
     with progress.phase("timing"):
-        table = time_and_export_teacher(teacher, scored, out, speed_settings, deadline)
+        exports = teacher_exports(config.teacher_exports, teacher.model, teacher.tokenizer, data.spec.max_seq_len,
+                                  [row for rows in data.dev.values() for row in rows] + list(data.held_out),
+                                  speed_settings.key())
+        table = time_and_export_teacher(teacher, scored, out, speed_settings, deadline, exports)
         first_round = first_round_seconds(offered, search_settings, len(train_rows), teacher_row_seconds(table))[1]
         stop_at = deadline.end - _finishing(config, table, teacher) - first_round
         table = measure_speed(teacher.folder, scored, out, speed_settings, _timing_order(offered), context,

@@ -135,10 +135,13 @@ def _timed_export(export, file: Path, task: TaskOptions, settings: SpeedSettings
 
 
 def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,
-                 settings: SpeedSettings, int8_time_left=None) -> dict:
+                 settings: SpeedSettings, int8_time_left=None, exports=None) -> dict:
     """The speed table of ``output_dir/speed.json`` for ``settings`` (a new one for other settings)
     with the exported teacher's row, timed now if it is missing (``int8_time_left``: as
-    :func:`~kdbert.deploy.export.export_model`'s)."""
+    :func:`~kdbert.deploy.export.export_model`'s). ``exports``
+    (:class:`~kdbert.compress.teacher_exports.TeacherExports`): where an earlier search's export of
+    this teacher is read from, and this one's kept; the row says which (``export``: exported, kept,
+    or read)."""
     out = Path(output_dir)
     table = {"settings": settings.key(), "teacher": None, "candidates": {}}
     if (out / TABLE).is_file():
@@ -147,16 +150,22 @@ def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: 
             table = previous
     if table["teacher"] is None:
         quantize = "int8" if settings.runtime == "onnx-int8" else None
+        graphs = out / "teacher-onnx"
+        how = {"export": "read from " + str(exports.kept)} if exports and exports.restore(graphs) else {}
 
         def export():
+            if how:
+                return
             try:
-                export_model(teacher_dir, out / "teacher-onnx", quantize=quantize, task=task,  # with its dev score
+                export_model(teacher_dir, graphs, quantize=quantize, task=task,  # with its dev score
                              int8_time_left=int8_time_left)
             except KdbertError as err:
                 raise KdbertError(f"--teacher {teacher_dir} cannot be deployed in {settings.runtime}, so there is no "
                                   f"teacher to time students against: {err}") from None
+            unkept = exports.keep(graphs) if exports else "not kept (--teacher-exports none)"
+            how["export"] = f"exported; {unkept}" if unkept else f"exported, kept in {exports.kept}"
 
-        table["teacher"] = _timed_export(export, out / "teacher-onnx" / RUNTIMES[settings.runtime], task, settings)
+        table["teacher"] = {**_timed_export(export, graphs / RUNTIMES[settings.runtime], task, settings), **how}
         write_json(out / TABLE, table)
     return table
 

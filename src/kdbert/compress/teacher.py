@@ -133,13 +133,16 @@ def export_dev_scores(export_folder: Path) -> dict[str, float]:
     return {runtime: metrics["score"] for runtime, metrics in report.get("dev_metrics", {}).items()}
 
 
-def time_and_export_teacher(teacher: Teacher, task: TaskOptions, out: Path, settings: SpeedSettings, deadline: Deadline) -> dict:
+def time_and_export_teacher(teacher: Teacher, task: TaskOptions, out: Path, settings: SpeedSettings, deadline: Deadline,
+                            exports=None) -> dict:
     """Step 1 for the teacher: exported (scored on ``task``, :func:`export_task`; static int8 methods
-    while it stays within ``TEACHER_EXPORT_SHARE`` of the budget) and timed
+    while it stays within ``TEACHER_EXPORT_SHARE`` of the budget), or read from ``exports`` where an
+    earlier search kept it (:mod:`kdbert.compress.teacher_exports`), and timed
     (:func:`~kdbert.compress.speed.time_teacher`), its deployed scores read from its export and its
     steps of the speedup breakdown timed; returns the speed table."""
     export_end = deadline.clock() + TEACHER_EXPORT_SHARE * 60 * deadline.minutes
-    table = time_teacher(teacher.folder, task, out, settings, int8_time_left=lambda: export_end - deadline.clock())
+    table = time_teacher(teacher.folder, task, out, settings, int8_time_left=lambda: export_end - deadline.clock(),
+                         exports=exports)
     teacher.deployed = export_dev_scores(out / "teacher-onnx")
     teacher.steps = teacher_steps(teacher.folder, out, task, settings, table["teacher"], {
         "teacher": teacher.metrics["score"], "teacher_onnx_fp32": teacher.deployed.get("onnx_fp32"),
