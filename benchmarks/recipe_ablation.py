@@ -26,11 +26,11 @@ from common import machine_info, save_result
 from paths import GLUE_DIR, run_folder
 
 from kdbert.compress.build import build_from_teacher
-from kdbert.compress.options import DECIDE_SHARE
 from kdbert.compress.recipes import SearchSettings, run_options
 from kdbert.compress.schedule import horizon
 from kdbert.compress.speed import all_candidates, shape_context
 from kdbert.compress.teacher import held_out_task
+from kdbert.data.held_out import DECIDE_SHARE
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
 from kdbert.families.importance import task_importance

@@ -167,10 +167,10 @@ def record_held_out(teacher: Path, task, fraction: float) -> Path:
     from dataclasses import replace
 
     from kdbert.core.atomic_io import write_json
-    from kdbert.data.held_out import RECORD_FILE, record
+    from kdbert.data.held_out import DECIDE_SHARE, RECORD_FILE, record
     from kdbert.data.load import load_task
 
-    data = load_task(replace(task, held_out_fraction=fraction))
+    data = load_task(replace(task, held_out_fraction=fraction, decide_share=DECIDE_SHARE))
     write_json(Path(teacher) / RECORD_FILE, record(data, fraction, data.held_out_rule))
     return Path(teacher)
 

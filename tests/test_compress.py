@@ -242,6 +242,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     # the 2 rows the teacher's held_out.json lists (not the default 10%): one picks, one decides
     assert (report["held_out_rows"], report["decide_rows"]) == (1, 1)
     assert report["teacher_saw_held_out_rows"] is False and "held_out.json" in report["held_out"]["source"]
+    assert report["held_out"]["teacher_picked_on_deciding_rows"] is False and "was picked on" not in printed.out
     assert "held-out rows: 2 training rows the teacher never trained on" in printed.out
     checked = report["shipped"]["checks"][0]  # the shipped graph scored on the row that decides
     assert checked["candidate"] == report["winner"]["candidate"]
@@ -748,6 +749,13 @@ def test_the_teachers_held_out_rows_are_found_in_its_folder_not_guessed(env, tmp
         facts["source"].split(" (")[0].removesuffix("/held_out.json"), 0.2, False)
     assert [r.texts for r in load_task(found).held_out] == [r.texts for r in load_task(
         replace(task, held_out_fraction=0.2)).held_out]
+    assert facts["teacher_picked_on_deciding_rows"] is False  # the record lists the rows it did not pick on
+    # a record written before those rows were: the teacher picked on all of them, which the report says
+    older = Path(teacher(env["teacher"], **finetuned, held_out_fraction=0.2))
+    recorded = json.loads((older / "held_out.json").read_text())
+    del recorded["decide"]
+    (older / "held_out.json").write_text(json.dumps(recorded))
+    assert held_out_task(str(older), task, False)[1]["teacher_picked_on_deciding_rows"] is True
     # fine-tuned with a share before the rows were recorded: that share, as this task's rows are drawn uniformly
     legacy, facts = held_out_task(teacher(**finetuned, held_out_fraction=0.25), task, False)
     assert (legacy.held_out_fraction, legacy.held_out_rows, facts["teacher_saw_held_out_rows"]) == (0.25, None, False)

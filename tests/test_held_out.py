@@ -128,6 +128,8 @@ def test_finetune_cli_selects_on_held_out_rows_and_resume_checks_the_fraction(gl
     held = load_task(TaskOptions("rte", data_dir=str(glue), held_out_fraction=0.25)).held_out
     assert (recorded["fraction"], recorded["rule"], recorded["rows"]) == (0.25, "uniform", 10)
     assert recorded["hashes"] == [row_hash(row) for row in held]
+    # the teacher's checkpoint is picked on half of them; the other half is recorded, to decide on later
+    assert recorded["decide"] == [row_hash(row) for row in held[5:]]
     again = load_task(TaskOptions("rte", data_dir=str(glue), held_out_rows=str(tmp_path / "run")))
     assert [row.texts for row in again.held_out] == [row.texts for row in held]
     assert main(["distill", "task", "--method", "kd", "--teacher", str(tmp_path / "run"), "--task", "rte",
@@ -140,6 +142,7 @@ def test_finetune_cli_selects_on_held_out_rows_and_resume_checks_the_fraction(gl
     history = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     evals = [record["eval"] for record in history if "eval" in record]
     assert len(evals) == 2 and metrics == max(evals, key=selection_key)
+    assert all("decide_score" in scores for scores in evals)  # scored there, never picking
     capsys.readouterr()
     assert main([*args, "--held-out-fraction", "0.1", "--resume"]) == 2
     assert "held_out_fraction" in capsys.readouterr().err
@@ -203,6 +206,25 @@ def test_the_evaluator_scores_the_rows_that_decide_apart_and_picks_on_the_others
     assert metrics["decide/accuracy"] == metrics["decide_score"]
     only = TaskEvaluator(TaskData(data.spec, [], {}, decide=data.decide), tiny_tokenizer, 64)(model)
     assert set(only) == {"decide/accuracy", "decide_score", "decide_se"}
+
+
+def test_the_rows_a_record_says_decide_decide_and_with_no_share_asked_they_come_last(glue, tmp_path):
+    """A teacher's checkpoint was picked on the other rows: a distillation from it decides on the very
+    rows the record lists, whatever the seeded split would draw, and never picks on them first."""
+    data = load_task(TaskOptions("rte", data_dir=str(glue), held_out_fraction=0.25, decide_share=0.5))
+    recorded = record(data, 0.25, "uniform")
+    recorded["decide"] = [row_hash(row) for row in data.held_out[:3]]  # not the seeded split's rows
+    (tmp_path / "held_out.json").write_text(json.dumps(recorded))
+    options = TaskOptions("rte", data_dir=str(glue), held_out_rows=str(tmp_path))
+    split = load_task(replace(options, decide_share=0.5))
+    assert [row_hash(row) for row in split.decide] == recorded["decide"]
+    assert sorted(map(row_hash, split.held_out)) == sorted(map(row_hash, data.held_out[3:] + data.decide))
+    every = load_task(options)  # no share asked: all pick, those that decide last (a prefix picks first)
+    assert not every.decide and [row_hash(row) for row in every.held_out[-3:]] == recorded["decide"]
+    recorded["decide"] = recorded["hashes"]
+    (tmp_path / "held_out.json").write_text(json.dumps(recorded))
+    with pytest.raises(KdbertError, match="the record's 10 rows that decide leave 0 held-out row.s. to pick"):
+        load_task(replace(options, decide_share=0.5))
 
 
 def test_a_record_from_other_rows_is_refused_in_one_line(glue):

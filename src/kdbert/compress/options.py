@@ -13,7 +13,6 @@ from kdbert.errors import KdbertError
 from kdbert.options import POSITIVE, POSITIVE_INT, UNIT, CheckedOptions, in_range, option
 
 HELD_OUT_FRACTION = 0.1  # of the training rows, picked on when the task options give none
-DECIDE_SHARE = 0.5  # of the held-out rows, kept apart to decide the winner when the task options give none
 
 ROUND_SHARES = ("time", "steps")  # what a rung of the search shares out equally between families
 

@@ -56,7 +56,7 @@ from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_n
 from kdbert.compress.breakdown import speedup_breakdown
 from kdbert.compress.budget import Deadline, Progress, after_export_seconds, every_core, export_passes, finishing_seconds, fixed_seconds
 from kdbert.compress.disk import disk_full, keep_shipped
-from kdbert.compress.options import DECIDE_SHARE, HELD_OUT_FRACTION, CompressConfig, search_identity
+from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings
 from kdbert.compress.report import seconds_per_candidate, write_report
 from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
@@ -70,6 +70,7 @@ from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, lo
                                     time_and_export_teacher)
 from kdbert.compress.teacher_exports import teacher_exports
 from kdbert.core.loading import default_model_path, own_tokenizer, resolve_model_path
+from kdbert.data.held_out import DECIDE_SHARE
 from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.model_card import write_compress_card
 from kdbert.errors import KdbertError
@@ -240,6 +241,10 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
           f"{'trained on (--teacher-trained-on-all-rows: kept shares read high)' if saw_held_out else 'never trained on'}"
           f", drawn {data.held_out_rule or 'as recorded'} (from {held_out['source']}): {len(data.held_out)} pick "
           f"checkpoints and promote, {len(data.decide)} decide the winner and its kept share")
+    if held_out.get("teacher_picked_on_deciding_rows"):
+        print("the teacher's checkpoint was picked on every held-out row, those that decide included (its "
+              "held_out.json predates the record of them): its score there reads high and the kept shares there low; "
+              "`kdbert finetune --held-out-fraction` again picks on the other half and records them")
     teacher = checked_teacher(loaded, data)
     general = general_students(config, teacher)
     context = shape_context(teacher.folder, task, config.word_vectors, data, (teacher.model, teacher.tokenizer))

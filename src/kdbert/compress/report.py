@@ -69,7 +69,10 @@ def held_out_lines(report: dict) -> list[str]:
              + ("trained on too (--teacher-trained-on-all-rows), so every kept share reads high" if saw
                 else "never trained on")
              + f": {report['held_out_rows']} pick checkpoints and promote candidates, {report['decide_rows']} decide "
-             "the winner and its kept share.", ""]
+             "the winner and its kept share."
+             + (" The teacher's own checkpoint was picked on all of them (its held_out.json predates the record of "
+                "the rows that decide), so its score on the deciding rows reads high and the kept share there low."
+                if facts.get("teacher_picked_on_deciding_rows") else ""), ""]
     checks = shipped["checks"]
     lines += [f"As shipped ({report['runtime']}), on the rows that decide: {shipped['decide_score']:.2f} ± "
               f"{shipped['decide_se']:.2f} against the teacher's {teacher['decide']:.2f} ± {teacher['decide_se']:.2f}"

@@ -91,10 +91,11 @@ def majority_score(data) -> float | None:
 
 def held_out_task(teacher_dir: str, task: TaskOptions, trained_on_all: bool) -> tuple[TaskOptions, dict]:
     """The task with the training rows the teacher never trained on held out, found, not guessed, and
-    what was found (``{"source", "teacher_saw_held_out_rows"}``):
+    what was found (``{"source", "teacher_saw_held_out_rows", "teacher_picked_on_deciding_rows"}``):
 
     - the rows its ``held_out.json`` lists (``kdbert finetune --held-out-fraction`` writes it), whatever
-      share ``task`` asks for;
+      share ``task`` asks for, those that decide as it lists them (a record written before it did: the
+      teacher's checkpoint was picked on every held-out row, and the search decides on half of them);
     - a ``kdbert finetune`` folder of the same task and training file that held out a share before the
       rows were recorded: that share, where this task's rows are still drawn uniformly
       (:func:`kdbert.data.held_out.held_out_indices`, the rule it was fine-tuned with);
@@ -105,7 +106,7 @@ def held_out_task(teacher_dir: str, task: TaskOptions, trained_on_all: bool) -> 
     if recorded is not None:
         return (replace(task, held_out_rows=str(folder), held_out_fraction=recorded["fraction"]),
                 {"source": f"{folder / RECORD_FILE} ({recorded['rows']} rows, {recorded['rule']})",
-                 "teacher_saw_held_out_rows": False})
+                 "teacher_saw_held_out_rows": False, "teacher_picked_on_deciding_rows": not recorded.get("decide")})
     config = folder / "run_config.json"
     run = json.loads(config.read_text()) if config.is_file() else {}
     fraction = run.get("held_out_fraction", 0.0)

@@ -26,7 +26,10 @@ Held-out rows stand in for the rows a model will meet, so they are drawn to look
 - **Two halves.** Rows that pick checkpoints and promote candidates drift upwards from their
   picking, so a search keeps ``decide_share`` of the held-out rows apart
   (:func:`split_decide`, seeded): they are scored only to choose the winner and to state its
-  kept share. ``--max-held-out-examples N`` scores the first N of each (the exports' int8 choice).
+  kept share. The teacher's own checkpoint is a pick too: ``kdbert finetune`` picks it on the
+  first half alone (:data:`DECIDE_SHARE` apart) and records the rows that decide (``decide`` in
+  ``held_out.json``), which a distillation from it then decides on (:func:`split_recorded`): the
+  teacher's score there is not its luckiest draw either, so the kept share does not read low. ``--max-held-out-examples N`` scores the first N of each (the exports' int8 choice).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from kdbert.errors import KdbertError
 HELD_OUT_SEED = "kdbert-held-out"
 DECIDE_SEED = "kdbert-decide"
 RECORD_FILE = "held_out.json"
+DECIDE_SHARE = 0.5  # of the held-out rows, kept apart to decide (a search's winner; a teacher's score)
 LENGTH_BINS = 10
 MAX_BIN_SHARE = 0.5  # the most of a length bin's training rows held out
 MIN_LENGTH_SHIFT = 0.1  # the KS statistic above which training and dev lengths differ ...
@@ -165,9 +169,11 @@ def move_held_out(data: TaskData, indices, dropped=()) -> TaskData:
 
 def record(data: TaskData, fraction: float, rule: str) -> dict:
     """What ``held_out.json`` says of a hold-out: the share asked for, the rule, each held-out row's
-    :func:`row_hash` (those that decide included) and those of the rows dropped as their parts."""
+    :func:`row_hash` (those that decide included), those of the rows that decide (the model's
+    checkpoint was not picked on them) and those of the rows dropped as their parts."""
     rows = data.held_out + data.decide
     return {"fraction": fraction, "rule": rule, "rows": len(rows), "hashes": [row_hash(row) for row in rows],
+            "decide": [row_hash(row) for row in data.decide],
             "parts": [row_hash(row) for row in data.held_out_parts]}
 
 
@@ -193,6 +199,21 @@ def hold_out_recorded(data: TaskData, recorded: dict, source: str) -> TaskData:
                           "with a --held-out-fraction below 0.5")
     parts = set(recorded.get("parts", ()))
     return move_held_out(data, indices, [i for i, row in enumerate(data.train) if row_hash(row) in parts])
+
+
+def split_recorded(data: TaskData, decide: list[str]) -> TaskData:
+    """Move the held-out rows whose :func:`row_hash` ``decide`` lists (a record's, :func:`record`) into
+    ``data.decide``, the others staying to pick, each in the order :func:`split_decide` gives them."""
+    data = split_decide(data, 0.0)
+    wanted = set(decide)
+    rows = data.held_out
+    data.held_out = [row for row in rows if row_hash(row) not in wanted]
+    data.decide = [row for row in rows if row_hash(row) in wanted]
+    if not data.held_out or not data.decide:
+        raise KdbertError(f"the record's {len(wanted)} rows that decide leave {len(data.held_out)} held-out row(s) to "
+                          f"pick and {len(data.decide)} to decide; fine-tune the teacher again with "
+                          "`kdbert finetune --held-out-fraction`")
+    return data
 
 
 def split_decide(data: TaskData, share: float) -> TaskData:

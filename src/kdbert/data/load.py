@@ -10,7 +10,7 @@ from kdbert.options import CheckedOptions, in_range, option
 from kdbert.data.custom import SUPPORTED_SUFFIXES, check_columns, load_custom_task, read_rows
 from kdbert.data.glue import Example, TaskData, load_glue_dir, load_glue_hf, read_glue_tsv
 from kdbert.data.held_out import (RECORD_FILE, held_out_indices, hold_out_recorded, move_held_out,
-                                  split_decide)
+                                  split_decide, split_recorded)
 from kdbert.data.imdb import load_imdb, load_imdb_hf, load_imdb_unlabelled
 from kdbert.data.squad import load_squad
 from kdbert.data.tasks import DOC_STRIDE, GLUE_TASKS, IMDB_TASK, SQUAD_TASKS, TRUNCATIONS, canonical_task_name
@@ -51,8 +51,9 @@ class TaskOptions(CheckedOptions):
                                              "held_out.json (the folder or the file): the rows that teacher never "
                                              "trained on; replaces --held-out-fraction", group="data")
     decide_share: float = option(0.0, "keep this share of the held-out rows apart to decide between runs; they never "
-                                      "pick a checkpoint (kdbert compress: 0.5 unless given; they decide the winner "
-                                      "and its kept share)", type=float,
+                                      "pick a checkpoint (kdbert finetune with --held-out-fraction and kdbert "
+                                      "compress: 0.5 unless given; with --held-out-rows, the rows that the folder's "
+                                      "record says decide)", type=float,
                                  group="data", check=in_range(0, 0.9, what="a share of the held-out rows in [0, 0.9]"))
     truncation: str = option("head", "what a text longer than the token limit keeps: its first tokens (head), its "
                                      "last (tail), a quarter from the head and the rest from the tail (head+tail, "
@@ -145,13 +146,19 @@ def load_task(options: TaskOptions, seed: int = 42) -> TaskData:
         data.dev = {name: rows[: options.max_dev_examples] for name, rows in data.dev.items()}
     if options.unlabelled:
         data.unlabelled = load_unlabelled(options, data.spec)[: options.max_unlabelled]
+    decide = None  # the rows that decide, where a record lists them
     if options.held_out_rows:
         recorded, source = held_out_record_of(options.held_out_rows)
         data = hold_out_recorded(data, recorded, f"--held-out-rows {source}")
         data.held_out_rule = recorded["rule"]
+        decide = recorded.get("decide")
     elif options.held_out_fraction:
         data = hold_out(data, options.held_out_fraction)
-    if data.held_out:
+    if data.held_out and decide:
+        data = split_recorded(data, decide)
+        if not options.decide_share:  # every held-out row picks: those that decide last, as split_decide's
+            data.held_out, data.decide = data.held_out + data.decide, []
+    elif data.held_out:
         data = split_decide(data, options.decide_share)
     if options.max_held_out_examples:
         data.held_out, data.decide = (rows[: options.max_held_out_examples] for rows in (data.held_out, data.decide))

@@ -17,7 +17,7 @@ import math
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from transformers import set_seed
 
@@ -33,7 +33,7 @@ from kdbert.core.trace import model_inputs
 from kdbert.core.stages import RunConfig, Stage, StageConfig
 from kdbert.core.trainer import Trainer, to_device
 from kdbert.data.batching import PaddingCollator, TokenizerInputs
-from kdbert.data.held_out import RECORD_FILE, record
+from kdbert.data.held_out import DECIDE_SHARE, RECORD_FILE, record
 from kdbert.data.load import TaskOptions, load_task, task_identity
 from kdbert.data.tasks import record_text_columns
 from kdbert.errors import KdbertError
@@ -79,6 +79,8 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     if task.unlabelled:
         raise KdbertError("--unlabelled rows are labelled by a teacher; fine-tuning has none (use `kdbert distill "
                           "task --teacher T --unlabelled ...`)")
+    if task.held_out_fraction and not task.decide_share:  # the checkpoint is picked on half the held-out rows
+        task = replace(task, decide_share=DECIDE_SHARE)
     data = load_task(task, seed=given.seed)
     spec = data.spec
     config = given.resolved(spec.name)
