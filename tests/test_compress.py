@@ -243,6 +243,12 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert (report["held_out_rows"], report["decide_rows"]) == (1, 1)
     assert report["teacher_saw_held_out_rows"] is False and "held_out.json" in report["held_out"]["source"]
     assert report["held_out"]["teacher_picked_on_deciding_rows"] is False and "was picked on" not in printed.out
+    # which recipe each candidate ran, from its run's own report
+    recipes = {row["candidate"]: row["recipe"] for row in segments}
+    assert recipes["bert-1x128"].startswith("prediction: 1 * soft_cross_entropy(logits, logits) at T=1; adamw at ")
+    assert recipes["bilstm-h150"].startswith("bilstm: 1 * squared_l2(logits, logits); adadelta at 1, batch 50, ")
+    markdown = (out / "compress_report.md").read_text()
+    assert f"- bert-1x128: {recipes['bert-1x128']}" in markdown and f"- bilstm-h150: {recipes['bilstm-h150']}" in markdown
     assert "held-out rows: 2 training rows the teacher never trained on" in printed.out
     checked = report["shipped"]["checks"][0]  # the shipped graph scored on the row that decides
     assert checked["candidate"] == report["winner"]["candidate"]

@@ -39,6 +39,36 @@ def last_runs(report: dict) -> dict[str, dict]:
     return latest([{**row, "state": "done"} for row in searched["segments"]])
 
 
+def recipe_line(run_report: dict) -> str:
+    """What a run trained with, from its ``distill_report.json``: each stage's loss terms (weight *
+    loss(student's output, teacher's)), the temperature where one applies, and its optimiser, rate,
+    batch and schedule."""
+    loss = run_report.get("loss") or {}
+    temperature = run_report.get("temperature", loss.get("temperature"))
+    stages = []
+    for stage in run_report["stages"]:
+        terms = " + ".join(term.split(": ", 1)[1] for term in run_report["matches"].get(stage["name"], ()))
+        stages.append(f"{stage['name']}: {terms}" + (f" at T={temperature:g}" if temperature else "")
+                      + f"; {stage['optimizer']} at {stage['learning_rate']:g}, batch {stage['batch_size']}, "
+                      f"{stage['schedule']} schedule" + (f" over {stage['max_steps']:,} steps"
+                                                         if stage.get("max_steps") and stage["schedule"] != "constant"
+                                                         else ""))
+    return "; then ".join(stages)
+
+
+def recipe_lines(report: dict) -> list[str]:
+    """One line per recipe the search's candidates trained with (:func:`recipe_line`), naming them;
+    reports written before segments recorded it: none."""
+    by_recipe: dict[str, list[str]] = {}
+    for name, run in sorted(last_runs(report).items()):
+        if run.get("recipe"):
+            by_recipe.setdefault(run["recipe"], []).append(name)
+    if not by_recipe:
+        return []
+    return ["", "Recipes (from each run's distill_report.json):", "",
+            *(f"- {', '.join(names)}: {recipe}" for recipe, names in by_recipe.items())]
+
+
 def plot_records(report: dict) -> list[dict]:
     """:func:`kdbert.deploy.report.build_table` records of the teacher and every distilled candidate:
     dev score (PyTorch) against the deployed latency per dev row; the latency axis says ORT int8
@@ -135,6 +165,7 @@ def format_report(report: dict, plot: str | None = None) -> str:
                         + f"{run['dev_score']:.2f} | {method} | "
                         f"{run['steps']} | " + (f"{seconds[name] / 60:.1f} min |" if name in seconds else "- |")
                         if run else "- | " * (6 if deciding else 5)).rstrip())
+    lines += recipe_lines(report)
     lines += [line for note in report.get("candidate_notes") or () for line in ("", f"{note[0].upper()}{note[1:]}.")]
     general = report.get("general_students")
     if general:

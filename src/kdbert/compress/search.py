@@ -48,6 +48,7 @@ from kdbert.compress.augment import base_name, is_augmented, variant_rows_file
 from kdbert.compress.build import build_from_general, build_from_teacher
 from kdbert.compress.options import CompressConfig
 from kdbert.compress.recipes import SearchSettings, kind, reads_stored_logits, run_options, starts_from_teacher
+from kdbert.compress.report import recipe_line
 from kdbert.compress.schedule import Goal, Job, horizon, latest, next_job
 from kdbert.compress.speed import shape_context
 from kdbert.core.hardware import available_cores
@@ -280,7 +281,8 @@ def distil_segment(plan: Plan, job: Job, done_steps: int, loaded: Loaded | None 
              or horizon(plan.settings))
     labelling = [(report.get(key) or {}).get("seconds", 0.0) for key in ("teacher_logits", "unlabelled")]
     metrics = report["dev_metrics"]
-    return {"candidate": candidate.name, "rung": job.rung, "method": options["method"], "steps": steps,
+    return {"candidate": candidate.name, "rung": job.rung, "method": options["method"], "recipe": recipe_line(report),
+            "steps": steps,
             "trained": max(0, steps - done_steps), "stopped": bool(report["stopped_early"]),
             "score": metrics.get("selection_score", metrics["score"]),
             **{key: metrics[name] for key, name in (("se", "selection_se"), ("loss", "selection_loss"),
