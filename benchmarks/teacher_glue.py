@@ -12,8 +12,9 @@ fine-tunes those tasks again into ``runs/rerun/teacher-<task>`` with the recorde
 compares each dev score with the recorded one (:func:`common.compare_rerun`; one seed, so the
 noise allowed is ``--tolerance``) and records the comparison in ``results/reruns.json``.
 ``--build-missing`` fine-tunes a recorded task whose folder is missing from ``--runs-dir`` again
-into it, with the recorded settings, and keeps the record as it is: a driver on a fresh machine
-gets the teacher its later steps read.
+into it, with the recorded settings, and records the teacher built (the earlier build's figures
+kept under ``earlier_builds``): a driver on a fresh machine gets the teacher its later steps read,
+and the record says what that teacher scores. A folder built so but not recorded is read back.
 
 Budgets: ``full`` uses kdbert's per-task defaults; ``cpu`` fits a 2-core machine (SST-2 on a
 20k-row subset for one epoch, 3 epochs elsewhere) and is stated next to every figure.
@@ -22,11 +23,19 @@ Budgets: ``full`` uses kdbert's per-task defaults; ``cpu`` fits a 2-core machine
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from common import compare_rerun, load_results, machine_info, save_result
 from glue_inputs import BUDGETS, fine_tune, recorded_settings, teacher_dir, teacher_key
 from paths import GLUE_DIR, run_folder
+
+
+def log_seconds(folder: Path) -> float:
+    """A finished run's wall time from its ``log.jsonl``: the first record's time stamp to the last's
+    (its first logging interval and the loading before it left out)."""
+    times = [json.loads(line)["time"] for line in (folder / "log.jsonl").read_text().splitlines() if line.strip()]
+    return round(times[-1] - times[0], 1)
 
 
 def main() -> None:
@@ -46,7 +55,7 @@ def main() -> None:
                         help="--rerun: largest score difference counted as reproduced (points)")
     parser.add_argument("--build-missing", action="store_true",
                         help="fine-tune a recorded task whose folder in RUNS_DIR is missing again, with the recorded "
-                             "settings (the record is kept)")
+                             "settings, and record it (the earlier build's figures kept under earlier_builds)")
     args = parser.parse_args()
     tuning = {k: v for k, v in (("learning_rate", args.learning_rate), ("epochs", args.epochs),
                                 ("held_out_fraction", args.held_out_fraction)) if v is not None}
@@ -67,11 +76,18 @@ def main() -> None:
             continue
         if key in done:
             out = teacher_dir(task, tuning, args.runs_dir)
-            if args.build_missing and not (out / "metrics.json").exists():
+            built = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else None
+            if args.build_missing and built != done[key]["metrics"]:
+                # built again (its folder was missing), or built before and not recorded: a finished run is read back
                 result = fine_tune(task, args.budget, recorded_settings(done[key]), args.data_dir, out,
                                    model=args.model)
-                print(f"{key}: recorded; its folder {out} was missing, built again ({result['metrics']}; "
-                      "the record is kept)")
+                if built is not None:  # read back: its training time is its log's, not this call's
+                    result["train_seconds"] = log_seconds(out)
+                earlier = [*done[key].get("earlier_builds", []),
+                           {k: done[key][k] for k in ("date", "metrics", "train_seconds", "machine") if k in done[key]}]
+                save_result("teacher_glue", key, {**result, "earlier_builds": earlier})
+                print(f"{key}: its folder {out} was missing, built again ({result['metrics']}); recorded, the earlier "
+                      "build's figures kept under earlier_builds")
             else:
                 print(f"{key}: recorded ({done[key]['metrics']}); --rerun fine-tunes it again and compares")
             continue
