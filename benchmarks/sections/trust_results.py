@@ -38,13 +38,14 @@ def teachers_section() -> list[str]:
 def kept_section() -> list[str]:
     """The searches and the main job run under the rules (``bench_compress.py --key-suffix -trust``,
     ``bench_quickstart.py``): kept on dev and on the rows that decide, both as shipped."""
-    searches = {key: r for key, r in load_results("compress").items() if key.endswith("-trust")}
+    searches = {key: r for key, r in load_results("compress").items() if "-trust" in key}
     quickstart = {task: r for task, r in load_results("quickstart").items() if "compress" in r}
     if not searches and not quickstart:
         return []
     lines = ["## The kept share on the rows that decide, as shipped", "", note("kept-intro"), "",
              "| run | winner | speedup | kept on dev (int8) | kept on the rows that decide (int8) | dev - decide: within the margin? | "
-             "rows that pick / decide | checks |", "|---|---|---:|---:|---:|---|---:|---|"]
+             "rows that pick / decide | teacher's checkpoint picked on them too | checks |",
+             "|---|---|---:|---:|---:|---|---:|---|---|"]
     rows = [(f"compress {key}", r, r["shipped"], r["winner"]["candidate"], r["shipped"]["speedup"], r.get("held_out_rows"),
              r.get("decide_rows")) for key, r in sorted(searches.items())]
     rows += [(f"quickstart {task}", r, r["compress"], r["compress"]["winner"], r.get("int8_speedup_vs_int8_teacher"),
@@ -55,8 +56,11 @@ def kept_section() -> list[str]:
         margin = 100 * shipped["margin"] / teacher["decide"] if teacher["decide"] else 0.0
         agree = f"{dev_kept - decide_kept:+.1f}: " + ("yes" if abs(dev_kept - decide_kept) <= margin else "no")
         checks = ", ".join(f"{c['candidate']} {100 * c['kept']:.1f}%" for c in shipped["checks"])
+        # searches recorded before finetune kept the rows that decide apart had teachers picked on all of them
+        picked = (record.get("held_out") or shipped.get("held_out") or {}).get("teacher_picked_on_deciding_rows", True)
         lines.append(f"| {name} | {winner} | " + (f"{speedup:.2f}x" if speedup else "-")
-                     + f" | {dev_kept:.1f}% | {decide_kept:.1f}% ± {margin:.1f} | {agree} | {pick} / {decide} | {checks} |")
+                     + f" | {dev_kept:.1f}% | {decide_kept:.1f}% ± {margin:.1f} | {agree} | {pick} / {decide} | "
+                     + ("yes" if picked else "no") + f" | {checks} |")
     machines = sorted({f"{r['date']}, {r['machine']}" for r in [*searches.values(), *quickstart.values()]})
     commands = sorted({r["command"] for r in [*searches.values(), *quickstart.values()]})
     return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
