@@ -30,10 +30,13 @@ os.environ["KDBERT_MIXED_PRECISION"] = "no"
 # never in the user's ~/.cache/kdbert/students.
 os.environ["KDBERT_STUDENTS"] = tempfile.mkdtemp(prefix="kdbert-students-")
 atexit.register(shutil.rmtree, os.environ["KDBERT_STUDENTS"], ignore_errors=True)
-# Caches (the teacher's stored logits of `kdbert compress`, ...) go to a folder of each test's own.
+# Caches (the teacher's stored logits and exports of `kdbert compress`, ...) go to a folder of each
+# test's own, never the user's: set by a patcher of its own, which a test's `monkeypatch.undo()` leaves.
 @pytest.fixture(autouse=True)
-def own_cache_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
+def own_cache_home(tmp_path):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache-home"))
+        yield
 
 
 # No tqdm monitor thread: tests/test_kill_resume.py forks this process, and a child forked while
