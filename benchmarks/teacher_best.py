@@ -50,6 +50,8 @@ def main() -> None:
             link.unlink(missing_ok=True)
             os.symlink(Path(best["output_dir"]).resolve(), link)
         compared = {k: {"held_out": r["metrics"]["selection_score"], "held_out_se": r["metrics"].get("selection_se"),
+                        **({"decide": r["metrics"]["decide_score"], "decide_se": r["metrics"]["decide_se"]}
+                           if "decide_score" in r["metrics"] else {}),  # rows its checkpoint was not picked on
                         "dev": r["metrics"]["score"], **r["hyperparameters"], "train_seconds": r["train_seconds"]}
                     for k, r in runs.items()}
         save_result("teacher_best", task, {**machine_info(), "command": "python benchmarks/teacher_best.py",

@@ -16,8 +16,8 @@ def teachers_section() -> list[str]:
     if not chosen:
         return []
     lines = ["## Teachers tuned on their held-out rows (`benchmarks/teacher_best.py`)", "", note("teachers-intro"), "",
-             "| task | chosen run | held-out (± se) | dev | published MiniLM-L6 dev | every run: held-out / dev | "
-             "training |", "|---|---|---:|---:|---:|---|---:|"]
+             "| task | chosen run | held-out that picks (± se) | held-out that decides (± se) | dev | published MiniLM-L6 "
+             "dev | every run: held-out / dev | training |", "|---|---|---:|---:|---:|---:|---|---:|"]
     for task in sorted(chosen, key=TASK_ORDER.index):
         record = chosen[task]
         best = record["runs"][record["chosen"]]
@@ -26,6 +26,8 @@ def teachers_section() -> list[str]:
         published = record["published_minilm_l6_dev"]
         lines.append(f"| {task} | lr {best['learning_rate']:g}, {best['epochs']:g} epochs | {best['held_out']:.2f}"
                      + (f" ± {best['held_out_se']:.2f}" if best.get("held_out_se") is not None else "")
+                     + (f" | {best['decide']:.2f} ± {best['decide_se']:.2f}" if "decide" in best
+                        else " | - (picked on all)")
                      + f" | {best['dev']:.2f} | {published if published is not None else '-'} | {runs} | "
                      f"{best['train_seconds'] / 60:.0f} min |")
     machines = sorted({f"{r['date']}, {r['machine']}" for r in chosen.values()})
