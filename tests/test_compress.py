@@ -1357,3 +1357,21 @@ def test_a_second_search_of_the_teacher_reads_its_export_and_stored_labels_and_a
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("kdbert: error: --budget-minutes 30 is too short to label the rows: bilstm-h150 learn")
     assert "labels the 10 not stored yet in about 100.0 min here" in error
+
+
+def test_the_recipe_line_names_each_stage_and_a_temperature_only_where_a_term_softens_by_it():
+    from kdbert.compress.report import recipe_line
+
+    stage = {"name": "kd", "optimizer": "adamw", "learning_rate": 1e-4, "batch_size": 32, "schedule": "linear",
+             "max_steps": 614400}
+    kd = {"stages": [stage], "loss": {"temperature": 20.0},
+          "matches": {"kd": ["soft: 0.7 * kl_div(logits, logits)", "hard: 0.3 * hard_label(logits, labels)"]}}
+    assert recipe_line(kd) == ("kd: 0.7 * kl_div(logits, logits) + 0.3 * hard_label(logits, labels) at T=20; adamw at "
+                               "0.0001, batch 32, linear schedule over 614,400 steps")
+    regression = {**kd, "matches": {"kd": ["soft: 0.7 * logit_mse(logits, logits)"]}}  # STS-B: no temperature
+    assert recipe_line(regression) == "kd: 0.7 * logit_mse(logits, logits); adamw at 0.0001, batch 32, linear " \
+                                      "schedule over 614,400 steps"
+    constant = {"stages": [{**stage, "name": "bilstm", "optimizer": "adadelta", "learning_rate": 1.0,
+                            "batch_size": 50, "schedule": "constant"}],
+                "matches": {"bilstm": ["distill: 1 * squared_l2(logits, logits)"]}}
+    assert recipe_line(constant) == "bilstm: 1 * squared_l2(logits, logits); adadelta at 1, batch 50, constant schedule"

@@ -41,14 +41,15 @@ def last_runs(report: dict) -> dict[str, dict]:
 
 def recipe_line(run_report: dict) -> str:
     """What a run trained with, from its ``distill_report.json``: each stage's loss terms (weight *
-    loss(student's output, teacher's)), the temperature where one applies, and its optimiser, rate,
-    batch and schedule."""
+    loss(student's output, teacher's)), the temperature where a term softens by it (soft
+    cross-entropy, KL; not a regression's MSE), and its optimiser, rate, batch and schedule."""
     loss = run_report.get("loss") or {}
     temperature = run_report.get("temperature", loss.get("temperature"))
     stages = []
     for stage in run_report["stages"]:
         terms = " + ".join(term.split(": ", 1)[1] for term in run_report["matches"].get(stage["name"], ()))
-        stages.append(f"{stage['name']}: {terms}" + (f" at T={temperature:g}" if temperature else "")
+        softened = temperature and any(loss in terms for loss in ("soft_cross_entropy(", "kl_div("))
+        stages.append(f"{stage['name']}: {terms}" + (f" at T={temperature:g}" if softened else "")
                       + f"; {stage['optimizer']} at {stage['learning_rate']:g}, batch {stage['batch_size']}, "
                       f"{stage['schedule']} schedule" + (f" over {stage['max_steps']:,} steps"
                                                          if stage.get("max_steps") and stage["schedule"] != "constant"
