@@ -71,7 +71,8 @@ def search_lines(results: dict) -> list[str]:
 
 def seeds_line(record: dict) -> str:
     """The winner's final run distilled again with other seeds (``benchmarks/compress_seeds.py``)."""
-    runs = ", ".join(f"seed {seed}: {row['dev']:.2f} (held-out {row['held_out']:.2f})"
+    runs = ", ".join(f"seed {seed}: {row['dev']:.2f} (held-out {row['held_out']:.2f}"
+                     + (f", deciding rows {row['decide']:.2f}" if "decide" in row else "") + ")"
                      for seed, row in record["seeds"].items())
     return (f"The winner's final run ({record['candidate']}, {record['steps']} steps) with {len(record['seeds'])} "
             f"seeds, dev (PyTorch): {record['dev_mean']:.2f} +- {record['dev_std']:.2f} ({runs}); {record['machine']}, "

@@ -3,6 +3,8 @@ share stated on the held-out rows that decide, as shipped, beside dev."""
 
 from __future__ import annotations
 
+import statistics
+
 from common import load_results
 
 from sections.shared import TASK_ORDER, note
@@ -37,6 +39,18 @@ def teachers_section() -> list[str]:
                     note("teachers-reading"), ""]
 
 
+def seeds_cell(seeds: dict | None, record: dict, teacher: dict) -> str:
+    """The winner's run distilled again with other seeds (``compress_seeds.py``), as kept shares of the
+    PyTorch teacher on dev and on the rows that decide: ``n seeds: dev mean ± sd / decide mean ± sd``
+    ("-" where none were run for this search's winner)."""
+    winner = record.get("winner") or {}
+    if not seeds or seeds.get("run") != winner.get("run") or "decide" not in next(iter(seeds["seeds"].values())):
+        return "-"
+    kept = {where: [100 * row[where] / teacher[where] for row in seeds["seeds"].values()] for where in ("dev", "decide")}
+    return f"{len(seeds['seeds'])} seeds: " + " / ".join(
+        f"{statistics.mean(values):.1f}% ± {statistics.stdev(values):.1f}" for values in kept.values())
+
+
 def kept_section() -> list[str]:
     """The searches and the main job run under the rules (``bench_compress.py --key-suffix -trust``,
     ``bench_quickstart.py``): kept on dev and on the rows that decide, both as shipped."""
@@ -46,8 +60,10 @@ def kept_section() -> list[str]:
         return []
     lines = ["## The kept share on the rows that decide, as shipped", "", note("kept-intro"), "",
              "| run | winner | speedup | kept on dev (int8) | kept on the rows that decide (int8) | dev - decide: within the margin? | "
-             "rows that pick / decide | teacher's checkpoint picked on them too | checks |",
-             "|---|---|---:|---:|---:|---|---:|---|---|"]
+             "rows that pick / decide | teacher's checkpoint picked on them too | checks | the winner's run with "
+             "other seeds: kept on dev / on the rows that decide (PyTorch, mean ± sd) |",
+             "|---|---|---:|---:|---:|---|---:|---|---|---|"]
+    seeds = load_results("compress_seeds")
     rows = [(f"compress {key}", r, r["shipped"], r["winner"]["candidate"], r["shipped"]["speedup"], r.get("held_out_rows"),
              r.get("decide_rows")) for key, r in sorted(searches.items())]
     rows += [(f"quickstart {task}", r, r["compress"], r["compress"]["winner"], r.get("int8_speedup_vs_int8_teacher"),
@@ -62,7 +78,7 @@ def kept_section() -> list[str]:
         picked = (record.get("held_out") or shipped.get("held_out") or {}).get("teacher_picked_on_deciding_rows", True)
         lines.append(f"| {name} | {winner} | " + (f"{speedup:.2f}x" if speedup else "-")
                      + f" | {dev_kept:.1f}% | {decide_kept:.1f}% ± {margin:.1f} | {agree} | {pick} / {decide} | "
-                     + ("yes" if picked else "no") + f" | {checks} |")
+                     + ("yes" if picked else "no") + f" | {checks} | {seeds_cell(seeds.get(name.split(' ', 1)[1]), record, teacher)} |")
     machines = sorted({f"{r['date']}, {r['machine']}" for r in [*searches.values(), *quickstart.values()]})
     commands = sorted({r["command"] for r in [*searches.values(), *quickstart.values()]})
     return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
