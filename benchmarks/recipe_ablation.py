@@ -49,12 +49,16 @@ VARIANTS = {
     "temperature-2": {"temperature": 2.0},  # softer targets: bert's soft CE at T=2; kd's KL at T=2 (alpha kept)
     "kd-soft-t1": {"temperature": 1.0, "alpha": 1.0},  # kd candidates (mobilebert, pretrained): bert's loss, KL at T=1
     "kd-soft-t2": {"temperature": 2.0, "alpha": 1.0},  # ... at T=2, no hard-label term
+    "as-kd": "as-kd",  # a bert-style candidate distilled as the kd candidates are: KL at T=20 and 0.3 of the labels
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
 "importance": the start). The temperature variants test one loss per signal (``kd-*`` apply to
 candidates distilled by ``kd``: mobilebert, pretrained; today they train at T=20 with 0.3 of the hard
 labels, where bert-style candidates train on the teacher's soft targets alone at T=1). Before ``--selection`` existed the search started from evenly spaced units,
 so "search" runs recorded then are "even" runs."""
+
+
+TINYBERT_ONLY = ("head_average", "skip_intermediate", "intermediate_max_steps", "intermediate_lr")
 
 
 def search_options(candidate, settings: SearchSettings, steps: int, teacher: str, start: Path, cache: Path,
@@ -67,6 +71,8 @@ def search_options(candidate, settings: SearchSettings, steps: int, teacher: str
                "eval_every": steps // 2}
     if isinstance(VARIANTS[variant], dict):
         options.update(VARIANTS[variant])
+    if VARIANTS[variant] == "as-kd":  # kd's own defaults (T=20, alpha 0.7); TinyBERT's stage options dropped
+        options = {k: v for k, v in options.items() if k not in TINYBERT_ONLY} | {"method": "kd"}
     return options
 
 
