@@ -211,17 +211,15 @@ def test_a_candidate_whose_promotion_found_no_better_checkpoint_gives_its_time_t
     assert job(rung0, now=40.0) == Job("bert-1x128", 1, 200)  # floor(3 / 2) = 1: the best goes on
     stuck = rung0 + [done("bert-1x128", 1, 200, 74.0, trained=100)]  # 100 more steps, no better checkpoint
     assert stalled("bert-1x128", stuck) and not stalled("mobilebert-2x384", stuck)
-    # the stalled leader does not go on: the runner-up at rung 0 takes its place
+    # past round 0's share, the stalled leader does not go on; the second of the top ceil(3 / 2) = 2 does
     assert job(stuck, now=60.0, first_round_end=50.0) == Job("mobilebert-2x384", 1, 200)
-    # it went on and stalled too: the BiLSTM goes on
+    # it stalled too: the BiLSTM, not among the top two, does not take their places; a candidate never
+    # started gets rung 0, past round 0's share
     both = stuck + [done("mobilebert-2x384", 1, 200, 69.0, trained=100)]
-    assert job(both, now=80.0, first_round_end=50.0) == Job("bilstm-h150", 1, 200)
-    # every one stalled: a candidate never started gets rung 0, past round 0's share
-    every = both + [done("bilstm-h150", 1, 200, 62.0, trained=100)]
-    assert job(every, now=100.0, first_round_end=50.0) == Job("bert-2x128", 0, 100)
-    # nothing new is left and every one stalled: the best goes on anyway, until the window ends it
-    last = every + [done("bert-2x128", 0, 100, 40.0), done("bert-2x128", 1, 200, 40.0, trained=100)]
-    assert job(last, now=120.0, first_round_end=50.0) == Job("bert-1x128", 2, 400)
+    assert job(both, now=80.0, first_round_end=50.0) == Job("bert-2x128", 0, 100)
+    # nothing new is left and the top have stalled: the best goes on anyway, until the window ends it
+    last = both + [done("bert-2x128", 0, 100, 40.0)]
+    assert job(last, now=100.0, first_round_end=50.0) == Job("bert-1x128", 2, 400)
     # a promotion that found a better checkpoint, however small the gain, goes on as before
     better = rung0 + [done("bert-1x128", 1, 200, 74.5, trained=100)]
     assert not stalled("bert-1x128", better)

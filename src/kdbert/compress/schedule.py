@@ -33,8 +33,8 @@ reads them all (every worker's) and says what to run, in this order:
 
 A candidate has *stalled* (:func:`stalled`) when its last promotion found no better checkpoint on
 the rows that pick: its score there, its best checkpoint's, did not rise over as many steps as it
-had trained before. It is not promoted while another candidate can be, and its time goes to the
-others: on MRPC a 1-layer student that stayed at its first score (one class nearly always) for
+had trained before. It is not promoted while another candidate can be (its place among a rung's
+top is not given to the next), and its time goes to candidates not started yet: on MRPC a 1-layer student that stayed at its first score (one class nearly always) for
 12,000 steps took 19 of a search's 30 minutes, while the BiLSTM that won the search before trained
 300 steps.
 
@@ -217,19 +217,17 @@ def stalled(candidate: str, segments: list[dict]) -> bool:
     return len(runs) >= 2 and runs[-1]["rung"] >= 1 and runs[-1]["score"] <= runs[-2]["score"]
 
 
-def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal: Goal,
-                    stalled_too: bool = False) -> list[str]:
+def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal: Goal) -> list[str]:
     """``candidates`` that may still win (no candidate keeps the share yet, or they are at least as
-    fast as the fastest that does) and have not :func:`stalled` (unless ``stalled_too``), best first
-    by their score at ``rung`` on the rows that pick (then lower held-out loss, then name), where a
-    near-tie goes to speed: of the candidates left, the fastest whose score is within
-    :meth:`Goal.margin` of the best's (their bootstrap standard errors, ``se``) comes next."""
+    fast as the fastest that does), best first by their score at ``rung`` on the rows that pick
+    (then lower held-out loss, then name), where a near-tie goes to speed: of the candidates left,
+    the fastest whose score is within :meth:`Goal.margin` of the best's (their bootstrap standard
+    errors, ``se``) comes next."""
     keepers = [name for name, s in latest(segments).items() if goal.keeps(s["score"])]
     limit = min((goal.latency[name] for name in keepers), default=math.inf)
     at_rung = {s["candidate"]: s for s in sorted(segments, key=lambda s: s.get("steps", 0))
                if s["state"] == "done" and s["rung"] == rung}  # a topped-up rung 0: its longest run
-    useful = [name for name in candidates if name in at_rung and goal.latency[name] <= limit
-              and (stalled_too or not stalled(name, segments))]
+    useful = [name for name in candidates if name in at_rung and goal.latency[name] <= limit]
     left = sorted(useful, key=lambda name: (-at_rung[name]["score"], at_rung[name].get("loss", math.inf), name))
     order = []
     while left:
@@ -291,15 +289,16 @@ def next_job(order: list[str], segments: list[dict], settings: SearchSettings, g
 def _promotions(order, segments, running, trained, goal: Goal, settings: SearchSettings, eta: int,
                 share, stalled_too: bool = False) -> list[Job]:
     """Promotions the rungs allow, the highest rung first: of the ``n`` candidates done at rung ``r``,
-    the top ``share(n / eta)`` of :func:`promotion_order` (``stalled_too``: as it says) that have not
-    gone on yet."""
+    the top ``share(n / eta)`` of :func:`promotion_order` that have not gone on yet nor :func:`stalled`
+    (unless ``stalled_too``); a stalled one's place is not given to the next (the rung's share stays
+    the top's), its time going to candidates not started yet (:func:`next_job`)."""
     jobs = []
     top = max((s["rung"] for s in segments if s["state"] == "done"), default=-1)
     for rung in range(min(top, settings.rounds - 2), -1, -1):
         finished = [name for name in order if any(s["candidate"] == name and s["rung"] == rung
                                                   and s["state"] == "done" for s in segments)]
-        for name in promotion_order(finished, rung, segments, goal, stalled_too)[: share(len(finished) / eta)]:
-            if name not in running and trained[name]["rung"] == rung:
+        for name in promotion_order(finished, rung, segments, goal)[: share(len(finished) / eta)]:
+            if name not in running and trained[name]["rung"] == rung and (stalled_too or not stalled(name, segments)):
                 jobs.append(Job(name, rung + 1, _next_rung_steps(name, rung, trained[name]["steps"], segments,
                                                                 settings, eta)))
     return jobs
