@@ -168,7 +168,8 @@ def test_teacher_glue_builds_a_missing_folder_of_a_recorded_task_on_request(resu
 
     def fake_fine_tune(task, budget, tuning, data_dir, out=None, runs_dir="runs", model="default"):
         trained.append((task, tuning, str(out), model))
-        return {"metrics": {"score": 56.0}}
+        return {"metrics": {"score": 56.0}, "overrides": record["overrides"],
+                "hyperparameters": record["hyperparameters"]}
 
     monkeypatch.setattr(teacher_glue, "fine_tune", fake_fine_tune)
     runs = tmp_path / "runs"
@@ -179,11 +180,21 @@ def test_teacher_glue_builds_a_missing_folder_of_a_recorded_task_on_request(resu
     monkeypatch.setattr(sys, "argv", argv + ["--build-missing"])
     teacher_glue.main()
     assert trained == [("rte", teacher_glue.recorded_settings(record), str(runs / "teacher-rte"), "T")]
-    assert json.loads((results_dir / "teacher_glue.json").read_text())["rte/cpu"] == record  # record kept
-    (runs / "teacher-rte").mkdir(parents=True)
-    (runs / "teacher-rte" / "metrics.json").write_text("{}")
+    # the record describes the teacher built; the earlier build's figures are kept beside it
+    recorded = json.loads((results_dir / "teacher_glue.json").read_text())["rte/cpu"]
+    assert recorded == {"metrics": {"score": 56.0}, "overrides": {"epochs": 3},
+                        "hyperparameters": record["hyperparameters"], "earlier_builds": [{"metrics": {"score": 57.0}}]}
+    folder = runs / "teacher-rte"
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps({"score": 56.0}))
     teacher_glue.main()
-    assert len(trained) == 1  # the folder is there now
+    assert len(trained) == 1  # the folder is there now, as recorded
+    # a folder built but not recorded (another score): read back, its training time from its log
+    (folder / "metrics.json").write_text(json.dumps({"score": 55.0}))
+    (folder / "log.jsonl").write_text('{"time": 100.0, "step": 20}\n{"time": 160.5, "step": 40}\n')
+    teacher_glue.main()
+    recorded = json.loads((results_dir / "teacher_glue.json").read_text())["rte/cpu"]
+    assert len(trained) == 2 and recorded["train_seconds"] == 60.5 and len(recorded["earlier_builds"]) == 2
 
 
 def test_rebuild_missing_trains_a_gone_folder_again_and_keeps_the_record(results_dir, tmp_path, capsys):
