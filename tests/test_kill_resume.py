@@ -225,7 +225,7 @@ def test_compress_killed_five_times(tmp_path, tiny_tokenizer, glue_dir):
         return cli("compress", "--teacher", teacher, "--task", "rte", "--data-dir", glue_dir,
                    "--candidates", "bert-1x128,bert-2x128,bilstm-h150", "--target-speedup", "0.01", "--rounds", "2",
                    "--round-share", "steps", "--first-steps", "6", "--batch-size", "4", "--length-rows", "4", "--threads", "1",
-                   "--output-dir", out)
+                   "--keep", "runs", "--output-dir", out)  # every run kept: the resumed winner's is exported below
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run(command(straight))
     kill_repeatedly_then_finish(command(resumed), resumed, resume_flag=None, marks=files_written)
