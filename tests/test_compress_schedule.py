@@ -205,22 +205,26 @@ def test_a_promotion_always_goes_past_the_steps_a_candidate_has_trained():
     assert promoted == Job("bert-1x128", 1, 400)
 
 
-def test_a_candidate_whose_promotion_found_no_better_checkpoint_gives_its_time_to_the_others():
+def test_a_candidate_whose_promotions_found_no_better_checkpoint_gives_its_time_to_the_others():
     rung0 = [done("bert-1x128", 0, 100, 74.0), done("bilstm-h150", 0, 100, 62.0),
              done("mobilebert-2x384", 0, 100, 69.0)]
     assert job(rung0, now=40.0) == Job("bert-1x128", 1, 200)  # floor(3 / 2) = 1: the best goes on
-    stuck = rung0 + [done("bert-1x128", 1, 200, 74.0, trained=100)]  # 100 more steps, no better checkpoint
+    once = rung0 + [done("bert-1x128", 1, 200, 74.0, trained=100)]  # 100 more steps, no better checkpoint
+    # one promotion without a gain is noise: past round 0's share the leader goes on (ceil(1 / 2) of rung 1)
+    assert not stalled("bert-1x128", once)
+    assert job(once, now=60.0, first_round_end=50.0) == Job("bert-1x128", 2, 400)
+    stuck = once + [done("bert-1x128", 2, 400, 74.0, trained=200)]  # STALL_PATIENCE = 2 in a row: stalled
     assert stalled("bert-1x128", stuck) and not stalled("mobilebert-2x384", stuck)
-    # past round 0's share, the stalled leader does not go on; the second of the top ceil(3 / 2) = 2 does
-    assert job(stuck, now=60.0, first_round_end=50.0) == Job("mobilebert-2x384", 1, 200)
-    # it stalled too: the BiLSTM, not among the top two, does not take their places; a candidate never
+    # the stalled leader does not go on; the second of rung 0's top ceil(3 / 2) = 2 does
+    assert job(stuck, now=80.0, first_round_end=50.0) == Job("mobilebert-2x384", 1, 200)
+    # the BiLSTM, not among rung 0's top two, does not take the stalled one's place; a candidate never
     # started gets rung 0, past round 0's share
     both = stuck + [done("mobilebert-2x384", 1, 200, 69.0, trained=100)]
-    assert job(both, now=80.0, first_round_end=50.0) == Job("bert-2x128", 0, 100)
-    # nothing new is left and the top have stalled: the best goes on anyway, until the window ends it
+    assert job(both, now=100.0, first_round_end=50.0) == Job("bert-2x128", 0, 100)
+    # nothing new is left and the only promotion has stalled: the best goes on anyway, until the window ends it
     last = both + [done("bert-2x128", 0, 100, 40.0)]
-    assert job(last, now=100.0, first_round_end=50.0) == Job("bert-1x128", 2, 400)
-    # a promotion that found a better checkpoint, however small the gain, goes on as before
-    better = rung0 + [done("bert-1x128", 1, 200, 74.5, trained=100)]
+    assert job(last, now=120.0, first_round_end=50.0) == Job("bert-1x128", 3, 800)
+    # a promotion that found a better checkpoint, however small the gain, ends the stall
+    better = once + [done("bert-1x128", 2, 400, 74.5, trained=200)]
     assert not stalled("bert-1x128", better)
-    assert job(better, now=60.0, first_round_end=50.0) == Job("bert-1x128", 2, 400)
+    assert job(better, now=80.0, first_round_end=50.0) == Job("bert-1x128", 3, 800)
