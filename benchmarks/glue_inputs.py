@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from transformers import AutoConfig
+
 from common import machine_info, save_result
 from paths import CORPUS, GLUE_DIR, WORD_VECTORS, run_folder
 
 from kdbert.augment.tinybert import BATCH_TOKENS
 from kdbert.cli.augment import augment_task
+from kdbert.core.pooling import pooling_of
 from kdbert.data.load import TaskOptions
 from kdbert.methods.finetune import FinetuneConfig, finetune
 
@@ -57,7 +60,8 @@ def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_d
             "command": f"python benchmarks/teacher_glue.py --budget {budget} --tasks {task}"
                        + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in sorted(tuning.items())),
             "hyperparameters": {k: report["config"][k] for k in ("epochs", "learning_rate", "batch_size", "max_seq_len")},
-            "precision": report["runtime"]["mixed_precision"], "resumed": resume, **machine_info()}
+            "precision": report["runtime"]["mixed_precision"], "resumed": resume,
+            "pooling": pooling_of(AutoConfig.from_pretrained(out)), **machine_info()}
 
 
 ROWS = {"cola": 4000, "sst2": 4000, "mrpc": 1000, "stsb": 2000, "rte": 1000}

@@ -52,7 +52,8 @@ def main() -> None:
         compared = {k: {"held_out": r["metrics"]["selection_score"], "held_out_se": r["metrics"].get("selection_se"),
                         **({"decide": r["metrics"]["decide_score"], "decide_se": r["metrics"]["decide_se"]}
                            if "decide_score" in r["metrics"] else {}),  # rows its checkpoint was not picked on
-                        "dev": r["metrics"]["score"], **r["hyperparameters"], "train_seconds": r["train_seconds"]}
+                        "dev": r["metrics"]["score"], **r["hyperparameters"], "train_seconds": r["train_seconds"],
+                        **({"pooling": r["pooling"]} if "pooling" in r else {})}
                     for k, r in runs.items()}
         save_result("teacher_best", task, {**machine_info(), "command": "python benchmarks/teacher_best.py",
                                            "chosen": key, "folder": best["output_dir"], "runs": compared,

@@ -306,3 +306,19 @@ def test_compress_searches_superseded_by_a_later_protocol_go_to_the_archive(monk
         "rte/x4": search("rte", 4),  # RTE not searched again
         "sst2/x4": search("sst2", 4), "sst2/x4-tie": search("sst2", 4, held_out_teacher=True)}) == {
         "cola/x4", "cola/x4-aug"}
+
+
+def test_teachers_table_states_the_chosen_runs_pooling_and_the_unpicked_half(tmp_path, monkeypatch):
+    def run(pooling=None, decide=None):
+        return {"held_out": 38.26, "held_out_se": 5.0, "dev": 27.84, "learning_rate": 1e-4, "epochs": 10,
+                "train_seconds": 660.0, **({"pooling": pooling} if pooling else {}),
+                **({"decide": decide, "decide_se": 5.22} if decide is not None else {})}
+
+    record = {"chosen": "a", "published_minilm_l6_dev": 47.5, "date": "2026-11-29", "machine": "2 cores"}
+    load_benchmark_report(tmp_path / "results", monkeypatch, {"teacher_best": {
+        "cola": {**record, "runs": {"a": run("mean", 23.91)}}, "rte": {**record, "runs": {"a": run()}}}})
+    from sections import trust_results
+
+    rows = [line for line in trust_results.teachers_section() if line.startswith("| cola") or line.startswith("| rte")]
+    assert rows[0].startswith("| cola | lr 0.0001, 10 epochs, mean pooling | 38.26 ± 5.00 | 23.91 ± 5.22 | 27.84 | 47.5 |")
+    assert rows[1].startswith("| rte | lr 0.0001, 10 epochs | 38.26 ± 5.00 | - (picked on all) | 27.84 |")  # recorded before

@@ -26,7 +26,8 @@ def teachers_section() -> list[str]:
         runs = "; ".join(f"lr {r['learning_rate']:g}, {r['epochs']:g} ep: {r['held_out']:.2f} / {r['dev']:.2f}"
                          for r in record["runs"].values())
         published = record["published_minilm_l6_dev"]
-        lines.append(f"| {task} | lr {best['learning_rate']:g}, {best['epochs']:g} epochs | {best['held_out']:.2f}"
+        pooling = f", {best['pooling']} pooling" if "pooling" in best else ""
+        lines.append(f"| {task} | lr {best['learning_rate']:g}, {best['epochs']:g} epochs{pooling} | {best['held_out']:.2f}"
                      + (f" ± {best['held_out_se']:.2f}" if best.get("held_out_se") is not None else "")
                      + (f" | {best['decide']:.2f} ± {best['decide_se']:.2f}" if "decide" in best
                         else " | - (picked on all)")
