@@ -293,3 +293,21 @@ def test_the_card_template_ships_in_the_wheel():
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["kdbert"]
     assert any(fnmatch.fnmatch(f"deploy/{TEMPLATE}", pattern) for pattern in patterns)
+
+
+def test_compress_report_and_card_say_when_the_shipped_graph_runs_below_the_speedup_asked(sst2, tmp_path):
+    from kdbert.compress.report import format_report
+
+    report, export_report = compress_reports(str(tmp_path))
+    facts = task_facts(load_task(sst2), 0.2, 30)
+    assert "x asked" not in compress_card(report, export_report, facts, command="kdbert compress")
+    report["search"] = {"segments": [{**report["winner"], "rung": 0, "trained": 1600, "seconds": 60.0}]}
+    report["shipped"]["speedup_random_weights"] = 46.7
+    assert "short of the" not in format_report(report)  # 47.3x shipped against 10x asked
+    report["shipped"].update(speedup=9.1, teacher_latency_real_p50_ms=8.2)
+    assert ("Timed again as shipped it runs at 9.10x, short of the 10x asked: the search admitted it at 46.70x (its "
+            "export with untrained weights, the teacher at 9.80 ms then, 8.20 ms now)") in format_report(report)
+    assert "against the teacher's 8.20 ms: 9.10x its speed (short of the 10x asked)" in compress_card(
+        report, export_report, facts, command="kdbert compress")
+    del report["shipped"]["speedup_random_weights"]  # a report written before the timing of the trained export
+    assert "short of the" not in format_report(report)
