@@ -39,9 +39,13 @@ def scores(report: dict) -> dict:
 
 
 def search_caches(search: Path, options: dict) -> dict:
-    """The teacher outputs the search stored, as its runs read them (a run's config does not record
-    them): the teacher cache of a student started from the teacher, the stored logits of one of its
-    own (the BiLSTM). Without them every step would run the teacher again."""
+    """The teacher outputs the search stored, as its runs read them, where a run's config does not
+    record them: the teacher cache of a student started from the teacher, the stored logits of one
+    of its own (the BiLSTM). A run that names its store of logits (``logits_cache``: the BiLSTM or a
+    student of another tokenizer, since the shared store) reads it again. Without them every step
+    would run the teacher again."""
+    if options.get("logits_cache"):
+        return {}
     if options.get("student"):
         return {"teacher_cache": str(search / "teacher-cache")} if (search / "teacher-cache").is_dir() else {}
     return {"logits_cache": str(search / "teacher-logits")} if (search / "teacher-logits").is_dir() else {}

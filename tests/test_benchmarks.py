@@ -237,6 +237,9 @@ def test_compress_seeds_reruns_read_the_teacher_outputs_the_search_stored(tmp_pa
     assert compress_seeds.search_caches(search, {"student": "starts/bert-1x128"}) == {
         "teacher_cache": str(search / "teacher-cache")}
     assert compress_seeds.search_caches(search, {"method": "bilstm"}) == {"logits_cache": str(search / "teacher-logits")}
+    # a student of its own tokenizer (or a BiLSTM) whose run names the shared store reads that store again
+    assert compress_seeds.search_caches(search, {"student": "starts/pretrained-minilm-l6",
+                                                 "logits_cache": "/cache/teacher-logits"}) == {}
 
 
 def test_compress_seeds_pause_where_the_search_paused_the_winner():
