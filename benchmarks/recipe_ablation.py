@@ -25,11 +25,14 @@ from pathlib import Path
 from common import machine_info, save_result
 from paths import GLUE_DIR, run_folder
 
+from transformers import AutoConfig
+
 from kdbert.compress.build import build_from_teacher
 from kdbert.compress.recipes import SearchSettings, run_options
 from kdbert.compress.schedule import horizon
 from kdbert.compress.speed import all_candidates, shape_context
 from kdbert.compress.teacher import held_out_task
+from kdbert.core.pooling import POOLING_KEY, pooling_of
 from kdbert.data.held_out import DECIDE_SHARE
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
@@ -46,16 +49,21 @@ VARIANTS = {
     "regression-teacher": {"regression_target": "teacher"},
     "even": "even",  # the search's options from a start of evenly spaced teacher units (compress --selection even)
     "importance": "importance",  # ... from the teacher's units ranked by importance (compress --selection importance)
+    "cls-pooling": "cls-pooling",  # ... from the even start classifying from [CLS] through the pooler, not the mean
     "temperature-2": {"temperature": 2.0},  # softer targets: bert's soft CE at T=2; kd's KL at T=2 (alpha kept)
     "kd-soft-t1": {"temperature": 1.0, "alpha": 1.0},  # kd candidates (mobilebert, pretrained): bert's loss, KL at T=1
     "kd-soft-t2": {"temperature": 2.0, "alpha": 1.0},  # ... at T=2, no hard-label term
     "as-kd": "as-kd",  # a bert-style candidate distilled as the kd candidates are: KL at T=20 and 0.3 of the labels
+    "tinybert-t1": "tinybert-t1",  # ... as the search did before 2026-11-29: TinyBERT's prediction stage (soft CE, T=1)
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
-"importance": the start). The temperature variants test one loss per signal (``kd-*`` apply to
-candidates distilled by ``kd``: mobilebert, pretrained; today they train at T=20 with 0.3 of the hard
-labels, where bert-style candidates train on the teacher's soft targets alone at T=1). Before ``--selection`` existed the search started from evenly spaced units,
-so "search" runs recorded then are "even" runs."""
+"importance", "cls-pooling": the start). The temperature variants test one loss per signal (``kd-*``
+apply to candidates distilled by ``kd``, at T=20 with 0.3 of the hard labels: mobilebert, pretrained,
+and since 2026-11-29 the bert-style ones too; before, those trained on the teacher's soft targets
+alone at T=1, which "tinybert-t1" restores, so "search" runs of bert-style candidates recorded
+before then are "tinybert-t1" runs; each row records its method). Before ``--selection`` existed
+the search started from evenly spaced units, so "search" runs recorded then are "even" runs. "cls-pooling" turns off the mean pooling a student inherits from a
+mean-pooled teacher (``kdbert_pooling`` in its config), so its head reads the pooler's [CLS] vector."""
 
 
 TINYBERT_ONLY = ("head_average", "skip_intermediate", "intermediate_max_steps", "intermediate_lr")
@@ -73,13 +81,26 @@ def search_options(candidate, settings: SearchSettings, steps: int, teacher: str
         options.update(VARIANTS[variant])
     if VARIANTS[variant] == "as-kd":  # kd's own defaults (T=20, alpha 0.7); TinyBERT's stage options dropped
         options = {k: v for k, v in options.items() if k not in TINYBERT_ONLY} | {"method": "kd"}
+    if VARIANTS[variant] == "tinybert-t1":  # its prediction stage alone: soft CE at T=1 (regression: gold MSE)
+        options |= {"method": "tinybert", "skip_intermediate": True, "head_average": True}
     return options
+
+
+def cls_start(start: Path, out: Path) -> None:
+    """A copy of ``start`` whose config records no pooling, so its classifier reads [CLS] through the pooler."""
+    if pooling_of(AutoConfig.from_pretrained(start)) != "mean":
+        raise KdbertError(f"{start}: the start already pools by [CLS]; cls-pooling compares against mean pooling")
+    shutil.copytree(start, out)
+    config = json.loads((out / "config.json").read_text())
+    config.pop(POOLING_KEY)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
 def scores(report: dict) -> dict:
     metrics = report["dev_metrics"]
     return {"held_out": metrics["selection_score"], "decide": metrics.get("decide_score"), "dev": metrics["score"],
-            "train_seconds": report["train_seconds"], "precision": report["runtime"]["mixed_precision"]}
+            "train_seconds": report["train_seconds"], "precision": report["runtime"]["mixed_precision"],
+            "method": report["options"]["method"]}
 
 
 def main() -> None:
@@ -114,6 +135,9 @@ def main() -> None:
                 ranked = task_importance(model, layout_of(model.config), data.train, tokenizer, data.spec.max_seq_len)
                 print(f"importance: layers dropped in the order {[i + 1 for i in ranked.dropped]}", flush=True)
             build_from_teacher(candidate, teacher, task, start, replace(context, importance=ranked))
+    if "cls-pooling" in args.variants and not (root / "start-cls" / "config.json").is_file():
+        cls_start(starts["even"], root / "start-cls")
+    starts["cls-pooling"] = root / "start-cls"
     command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task {args.task} "
                f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
                f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
@@ -125,7 +149,7 @@ def main() -> None:
                 report = json.loads((out / "distill_report.json").read_text())
             else:
                 settings = SearchSettings(seed=seed)
-                start = starts["importance" if variant == "importance" else "even"]
+                start = starts[variant if variant in ("importance", "cls-pooling") else "even"]
                 options = search_options(candidate, settings, args.steps, teacher, start, root.parent / "teacher-cache",
                                          variant)
                 report = distill_task(task, options, str(out), overwrite=True, pause_at_step=args.steps)

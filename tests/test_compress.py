@@ -245,7 +245,8 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert report["held_out"]["teacher_picked_on_deciding_rows"] is False and "was picked on" not in printed.out
     # which recipe each candidate ran, from its run's own report
     recipes = {row["candidate"]: row["recipe"] for row in segments}
-    assert recipes["bert-1x128"].startswith("prediction: 1 * soft_cross_entropy(logits, logits) at T=1; adamw at ")
+    assert recipes["bert-1x128"].startswith("kd: 0.7 * kl_div(logits, logits) + 0.3 * hard_label(logits, labels) at "
+                                            "T=20; adamw at ")
     assert recipes["bilstm-h150"].startswith("bilstm: 1 * squared_l2(logits, logits); adadelta at 1, batch 50, ")
     markdown = (out / "compress_report.md").read_text()
     assert f"- bert-1x128: {recipes['bert-1x128']}" in markdown and f"- bilstm-h150: {recipes['bilstm-h150']}" in markdown
@@ -258,8 +259,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
                                                                  held_out_rows=str(env["teacher"]), decide_share=0.5)))
     assert not (out / "exports").exists()  # only the shipped export is kept
     first_round = {row["candidate"]: row for row in report["search"]["rounds"][0]}
-    assert {name: row["method"] for name, row in first_round.items()} == {"bert-1x128": "tinybert",
-                                                                          "bilstm-h150": "bilstm"}
+    assert {name: row["method"] for name, row in first_round.items()} == {"bert-1x128": "kd", "bilstm-h150": "bilstm"}
     assert report["winner"]["candidate"] in first_round and report["winner"]["rule"].startswith(
         ("fastest keeping 0.97", "none keeps 0.97"))
     for name in first_round:  # every segment of a candidate continues its one run: the steps add up
@@ -458,8 +458,10 @@ def test_each_kind_of_candidate_gets_its_recipe(monkeypatch):
     assert bert == {"method": "tinybert", "head_average": True, "intermediate_max_steps": 100, "intermediate_lr": 2e-4, "max_steps": 300,
                     "seed": 7, "eval_every": 150, "no_progress": True, "batch_size": 16, "learning_rate": 2e-4,
                     "teacher_cache": "cache"}
+    # without an intermediate share: the one logit-KD loss every token-level candidate shares
     none = run_options(candidate("bert-2x256"), 400, SearchSettings(intermediate_share=0.0), "cache")
-    assert (none["skip_intermediate"], none["max_steps"], "intermediate_max_steps" in none) == (True, 400, False)
+    assert none == {**run_options(candidate("mobilebert-2x384"), 400, SearchSettings(), "cache"), "method": "kd"}
+    assert (none["method"], none["max_steps"], "intermediate_max_steps" in none) == ("kd", 400, False)
     assert run_options(candidate("mobilebert-2x384"), 400, settings, "cache")["method"] == "kd"
     monkeypatch.setenv("KDBERT_MIXED_PRECISION", "bf16")
     bilstm = run_options(candidate("bilstm-h300", from_teacher=None, hidden_size=300, embedding_dim=50), 400,

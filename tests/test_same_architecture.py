@@ -178,14 +178,15 @@ def test_candidates_are_named_after_the_teachers_architecture(tiny_tokenizer):
     assert candidate.build(distilbert)[0].config.hidden_dim == 256
 
 
-def test_same_architecture_candidates_are_distilled_by_tinybert_and_can_be_augmented():
+def test_same_architecture_candidates_are_distilled_by_kd_or_tinybert_and_can_be_augmented():
     from kdbert.compress.augment import AugmentSettings
     from kdbert.compress.recipes import SearchSettings, run_options
     from kdbert.families.registry import Candidate
 
     for name in ("roberta-2x256", "xlmr-2x256", "mpnet-2x256", "electra-2x256", "distilbert-2x256"):
         candidate = Candidate(name, "hf", (), build=None, from_teacher=lambda teacher, context: teacher)
-        assert run_options(candidate, 400, SearchSettings(), "cache")["method"] == "tinybert"
+        assert run_options(candidate, 400, SearchSettings(), "cache")["method"] == "kd"
+        assert run_options(candidate, 400, SearchSettings(intermediate_share=0.25), "cache")["method"] == "tinybert"
     assert AugmentSettings.parse("roberta,mpnet", None).kinds == ("roberta", "mpnet")
 
 

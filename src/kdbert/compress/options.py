@@ -70,7 +70,8 @@ class CompressConfig(CheckedOptions):
                                     "on the training rows (no better on MRPC at equal steps, BENCHMARKS.md)",
                             group="compress", choices=("even", "importance"))
     intermediate_share: float = option(0.0, "share of a weight-selected candidate's steps (bert-, roberta-, ...) "
-                                            "spent on TinyBERT's intermediate stage (0: the prediction stage only)",
+                                            "spent on TinyBERT's intermediate stage, its prediction stage after (0: logit KD "
+                                            "alone, as every token-level candidate)",
                                        type=float, group="compress", check=in_range(0, 0.9, what="a share in [0, 0.9]"))
     round_share: str = option("time", "what a rung of the search shares out equally between families: wall "
                                       "time (cheap steps, e.g. the BiLSTM's, buy more steps) or steps", group="compress",
