@@ -1,7 +1,7 @@
 """The recipe of `kdbert compress`'s candidates, one part at a time, at equal steps and several seeds.
 
     OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task stsb \
-        --candidate bert-3x256 --variants search schedule-free regression-teacher --seeds 42 43 44 --steps 1200
+        --candidate bert-3x256 --variants search ema annealed --seeds 42 43 44 --steps 1200
 
 Each run is one candidate built from the teacher as the search builds it (weight selection),
 distilled with the search's options for its kind (the schedule set for the search's horizon, its
@@ -46,6 +46,7 @@ VARIANTS = {
     "schedule-free": {"schedule_free": True},
     "schedule-free-lr3e-4": {"schedule_free": True, "learning_rate": 3e-4},
     "annealed": "annealed",  # the same run with a linear decay that ends at --steps (what no search can know)
+    "ema": {"ema_decay": 0.998},  # the search's constant rate; scored and kept: the weights' moving average
     "regression-teacher": {"regression_target": "teacher"},
     "even": "even",  # the search's options from a start of evenly spaced teacher units (compress --selection even)
     "importance": "importance",  # ... from the teacher's units ranked by importance (compress --selection importance)

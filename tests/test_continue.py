@@ -42,14 +42,16 @@ def _evaluator(student):
     return {"score": float(student.classifier.weight.sum())}
 
 
-def _toy_run(out: Path, resume: bool = False, schedule_free: bool = False, **run) -> tuple[Trainer, dict]:
+def _toy_run(out: Path, resume: bool = False, schedule_free: bool = False, ema_decay: float | None = None,
+             **run) -> tuple[Trainer, dict]:
     """Two stages (4 then 6 steps, evaluated every 3; dropout draws on the random state), one
     optimiser step a batch of 4 of 10 rows, so the epochs end mid-stage."""
     torch.manual_seed(0)
     config = BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=8, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
-    stages = [_toy_stage("first", 4, schedule="constant", evaluate=False, schedule_free=schedule_free),
-              _toy_stage("second", 6, eval_every=3, schedule_free=schedule_free)]
+    optimiser = {"schedule_free": schedule_free, "ema_decay": ema_decay}
+    stages = [_toy_stage("first", 4, schedule="constant", evaluate=False, **optimiser),
+              _toy_stage("second", 6, eval_every=3, **optimiser)]
     trainer = Trainer({"student": BertForSequenceClassification(config)}, stages,
                       RunConfig(str(out), progress=False, log_every=1, **run), PaddingCollator(0),
                       evaluator=_evaluator)
@@ -69,13 +71,14 @@ def assert_same_weights(a: dict, b: dict) -> None:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize("schedule_free", [False, True], ids=["adamw", "schedule-free"])
-def test_a_run_paused_twice_and_continued_ends_as_one_run_straight_through(tmp_path, schedule_free):
-    straight, _ = _toy_run(tmp_path / "straight", schedule_free=schedule_free)
+@pytest.mark.parametrize("optimiser", [{}, {"schedule_free": True}, {"ema_decay": 0.9}],
+                         ids=["adamw", "schedule-free", "ema"])
+def test_a_run_paused_twice_and_continued_ends_as_one_run_straight_through(tmp_path, optimiser):
+    straight, _ = _toy_run(tmp_path / "straight", **optimiser)
     # mid-stage off the evaluation steps, then at the first stage's end: step 4 over all stages
-    _, first = _toy_run(tmp_path / "paused", pause_at_step=2, schedule_free=schedule_free)
-    _, second = _toy_run(tmp_path / "paused", resume=True, pause_at_step=4, schedule_free=schedule_free)
-    continued, last = _toy_run(tmp_path / "paused", resume=True, schedule_free=schedule_free)
+    _, first = _toy_run(tmp_path / "paused", pause_at_step=2, **optimiser)
+    _, second = _toy_run(tmp_path / "paused", resume=True, pause_at_step=4, **optimiser)
+    continued, last = _toy_run(tmp_path / "paused", resume=True, **optimiser)
     assert (first["paused_at_step"], second["paused_at_step"], last["paused_at_step"]) == (2, 4, None)
     assert first["stopped_early"] is None and last["stopped_early"] is None
     assert_same_weights(straight.student.state_dict(), continued.student.state_dict())

@@ -188,6 +188,47 @@ def test_a_deadline_that_leaves_time_changes_nothing(tmp_path):
     assert report["stopped_early"] is None and report["history"][-1]["step"] == 3
 
 
+def test_an_ema_stage_evaluates_and_keeps_the_moving_average_of_the_trained_weights(tmp_path):
+    """With ``ema_decay`` 0.5 the average of steps 1-3 is a_1 = p_1, a_2 = 0.25 a_1 + 0.75 p_2
+    (d_2 = min(0.5, 3/12)), a_3 = (4/13) a_2 + (9/13) p_3; the p_t are plain AdamW's, which the
+    averaging never feeds back into. Steps 2 and 3 are evaluated on a_2 and a_3; a_3 stays in the model."""
+    seen = []
+
+    def evaluator(student):
+        seen.append({k: v.clone() for k, v in student.state_dict().items()})
+        return {"score": 0.0}
+
+    stage = _toy_stage(_loss_on_inputs, n=8, batch_size=8, max_steps=3, eval_every=2, learning_rate=0.01,
+                       schedule="constant", ema_decay=0.5, max_grad_norm=0.0)
+    trainer = Trainer(_linear_modules(), [stage], RunConfig(str(tmp_path), progress=False, log_every=1),
+                      PaddingCollator(0), evaluator=evaluator)
+    trainer.train()
+
+    model = _linear_modules()["student"]
+    decayed = [p for p in model.parameters() if p.ndim >= 2]
+    plain = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.01},
+                                   {"params": plain, "weight_decay": 0.0}], lr=0.01)
+    batch = PaddingCollator(0)([stage.dataset[i] for i in range(8)])  # every step sees all 8 rows
+    trained = []
+    for _ in range(3):
+        _loss_on_inputs({"student": model}, {}, batch)["ce"].backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        trained.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    p1, p2, p3 = trained
+    a2 = {k: 0.25 * p1[k] + 0.75 * p2[k] for k in p1}
+    a3 = {k: 4 / 13 * a2[k] + 9 / 13 * p3[k] for k in p1}
+    assert len(seen) == 2  # steps 2 and 3
+    for got, want in zip(seen, (a2, a3)):
+        for name in want:
+            torch.testing.assert_close(got[name], want[name], rtol=1e-5, atol=1e-6, msg=name)
+    final = trainer.student.state_dict()
+    for name in a3:
+        torch.testing.assert_close(final[name], a3[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert any(not torch.allclose(a3[k], p3[k]) for k in p3)  # the average is not the trained point
+
+
 def test_a_schedule_free_stage_evaluates_and_keeps_the_averaged_weights(tmp_path):
     """Schedule-free AdamW keeps the trained point y and the fast iterate z; what is evaluated
     mid-run and left in the model at the end is their average x = y + (1 - 1/beta1)(z - y), the

@@ -141,6 +141,10 @@ class OptimOptions(CheckedOptions):
     schedule_free: bool = option(False, "AdamW without a planned decay (the schedulefree package): the averaged "
                                         "weights are evaluated and saved, so a run can stop or go on at any step "
                                         "as if its rate had decayed there", type=bool, group="optimisation")
+    ema_decay: float | None = option(None, "keep an exponential moving average of the weights with this decay "
+                                           "(e.g. 0.998: about the last 500 steps); the average is evaluated and "
+                                           "saved, so a run that stops at any step ships averaged weights",
+                                     in_range(0.5, 0.99999, what="a decay in [0.5, 1)"), float, "optimisation")
     eval_every: int | None = option(None, "evaluate every N steps (default: each epoch)", POSITIVE_INT, int,
                                     "optimisation")
     max_train_examples: int | None = option(None, "use only the first N training rows (quick runs)", POSITIVE_INT,

@@ -5,6 +5,11 @@ AdamW without a planned decay: the optimiser keeps the trained point y, a fast i
 average x = (1 - c) x + c z, and x is what is evaluated, kept and shipped
 (:func:`averaged_weights`). It matches a linear decay that ends at the step where the run is
 stopped, whichever step that is: what a search that continues its runs needs.
+
+A stage with ``ema_decay`` runs AdamW and keeps an exponential moving average of its weights
+(:class:`EmaAdamW`); the average is what is evaluated, kept and shipped, by the same
+:func:`averaged_weights`. It plays the part of a decay at any step without planning one: the
+average's horizon (about ``1 / (1 - ema_decay)`` steps) trails the trained point.
 """
 
 from __future__ import annotations
@@ -75,6 +80,57 @@ def clip_groups(module: nn.Module) -> list[list[nn.Parameter]]:
     return ([shared] if shared or not groups else []) + groups
 
 
+class EmaAdamW(torch.optim.AdamW):
+    """Fused AdamW that also keeps an exponential moving average of each parameter it steps:
+    ``a_1 = p_1``, then ``a_t = d_t * a_(t-1) + (1 - d_t) * p_t`` with ``d_t = min(decay, (1 + t) / (10 + t))``
+    (``t``: the optimiser steps taken; the warm-up keeps early steps from being the average).
+    ``eval()`` puts the averages in the parameters (what is evaluated and saved), ``train()`` the
+    trained weights back; the averages are optimiser state, so checkpoints carry them."""
+
+    def __init__(self, groups: list[dict], lr: float, decay: float):
+        super().__init__(groups, lr=lr, fused=True)
+        self.decay = decay
+        self.averaged_in = False
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if self.averaged_in:
+            raise KdbertError("EmaAdamW.step() with the averaged weights in the model: call train() first")
+        loss = super().step(closure)
+        for group in self.param_groups:
+            for param in group["params"]:
+                state = self.state[param]
+                if "step" not in state:  # no gradient yet
+                    continue
+                if "ema" not in state:
+                    state["ema"] = param.detach().clone()
+                    continue
+                t = float(state["step"])
+                state["ema"].lerp_(param, 1.0 - min(self.decay, (1.0 + t) / (10.0 + t)))
+        return loss
+
+    @torch.no_grad()
+    def _swap(self) -> None:
+        for group in self.param_groups:
+            for param in group["params"]:
+                average = self.state[param].get("ema")
+                if average is not None:
+                    trained = param.detach().clone()
+                    param.copy_(average)
+                    average.copy_(trained)
+        self.averaged_in = not self.averaged_in
+
+    def eval(self) -> None:
+        """Put the averaged weights in the model (again: nothing)."""
+        if not self.averaged_in:
+            self._swap()
+
+    def train(self) -> None:
+        """Put the trained weights back in the model (again: nothing)."""
+        if self.averaged_in:
+            self._swap()
+
+
 def is_schedule_free(config) -> bool:
     """Whether the stage runs schedule-free AdamW (module doc); other optimisers ignore the flag."""
     return config.schedule_free and config.optimizer == "adamw"
@@ -86,6 +142,11 @@ def make_optimizer(config, groups: list[dict], total: int) -> torch.optim.Optimi
     if config.optimizer not in OPTIMIZERS:
         raise KdbertError(f"stage '{config.name}': unknown optimizer '{config.optimizer}'; use one of "
                           f"{', '.join(OPTIMIZERS)}")
+    if config.ema_decay is not None:
+        if config.optimizer != "adamw" or is_schedule_free(config):
+            raise KdbertError(f"stage '{config.name}': ema_decay averages plain AdamW's weights; drop it or "
+                              "schedule_free, or use optimizer adamw")
+        return EmaAdamW(groups, config.learning_rate, config.ema_decay)
     if not is_schedule_free(config):
         return OPTIMIZERS[config.optimizer](groups, config.learning_rate)
     optimizer = schedulefree.AdamWScheduleFree(groups, lr=config.learning_rate,
@@ -96,10 +157,10 @@ def make_optimizer(config, groups: list[dict], total: int) -> torch.optim.Optimi
 
 @contextlib.contextmanager
 def averaged_weights(optimizer):
-    """While the block runs, the parameters hold a schedule-free optimiser's average x (what is
-    evaluated and saved), then the trained point y again; other optimisers: nothing changes.
-    ``optimizer``: the optimiser or accelerate's wrapper of it."""
-    if not isinstance(getattr(optimizer, "optimizer", optimizer), schedulefree.AdamWScheduleFree):
+    """While the block runs, the parameters hold a schedule-free optimiser's average x or an
+    :class:`EmaAdamW`'s moving average (what is evaluated and saved), then the trained weights again;
+    other optimisers: nothing changes. ``optimizer``: the optimiser or accelerate's wrapper of it."""
+    if not isinstance(getattr(optimizer, "optimizer", optimizer), (schedulefree.AdamWScheduleFree, EmaAdamW)):
         yield
         return
     optimizer.eval()

@@ -60,7 +60,8 @@ class StageConfig:
     "adadelta" (rho 0.95, eps 1e-6; the distilled BiLSTM's, with ``learning_rate`` 1.0 and a
     constant schedule; weight decay there is an L2 term added to the gradient); ``schedule_free``
     runs AdamW schedule-free (:mod:`kdbert.core.optim`: its own warm-up, no decay, the averaged
-    weights evaluated, kept and left in the model when the stage ends).
+    weights evaluated, kept and left in the model when the stage ends); ``ema_decay`` keeps AdamW's
+    exponential moving average of the weights, evaluated, kept and left in the model the same way.
     ``train`` selects the parameters this stage updates by name in the trainer's module dict
     (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
     entry is a glob pattern, or a :class:`ParamGroup` with a learning-rate multiplier; the first
@@ -79,6 +80,7 @@ class StageConfig:
     max_grad_norm: float = 1.0
     optimizer: str = "adamw"
     schedule_free: bool = False
+    ema_decay: float | None = None
     evaluate: bool = True
     eval_every: int | None = None
     train: tuple = ("student.*",)
@@ -92,7 +94,7 @@ class StageConfig:
 
 # the optimisation options (kdbert.options.OptimOptions) a stage takes over as they are
 STAGE_OPTIONS = ("epochs", "max_steps", "learning_rate", "warmup_ratio", "weight_decay", "batch_size", "grad_accum",
-                 "eval_every", "schedule_free")
+                 "eval_every", "schedule_free", "ema_decay")
 
 
 @dataclass(frozen=True)
