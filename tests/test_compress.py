@@ -247,6 +247,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     recipes = {row["candidate"]: row["recipe"] for row in segments}
     assert recipes["bert-1x128"].startswith("kd: 0.7 * kl_div(logits, logits) + 0.3 * hard_label(logits, labels) at "
                                             "T=20; adamw at ")
+    assert recipes["bert-1x128"].endswith(", weights averaged (EMA 0.998)")
     assert recipes["bilstm-h150"].startswith("bilstm: 1 * squared_l2(logits, logits); adadelta at 1, batch 50, ")
     markdown = (out / "compress_report.md").read_text()
     assert f"- bert-1x128: {recipes['bert-1x128']}" in markdown and f"- bilstm-h150: {recipes['bilstm-h150']}" in markdown
@@ -457,18 +458,20 @@ def test_each_kind_of_candidate_gets_its_recipe(monkeypatch):
     bert = run_options(candidate("bert-2x256"), 400, settings, "cache")
     assert bert == {"method": "tinybert", "head_average": True, "intermediate_max_steps": 100, "intermediate_lr": 2e-4, "max_steps": 300,
                     "seed": 7, "eval_every": 150, "no_progress": True, "batch_size": 16, "learning_rate": 2e-4,
-                    "teacher_cache": "cache"}
+                    "ema_decay": 0.998, "teacher_cache": "cache"}
     # without an intermediate share: the one logit-KD loss every token-level candidate shares
     none = run_options(candidate("bert-2x256"), 400, SearchSettings(intermediate_share=0.0), "cache")
     assert none == {**run_options(candidate("mobilebert-2x384"), 400, SearchSettings(), "cache"), "method": "kd"}
     assert (none["method"], none["max_steps"], "intermediate_max_steps" in none) == ("kd", 400, False)
     assert run_options(candidate("mobilebert-2x384"), 400, settings, "cache")["method"] == "kd"
+    # every AdamW candidate is scored on its weights' moving average unless --ema-decay 0
+    assert "ema_decay" not in run_options(candidate("bert-2x256"), 400, SearchSettings(ema_decay=0.0), "cache")
     monkeypatch.setenv("KDBERT_MIXED_PRECISION", "bf16")
     bilstm = run_options(candidate("bilstm-h300", from_teacher=None, hidden_size=300, embedding_dim=50), 400,
                          settings, "cache")
     assert bilstm == {"method": "bilstm", "max_steps": 400, "hidden_size": 300, "word_vectors": "glove.txt",
                       "teacher_dtype": "bfloat16", "seed": 7, "eval_every": 200,
-                      "no_progress": True}  # its own optimiser, batch and rate; labelled in the runs' precision
+                      "no_progress": True}  # its own optimiser (no average), batch and rate; labelled in bf16
     monkeypatch.setenv("KDBERT_MIXED_PRECISION", "no")
     assert run_options(candidate("bilstm-h300", from_teacher=None, hidden_size=300), 400, settings,
                        "cache")["teacher_dtype"] == "float32"
@@ -1377,3 +1380,5 @@ def test_the_recipe_line_names_each_stage_and_a_temperature_only_where_a_term_so
                             "batch_size": 50, "schedule": "constant"}],
                 "matches": {"bilstm": ["distill: 1 * squared_l2(logits, logits)"]}}
     assert recipe_line(constant) == "bilstm: 1 * squared_l2(logits, logits); adadelta at 1, batch 50, constant schedule"
+    averaged = {**kd, "stages": [{**stage, "ema_decay": 0.998}]}
+    assert recipe_line(averaged) == recipe_line(kd) + ", weights averaged (EMA 0.998)"

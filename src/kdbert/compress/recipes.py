@@ -29,6 +29,12 @@ teacher's score plus ``0.3 *`` MSE to the gold score. Measured at equal steps ov
 the bert family (level on MRPC and CoLA) and 5.6 points of MRPC better for mobilebert, so the search
 compares shapes under one loss rather than recipes.
 
+Every token-level run trains at a rate that stays near its peak (its schedule is set for the
+search's horizon, since a promoted run continues) and is scored, kept and shipped on the moving
+average of its weights (``--ema-decay``, :class:`kdbert.core.optim.EmaAdamW`), which settles as a
+decayed rate would at whatever step the run pauses: on SST-2 at 1,200 steps it gained what a decay
+planned to end there gains (BENCHMARKS.md, the recipe study).
+
 Every token-level recipe reads the teacher's logits through one teacher cache shared by all
 candidates and rounds (``teacher_cache``), so the teacher's logits are computed once per distinct
 training row for the whole search (TinyBERT's intermediate stage still runs the teacher for its
@@ -50,7 +56,8 @@ from kdbert.families.selection import KINDS as SELECTED_KINDS
 @dataclass(frozen=True)
 class SearchSettings:
     """How the search distils: rungs of successive halving (``rounds``), steps of the first rung
-    (doubled each rung), the token-level runs' batch size and learning rate, the seed, the BiLSTM's
+    (doubled each rung), the token-level runs' batch size, learning rate and the decay of their
+    weights' moving average (``ema_decay``, 0: none), the seed, the BiLSTM's
     word vectors, the share of a TinyBERT run's first rung spent on intermediate matches, and whether
     a rung gives every family the same wall time or the same steps (``round_share``);
     ``max_train_examples`` distils on the first rows of the training split only (None: all);
@@ -62,6 +69,7 @@ class SearchSettings:
     batch_size: int = CompressConfig.batch_size
     learning_rate: float = CompressConfig.learning_rate
     seed: int = CompressConfig.seed
+    ema_decay: float = CompressConfig.ema_decay
     word_vectors: str | None = CompressConfig.word_vectors
     intermediate_share: float = CompressConfig.intermediate_share
     round_share: str = CompressConfig.round_share
@@ -149,8 +157,10 @@ def run_options(candidate: Candidate, steps: int, settings: SearchSettings, teac
     options.update(seed=settings.seed, eval_every=max(1, options["max_steps"] // 2), no_progress=True)
     if settings.max_train_examples:
         options["max_train_examples"] = settings.max_train_examples
-    if starts_from_teacher(candidate):
+    if starts_from_teacher(candidate):  # AdamW at the search's batch and rate, its weights' average scored
         options.update(batch_size=settings.batch_size, learning_rate=settings.learning_rate)
+        if settings.ema_decay:
+            options["ema_decay"] = settings.ema_decay
     if not reads_stored_logits(candidate):
         options["teacher_cache"] = teacher_cache
     return options

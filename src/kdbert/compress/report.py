@@ -42,7 +42,8 @@ def last_runs(report: dict) -> dict[str, dict]:
 def recipe_line(run_report: dict) -> str:
     """What a run trained with, from its ``distill_report.json``: each stage's loss terms (weight *
     loss(student's output, teacher's)), the temperature where a term softens by it (soft
-    cross-entropy, KL; not a regression's MSE), and its optimiser, rate, batch and schedule."""
+    cross-entropy, KL; not a regression's MSE), its optimiser, rate, batch and schedule, and the
+    decay of its weights' moving average where that is what was scored."""
     loss = run_report.get("loss") or {}
     temperature = run_report.get("temperature", loss.get("temperature"))
     stages = []
@@ -53,7 +54,8 @@ def recipe_line(run_report: dict) -> str:
                       + f"; {stage['optimizer']} at {stage['learning_rate']:g}, batch {stage['batch_size']}, "
                       f"{stage['schedule']} schedule" + (f" over {stage['max_steps']:,} steps"
                                                          if stage.get("max_steps") and stage["schedule"] != "constant"
-                                                         else ""))
+                                                         else "")
+                      + (f", weights averaged (EMA {stage['ema_decay']:g})" if stage.get("ema_decay") else ""))
     return "; then ".join(stages)
 
 
