@@ -45,8 +45,9 @@ VARIANTS = {
     "search": {},  # today's recipe: the search's options as they are
     "schedule-free": {"schedule_free": True},
     "schedule-free-lr3e-4": {"schedule_free": True, "learning_rate": 3e-4},
-    "annealed": "annealed",  # the same run with a linear decay that ends at --steps (what no search can know)
-    "ema": {"ema_decay": 0.998},  # the search's constant rate; scored and kept: the weights' moving average
+    "annealed": "annealed",  # a linear decay that ends at --steps (what no search can know), the trained weights scored
+    "constant": {"ema_decay": None},  # the search's rate (near its peak throughout), the trained weights scored
+    "ema": {"ema_decay": 0.998},  # ... the weights' moving average scored (the search's default since 2026-11-29)
     "regression-teacher": {"regression_target": "teacher"},
     "even": "even",  # the search's options from a start of evenly spaced teacher units (compress --selection even)
     "importance": "importance",  # ... from the teacher's units ranked by importance (compress --selection importance)
@@ -62,7 +63,9 @@ VARIANTS = {
 apply to candidates distilled by ``kd``, at T=20 with 0.3 of the hard labels: mobilebert, pretrained,
 and since 2026-11-29 the bert-style ones too; before, those trained on the teacher's soft targets
 alone at T=1, which "tinybert-t1" restores, so "search" runs of bert-style candidates recorded
-before then are "tinybert-t1" runs; each row records its method). Before ``--selection`` existed
+before then are "tinybert-t1" runs; each row records its method). Since the same day the search
+scores AdamW runs on their weights' moving average, so "search" and "ema" runs recorded since are
+alike and earlier "search" runs are "constant" runs (each row records its ``ema_decay``). Before ``--selection`` existed
 the search started from evenly spaced units, so "search" runs recorded then are "even" runs. "cls-pooling" turns off the mean pooling a student inherits from a
 mean-pooled teacher (``kdbert_pooling`` in its config), so its head reads the pooler's [CLS] vector."""
 
@@ -80,6 +83,8 @@ def search_options(candidate, settings: SearchSettings, steps: int, teacher: str
                "eval_every": steps // 2}
     if isinstance(VARIANTS[variant], dict):
         options.update(VARIANTS[variant])
+    if VARIANTS[variant] == "annealed":
+        options["ema_decay"] = None
     if VARIANTS[variant] == "as-kd":  # kd's own defaults (T=20, alpha 0.7); TinyBERT's stage options dropped
         options = {k: v for k, v in options.items() if k not in TINYBERT_ONLY} | {"method": "kd"}
     if VARIANTS[variant] == "tinybert-t1":  # its prediction stage alone: soft CE at T=1 (regression: gold MSE)
@@ -101,7 +106,7 @@ def scores(report: dict) -> dict:
     metrics = report["dev_metrics"]
     return {"held_out": metrics["selection_score"], "decide": metrics.get("decide_score"), "dev": metrics["score"],
             "train_seconds": report["train_seconds"], "precision": report["runtime"]["mixed_precision"],
-            "method": report["options"]["method"]}
+            "method": report["options"]["method"], "ema_decay": report["options"].get("ema_decay")}
 
 
 def main() -> None:
