@@ -147,8 +147,8 @@ def test_the_winner_is_the_fastest_keeping_the_share_among_every_candidate_train
     assert (winner["candidate"], winner["steps"], winner["rule"]) == ("bert-1x128", 100, "fastest keeping 0.97")
     assert winner["kept"] == pytest.approx(88.0 / 90.0)
     fallback = pick_winner(segments, goal(teacher=100.0))  # none keeps: the best latest score
-    assert (fallback["candidate"], fallback["steps"], fallback["rule"]) == ("bilstm-h150", 200,
-                                                                            "none keeps 0.97: best score")
+    assert (fallback["candidate"], fallback["steps"], fallback["rule"]) == (
+        "bilstm-h150", 200, "none keeps 0.97: best score, the fastest within its margin")
     with pytest.raises(KdbertError, match="no candidate finished a run within --budget-minutes"):
         pick_winner([running("bert-1x128", 0)], goal())
 
@@ -170,6 +170,25 @@ def test_the_winner_is_decided_on_the_rows_that_decide_within_the_noise_margin()
     # without an error the line is hard
     hard = Goal(95.0, 0.97, LATENCY, teacher_decide=90.0)
     assert hard.keeps_decided(87.3) and not hard.keeps_decided(87.29)
+
+
+def test_when_none_keeps_the_share_a_near_tie_on_the_rows_that_decide_goes_to_the_faster():
+    # SST-2 at 4x (2026-11-29): the teacher decides at 92.15 (se 1.45), so none keeps 0.97 (line 89.39, beyond the
+    # margins); mobilebert-2x384 leads at 82.85 (se 2.09), bert-1x128 (3.3x faster) follows at 81.40 (se 2.10):
+    # 1.45 apart, within sqrt(2.09^2 + 2.10^2) = 2.963; bilstm-h150's 76.74 (se 2.20) is 6.11 behind, beyond 3.035
+    latency = {"bert-1x128": 0.14, "bilstm-h150": 0.21, "mobilebert-2x384": 0.45}
+    sst2 = Goal(91.57, 0.97, latency, teacher_decide=92.15, teacher_decide_se=1.45)
+    rows = [{**done(name, 0, 300, 85.0), "decide_score": score, "decide_se": se} for name, score, se in
+            (("mobilebert-2x384", 82.85, 2.09), ("bert-1x128", 81.40, 2.10), ("bilstm-h150", 76.74, 2.20))]
+    assert Goal.margin(2.09, 2.10) == pytest.approx(2.963, abs=5e-4)
+    ranking = ranked_candidates(rows, sst2)
+    assert [(row["candidate"], row["keeps"]) for row in ranking] == [
+        ("bert-1x128", False), ("mobilebert-2x384", False), ("bilstm-h150", False)]
+    assert ranking[0]["rule"] == "none keeps 0.97: best score, the fastest within its margin"
+    # with standard errors of 0.5 (margin 0.707) the 1.45-point lead stands
+    tight = [{**row, "decide_se": 0.5} for row in rows]
+    assert [row["candidate"] for row in ranked_candidates(tight, sst2)] == [
+        "mobilebert-2x384", "bert-1x128", "bilstm-h150"]
 
 
 def test_equal_time_gives_cheap_families_more_steps_and_tops_up_instead_of_rerunning():

@@ -49,7 +49,8 @@ decide keeps ``min_kept`` of the teacher's there, within the noise margin, among
 trained): once a candidate keeps it, a slower one can no longer win, so only candidates at least as
 fast are promoted, best score on the rows that pick first; scores within the margin of their
 standard errors count as a tie, which the faster candidate wins. The rows that decide never order
-a promotion.
+a promotion. When no candidate keeps the share, the winner is the best on the rows that decide,
+and there too a near-tie goes to the faster.
 """
 
 from __future__ import annotations
@@ -235,13 +236,20 @@ def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal
     at_rung = {s["candidate"]: s for s in sorted(segments, key=lambda s: s.get("steps", 0))
                if s["state"] == "done" and s["rung"] == rung}  # a topped-up rung 0: its longest run
     useful = [name for name in candidates if name in at_rung and goal.latency[name] <= limit]
-    left = sorted(useful, key=lambda name: (-at_rung[name]["score"], at_rung[name].get("loss", math.inf), name))
+    rows = [{**at_rung[name], "candidate": name} for name in useful]
+    return [row["candidate"] for row in near_ties_to_speed(rows, lambda row: (row["score"], row.get("se", 0.0)), goal)]
+
+
+def near_ties_to_speed(rows: list[dict], scored, goal: Goal) -> list[dict]:
+    """``rows`` (one per candidate) best first by ``scored(row)``'s score (then lower held-out loss,
+    then name), where a near-tie goes to speed: of the rows left, the fastest whose score is within
+    :meth:`Goal.margin` of the best's (``scored(row)``: score and bootstrap standard error) comes next."""
+    left = sorted(rows, key=lambda row: (-scored(row)[0], row.get("loss", math.inf), row["candidate"]))
     order = []
     while left:
-        best = at_rung[left[0]]
-        tied = [left[0]] + [name for name in left[1:] if best["score"] - at_rung[name]["score"]
-                            < goal.margin(best.get("se", 0.0), at_rung[name].get("se", 0.0))]
-        order.append(min(tied, key=lambda name: goal.latency[name]))  # min keeps the first of equal latency
+        best, best_se = scored(left[0])
+        tied = [left[0]] + [row for row in left[1:] if best - scored(row)[0] < goal.margin(best_se, scored(row)[1])]
+        order.append(min(tied, key=lambda row: goal.latency[row["candidate"]]))  # min keeps the first of equals
         left.remove(order[-1])
     return order
 
@@ -323,17 +331,18 @@ def _next_rung_steps(name: str, rung: int, done: int, segments: list[dict], sett
 def ranked_candidates(segments: list[dict], goal: Goal) -> list[dict]:
     """Every candidate trained (its latest segment) in the order the winner rule prefers them, scored
     on the rows that decide (:func:`decided`): those that keep the share (:meth:`Goal.keeps_decided`),
-    fastest first, then the rest by score (then lower loss, then name); each with ``kept``,
-    ``keeps`` and ``rule``."""
+    fastest first, then the rest by score, a near-tie going to the faster (:func:`near_ties_to_speed`:
+    when none keeps, the rows cannot tell scores within the margin apart, so speed decides); each
+    with ``kept``, ``keeps`` and ``rule``."""
     rows = list(latest(segments).values())
     if not rows:
         raise KdbertError("no candidate finished a run within --budget-minutes; raise it or lower --first-steps")
     keeping = sorted((row for row in rows if goal.keeps_decided(*decided(row))),
                      key=lambda row: (goal.latency[row["candidate"]], row["candidate"]))
-    rest = sorted((row for row in rows if row not in keeping),
-                  key=lambda row: (-decided(row)[0], row.get("loss", math.inf), row["candidate"]))
-    return [{**row, "kept": goal.kept(decided(row)[0]), "keeps": row in keeping,
-             "rule": f"fastest keeping {goal.min_kept:g}" if keeping else f"none keeps {goal.min_kept:g}: best score"}
+    rest = near_ties_to_speed([row for row in rows if row not in keeping], decided, goal)
+    rule = (f"fastest keeping {goal.min_kept:g}" if keeping
+            else f"none keeps {goal.min_kept:g}: best score, the fastest within its margin")
+    return [{**row, "kept": goal.kept(decided(row)[0]), "keeps": row in keeping, "rule": rule}
             for row in keeping + rest]
 
 
