@@ -262,7 +262,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     first_round = {row["candidate"]: row for row in report["search"]["rounds"][0]}
     assert {name: row["method"] for name, row in first_round.items()} == {"bert-1x128": "kd", "bilstm-h150": "bilstm"}
     assert report["winner"]["candidate"] in first_round and report["winner"]["rule"].startswith(
-        ("fastest keeping 0.97", "none keeps 0.97"))
+        ("fastest keeping 0.97", "none keeps 0.97", "none beats the majority class"))
     for name in first_round:  # every segment of a candidate continues its one run: the steps add up
         own = [row for row in segments if row["candidate"] == name]
         assert [row["steps"] for row in own] == list(itertools.accumulate(row["trained"] for row in own))

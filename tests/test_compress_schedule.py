@@ -191,6 +191,45 @@ def test_when_none_keeps_the_share_a_near_tie_on_the_rows_that_decide_goes_to_th
         "mobilebert-2x384", "bert-1x128", "bilstm-h150"]
 
 
+def test_a_candidate_no_better_than_the_majority_class_on_the_deciding_rows_comes_after_every_one_that_is():
+    # MRPC at 8x of the MPNet-base teacher (2026-11-29): mpnet-1x128 answers one class, 74.78 on the deciding rows,
+    # the majority class's score there; bilstm-h150 (slower) 76.17: within their margin (sqrt(3.2^2 + 3.1^2) =
+    # 4.46), so the near-tie rule alone would ship the one-class model
+    latency = {"mpnet-1x128": 0.35, "bilstm-h150": 0.44}
+    rows = [{**done("mpnet-1x128", 0, 300, 77.5), "decide_score": 74.78, "decide_se": 3.2},
+            {**done("bilstm-h150", 0, 300, 80.0), "decide_score": 76.17, "decide_se": 3.1}]
+    mrpc = Goal(86.73, 0.97, latency, teacher_decide=85.54, teacher_decide_se=2.48, majority_decide=74.78)
+    assert not mrpc.informative(74.78) and mrpc.informative(74.79)
+    ranking = ranked_candidates(rows, mrpc)
+    assert [row["candidate"] for row in ranking] == ["bilstm-h150", "mpnet-1x128"]
+    assert ranking[0]["rule"] == "none keeps 0.97: best score, the fastest within its margin"
+    unknown = Goal(86.73, 0.97, latency, teacher_decide=85.54, teacher_decide_se=2.48)  # majority not known
+    assert [row["candidate"] for row in ranked_candidates(rows, unknown)] == ["mpnet-1x128", "bilstm-h150"]
+    # a share "kept" at the majority class's score is not kept: RTE, teacher 56.45 (se 4.45), majority 54.84
+    rte = Goal(64.0, 0.97, latency, teacher_decide=56.45, teacher_decide_se=4.45, majority_decide=54.84)
+    at_majority = [{**rows[0], "decide_score": 54.84}, {**rows[1], "decide_score": 55.65}]
+    ranking = ranked_candidates(at_majority, rte)
+    assert [(row["candidate"], row["keeps"], row["rule"]) for row in ranking] == [
+        ("bilstm-h150", True, "fastest keeping 0.97"), ("mpnet-1x128", False, "fastest keeping 0.97")]
+    # none beats it: the best score, the fastest within its margin, and the rule says why
+    below = [{**row, "decide_score": 50.0} for row in at_majority]
+    ranking = ranked_candidates(below, rte)
+    assert ranking[0]["candidate"] == "mpnet-1x128" and ranking[0]["rule"] == (
+        "none beats the majority class (54.84): best score, the fastest within its margin")
+
+
+def test_the_majority_class_score_on_given_rows_is_the_constant_answer_of_the_training_labels():
+    from types import SimpleNamespace
+
+    from kdbert.compress.teacher import majority_score
+    from kdbert.data.tasks import GLUE_TASKS
+
+    labelled = lambda labels: [SimpleNamespace(label=label) for label in labels]  # noqa: E731
+    data = SimpleNamespace(spec=GLUE_TASKS["sst2"], train=labelled([1, 1, 0]), dev={"dev": labelled([1, 1, 0, 1])})
+    assert majority_score(data) == pytest.approx(75.0)  # answers 1: 3 of 4 right on dev
+    assert majority_score(data, labelled([1, 0, 0, 0])) == pytest.approx(25.0)  # 1 of 4 on the given rows
+
+
 def test_equal_time_gives_cheap_families_more_steps_and_tops_up_instead_of_rerunning():
     time_share = SearchSettings(first_steps=100, round_share="time")
     # BERT: 10 s for 100 steps (0.1 s a step); the BiLSTM: 1 s for 100 (0.01): mean 0.055

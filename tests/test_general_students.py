@@ -213,7 +213,7 @@ def test_compress_starts_candidates_of_a_built_shape_from_their_general_student(
     for key, value in start.bert.state_dict().items():
         assert torch.equal(value, general[key]), key
     markdown = (tmp_path / "general" / "compress_report.md").read_text()
-    assert "| tinybert, general start |" in markdown
+    assert "| kd, general start |" in markdown
     assert f"bert-2x128 started from the general students built from {base_dir}" in markdown
 
     assert main([*args, "--output-dir", str(tmp_path / "off"), "--no-general-students"]) == 0

@@ -383,7 +383,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                                               config.seed, labelling.row_seconds)
         window = Window.from_now(deadline.left() - reserve, config.first_round_share)
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, teacher.metrics["decide_score"],
-                    teacher.metrics["decide_se"])
+                    teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None)
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),
                     labelling=labelling.plan_options(), selection=config.selection)

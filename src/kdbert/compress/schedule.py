@@ -125,13 +125,20 @@ class Goal:
     """What the winner must do: keep ``min_kept`` of the teacher's score; ``latency`` (ms per row, by
     candidate) decides among those that do. The search compares on the held-out rows that pick
     (the teacher's ``teacher_score``), the winner on those that decide (``teacher_decide``, with its
-    bootstrap standard error ``teacher_decide_se``; None: the rows that pick decide too)."""
+    bootstrap standard error ``teacher_decide_se``; None: the rows that pick decide too), where
+    always answering the majority class scores ``majority_decide`` (None: not known)."""
 
     teacher_score: float
     min_kept: float
     latency: dict[str, float]
     teacher_decide: float | None = None
     teacher_decide_se: float = 0.0
+    majority_decide: float | None = None
+
+    def informative(self, score: float) -> bool:
+        """Whether ``score`` on the rows that decide beats always answering the majority class there
+        (a student at or below it has shown nothing of the teacher, whatever share it "keeps")."""
+        return self.majority_decide is None or score > self.majority_decide
 
     @staticmethod
     def margin(*errors: float) -> float:
@@ -332,18 +339,23 @@ def ranked_candidates(segments: list[dict], goal: Goal) -> list[dict]:
     """Every candidate trained (its latest segment) in the order the winner rule prefers them, scored
     on the rows that decide (:func:`decided`): those that keep the share (:meth:`Goal.keeps_decided`),
     fastest first, then the rest by score, a near-tie going to the faster (:func:`near_ties_to_speed`:
-    when none keeps, the rows cannot tell scores within the margin apart, so speed decides); each
-    with ``kept``, ``keeps`` and ``rule``."""
+    when none keeps, the rows cannot tell scores within the margin apart, so speed decides); a
+    candidate that does not beat the majority class there (:meth:`Goal.informative`) comes after
+    every one that does. Each with ``kept``, ``keeps`` and ``rule``."""
     rows = list(latest(segments).values())
     if not rows:
         raise KdbertError("no candidate finished a run within --budget-minutes; raise it or lower --first-steps")
-    keeping = sorted((row for row in rows if goal.keeps_decided(*decided(row))),
+    informative = [row for row in rows if goal.informative(decided(row)[0])]
+    keeping = sorted((row for row in informative if goal.keeps_decided(*decided(row))),
                      key=lambda row: (goal.latency[row["candidate"]], row["candidate"]))
-    rest = near_ties_to_speed([row for row in rows if row not in keeping], decided, goal)
+    rest = near_ties_to_speed([row for row in informative if row not in keeping], decided, goal)
     rule = (f"fastest keeping {goal.min_kept:g}" if keeping
             else f"none keeps {goal.min_kept:g}: best score, the fastest within its margin")
+    if not informative:
+        rule = f"none beats the majority class ({goal.majority_decide:.2f}): best score, the fastest within its margin"
+    uninformative = near_ties_to_speed([row for row in rows if row not in informative], decided, goal)
     return [{**row, "kept": goal.kept(decided(row)[0]), "keeps": row in keeping, "rule": rule}
-            for row in keeping + rest]
+            for row in keeping + rest + uninformative]
 
 
 def pick_winner(segments: list[dict], goal: Goal) -> dict:

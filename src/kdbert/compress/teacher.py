@@ -70,9 +70,10 @@ def dev_outputs(data, evaluator, model):
     return np.concatenate([evaluator.predict(model, d) for d in evaluator.splits.values()])
 
 
-def majority_score(data) -> float | None:
-    """The dev score of always answering the most frequent training label (the mean for regression);
-    ``None`` for question answering, which has no such constant answer."""
+def majority_score(data, rows: list | None = None) -> float | None:
+    """The score of always answering the most frequent training label (the mean for regression) on
+    dev, or on ``rows`` (e.g. the held-out rows that decide); ``None`` for question answering, which
+    has no such constant answer."""
     if data.spec.question_answering:
         return None
     labels = [row.label for row in data.train]
@@ -80,13 +81,14 @@ def majority_score(data) -> float | None:
         constant = sum(labels) / len(labels)
     else:
         constant = Counter(labels).most_common(1)[0][0]
+    splits = data.dev if rows is None else {"rows": rows}
     metrics = {}
-    for name, rows in data.dev.items():
-        predictions = np.full(len(rows), constant, dtype=float if data.spec.is_regression else int)
-        references = np.array([row.label for row in rows])
+    for name, split in splits.items():
+        predictions = np.full(len(split), constant, dtype=float if data.spec.is_regression else int)
+        references = np.array([row.label for row in split])
         metrics.update(compute_metrics(data.spec.metrics, predictions, references,
-                                       "" if len(data.dev) == 1 else f"{name}/"))
-    return task_score(metrics, data.spec.metrics, tuple(data.dev))
+                                       "" if len(splits) == 1 else f"{name}/"))
+    return task_score(metrics, data.spec.metrics, tuple(splits))
 
 
 def held_out_task(teacher_dir: str, task: TaskOptions, trained_on_all: bool) -> tuple[TaskOptions, dict]:
