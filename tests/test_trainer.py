@@ -188,10 +188,9 @@ def test_a_deadline_that_leaves_time_changes_nothing(tmp_path):
     assert report["stopped_early"] is None and report["history"][-1]["step"] == 3
 
 
-def test_an_ema_stage_evaluates_and_keeps_the_moving_average_of_the_trained_weights(tmp_path):
-    """With ``ema_decay`` 0.5 the average of steps 1-3 is a_1 = p_1, a_2 = 0.25 a_1 + 0.75 p_2
-    (d_2 = min(0.5, 3/12)), a_3 = (4/13) a_2 + (9/13) p_3; the p_t are plain AdamW's, which the
-    averaging never feeds back into. Steps 2 and 3 are evaluated on a_2 and a_3; a_3 stays in the model."""
+def _three_steps_evaluated_at_2_and_3(tmp_path, **optimiser):
+    """A 3-step run on 8 rows (one batch a step, lr 0.01, no clipping) with ``optimiser``'s options,
+    evaluated at steps 2 and 3: (the weights each evaluation saw, the trainer, the stage)."""
     seen = []
 
     def evaluator(student):
@@ -199,16 +198,26 @@ def test_an_ema_stage_evaluates_and_keeps_the_moving_average_of_the_trained_weig
         return {"score": 0.0}
 
     stage = _toy_stage(_loss_on_inputs, n=8, batch_size=8, max_steps=3, eval_every=2, learning_rate=0.01,
-                       schedule="constant", ema_decay=0.5, max_grad_norm=0.0)
+                       max_grad_norm=0.0, **optimiser)
     trainer = Trainer(_linear_modules(), [stage], RunConfig(str(tmp_path), progress=False, log_every=1),
                       PaddingCollator(0), evaluator=evaluator)
     trainer.train()
+    return seen, trainer, stage
 
+
+def _decay_groups(model) -> list[dict]:
+    """The trainer's optimiser groups for ``model``: weight decay 0.01 on matrices, none on the rest."""
+    return [{"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": 0.01},
+            {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}]
+
+
+def test_an_ema_stage_evaluates_and_keeps_the_moving_average_of_the_trained_weights(tmp_path):
+    """With ``ema_decay`` 0.5 the average of steps 1-3 is a_1 = p_1, a_2 = 0.25 a_1 + 0.75 p_2
+    (d_2 = min(0.5, 3/12)), a_3 = (4/13) a_2 + (9/13) p_3; the p_t are plain AdamW's, which the
+    averaging never feeds back into. Steps 2 and 3 are evaluated on a_2 and a_3; a_3 stays in the model."""
+    seen, trainer, stage = _three_steps_evaluated_at_2_and_3(tmp_path, schedule="constant", ema_decay=0.5)
     model = _linear_modules()["student"]
-    decayed = [p for p in model.parameters() if p.ndim >= 2]
-    plain = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.01},
-                                   {"params": plain, "weight_decay": 0.0}], lr=0.01)
+    optimizer = torch.optim.AdamW(_decay_groups(model), lr=0.01)
     batch = PaddingCollator(0)([stage.dataset[i] for i in range(8)])  # every step sees all 8 rows
     trained = []
     for _ in range(3):
@@ -235,23 +244,9 @@ def test_a_schedule_free_stage_evaluates_and_keeps_the_averaged_weights(tmp_path
     same as the library's own ``eval()`` gives when driven by hand over the same batches."""
     import schedulefree
 
-    seen = []
-
-    def evaluator(student):
-        seen.append({k: v.clone() for k, v in student.state_dict().items()})
-        return {"score": 0.0}
-
-    stage = _toy_stage(_loss_on_inputs, n=8, batch_size=8, max_steps=3, eval_every=2, learning_rate=0.01,
-                       warmup_ratio=0.34, schedule_free=True, max_grad_norm=0.0)
-    trainer = Trainer(_linear_modules(), [stage], RunConfig(str(tmp_path), progress=False, log_every=1),
-                      PaddingCollator(0), evaluator=evaluator)
-    trainer.train()
-
+    seen, trainer, stage = _three_steps_evaluated_at_2_and_3(tmp_path, warmup_ratio=0.34, schedule_free=True)
     model = _linear_modules()["student"]
-    decayed = [p for p in model.parameters() if p.ndim >= 2]
-    plain = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = schedulefree.AdamWScheduleFree([{"params": decayed, "weight_decay": 0.01},
-                                                {"params": plain, "weight_decay": 0.0}], lr=0.01, warmup_steps=1)
+    optimizer = schedulefree.AdamWScheduleFree(_decay_groups(model), lr=0.01, warmup_steps=1)
     optimizer.train()
     batch = PaddingCollator(0)([stage.dataset[i] for i in range(8)])  # every step sees all 8 rows
     expected = []
