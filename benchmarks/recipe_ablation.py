@@ -3,7 +3,8 @@
     OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task stsb \
         --candidate bert-3x256 --variants search ema annealed --seeds 42 43 44 --steps 1200
 
-Each run is one candidate built from the teacher as the search builds it (weight selection),
+Each run is one candidate built from the teacher as the search builds it (weight selection), or a
+BiLSTM (``--candidate bilstm-h300``: its own vocabulary and ``--word-vectors``, as the search's),
 distilled with the search's options for its kind (the schedule set for the search's horizon, its
 warm-up, its batch size and rate), on the held-out rows the teacher's ``kdbert finetune`` recorded
 (half pick the checkpoint, half decide, as in the search), for ``--steps`` steps, evaluated at half
@@ -28,7 +29,7 @@ from paths import GLUE_DIR, run_folder
 from transformers import AutoConfig
 
 from kdbert.compress.build import build_from_teacher
-from kdbert.compress.recipes import SearchSettings, run_options
+from kdbert.compress.recipes import SearchSettings, run_options, starts_from_teacher
 from kdbert.compress.schedule import horizon
 from kdbert.compress.speed import all_candidates, shape_context
 from kdbert.compress.teacher import held_out_task
@@ -48,6 +49,7 @@ VARIANTS = {
     "annealed": "annealed",  # a linear decay that ends at --steps (what no search can know), the trained weights scored
     "constant": {"ema_decay": None},  # the search's rate (near its peak throughout), the trained weights scored
     "ema": {"ema_decay": 0.998},  # ... the weights' moving average scored (the search's default since 2026-11-29)
+    "ema-0.99": {"ema_decay": 0.99},  # ... a shorter average (about the last 100 steps)
     "regression-teacher": {"regression_target": "teacher"},
     "even": "even",  # the search's options from a start of evenly spaced teacher units (compress --selection even)
     "importance": "importance",  # ... from the teacher's units ranked by importance (compress --selection importance)
@@ -78,9 +80,10 @@ def search_options(candidate, settings: SearchSettings, steps: int, teacher: str
     """The options the search gives ``candidate``'s run (``compress/search.py`` ``_options``),
     changed as ``variant`` says, paused at ``steps``."""
     length = steps if VARIANTS[variant] == "annealed" else horizon(settings)  # "even", "importance": the search's
-    options = {**run_options(candidate, length, settings, str(cache)), "teacher": teacher, "student": str(start),
-               "warmup_ratio": min(0.1 * settings.first_steps, 0.1 * steps) / length, "keep_checkpoints": 1,
+    options = {**run_options(candidate, length, settings, str(cache)), "teacher": teacher, "keep_checkpoints": 1,
                "eval_every": steps // 2}
+    if starts_from_teacher(candidate):  # the BiLSTM builds its own start and runs Adadelta at a constant rate
+        options |= {"student": str(start), "warmup_ratio": min(0.1 * settings.first_steps, 0.1 * steps) / length}
     if isinstance(VARIANTS[variant], dict):
         options.update(VARIANTS[variant])
     if VARIANTS[variant] == "annealed":
@@ -113,7 +116,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True)
     parser.add_argument("--teacher", help="default: runs/teacher-<task>")
-    parser.add_argument("--candidate", required=True, help="a BERT-style candidate name, e.g. bert-3x256")
+    parser.add_argument("--candidate", required=True, help="a candidate's name, e.g. bert-3x256 or bilstm-h300")
+    parser.add_argument("--word-vectors", default="encoder:default",
+                        help="the BiLSTM's word vectors (the benchmark searches' --word-vectors)")
     parser.add_argument("--variants", nargs="+", default=["search", "schedule-free"], choices=sorted(VARIANTS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
     parser.add_argument("--steps", type=int, default=1200)
@@ -125,14 +130,14 @@ def main() -> None:
     task, _ = held_out_task(teacher, TaskOptions(task=args.task, data_dir=args.data_dir), trained_on_all=False)
     task = replace(task, decide_share=DECIDE_SHARE)
     context = shape_context(teacher, task)
-    offered = {c.name: c for c in all_candidates(context) if c.from_teacher is not None}
+    offered = {c.name: c for c in all_candidates(context)}
     if args.candidate not in offered:
-        raise KdbertError(f"--candidate {args.candidate}: not a BERT-style candidate of this teacher; choose from "
+        raise KdbertError(f"--candidate {args.candidate}: not a candidate of this teacher; choose from "
                           f"{', '.join(offered)}")
     candidate = offered[args.candidate]
     root = Path(args.runs_dir) / args.task / candidate.name
     starts = {"even": root / "start", "importance": root / "start-importance"}
-    for selection, start in starts.items():
+    for selection, start in starts.items() if starts_from_teacher(candidate) else ():
         if not (start / "config.json").is_file() and (selection == "even" or "importance" in args.variants):
             ranked = None
             if selection == "importance":
@@ -147,14 +152,15 @@ def main() -> None:
     command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task {args.task} "
                f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
                f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
-               + (f" --key-suffix={args.key_suffix}" if args.key_suffix else ""))
+               + (f" --key-suffix={args.key_suffix}" if args.key_suffix else "")
+               + (f" --word-vectors {args.word_vectors}" if not starts_from_teacher(candidate) else ""))
     for seed in args.seeds:  # every variant of a seed before the next seed: pairs compare as they come
         for variant in args.variants:
             out = root / variant / f"seed{seed}"
             if (out / "distill_report.json").is_file():
                 report = json.loads((out / "distill_report.json").read_text())
             else:
-                settings = SearchSettings(seed=seed)
+                settings = SearchSettings(seed=seed, word_vectors=args.word_vectors or None)
                 start = starts[variant if variant in ("importance", "cls-pooling") else "even"]
                 options = search_options(candidate, settings, args.steps, teacher, start, root.parent / "teacher-cache",
                                          variant)

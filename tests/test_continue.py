@@ -43,13 +43,13 @@ def _evaluator(student):
 
 
 def _toy_run(out: Path, resume: bool = False, schedule_free: bool = False, ema_decay: float | None = None,
-             **run) -> tuple[Trainer, dict]:
+             optimizer: str = "adamw", **run) -> tuple[Trainer, dict]:
     """Two stages (4 then 6 steps, evaluated every 3; dropout draws on the random state), one
     optimiser step a batch of 4 of 10 rows, so the epochs end mid-stage."""
     torch.manual_seed(0)
     config = BertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=8, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
-    optimiser = {"schedule_free": schedule_free, "ema_decay": ema_decay}
+    optimiser = {"schedule_free": schedule_free, "ema_decay": ema_decay, "optimizer": optimizer}
     stages = [_toy_stage("first", 4, schedule="constant", evaluate=False, **optimiser),
               _toy_stage("second", 6, eval_every=3, **optimiser)]
     trainer = Trainer({"student": BertForSequenceClassification(config)}, stages,
@@ -71,8 +71,9 @@ def assert_same_weights(a: dict, b: dict) -> None:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize("optimiser", [{}, {"schedule_free": True}, {"ema_decay": 0.9}],
-                         ids=["adamw", "schedule-free", "ema"])
+@pytest.mark.parametrize("optimiser", [{}, {"schedule_free": True}, {"ema_decay": 0.9},
+                                       {"ema_decay": 0.9, "optimizer": "adadelta"}],
+                         ids=["adamw", "schedule-free", "ema", "adadelta-ema"])
 def test_a_run_paused_twice_and_continued_ends_as_one_run_straight_through(tmp_path, optimiser):
     straight, _ = _toy_run(tmp_path / "straight", **optimiser)
     # mid-stage off the evaluation steps, then at the first stage's end: step 4 over all stages

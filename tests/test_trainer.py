@@ -188,8 +188,8 @@ def test_a_deadline_that_leaves_time_changes_nothing(tmp_path):
     assert report["stopped_early"] is None and report["history"][-1]["step"] == 3
 
 
-def _three_steps_evaluated_at_2_and_3(tmp_path, **optimiser):
-    """A 3-step run on 8 rows (one batch a step, lr 0.01, no clipping) with ``optimiser``'s options,
+def _three_steps_evaluated_at_2_and_3(tmp_path, learning_rate=0.01, **optimiser):
+    """A 3-step run on 8 rows (one batch a step, no clipping) with ``optimiser``'s options,
     evaluated at steps 2 and 3: (the weights each evaluation saw, the trainer, the stage)."""
     seen = []
 
@@ -197,7 +197,7 @@ def _three_steps_evaluated_at_2_and_3(tmp_path, **optimiser):
         seen.append({k: v.clone() for k, v in student.state_dict().items()})
         return {"score": 0.0}
 
-    stage = _toy_stage(_loss_on_inputs, n=8, batch_size=8, max_steps=3, eval_every=2, learning_rate=0.01,
+    stage = _toy_stage(_loss_on_inputs, n=8, batch_size=8, max_steps=3, eval_every=2, learning_rate=learning_rate,
                        max_grad_norm=0.0, **optimiser)
     trainer = Trainer(_linear_modules(), [stage], RunConfig(str(tmp_path), progress=False, log_every=1),
                       PaddingCollator(0), evaluator=evaluator)
@@ -211,13 +211,17 @@ def _decay_groups(model) -> list[dict]:
             {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}]
 
 
-def test_an_ema_stage_evaluates_and_keeps_the_moving_average_of_the_trained_weights(tmp_path):
+@pytest.mark.parametrize("name, plain, lr", [
+    ("adamw", lambda groups, lr: torch.optim.AdamW(groups, lr=lr), 0.01),
+    ("adadelta", lambda groups, lr: torch.optim.Adadelta(groups, lr=lr, rho=0.95, eps=1e-6), 1.0)])
+def test_an_ema_stage_evaluates_and_keeps_the_moving_average_of_the_trained_weights(tmp_path, name, plain, lr):
     """With ``ema_decay`` 0.5 the average of steps 1-3 is a_1 = p_1, a_2 = 0.25 a_1 + 0.75 p_2
-    (d_2 = min(0.5, 3/12)), a_3 = (4/13) a_2 + (9/13) p_3; the p_t are plain AdamW's, which the
-    averaging never feeds back into. Steps 2 and 3 are evaluated on a_2 and a_3; a_3 stays in the model."""
-    seen, trainer, stage = _three_steps_evaluated_at_2_and_3(tmp_path, schedule="constant", ema_decay=0.5)
+    (d_2 = min(0.5, 3/12)), a_3 = (4/13) a_2 + (9/13) p_3; the p_t are the plain optimiser's, which
+    the averaging never feeds back into. Steps 2 and 3 are evaluated on a_2 and a_3; a_3 stays in the model."""
+    seen, trainer, stage = _three_steps_evaluated_at_2_and_3(tmp_path, learning_rate=lr, schedule="constant",
+                                                             optimizer=name, ema_decay=0.5)
     model = _linear_modules()["student"]
-    optimizer = torch.optim.AdamW(_decay_groups(model), lr=0.01)
+    optimizer = plain(_decay_groups(model), lr)
     batch = PaddingCollator(0)([stage.dataset[i] for i in range(8)])  # every step sees all 8 rows
     trained = []
     for _ in range(3):
@@ -236,6 +240,18 @@ def test_an_ema_stage_evaluates_and_keeps_the_moving_average_of_the_trained_weig
     for name in a3:
         torch.testing.assert_close(final[name], a3[name], rtol=1e-5, atol=1e-6, msg=name)
     assert any(not torch.allclose(a3[k], p3[k]) for k in p3)  # the average is not the trained point
+
+
+def test_a_stage_that_asks_for_two_averages_is_refused_and_each_optimiser_gets_its_own():
+    from kdbert.core.optim import EmaAdadelta, EmaAdamW, make_optimizer
+
+    model = _linear_modules()["student"]
+    both = StageConfig("toy", ema_decay=0.9, schedule_free=True)
+    with pytest.raises(KdbertError, match="stage 'toy': ema_decay and schedule_free each average the weights; keep one"):
+        make_optimizer(both, _decay_groups(model), total=10)
+    for name, kind in (("adamw", EmaAdamW), ("adadelta", EmaAdadelta)):
+        optimizer = make_optimizer(StageConfig("toy", optimizer=name, ema_decay=0.9), _decay_groups(model), total=10)
+        assert type(optimizer) is kind and optimizer.decay == 0.9
 
 
 def test_a_schedule_free_stage_evaluates_and_keeps_the_averaged_weights(tmp_path):

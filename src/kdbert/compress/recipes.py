@@ -31,7 +31,7 @@ compares shapes under one loss rather than recipes.
 
 Every token-level run trains at a rate that stays near its peak (its schedule is set for the
 search's horizon, since a promoted run continues) and is scored, kept and shipped on the moving
-average of its weights (``--ema-decay``, :class:`kdbert.core.optim.EmaAdamW`), which settles as a
+average of its weights (``--ema-decay``, :class:`kdbert.core.optim.MovingAverage`), which settles as a
 decayed rate would at whatever step the run pauses: on SST-2 at 1,200 steps it gained what a decay
 planned to end there gains (BENCHMARKS.md, the recipe study).
 

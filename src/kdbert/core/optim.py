@@ -6,8 +6,8 @@ average x = (1 - c) x + c z, and x is what is evaluated, kept and shipped
 (:func:`averaged_weights`). It matches a linear decay that ends at the step where the run is
 stopped, whichever step that is: what a search that continues its runs needs.
 
-A stage with ``ema_decay`` runs AdamW and keeps an exponential moving average of its weights
-(:class:`EmaAdamW`); the average is what is evaluated, kept and shipped, by the same
+A stage with ``ema_decay`` runs its optimiser (AdamW or Adadelta) and keeps an exponential moving
+average of its weights (:class:`MovingAverage`); the average is what is evaluated, kept and shipped, by the same
 :func:`averaged_weights`. It plays the part of a decay at any step without planning one: the
 average's horizon (about ``1 / (1 - ema_decay)`` steps) trails the trained point.
 """
@@ -80,22 +80,22 @@ def clip_groups(module: nn.Module) -> list[list[nn.Parameter]]:
     return ([shared] if shared or not groups else []) + groups
 
 
-class EmaAdamW(torch.optim.AdamW):
-    """Fused AdamW that also keeps an exponential moving average of each parameter it steps:
+class MovingAverage:
+    """An optimiser that also keeps an exponential moving average of each parameter it steps:
     ``a_1 = p_1``, then ``a_t = d_t * a_(t-1) + (1 - d_t) * p_t`` with ``d_t = min(decay, (1 + t) / (10 + t))``
     (``t``: the optimiser steps taken; the warm-up keeps early steps from being the average).
     ``eval()`` puts the averages in the parameters (what is evaluated and saved), ``train()`` the
-    trained weights back; the averages are optimiser state, so checkpoints carry them."""
+    trained weights back; the averages are optimiser state, so checkpoints carry them. Mixed in
+    before a ``torch.optim`` optimiser whose state counts its ``step`` per parameter."""
 
-    def __init__(self, groups: list[dict], lr: float, decay: float):
-        super().__init__(groups, lr=lr, fused=True)
-        self.decay = decay
-        self.averaged_in = False
+    decay: float
+    averaged_in: bool = False
 
     @torch.no_grad()
     def step(self, closure=None):
         if self.averaged_in:
-            raise KdbertError("EmaAdamW.step() with the averaged weights in the model: call train() first")
+            raise KdbertError(f"{type(self).__name__}.step() with the averaged weights in the model: call train() "
+                              "first")
         loss = super().step(closure)
         for group in self.param_groups:
             for param in group["params"]:
@@ -131,6 +131,27 @@ class EmaAdamW(torch.optim.AdamW):
             self._swap()
 
 
+class EmaAdamW(MovingAverage, torch.optim.AdamW):
+    """Fused AdamW (as :data:`OPTIMIZERS`' ``adamw``) with a :class:`MovingAverage` of its weights."""
+
+    def __init__(self, groups: list[dict], lr: float, decay: float):
+        super().__init__(groups, lr=lr, fused=True)
+        self.decay = decay
+
+
+class EmaAdadelta(MovingAverage, torch.optim.Adadelta):
+    """Adadelta (as :data:`OPTIMIZERS`' ``adadelta``: rho 0.95, eps 1e-6) with a :class:`MovingAverage`
+    of its weights: the BiLSTM's optimiser, whose constant rate never settles on its own."""
+
+    def __init__(self, groups: list[dict], lr: float, decay: float):
+        super().__init__(groups, lr=lr, rho=0.95, eps=1e-6)
+        self.decay = decay
+
+
+AVERAGING = {"adamw": EmaAdamW, "adadelta": EmaAdadelta}
+"""Optimiser name -> its :class:`MovingAverage` form (a stage's ``ema_decay``)."""
+
+
 def is_schedule_free(config) -> bool:
     """Whether the stage runs schedule-free AdamW (module doc); other optimisers ignore the flag."""
     return config.schedule_free and config.optimizer == "adamw"
@@ -143,10 +164,10 @@ def make_optimizer(config, groups: list[dict], total: int) -> torch.optim.Optimi
         raise KdbertError(f"stage '{config.name}': unknown optimizer '{config.optimizer}'; use one of "
                           f"{', '.join(OPTIMIZERS)}")
     if config.ema_decay is not None:
-        if config.optimizer != "adamw" or is_schedule_free(config):
-            raise KdbertError(f"stage '{config.name}': ema_decay averages plain AdamW's weights; drop it or "
-                              "schedule_free, or use optimizer adamw")
-        return EmaAdamW(groups, config.learning_rate, config.ema_decay)
+        if is_schedule_free(config):
+            raise KdbertError(f"stage '{config.name}': ema_decay and schedule_free each average the weights; "
+                              "keep one")
+        return AVERAGING[config.optimizer](groups, config.learning_rate, config.ema_decay)
     if not is_schedule_free(config):
         return OPTIMIZERS[config.optimizer](groups, config.learning_rate)
     optimizer = schedulefree.AdamWScheduleFree(groups, lr=config.learning_rate,
@@ -158,9 +179,9 @@ def make_optimizer(config, groups: list[dict], total: int) -> torch.optim.Optimi
 @contextlib.contextmanager
 def averaged_weights(optimizer):
     """While the block runs, the parameters hold a schedule-free optimiser's average x or an
-    :class:`EmaAdamW`'s moving average (what is evaluated and saved), then the trained weights again;
-    other optimisers: nothing changes. ``optimizer``: the optimiser or accelerate's wrapper of it."""
-    if not isinstance(getattr(optimizer, "optimizer", optimizer), (schedulefree.AdamWScheduleFree, EmaAdamW)):
+    :class:`MovingAverage` (what is evaluated and saved), then the trained weights again; other
+    optimisers: nothing changes. ``optimizer``: the optimiser or accelerate's wrapper of it."""
+    if not isinstance(getattr(optimizer, "optimizer", optimizer), (schedulefree.AdamWScheduleFree, MovingAverage)):
         yield
         return
     optimizer.eval()
