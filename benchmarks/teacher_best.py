@@ -5,8 +5,8 @@
 Reads the fine-tuning runs ``teacher_glue.py --budget full --held-out-fraction 0.1 --learning-rate
 LR --epochs E`` recorded in ``results/teacher_glue.json`` (each folder holds the ``held_out.json``
 that ``kdbert compress`` reads, so the search holds out the rows the teacher never trained on), and
-per task keeps the run with the best score on those held-out rows (``selection_score``; dev only
-reports). Records the choice, every run compared, and the published dev figure of a fine-tuned
+per task keeps the run with the best score on those held-out rows (``selection_score``; a tie, which
+RTE's 125 rows give, goes to the lower loss on the same rows; dev only reports). Records the choice, every run compared, and the published dev figure of a fine-tuned
 MiniLM-L6-H384 (microsoft/unilm, minilm/README.md: a general MiniLM, not the sentence-encoder
 all-MiniLM-L6-v2 our teacher starts from) in ``results/teacher_best.json``, and points
 ``runs/teacher-<task>`` (``bench_compress.py``'s default teacher) at the chosen folder.
@@ -44,7 +44,8 @@ def main() -> None:
             print(f"{task}: no tuning run with recorded held-out rows yet (teacher_glue.py --budget full "
                   "--held-out-fraction 0.1 --learning-rate LR --epochs E)")
             continue
-        key, best = max(runs.items(), key=lambda item: item[1]["metrics"]["selection_score"])
+        key, best = max(runs.items(), key=lambda item: (item[1]["metrics"]["selection_score"],
+                                                        -item[1]["metrics"].get("selection_loss", 0.0)))
         link = Path(args.runs_dir) / f"teacher-{task}"
         if link.is_symlink() or not link.exists():
             link.unlink(missing_ok=True)
