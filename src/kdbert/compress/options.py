@@ -62,7 +62,7 @@ class CompressConfig(CheckedOptions):
     learning_rate: float = option(1e-4, "distillation learning rate", type=float, group="compress",
                                   check=in_range(0, 1, low_open=True, what="a learning rate in (0, 1]"))
     seed: int = option(42, "random seed of every distillation run", type=int, group="compress")
-    ema_decay: float = option(0.998, "decay of the moving average of every candidate's weights, which is what "
+    ema_decay: float = option(0.998, "decay of the moving average of an AdamW candidate's weights, which is what "
                                      "is scored and shipped (a rate that never decays, settled as a decayed one "
                                      "would be; BENCHMARKS.md); 0: the trained weights", type=float, group="compress",
                               check=in_range(0, 0.99999, what="a decay in [0, 1)"))

@@ -30,11 +30,10 @@ the bert family (level on MRPC and CoLA) and 5.6 points of MRPC better for mobil
 compares shapes under one loss rather than recipes.
 
 Every token-level run trains at a rate that stays near its peak (its schedule is set for the
-search's horizon, since a promoted run continues), the BiLSTM's Adadelta at its constant rate, and
-every run is scored, kept and shipped on the moving average of its weights (``--ema-decay``,
-:class:`kdbert.core.optim.MovingAverage`), which settles as a decayed rate would at whatever step
-the run pauses: on SST-2 at 1,200 steps it gained what a decay planned to end there gains, and on
-MRPC and STS-B it lifted the BiLSTM (BENCHMARKS.md, the recipe study).
+search's horizon, since a promoted run continues) and is scored, kept and shipped on the moving
+average of its weights (``--ema-decay``, :class:`kdbert.core.optim.MovingAverage`), which settles as a
+decayed rate would at whatever step the run pauses: on SST-2 at 1,200 steps it gained what a decay
+planned to end there gains (BENCHMARKS.md, the recipe study).
 
 Every token-level recipe reads the teacher's logits through one teacher cache shared by all
 candidates and rounds (``teacher_cache``), so the teacher's logits are computed once per distinct
@@ -158,10 +157,10 @@ def run_options(candidate: Candidate, steps: int, settings: SearchSettings, teac
     options.update(seed=settings.seed, eval_every=max(1, options["max_steps"] // 2), no_progress=True)
     if settings.max_train_examples:
         options["max_train_examples"] = settings.max_train_examples
-    if starts_from_teacher(candidate):  # AdamW at the search's batch and rate
+    if starts_from_teacher(candidate):  # AdamW at the search's batch and rate, its weights' average scored
         options.update(batch_size=settings.batch_size, learning_rate=settings.learning_rate)
-    if settings.ema_decay:  # every run scored on its weights' moving average (AdamW's, and the BiLSTM's Adadelta)
-        options["ema_decay"] = settings.ema_decay
+        if settings.ema_decay:
+            options["ema_decay"] = settings.ema_decay
     if not reads_stored_logits(candidate):
         options["teacher_cache"] = teacher_cache
     return options
