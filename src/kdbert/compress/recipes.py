@@ -33,7 +33,9 @@ Every token-level run trains at a rate that stays near its peak (its schedule is
 search's horizon, since a promoted run continues) and is scored, kept and shipped on the moving
 average of its weights (``--ema-decay``, :class:`kdbert.core.optim.MovingAverage`), which settles as a
 decayed rate would at whatever step the run pauses: on SST-2 at 1,200 steps it gained what a decay
-planned to end there gains (BENCHMARKS.md, the recipe study).
+planned to end there gains (BENCHMARKS.md, the recipe study). The BiLSTM's Adadelta runs are scored on
+their trained weights: the same average (``kdbert distill task --method bilstm --ema-decay``) measured
+level with them on MRPC and STS-B at the searches' steps.
 
 Every token-level recipe reads the teacher's logits through one teacher cache shared by all
 candidates and rounds (``teacher_cache``), so the teacher's logits are computed once per distinct
