@@ -49,7 +49,6 @@ VARIANTS = {
     "annealed": "annealed",  # a linear decay that ends at --steps (what no search can know), the trained weights scored
     "constant": {"ema_decay": None},  # the search's rate (near its peak throughout), the trained weights scored
     "ema": {"ema_decay": 0.998},  # ... the weights' moving average scored (the search's default since 2026-11-29)
-    "ema-0.99": {"ema_decay": 0.99},  # ... a shorter average (about the last 100 steps)
     "regression-teacher": {"regression_target": "teacher"},
     "even": "even",  # the search's options from a start of evenly spaced teacher units (compress --selection even)
     "importance": "importance",  # ... from the teacher's units ranked by importance (compress --selection importance)

@@ -6,9 +6,10 @@ Reads the fine-tuning runs ``teacher_glue.py --budget full --held-out-fraction 0
 LR --epochs E`` recorded in ``results/teacher_glue.json`` (each folder holds the ``held_out.json``
 that ``kdbert compress`` reads, so the search holds out the rows the teacher never trained on), and
 per task keeps the run with the best score on those held-out rows (``selection_score``; a tie, which
-RTE's 125 rows give, goes to the lower loss on the same rows; dev only reports). Records the choice, every run compared, and the published dev figure of a fine-tuned
-MiniLM-L6-H384 (microsoft/unilm, minilm/README.md: a general MiniLM, not the sentence-encoder
-all-MiniLM-L6-v2 our teacher starts from) in ``results/teacher_best.json``, and points
+RTE's 125 rows give, goes to the lower loss on the same rows; dev only reports). Records the choice,
+every run compared, and the published dev figure of a fine-tuned MiniLM-L6-H384 (microsoft/unilm,
+minilm/README.md: a general MiniLM, not the sentence-encoder all-MiniLM-L6-v2 our teacher starts
+from) in ``results/teacher_best.json``, and points
 ``runs/teacher-<task>`` (``bench_compress.py``'s default teacher) at the chosen folder.
 """
 
