@@ -1,4 +1,4 @@
-"""Mean pooling (kdbert.core.pooling): the pooled vector by hand, the config round trip through kdbert's
+"""Mean and pair pooling (kdbert.core.pooling): the pooled vector by hand, the config round trip through kdbert's
 loaders, ``finetune --pooling auto`` on a sentence-transformers folder, compress's weight-selected
 students of a mean-pooling teacher, and ONNX exports of every graph kind (tiny random models)."""
 
@@ -17,7 +17,7 @@ from transformers import (AutoModelForSequenceClassification, BertConfig, BertFo
 
 from kdbert.cli import main
 from kdbert.core.loading import load_sequence_classifier
-from kdbert.core.pooling import POOLING_KEY, apply_pooling, choose_pooling, masked_mean, set_pooling
+from kdbert.core.pooling import POOLING_KEY, apply_pooling, choose_pooling, masked_mean, pair_product, set_pooling
 from kdbert.deploy.export import export_classifier
 from kdbert.deploy.onnx_runtime import OnnxClassifier
 from kdbert.errors import KdbertError
@@ -86,6 +86,82 @@ def test_masked_mean_by_hand():
     mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
     expected = torch.stack([(hidden[0, 0] + hidden[0, 1]) / 2, torch.zeros(4)])  # an empty row: / max(1, 0)
     assert torch.equal(masked_mean(hidden, mask), expected)
+
+
+def _hand_pair_logits(model, batch: dict) -> torch.Tensor:
+    """BERT's classifier on H * u/|u| * v/|v|, u and v the plain means of each row's type-0 and type-1
+    tokens, each sentence encoded alone: the encoder run per row and sentence with a 2-D mask that
+    keeps that sentence's real tokens only (transformers' own masking, no pair hooks)."""
+    pooling, model.config.kdbert_pooling = model.config.kdbert_pooling, "cls"  # the plain encoder
+    try:
+        rows = []
+        with torch.no_grad():
+            for row in range(batch["input_ids"].shape[0]):
+                real = batch["attention_mask"][row].bool()
+                means = []
+                for sentence in (0, 1):
+                    keep = real & (batch["token_type_ids"][row] == sentence)
+                    hidden = model.bert(input_ids=batch["input_ids"][row:row + 1], attention_mask=keep[None].long(),
+                                        token_type_ids=batch["token_type_ids"][row:row + 1]).last_hidden_state[0]
+                    means.append(hidden[keep].mean(dim=0))
+                u, v = means
+                rows.append(u.shape[0] * (u / u.norm()) * (v / v.norm()))
+            return model.classifier(torch.stack(rows))
+    finally:
+        model.config.kdbert_pooling = pooling
+
+
+def test_pair_pooling_feeds_the_head_a_learned_cosine_of_the_two_sentences(tiny_tokenizer):
+    model = set_pooling(_classifier("bert", len(tiny_tokenizer)), "pair")
+    batch = random_batch(model.config.vocab_size, LENGTHS, pair=True)  # each row's second half is sentence 2
+    torch.testing.assert_close(_logits(model, batch), _hand_pair_logits(model, batch), rtol=1e-5, atol=1e-5)
+    # weights c / H and no bias read c * cos(u, v)
+    with torch.no_grad():
+        model.classifier.weight.fill_(3.0 / model.config.hidden_size)
+        model.classifier.bias.zero_()
+    products = _hand_pair_logits(model, batch)[:, 0] / 3.0  # cos(u, v) per row, by hand
+    assert torch.all(products.abs() <= 1 + 1e-6) and products.std() > 0
+    torch.testing.assert_close(_logits(model, batch), 3.0 * products.unsqueeze(1).expand(-1, 2), rtol=1e-5,
+                               atol=1e-5)
+    # each sentence attends to itself alone: a token of the second sentence changes the first's mean not at all
+    changed = {**batch, "input_ids": batch["input_ids"].clone()}
+    changed["input_ids"][0, LENGTHS[0] - 1] = 6 if int(batch["input_ids"][0, LENGTHS[0] - 1]) != 6 else 7
+    set_pooling(model, "cls")
+    assert not torch.allclose(_hidden_first_mean(model, changed), _hidden_first_mean(model, batch), atol=1e-6)
+    set_pooling(model, "pair")
+    assert torch.equal(_hidden_first_mean(model, changed), _hidden_first_mean(model, batch))
+
+
+def _hidden_first_mean(model, batch: dict) -> torch.Tensor:
+    """Row 0's mean of its first sentence's last hidden states (the pair hooks applied if set)."""
+    with torch.no_grad():
+        hidden = model.bert(**batch).last_hidden_state[0]
+    keep = batch["attention_mask"][0].bool() & (batch["token_type_ids"][0] == 0)
+    return hidden[keep].mean(dim=0)
+
+
+def test_pair_product_of_an_empty_sentence_is_zero_not_nan():
+    hidden = torch.ones(1, 3, 4)
+    pooled = pair_product(hidden, torch.tensor([[1, 1, 0]]), torch.zeros(1, 3, dtype=torch.long))
+    assert torch.equal(pooled, torch.zeros(1, 4))
+
+
+def test_pair_pooling_needs_the_second_sentence_marked(tmp_path, tiny_tokenizer, capsys):
+    with pytest.raises(KdbertError, match="pair pooling is offered for bert classifiers, "
+                                          "not roberta; use --pooling cls"):
+        set_pooling(_classifier("roberta", len(tiny_tokenizer)), "pair")
+    model = set_pooling(_classifier("bert", len(tiny_tokenizer)), "pair")
+    batch = _batch(model)
+    with pytest.raises(KdbertError, match="pair pooling reads which tokens are the second sentence's from "
+                                          "token_type_ids"):
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    glue = tmp_path / "glue"
+    write_glue_task(glue, "SST-2", n_train=8, n_dev=4)
+    assert main(["finetune", "--model", save_tiny_classifier(tmp_path / "m", tiny_tokenizer).as_posix(), "--task",
+                 "sst2", "--data-dir", str(glue), "--max-steps", "1", "--pooling", "pair", "--output-dir",
+                 str(tmp_path / "o"), "--no-progress"]) == 2
+    assert ("--pooling pair compares a sentence pair's two sentences; sst2 has one text per row: use --pooling mean "
+            "or cls") in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- recorded and loaded
@@ -196,3 +272,35 @@ def test_onnx_exports_carry_the_mean_pooling(kind, graph, tmp_path, tiny_tokeniz
     onnx_logits = OnnxClassifier(tmp_path)({name: tensor.numpy() for name, tensor in batch.items()})
     assert np.abs(onnx_logits - _hand_logits(model, batch).numpy()).max() < 1e-4
     assert np.abs(onnx_logits - _logits(cls_model, batch).numpy()).max() > 1e-3
+
+
+@pytest.mark.parametrize("graph", ["torchscript", "dynamo", "fused"])
+def test_onnx_exports_carry_the_pair_pooling(graph, tmp_path, tiny_tokenizer):
+    model = set_pooling(_classifier("bert", len(tiny_tokenizer), type_vocab_size=2), "pair")
+    export_classifier(model, tiny_tokenizer, tmp_path, graph=graph)
+    assert max_difference_from_pytorch(model, tmp_path, pair=True) < 1e-4  # padded pairs, batch 1 and 3
+    batch = random_batch(model.config.vocab_size, LENGTHS, pair=True)
+    onnx_logits = OnnxClassifier(tmp_path)({name: tensor.numpy() for name, tensor in batch.items()})
+    assert np.abs(onnx_logits - _hand_pair_logits(model, batch).numpy()).max() < 1e-4
+
+
+# ----------------------------------------------------------------------------- compress --pooling pair
+@pytest.mark.parametrize("pair", [True, False])
+def test_compress_pair_pooling_starts_pair_task_students_on_a_fresh_pair_head(pair, tmp_path, tiny_tokenizer):
+    from kdbert.compress.build import build_from_teacher
+    from kdbert.data.load import TaskOptions
+
+    teacher = set_pooling(_classifier("bert", len(tiny_tokenizer), **WIDE, type_vocab_size=2), "mean")
+    context = ShapeContext(teacher.config, tiny_tokenizer, 2, pair)
+    candidate = next(c for c in HFFamily().candidates(context) if c.name == "bert-1x128")
+    folder = build_from_teacher(candidate, "teacher", TaskOptions("mrpc" if pair else "sst2"), tmp_path / "start",
+                                context, (teacher, tiny_tokenizer), pooling="pair")
+    student = load_sequence_classifier(str(folder), 2, new_head_ok=True).eval()  # as distillation loads its start
+    expected = "pair" if pair else "mean"  # a single-sentence task keeps the teacher's pooling
+    assert student.config.kdbert_pooling == expected
+    assert json.loads((folder / "student_init.json").read_text())["pooling"] == expected
+    if pair:
+        batch = random_batch(student.config.vocab_size, LENGTHS, pair=True)
+        torch.testing.assert_close(_logits(student, batch), _hand_pair_logits(student, batch), rtol=1e-5, atol=1e-5)
+        # a classifier head starts at 0: its first steps point each class where the data says
+        assert not student.classifier.weight.any() and not student.classifier.bias.any()

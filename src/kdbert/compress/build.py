@@ -11,6 +11,11 @@ built by its own method from the task's texts and word vectors.
 Where a general student of the candidate's shape was built for the teacher's base
 (:mod:`kdbert.students`), the start takes its encoder instead (:func:`build_from_general`): the
 classifier stays fresh, as from the teacher.
+
+With ``pooling`` "pair" on a sentence-pair task, a start whose architecture marks the second
+sentence (:data:`~kdbert.core.pooling.PAIR_POOLED_TYPES`) reads its two sentences' normalised means
+multiplied, its head drawn afresh (:func:`~kdbert.core.pooling.pool_pairs`); ``student_init.json``
+records the pooling.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ import json
 import os
 from pathlib import Path
 
+from kdbert.compress.options import CompressConfig
 from kdbert.compress.speed import shape_context
 from kdbert.core.atomic_io import save_hf_folder
 from kdbert.core.loading import load_tokenizer
+from kdbert.core.pooling import PAIR_POOLED_TYPES, pool_pairs, pooling_of
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate, ShapeContext, family_of_folder
@@ -29,23 +36,31 @@ from kdbert.families.registry import Candidate, ShapeContext, family_of_folder
 __all__ = ["build_from_general", "build_from_teacher"]
 
 
+def _pooled(student, context: ShapeContext, pooling: str):
+    """``student`` pooling pairs where ``pooling`` asks it on a pair task and its architecture can (module doc)."""
+    if pooling == "pair" and context.pair and student.config.model_type in PAIR_POOLED_TYPES:
+        pool_pairs(student)
+    return student
+
+
 def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, task: TaskOptions,
                        folder: str | os.PathLike, context: ShapeContext | None = None,
-                       teacher: tuple | None = None) -> Path:
+                       teacher: tuple | None = None, pooling: str = CompressConfig.pooling) -> Path:
     """``candidate`` initialised from the teacher in ``teacher_dir``, saved to ``folder`` (atomically,
     with the teacher's tokenizer, or the candidate's own, and ``student_init.json`` naming the
     candidate and its shape);
     ``context``: :func:`~kdbert.compress.speed.shape_context` and ``teacher``: the teacher's
-    ``(model, tokenizer)`` as loaded from ``teacher_dir``, when the caller has them (not changed)."""
+    ``(model, tokenizer)`` as loaded from ``teacher_dir``, when the caller has them (not changed);
+    ``pooling``: the search's (module doc)."""
     if candidate.from_teacher is None:
         raise KdbertError(f"candidate {candidate.name} is built by its own method (--method {candidate.family}), "
                           "not from the teacher's weights")
     teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
     context = context or shape_context(teacher_dir, task)
-    student = candidate.from_teacher(teacher, context)
+    student = _pooled(candidate.from_teacher(teacher, context), context, pooling)
     tokenizer = load_tokenizer(candidate.tokenizer) if candidate.tokenizer else tokenizer
     report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir),
-              "start": candidate.start}
+              "start": candidate.start, "pooling": pooling_of(student.config)}
     if candidate.family == "hf" and candidate.start == "teacher-weights":  # weight selection
         report["selection"] = "even" if context.importance is None else "importance"
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
@@ -57,14 +72,15 @@ SHAPE_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "inte
 
 def build_from_general(candidate: Candidate, student_dir: str | os.PathLike, teacher_dir: str | os.PathLike,
                        task: TaskOptions, folder: str | os.PathLike, context: ShapeContext | None = None,
-                       teacher: tuple | None = None) -> Path:
+                       teacher: tuple | None = None, pooling: str = CompressConfig.pooling) -> Path:
     """``candidate``'s start with the encoder of the general student in ``student_dir`` (a bare
-    ``BertModel`` of the same shape) and the task head of :func:`build_from_teacher`; saved to
-    ``folder`` with ``student_init.json`` saying so."""
+    ``BertModel`` of the same shape) and the task head of :func:`build_from_teacher` (pooling as
+    ``pooling`` says); saved to ``folder`` with ``student_init.json`` saying so."""
     from transformers import BertModel
 
     teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
-    student = candidate.from_teacher(teacher, context or shape_context(teacher_dir, task))
+    context = context or shape_context(teacher_dir, task)
+    student = _pooled(candidate.from_teacher(teacher, context), context, pooling)
     general = BertModel.from_pretrained(student_dir)
     differ = [name for name in SHAPE_FIELDS if getattr(general.config, name) != getattr(student.config, name)]
     if differ:
@@ -73,7 +89,7 @@ def build_from_general(candidate: Candidate, student_dir: str | os.PathLike, tea
     student.bert.load_state_dict(general.state_dict())
     built = json.loads((Path(student_dir) / "student_init.json").read_text())
     report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir),
-              "start": "general", "general": {"folder": str(student_dir), **{k: built.get(k) for k in
+              "start": "general", "pooling": pooling_of(student.config), "general": {"folder": str(student_dir), **{k: built.get(k) for k in
                                                                               ("base", "key", "steps", "minutes")}}}
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
     return Path(folder)

@@ -60,7 +60,7 @@ class SearchSettings:
     """How the search distils: rungs of successive halving (``rounds``), steps of the first rung
     (doubled each rung), the token-level runs' batch size, learning rate and the decay of their
     weights' moving average (``ema_decay``, 0: none), the seed, the BiLSTM's
-    word vectors, the share of a TinyBERT run's first rung spent on intermediate matches, and whether
+    word vectors, what the BERT-style students' heads read (``pooling``), the share of a TinyBERT run's first rung spent on intermediate matches, and whether
     a rung gives every family the same wall time or the same steps (``round_share``);
     ``max_train_examples`` distils on the first rows of the training split only (None: all);
     ``first_round_share``: the most of the search's time rung 0 may spend. Its wall time is the
@@ -73,6 +73,7 @@ class SearchSettings:
     seed: int = CompressConfig.seed
     ema_decay: float = CompressConfig.ema_decay
     word_vectors: str | None = CompressConfig.word_vectors
+    pooling: str = CompressConfig.pooling
     intermediate_share: float = CompressConfig.intermediate_share
     round_share: str = CompressConfig.round_share
     max_train_examples: int | None = CompressConfig.max_train_examples

@@ -164,9 +164,9 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
         start = _start(plan, candidate)
         if base.name in plan.general_shapes:
             build_from_general(base, Path(plan.general) / base.name, plan.teacher_dir, plan.task, start, context,
-                               teacher)
+                               teacher, plan.settings.pooling)
         else:
-            build_from_teacher(base, plan.teacher_dir, plan.task, start, context, teacher)
+            build_from_teacher(base, plan.teacher_dir, plan.task, start, context, teacher, plan.settings.pooling)
 
 
 IMPORTANCE_SHARE = 0.05  # of the search's window, the most the ranking of the teacher's units may take

@@ -1,11 +1,13 @@
-"""What a sequence classifier's head reads: the first token ([CLS], the default) or the masked mean
-of the last hidden states, as sentence-transformers models such as all-MiniLM-L6-v2 were trained.
+"""What a sequence classifier's head reads: the first token ([CLS], the default), the masked mean
+of the last hidden states, as sentence-transformers models such as all-MiniLM-L6-v2 were trained, or,
+for a sentence pair, a learned cosine of its two sentences encoded apart (``pair``).
 
 The choice lives in the model's ``config.json`` (``kdbert_pooling: "mean"``; absent: ``cls``), so a
 saved model pools the same way wherever kdbert loads or builds it: every load and build point calls
 :func:`apply_pooling` (or :func:`pool_like_folder` where a folder gets a new head), which puts a
-forward hook on the model's base model. The hook reads the config at each call, so
-:func:`set_pooling` switches a built model either way; ONNX exports trace it like any forward.
+forward hook on the model's base model (and, for ``pair``, a pre-hook that keeps each sentence's
+attention to itself: :func:`pair_attention_mask`). The hooks read the config at each call, so
+:func:`set_pooling` switches a built model either way; ONNX exports trace them like any forward.
 Question-answering models read every token and are left alone.
 """
 
@@ -20,16 +22,54 @@ from torch import nn
 from kdbert.errors import KdbertError
 
 POOLING_KEY = "kdbert_pooling"
-POOLINGS = ("cls", "mean")
+POOLINGS = ("cls", "mean", "pair")
 MEAN_POOLED_TYPES = ("bert", "roberta", "xlm-roberta", "electra", "mpnet", "distilbert", "mobilebert")
 """Model types whose sequence-classification head reads the first token (BERT and MobileBERT through
 their pooler output), which the mean can replace."""
+PAIR_POOLED_TYPES = ("bert",)
+"""Those whose inputs mark a pair's second sentence (``token_type_ids`` 1) and whose attention takes
+the mask ``pair`` gives it."""
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """pooled_b = sum_t m_bt h_bt / max(1, sum_t m_bt): hidden (B, L, H), attention mask m (B, L) -> (B, H)."""
     weights = mask.to(hidden.dtype).unsqueeze(-1)
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+
+
+def pair_product(hidden: torch.Tensor, mask: torch.Tensor, token_types: torch.Tensor) -> torch.Tensor:
+    """pooled = H * (u / |u|) * (v / |v|) (B, H), u and v the masked means (:func:`masked_mean`) of the
+    first sentence's tokens (mask 1, type 0) and the second's (type 1): hidden (B, L, H), mask and
+    types (B, L). Its mean over the H units is cos(u, v), so a linear head reads a learned cosine
+    (weights c / H: c * cos(u, v)), as sentence encoders compare two sentences."""
+    real = mask.to(torch.bool)
+    first, second = real & (token_types == 0), real & (token_types == 1)
+    u = torch.nn.functional.normalize(masked_mean(hidden, first), dim=-1)
+    v = torch.nn.functional.normalize(masked_mean(hidden, second), dim=-1)
+    return hidden.shape[-1] * u * v
+
+
+def pair_attention_mask(mask: torch.Tensor, token_types: torch.Tensor, additive: bool) -> torch.Tensor:
+    """Attention that encodes a pair's two sentences apart, as a sentence encoder reads each one:
+    allow[b, i, j] = real_bi real_bj [type_bi == type_bj], and a padding position i attends to
+    position 0 alone (so no softmax row is empty); (B, 1, L, L) from mask and types (B, L), as bool
+    (True: attend; what ``scaled_dot_product_attention`` takes) or ``additive`` (0 or float32's
+    minimum: eager attention). A position is real exactly where it attends to itself
+    (:func:`real_positions`), position 0 (right padding) included."""
+    real = mask.to(torch.bool)
+    same = (token_types.unsqueeze(2) == token_types.unsqueeze(1)) & real.unsqueeze(2) & real.unsqueeze(1)
+    first = torch.arange(mask.shape[1], device=mask.device) == 0  # (L,): the key at position 0
+    allow = (same | (first & ~real.unsqueeze(2))).unsqueeze(1)
+    if not additive:
+        return allow
+    return torch.zeros(allow.shape, dtype=torch.float32, device=mask.device).masked_fill(
+        ~allow, torch.finfo(torch.float32).min)
+
+
+def real_positions(attention: torch.Tensor) -> torch.Tensor:
+    """The (B, L) real-token mask of a :func:`pair_attention_mask` (its diagonal)."""
+    diagonal = attention[:, 0].diagonal(dim1=-2, dim2=-1)
+    return diagonal if diagonal.dtype == torch.bool else diagonal == 0
 
 
 def pooling_of(config) -> str:
@@ -41,20 +81,44 @@ def pooling_of(config) -> str:
 
 
 def _mean_pool(base: nn.Module, args: tuple, kwargs: dict, output):
-    """Forward hook on a classifier's base model: under mean pooling, what the head reads of the first
-    token becomes the masked mean of ``last_hidden_state``: the pooler output where the base model
-    has a pooler (BERT, MobileBERT: the classifier reads the mean directly, no dense + tanh), else
-    the first position of ``last_hidden_state`` (RoBERTa, XLM-R, ELECTRA, MPNet, DistilBERT heads)."""
-    if pooling_of(base.config) != "mean":
+    """Forward hook on a classifier's base model: under mean (or pair) pooling, what the head reads of
+    the first token becomes the masked mean of ``last_hidden_state`` (or :func:`pair_product`): the
+    pooler output where the base model has a pooler (BERT, MobileBERT: the classifier reads it
+    directly, no dense + tanh), else the first position of ``last_hidden_state`` (RoBERTa, XLM-R,
+    ELECTRA, MPNet, DistilBERT heads)."""
+    pooling = pooling_of(base.config)
+    if pooling == "cls":
         return None
     hidden = output.last_hidden_state
     mask = kwargs.get("attention_mask")  # transformers' heads pass it by name; None: every token is real
-    pooled = masked_mean(hidden, torch.ones(hidden.shape[:2], device=hidden.device) if mask is None else mask)
+    mask = torch.ones(hidden.shape[:2], device=hidden.device) if mask is None else mask
+    if pooling == "pair":  # the mask is _pair_attention's
+        pooled = pair_product(hidden, real_positions(mask), kwargs["token_type_ids"])
+    else:
+        pooled = masked_mean(hidden, mask)
     if getattr(output, "pooler_output", None) is not None:
         output.pooler_output = pooled
     else:
         output.last_hidden_state = torch.cat([pooled.unsqueeze(1), hidden[:, 1:]], dim=1)
     return output
+
+
+def _pair_attention(base: nn.Module, args: tuple, kwargs: dict):
+    """Forward pre-hook on a classifier's base model: under pair pooling, its 2-D attention mask becomes
+    :func:`pair_attention_mask` (bool for ``sdpa``, additive for ``eager`` attention)."""
+    if pooling_of(base.config) != "pair":
+        return None
+    token_types, mask = kwargs.get("token_type_ids"), kwargs.get("attention_mask")
+    if token_types is None:
+        raise KdbertError("pair pooling reads which tokens are the second sentence's from token_type_ids; "
+                          "pass them (the tokenizer gives them for a sentence pair)")
+    if mask is None:
+        mask = torch.ones_like(token_types)
+    implementation = getattr(base.config, "_attn_implementation", None) or "eager"
+    if implementation not in ("sdpa", "eager"):
+        raise KdbertError(f"pair pooling masks sdpa or eager attention, not {implementation}; load the model with "
+                          "attn_implementation='sdpa'")
+    return args, {**kwargs, "attention_mask": pair_attention_mask(mask, token_types, implementation == "eager")}
 
 
 def _is_sequence_classifier(model: nn.Module) -> bool:
@@ -64,32 +128,49 @@ def _is_sequence_classifier(model: nn.Module) -> bool:
 def apply_pooling(model: nn.Module) -> nn.Module:
     """Make ``model`` pool as its config records (a no-op for ``cls`` and for models other than
     sequence classifiers; idempotent); returns it. Mean pooling of an architecture whose head does
-    not read the first token is refused."""
-    if not _is_sequence_classifier(model) or pooling_of(model.config) != "mean":
+    not read the first token, and pair pooling of one whose inputs do not mark the second sentence,
+    are refused."""
+    pooling = pooling_of(model.config) if _is_sequence_classifier(model) else "cls"
+    if pooling == "cls":
         return model
-    if model.config.model_type not in MEAN_POOLED_TYPES:
-        raise KdbertError(f"mean pooling is offered for {', '.join(MEAN_POOLED_TYPES)} classifiers, not "
+    offered = PAIR_POOLED_TYPES if pooling == "pair" else MEAN_POOLED_TYPES
+    if model.config.model_type not in offered:
+        raise KdbertError(f"{pooling} pooling is offered for {', '.join(offered)} classifiers, not "
                           f"{model.config.model_type}; use --pooling cls")
     base = model.base_model
     if not any(hook is _mean_pool for hook in base._forward_hooks.values()):
         base.register_forward_hook(_mean_pool, with_kwargs=True)
+    if pooling == "pair" and not any(hook is _pair_attention for hook in base._forward_pre_hooks.values()):
+        base.register_forward_pre_hook(_pair_attention, with_kwargs=True)
     return model
 
 
 def set_pooling(model: nn.Module, pooling: str) -> nn.Module:
     """Record ``pooling`` (``cls``: no record) in ``model``'s config and apply it; returns ``model``."""
-    if pooling == "mean":
-        setattr(model.config, POOLING_KEY, "mean")
+    if pooling in ("mean", "pair"):
+        setattr(model.config, POOLING_KEY, pooling)
     elif hasattr(model.config, POOLING_KEY):
         delattr(model.config, POOLING_KEY)
     return apply_pooling(model)
 
 
+def pool_pairs(model: nn.Module) -> nn.Module:
+    """``model`` (a BERT classifier) set to pair pooling with a head that starts as a cosine, since what
+    it reads is no longer the vector it learned on: a regression head's weights 1/H (it reads
+    cos(u, v)), a classifier's 0 (its first steps point each class's row where the data says), biases
+    0; returns it."""
+    set_pooling(model, "pair")
+    head = model.classifier
+    nn.init.constant_(head.weight, 1.0 / head.in_features if head.out_features == 1 else 0.0)
+    nn.init.zeros_(head.bias)
+    return model
+
+
 def inherit_pooling(config, source_config):
     """``config`` with the pooling ``source_config`` (None: none) records, for a student built from a
     teacher; returns it."""
-    if pooling_of(source_config) == "mean":
-        setattr(config, POOLING_KEY, "mean")
+    if pooling_of(source_config) != "cls":
+        setattr(config, POOLING_KEY, pooling_of(source_config))
     return config
 
 

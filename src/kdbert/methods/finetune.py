@@ -59,7 +59,8 @@ class FinetuneConfig(TrainOptions):
     model: str | None = option(None, "HF hub id or local folder (default: the packaged all-MiniLM-L6-v2)",
                                group="models")
     pooling: str = option("auto", "what the classifier reads: mean (the masked mean of the last hidden states), "
-                                  "cls (the [CLS] pooler) or auto (what a model kdbert fine-tuned records, else "
+                                  "cls (the [CLS] pooler), pair (a pair task's two sentences' normalised means "
+                                  "multiplied: a learned cosine) or auto (what a model kdbert fine-tuned records, else "
                                   "mean where the folder's sentence-transformers pooling is mean tokens, as the "
                                   "default model's is, else cls)", group="models", choices=("auto", *POOLINGS))
 
@@ -87,6 +88,9 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
     if spec.question_answering and config.pooling != "auto":
         raise KdbertError(f"--pooling {config.pooling} applies to classification and regression; {spec.name} is "
                           "question answering, whose head reads every token")
+    if config.pooling == "pair" and not spec.is_pair:
+        raise KdbertError(f"--pooling pair compares a sentence pair's two sentences; {spec.name} has one text per "
+                          "row: use --pooling mean or cls")
     max_seq_len = config.max_seq_len or spec.max_seq_len
     model_path = resolve_model_path(config.model)
     identity = {"command": "finetune", "task": task.task, "model": model_path, "max_seq_len": max_seq_len,
