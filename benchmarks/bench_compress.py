@@ -57,6 +57,8 @@ def main() -> None:
     parser.add_argument("--first-steps", type=int, default=300)
     parser.add_argument("--word-vectors", default=WORD_VECTORS, help="the BiLSTM candidates' word vectors ('' for none)")
     parser.add_argument("--intermediate-share", type=float, default=0.0)
+    parser.add_argument("--pooling", default=CompressConfig.pooling, choices=("teacher", "pair"),
+                        help="what the BERT-style candidates' heads read (compress --pooling)")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--batch-size", type=int, default=32, help="the token-level candidates' batch size")
     parser.add_argument("--augment", help="candidate kinds that also compete augmented (e.g. bilstm, or all)")
@@ -77,7 +79,7 @@ def main() -> None:
                             batch_size=args.batch_size, workers=args.workers,
                             augment=args.augment, nltk_data=args.nltk_data if args.augment else None,
                             transfer_text=args.transfer_text, students_store=args.students_store,
-                            no_general_students=args.no_general_students)
+                            no_general_students=args.no_general_students, pooling=args.pooling)
     started = time.time()
     report = compress(TaskOptions(args.task, data_dir=args.data_dir), config, out)
     precision = resolve_precision("auto")[0]  # what the candidates trained in
@@ -95,6 +97,7 @@ def main() -> None:
                + (f" --transfer-text {' '.join(args.transfer_text)}" if args.transfer_text else "")
                + (f" --students-store {args.students_store}" if args.students_store else "")
                + (" --no-general-students" if args.no_general_students else "")
+               + (f" --pooling {args.pooling}" if args.pooling != CompressConfig.pooling else "")
                + (f" --teacher {args.teacher}" if args.teacher != run_folder("teacher-{task}") else "")
                + (f" --key-suffix={args.key_suffix} --output-dir {out}" if args.key_suffix else ""))
     save_result("compress", f"{args.task}/x{args.target_speedup:g}{args.key_suffix}",

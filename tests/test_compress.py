@@ -1382,3 +1382,4 @@ def test_the_recipe_line_names_each_stage_and_a_temperature_only_where_a_term_so
     assert recipe_line(constant) == "bilstm: 1 * squared_l2(logits, logits); adadelta at 1, batch 50, constant schedule"
     averaged = {**kd, "stages": [{**stage, "ema_decay": 0.998}]}
     assert recipe_line(averaged) == recipe_line(kd) + ", weights averaged (EMA 0.998)"
+    assert recipe_line({**kd, "student_pooling": "pair"}) == recipe_line(kd) + "; pair pooling"

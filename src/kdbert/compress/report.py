@@ -43,7 +43,8 @@ def recipe_line(run_report: dict) -> str:
     """What a run trained with, from its ``distill_report.json``: each stage's loss terms (weight *
     loss(student's output, teacher's)), the temperature where a term softens by it (soft
     cross-entropy, KL; not a regression's MSE), its optimiser, rate, batch and schedule, and the
-    decay of its weights' moving average where that is what was scored."""
+    decay of its weights' moving average where that is what was scored; and what the head reads
+    where the student records a pooling (``student_pooling``)."""
     loss = run_report.get("loss") or {}
     temperature = run_report.get("temperature", loss.get("temperature"))
     stages = []
@@ -56,7 +57,8 @@ def recipe_line(run_report: dict) -> str:
                                                          if stage.get("max_steps") and stage["schedule"] != "constant"
                                                          else "")
                       + (f", weights averaged (EMA {stage['ema_decay']:g})" if stage.get("ema_decay") else ""))
-    return "; then ".join(stages)
+    pooling = run_report.get("student_pooling")
+    return "; then ".join(stages) + (f"; {pooling} pooling" if pooling else "")
 
 
 def recipe_lines(report: dict) -> list[str]:

@@ -17,6 +17,7 @@ from kdbert.core.layer_maps import parse_layers
 from kdbert.core.loading import check_vocabulary, load_task_model, resolve_model_path
 from kdbert.core.matching import Match
 from kdbert.core.method import Student
+from kdbert.core.pooling import POOLING_KEY
 from kdbert.options import UNIT, MethodConfig, TeacherCacheOptions, in_range, option
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
@@ -216,4 +217,5 @@ def student_description(student: Student) -> dict:
     return {"student_init": student.origin,
             "student_layers": int(getattr(config, "num_hidden_layers", getattr(config, "n_layers", 0))),
             "student_hidden_size": int(getattr(config, "hidden_size", getattr(config, "dim", 0))),
-            "student_parameters": sum(p.numel() for p in student.model.parameters())}
+            "student_parameters": sum(p.numel() for p in student.model.parameters()),
+            **({"student_pooling": getattr(config, POOLING_KEY)} if getattr(config, POOLING_KEY, None) else {})}
