@@ -304,3 +304,33 @@ def test_compress_pair_pooling_starts_pair_task_students_on_a_fresh_pair_head(pa
         torch.testing.assert_close(_logits(student, batch), _hand_pair_logits(student, batch), rtol=1e-5, atol=1e-5)
         # a classifier head starts at 0: its first steps point each class where the data says
         assert not student.classifier.weight.any() and not student.classifier.bias.any()
+
+
+def test_compress_pooling_pair_ships_a_pair_pooled_int8_winner_on_sts_b(tmp_path, tiny_tokenizer, capsys):
+    from conftest import record_held_out
+
+    from kdbert.compress import ship
+    from kdbert.data.load import TaskOptions, load_task
+
+    write_glue_task(tmp_path / "glue", "STS-B", n_train=12, n_dev=8)
+    teacher = save_tiny_classifier(tmp_path / "teacher", tiny_tokenizer, num_labels=1, hidden_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, type_vocab_size=2)
+    task = TaskOptions("stsb", data_dir=str(tmp_path / "glue"))
+    record_held_out(teacher, task, 0.2)
+    out = tmp_path / "compress"
+    assert main(["compress", "--teacher", str(teacher), "--task", "stsb", "--data-dir", str(tmp_path / "glue"),
+                 "--candidates", "bert-1x128", "--rounds", "1", "--first-steps", "2", "--batch-size", "4",
+                 "--length-rows", "4", "--threads", "1", "--pooling", "pair", "--target-speedup", "0.01",
+                 "--output-dir", str(out)]) == 0
+    report = json.loads((out / "compress_report.json").read_text())
+    assert report["search"]["segments"][0]["recipe"].endswith("; pair pooling")
+    winner = out / "winner"
+    assert json.loads((winner / "config.json").read_text())[POOLING_KEY] == "pair"
+    # the shipped int8 graph computes the pair pooling: scored on the deciding rows as the report says
+    data = load_task(TaskOptions("stsb", data_dir=str(tmp_path / "glue"), held_out_rows=str(teacher),
+                                 decide_share=0.5))
+    assert report["shipped"]["decide_score"] == ship.decide_score(winner, "model.int8.onnx", data)[0]
+    student = load_sequence_classifier(str(out / "runs" / "bert-1x128"), 1, new_head_ok=False).eval()  # what shipped
+    batch = random_batch(student.config.vocab_size, LENGTHS, pair=True)
+    onnx_logits = OnnxClassifier(winner / "model.onnx")({name: tensor.numpy() for name, tensor in batch.items()})
+    assert np.abs(onnx_logits - _hand_pair_logits(student, batch).numpy()).max() < 1e-4
