@@ -157,6 +157,7 @@ def main() -> None:
                f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
                f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
                + (f" --key-suffix={args.key_suffix}" if args.key_suffix else "")
+               + (f" --teacher {args.teacher}" if args.teacher else "")
                + (f" --word-vectors {args.word_vectors}" if not starts_from_teacher(candidate) else ""))
     for seed in args.seeds:  # every variant of a seed before the next seed: pairs compare as they come
         for variant in args.variants:

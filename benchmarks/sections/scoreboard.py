@@ -138,20 +138,25 @@ def quickstart_row() -> Row | None:
                run("quickstart"))
 
 
+PAIR_TASKS = ("mrpc", "stsb", "rte")  # where the current recipe encodes the two sentences apart (--pooling pair)
+
+
 def compress_trust_row() -> Row | None:
     """The 4x searches under the rules of the issue on trustworthy figures: the shipped graph's kept share
     on the rows that decide beside dev's, for the tasks searched so far; each task's search under the
-    current recipe (logit KD and the weights' moving average, ``--key-suffix=-trust-ema``) where it ran,
-    else its search under the one before (``-trust``)."""
+    current recipe (logit KD and the weights' moving average, ``--key-suffix=-trust-ema``; on a pair
+    task with the two sentences encoded apart as well, ``-trust-pair``) where it ran, else its search
+    under an earlier one (``-trust-ema``, ``-trust``), which the row says."""
     results = load_results("compress")
-    records = {}
+    records, current = {}, []
     for task in FIVE_TASKS:
-        key = next((k for k in (f"{task}/x4-trust-ema", f"{task}/x4-trust") if k in results), None)
+        key = next((k for k in (f"{task}/x4-trust-pair", f"{task}/x4-trust-ema", f"{task}/x4-trust") if k in results),
+                   None)
         if key:
             records[task] = results[key]
+            current += [task] if key.endswith("-pair") or (key.endswith("-ema") and task not in PAIR_TASKS) else []
     if not records:
         return None
-    current = [t for t in records if f"{t}/x4-trust-ema" in results]
     shares = ", ".join(f"{TASK_NAMES[t]} {100 * r['shipped']['kept_decide']:.1f} (dev {100 * r['shipped']['kept_dev']:.1f})"
                        + ("" if t in current else " (earlier recipe)") for t, r in records.items())
     return Row(f"`kdbert compress` at 4x, tuned teachers, kept on the held-out rows that decide as shipped "
