@@ -1088,7 +1088,7 @@ def test_students_of_their_own_tokenizer_learn_the_stored_teacher_logits_and_shi
     from kdbert.data.load import load_task
 
     pretrained = save_char_student(tmp_path / "char-pretrained", seed=2)
-    monkeypatch.setattr(pipeline, "PRETRAINED_STUDENTS", {"pretrained-char": lambda: str(pretrained)})
+    monkeypatch.setattr(pipeline, "PRETRAINED_STUDENTS", {"pretrained-char": (lambda: str(pretrained), None)})
     mine = save_char_student(tmp_path / "char bert", seed=3, hidden_size=16)
     seen = count_teacher_runs(monkeypatch)
     out = tmp_path / "compress"
@@ -1160,11 +1160,12 @@ def test_the_packaged_minilm_is_offered_as_a_student_only_under_a_bigger_teacher
     # fine-tuned from it (the default teacher): as big, not offered; one more layer: offered, on its tokenizer
     assert pipeline.pretrained_students(teacher(minilm, tokenizer), context, spec) == []
     deeper = AutoConfig.from_pretrained(default_model_path(), num_hidden_layers=7)
-    assert names(pipeline.pretrained_students(teacher(deeper, tokenizer), context, spec)) == [
-        ("pretrained-minilm-l6", "pretrained", None)]
+    offered = pipeline.pretrained_students(teacher(deeper, tokenizer), context, spec)
+    assert names(offered) == [(f"pretrained-minilm-l{depth}", "pretrained", None) for depth in (6, 4, 3)]
+    assert [dict(c.shape)["num_hidden_layers"] for c in offered] == [6, 4, 3]
     # a tiny pre-trained student of its own tokenizer under the tiny teacher, not under a smaller one
     student = save_char_student(tmp_path / "char", max_position_embeddings=64)
-    monkeypatch.setattr(pipeline, "PRETRAINED_STUDENTS", {"pretrained-char": lambda: str(student)})
+    monkeypatch.setattr(pipeline, "PRETRAINED_STUDENTS", {"pretrained-char": (lambda: str(student), None)})
     big = SimpleNamespace(model=load_task_model(str(env["teacher"]), spec), tokenizer=context.tokenizer)
     assert names(pipeline.pretrained_students(big, context, spec)) == [("pretrained-char", "pretrained", str(student))]
     small = save_tiny_classifier(tmp_path / "small", context.tokenizer, hidden_size=4, num_hidden_layers=1,
@@ -1173,6 +1174,38 @@ def test_the_packaged_minilm_is_offered_as_a_student_only_under_a_bigger_teacher
                                                         tokenizer=context.tokenizer), context, spec) == []
     # question answering's per-token targets cannot cross tokenizers: not offered there
     assert pipeline.pretrained_students(big, context, SQUAD_TASKS["squad"]) == []
+
+
+def test_a_pretrained_student_cut_to_fewer_layers_keeps_its_first_and_last_and_its_own_weights(env, tmp_path):
+    """Cut to 3 of 5 layers, the student keeps the folder's 1st, 3rd and 5th: the cut computes what
+    the whole model computes with only those layers, pooling as the folder does."""
+    from transformers import AutoModelForSequenceClassification
+
+    from conftest import save_char_student
+    from kdbert.compress import speed
+    from kdbert.core.pooling import pooling_of
+    from kdbert.families.hf import user_candidate
+
+    folder = save_char_student(tmp_path / "char", seed=4, num_hidden_layers=5)
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    context = speed.shape_context(env["teacher"], env["task"])
+    cut = user_candidate(str(folder), "pretrained-char-l3", own_tokenizer=True, start="pretrained", depth=3)
+    assert dict(cut.shape)["num_hidden_layers"] == 3
+    model = cut.from_teacher(None, context).eval()
+    assert model.config.num_hidden_layers == 3 and pooling_of(model.config) == "mean"
+    whole = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=context.num_labels).eval()
+    whole.bert.encoder.layer = torch.nn.ModuleList([whole.bert.encoder.layer[i] for i in (0, 2, 4)])
+    whole.classifier.load_state_dict(model.classifier.state_dict())
+    tokenizer = cut.build(context)[1]
+    batch = tokenizer(["the cat sat", "a dog ran fast"], padding=True, return_tensors="pt")
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    with torch.no_grad():
+        hidden = whole.bert(**batch).last_hidden_state
+        expected = whole.classifier((hidden * mask).sum(1) / mask.sum(1))  # mean pooling by hand
+        assert torch.allclose(model(**batch).logits, expected, atol=1e-5)
+    with pytest.raises(KdbertError, match="cannot cut .* to 6 layers: it has 5"):
+        user_candidate(str(folder), "too-deep", depth=6)
 
 
 def test_every_compress_option_is_part_of_a_searchs_identity_unless_said_otherwise():

@@ -40,6 +40,16 @@ def test_evenly_spaced_indices():
     assert bool((picked[1:] > picked[:-1]).all())
 
 
+def test_a_pretrained_cut_keeps_its_first_and_last_layers_and_spreads_the_rest():
+    from kdbert.families.selection import ends_and_between
+
+    assert ends_and_between(3, 6) == [0, 2, 5]  # round(2.5) = 2
+    assert ends_and_between(4, 6) == [0, 2, 3, 5]
+    assert ends_and_between(2, 6) == [0, 5]
+    assert ends_and_between(1, 6) == [5]
+    assert ends_and_between(6, 6) == list(range(6))
+
+
 def test_narrow_student_receives_hand_picked_teacher_entries(tiny_tokenizer):
     teacher, student = _teacher(tiny_tokenizer), _narrow_student(tiny_tokenizer)
     fresh_classifier = student.classifier.weight.clone()

@@ -132,8 +132,11 @@ def user_students(paths: list | None, teacher: Teacher, spec) -> list:
     return candidates
 
 
-PRETRAINED_STUDENTS = {"pretrained-minilm-l6": default_model_path}
-"""Packaged pre-trained students offered as candidates: name -> the function giving its folder."""
+PRETRAINED_STUDENTS = {"pretrained-minilm-l6": (default_model_path, None),
+                       "pretrained-minilm-l4": (default_model_path, 4),
+                       "pretrained-minilm-l3": (default_model_path, 3)}
+"""Packaged pre-trained students offered as candidates: name -> (the function giving its folder, the
+layers it is cut to, None for all: :func:`kdbert.families.hf.user_candidate`'s ``depth``)."""
 
 
 def parameter_count(candidate, context) -> int:
@@ -145,17 +148,19 @@ def parameter_count(candidate, context) -> int:
 
 
 def pretrained_students(teacher: Teacher, context, spec) -> list:
-    """The :data:`PRETRAINED_STUDENTS` with fewer parameters than the teacher (each as the task's
-    model), as candidates from their own weights with a fresh task head; one of another vocabulary
-    reads its own tokenizer, and is not offered where ``spec`` needs the teacher's tokens."""
+    """The :data:`PRETRAINED_STUDENTS` whose whole model (uncut) has fewer parameters than the
+    teacher (each as the task's model), as candidates from their own weights with a fresh task head;
+    one of another vocabulary reads its own tokenizer, and is not offered where ``spec`` needs the
+    teacher's tokens. A teacher no bigger than the pre-trained model (the one fine-tuned from it)
+    gets none of its cuts either: its own layers are the same start."""
     size = sum(p.numel() for p in teacher.model.parameters())
     candidates = []
-    for name, folder in PRETRAINED_STUDENTS.items():
+    for name, (folder, depth) in PRETRAINED_STUDENTS.items():
         path = folder()
         own = own_tokenizer(path, teacher.model, teacher.tokenizer, option=name) is not None
-        candidate = user_candidate(path, name, own, start="pretrained")
-        if not (own and own_tokenizer_problem(spec)) and parameter_count(candidate, context) < size:
-            candidates.append(candidate)
+        if (own and own_tokenizer_problem(spec)) or parameter_count(user_candidate(path, name, own), context) >= size:
+            continue
+        candidates.append(user_candidate(path, name, own, start="pretrained", depth=depth))
     return candidates
 
 

@@ -187,11 +187,12 @@ register_family(HFFamily(), built_in=True)
 
 
 # ----------------------------------------------------------------------------- students users bring
-def _task_config(path: str, context: ShapeContext):
-    """The folder's config with the task's outputs (one for regression, start and end for QA)."""
+def _task_config(path: str, context: ShapeContext, depth: int | None = None):
+    """The folder's config with the task's outputs (one for regression, start and end for QA) and,
+    given ``depth``, that many layers."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(path)
+    config = AutoConfig.from_pretrained(path, **({"num_hidden_layers": depth} if depth else {}))
     config.num_labels = 2 if context.question_answering else context.num_labels
     if context.num_labels == 1 and not context.question_answering:
         config.problem_type = "regression"
@@ -204,28 +205,42 @@ def _task_class(context: ShapeContext):
     return AutoModelForQuestionAnswering if context.question_answering else AutoModelForSequenceClassification
 
 
-def user_candidate(path: str, name: str, own_tokenizer: bool = False, start: str = "user") -> Candidate:
+def user_candidate(path: str, name: str, own_tokenizer: bool = False, start: str = "user",
+                   depth: int | None = None) -> Candidate:
     """A student the user brings (a BERT-family folder or hub id) as a candidate called ``name``,
     reading the teacher's tokenizer or, with ``own_tokenizer``, the folder's (checked by the caller):
     timed with random weights of its config, distilled from its own weights (``start``) with a fresh
-    task head, pooling as the folder says (:func:`kdbert.core.pooling.pool_like_folder`)."""
+    task head, pooling as the folder says (:func:`kdbert.core.pooling.pool_like_folder`).
+
+    ``depth``: the folder's model cut to that many layers, its first and last and the rest evenly
+    between (:func:`~kdbert.families.selection.ends_and_between`; copied by :func:`~kdbert.families.
+    selection.select_teacher_weights` with the folder's model as the teacher), every other weight its own."""
     from transformers import AutoConfig
 
     from kdbert.core.loading import load_tokenizer
     from kdbert.core.pooling import pool_like_folder
+    from kdbert.families.selection import ends_and_between, select_teacher_weights
 
     config = AutoConfig.from_pretrained(path)
+    if depth is not None and not 0 < depth <= getattr(config, "num_hidden_layers", 0):
+        raise KdbertError(f"cannot cut {path} to {depth} layers: it has {getattr(config, 'num_hidden_layers', 0)}")
     shape = {"path": str(path), "model_type": config.model_type,
              **{key: getattr(config, key) for key in ("num_hidden_layers", "hidden_size") if hasattr(config, key)},
+             **({"num_hidden_layers": depth} if depth else {}),
              **({"tokenizer": "own"} if own_tokenizer else {})}
 
     def build(context: ShapeContext):
-        model = pool_like_folder(_task_class(context).from_config(_task_config(path, context)), path)
+        model = pool_like_folder(_task_class(context).from_config(_task_config(path, context, depth)), path)
         return model, load_tokenizer(path) if own_tokenizer else context.tokenizer
 
     def own_weights(teacher, context: ShapeContext):
-        return pool_like_folder(_task_class(context).from_pretrained(path, config=_task_config(path, context),
-                                                                     ignore_mismatched_sizes=True), path)
+        full = _task_class(context).from_pretrained(path, config=_task_config(path, context),
+                                                    ignore_mismatched_sizes=True)
+        if depth is None or depth == full.config.num_hidden_layers:
+            return pool_like_folder(full, path)
+        cut, _ = build(context)
+        select_teacher_weights(cut, full, layers=ends_and_between(depth, full.config.num_hidden_layers))
+        return cut
 
     return Candidate(name, "hf", tuple(shape.items()), build, own_weights, start=start,
                      tokenizer=str(path) if own_tokenizer else None)

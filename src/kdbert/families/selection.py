@@ -138,6 +138,16 @@ def _selection_layers(student_depth: int, teacher_depth: int) -> list[int]:
     return [math.ceil(m * teacher_depth / student_depth) - 1 for m in range(1, student_depth + 1)]
 
 
+def ends_and_between(depth: int, total: int) -> list[int]:
+    """0-based layers a ``depth``-layer cut of a ``total``-layer pre-trained model keeps: its first and
+    last, the rest evenly between, round(m*(N-1)/(M-1)) for m < M (6 -> 3: 0, 2, 5; one layer: the
+    last). A sentence encoder's pooled output lives after its last layer and its first reads the
+    embeddings; the uniform map (1, 3, 5) drops the first."""
+    if depth == 1:
+        return [total - 1]
+    return [round(m * (total - 1) / (depth - 1)) for m in range(depth)]
+
+
 def _take(dst: nn.Module, src: nn.Module, rows: torch.Tensor | None, cols: torch.Tensor | None = None) -> None:
     """``dst`` (Linear, LayerNorm, Embedding) <- ``src``'s weight rows x columns and bias rows (None: all)."""
     weight = src.weight
@@ -168,7 +178,8 @@ def _checked_layout(student: PreTrainedModel, teacher: PreTrainedModel) -> Layou
 
 
 @torch.no_grad()
-def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, importance=None) -> dict:
+def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, importance=None,
+                           layers: list[int] | None = None) -> dict:
     """Initialise a narrower/shallower ``student`` of the teacher's architecture in place from the
     teacher's weights: every student tensor is a sub-tensor of the matching teacher tensor, picked
     consistently so the student computes a slice of the teacher's residual stream.
@@ -188,6 +199,7 @@ def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, i
     and FFN units (heads ranked over all layers where a bias table shares them: MPNet), each kept in
     the teacher's order. What each architecture adds: the module doc.
 
+    ``layers`` (0-based, without ``importance``): the teacher layers copied instead of the uniform map.
     The task head's output layer keeps its fresh initialisation. Each student size must be at most
     the teacher's. Returns what was selected, for reports.
     """
@@ -206,7 +218,7 @@ def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, i
     h_s, i_s = sc["num_attention_heads"], sc["intermediate_size"]
     if importance is None:
         hidden = evenly_spaced(sc["hidden_size"], tc["hidden_size"])
-        layers = _selection_layers(sc["num_hidden_layers"], tc["num_hidden_layers"])
+        layers = layers or _selection_layers(sc["num_hidden_layers"], tc["num_hidden_layers"])
         heads = {t: evenly_spaced(h_s, tc["num_attention_heads"]) for t in layers}
         ffn = {t: evenly_spaced(i_s, tc["intermediate_size"]) for t in layers}
     else:
