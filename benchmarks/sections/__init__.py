@@ -25,6 +25,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("compress-engines", compress_results.compress_engines_section),
     ("recipe-ablation", compress_results.recipe_ablation_section),
     ("general-students", students_results.general_students_section),
+    ("pretrained-cuts", students_results.pretrained_cuts_section),
     ("deploy", speed_results.deploy_section),
     ("export-graphs", speed_results.export_graphs_section),
     ("breakdown", speed_results.breakdown_section),

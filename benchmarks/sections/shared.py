@@ -28,7 +28,7 @@ HEADLINE = ["intro", "scoreboard", "kept", "teachers"]
 PAGES: dict[str, tuple[str, list[str]]] = {
     "compress": ("`kdbert compress`", ["quickstart", "compress", "compress-budget", "compress-engines",
                                        "recipe-ablation"]),
-    "students": ("General students", ["general-students"]),
+    "students": ("General students", ["general-students", "pretrained-cuts"]),
     "speed": ("Speed and deployment", ["deploy", "export-graphs", "breakdown", "int8-targets", "serve-load",
                                        "efficiency", "bench", "throughput", "teacher-cache",
                                        "labelling"]),

@@ -103,3 +103,22 @@ def _start_order(label: str) -> tuple[int, float]:
     if label.startswith("tinybert-"):
         return 2, float(label.removeprefix("tinybert-").removesuffix("steps"))
     return 1, float(label.removeprefix("general-").removesuffix("min"))
+
+
+def pretrained_cuts_section() -> list[str]:
+    """The packaged all-MiniLM-L6-v2 cut to fewer layers, before training (benchmarks/pretrained_cuts.py)."""
+    results = load_results("pretrained_cuts")
+    if not results:
+        return []
+    rows = sorted(results.values(), key=lambda r: (-len(r["layers"]), -r["pearson"]))
+    lines = ["## The pre-trained student cut to fewer layers (`benchmarks/pretrained_cuts.py`)", "",
+             note("pretrained-cuts-intro"), "",
+             "| layers kept (1-based) | depth | STS-B dev Pearson | Spearman | kdbert's cut |",
+             "|---|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {', '.join(str(i + 1) for i in r['layers'])} | {len(r['layers'])} | {r['pearson']:.2f} "
+                     f"| {r['spearman']:.2f} | {'yes' if r['kdbert_cut'] else ''} |")
+    machines = sorted({f"{r['date']}, {r['machine']}, {r['cpu']}" for r in rows})
+    commands = sorted({f"`{r['command']}`" for r in rows})
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: {'; '.join(commands)}.", "",
+                    note("pretrained-cuts-reading"), ""]
