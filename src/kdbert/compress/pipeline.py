@@ -154,13 +154,17 @@ def pretrained_students(teacher: Teacher, context, spec) -> list:
     teacher's tokens. A teacher no bigger than the pre-trained model (the one fine-tuned from it)
     gets none of its cuts either: its own layers are the same start."""
     size = sum(p.numel() for p in teacher.model.parameters())
+    folders = {}  # folder -> (reads its own tokenizer, offered), read and counted once per folder
     candidates = []
     for name, (folder, depth) in PRETRAINED_STUDENTS.items():
         path = folder()
-        own = own_tokenizer(path, teacher.model, teacher.tokenizer, option=name) is not None
-        if (own and own_tokenizer_problem(spec)) or parameter_count(user_candidate(path, name, own), context) >= size:
-            continue
-        candidates.append(user_candidate(path, name, own, start="pretrained", depth=depth))
+        if path not in folders:
+            own = own_tokenizer(path, teacher.model, teacher.tokenizer, option=name) is not None
+            folders[path] = own, (not (own and own_tokenizer_problem(spec))
+                                  and parameter_count(user_candidate(path, name, own), context) < size)
+        own, offered = folders[path]
+        if offered:
+            candidates.append(user_candidate(path, name, own, start="pretrained", depth=depth))
     return candidates
 
 

@@ -222,24 +222,27 @@ def user_candidate(path: str, name: str, own_tokenizer: bool = False, start: str
     from kdbert.families.selection import ends_and_between, select_teacher_weights
 
     config = AutoConfig.from_pretrained(path)
-    if depth is not None and not 0 < depth <= getattr(config, "num_hidden_layers", 0):
-        raise KdbertError(f"cannot cut {path} to {depth} layers: it has {getattr(config, 'num_hidden_layers', 0)}")
+    total = getattr(config, "num_hidden_layers", 0)
+    if depth is not None and not 0 < depth <= total:
+        raise KdbertError(f"cannot cut {path} to {depth} layers: it has {total}")
     shape = {"path": str(path), "model_type": config.model_type,
-             **{key: getattr(config, key) for key in ("num_hidden_layers", "hidden_size") if hasattr(config, key)},
-             **({"num_hidden_layers": depth} if depth else {}),
+             **({"num_hidden_layers": depth or total} if hasattr(config, "num_hidden_layers") else {}),
+             **({"hidden_size": config.hidden_size} if hasattr(config, "hidden_size") else {}),
              **({"tokenizer": "own"} if own_tokenizer else {})}
 
+    def random_model(context: ShapeContext):
+        return pool_like_folder(_task_class(context).from_config(_task_config(path, context, depth)), path)
+
     def build(context: ShapeContext):
-        model = pool_like_folder(_task_class(context).from_config(_task_config(path, context, depth)), path)
-        return model, load_tokenizer(path) if own_tokenizer else context.tokenizer
+        return random_model(context), load_tokenizer(path) if own_tokenizer else context.tokenizer
 
     def own_weights(teacher, context: ShapeContext):
         full = _task_class(context).from_pretrained(path, config=_task_config(path, context),
                                                     ignore_mismatched_sizes=True)
-        if depth is None or depth == full.config.num_hidden_layers:
+        if depth is None or depth == total:
             return pool_like_folder(full, path)
-        cut, _ = build(context)
-        select_teacher_weights(cut, full, layers=ends_and_between(depth, full.config.num_hidden_layers))
+        cut = random_model(context)
+        select_teacher_weights(cut, full, layers=ends_and_between(depth, total))
         return cut
 
     return Candidate(name, "hf", tuple(shape.items()), build, own_weights, start=start,
