@@ -13,11 +13,12 @@ from conftest import save_tiny_classifier, tiny_bert_config, write_glue_task
 from test_export import random_batch
 from test_graphs import max_difference_from_pytorch
 from transformers import (AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification, BertModel,
-                          DistilBertConfig, GPT2Config, RobertaConfig)
+                          DistilBertConfig, GPT2Config, MPNetConfig, RobertaConfig)
 
 from kdbert.cli import main
 from kdbert.core.loading import load_sequence_classifier
-from kdbert.core.pooling import POOLING_KEY, apply_pooling, choose_pooling, masked_mean, pair_product, set_pooling
+from kdbert.core.pooling import (POOLING_KEY, after_first_separator, apply_pooling, choose_pooling, masked_mean,
+                                 pair_product, pool_pairs, set_pooling)
 from kdbert.deploy.export import export_classifier
 from kdbert.deploy.onnx_runtime import OnnxClassifier
 from kdbert.errors import KdbertError
@@ -30,10 +31,11 @@ LENGTHS = [7, 3]  # two rows of different lengths: the second padded with 4 mask
 
 
 def _classifier(kind: str, vocab: int, **shape):
-    common = dict(vocab_size=vocab, max_position_embeddings=66, num_labels=2)
+    common = dict(vocab_size=vocab, max_position_embeddings=66, num_labels=shape.pop("num_labels", 2))
     shape = {**SHAPE, **shape}
     config = {"bert": lambda: BertConfig(**shape, **common),
               "roberta": lambda: RobertaConfig(**shape, **common, pad_token_id=0),
+              "mpnet": lambda: MPNetConfig(**shape, **common, pad_token_id=1, eos_token_id=2),
               "distilbert": lambda: DistilBertConfig(dim=16, n_layers=2, n_heads=4, hidden_dim=32, **common)}[kind]()
     torch.manual_seed(0)
     return AutoModelForSequenceClassification.from_config(config).eval()
@@ -147,9 +149,13 @@ def test_pair_product_of_an_empty_sentence_is_zero_not_nan():
 
 
 def test_pair_pooling_needs_the_second_sentence_marked(tmp_path, tiny_tokenizer, capsys):
-    with pytest.raises(KdbertError, match="pair pooling is offered for bert classifiers, "
-                                          "not roberta; use --pooling cls"):
-        set_pooling(_classifier("roberta", len(tiny_tokenizer)), "pair")
+    with pytest.raises(KdbertError, match="pair pooling is offered for bert, roberta, xlm-roberta, mpnet "
+                                          "classifiers, not distilbert; use --pooling cls"):
+        set_pooling(_classifier("distilbert", len(tiny_tokenizer)), "pair")
+    separatorless = _classifier("mpnet", len(tiny_tokenizer))
+    separatorless.config.eos_token_id = None
+    with pytest.raises(KdbertError, match="records no sep_token_id or eos_token_id; add the tokenizer's sep_token_id"):
+        set_pooling(separatorless, "pair")
     model = set_pooling(_classifier("bert", len(tiny_tokenizer)), "pair")
     batch = _batch(model)
     with pytest.raises(KdbertError, match="pair pooling reads which tokens are the second sentence's from "
@@ -162,6 +168,75 @@ def test_pair_pooling_needs_the_second_sentence_marked(tmp_path, tiny_tokenizer,
                  str(tmp_path / "o"), "--no-progress"]) == 2
     assert ("--pooling pair compares a sentence pair's two sentences; sst2 has one text per row: use --pooling mean "
             "or cls") in capsys.readouterr().err
+
+
+# RoBERTa and MPNet mark no token types: a pair is <s> A </s></s> B </s> (ids 0 and 2; padding 1)
+SEPARATED = torch.tensor([[0, 7, 8, 9, 2, 2, 10, 11, 2],
+                          [0, 12, 2, 2, 13, 14, 2, 1, 1]])
+SECOND = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 1, 1],  # the second sentence: from the second separator on
+                       [0, 0, 0, 1, 1, 1, 1, 1, 1]])
+
+
+def test_the_second_sentence_starts_after_the_first_separator():
+    assert torch.equal(after_first_separator(SEPARATED, 2), SECOND)
+
+
+def _hand_separated_pair_logits(model, batch: dict) -> torch.Tensor:
+    """Each sentence of each row encoded alone (<s> A </s> and </s> B </s>, found by hand above), the
+    means of its last hidden states u and v, then the dense + tanh + out_proj head on H (u/|u|)(v/|v|)."""
+    pooling = model.config.kdbert_pooling
+    set_pooling(model, "cls")  # the base model without the pair hooks
+    try:
+        with torch.no_grad():
+            rows = []
+            for row in range(len(SEPARATED)):
+                real = batch["attention_mask"][row].bool()
+                means = []
+                for sentence in (0, 1):
+                    keep = real & (SECOND[row] == sentence)
+                    hidden = model.base_model(input_ids=SEPARATED[row:row + 1],
+                                              attention_mask=keep[None].long()).last_hidden_state[0]
+                    means.append(hidden[keep].mean(dim=0))
+                u, v = means
+                rows.append(u.shape[0] * (u / u.norm()) * (v / v.norm()))
+            head = model.classifier
+            return head.out_proj(torch.tanh(head.dense(torch.stack(rows))))
+    finally:
+        set_pooling(model, pooling)
+
+
+@pytest.mark.parametrize("kind", ["roberta", "mpnet"])
+def test_pair_pooling_finds_the_second_sentence_after_the_separator(kind, tiny_tokenizer):
+    model = set_pooling(_classifier(kind, len(tiny_tokenizer)), "pair")
+    batch = {"input_ids": SEPARATED, "attention_mask": (SEPARATED != 1).long()}
+    torch.testing.assert_close(_logits(model, batch), _hand_separated_pair_logits(model, batch), rtol=1e-5,
+                               atol=1e-5)
+    # a token of the second sentence changes the first's states (position 0 holds the pooled vector) not at all
+    changed = {**batch, "input_ids": SEPARATED.clone()}
+    changed["input_ids"][0, 6] = 20
+    with torch.no_grad():
+        first = [model.base_model(**b).last_hidden_state[0, 1:5] for b in (batch, changed)]
+    assert torch.equal(first[0], first[1])
+
+
+@pytest.mark.parametrize("labels", [1, 2])
+def test_a_tanh_head_starts_as_the_cosine_of_the_two_sentences(labels, tiny_tokenizer):
+    model = pool_pairs(_classifier("mpnet", len(tiny_tokenizer), num_labels=labels))
+    batch = {"input_ids": SEPARATED, "attention_mask": (SEPARATED != 1).long()}
+    if labels == 2:  # a classifier's head starts at 0
+        assert not _logits(model, batch).any()
+        return
+    pooled = _pooled(model, batch)  # H (u/|u|)(v/|v|): its mean over the H units is cos(u, v)
+    cosines = pooled.mean(dim=1)
+    assert pooled.abs().max() < 8  # where tanh(0.01 x) / 0.01 is x to 1e-3 relative
+    torch.testing.assert_close(_logits(model, batch)[:, 0], cosines, rtol=1e-3, atol=1e-4)
+    assert torch.all(cosines.abs() <= 1) and (cosines[0] - cosines[1]).abs() > 1e-3
+
+
+def _pooled(model, batch: dict) -> torch.Tensor:
+    """What the pair-pooled base model puts at the first position (B, H)."""
+    with torch.no_grad():
+        return model.base_model(**batch).last_hidden_state[:, 0]
 
 
 # ----------------------------------------------------------------------------- recorded and loaded
@@ -284,6 +359,23 @@ def test_onnx_exports_carry_the_pair_pooling(graph, tmp_path, tiny_tokenizer):
     assert np.abs(onnx_logits - _hand_pair_logits(model, batch).numpy()).max() < 1e-4
 
 
+@pytest.mark.parametrize("kind", ["roberta", "mpnet"])
+def test_onnx_exports_carry_the_separator_pair_pooling(kind, tmp_path, tiny_tokenizer):
+    model = pool_pairs(_classifier(kind, len(tiny_tokenizer)))
+    with torch.no_grad():  # a head that does not start at 0, so the logits say something
+        model.classifier.out_proj.weight.normal_()
+    export_classifier(model, tiny_tokenizer, tmp_path, graph="torchscript")
+    session = OnnxClassifier(tmp_path)
+    batch = {"input_ids": SEPARATED, "attention_mask": (SEPARATED != 1).long()}
+    feed = {name: batch[name].numpy() if name in batch else np.zeros_like(SEPARATED.numpy())
+            for name in session.input_names}
+    onnx_logits = session(feed)
+    assert np.abs(onnx_logits - _hand_separated_pair_logits(model, batch).numpy()).max() < 1e-4
+    for row in range(2):  # batch 1, unpadded: the same
+        single = {name: value[row:row + 1, :int(batch["attention_mask"][row].sum())] for name, value in feed.items()}
+        assert np.abs(session(single) - onnx_logits[row:row + 1]).max() < 1e-4
+
+
 # ----------------------------------------------------------------------------- compress --pooling pair
 @pytest.mark.parametrize("pair", [True, False])
 def test_compress_pair_pooling_starts_pair_task_students_on_a_fresh_pair_head(pair, tmp_path, tiny_tokenizer):
@@ -304,6 +396,24 @@ def test_compress_pair_pooling_starts_pair_task_students_on_a_fresh_pair_head(pa
         torch.testing.assert_close(_logits(student, batch), _hand_pair_logits(student, batch), rtol=1e-5, atol=1e-5)
         # a classifier head starts at 0: its first steps point each class where the data says
         assert not student.classifier.weight.any() and not student.classifier.bias.any()
+
+
+def test_compress_pair_pooling_starts_an_mpnet_teachers_students_on_the_separators(tmp_path, tiny_tokenizer):
+    from kdbert.compress.build import build_from_teacher
+    from kdbert.data.load import TaskOptions
+
+    teacher = set_pooling(_classifier("mpnet", len(tiny_tokenizer), **WIDE, num_labels=1), "mean")
+    context = ShapeContext(teacher.config, tiny_tokenizer, 1, True)
+    candidate = next(c for c in HFFamily().candidates(context) if c.name == "mpnet-1x128")
+    folder = build_from_teacher(candidate, "teacher", TaskOptions("stsb"), tmp_path / "start", context,
+                                (teacher, tiny_tokenizer), pooling="pair")
+    student = load_sequence_classifier(str(folder), 1, new_head_ok=True).eval()
+    assert student.config.kdbert_pooling == "pair" and student.config.model_type == "mpnet"
+    batch = {"input_ids": SEPARATED, "attention_mask": (SEPARATED != 1).long()}
+    torch.testing.assert_close(_logits(student, batch), _hand_separated_pair_logits(student, batch), rtol=1e-5,
+                               atol=1e-5)
+    cosines = _pooled(student, batch).mean(dim=1)  # a regression head starts as cos(u, v)
+    torch.testing.assert_close(_logits(student, batch)[:, 0], cosines, rtol=1e-3, atol=1e-4)
 
 
 def test_compress_pooling_pair_ships_a_pair_pooled_int8_winner_on_sts_b(tmp_path, tiny_tokenizer, capsys):

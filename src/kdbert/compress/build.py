@@ -13,8 +13,8 @@ Where a general student of the candidate's shape was built for the teacher's bas
 classifier stays fresh, as from the teacher.
 
 With ``pooling`` "pair" on a sentence-pair task, a start whose architecture marks the second
-sentence (:data:`~kdbert.core.pooling.PAIR_POOLED_TYPES`: BERT, the teacher's students and a BERT
-``--student`` or pre-trained candidate alike) encodes the two sentences apart and reads their normalised
+sentence (:data:`~kdbert.core.pooling.PAIR_POOLED_TYPES`: BERT by its token types, RoBERTa, XLM-R and
+MPNet by their separators; the teacher's students and a ``--student`` or pre-trained candidate alike) encodes the two sentences apart and reads their normalised
 means multiplied, its head starting as their cosine (:func:`~kdbert.core.pooling.pool_pairs`);
 ``student_init.json`` records the pooling.
 """

@@ -73,11 +73,11 @@ class CompressConfig(CheckedOptions):
                                     "candidate of its architecture starts from: evenly spaced, or ranked by importance "
                                     "on the training rows (no better on MRPC at equal steps, BENCHMARKS.md)",
                             group="compress", choices=("even", "importance"))
-    pooling: str = option("pair", "what the BERT-style candidates' heads read on a sentence-pair task: pair (the two "
+    pooling: str = option("pair", "what the transformer candidates' heads read on a sentence-pair task: pair (the two "
                                   "sentences encoded apart, their normalised means multiplied: a learned cosine; "
-                                  "BERT candidates; +27 points of STS-B at equal steps, BENCHMARKS.md) or the "
-                                  "teacher's pooling; single-sentence tasks and other architectures keep the "
-                                  "teacher's",
+                                  "BERT, RoBERTa, XLM-R and MPNet candidates; +27 points of STS-B at equal steps, "
+                                  "BENCHMARKS.md) or the teacher's pooling; single-sentence tasks and other "
+                                  "architectures keep the teacher's",
                           group="compress", choices=("teacher", "pair"))
     intermediate_share: float = option(0.0, "share of a weight-selected candidate's steps (bert-, roberta-, ...) "
                                             "spent on TinyBERT's intermediate stage, its prediction stage after (0: logit KD "

@@ -1,6 +1,8 @@
 """What a sequence classifier's head reads: the first token ([CLS], the default), the masked mean
 of the last hidden states, as sentence-transformers models such as all-MiniLM-L6-v2 were trained, or,
-for a sentence pair, a learned cosine of its two sentences encoded apart (``pair``).
+for a sentence pair, a learned cosine of its two sentences encoded apart (``pair``): BERT reads
+which tokens are the second sentence's from its token types, RoBERTa, XLM-R and MPNet (no token
+types) from the separators between them (:func:`after_first_separator`).
 
 The choice lives in the model's ``config.json`` (``kdbert_pooling: "mean"``; absent: ``cls``), so a
 saved model pools the same way wherever kdbert loads or builds it: every load and build point calls
@@ -26,9 +28,12 @@ POOLINGS = ("cls", "mean", "pair")
 MEAN_POOLED_TYPES = ("bert", "roberta", "xlm-roberta", "electra", "mpnet", "distilbert", "mobilebert")
 """Model types whose sequence-classification head reads the first token (BERT and MobileBERT through
 their pooler output), which the mean can replace."""
-PAIR_POOLED_TYPES = ("bert",)
-"""Those whose inputs mark a pair's second sentence (``token_type_ids`` 1) and whose attention takes
-the mask ``pair`` gives it."""
+SEPARATOR_PAIRED_TYPES = ("roberta", "xlm-roberta", "mpnet")
+"""Those whose tokenizers join a pair as ``<s> A </s></s> B </s>`` with no token types, and whose head
+reads the first position through dense + tanh + out_proj."""
+PAIR_POOLED_TYPES = ("bert", *SEPARATOR_PAIRED_TYPES)
+"""Those whose inputs mark a pair's second sentence (BERT: ``token_type_ids`` 1; the others: the
+tokens after the first separator) and whose attention takes the mask ``pair`` gives it."""
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -47,6 +52,43 @@ def pair_product(hidden: torch.Tensor, mask: torch.Tensor, token_types: torch.Te
     u = torch.nn.functional.normalize(masked_mean(hidden, first), dim=-1)
     v = torch.nn.functional.normalize(masked_mean(hidden, second), dim=-1)
     return hidden.shape[-1] * u * v
+
+
+def after_first_separator(input_ids: torch.Tensor, separator: int) -> torch.Tensor:
+    """The (B, L) token types of pairs joined with separators (input_ids (B, L)): type_t = 1 where a
+    separator stands before position t, else 0. ``<s> A </s></s> B </s>`` gives 0 to ``<s> A </s>``
+    and 1 to ``</s> B </s>`` (BERT's ``[CLS] A [SEP] B [SEP]`` gives its own token types)."""
+    separators = (input_ids == separator).long()
+    return ((separators.cumsum(dim=1) - separators) > 0).long()
+
+
+def separator_of(config) -> int:
+    """The separator token id of a :data:`SEPARATOR_PAIRED_TYPES` model: ``sep_token_id``, else
+    ``eos_token_id`` (RoBERTa's and MPNet's ``</s>``); refused where its config records neither."""
+    separator = getattr(config, "sep_token_id", None)
+    separator = getattr(config, "eos_token_id", None) if separator is None else separator
+    if not isinstance(separator, int):
+        raise KdbertError(f"pair pooling of a {config.model_type} model finds the second sentence after the "
+                          "separator, and its config.json records no sep_token_id or eos_token_id; add the "
+                          "tokenizer's sep_token_id to it")
+    return separator
+
+
+def second_sentence_marks(config, args: tuple, kwargs: dict) -> torch.Tensor:
+    """The (B, L) token types a base model's call gives a pair (1: the second sentence): its
+    ``token_type_ids`` (BERT), or :func:`after_first_separator` of its ``input_ids`` (the
+    :data:`SEPARATOR_PAIRED_TYPES`)."""
+    if config.model_type in SEPARATOR_PAIRED_TYPES:
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        if input_ids is None:
+            raise KdbertError(f"pair pooling of a {config.model_type} model finds the second sentence after the "
+                              "separator in input_ids; pass input_ids, not inputs_embeds")
+        return after_first_separator(input_ids, separator_of(config))
+    token_types = kwargs.get("token_type_ids")
+    if token_types is None:
+        raise KdbertError("pair pooling reads which tokens are the second sentence's from token_type_ids; "
+                          "pass them (the tokenizer gives them for a sentence pair)")
+    return token_types
 
 
 def pair_attention_mask(mask: torch.Tensor, token_types: torch.Tensor, additive: bool) -> torch.Tensor:
@@ -93,7 +135,7 @@ def _mean_pool(base: nn.Module, args: tuple, kwargs: dict, output):
     mask = kwargs.get("attention_mask")  # transformers' heads pass it by name; None: every token is real
     mask = torch.ones(hidden.shape[:2], device=hidden.device) if mask is None else mask
     if pooling == "pair":  # the mask is _pair_attention's
-        pooled = pair_product(hidden, real_positions(mask), kwargs["token_type_ids"])
+        pooled = pair_product(hidden, real_positions(mask), second_sentence_marks(base.config, args, kwargs))
     else:
         pooled = masked_mean(hidden, mask)
     if getattr(output, "pooler_output", None) is not None:
@@ -108,10 +150,7 @@ def _pair_attention(base: nn.Module, args: tuple, kwargs: dict):
     :func:`pair_attention_mask` (bool for ``sdpa``, additive for ``eager`` attention)."""
     if pooling_of(base.config) != "pair":
         return None
-    token_types, mask = kwargs.get("token_type_ids"), kwargs.get("attention_mask")
-    if token_types is None:
-        raise KdbertError("pair pooling reads which tokens are the second sentence's from token_type_ids; "
-                          "pass them (the tokenizer gives them for a sentence pair)")
+    token_types, mask = second_sentence_marks(base.config, args, kwargs), kwargs.get("attention_mask")
     if mask is None:
         mask = torch.ones_like(token_types)
     implementation = getattr(base.config, "_attn_implementation", None) or "eager"
@@ -140,6 +179,8 @@ def apply_pooling(model: nn.Module) -> nn.Module:
     base = model.base_model
     if not any(hook is _mean_pool for hook in base._forward_hooks.values()):
         base.register_forward_hook(_mean_pool, with_kwargs=True)
+    if pooling == "pair" and model.config.model_type in SEPARATOR_PAIRED_TYPES:
+        separator_of(model.config)  # refused now, not at the first call, where the config has none
     if pooling == "pair" and not any(hook is _pair_attention for hook in base._forward_pre_hooks.values()):
         base.register_forward_pre_hook(_pair_attention, with_kwargs=True)
     return model
@@ -154,15 +195,31 @@ def set_pooling(model: nn.Module, pooling: str) -> nn.Module:
     return apply_pooling(model)
 
 
+LINEAR_SCALE = 0.01
+"""The dense layer of a tanh head that starts as a cosine: tanh(0.01 x) = 0.01 x (1 - 3e-5 x^2 ...),
+so the head reads its input linearly to 1e-4 where |x| <= 2 (x = H u_i v_i: 1 on average)."""
+
+
 def pool_pairs(model: nn.Module) -> nn.Module:
-    """``model`` (a BERT classifier) set to pair pooling with a head that starts as a cosine, since what
-    it reads is no longer the vector it learned on: a regression head's weights 1/H (it reads
-    cos(u, v)), a classifier's 0 (its first steps point each class's row where the data says), biases
-    0; returns it."""
+    """``model`` (a :data:`PAIR_POOLED_TYPES` classifier) set to pair pooling with a head that starts
+    as a cosine, since what it reads is no longer the vector it learned on; returns it. A linear head
+    (BERT): a regression's weights 1/H (it reads cos(u, v)), a classifier's 0 (its first steps point
+    each class's row where the data says), biases 0. A dense + tanh + out_proj head (RoBERTa, MPNet):
+    a regression's dense s I and out_proj 1 / (H s) (s = :data:`LINEAR_SCALE`: it reads
+    sum_i tanh(s x_i) / (H s) ~ cos(u, v)), a classifier's dense I and out_proj 0; biases 0."""
     set_pooling(model, "pair")
     head = model.classifier
-    nn.init.constant_(head.weight, 1.0 / head.in_features if head.out_features == 1 else 0.0)
-    nn.init.zeros_(head.bias)
+    regression = model.config.num_labels == 1
+    if isinstance(head, nn.Linear):
+        nn.init.constant_(head.weight, 1.0 / head.in_features if regression else 0.0)
+        nn.init.zeros_(head.bias)
+        return model
+    scale = LINEAR_SCALE if regression else 1.0
+    with torch.no_grad():
+        head.dense.weight.copy_(scale * torch.eye(head.dense.out_features, head.dense.in_features))
+        nn.init.zeros_(head.dense.bias)
+        nn.init.constant_(head.out_proj.weight, 1.0 / (head.dense.out_features * scale) if regression else 0.0)
+        nn.init.zeros_(head.out_proj.bias)
     return model
 
 
