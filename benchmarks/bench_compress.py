@@ -61,6 +61,7 @@ def main() -> None:
                         help="what the BERT-style candidates' heads read (compress --pooling)")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--batch-size", type=int, default=32, help="the token-level candidates' batch size")
+    parser.add_argument("--max-train-examples", type=int, help="distil on the first N training rows only")
     parser.add_argument("--augment", help="candidate kinds that also compete augmented (e.g. bilstm, or all)")
     parser.add_argument("--nltk-data", default=NLTK_DATA, help="NLTK's POS tagger, for --augment")
     parser.add_argument("--workers", type=int, default=1, help="candidates distilled at once (one process each)")
@@ -79,7 +80,8 @@ def main() -> None:
                             batch_size=args.batch_size, workers=args.workers,
                             augment=args.augment, nltk_data=args.nltk_data if args.augment else None,
                             transfer_text=args.transfer_text, students_store=args.students_store,
-                            no_general_students=args.no_general_students, pooling=args.pooling)
+                            no_general_students=args.no_general_students, pooling=args.pooling,
+                            max_train_examples=args.max_train_examples)
     started = time.time()
     report = compress(TaskOptions(args.task, data_dir=args.data_dir), config, out)
     precision = resolve_precision("auto")[0]  # what the candidates trained in
@@ -92,6 +94,7 @@ def main() -> None:
                + (f" --candidates {args.candidates}" if args.candidates else "")
                + (f" --learning-rate {args.learning_rate:g}" if args.learning_rate != 1e-4 else "")
                + (f" --batch-size {args.batch_size}" if args.batch_size != 32 else "")
+               + (f" --max-train-examples {args.max_train_examples}" if args.max_train_examples else "")
                + (f" --workers {args.workers}" if args.workers != 1 else "")
                + (f" --augment {args.augment}" if args.augment else "")
                + (f" --transfer-text {' '.join(args.transfer_text)}" if args.transfer_text else "")
