@@ -108,6 +108,7 @@ def recorded(teacher: Path) -> dict:
             "dev_metrics": metrics, "export_dev": {k: v["score"] for k, v in exported.get("dev_metrics", {}).items()},
             "command": f"KDBERT_MIXED_PRECISION=bf16 python benchmarks/base_teacher.py finetune --task "
                        f"{run['task']} --epochs {run['epochs']:g}"
+                       + (f" --max-train-examples {run['max_train_examples']}" if run.get("max_train_examples") else "")
                        + (f" && python benchmarks/base_teacher.py export --task {run['task']}" if exported else "")}
 
 

@@ -40,6 +40,35 @@ def teachers_section() -> list[str]:
                     note("teachers-reading"), ""]
 
 
+def base_teachers_section() -> list[str]:
+    """The base-size teacher, all-mpnet-base-v2 fine-tuned per task (``base_teacher.py``), beside the
+    task's tuned all-MiniLM-L6-v2 teacher (``teacher_best.py``)."""
+    records = load_results("base_teacher")
+    if not records:
+        return []
+    minilm = load_results("teacher_best")
+    lines = ["## A base-size teacher: all-mpnet-base-v2 (`benchmarks/base_teacher.py`)", "", note("base-teachers-intro"),
+             "", "| task | training rows, epochs, rate | steps | training | held-out that picks (± se) | held-out that "
+             "decides (± se) | dev | dev, int8 export | MiniLM-L6 teacher's dev |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for task in sorted(records, key=TASK_ORDER.index):
+        r = records[task]
+        metrics = r["dev_metrics"]
+        decide = (f"{metrics['decide_score']:.2f} ± {metrics['decide_se']:.2f}" if "decide_score" in metrics
+                  else "- (picked on all)")
+        rows = f"first {r['max_train_examples']:,}" if r.get("max_train_examples") else "all"
+        small = minilm.get(task)
+        small_dev = f"{small['runs'][small['chosen']]['dev']:.2f}" if small else "-"
+        int8 = r["export_dev"].get("onnx_int8")
+        lines.append(f"| {task} | {rows} less {r['held_out_rows']} held out, {r['epochs']:g}, {r['learning_rate']:g} | "
+                     f"{r['steps']} | {r['train_minutes']:.0f} min, {r['torch_threads']} thread"
+                     f"{'s' if r['torch_threads'] != 1 else ''} | {r['held_out']:.2f} ± {r['held_out_se']:.2f} | "
+                     f"{decide} | {r['dev']:.2f} | {f'{int8:.2f}' if int8 is not None else '-'} | {small_dev} |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    commands = sorted({r["command"] for r in records.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}: bf16 autocast. Commands: "
+                        + "; ".join(f"`{c}`" for c in commands) + ".", "", note("base-teachers-reading"), ""]
+
+
 def seeds_cell(seeds: dict | None, record: dict, teacher: dict) -> str:
     """The winner's run distilled again with other seeds (``compress_seeds.py``), as kept shares of the
     PyTorch teacher on dev and on the rows that decide: ``n seeds: dev mean ± sd / decide mean ± sd``
