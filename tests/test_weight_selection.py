@@ -139,3 +139,27 @@ def test_cpu_recipe_sets_weight_selection():
     args = cli.parse_command_line(argv)
     assert (args.method, args.student, args.student_init, args.max_train_examples, args.intermediate_epochs,
             args.epochs, args.learning_rate) == ("tinybert", "tinybert4", "teacher-weights", 4000, 2, 2, 1e-4)
+
+
+@pytest.mark.parametrize("layer_map,copied", [("uniform", [1, 3]), ("ends", [0, 3])])
+def test_a_candidates_layer_map_names_the_teacher_layers_it_copies(layer_map, copied, tiny_tokenizer):
+    from dataclasses import replace
+
+    from kdbert.families.hf import HFFamily
+    from kdbert.families.registry import ShapeContext
+
+    torch.manual_seed(0)  # 4 layers, wide enough for compress's candidates (>= 128 units)
+    teacher = BertForSequenceClassification(tiny_bert_config(
+        tiny_tokenizer, hidden_size=256, num_attention_heads=8, intermediate_size=512, num_hidden_layers=4)).eval()
+    context = replace(ShapeContext(teacher.config, tiny_tokenizer, 2, False), layer_map=layer_map)
+    candidate = next(c for c in HFFamily().candidates(context) if c.name == "bert-2x128")
+    student = candidate.from_teacher(teacher, context)
+    # 2 of 4 layers: uniform ceil(m * 4 / 2) -> 2, 4 (1-based); ends -> the first and the last
+    expected = BertForSequenceClassification(student.config).eval()
+    students.select_teacher_weights(expected, teacher, layers=copied)
+    for mine, theirs in zip(student.bert.encoder.layer, expected.bert.encoder.layer):
+        torch.testing.assert_close(mine.attention.self.query.weight, theirs.attention.self.query.weight, rtol=0, atol=0)
+        torch.testing.assert_close(mine.output.dense.weight, theirs.output.dense.weight, rtol=0, atol=0)
+    other = BertForSequenceClassification(student.config).eval()  # the other map's first layer differs
+    students.select_teacher_weights(other, teacher, layers=[1, 3] if layer_map == "ends" else [0, 3])
+    assert not torch.equal(student.bert.encoder.layer[0].output.dense.weight, other.bert.encoder.layer[0].output.dense.weight)

@@ -65,8 +65,11 @@ class ShapeContext:
     size of the word vectors word-level students start from (None: none given), whether the
     task is question answering (start and end logits per token), and the word vectors themselves
     (a file or ``encoder:MODEL``; None: not named, only their size known), from which a word-level
-    student's vocabulary also takes their most frequent words; and the teacher's units ranked by
-    importance on the task, which students of its architecture keep (None: evenly spaced)."""
+    student's vocabulary also takes their most frequent words; the teacher's units ranked by
+    importance on the task, which students of its architecture keep (None: evenly spaced); and,
+    without them, which teacher layers those students copy (``layer_map``: ``uniform``, g(m) =
+    ceil(m N / M); ``ends``, the first, the last and evenly between:
+    :func:`~kdbert.families.selection.ends_and_between`)."""
 
     teacher_config: Any
     tokenizer: Any
@@ -77,6 +80,7 @@ class ShapeContext:
     question_answering: bool = False
     word_vectors: str | None = None
     importance: Any = None  # the teacher's units ranked on the task (kdbert.families.importance), or None
+    layer_map: str = "uniform"
 
 
 @dataclass(frozen=True)

@@ -329,9 +329,12 @@ def task_student(shape: dict, context: ShapeContext) -> tuple[PreTrainedModel, o
 def _from_teacher(random_student: Callable, shape: dict, teacher: PreTrainedModel,
                   context: ShapeContext) -> PreTrainedModel:
     """``random_student``'s model of ``shape`` with weights selected from the teacher (by the
-    context's importance where it has one)."""
+    context's importance where it has one, else from the layers of its ``layer_map``)."""
     student, _ = random_student(shape, context)
-    select_teacher_weights(student, teacher, context.importance)
+    layers = None
+    if context.importance is None and context.layer_map == "ends":
+        layers = ends_and_between(student.config.num_hidden_layers, teacher.config.num_hidden_layers)
+    select_teacher_weights(student, teacher, context.importance, layers=layers)
     return student
 
 
