@@ -54,6 +54,7 @@ VARIANTS = {
     "importance": "importance",  # ... from the teacher's units ranked by importance (compress --selection importance)
     "cls-pooling": "cls-pooling",  # ... from the even start classifying from [CLS] through the pooler, not the mean
     "pair-pooling": "pair-pooling",  # ... from the even start reading a pair's two sentences' means multiplied
+    "teacher-pooling": "teacher-pooling",  # ... from the even start pooling as the teacher, a pair read as one sequence
     "ends-layers": "ends-layers",  # ... from evenly spaced units of the teacher's first, last and evenly-between layers
     "temperature-2": {"temperature": 2.0},  # softer targets: bert's soft CE at T=2; kd's KL at T=2 (alpha kept)
     "kd-soft-t1": {"temperature": 1.0, "alpha": 1.0},  # kd candidates (mobilebert, pretrained): bert's loss, KL at T=1
@@ -62,7 +63,7 @@ VARIANTS = {
     "tinybert-t1": "tinybert-t1",  # ... as the search did before 2026-11-29: TinyBERT's prediction stage (soft CE, T=1)
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
-"importance", "cls-pooling", "pair-pooling", "ends-layers": the start). The temperature variants test one loss per signal (``kd-*``
+"importance", "cls-pooling", "pair-pooling", "teacher-pooling", "ends-layers": the start). The temperature variants test one loss per signal (``kd-*``
 apply to candidates distilled by ``kd``, at T=20 with 0.3 of the hard labels: mobilebert, pretrained,
 and since 2026-11-29 the bert-style ones too; before, those trained on the teacher's soft targets
 alone at T=1, which "tinybert-t1" restores, so "search" runs of bert-style candidates recorded
@@ -71,7 +72,9 @@ scores AdamW runs on their weights' moving average, so "search" and "ema" runs r
 alike and earlier "search" runs are "constant" runs (each row records its ``ema_decay``). Before ``--selection`` existed
 the search started from evenly spaced units, so "search" runs recorded then are "even" runs. "cls-pooling" turns off the mean pooling a student inherits from a
 mean-pooled teacher (``kdbert_pooling`` in its config), so its head reads the pooler's [CLS] vector;
-"pair-pooling" is compress's ``--pooling pair`` (:func:`kdbert.core.pooling.pool_pairs`); "ends-layers" copies
+"pair-pooling" is compress's ``--pooling pair`` (:func:`kdbert.core.pooling.pool_pairs`), its default since
+2026-11-29, so on a pair task "even" runs since are pair-pooled too and "teacher-pooling" (``--pooling teacher``:
+the pair read as one sequence, pooled as the teacher pools) is their baseline; "ends-layers" copies
 the teacher's layers :func:`kdbert.families.selection.ends_and_between` names (6 -> 2: 1 and 6; 6 -> 3: 1, 3, 6)
 where "even" copies the uniform map's (3 and 6; 2, 4, 6)."""
 
@@ -156,6 +159,9 @@ def main() -> None:
     starts["pair-pooling"] = root / "start-pair"
     if "pair-pooling" in args.variants and not (starts["pair-pooling"] / "config.json").is_file():
         build_from_teacher(candidate, teacher, task, starts["pair-pooling"], context, pooling="pair")
+    starts["teacher-pooling"] = root / "start-teacher-pooling"
+    if "teacher-pooling" in args.variants and not (starts["teacher-pooling"] / "config.json").is_file():
+        build_from_teacher(candidate, teacher, task, starts["teacher-pooling"], context, pooling="teacher")
     starts["ends-layers"] = root / "start-ends"
     if "ends-layers" in args.variants and not (starts["ends-layers"] / "config.json").is_file():
         build_from_teacher(candidate, teacher, task, starts["ends-layers"], replace(context, layer_map="ends"))
@@ -172,7 +178,7 @@ def main() -> None:
                 report = json.loads((out / "distill_report.json").read_text())
             else:
                 settings = SearchSettings(seed=seed, word_vectors=args.word_vectors or None)
-                start = starts[variant if variant in ("importance", "cls-pooling", "pair-pooling", "ends-layers") else "even"]
+                start = starts[variant if variant in starts else "even"]
                 options = search_options(candidate, settings, args.steps, teacher, start, root.parent / "teacher-cache",
                                          variant)
                 report = distill_task(task, options, str(out), overwrite=True, pause_at_step=args.steps)
