@@ -872,6 +872,15 @@ def test_a_segment_past_the_window_stops_early_scored_and_keeps_the_steps_it_tra
     assert (row["steps"], row["trained"], row["stopped"]) == (6, 5, False)
 
 
+def test_selection_ends_builds_starts_from_the_teachers_first_last_and_between_layers(env, tmp_path):
+    from kdbert.compress import search
+    from kdbert.compress.recipes import SearchSettings
+
+    plan = replace(_plan(env, ["bert-1x128"], tmp_path, SearchSettings(first_steps=6, batch_size=2)), selection="ends")
+    search.build_starts(plan)  # the layers themselves: test_weight_selection's layer-map test
+    assert json.loads((tmp_path / "starts" / "bert-1x128" / "student_init.json").read_text())["selection"] == "ends"
+
+
 def test_the_finishing_reserve_is_the_teachers_measured_costs_scaled_to_the_slowest_winner():
     from kdbert.compress.budget import RESERVE_FACTOR, finishing_seconds
     from kdbert.compress.speed import TURNS

@@ -63,7 +63,8 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
     report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir),
               "start": candidate.start, "pooling": pooling_of(student.config)}
     if candidate.family == "hf" and candidate.start == "teacher-weights":  # weight selection
-        report["selection"] = "even" if context.importance is None else "importance"
+        report["selection"] = "importance" if context.importance is not None else (
+            "ends" if context.layer_map == "ends" else "even")
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
     return Path(folder)
 

@@ -149,7 +149,7 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
     """Build every candidate's start once, before any worker runs (an augmented variant shares its
     twin's): from its general student where ``plan.general`` has its shape, else from the teacher
     (by the importance of its units on the training rows with ``plan.selection`` importance,
-    :func:`search_importance`); ``context``, ``teacher`` (model, tokenizer) and the task's ``data``: as
+    :func:`search_importance`; from the first, last and evenly-between layers with ``ends``); ``context``, ``teacher`` (model, tokenizer) and the task's ``data``: as
     the caller loaded them, else loaded here."""
     todo = [c for c in plan.candidates if (start := _start(plan, c)) is not None and not (start / "config.json").is_file()]
     if not todo:
@@ -159,6 +159,8 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
     selected = [c for c in todo if kind(c) in SELECTED_KINDS and base_name(c.name) not in plan.general_shapes]
     if selected and plan.selection == "importance":
         context = replace(context, importance=search_importance(plan, teacher, data))
+    if plan.selection == "ends":
+        context = replace(context, layer_map="ends")
     for candidate in todo:
         base = replace(candidate, name=base_name(candidate.name))
         start = _start(plan, candidate)
