@@ -340,7 +340,7 @@ def ranked_candidates(segments: list[dict], goal: Goal) -> list[dict]:
     fastest first, then the rest best score first (then lower held-out loss, then name): every
     candidate already meets the speed target, so when none keeps the share the best estimate of
     quality decides, not speed within the noise margin (which shipped a 101x MRPC student that
-    nearly always answered one class over a 12x one a point better); a candidate that does not beat
+    nearly always answered one class, 75.0, over a BiLSTM at 76.7); a candidate that does not beat
     the majority class there (:meth:`Goal.informative`) comes after every one that does. Each with
     ``kept``, ``keeps`` and ``rule``."""
     rows = list(latest(segments).values())
