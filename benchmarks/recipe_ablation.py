@@ -22,6 +22,7 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 from common import machine_info, save_result
 from paths import GLUE_DIR, run_folder
@@ -29,7 +30,8 @@ from paths import GLUE_DIR, run_folder
 from transformers import AutoConfig
 
 from kdbert.compress.build import build_from_teacher
-from kdbert.compress.recipes import SearchSettings, run_options, starts_from_teacher
+from kdbert.compress.pipeline import pretrained_students
+from kdbert.compress.recipes import SearchSettings, reads_stored_logits, run_options, starts_from_teacher
 from kdbert.compress.schedule import horizon
 from kdbert.compress.speed import all_candidates, shape_context
 from kdbert.compress.teacher import held_out_task
@@ -61,6 +63,8 @@ VARIANTS = {
     "kd-soft-t2": {"temperature": 2.0, "alpha": 1.0},  # ... at T=2, no hard-label term
     "as-kd": "as-kd",  # a bert-style candidate distilled as the kd candidates are: KL at T=20 and 0.3 of the labels
     "tinybert-t1": "tinybert-t1",  # ... as the search did before 2026-11-29: TinyBERT's prediction stage (soft CE, T=1)
+    "lr3e-5": {"learning_rate": 3e-5},  # a fine-tuning rate, for pre-trained students (the search's: 1e-4)
+    "train-16k": {"max_train_examples": 16000},  # the first 16,000 training rows, as a base-size teacher's search may
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
 "importance", "cls-pooling", "pair-pooling", "teacher-pooling", "ends-layers": the start). The temperature variants test one loss per signal (``kd-*``
@@ -83,14 +87,17 @@ TINYBERT_ONLY = ("head_average", "skip_intermediate", "intermediate_max_steps", 
 
 
 def search_options(candidate, settings: SearchSettings, steps: int, teacher: str, start: Path, cache: Path,
-                   variant: str) -> dict:
+                   variant: str, teacher_onnx: str | None = None) -> dict:
     """The options the search gives ``candidate``'s run (``compress/search.py`` ``_options``),
-    changed as ``variant`` says, paused at ``steps``."""
+    changed as ``variant`` says, paused at ``steps``; a candidate reading stored logits has them
+    labelled by ``teacher_onnx`` where given (the search's int8 export of the teacher)."""
     length = steps if VARIANTS[variant] == "annealed" else horizon(settings)  # "even", "importance": the search's
     options = {**run_options(candidate, length, settings, str(cache)), "teacher": teacher, "keep_checkpoints": 1,
                "eval_every": steps // 2}
     if starts_from_teacher(candidate):  # the BiLSTM builds its own start and runs Adadelta at a constant rate
         options |= {"student": str(start), "warmup_ratio": min(0.1 * settings.first_steps, 0.1 * steps) / length}
+    if teacher_onnx and reads_stored_logits(candidate):  # labelled as the search labels: the teacher's export
+        options["teacher_onnx"] = teacher_onnx
     if isinstance(VARIANTS[variant], dict):
         options.update(VARIANTS[variant])
     if VARIANTS[variant] == "annealed":
@@ -131,6 +138,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument("--runs-dir", default=run_folder("recipe-ablation"))
     parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--teacher-onnx", help="label stored logits with this export of the teacher, as the search "
+                        "does (e.g. runs/base/teacher-sst2/onnx/model.int8.onnx)")
     parser.add_argument("--key-suffix", default="", help="after the task in the results' keys (e.g. a new teacher's)")
     args = parser.parse_args()
     teacher = args.teacher or run_folder(f"teacher-{args.task}")
@@ -138,6 +147,10 @@ def main() -> None:
     task = replace(task, decide_share=DECIDE_SHARE)
     context = shape_context(teacher, task)
     offered = {c.name: c for c in all_candidates(context)}
+    if args.candidate.startswith("pretrained-"):  # the packaged pre-trained students compress offers a bigger teacher
+        model, tokenizer = family_of_folder(teacher).load(Path(teacher))
+        spec = load_task(task).spec
+        offered |= {c.name: c for c in pretrained_students(SimpleNamespace(model=model, tokenizer=tokenizer), context, spec)}
     if args.candidate not in offered:
         raise KdbertError(f"--candidate {args.candidate}: not a candidate of this teacher; choose from "
                           f"{', '.join(offered)}")
@@ -170,6 +183,7 @@ def main() -> None:
                f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
                + (f" --key-suffix={args.key_suffix}" if args.key_suffix else "")
                + (f" --teacher {args.teacher}" if args.teacher else "")
+               + (f" --teacher-onnx {args.teacher_onnx}" if args.teacher_onnx else "")
                + (f" --word-vectors {args.word_vectors}" if not starts_from_teacher(candidate) else ""))
     for seed in args.seeds:  # every variant of a seed before the next seed: pairs compare as they come
         for variant in args.variants:
@@ -180,7 +194,7 @@ def main() -> None:
                 settings = SearchSettings(seed=seed, word_vectors=args.word_vectors or None)
                 start = starts[variant if variant in starts else "even"]
                 options = search_options(candidate, settings, args.steps, teacher, start, root.parent / "teacher-cache",
-                                         variant)
+                                         variant, args.teacher_onnx)
                 report = distill_task(task, options, str(out), overwrite=True, pause_at_step=args.steps)
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 0.1 GB a run; nothing continues it
             row = scores(report)

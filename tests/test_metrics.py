@@ -167,6 +167,46 @@ def test_bootstrap_standard_error_of_two_metrics_is_that_of_their_mean():
         np.std(f1, ddof=1), rel=1e-12)
 
 
+def test_paired_bootstrap_standard_error_of_a_shortfall_by_hand():
+    from kdbert.core.metrics import bootstrap_standard_error, paired_bootstrap_standard_error
+
+    # 100 rows; the teacher right on 90, the student on 84 of those same 90. Per row the difference
+    # d = s - 0.97 t is 0.03 (84 rows both right), -0.97 (6 rows only the teacher) or 0 (10 rows
+    # both wrong): mean -0.033, E[d^2] = (84 * 0.0009 + 6 * 0.9409) / 100 = 0.05721, variance
+    # 0.05721 - 0.033^2 = 0.056121, so the paired SE of the mean is 100 * sqrt(0.056121 / 100) = 2.369
+    references = np.ones(100, dtype=int)
+    teacher = np.r_[np.ones(90, dtype=int), np.zeros(10, dtype=int)]
+    student = np.r_[np.ones(84, dtype=int), np.zeros(16, dtype=int)]
+    resamples, exact = 4000, 100 * math.sqrt(0.056121 / 100)
+    tolerance = 4 * exact * math.sqrt(1 / (2 * (resamples - 1)))  # 4 Monte-Carlo SDs of an SD estimate
+    paired = paired_bootstrap_standard_error(("accuracy",), student, teacher, references, weight=0.97,
+                                             resamples=resamples)
+    assert paired == pytest.approx(exact, abs=tolerance)
+    # scored apart, the two errors add: sqrt(3.67^2 + (0.97 * 3.0)^2) = 4.68, twice the paired one
+    apart = math.hypot(bootstrap_standard_error(("accuracy",), student, references, resamples=resamples),
+                       0.97 * bootstrap_standard_error(("accuracy",), teacher, references, resamples=resamples))
+    assert apart == pytest.approx(math.hypot(100 * math.sqrt(0.84 * 0.16 / 100), 0.97 * 3.0), rel=0.05)
+    assert paired < 0.6 * apart
+
+
+def test_paired_bootstrap_standard_error_resamples_both_on_the_same_rows():
+    from kdbert.core.metrics import bootstrap_standard_error, paired_bootstrap_standard_error
+
+    rng = np.random.default_rng(0)
+    references = rng.integers(0, 2, 300)
+    predictions = np.where(rng.random(300) < 0.75, references, 1 - references)
+    for metric in ("accuracy", "f1", "mcc"):
+        # the same predictions on the same resamples: the difference is exactly 0, or (1 - w) times one SE
+        assert paired_bootstrap_standard_error((metric,), predictions, predictions, references) == 0.0
+        alone = bootstrap_standard_error((metric,), predictions, references, resamples=500, seed=3)
+        assert paired_bootstrap_standard_error((metric,), predictions, predictions, references, weight=0.97,
+                                               resamples=500, seed=3) == pytest.approx(0.03 * alone, rel=1e-9)
+    scores = references + rng.normal(0, 0.5, 300)  # a correlation: the same holds
+    assert paired_bootstrap_standard_error(("pearson",), scores, scores, references) == 0.0
+    with pytest.raises(ValueError, match="baseline"):
+        paired_bootstrap_standard_error(("accuracy",), predictions, predictions[:-1], references)
+
+
 def test_bootstrap_standard_error_refuses_what_it_cannot_estimate():
     from kdbert.core.metrics import bootstrap_standard_error
 

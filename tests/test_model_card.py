@@ -249,6 +249,10 @@ def test_compress_card_and_report_state_the_kept_share_on_the_rows_that_decide_a
             ) in markdown
     assert ("Each shipped graph checked there, best-ranked first: bert-2x256 84.10 (95.0% kept, short); "
             "bilstm-1x300 85.80 (96.9% kept, keeps); shipped: bilstm-1x300.") in markdown
+    report["shipped"]["margin_kind"] = "paired"  # checked against the teacher's predictions on the same rows
+    assert ("keeping 0.97 (a shortfall within the paired noise margin 0.82 counts as keeping); standard errors are "
+            "bootstrap estimates over those rows, the paired margin the standard error of the student's score less "
+            "the line, both scored on the same resamples.") in format_report(report)
     assert "| model | ms / dev row (p50) | speedup | held-out score (picks) | decides | dev score (PyTorch) |" in markdown
     assert "| teacher | 9.80 | 1.00x | 88.00 | 88.50 | 86.20 | - | - | - |" in markdown
     assert "| bilstm-1x300 | 0.21 | 46.70x | 86.40 | 85.90 | 84.60 | kd | 1600 | - |" in markdown

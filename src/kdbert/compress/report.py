@@ -113,9 +113,12 @@ def held_out_lines(report: dict) -> list[str]:
               f"{shipped['decide_se']:.2f} against the teacher's {teacher['decide']:.2f} ± {teacher['decide_se']:.2f}"
               f" (PyTorch): **{100 * shipped['kept_decide']:.1f}% kept**, "
               + ("keeping" if shipped["keeps"] else "short of") + f" {report['target']['min_kept']:g}"
-              + (" (a shortfall within" if shipped["keeps"] else " beyond") + f" the noise margin "
+              + (" (a shortfall within" if shipped["keeps"] else " beyond") + " the "
+              + ("paired " if shipped.get("margin_kind") == "paired" else "") + f"noise margin "
               f"{shipped['margin']:.2f}" + (" counts as keeping)" if shipped["keeps"] else "")
-              + "; standard errors are bootstrap estimates over those rows."]
+              + "; standard errors are bootstrap estimates over those rows"
+              + (", the paired margin the standard error of the student's score less the line, both scored on"
+                 " the same resamples." if shipped.get("margin_kind") == "paired" else ".")]
     if len(checks) > 1:
         lines[-1] += (" Each shipped graph checked there, best-ranked first: "
                       + "; ".join(f"{c['candidate']} {c['decide_score']:.2f} ({100 * c['kept']:.1f}% kept, "

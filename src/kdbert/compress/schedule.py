@@ -59,6 +59,7 @@ from dataclasses import dataclass
 
 from kdbert.compress.augment import is_augmented
 from kdbert.compress.recipes import SearchSettings, kind_of
+from kdbert.core.metrics import paired_bootstrap_standard_error
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate
 
@@ -160,8 +161,22 @@ class Goal:
         """Whether ``score`` (standard error ``error``) on the rows that decide keeps the share: at or
         above :meth:`line` unless its shortfall is within the margin of the difference,
         ``line - score <= margin(error, min_kept * teacher_decide_se)`` (a shortfall the rows cannot
-        tell from noise does not disqualify)."""
-        return self.line() - score <= self.margin(error, self.min_kept * self.teacher_decide_se)
+        tell from noise does not disqualify). The search ranks its runs so; the shipped graph, whose
+        predictions are at hand, is checked on the tighter :meth:`paired_margin`."""
+        return self.keeps_within(score, self.margin(error, self.min_kept * self.teacher_decide_se))
+
+    def keeps_within(self, score: float, margin: float) -> bool:
+        """Whether ``score`` on the rows that decide is at or above :meth:`line` or short of it by at most ``margin``."""
+        return self.line() - score <= margin
+
+    def paired_margin(self, metric_names, predictions, teacher_predictions, references) -> float:
+        """The margin of a shortfall measured on the same rows as the teacher's score: the paired
+        bootstrap standard error of ``score - line``, student and teacher scored on the same resamples
+        (:func:`~kdbert.core.metrics.paired_bootstrap_standard_error`, the teacher weighted by
+        ``min_kept``, or by 1 where :meth:`line` is the teacher's own score)."""
+        teacher = self.teacher_score if self.teacher_decide is None else self.teacher_decide
+        weight = 1.0 if teacher <= 0 else self.min_kept
+        return paired_bootstrap_standard_error(metric_names, predictions, teacher_predictions, references, weight)
 
     def kept(self, score: float) -> float:
         """``score`` over the teacher's on the rows that decide (a teacher scoring at most 0: 1 when

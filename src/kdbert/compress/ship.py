@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from kdbert.compress.schedule import Goal
 from kdbert.compress.speed import RUNTIMES, SpeedSettings, time_against_teacher
@@ -66,25 +68,47 @@ def _export_of(folder: Path) -> str | None:
     return json.loads(report.read_text()).get("source") if report.is_file() else None
 
 
-def decide_score(folder: Path, file_name: str, data) -> tuple[float, float]:
-    """The export ``folder/file_name``'s score on the held-out rows that decide (``data.decide``) and its
-    bootstrap standard error."""
+@dataclass(frozen=True)
+class PairedRows:
+    """The held-out rows that decide as the paired margin reads them (:meth:`Goal.paired_margin`): the
+    task's metric names, the rows' references and the teacher's predictions on them, in their order."""
+
+    metrics: tuple
+    references: np.ndarray
+    teacher: np.ndarray
+
+
+def decide_score(folder: Path, file_name: str, data) -> tuple[float, float, np.ndarray | None]:
+    """The export ``folder/file_name``'s score on the held-out rows that decide (``data.decide``), its
+    bootstrap standard error, and its predictions there (None for question answering)."""
     model = OnnxClassifier(folder / file_name)
     rows = TaskData(data.spec, [], {}, decide=data.decide)
-    metrics = model.family.evaluator(rows, model.encoder, None, 64)(model)
-    return metrics["decide_score"], metrics["decide_se"]
+    evaluator = model.family.evaluator(rows, model.encoder, None, 64)
+    metrics = evaluator(model)
+    predictions = None if data.spec.question_answering else evaluator.decide_predictions(model)
+    return metrics["decide_score"], metrics["decide_se"], predictions
+
+
+def shortfall_margin(goal: Goal, error: float, predictions, paired: PairedRows | None) -> tuple[float, str]:
+    """The noise margin a shortfall of the shipped graph is read against, and its kind: ``"paired"``
+    (:meth:`Goal.paired_margin`, where the teacher's predictions on the same rows are at hand) or
+    ``"independent"`` (:meth:`Goal.margin` of the two standard errors, as the search ranks)."""
+    if paired is not None and predictions is not None:
+        return goal.paired_margin(paired.metrics, predictions, paired.teacher, paired.references), "paired"
+    return goal.margin(error, goal.min_kept * goal.teacher_decide_se), "independent"
 
 
 def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str, goal: Goal, data,
-                 int8_time_left, export_seconds) -> tuple[dict, dict, list[dict]]:
+                 int8_time_left, export_seconds, paired: PairedRows | None = None) -> tuple[dict, dict, list[dict]]:
     """Ship what keeps the share as it ships: export the first of ``ranking``
     (:func:`~kdbert.compress.schedule.ranked_candidates`) into ``out/exports/<candidate>`` and score
-    that graph on the rows that decide; while it falls short of ``goal``
-    (:meth:`~kdbert.compress.schedule.Goal.keeps_decided`), export and check the next that keeps it
-    in PyTorch, at most ``MAX_SHIP_TRIES`` and while ``int8_time_left()`` exceeds twice
-    ``export_seconds(candidate)``. The first shipped graph that keeps it goes to ``out/winner``; if
-    none does, the checked one scoring best there. Returns that candidate's row, its export report
-    and every check (``candidate``, ``decide_score``, ``decide_se``, ``kept``, ``keeps``)."""
+    that graph on the rows that decide; while it falls short of ``goal`` by more than
+    :func:`shortfall_margin` (paired with the teacher's predictions ``paired`` where given), export
+    and check the next that keeps it in PyTorch, at most ``MAX_SHIP_TRIES`` and while
+    ``int8_time_left()`` exceeds twice ``export_seconds(candidate)``. The first shipped graph that
+    keeps it goes to ``out/winner``; if none does, the checked one scoring best there. Returns that
+    candidate's row, its export report and every check (``candidate``, ``decide_score``,
+    ``decide_se``, ``kept``, ``margin``, ``margin_kind``, ``keeps``)."""
     file_name = RUNTIMES[runtime]
     tries = [ranking[0]] + [row for row in ranking[1:] if row["keeps"]][: MAX_SHIP_TRIES - 1]
     checks, exports = [], {}
@@ -95,9 +119,11 @@ def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str
         if not folder.exists() and _export_of(out / "winner") == str(row["run"]):  # a rerun: shipped before
             shutil.copytree(out / "winner", folder)
         exports[row["candidate"]] = ship(row, folder, task, runtime, int8_time_left)
-        score, error = decide_score(folder, file_name, data)
+        score, error, predictions = decide_score(folder, file_name, data)
+        margin, kind = shortfall_margin(goal, error, predictions, paired)
         checks.append({"candidate": row["candidate"], "decide_score": score, "decide_se": error,
-                       "kept": goal.kept(score), "keeps": goal.keeps_decided(score, error)})
+                       "kept": goal.kept(score), "margin": margin, "margin_kind": kind,
+                       "keeps": goal.keeps_within(score, margin)})
         if checks[-1]["keeps"]:
             break
     chosen = next((c for c in checks if c["keeps"]), max(checks, key=lambda c: c["decide_score"]))

@@ -26,8 +26,9 @@ from kdbert.families.registry import family_of_folder
 class Teacher:
     """The teacher as the search and the report see it: its folder, model and tokenizer, its scores
     on the dev and held-out rows and the seconds they took, its dev outputs for the agreement and
-    the seconds they took, then from step 1 its deployed scores and its steps of the speedup
-    breakdown."""
+    the seconds they took, its predictions on the held-out rows that decide (None: no such rows, or
+    question answering) for the paired noise margin, then from step 1 its deployed scores and its
+    steps of the speedup breakdown."""
 
     folder: str
     model: object
@@ -36,6 +37,7 @@ class Teacher:
     pass_seconds: float
     outputs: object
     dev_seconds: float
+    decide_predictions: np.ndarray | None = None
     deployed: dict | None = None
     steps: list[dict] | None = None
 
@@ -52,14 +54,16 @@ def loaded_teacher(config: CompressConfig, spec) -> tuple[str, object, object]:
 
 
 def checked_teacher(loaded: tuple[str, object, object], data) -> Teacher:
-    """The teacher (:func:`loaded_teacher`) scored on ``data``'s rows, with its dev outputs, timed."""
+    """The teacher (:func:`loaded_teacher`) scored on ``data``'s rows, with its dev outputs (timed) and
+    its predictions on the rows that decide."""
     folder, model, tokenizer = loaded
     evaluator = family_of_folder(folder).evaluator(data, tokenizer, None, 64)
     started = time.time()
     metrics = evaluator(model)
     scored = time.time()
     outputs = dev_outputs(data, evaluator, model)
-    return Teacher(folder, model, tokenizer, metrics, scored - started, outputs, time.time() - scored)
+    decide = evaluator.decide_predictions(model) if data.decide and not data.spec.question_answering else None
+    return Teacher(folder, model, tokenizer, metrics, scored - started, outputs, time.time() - scored, decide)
 
 
 def dev_outputs(data, evaluator, model):

@@ -112,10 +112,16 @@ class SplitEvaluator:
             metrics["held-out/loss"] = loss
             metrics.update(selection_score=held[0], selection_se=held[1], selection_loss=loss)
         if self.decide is not None:
-            dataset, references = self.decide
-            metrics["decide_score"], metrics["decide_se"] = self._scored(self.predict(model, dataset), references,
-                                                                         "decide", metrics)
+            metrics["decide_score"], metrics["decide_se"] = self._scored(self.predict(model, self.decide[0]),
+                                                                         self.decide[1], "decide", metrics)
         return metrics
+
+    def decide_predictions(self, model) -> np.ndarray:
+        """``model``'s predictions (class ids; regression: scores) on the held-out rows that decide, in
+        their order (those ``decide_score`` scores), for a paired comparison with another model's."""
+        if self.decide is None:
+            raise ValueError("no held-out rows that decide (data.decide is empty)")
+        return to_predictions(self.spec, self.predict(model, self.decide[0]))
 
     def _scored(self, logits: np.ndarray, references: np.ndarray, prefix: str, metrics: dict) -> tuple[float, float]:
         """The task score of ``logits`` on rows apart from dev and its bootstrap standard error; each metric

@@ -85,6 +85,28 @@ def bootstrap_standard_error(metric_names, predictions, references, resamples: i
     return float(np.std(scores, ddof=1))
 
 
+def paired_bootstrap_standard_error(metric_names, predictions, baseline, references, weight: float = 1.0,
+                                    resamples: int = 1000, seed: int = 0) -> float:
+    """Bootstrap standard error, in percent, of the difference ``score(predictions) - weight *
+    score(baseline)`` over the same rows, each resample scoring both on the same rows (paired).
+
+    Two models scored on the same rows err on many of the same rows, so their scores move together
+    from one draw of rows to another: this difference's standard error is smaller than
+    ``sqrt(se_a^2 + weight^2 se_b^2)``, which treats them as drawn apart (and equals ``|1 - weight|``
+    times :func:`bootstrap_standard_error` when the two predict alike). Resamples as
+    :func:`bootstrap_standard_error` draws them (same ``seed``: the same rows)."""
+    if resamples < 2:
+        raise ValueError(f"need at least 2 resamples for a standard deviation, got {resamples}")
+    if len(baseline) != len(predictions):
+        raise ValueError(f"{len(predictions)} predictions for {len(baseline)} baseline predictions")
+    indices = bootstrap_indices(len(predictions), resamples, seed)
+
+    def resampled(values) -> np.ndarray:
+        return np.mean([resampled_metric(name, values, references, indices) for name in metric_names], axis=0)
+
+    return float(np.std(resampled(predictions) - weight * resampled(baseline), ddof=1))
+
+
 def bootstrap_indices(n: int, resamples: int, seed: int = 0) -> np.ndarray:
     """Row indices of ``resamples`` bootstrap resamples of ``n`` rows, shape (resamples, n)."""
     if n < 1:
