@@ -167,8 +167,8 @@ def compress_trust_row() -> Row | None:
                task_command({t: records[t] for t in current} or records))
 
 
-BASE_TEACHER_SEARCHES = {"cola": {"8x": ("cola/x8-mpnet-trust",)},
-                         "sst2": {"8x": ("sst2/x8-mpnet-trust",)},
+BASE_TEACHER_SEARCHES = {"cola": {"4x": ("cola/x4-mpnet-trust",), "8x": ("cola/x8-mpnet-trust",)},
+                         "sst2": {"4x": ("sst2/x4-mpnet-trust",), "8x": ("sst2/x8-mpnet-trust",)},
                          "mrpc": {"4x": ("mrpc/x4-mpnet-trust",),
                                   "8x": ("mrpc/x8-mpnet-trust-pair", "mrpc/x8-mpnet-trust-cuts", "mrpc/x8-mpnet-trust")},
                          "stsb": {"4x": ("stsb/x4-mpnet-trust",), "8x": ("stsb/x8-mpnet-trust",)}}

@@ -113,3 +113,26 @@ def kept_section() -> list[str]:
     commands = sorted({r["command"] for r in [*searches.values(), *quickstart.values()]})
     return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
                     "", note("kept-reading"), ""]
+
+
+def paired_margin_section() -> list[str]:
+    """Recorded winners' shipped graphs read against the margin their search used and the paired one
+    (``paired_margin.py``): the shortfall from the line and whether each margin lets it keep the share."""
+    records = load_results("paired_margin")
+    if not records:
+        return []
+    lines = ["## The shipped graph against the paired margin (`benchmarks/paired_margin.py`)", "",
+             note("paired-margin-intro"), "",
+             "| search | winner | rows that decide | agreement with the teacher there | kept | shortfall from the line | "
+             "margin apart (keeps?) | paired margin (keeps?) |", "|---|---|---:|---:|---:|---:|---|---|"]
+    for key, r in sorted(records.items()):
+        agreement = f"{100 * r['agreement']:.1f}%" if r.get("agreement") is not None else "- (regression)"
+        lines.append(f"| {key} | {r['winner']} | {r['decide_rows']} | {agreement} | {100 * r['kept']:.1f}% | "
+                     f"{r['shortfall']:.2f} | {r['margin_independent']:.2f} ("
+                     + ("yes" if r["keeps_independent"] else "no") + f") | {r['margin_paired']:.2f} ("
+                     + ("yes" if r["keeps_paired"] else "no") + ") |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    commands = sorted({r["command"] for r in records.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
+                    "", note("paired-margin-reading"), ""]
+
