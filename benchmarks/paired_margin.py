@@ -26,7 +26,6 @@ from kdbert.compress.schedule import Goal
 from kdbert.compress.ship import decide_score
 from kdbert.compress.speed import RUNTIMES
 from kdbert.compress.teacher import checked_teacher, held_out_task
-from kdbert.core.metrics import bootstrap_standard_error
 from kdbert.data.held_out import DECIDE_SHARE
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.families.registry import family_of_folder
@@ -50,7 +49,7 @@ def main() -> None:
     score, error, predictions = decide_score(search / "winner", RUNTIMES[report["runtime"]], data)
     min_kept = report["target"]["min_kept"]
     goal = Goal(teacher.metrics["selection_score"], min_kept, {}, teacher.metrics["decide_score"],
-                bootstrap_standard_error(data.spec.metrics, teacher.decide_predictions, references))
+                teacher.metrics["decide_se"])
     independent = goal.margin(error, min_kept * goal.teacher_decide_se)
     paired = goal.paired_margin(data.spec.metrics, predictions, teacher.decide_predictions, references)
     row = {"winner": report["winner"]["candidate"], "decide_rows": len(references), "teacher_decide": goal.teacher_decide,

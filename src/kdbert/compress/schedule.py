@@ -263,8 +263,7 @@ def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal
     useful = [name for name in candidates if name in at_rung and goal.latency[name] <= limit]
     rows = [{**at_rung[name], "candidate": name} for name in useful]
     if not keepers:
-        return [row["candidate"] for row in sorted(rows, key=lambda row: (-row["score"], row.get("loss", math.inf),
-                                                                             row["candidate"]))]
+        return [row["candidate"] for row in _best_first(rows, lambda row: row["score"])]
     return [row["candidate"] for row in near_ties_to_speed(rows, lambda row: (row["score"], row.get("se", 0.0)), goal)]
 
 
@@ -272,7 +271,7 @@ def near_ties_to_speed(rows: list[dict], scored, goal: Goal) -> list[dict]:
     """``rows`` (one per candidate) best first by ``scored(row)``'s score (then lower held-out loss,
     then name), where a near-tie goes to speed: of the rows left, the fastest whose score is within
     :meth:`Goal.margin` of the best's (``scored(row)``: score and bootstrap standard error) comes next."""
-    left = sorted(rows, key=lambda row: (-scored(row)[0], row.get("loss", math.inf), row["candidate"]))
+    left = _best_first(rows, lambda row: scored(row)[0])
     order = []
     while left:
         best, best_se = scored(left[0])
@@ -380,9 +379,10 @@ def ranked_candidates(segments: list[dict], goal: Goal) -> list[dict]:
             for row in keeping + rest + uninformative]
 
 
-def _best_first(rows: list[dict]) -> list[dict]:
-    """``rows`` by their score on the rows that decide, best first (then lower held-out loss, then name)."""
-    return sorted(rows, key=lambda row: (-decided(row)[0], row.get("loss", math.inf), row["candidate"]))
+def _best_first(rows: list[dict], score=lambda row: decided(row)[0]) -> list[dict]:
+    """``rows`` by ``score(row)`` (default: on the rows that decide), best first (then lower held-out
+    loss, then name)."""
+    return sorted(rows, key=lambda row: (-score(row), row.get("loss", math.inf), row["candidate"]))
 
 
 def pick_winner(segments: list[dict], goal: Goal) -> dict:

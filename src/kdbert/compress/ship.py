@@ -84,8 +84,7 @@ def decide_score(folder: Path, file_name: str, data) -> tuple[float, float, np.n
     model = OnnxClassifier(folder / file_name)
     rows = TaskData(data.spec, [], {}, decide=data.decide)
     evaluator = model.family.evaluator(rows, model.encoder, None, 64)
-    metrics = evaluator(model)
-    predictions = None if data.spec.question_answering else evaluator.decide_predictions(model)
+    metrics, predictions = (evaluator(model), None) if data.spec.question_answering else evaluator.scored(model)
     return metrics["decide_score"], metrics["decide_se"], predictions
 
 

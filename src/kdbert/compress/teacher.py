@@ -59,10 +59,9 @@ def checked_teacher(loaded: tuple[str, object, object], data) -> Teacher:
     folder, model, tokenizer = loaded
     evaluator = family_of_folder(folder).evaluator(data, tokenizer, None, 64)
     started = time.time()
-    metrics = evaluator(model)
+    metrics, decide = (evaluator(model), None) if data.spec.question_answering else evaluator.scored(model)
     scored = time.time()
     outputs = dev_outputs(data, evaluator, model)
-    decide = evaluator.decide_predictions(model) if data.decide and not data.spec.question_answering else None
     return Teacher(folder, model, tokenizer, metrics, scored - started, outputs, time.time() - scored, decide)
 
 

@@ -96,6 +96,12 @@ class SplitEvaluator:
         raise NotImplementedError
 
     def __call__(self, model) -> dict[str, float]:
+        return self.scored(model)[0]
+
+    def scored(self, model) -> tuple[dict[str, float], np.ndarray | None]:
+        """The metrics ``evaluator(model)`` returns and ``model``'s predictions (class ids; regression:
+        scores) on the held-out rows that decide, in their order (None without such rows), for a
+        paired comparison with another model's on the same rows."""
         metrics = {}
         splits = tuple(self.splits)
         for name, dataset in self.splits.items():
@@ -107,26 +113,19 @@ class SplitEvaluator:
         if self.held_out is not None:
             dataset, references = self.held_out
             logits = self.predict(model, dataset)
-            held = self._scored(logits, references, "held-out", metrics)
+            held = self._scored(to_predictions(self.spec, logits), references, "held-out", metrics)
             loss = held_out_loss(self.spec, logits, references)
             metrics["held-out/loss"] = loss
             metrics.update(selection_score=held[0], selection_se=held[1], selection_loss=loss)
+        decide = None
         if self.decide is not None:
-            metrics["decide_score"], metrics["decide_se"] = self._scored(self.predict(model, self.decide[0]),
-                                                                         self.decide[1], "decide", metrics)
-        return metrics
+            decide = to_predictions(self.spec, self.predict(model, self.decide[0]))
+            metrics["decide_score"], metrics["decide_se"] = self._scored(decide, self.decide[1], "decide", metrics)
+        return metrics, decide
 
-    def decide_predictions(self, model) -> np.ndarray:
-        """``model``'s predictions (class ids; regression: scores) on the held-out rows that decide, in
-        their order (those ``decide_score`` scores), for a paired comparison with another model's."""
-        if self.decide is None:
-            raise ValueError("no held-out rows that decide (data.decide is empty)")
-        return to_predictions(self.spec, self.predict(model, self.decide[0]))
-
-    def _scored(self, logits: np.ndarray, references: np.ndarray, prefix: str, metrics: dict) -> tuple[float, float]:
-        """The task score of ``logits`` on rows apart from dev and its bootstrap standard error; each metric
-        added to ``metrics`` as ``<prefix>/<metric>``."""
-        predictions = to_predictions(self.spec, logits)
+    def _scored(self, predictions: np.ndarray, references: np.ndarray, prefix: str, metrics: dict) -> tuple[float, float]:
+        """The task score of ``predictions`` on rows apart from dev and its bootstrap standard error; each
+        metric added to ``metrics`` as ``<prefix>/<metric>``."""
         scores = compute_metrics(self.spec.metrics, predictions, references, "")
         metrics.update({f"{prefix}/{name}": value for name, value in scores.items()})
         return (task_score(scores, self.spec.metrics, (prefix,)),
