@@ -7,7 +7,7 @@ The search's shipped graph (``<search>/winner``) and its teacher (the report's) 
 held-out rows that decide, as the search split them (the teacher's ``held_out.json``); the
 shortfall from ``min_kept`` of the teacher's score is read against the margin the search used (the
 two bootstrap standard errors added, ``sqrt(se_student^2 + (min_kept se_teacher)^2)``) and against
-the paired one (both scored on the same resamples, :meth:`kdbert.compress.schedule.Goal.paired_margin`).
+the paired one (both scored on the same resamples, :meth:`kdbert.compress.schedule.Goal.decide_margin`).
 Records both in ``benchmarks/results/paired_margin.json`` under ``--key``.
 """
 
@@ -46,12 +46,13 @@ def main() -> None:
     model, tokenizer = family_of_folder(teacher_dir).load(Path(teacher_dir), data.spec)
     teacher = checked_teacher((teacher_dir, model, tokenizer), data)
     references = np.array([row.label for row in data.decide])
-    score, error, predictions = decide_score(search / "winner", RUNTIMES[report["runtime"]], data)
     min_kept = report["target"]["min_kept"]
     goal = Goal(teacher.metrics["selection_score"], min_kept, {}, teacher.metrics["decide_score"],
-                teacher.metrics["decide_se"])
-    independent = goal.margin(error, min_kept * goal.teacher_decide_se)
-    paired = goal.paired_margin(data.spec.metrics, predictions, teacher.decide_predictions, references)
+                teacher.metrics["decide_se"], teacher_decide_predictions=tuple(teacher.decide_predictions.tolist()))
+    scored, predictions = decide_score(search / "winner", RUNTIMES[report["runtime"]], data, goal)
+    score, error = scored["decide_score"], scored["decide_se"]
+    independent = goal.decide_margin(error)[0]
+    paired = goal.decide_margin(error, scored["decide_paired_se"])[0]
     row = {"winner": report["winner"]["candidate"], "decide_rows": len(references), "teacher_decide": goal.teacher_decide,
            "shipped_decide": score, "kept": goal.kept(score), "shortfall": goal.line() - score,
            "margin_independent": independent, "keeps_independent": goal.keeps_within(score, independent),

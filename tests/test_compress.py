@@ -257,11 +257,14 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert checked["candidate"] == report["winner"]["candidate"]
     decide_data = load_task(TaskOptions("sst2", data_dir=str(env["root"] / "glue"), held_out_rows=str(env["teacher"]),
                                         decide_share=0.5))
-    score, error, predictions = ship.decide_score(out / "winner", "model.int8.onnx", decide_data)
+    scored, predictions = ship.decide_score(out / "winner", "model.int8.onnx", decide_data)
+    score, error = scored["decide_score"], scored["decide_se"]
     assert (report["shipped"]["decide_score"], report["shipped"]["decide_se"]) == (
         checked["decide_score"], checked["decide_se"]) == (score, error)
     assert score == 100.0 * np.mean(predictions == [row.label for row in decide_data.decide])
     assert report["shipped"]["margin_kind"] == checked["margin_kind"] == "paired"
+    # every run was scored against the teacher's predictions on the rows that decide, as the ranking reads it
+    assert all(row["decide_paired_se"] >= 0.0 for row in segments)
     assert not (out / "exports").exists()  # only the shipped export is kept
     first_round = {row["candidate"]: row for row in report["search"]["rounds"][0]}
     assert {name: row["method"] for name, row in first_round.items()} == {"bert-1x128": "kd", "bilstm-h150": "bilstm"}
@@ -1268,7 +1271,8 @@ def test_a_winner_whose_shipped_graph_falls_short_is_replaced_by_the_next_that_k
 
     shipped_scores = {"bert-1x128": 85.0, "bilstm-h150": 88.5}  # int8 costs the first 3 points: 85.0 < 87.3 - 0.5
     monkeypatch.setattr(ship, "ship", fake_export)
-    monkeypatch.setattr(ship, "decide_score", lambda folder, file, data: (shipped_scores[folder.name], 0.5, None))
+    monkeypatch.setattr(ship, "decide_score", lambda folder, file, data, goal: (
+        {"decide_score": shipped_scores[folder.name], "decide_se": 0.5}, None))
     winner, exported, checks = ship.ship_checked(ranking, tmp_path, None, "onnx-int8", goal, None,
                                                  int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0)
     assert [(c["candidate"], c["keeps"]) for c in checks] == [("bert-1x128", False), ("bilstm-h150", True)]
@@ -1289,6 +1293,7 @@ def test_a_winner_whose_shipped_graph_falls_short_is_replaced_by_the_next_that_k
 def test_the_shipped_graph_is_checked_against_the_teacher_on_the_same_rows(tmp_path, monkeypatch):
     from kdbert.compress import ship
     from kdbert.compress.schedule import Goal, ranked_candidates
+    from kdbert.core.metrics import paired_bootstrap_standard_error
 
     # 100 deciding rows: the teacher right on 90 (line 0.97 * 90 = 87.3), the first candidate's graph
     # on 84 of those same rows, short by 3.3. Apart, the two standard errors (3.67 and 0.97 * 3.0)
@@ -1298,7 +1303,9 @@ def test_the_shipped_graph_is_checked_against_the_teacher_on_the_same_rows(tmp_p
     teacher = np.r_[np.ones(90, dtype=int), np.zeros(10, dtype=int)]
     graphs = {"bert-1x128": np.r_[np.ones(84, dtype=int), np.zeros(16, dtype=int)],
               "bilstm-h150": np.r_[np.ones(89, dtype=int), np.zeros(11, dtype=int)]}
-    goal = Goal(90.0, 0.97, {"bert-1x128": 0.2, "bilstm-h150": 0.3}, teacher_decide=90.0, teacher_decide_se=3.0)
+    latency = {"bert-1x128": 0.2, "bilstm-h150": 0.3}
+    goal = Goal(90.0, 0.97, latency, teacher_decide=90.0, teacher_decide_se=3.0,
+                teacher_decide_predictions=tuple(teacher.tolist()))
     segments = [{"candidate": name, "rung": 0, "state": "done", "steps": 10, "trained": 10, "score": 88.0,
                  "decide_score": 88.0, "decide_se": 3.3, "run": str(tmp_path / "runs" / name)} for name in graphs]
     ranking = ranked_candidates(segments, goal)
@@ -1308,20 +1315,24 @@ def test_the_shipped_graph_is_checked_against_the_teacher_on_the_same_rows(tmp_p
         (folder / "export_report.json").write_text(json.dumps({"source": row["run"]}))
         return {"source": row["run"]}
 
-    def graph_score(folder, file, data):
+    def graph_score(folder, file, data, goal):
         predictions = graphs[folder.name]
-        return 100.0 * predictions.mean(), 100 * math.sqrt(predictions.mean() * (1 - predictions.mean()) / 100), predictions
+        scored = {"decide_score": 100.0 * predictions.mean(),
+                  "decide_se": 100 * math.sqrt(predictions.mean() * (1 - predictions.mean()) / 100)}
+        if goal.teacher_decide_predictions is not None:  # as the evaluator scores it against the teacher
+            scored["decide_paired_se"] = paired_bootstrap_standard_error(("accuracy",), predictions, teacher, references)
+        return scored, predictions
 
     monkeypatch.setattr(ship, "ship", fake_export)
     monkeypatch.setattr(ship, "decide_score", graph_score)
-    paired = ship.PairedRows(("accuracy",), references, teacher)
     winner, _, checks = ship.ship_checked(ranking, tmp_path / "a", None, "onnx-int8", goal, None,
-                                          int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0, paired=paired)
+                                          int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0)
     assert [(c["candidate"], c["margin_kind"], c["keeps"]) for c in checks] == [
         ("bert-1x128", "paired", False), ("bilstm-h150", "paired", True)]
     assert checks[0]["margin"] == pytest.approx(2.369, rel=0.1)  # 1,000 resamples: a 2% Monte-Carlo error
     assert winner["candidate"] == "bilstm-h150"
     # without the teacher's predictions (question answering) the independent margin reads it as keeping
+    goal = Goal(90.0, 0.97, latency, teacher_decide=90.0, teacher_decide_se=3.0)
     winner, _, checks = ship.ship_checked(ranking, tmp_path / "b", None, "onnx-int8", goal, None,
                                           int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0)
     assert [(c["candidate"], c["margin_kind"], c["keeps"]) for c in checks] == [("bert-1x128", "independent", True)]

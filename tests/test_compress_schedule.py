@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from kdbert.compress.recipes import SearchSettings
@@ -187,6 +188,35 @@ def test_the_winner_is_decided_on_the_rows_that_decide_within_the_noise_margin()
     # without an error the line is hard
     hard = Goal(95.0, 0.97, LATENCY, teacher_decide=90.0)
     assert hard.keeps_decided(87.3) and not hard.keeps_decided(87.29)
+
+
+def test_a_run_scored_against_the_teacher_on_the_same_rows_is_ranked_on_the_paired_margin():
+    from kdbert.core.metrics import bootstrap_standard_error, paired_bootstrap_standard_error
+
+    # 100 deciding rows, all of class 1: the teacher right on 90, the student on 85 of those same rows
+    references = np.ones(100, dtype=int)
+    teacher = np.r_[np.ones(90, dtype=int), np.zeros(10, dtype=int)]
+    student = np.r_[np.ones(85, dtype=int), np.zeros(15, dtype=int)]
+    s, t = bootstrap_standard_error(["accuracy"], student, references), bootstrap_standard_error(["accuracy"], teacher, references)
+    d = paired_bootstrap_standard_error(["accuracy"], student, teacher, references)  # what a run records
+    goal = Goal(90.0, 0.97, LATENCY, teacher_decide=90.0, teacher_decide_se=t,
+                teacher_decide_predictions=tuple(teacher.tolist()))
+    # the margin derived from the three standard errors is the paired one of score - 0.97 * teacher, exactly
+    # (the same resamples): Var(S - wT) = (1 - w) s^2 + (w^2 - w) t^2 + w d^2
+    margin, kind = goal.decide_margin(s, d)
+    assert kind == "paired"
+    assert margin == pytest.approx(paired_bootstrap_standard_error(["accuracy"], student, teacher, references, 0.97),
+                                   rel=1e-9)
+    # by hand: the student is right on a subset of the teacher's rows, so S - 0.97 T = 0.03 * (85 right) - 0.97 *
+    # (5 only the teacher's); per row a value of 0.03 (85 rows), -0.97 (5) or 0 (10): sd sqrt(E[x^2] - E[x]^2)
+    rows = np.r_[np.full(85, 0.03), np.full(5, -0.97), np.zeros(10)]
+    assert margin == pytest.approx(100 * rows.std() / 10, rel=0.1)  # 1,000 resamples: a few % Monte-Carlo error
+    # 85.0 is short of the line 87.3 by 2.3: within the independent margin sqrt(s^2 + (0.97 t)^2) ~ 4.7, beyond the
+    # paired ~ 2.2, so the ranking reads it as short once the run records its paired error
+    row = {**done("bert-1x128", 0, 100, 99.0), "decide_score": 85.0, "decide_se": s}
+    assert goal.decide_margin(s)[1] == "independent" and goal.decide_margin(s)[0] > 4.0
+    assert ranked_candidates([row], goal)[0]["keeps"] is True
+    assert ranked_candidates([{**row, "decide_paired_se": d}], goal)[0]["keeps"] is False
 
 
 def test_when_none_keeps_the_share_the_best_score_on_the_rows_that_decide_ships_however_near_a_faster_one():

@@ -446,7 +446,7 @@ def test_compress_pooling_pair_ships_a_pair_pooled_int8_winner_on_sts_b(tmp_path
     # the shipped int8 graph computes the pair pooling: scored on the deciding rows as the report says
     data = load_task(TaskOptions("stsb", data_dir=str(tmp_path / "glue"), held_out_rows=str(teacher),
                                  decide_share=0.5))
-    assert report["shipped"]["decide_score"] == ship.decide_score(winner, "model.int8.onnx", data)[0]
+    assert report["shipped"]["decide_score"] == ship.decide_score(winner, "model.int8.onnx", data)[0]["decide_score"]
     student = load_sequence_classifier(str(out / "runs" / "bert-1x128"), 1, new_head_ok=False).eval()  # what shipped
     batch = random_batch(student.config.vocab_size, LENGTHS, pair=True)
     onnx_logits = OnnxClassifier(winner / "model.onnx")({name: tensor.numpy() for name, tensor in batch.items()})

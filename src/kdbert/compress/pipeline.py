@@ -48,7 +48,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from kdbert.compress import search
@@ -63,7 +62,7 @@ from kdbert.compress.report import seconds_per_candidate, write_report
 from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
 from kdbert.compress.labelling import afford_labelling, plan_labelling
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
-from kdbert.compress.ship import PairedRows, agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed
+from kdbert.compress.ship import agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed
 from kdbert.compress.speed import (RUNTIMES, SpeedSettings, all_candidates, candidate_notes, measure_speed,
                                    meeting_target, shape_context)
 from kdbert.compress.storage import journal_path, open_study
@@ -393,7 +392,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                                               config.seed, labelling.row_seconds)
         window = Window.from_now(deadline.left() - reserve, config.first_round_share)
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, teacher.metrics["decide_score"],
-                    teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None)
+                    teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
+                    None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),
                     labelling=labelling.plan_options(), selection=config.selection)
@@ -431,11 +431,9 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
     ranking = ranked_candidates([{**row, "state": "done"} for row in searched["segments"]], goal)
     ratio = table["candidates"][ranking[0]["candidate"]]["latency_real_p50_ms"] / table["teacher"]["latency_real_p50_ms"]
     after = after_export_seconds(table["teacher"], ratio, teacher.dev_seconds, every_core(config.threads))
-    paired = None if teacher.decide_predictions is None else PairedRows(
-        tuple(data.spec.metrics), np.array([row.label for row in data.decide]), teacher.decide_predictions)
     winner, shipped, checks = ship_checked(
         ranking, out, task, config.runtime, goal, data, int8_time_left=lambda: deadline.left() - after,
-        export_seconds=lambda name: table["candidates"].get(name, {}).get("export_seconds", 0.0), paired=paired)
+        export_seconds=lambda name: table["candidates"].get(name, {}).get("export_seconds", 0.0))
     winner = {key: value for key, value in winner.items() if key != "state"}
     winner["latency_real_p50_ms"] = table["candidates"][winner["candidate"]]["latency_real_p50_ms"]
     shipped_decide = next(check for check in checks if check["candidate"] == winner["candidate"])

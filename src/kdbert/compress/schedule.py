@@ -14,7 +14,8 @@ Segments are dicts: ``candidate``, ``rung``, ``state`` (``"running"``: claimed b
 ``"done"``), and for a done one ``steps`` (cumulative), ``trained`` (this segment's steps),
 ``score`` and ``se`` (on the held-out rows that pick: the score of the run's best checkpoint by
 them, and its bootstrap standard error), ``decide_score`` and ``decide_se`` (that checkpoint on
-the rows that decide), ``loss`` (held-out, may be missing), ``seconds`` (wall), ``train_seconds``
+the rows that decide; ``decide_paired_se``: the standard error of its difference from the teacher's
+score there, where the goal has the teacher's predictions), ``loss`` (held-out, may be missing), ``seconds`` (wall), ``train_seconds``
 (the training loop's). :func:`next_job`
 reads them all (every worker's) and says what to run, in this order:
 
@@ -45,8 +46,9 @@ A job starts only when it should end inside the window (its candidate's measured
 and the runs' mean overhead outside training and the teacher's labelling; the first run of a
 search always starts). The order serves the
 winner rule (:func:`pick_winner`: the fastest candidate whose score on the held-out rows that
-decide keeps ``min_kept`` of the teacher's there, within the noise margin, among every candidate
-trained): once a candidate keeps it, a slower one can no longer win, so only candidates at least as
+decide keeps ``min_kept`` of the teacher's there, within the noise margin (paired with the
+teacher's predictions on the same rows where known, :meth:`Goal.decide_margin`), among every
+candidate trained): once a candidate keeps it, a slower one can no longer win, so only candidates at least as
 fast are promoted, best score on the rows that pick first; scores within the margin of their
 standard errors count as a tie, which the faster candidate wins. Until one keeps it, the best score
 goes on first, as the winner will be the best on the rows that decide when none keeps the share.
@@ -60,7 +62,6 @@ from dataclasses import dataclass
 
 from kdbert.compress.augment import is_augmented
 from kdbert.compress.recipes import SearchSettings, kind_of
-from kdbert.core.metrics import paired_bootstrap_standard_error
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate
 
@@ -127,7 +128,9 @@ class Goal:
     candidate) decides among those that do. The search compares on the held-out rows that pick
     (the teacher's ``teacher_score``), the winner on those that decide (``teacher_decide``, with its
     bootstrap standard error ``teacher_decide_se``; None: the rows that pick decide too), where
-    always answering the majority class scores ``majority_decide`` (None: not known)."""
+    always answering the majority class scores ``majority_decide`` (None: not known);
+    ``teacher_decide_predictions``: the teacher's predictions there, in their order (None: not known),
+    against which every run is scored on the same rows (``decide_paired_se``, :meth:`decide_margin`)."""
 
     teacher_score: float
     min_kept: float
@@ -135,6 +138,7 @@ class Goal:
     teacher_decide: float | None = None
     teacher_decide_se: float = 0.0
     majority_decide: float | None = None
+    teacher_decide_predictions: tuple | None = None
 
     def informative(self, score: float) -> bool:
         """Whether ``score`` on the rows that decide beats always answering the majority class there
@@ -158,26 +162,33 @@ class Goal:
         teacher = self.teacher_score if self.teacher_decide is None else self.teacher_decide
         return teacher if teacher <= 0 else self.min_kept * teacher
 
-    def keeps_decided(self, score: float, error: float = 0.0) -> bool:
+    def keeps_decided(self, score: float, error: float = 0.0, paired_error: float | None = None) -> bool:
         """Whether ``score`` (standard error ``error``) on the rows that decide keeps the share: at or
-        above :meth:`line` unless its shortfall is within the margin of the difference,
-        ``line - score <= margin(error, min_kept * teacher_decide_se)`` (a shortfall the rows cannot
-        tell from noise does not disqualify). The search ranks its runs so; the shipped graph, whose
-        predictions are at hand, is checked on the tighter :meth:`paired_margin`."""
-        return self.keeps_within(score, self.margin(error, self.min_kept * self.teacher_decide_se))
+        above :meth:`line` unless its shortfall is within :meth:`decide_margin` (a shortfall the rows
+        cannot tell from noise does not disqualify)."""
+        return self.keeps_within(score, self.decide_margin(error, paired_error)[0])
 
     def keeps_within(self, score: float, margin: float) -> bool:
         """Whether ``score`` on the rows that decide is at or above :meth:`line` or short of it by at most ``margin``."""
         return self.line() - score <= margin
 
-    def paired_margin(self, metric_names, predictions, teacher_predictions, references) -> float:
-        """The margin of a shortfall measured on the same rows as the teacher's score: the paired
-        bootstrap standard error of ``score - line``, student and teacher scored on the same resamples
-        (:func:`~kdbert.core.metrics.paired_bootstrap_standard_error`, the teacher weighted by
-        ``min_kept``, or by 1 where :meth:`line` is the teacher's own score)."""
+    def decide_margin(self, error: float, paired_error: float | None = None) -> tuple[float, str]:
+        """The noise margin of ``line - score`` on the rows that decide, and its kind.
+
+        ``"paired"`` where the run was scored against the teacher's predictions on the same resamples
+        (``paired_error``: the bootstrap standard error of ``score - teacher``, ``decide_paired_se``):
+        with ``w`` the teacher's weight in the line (``min_kept``; 1 where the line is the teacher's own
+        score), ``s``, ``t``, ``d`` the standard errors of the student's score, the teacher's and their
+        difference on those resamples, ``Var(S - wT) = (1 - w) s^2 + (w^2 - w) t^2 + w d^2``, exactly
+        (``2 Cov(S, T) = s^2 + t^2 - d^2``). Two models err on many of the same rows, so this is
+        narrower than ``"independent"``, :meth:`margin` of ``error`` and ``min_kept * teacher_decide_se``,
+        which treats the scores as drawn apart (the rule where the teacher's predictions are not known)."""
+        if paired_error is None:
+            return self.margin(error, self.min_kept * self.teacher_decide_se), "independent"
         teacher = self.teacher_score if self.teacher_decide is None else self.teacher_decide
-        weight = 1.0 if teacher <= 0 else self.min_kept
-        return paired_bootstrap_standard_error(metric_names, predictions, teacher_predictions, references, weight)
+        w = 1.0 if teacher <= 0 else self.min_kept
+        variance = (1 - w) * error ** 2 + (w * w - w) * self.teacher_decide_se ** 2 + w * paired_error ** 2
+        return math.sqrt(max(0.0, variance)), "paired"
 
     def kept(self, score: float) -> float:
         """``score`` over the teacher's on the rows that decide (a teacher scoring at most 0: 1 when
@@ -192,6 +203,12 @@ def decided(row: dict) -> tuple[float, float]:
     if "decide_score" in row:
         return row["decide_score"], row.get("decide_se", 0.0)
     return row["score"], row.get("se", 0.0)
+
+
+def keeps_decided(row: dict, goal: Goal) -> bool:
+    """Whether a segment keeps the share on the rows that decide (:meth:`Goal.keeps_decided`, paired
+    with the teacher where the run was scored against it)."""
+    return goal.keeps_decided(*decided(row), row.get("decide_paired_se") if "decide_score" in row else None)
 
 
 def latest(segments: list[dict]) -> dict[str, dict]:
@@ -368,7 +385,7 @@ def ranked_candidates(segments: list[dict], goal: Goal) -> list[dict]:
     if not rows:
         raise KdbertError("no candidate finished a run within --budget-minutes; raise it or lower --first-steps")
     informative = [row for row in rows if goal.informative(decided(row)[0])]
-    keeping = sorted((row for row in informative if goal.keeps_decided(*decided(row))),
+    keeping = sorted((row for row in informative if keeps_decided(row, goal)),
                      key=lambda row: (goal.latency[row["candidate"]], row["candidate"]))
     rest = _best_first([row for row in informative if row not in keeping])
     rule = f"fastest keeping {goal.min_kept:g}" if keeping else f"none keeps {goal.min_kept:g}: best score"

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
 
@@ -271,6 +272,8 @@ def distil_segment(plan: Plan, job: Job, done_steps: int, loaded: Loaded | None 
         task = replace(task, unlabelled=str(rows))
     loaded = loaded if loaded is not None else Loaded()
     data = loaded.task_data(task, plan.settings.seed)
+    if plan.goal.teacher_decide_predictions is not None and data.decide:  # scored against the teacher's
+        data = replace(data, decide_baseline=np.asarray(plan.goal.teacher_decide_predictions))
     folder = run_folder(out, candidate.name)
     folder.parent.mkdir(parents=True, exist_ok=True)
     options = _options(plan, candidate)
@@ -288,7 +291,8 @@ def distil_segment(plan: Plan, job: Job, done_steps: int, loaded: Loaded | None 
             "trained": max(0, steps - done_steps), "stopped": bool(report["stopped_early"]),
             "score": metrics.get("selection_score", metrics["score"]),
             **{key: metrics[name] for key, name in (("se", "selection_se"), ("loss", "selection_loss"),
-                                                     ("decide_score", "decide_score"), ("decide_se", "decide_se"))
+                                                     ("decide_score", "decide_score"), ("decide_se", "decide_se"),
+                                                     ("decide_paired_se", "decide_paired_se"))
                if name in metrics},
             "dev_score": metrics["score"], "seconds": round(time.time() - started, 1),
             "labelling_seconds": round(sum(labelling), 1), "train_seconds": report["train_seconds"],

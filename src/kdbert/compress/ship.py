@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -68,41 +68,27 @@ def _export_of(folder: Path) -> str | None:
     return json.loads(report.read_text()).get("source") if report.is_file() else None
 
 
-@dataclass(frozen=True)
-class PairedRows:
-    """The held-out rows that decide as the paired margin reads them (:meth:`Goal.paired_margin`): the
-    task's metric names, the rows' references and the teacher's predictions on them, in their order."""
-
-    metrics: tuple
-    references: np.ndarray
-    teacher: np.ndarray
-
-
-def decide_score(folder: Path, file_name: str, data) -> tuple[float, float, np.ndarray | None]:
-    """The export ``folder/file_name``'s score on the held-out rows that decide (``data.decide``), its
-    bootstrap standard error, and its predictions there (None for question answering)."""
+def decide_score(folder: Path, file_name: str, data, goal: Goal | None = None) -> tuple[dict, np.ndarray | None]:
+    """The export ``folder/file_name`` scored on the held-out rows that decide (``data.decide``):
+    ``decide_score``, its bootstrap standard error ``decide_se`` and, against the teacher's
+    predictions there (``goal.teacher_decide_predictions``, where known), ``decide_paired_se``; and
+    its predictions there (None for question answering)."""
     model = OnnxClassifier(folder / file_name)
-    rows = TaskData(data.spec, [], {}, decide=data.decide)
+    baseline = None if goal is None or goal.teacher_decide_predictions is None else np.asarray(
+        goal.teacher_decide_predictions)
+    rows = TaskData(data.spec, [], {}, decide=data.decide, decide_baseline=baseline)
     evaluator = model.family.evaluator(rows, model.encoder, None, 64)
     metrics, predictions = (evaluator(model), None) if data.spec.question_answering else evaluator.scored(model)
-    return metrics["decide_score"], metrics["decide_se"], predictions
-
-
-def shortfall_margin(goal: Goal, error: float, predictions, paired: PairedRows | None) -> tuple[float, str]:
-    """The noise margin a shortfall of the shipped graph is read against, and its kind: ``"paired"``
-    (:meth:`Goal.paired_margin`, where the teacher's predictions on the same rows are at hand) or
-    ``"independent"`` (:meth:`Goal.margin` of the two standard errors, as the search ranks)."""
-    if paired is not None and predictions is not None:
-        return goal.paired_margin(paired.metrics, predictions, paired.teacher, paired.references), "paired"
-    return goal.margin(error, goal.min_kept * goal.teacher_decide_se), "independent"
+    return {key: metrics[key] for key in ("decide_score", "decide_se", "decide_paired_se") if key in metrics}, predictions
 
 
 def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str, goal: Goal, data,
-                 int8_time_left, export_seconds, paired: PairedRows | None = None) -> tuple[dict, dict, list[dict]]:
+                 int8_time_left, export_seconds) -> tuple[dict, dict, list[dict]]:
     """Ship what keeps the share as it ships: export the first of ``ranking``
     (:func:`~kdbert.compress.schedule.ranked_candidates`) into ``out/exports/<candidate>`` and score
     that graph on the rows that decide; while it falls short of ``goal`` by more than
-    :func:`shortfall_margin` (paired with the teacher's predictions ``paired`` where given), export
+    :meth:`~kdbert.compress.schedule.Goal.decide_margin` (paired with the teacher's predictions on the
+    same rows where the goal has them), export
     and check the next that keeps it in PyTorch, at most ``MAX_SHIP_TRIES`` and while
     ``int8_time_left()`` exceeds twice ``export_seconds(candidate)``. The first shipped graph that
     keeps it goes to ``out/winner``; if none does, the checked one scoring best there. Returns that
@@ -118,8 +104,9 @@ def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str
         if not folder.exists() and _export_of(out / "winner") == str(row["run"]):  # a rerun: shipped before
             shutil.copytree(out / "winner", folder)
         exports[row["candidate"]] = ship(row, folder, task, runtime, int8_time_left)
-        score, error, predictions = decide_score(folder, file_name, data)
-        margin, kind = shortfall_margin(goal, error, predictions, paired)
+        scored, _ = decide_score(folder, file_name, data, goal)
+        score, error = scored["decide_score"], scored["decide_se"]
+        margin, kind = goal.decide_margin(error, scored.get("decide_paired_se"))
         checks.append({"candidate": row["candidate"], "decide_score": score, "decide_se": error,
                        "kept": goal.kept(score), "margin": margin, "margin_kind": kind,
                        "keeps": goal.keeps_within(score, margin)})

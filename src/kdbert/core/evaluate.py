@@ -11,7 +11,8 @@ from scipy.special import logsumexp
 from kdbert.data.batching import EncodedDataset, ModelInputs, TokenizerInputs, pool_windows, predict_rows
 from kdbert.data.glue import TaskData
 from kdbert.data.tasks import TaskSpec
-from kdbert.core.metrics import bootstrap_standard_error, compute_metrics, split_prefix, task_score
+from kdbert.core.metrics import (bootstrap_standard_error, compute_metrics, paired_bootstrap_standard_error, split_prefix,
+                                 task_score)
 from kdbert.core.trace import model_inputs, output_logits
 
 
@@ -80,7 +81,10 @@ class SplitEvaluator:
     decide (``data.decide``, ``--decide-share``) they are scored as ``decide/<metric>`` and
     ``decide_score``, never picking anything here. ``selection_se`` and ``decide_se``: the
     bootstrap standard error of those scores over their rows
-    (:func:`~kdbert.core.metrics.bootstrap_standard_error`).
+    (:func:`~kdbert.core.metrics.bootstrap_standard_error`); with another model's predictions on
+    the rows that decide (``data.decide_baseline``), ``decide_paired_se``: the paired bootstrap
+    standard error of ``decide_score - baseline's score`` on the same resamples
+    (:func:`~kdbert.core.metrics.paired_bootstrap_standard_error`).
     """
 
     def __init__(self, data: TaskData, encode, batch_size: int):
@@ -89,6 +93,7 @@ class SplitEvaluator:
         self.references = {name: np.array([ex.label for ex in rows]) for name, rows in data.dev.items()}
         self.held_out = (encode(data.held_out), np.array([ex.label for ex in data.held_out])) if data.held_out else None
         self.decide = (encode(data.decide), np.array([ex.label for ex in data.decide])) if data.decide else None
+        self.decide_baseline = data.decide_baseline if data.decide else None
         self.batch_size = batch_size
 
     def predict(self, model, dataset) -> np.ndarray:
@@ -121,6 +126,9 @@ class SplitEvaluator:
         if self.decide is not None:
             decide = to_predictions(self.spec, self.predict(model, self.decide[0]))
             metrics["decide_score"], metrics["decide_se"] = self._scored(decide, self.decide[1], "decide", metrics)
+            if self.decide_baseline is not None:
+                metrics["decide_paired_se"] = paired_bootstrap_standard_error(
+                    self.spec.metrics, decide, self.decide_baseline, self.decide[1])
         return metrics, decide
 
     def _scored(self, predictions: np.ndarray, references: np.ndarray, prefix: str, metrics: dict) -> tuple[float, float]:

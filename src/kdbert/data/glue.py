@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from kdbert.data.tasks import TaskSpec
 from kdbert.data.textfile import open_text
 from kdbert.errors import KdbertError
@@ -35,7 +37,9 @@ class TaskData:
     """A task's training rows, its evaluation split(s), the training rows held out to pick
     checkpoints on (empty unless ``--held-out-fraction``; :mod:`kdbert.data.held_out`), the rule
     that drew them and the rows left out of training as parts of them, the held-out rows kept apart to decide between runs (``--decide-share``), and
-    rows without labels for the teacher to label (``--unlabelled``)."""
+    rows without labels for the teacher to label (``--unlabelled``). ``decide_baseline``: another
+    model's predictions on the rows that decide (``kdbert compress``: the teacher's), which an
+    evaluation compares each model with on the same rows (``decide_paired_se``), or None."""
 
     spec: TaskSpec
     train: list[Example]
@@ -45,6 +49,7 @@ class TaskData:
     held_out_parts: list[Example] = field(default_factory=list)
     decide: list[Example] = field(default_factory=list)
     unlabelled: list[Example] = field(default_factory=list)
+    decide_baseline: np.ndarray | None = None
 
 
 def resolve_glue_dir(data_dir: str | os.PathLike | None) -> Path:
