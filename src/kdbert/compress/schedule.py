@@ -157,9 +157,13 @@ class Goal:
             return score >= self.teacher_score
         return score / self.teacher_score >= self.min_kept
 
+    def teacher_deciding(self) -> float:
+        """The teacher's score on the rows that decide (on the rows that pick where none decide)."""
+        return self.teacher_score if self.teacher_decide is None else self.teacher_decide
+
     def line(self) -> float:
         """The score on the rows that decide that keeps ``min_kept`` of the teacher's."""
-        teacher = self.teacher_score if self.teacher_decide is None else self.teacher_decide
+        teacher = self.teacher_deciding()
         return teacher if teacher <= 0 else self.min_kept * teacher
 
     def keeps_decided(self, score: float, error: float = 0.0, paired_error: float | None = None) -> bool:
@@ -185,7 +189,7 @@ class Goal:
         which treats the scores as drawn apart (the rule where the teacher's predictions are not known)."""
         if paired_error is None:
             return self.margin(error, self.min_kept * self.teacher_decide_se), "independent"
-        teacher = self.teacher_score if self.teacher_decide is None else self.teacher_decide
+        teacher = self.teacher_deciding()
         w = 1.0 if teacher <= 0 else self.min_kept
         variance = (1 - w) * error ** 2 + (w * w - w) * self.teacher_decide_se ** 2 + w * paired_error ** 2
         return math.sqrt(max(0.0, variance)), "paired"
@@ -193,7 +197,7 @@ class Goal:
     def kept(self, score: float) -> float:
         """``score`` over the teacher's on the rows that decide (a teacher scoring at most 0: 1 when
         the score is at least as high, else 0)."""
-        teacher = self.teacher_score if self.teacher_decide is None else self.teacher_decide
+        teacher = self.teacher_deciding()
         return float(score >= teacher) if teacher <= 0 else score / teacher
 
 
