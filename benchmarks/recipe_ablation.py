@@ -10,7 +10,7 @@ warm-up, its batch size and rate), on the held-out rows the teacher's ``kdbert f
 (half pick the checkpoint, half decide, as in the search), for ``--steps`` steps, evaluated at half
 and at the end, the better on the picking rows kept. A variant changes one part of the recipe
 (:data:`VARIANTS`). The teacher is ``runs/teacher-<task>`` (``teacher_best.py``). Runs go to
-``<runs-dir>/<task>/<candidate>/<variant>/seed<seed>`` (a finished run is reused, its checkpoints
+``<runs-dir>/<task>/<candidate>/<variant>/seed<seed>-steps<steps>`` (a finished run is reused, its checkpoints
 removed); scores to
 ``benchmarks/results/recipe_ablation.json`` under ``<task>/<candidate>/<steps>/<variant>/seed<seed>``.
 """
@@ -187,7 +187,7 @@ def main() -> None:
                + (f" --word-vectors {args.word_vectors}" if not starts_from_teacher(candidate) else ""))
     for seed in args.seeds:  # every variant of a seed before the next seed: pairs compare as they come
         for variant in args.variants:
-            out = root / variant / f"seed{seed}"
+            out = root / variant / f"seed{seed}-steps{args.steps}"  # another --steps is another run
             if (out / "distill_report.json").is_file():
                 report = json.loads((out / "distill_report.json").read_text())
             else:
