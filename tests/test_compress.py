@@ -931,6 +931,49 @@ def test_timing_stops_before_a_candidate_that_would_end_past_its_time(env, tmp_p
     assert list(table["candidates"]) == ["bert-1x8", "bilstm-h8", "bert-4x8"]
 
 
+def test_a_candidate_timed_near_the_line_is_timed_again_in_turns_with_the_teacher(env, tmp_path, monkeypatch):
+    from kdbert.families.registry import Candidate
+
+    settings = speed.SpeedSettings("onnx-int8", length_rows=4, runs=2, threads=1)
+    (tmp_path / "speed.json").write_text(json.dumps({"settings": settings.key(), "candidates": {}, "teacher": {
+        "latency_real_p50_ms": 4.0, "export_seconds": 20.0, "timing_seconds": 2.0}}))
+    alone = {"bert-1x8": 2.0, "bert-2x8": 0.5}  # 2x and 8x the teacher's speed, timed alone
+    monkeypatch.setattr(speed, "_timed_export", lambda export, file, task, settings: {
+        "latency_real_p50_ms": alone[file.parent.name], "timing_seconds": 1.0})
+    retimed = []
+
+    def in_turns(teacher_file, student_file, task, settings):
+        retimed.append((teacher_file, student_file.parent.name))
+        return {"rounds": [{"teacher": 4.4, "student": 1.4}] * 3, "speedup": {"teacher": 1.0, "student": 3.1}}
+
+    monkeypatch.setattr(speed, "time_against_teacher", in_turns)
+    candidates = [Candidate(name, "x", (("layers", int(name[5])),), build=lambda context: (None, None))
+                  for name in alone]
+    table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, candidates, context=object(),
+                                line=3.0)
+    # 2x is within a factor 1.5 of the 3x line (2 <= 2 < 4.5), 8x is not
+    assert retimed == [(tmp_path / "teacher-onnx" / speed.INT8_FILE, "bert-1x8")]
+    near = table["candidates"]["bert-1x8"]
+    assert (near["speedup"], near["speedup_alone"], near["timing_seconds"] >= 1.0) == (3.1, 2.0, True)
+    assert len(near["timed_in_turns"]) == 3 and "speedup_alone" not in table["candidates"]["bert-2x8"]
+    assert speed.meeting_target(table, target_speedup=3.0) == ["bert-2x8", "bert-1x8"]  # in turns it meets 3x
+    assert [speed.near_line(x, 3.0) for x in (1.99, 2.0, 4.49, 4.5)] == [False, True, True, False]
+    assert not speed.near_line(3.0, None)  # a latency target: no ratio to move across
+
+
+def test_in_turns_timing_of_a_real_export_is_the_median_ratio_of_its_rounds(env, monkeypatch):
+    out = env["root"] / "run-turns"
+    settings = speed.SpeedSettings("onnx-int8", length_rows=4, runs=2, threads=1)
+    context = speed.shape_context(env["teacher"], env["task"])
+    chosen = [c for c in speed.all_candidates(context) if c.name == "bert-1x128"]
+    monkeypatch.setattr(speed, "LINE_BAND", 1e9)  # every speedup is near the line
+    row = speed.measure_speed(env["teacher"], env["task"], out, settings, chosen, line=1.0)["candidates"]["bert-1x128"]
+    rounds = row["timed_in_turns"]
+    assert len(rounds) == speed.TURNS and all(r["teacher"] > 0 and r["student"] > 0 for r in rounds)
+    assert row["speedup"] == pytest.approx(statistics.median(r["teacher"] / r["student"] for r in rounds))
+    assert not (out / "speed" / "bert-1x128").exists()  # timed in turns before its export was removed
+
+
 def refused(capsys, env, out, *extra, created: bool = False) -> str:
     """``kdbert compress`` with ``extra`` options into ``out``: exit 2 with one error line (returned),
     and nothing written: no ``out`` (unless it was there before: ``created``)."""

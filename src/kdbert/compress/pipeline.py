@@ -346,7 +346,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         first_round = first_round_seconds(offered, search_settings, len(train_rows), teacher_row_seconds(table))[1]
         stop_at = deadline.end - _finishing(config, table, teacher) - first_round
         table = measure_speed(teacher.folder, scored, out, speed_settings, _timing_order(offered), context,
-                              stop_at=stop_at, clock=deadline.clock)
+                              stop_at=stop_at, clock=deadline.clock, line=config.target_speedup)
     untimed = [c.name for c in offered if c.name not in table["candidates"]]
     if untimed:
         progress.line(f"timed {len(offered) - len(untimed)} of {len(offered)} candidates: the budget leaves no time "

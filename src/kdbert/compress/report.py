@@ -182,7 +182,8 @@ def format_report(report: dict, plot: str | None = None) -> str:
         start = starts.get(name, "teacher-weights")
         method = run.get("method", "kd") + ("" if start in ("teacher-weights", "own") else f", {start} start") \
             if run else ""
-        lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x | "
+        retimed = f" (in turns; {row['speedup_alone']:.2f}x alone)" if "speedup_alone" in row else ""
+        lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x{retimed} | "
                      + (f"{run['score']:.2f} | " + (f"{run['decide_score']:.2f} | " if deciding else "")
                         + f"{run['dev_score']:.2f} | {method} | "
                         f"{run['steps']} | " + (f"{seconds[name] / 60:.1f} min |" if name in seconds else "- |")
