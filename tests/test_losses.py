@@ -127,6 +127,25 @@ def test_kl_div_loss_batchmean_with_t_squared():
     assert losses.kl_div_loss(s, h, temperature=2.0).item() == pytest.approx(expected)
 
 
+def test_kl_div_loss_at_t20_is_float32_under_bf16_autocast():
+    # A student near its teacher, logits exact in bf16: z_s = [0.5, 0], z_t = [0.75, 0], T = 20.
+    # p = sigmoid(0.75/20), q = sigmoid(0.5/20); loss = T^2 KL(p || q) = 0.0078 (hand, float64);
+    # d loss / d z_s = T^2 * (q - p) / T = 20 (q - p) for class 0, its negative for class 1.
+    # In bf16 log_softmax(z/20) is rounded by ~0.002, far above the KL (~2e-5): the loss read -1.5.
+    p, q = 1 / (1 + math.exp(-0.0375)), 1 / (1 + math.exp(-0.025))
+    expected = 400 * (p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q)))
+    student = torch.tensor([[0.5, 0.0]], dtype=torch.bfloat16, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = losses.kl_div_loss(student, torch.tensor([[0.75, 0.0]], dtype=torch.bfloat16), 20.0)
+    got.backward()
+    # float32: log-softmax terms near ln 2 carry ~6e-8 of rounding each; times T^2 = 400, ~1e-4 in all
+    assert got.dtype == torch.float32 and got.item() == pytest.approx(expected, abs=1e-4)
+    assert expected == pytest.approx(0.00781, abs=1e-5)
+    # the gradient lands in bf16 (the student's dtype): 8 bits of mantissa, ~0.4% of it
+    assert student.grad[0, 0].item() == pytest.approx(20 * (q - p), rel=1e-2)
+    assert student.grad[0, 1].item() == pytest.approx(-20 * (q - p), rel=1e-2)
+
+
 def test_kl_div_loss_reference_mean_divides_by_classes_too():
     # BERT-PKD's KLDivLoss(reduction="mean"): the same sum over (rows x classes) entries.
     s = t([[0, 0, 0], [0, 0, 0]])

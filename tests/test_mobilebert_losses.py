@@ -82,6 +82,21 @@ def test_attention_kl_by_hand():
     assert attention_kl(student, teacher, mask, reduction="masked-mean").item() == pytest.approx(half / 2)
 
 
+def test_attention_kl_is_float32_under_bf16_autocast():
+    # A student's scores within 0.05 of its teacher's (inputs exact in bf16): the KL per row is
+    # ~5e-4, below bf16's rounding of a log-probability (~0.004 near -2): in bf16 it read -7.6e-5.
+    generator = torch.Generator().manual_seed(0)
+    teacher = (torch.randn(2, 4, 8, 8, generator=generator) * 3).bfloat16()
+    student = (teacher.float() + 0.05 * torch.randn(2, 4, 8, 8, generator=generator)).bfloat16()
+    mask = torch.ones(2, 8, dtype=torch.long)
+    expected = attention_kl(student.double(), teacher.double(), mask).item()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = attention_kl(student, teacher, mask)
+    # float32 terms of size ~1 carry ~1e-7 each; the KL is their difference: well within 1e-3 of it
+    assert got.dtype == torch.float32 and got.item() == pytest.approx(expected, rel=1e-3)
+    assert expected == pytest.approx(5.25e-4, rel=1e-2)
+
+
 def test_attention_kl_ignores_padded_key_scores_and_is_zero_on_itself():
     student, teacher, mask = attention_example()
     moved = teacher.clone()

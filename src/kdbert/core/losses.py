@@ -31,6 +31,11 @@ def check_same_shape(what: str, student: torch.Tensor, teacher: torch.Tensor, fi
         )
 
 
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 when it is in a narrower float (bf16, fp16 under autocast); float64 stays."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def select_tokens(x: torch.Tensor, mask: torch.Tensor, what: str) -> torch.Tensor:
     """Rows of ``x`` (B, L, ...) where ``mask`` (B, L) is non-zero, as (n_selected, ...)."""
     if mask.shape != x.shape[:2]:
@@ -175,8 +180,8 @@ def soft_cross_entropy(
     """
     check_same_shape("soft_cross_entropy", student_logits, teacher_logits,
                       "student and teacher need the same number of labels")
-    targets = F.softmax(teacher_logits.float() / temperature, dim=-1)
-    per_class = -targets * F.log_softmax(student_logits.float() / temperature, dim=-1)
+    targets = F.softmax(at_least_float32(teacher_logits) / temperature, dim=-1)
+    per_class = -targets * F.log_softmax(at_least_float32(student_logits) / temperature, dim=-1)
     return per_class.sum(-1).mean() if student_logits.dim() == 3 else per_class.mean()
 
 
@@ -198,6 +203,10 @@ def kl_div_loss(
     divergence per example. ``mean`` divides by rows x classes instead, as the BERT-PKD
     reference's ``KLDivLoss(reduction='mean')``: C times smaller (2x on binary tasks, 3x on
     MNLI). The T^2 factor keeps gradient magnitudes comparable across temperatures.
+    Computed in float32 whatever the logits' dtype: under CPU bf16 autocast the softmaxes stay in
+    bf16 (8 bits of mantissa), and at T=20 the rounding of ``log_softmax(z/T)`` (~0.002) outweighs
+    the KL of a student near its teacher (~1e-5 before T^2): the loss read negative and the
+    gradient was off by 26-55% at logit gaps of 0.3-0.1 (``tests/test_losses.py``).
     """
     if reduction not in ("batchmean", "mean"):
         raise KdbertError(f"kl_div_loss: unknown reduction {reduction!r}; use 'batchmean' or 'mean'")
@@ -207,8 +216,8 @@ def kl_div_loss(
         student_logits = select_tokens(student_logits, mask, "kl_div_loss")
         teacher_logits = select_tokens(teacher_logits, mask, "kl_div_loss")
     n_classes = student_logits.shape[-1]
-    log_q = F.log_softmax(student_logits.reshape(-1, n_classes) / temperature, dim=-1)
-    p = F.softmax(teacher_logits.reshape(-1, n_classes) / temperature, dim=-1)
+    log_q = F.log_softmax(at_least_float32(student_logits.reshape(-1, n_classes)) / temperature, dim=-1)
+    p = F.softmax(at_least_float32(teacher_logits.reshape(-1, n_classes)) / temperature, dim=-1)
     return temperature**2 * F.kl_div(log_q, p, reduction=reduction)
 
 

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kdbert.core.losses import check_attention_mask, check_same_shape, masked_lm_cross_entropy, select_tokens
+from kdbert.core.losses import (at_least_float32, check_attention_mask, check_same_shape, masked_lm_cross_entropy,
+                                select_tokens)
 from kdbert.errors import KdbertError
 
 
@@ -146,7 +147,8 @@ def attention_kl(student_scores: torch.Tensor, teacher_scores: torch.Tensor, att
     a value that does not reach 0. ``head_average=True`` lets a student with H_s heads learn
     from a teacher with H_t = k * H_s heads: the teacher's distributions are averaged over
     consecutive groups of k heads (:func:`average_head_groups`). Without it head counts
-    must be equal.
+    must be equal. Computed in float32 whatever the scores' dtype (in bf16 a student near its
+    teacher read a negative KL).
     """
     h_s, h_t = student_scores.shape[1], teacher_scores.shape[1]
     if h_s != h_t and not head_average:
@@ -159,11 +161,11 @@ def attention_kl(student_scores: torch.Tensor, teacher_scores: torch.Tensor, att
     if not valid.any(dim=1).all():
         raise KdbertError("attention_kl: an example has no valid token; check the batch's attention mask")
     keys = valid[:, None, None, :]
-    teacher_p = F.softmax(teacher_scores.masked_fill(~keys, float("-inf")), dim=-1)
+    teacher_p = F.softmax(at_least_float32(teacher_scores).masked_fill(~keys, float("-inf")), dim=-1)
     if head_average:
         teacher_p = average_head_groups(teacher_p, h_s)
     check_same_shape("attention_kl", student_scores, teacher_p, "student and teacher must see the same batch")
-    student_log_p = F.log_softmax(student_scores.masked_fill(~keys, float("-inf")), dim=-1)
+    student_log_p = F.log_softmax(at_least_float32(student_scores).masked_fill(~keys, float("-inf")), dim=-1)
     terms = torch.xlogy(teacher_p, teacher_p) - teacher_p * student_log_p.masked_fill(~keys, 0.0)
     per_row = terms.sum(dim=-1)  # (B, H, L)
     if reduction == "reference":
@@ -189,7 +191,8 @@ def mlm_distillation_loss(
     collator convention). r is the official ``distill_ground_truth_ratio`` (0.5). No
     temperature (the official runs use 1). The official pre-training also adds next-sentence
     prediction; kdbert's corpus stage has no sentence pairs, so there is none here. A batch
-    with no masked position gives 0 (still attached to the graph).
+    with no masked position gives 0 (still attached to the graph). The softmaxes run in float32
+    whatever the logits' dtype.
     """
     if not 0.0 <= ground_truth_ratio <= 1.0:
         raise KdbertError(f"ground_truth_ratio {ground_truth_ratio} must lie in [0, 1]")
@@ -198,7 +201,7 @@ def mlm_distillation_loss(
     selected = labels != -100
     if not selected.any():
         return student_logits.sum() * 0.0
-    log_q = F.log_softmax(student_logits[selected], dim=-1)
-    soft = -(F.softmax(teacher_logits[selected], dim=-1) * log_q).sum(dim=-1).mean()
+    log_q = F.log_softmax(at_least_float32(student_logits[selected]), dim=-1)
+    soft = -(F.softmax(at_least_float32(teacher_logits[selected]), dim=-1) * log_q).sum(dim=-1).mean()
     hard = masked_lm_cross_entropy(student_logits, labels)
     return ground_truth_ratio * hard + (1.0 - ground_truth_ratio) * soft
