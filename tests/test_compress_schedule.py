@@ -333,3 +333,13 @@ def test_a_candidate_whose_promotions_found_no_better_checkpoint_gives_its_time_
     better = once + [done("bert-1x128", 2, 400, 74.5, trained=200)]
     assert not stalled("bert-1x128", better)
     assert job(better, now=80.0, first_round_end=50.0) == Job("bert-1x128", 3, 800)
+
+
+def test_round_zero_gets_its_share_of_the_window_less_the_teachers_labelling():
+    from kdbert.compress.search import Window
+
+    # 600 s, a third to round 0: 200 s without labelling; with 120 s of labelling, 120 + 480 / 3 = 280 s
+    assert Window.from_now(600, 1 / 3, now=1000) == Window(1600, 1200)
+    assert Window.from_now(600, 1 / 3, now=1000, labelling_seconds=120) == Window(1600, 1280)
+    # labelling longer than the window: round 0 may start candidates until the end
+    assert Window.from_now(600, 1 / 3, now=1000, labelling_seconds=900) == Window(1600, 1600)

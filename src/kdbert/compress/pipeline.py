@@ -390,7 +390,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
             text_fields = list(task.text_columns) if is_data_file(task.task) else list(data.spec.text_fields)
             augmentation = augment_for_search(train_rows, text_fields, out, augment, config.budget_minutes * 60,
                                               config.seed, labelling.row_seconds)
-        window = Window.from_now(deadline.left() - reserve, config.first_round_share)
+        window = Window.from_now(deadline.left() - reserve, config.first_round_share,
+                                 labelling_seconds=labelling.seconds)
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, teacher.metrics["decide_score"],
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()))

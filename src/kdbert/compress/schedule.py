@@ -26,7 +26,8 @@ reads them all (every worker's) and says what to run, in this order:
 2. rung-0 top-ups (a cheap family's equal time, so that rung 0 compares like with like), then
    promotions, the highest rung first: of the ``n`` candidates that finished rung ``r``, the top
    ``floor(n / eta)`` by :func:`promotion_order` go on to rung ``r + 1`` (below ``rounds``);
-3. the other candidates' rung 0, while round 0's share of the window lasts (``first_round_share``);
+3. the other candidates' rung 0, while round 0's share of the window lasts (``first_round_share``
+   of it after the teacher's labelling, :meth:`~kdbert.compress.search.Window.from_now`);
 4. when nothing else can run, the top ``ceil(n / eta)`` (a candidate left alone goes on); when
    none of those can (each has stalled, below), the other candidates' rung 0, past round 0's
    share; and if none of those fits whole, the first that fits ``first_steps`` more steps, which
