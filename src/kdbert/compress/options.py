@@ -89,7 +89,8 @@ class CompressConfig(CheckedOptions):
                                       "time (cheap steps, e.g. the BiLSTM's, buy more steps) or steps", group="compress",
                               choices=ROUND_SHARES)
     first_round_share: float = option(1 / 3, "the share of the search's time in which candidates may start their "
-                                             "first rung (families in turn, spread over the speed range); "
+                                             "first rung (pre-trained students first, then families in turn, spread "
+                                             "over the speed range); "
                                              "promotions go on after it",
                                       type=float, group="compress",
                                       check=in_range(0, 1, low_open=True, what="a share in (0, 1]"))
