@@ -167,8 +167,9 @@ def compress_trust_row() -> Row | None:
                task_command({t: records[t] for t in current} or records))
 
 
-BASE_TEACHER_SEARCHES = {"cola": {"4x": ("cola/x4-mpnet-trust",), "8x": ("cola/x8-mpnet-trust-turns", "cola/x8-mpnet-trust")},
-                         "sst2": {"4x": ("sst2/x4-mpnet-trust",), "8x": ("sst2/x8-mpnet-trust-kl32", "sst2/x8-mpnet-trust-all", "sst2/x8-mpnet-trust")},
+BASE_TEACHER_SEARCHES = {"cola": {"4x": ("cola/x4-mpnet-trust",), "8x": ("cola/x8-mpnet-trust-first", "cola/x8-mpnet-trust-turns",
+                                                                             "cola/x8-mpnet-trust")},
+                         "sst2": {"4x": ("sst2/x4-mpnet-trust",), "8x": ("sst2/x8-mpnet-trust-first", "sst2/x8-mpnet-trust-kl32", "sst2/x8-mpnet-trust-all", "sst2/x8-mpnet-trust")},
                          "mrpc": {"4x": ("mrpc/x4-mpnet-trust",),
                                   "8x": ("mrpc/x8-mpnet-trust-best", "mrpc/x8-mpnet-trust-pair", "mrpc/x8-mpnet-trust-cuts", "mrpc/x8-mpnet-trust")},
                          "stsb": {"4x": ("stsb/x4-mpnet-trust",), "8x": ("stsb/x8-mpnet-trust",)}}
@@ -176,7 +177,8 @@ BASE_TEACHER_SEARCHES = {"cola": {"4x": ("cola/x4-mpnet-trust",), "8x": ("cola/x
 score while none keeps the share; ``-pair``:
 the MPNet cuts pair-pooled by their separators; ``-cuts``: the pre-trained MiniLM's cuts offered; ``-all``: on
 every training row, not the first 16,000, candidates near the line timed in turns; ``-turns``, ``-kl32``: near-line
-candidates timed in turns, the KL in float32, and for ``-kl32`` round 0 after the labelling)."""
+candidates timed in turns, the KL in float32, and for ``-kl32`` round 0 after the labelling; ``-first``: pre-trained
+students first in round 0, the deepest first)."""
 
 
 def base_teacher_row() -> Row | None:
