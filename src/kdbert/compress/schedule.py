@@ -95,7 +95,7 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
     ``first`` (those that start from a general student) lead their family, fastest first.
 
     Pre-trained students (``Candidate.start`` "pretrained" or "user": their own weights, trained on
-    text) come first, the slowest (the deepest) first: they led the first round of every search
+    text) come first, slowest (deepest) first, one a turn: they led the first round of every search
     that had one (against MPNet-base on four GLUE tasks, 2026-11-30), the deepest by most, and as
     the last family in turn the deepest started too late in round 0 to be promoted (CoLA at 8x:
     23.3 on the rows that pick against 15.7 for the BiLSTM that took every promotion). The other
@@ -105,8 +105,8 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
         families.setdefault(family(candidate.name), []).append(candidate)
 
     def queue(members: list[Candidate]) -> list[Candidate]:
-        if all(pretrained(c) for c in members):
-            return _bisection(members[::-1])
+        if all(pretrained(c) for c in members):  # the deeper, the likelier to keep the share
+            return members[::-1]
         return [c for c in members if c.name in first] + _bisection([c for c in members if c.name not in first])
 
     queues = [queue(members) for members in families.values()]
