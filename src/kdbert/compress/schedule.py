@@ -21,9 +21,9 @@ reads them all (every worker's) and says what to run, in this order:
 
 1. rung 0 for the first candidate of each kind not reached yet (BERT, BiLSTM, MobileBERT; candidates
    come in ``spread_order``: pre-trained students first, then families in turn), so that the
-   search reaches every kind; a kind's
-   augmented twins, whose first run also waits for the teacher to label their extra rows, start
-   as its other candidates do (3), so that promotions are not held up behind them;
+   search reaches every kind; a kind's augmented twins, whose first run also waits for the
+   teacher to label their extra rows, start as its other candidates do (3), so that promotions
+   are not held up behind them;
 2. rung-0 top-ups (a cheap family's equal time, so that rung 0 compares like with like), then
    promotions, the highest rung first: of the ``n`` candidates that finished rung ``r``, the top
    ``floor(n / eta)`` by :func:`promotion_order` go on to rung ``r + 1`` (below ``rounds``);
@@ -104,12 +104,12 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
     for candidate in sorted(candidates, key=lambda c: (not pretrained(c), latency[c.name])):
         families.setdefault(family(candidate.name), []).append(candidate)
 
-    def queue(members: list[Candidate]) -> list[Candidate]:
+    def family_order(members: list[Candidate]) -> list[Candidate]:
         if all(pretrained(c) for c in members):  # the deeper, the likelier to keep the share
             return members[::-1]
         return [c for c in members if c.name in first] + _bisection([c for c in members if c.name not in first])
 
-    queues = [queue(members) for members in families.values()]
+    queues = [family_order(members) for members in families.values()]
     return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
 
 
