@@ -18,6 +18,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("scoreboard", scoreboard.scoreboard_section),
     ("kept", trust_results.kept_section),
     ("paired-margin", trust_results.paired_margin_section),
+    ("winner-rule", trust_results.winner_rule_section),
     ("teachers", trust_results.teachers_section),
     ("base-teachers", trust_results.base_teachers_section),
     # the full records, page by page (shared.PAGES)
@@ -83,7 +84,8 @@ def headline(full_records: dict[str, str], base: str = LINK_BASE) -> str:
     page of ``full_records`` (the archive aside) its scoreboard rows and what else it records."""
     rows = scoreboard.headline_rows()
     lines = [*reproduction.intro_section(base), *scoreboard.scoreboard_section(base, rows),
-             *trust_results.kept_section(), *trust_results.paired_margin_section(), *trust_results.teachers_section(),
+             *trust_results.kept_section(), *trust_results.paired_margin_section(),
+             *trust_results.winner_rule_section(), *trust_results.teachers_section(),
              *trust_results.base_teachers_section()]
     for page, (title, _) in PAGES.items():
         if page == "archive":

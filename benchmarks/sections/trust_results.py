@@ -115,6 +115,28 @@ def kept_section() -> list[str]:
                     "", note("kept-reading"), ""]
 
 
+def winner_rule_section() -> list[str]:
+    """The winner rule when none keeps the share, read again on recorded searches (``winner_rule.py``):
+    the candidate each reading of the held-out rows ships and the share it keeps on dev."""
+    record = load_results("winner_rule").get("recorded")
+    if not record:
+        return []
+    rules = (("deciding_rows", "the rows that decide"), ("picking_rows", "the rows that pick"),
+             ("all_held_out_rows", "all held-out rows (since 2026-11-30)"))
+    lines = ["## The winner when none keeps the share (`benchmarks/winner_rule.py`)", "",
+             "| search | " + " | ".join(f"best on {title}: candidate, dev kept" for _, title in rules) + " |",
+             "|---|" + "---|" * len(rules)]
+    for key, row in record["searches"].items():
+        lines.append(f"| {key} | " + " | ".join(f"{row[rule]['candidate']}, {100 * row[rule]['dev_kept']:.1f}%"
+                                                for rule, _ in rules) + " |")
+    summary = record["summary"]
+    lines.append("| mean (dev kept; kept on the rows that decide) | " + " | ".join(
+        f"{100 * summary[f'{rule}_dev_kept']:.1f}%; {100 * summary[f'{rule}_decide_kept']:.1f}%" for rule, _ in rules)
+        + " |")
+    return lines + ["", f"Read {record['date']}, {record['machine']}, from `results/compress.json`. "
+                    f"Command: `{record['command']}`.", "", note("winner-rule-reading"), ""]
+
+
 def paired_margin_section() -> list[str]:
     """Recorded winners' shipped graphs read against the margin their search used and the paired one
     (``paired_margin.py``): the shortfall from the line and whether each margin lets it keep the share."""

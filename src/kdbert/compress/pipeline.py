@@ -394,7 +394,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                                  labelling_seconds=labelling.seconds)
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, teacher.metrics["decide_score"],
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
-                    None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()))
+                    None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
+                    len(data.decide) / max(1, len(data.held_out) + len(data.decide)))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),
                     labelling=labelling.plan_options(), selection=config.selection)
