@@ -27,14 +27,13 @@ from pathlib import Path
 
 import torch
 from common import add_build_missing_option, load_results, machine_info, rebuild_missing_steps, save_result
-from paths import DATA_ROOT, WORD_VECTORS, run_folder
+from paths import IMDB_DIR, WORD_VECTORS, run_folder
 
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.families.registry import family_of_folder
 from kdbert.methods.finetune import FinetuneConfig, finetune
 from kdbert.methods.front import distill_task
 
-IMDB_DIR = str(DATA_ROOT / "imdb")
 BF16 = os.environ.get("KDBERT_MIXED_PRECISION") == "bf16"  # the full test scored as trained
 TRAIN_ROWS, DEV_ROWS, MAX_SEQ_LEN, UNLABELLED_ROWS, DOC_STRIDE = 1000, 1000, 256, 2000, 128
 TRUNCATIONS = ("head", "tail", "head+tail")  # the students distil the best of these

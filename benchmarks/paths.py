@@ -27,6 +27,7 @@ GLUE_DIR = str(DATA_ROOT / "glue_data")
 CORPUS = str(DATA_ROOT / "corpus" / "enwiki_wikiextractor_sample.txt.gz")
 WORD_VECTORS = str(DATA_ROOT / "glove" / "glove.6B.50d.txt.gz")
 NLTK_DATA = str(DATA_ROOT / "nltk_data")
+IMDB_DIR = str(DATA_ROOT / "imdb")
 
 
 def run_folder(name: str = "") -> str:

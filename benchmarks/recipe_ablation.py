@@ -19,17 +19,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 from common import machine_info, save_result
-from paths import GLUE_DIR, run_folder
+from paths import GLUE_DIR, IMDB_DIR, run_folder
 
 from transformers import AutoConfig
 
 from kdbert.compress.build import build_from_teacher
+from kdbert.compress.transfer import sentences
+from kdbert.core.teacher_logits import shared_store_folder
+from kdbert.data.imdb import read_reviews
 from kdbert.compress.pipeline import pretrained_students
 from kdbert.compress.recipes import SearchSettings, reads_stored_logits, run_options, starts_from_teacher
 from kdbert.compress.schedule import horizon
@@ -65,6 +69,7 @@ VARIANTS = {
     "tinybert-t1": "tinybert-t1",  # ... as the search did before 2026-11-29: TinyBERT's prediction stage (soft CE, T=1)
     "lr3e-5": {"learning_rate": 3e-5},  # a fine-tuning rate, for pre-trained students (the search's: 1e-4)
     "train-16k": {"max_train_examples": 16000},  # the first 16,000 training rows, as a base-size teacher's search may
+    "imdb-sentences": "imdb-sentences",  # ... and sentences of IMDb's unlabelled reviews, labelled by the teacher
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
 "importance", "cls-pooling", "pair-pooling", "teacher-pooling", "ends-layers": the start). The temperature variants test one loss per signal (``kd-*``
@@ -80,7 +85,10 @@ mean-pooled teacher (``kdbert_pooling`` in its config), so its head reads the po
 2026-11-29, so on a pair task "even" runs since are pair-pooled too and "teacher-pooling" (``--pooling teacher``:
 the pair read as one sequence, pooled as the teacher pools) is their baseline; "ends-layers" copies
 the teacher's layers :func:`kdbert.families.selection.ends_and_between` names (6 -> 2: 1 and 6; 6 -> 3: 1, 3, 6)
-where "even" copies the uniform map's (3 and 6; 2, 4, 6)."""
+where "even" copies the uniform map's (3 and 6; 2, 4, 6). "imdb-sentences" adds ``--unlabelled-rows``
+sentences of IMDb's 50,000 unlabelled reviews (SST-2's domain, whole sentences as its dev set holds, where
+its training rows are mostly phrases), cut as ``--transfer-text`` cuts lines, labelled by the teacher (its
+export, with ``--teacher-onnx``) into the store its training rows are in."""
 
 
 TINYBERT_ONLY = ("head_average", "skip_intermediate", "intermediate_max_steps", "intermediate_lr")
@@ -107,6 +115,20 @@ def search_options(candidate, settings: SearchSettings, steps: int, teacher: str
     if VARIANTS[variant] == "tinybert-t1":  # its prediction stage alone: soft CE at T=1 (regression: gold MSE)
         options |= {"method": "tinybert", "skip_intermediate": True, "head_average": True}
     return options
+
+
+def imdb_sentences(out: Path, rows: int, data_dir: str | None) -> Path:
+    """``out`` (JSONL, one ``{"sentence": ...}`` a row; written once, atomically): ``rows`` sentences of
+    IMDb's unlabelled reviews (:func:`kdbert.compress.transfer.sentences`), shuffled with seed 0."""
+    if not out.is_file():
+        reviews = read_reviews(data_dir, {("train", "unsup")})[("train", "unsup")]
+        found = list(dict.fromkeys(s for review in reviews for s in sentences(review)))
+        random.Random(0).shuffle(found)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(".partial")
+        partial.write_text("".join(json.dumps({"sentence": s}) + "\n" for s in found[:rows]))
+        partial.replace(out)
+    return out
 
 
 def cls_start(start: Path, out: Path) -> None:
@@ -141,6 +163,8 @@ def main() -> None:
     parser.add_argument("--teacher-onnx", help="label stored logits with this export of the teacher, as the search "
                         "does (e.g. runs/base/teacher-sst2/onnx/model.int8.onnx)")
     parser.add_argument("--key-suffix", default="", help="after the task in the results' keys (e.g. a new teacher's)")
+    parser.add_argument("--unlabelled-rows", type=int, default=30000, help="imdb-sentences: how many sentences")
+    parser.add_argument("--imdb-dir", default=IMDB_DIR, help="imdb-sentences: the IMDb archives' folder")
     args = parser.parse_args()
     teacher = args.teacher or run_folder(f"teacher-{args.task}")
     task, _ = held_out_task(teacher, TaskOptions(task=args.task, data_dir=args.data_dir), trained_on_all=False)
@@ -184,6 +208,7 @@ def main() -> None:
                + (f" --key-suffix={args.key_suffix}" if args.key_suffix else "")
                + (f" --teacher {args.teacher}" if args.teacher else "")
                + (f" --teacher-onnx {args.teacher_onnx}" if args.teacher_onnx else "")
+               + (f" --unlabelled-rows {args.unlabelled_rows}" if "imdb-sentences" in args.variants else "")
                + (f" --word-vectors {args.word_vectors}" if not starts_from_teacher(candidate) else ""))
     for seed in args.seeds:  # every variant of a seed before the next seed: pairs compare as they come
         for variant in args.variants:
@@ -195,7 +220,13 @@ def main() -> None:
                 start = starts[variant if variant in starts else "even"]
                 options = search_options(candidate, settings, args.steps, teacher, start, root.parent / "teacher-cache",
                                          variant, args.teacher_onnx)
-                report = distill_task(task, options, str(out), overwrite=True, pause_at_step=args.steps)
+                run_task = task
+                if variant == "imdb-sentences":  # labelled into the store of the training rows: once, by the export
+                    unlabelled = imdb_sentences(root.parent / f"imdb-sentences-{args.unlabelled_rows}.jsonl",
+                                                args.unlabelled_rows, args.imdb_dir)
+                    run_task = replace(task, unlabelled=str(unlabelled))
+                    options["logits_cache"] = str(shared_store_folder())
+                report = distill_task(run_task, options, str(out), overwrite=True, pause_at_step=args.steps)
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 0.1 GB a run; nothing continues it
             row = scores(report)
             save_result("recipe_ablation", f"{args.task}{args.key_suffix}/{candidate.name}/{args.steps}/{variant}/seed{seed}",
