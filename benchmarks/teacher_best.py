@@ -10,7 +10,8 @@ RTE's 125 rows give, goes to the lower loss on the same rows; dev only reports).
 every run compared, and the published dev figure of a fine-tuned MiniLM-L6-H384 (microsoft/unilm,
 minilm/README.md: a general MiniLM, not the sentence-encoder all-MiniLM-L6-v2 our teacher starts
 from) in ``results/teacher_best.json``, and points
-``runs/teacher-<task>`` (``bench_compress.py``'s default teacher) at the chosen folder.
+``runs/teacher-<task>`` (``bench_compress.py``'s default teacher) at the chosen folder; where that folder
+is not on this machine, the choice stays the record's and the command that builds it again is printed.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from paths import run_folder
 
 # MiniLM-L6xH384 fine-tuned, GLUE dev (microsoft/unilm minilm/README.md); STS-B is not reported there
 PUBLISHED_MINILM_L6 = {"sst2": 91.5, "cola": 47.5, "rte": 68.8, "mrpc": 88.9}
+TUNING = ("epochs", "held_out_fraction", "learning_rate")  # teacher_glue.py's options that name a tuning run
 
 
 def tuning_runs(records: dict, task: str) -> dict:
-    """The task's recorded runs that held rows out and recorded which (``--budget full``, tuned)."""
+    """The task's recorded runs that held rows out (``--budget full``, tuned), whether or not their
+    folders are still on this machine: the choice is the record's."""
     return {key: run for key, run in records.items()
-            if key.startswith(f"{task}/full-") and run.get("overrides", {}).get("held_out_fraction")
-            and (Path(run["output_dir"]) / "held_out.json").is_file()}
+            if key.startswith(f"{task}/full-") and run.get("overrides", {}).get("held_out_fraction")}
 
 
 def main() -> None:
@@ -48,7 +50,12 @@ def main() -> None:
         key, best = max(runs.items(), key=lambda item: (item[1]["metrics"]["selection_score"],
                                                         -item[1]["metrics"].get("selection_loss", 0.0)))
         link = Path(args.runs_dir) / f"teacher-{task}"
-        if link.is_symlink() or not link.exists():
+        linked = (Path(best["output_dir"]) / "held_out.json").is_file()
+        if not linked:
+            print(f"{task}: the chosen run's folder {best['output_dir']} is not on this machine; rebuild it with "
+                  f"python benchmarks/teacher_glue.py --budget full --tasks {task} --build-missing "
+                  + " ".join(f"--{k.replace('_', '-')} {best['overrides'][k]:g}" for k in TUNING if k in best["overrides"]))
+        elif link.is_symlink() or not link.exists():
             link.unlink(missing_ok=True)
             os.symlink(Path(best["output_dir"]).resolve(), link)
         compared = {k: {"held_out": r["metrics"]["selection_score"], "held_out_se": r["metrics"].get("selection_se"),
@@ -61,7 +68,8 @@ def main() -> None:
                                            "chosen": key, "folder": best["output_dir"], "runs": compared,
                                            "published_minilm_l6_dev": PUBLISHED_MINILM_L6.get(task)})
         print(f"{task}: {key} (held-out {best['metrics']['selection_score']:.2f}, dev {best['metrics']['score']:.2f}"
-              f"; published MiniLM-L6 dev {PUBLISHED_MINILM_L6.get(task, '-')}) of {len(runs)} run(s) -> {link}")
+              f"; published MiniLM-L6 dev {PUBLISHED_MINILM_L6.get(task, '-')}) of {len(runs)} run(s)"
+              + (f" -> {link}" if linked else ""))
 
 
 if __name__ == "__main__":
