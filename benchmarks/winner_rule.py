@@ -21,20 +21,11 @@ from pathlib import Path
 
 from common import machine_info, save_result
 
-from kdbert.compress.schedule import Goal
+from kdbert.compress.schedule import Goal, latest
 
 RESULTS = Path(__file__).parent / "results"
 NONE_KEEPS = "none keeps"
 RULES = ("deciding_rows", "picking_rows", "all_held_out_rows")
-
-
-def latest_runs(segments: list[dict]) -> dict[str, dict]:
-    """Each candidate's segment with the most steps."""
-    runs: dict[str, dict] = {}
-    for segment in segments:
-        if segment["steps"] >= runs.get(segment["candidate"], {"steps": -1})["steps"]:
-            runs[segment["candidate"]] = segment
-    return runs
 
 
 def best(runs: dict[str, dict], score) -> dict:
@@ -52,7 +43,7 @@ def reread(record: dict) -> dict | None:
         return None
     if not all("decide_score" in s and "dev_score" in s for s in segments):
         return None
-    runs = latest_runs(segments)
+    runs = latest([{**segment, "state": "done"} for segment in segments])  # recorded segments all ran
     both = Goal(teacher["held_out"], 0.97, {}, decide_weight=record["decide_rows"] / (
         record["decide_rows"] + record["held_out_rows"]))
     scores = {"deciding_rows": lambda run: run["decide_score"], "picking_rows": lambda run: run["score"],
