@@ -70,6 +70,7 @@ VARIANTS = {
     "lr3e-5": {"learning_rate": 3e-5},  # a fine-tuning rate, for pre-trained students (the search's: 1e-4)
     "train-16k": {"max_train_examples": 16000},  # the first 16,000 training rows, as a base-size teacher's search may
     "imdb-sentences": "imdb-sentences",  # ... and sentences of IMDb's unlabelled reviews, labelled by the teacher
+    "sentence": {"sentence_weight": 1.0, "teacher_dtype": "bfloat16"},  # ... and the teacher's sentence vectors
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
 "importance", "cls-pooling", "pair-pooling", "teacher-pooling", "ends-layers": the start). The temperature variants test one loss per signal (``kd-*``
@@ -88,7 +89,9 @@ the teacher's layers :func:`kdbert.families.selection.ends_and_between` names (6
 where "even" copies the uniform map's (3 and 6; 2, 4, 6). "imdb-sentences" adds ``--unlabelled-rows``
 sentences of IMDb's 50,000 unlabelled reviews (SST-2's domain, whole sentences as its dev set holds, where
 its training rows are mostly phrases), cut as ``--transfer-text`` cuts lines, labelled by the teacher (its
-export, with ``--teacher-onnx``) into the store its training rows are in."""
+export, with ``--teacher-onnx``) into the store its training rows are in. "sentence" adds kd's sentence
+term (``--sentence-weight 1``: the student's mean-pooled vector, projected, against the teacher's by cosine
+distance), the teacher's vectors labelled once per row by the PyTorch teacher in bfloat16."""
 
 
 TINYBERT_ONLY = ("head_average", "skip_intermediate", "intermediate_max_steps", "intermediate_lr")

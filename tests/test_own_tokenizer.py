@@ -137,3 +137,74 @@ def test_question_answering_and_the_teacher_cache_refuse_a_student_of_its_own_to
         f"kdbert: error: --student {env['student']} has a tokenizer of its own: it never reads the teacher's tokens "
         "that --teacher-cache keeps outputs of; drop --teacher-cache (the teacher's logits are stored per row, "
         "--logits-cache DIR)")
+
+
+# ----------------------------------------------------------------------------- the sentence term
+def test_cosine_distance_against_a_hand_computation():
+    student = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    teacher = torch.tensor([[2.0, 0.0], [0.0, 3.0]])
+    # cos = 1 and 1/sqrt(2): mean(1 - 1, 1 - 0.70710678) = 0.14644661
+    assert losses.cosine_distance(student, teacher).item() == pytest.approx(0.14644661, abs=1e-7)
+
+
+def test_the_sentence_term_reads_the_students_mean_through_a_projection_against_the_teachers_stored_mean(
+        env, tmp_path):
+    task = TaskOptions("sst2", data_dir=str(env["glue"]))
+    data = load_task(task)
+    teacher = BertForSequenceClassification.from_pretrained(env["teacher"]).eval()
+    config = method_config("kd", {"teacher": str(env["teacher"]), "student": str(env["student"]), "alpha": 0.5,
+                                  "temperature": 2.0, "sentence_weight": 2.0, "logits_cache": str(tmp_path / "s")})
+    inputs = kd.METHOD.task_inputs(TaskSource(teacher, env["tokenizer"], data, data.train, 64, task), config)
+    rows = data.train[:6]
+    batch = inputs.collator([inputs.train_set[i] for i in range(6)])
+    # the teacher's vector: the mean of its last layer over each row's real tokens (a padded batch
+    # read here, rows of other lengths there: equal to float32 kernel noise)
+    read = PaddingCollator(env["tokenizer"].pad_token_id)(encode_examples(env["tokenizer"], rows, 64).features)
+    assert int(read["attention_mask"].sum(1).min()) < read["attention_mask"].shape[1]  # some rows padded
+    with torch.no_grad():
+        last = teacher(**{k: v for k, v in read.items() if k != "labels"}, output_hidden_states=True).hidden_states[-1]
+    mask = read["attention_mask"].unsqueeze(-1).float()
+    expected = (last * mask).sum(1) / mask.sum(1)
+    torch.testing.assert_close(batch["teacher_sentence"], expected, rtol=1e-5, atol=1e-6)
+    assert inputs.report["teacher_sentences"]["rows"] == 24
+    plan = kd.METHOD.build_task_plan(DistillContext(inputs.teacher, inputs.student, env["tokenizer"], data.spec,
+                                                    inputs.train_set, config))
+    terms = stage_terms(plan, batch)
+    projection = plan.modules["projections"]["sentence"]
+    assert tuple(projection.weight.shape) == (teacher.config.hidden_size, 8)  # student width 8 -> teacher's
+    student = inputs.student.model.eval()
+    with torch.no_grad():
+        states = student(**batch["student"], output_hidden_states=True).hidden_states[-1]
+        own = batch["student"]["attention_mask"].unsqueeze(-1).float()
+        projected = projection((states * own).sum(1) / own.sum(1))
+    cos = torch.nn.functional.cosine_similarity(projected, expected, dim=-1)
+    torch.testing.assert_close(terms["sentence"].detach(), 2.0 * (1 - cos).mean(), rtol=1e-5, atol=1e-6)
+    assert plan.report["loss"]["sentence_weight"] == 2.0
+    # without the weight there is no term and no vector is stored in the batch
+    off = method_config("kd", {"teacher": str(env["teacher"]), "student": str(env["student"]),
+                               "logits_cache": str(tmp_path / "s")})
+    plain = kd.METHOD.task_inputs(TaskSource(teacher, env["tokenizer"], data, data.train, 64, task), off)
+    assert "teacher_sentence" not in plain.collator([plain.train_set[0]])
+    assert kd.sentence_matches(off) == []
+
+
+def test_distill_kd_with_the_sentence_term_labels_each_row_once_and_ships_no_projection(env, tmp_path, monkeypatch):
+    seen = count_teacher_runs(monkeypatch)
+    out = tmp_path / "kd"
+    assert distill(env, out, "--method", "kd", "--max-steps", 2, "--sentence-weight", 1, "--logits-cache",
+                   tmp_path / "cache") == 0
+    assert len(seen) == 24 + 24  # logits and vectors, once each
+    report = json.loads((out / "distill_report.json").read_text())
+    assert "sentence: 1 * cosine_distance(mean[-1] via sentence, mean[-1])" in report["matches"]["kd"]
+    assert report["teacher_sentences"]["rows"] == 24
+    assert distill(env, tmp_path / "again", "--method", "kd", "--max-steps", 1, "--sentence-weight", 1,
+                   "--logits-cache", tmp_path / "cache") == 0
+    assert len(seen) == 48  # both stored
+
+
+def test_the_teachers_export_labels_logits_only(tmp_path, tiny_tokenizer):
+    from kdbert.core.teacher_logits import Labeller
+    from kdbert.errors import KdbertError
+
+    with pytest.raises(KdbertError, match="gives its logits only; its sentence vectors are labelled by the PyTorch"):
+        Labeller(None, tiny_tokenizer, 64, onnx=str(tmp_path / "model.int8.onnx"), output="sentence")

@@ -278,6 +278,13 @@ def cosine_hidden_loss(
     return (1.0 - F.cosine_similarity(s, t, dim=-1)).mean()
 
 
+def cosine_distance(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """``mean_b (1 - cos(s_b, t_b))`` of one vector per row: student and teacher (B, d), the student's
+    already projected to the teacher's width (the sentence term of :mod:`kdbert.methods.kd`)."""
+    check_same_shape("cosine_distance", student, teacher, "project the student's vector to the teacher's width")
+    return (1.0 - F.cosine_similarity(student.float(), teacher.float(), dim=-1)).mean()
+
+
 def masked_lm_cross_entropy(mlm_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Masked-LM cross-entropy (DistilBERT's L_mlm).
 

@@ -17,6 +17,8 @@ hidden             output of layer l (B, L, d)                l, -1 for the last
 attention_scores   pre-softmax scores of layer l (B, H, L, L) l >= 1, -1 for the last
 attention_probs    softmax of those scores (B, H, L, L)       l >= 1
 cls                [CLS] vector of layer l (B, d)             l; a tuple stacks (n, B, d)
+mean               masked mean of layer l over real tokens    l (a teacher of stored
+                   (B, d): the sentence vector                vectors: its ``mean`` feature)
 logits             classifier output (B, C)                   none
 mlm_logits         masked-LM output (B, L, V)                 none
 <custom name>      ``trace.features[name]`` (hook adapter)    none
@@ -45,11 +47,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from kdbert.core import losses, transfer_losses
+from kdbert.core.pooling import masked_mean
 from kdbert.errors import KdbertError
 from kdbert.core.trace import Trace, model_batch, trace
 
-FEATURES = ("embeddings", "hidden", "attention_scores", "attention_probs", "cls", "logits", "mlm_logits")
-LAYERED = ("hidden", "attention_scores", "attention_probs", "cls")
+FEATURES = ("embeddings", "hidden", "attention_scores", "attention_probs", "cls", "mean", "logits", "mlm_logits")
+LAYERED = ("hidden", "attention_scores", "attention_probs", "cls", "mean")
 ATTENTION = ("attention_scores", "attention_probs")
 
 
@@ -85,6 +88,7 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {
     "hard_label": lambda s, t, batch: hard_label_loss(s, t),
     "patience": lambda s, t, batch, reduction="mean": losses.patience_loss(s, t, reduction),
     "cosine": lambda s, t, batch: losses.cosine_hidden_loss(s, t, _mask(batch)),
+    "cosine_distance": lambda s, t, batch: losses.cosine_distance(s, t),
     "masked_lm_cross_entropy": lambda s, t, batch: losses.masked_lm_cross_entropy(s, t),
     # MobileBERT (kdbert.methods.mobilebert_transfer): layer-wise transfer and pre-training distillation
     "feature_map_mse": lambda s, t, batch, reduction="mean": transfer_losses.feature_map_mse(
@@ -165,10 +169,14 @@ def feature(tr: Trace, name: str, layer: Layer, role: str) -> torch.Tensor:
     """The tensor a match reads from a trace; a clear error when the trace lacks it."""
     if isinstance(layer, tuple):
         return torch.stack([feature(tr, name, one, role) for one in layer])
-    if name in ("embeddings", "hidden", "cls"):
+    if name == "mean" and name in tr.features:  # a teacher of stored sentence vectors
+        return tr.features[name]
+    if name in ("embeddings", "hidden", "cls", "mean"):
         states = tr.require("hidden_states", role)
         index = 0 if name == "embeddings" else layer
         _check_layer(index, len(states), name, role, tr, first=0)
+        if name == "mean":
+            return masked_mean(states[index], tr.attention_mask)
         return states[index][:, 0] if name == "cls" else states[index]
     if name in ATTENTION:
         scores = tr.require("attention_scores", role)

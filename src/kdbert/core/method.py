@@ -89,18 +89,20 @@ class TaskSource:
     task: TaskOptions
     unlabelled: int = 0
 
-    def teacher_logits(self, dtype: str = "float32", folder: str | None = None, onnx: str | None = None):
+    def teacher_logits(self, dtype: str = "float32", folder: str | None = None, onnx: str | None = None,
+                       output: str = "logits"):
         """The teacher's logits (N, C) on ``rows``, computed once and stored (beside the training
         file, or in ``folder``: :func:`kdbert.core.teacher_logits.stored_teacher_logits`; the
         ``--unlabelled`` rows where their labelling stored them, :func:`unlabelled_store_folder`),
-        by the teacher's export ``onnx`` when given, and the facts for the report."""
+        by the teacher's export ``onnx`` when given, and the facts for the report; ``output``
+        "sentence": its sentence vectors (N, d) instead, by the PyTorch teacher."""
         spec, kept = self.data.spec, len(self.rows) - self.unlabelled
         logits, facts = stored_teacher_logits(self.teacher, self.tokenizer, self.rows[:kept], self.task, spec,
-                                              self.max_seq_len, dtype, folder, onnx)
+                                              self.max_seq_len, dtype, folder, onnx, output)
         if self.unlabelled:
             store = str(unlabelled_store_folder(self.task, spec, folder))
             labelled, _ = stored_teacher_logits(self.teacher, self.tokenizer, self.rows[kept:], self.task, spec,
-                                                self.max_seq_len, dtype, store, onnx)
+                                                self.max_seq_len, dtype, store, onnx, output)
             logits, facts["rows"] = np.concatenate([logits, labelled]), len(self.rows)
         return logits, facts
 

@@ -85,7 +85,7 @@ def teacher_fields(matches, depth: int) -> list[str] | None:
         for layer in layers:
             if match.feature == "logits":
                 wanted.add("logits")
-            elif match.feature in ("embeddings", "hidden", "cls"):
+            elif match.feature in ("embeddings", "hidden", "cls", "mean"):  # the mean: of the stored layer
                 index = 0 if match.feature == "embeddings" else (layer + depth + 1 if layer < 0 else layer)
                 if not 0 <= index <= depth:
                     return None

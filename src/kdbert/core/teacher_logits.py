@@ -43,6 +43,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from kdbert.core.pooling import masked_mean
 from kdbert.core.teacher_store import SHARD_GLOB, TeacherStore, teacher_fingerprint
 from kdbert.core.trace import HookAdapter, register_adapter
 from kdbert.data.batching import PaddingCollator, encode_examples, pool_windows
@@ -53,22 +54,34 @@ from kdbert.data.tasks import DOC_STRIDE, TaskSpec
 from kdbert.errors import KdbertError
 
 DTYPES = ("float32", "bfloat16")
+OUTPUTS = ("logits", "sentence")
+"""What the teacher labels a row with: its logits (C,), or its sentence vector (d,), the masked mean
+of its last hidden layer (which a mean-pooling head reads), for the sentence term of
+:mod:`kdbert.methods.kd`."""
 SHARD_ROWS = 1 << 16  # logits are a few numbers per row: large shards, few files
 
 
 class StoredTeacherLogits(nn.Module):
-    """The teacher of a student trained on its stored logits: ``forward(teacher_logits)`` returns
-    the logits (B, C) stored for the batch's rows, so tracing it costs nothing and the real
-    teacher never runs while the student trains."""
+    """The teacher of a student trained on its stored outputs: ``forward(teacher_logits,
+    teacher_sentence)`` returns the logits (B, C) stored for the batch's rows and records their
+    stored sentence vectors (B, d), where the batch carries them, as the feature ``mean``; so
+    tracing it costs nothing and the real teacher never runs while the student trains."""
 
-    def forward(self, teacher_logits: torch.Tensor | None = None) -> torch.Tensor:
+    def __init__(self):
+        super().__init__()
+        self.sentence = nn.Identity()  # what the hook adapter records as the feature "mean"
+
+    def forward(self, teacher_logits: torch.Tensor | None = None,
+                teacher_sentence: torch.Tensor | None = None) -> torch.Tensor:
         if teacher_logits is None:
             raise KdbertError("the batch carries no teacher_logits; encode the rows with the teacher's stored logits "
                               "(TaskSource.teacher_logits)")
+        if teacher_sentence is not None:
+            self.sentence(teacher_sentence)
         return teacher_logits
 
 
-register_adapter(StoredTeacherLogits, HookAdapter({}))  # its output is the logits: no other feature
+register_adapter(StoredTeacherLogits, HookAdapter({"mean": "sentence"}))  # the output is the logits
 
 
 def check_dtype(dtype: str) -> None:
@@ -118,10 +131,11 @@ def onnx_labelling_namespace(graph: str | os.PathLike, tokenizer, max_seq_len: i
 
 @dataclass
 class Labeller:
-    """Who computes the stored logits: the PyTorch teacher (``model``, in ``dtype``) or, where
+    """Who computes the stored outputs: the PyTorch teacher (``model``, in ``dtype``) or, where
     ``onnx`` names one, its exported graph in ONNX Runtime (e.g. ``model.int8.onnx`` of `kdbert
     export`, several times faster on a CPU). ``namespace`` keys its rows in the store
-    (:func:`labelling_namespace`, :func:`onnx_labelling_namespace`)."""
+    (:func:`labelling_namespace`, :func:`onnx_labelling_namespace`); ``output`` is the field it
+    stores (:data:`OUTPUTS`: the logits, or the PyTorch teacher's sentence vectors)."""
 
     model: torch.nn.Module
     tokenizer: object
@@ -130,7 +144,15 @@ class Labeller:
     onnx: str | None = None
     truncation: str = "head"
     doc_stride: int = DOC_STRIDE
+    output: str = "logits"
     _session: object = field(default=None, init=False, repr=False)
+
+    def __post_init__(self):
+        if self.output not in OUTPUTS:
+            raise KdbertError(f"teacher output {self.output!r} is unknown; use {' or '.join(OUTPUTS)}")
+        if self.onnx and self.output != "logits":
+            raise KdbertError(f"the teacher's export {self.onnx} gives its logits only; its {self.output} vectors are "
+                              "labelled by the PyTorch teacher")
 
     @cached_property
     def namespace(self) -> str:
@@ -154,7 +176,8 @@ class Labeller:
         return self._session
 
     def forward(self) -> tuple[Callable[[dict], np.ndarray], frozenset]:
-        """A batch's logits (B, C) as float32 numbers from its padded inputs, and the input names taken."""
+        """A batch's outputs as float32 numbers from its padded inputs (logits (B, C), or sentence
+        vectors (B, d): the masked mean of the last hidden layer), and the input names taken."""
         if self.onnx:
             graph = self._graph()
             return (lambda inputs: graph({k: v.numpy() for k, v in inputs.items()}).astype(np.float32),
@@ -164,8 +187,12 @@ class Labeller:
         self.model.eval()
 
         def run(inputs):
+            inputs = {k: v.to(device) for k, v in inputs.items()}
             with autocast:
-                return self.model(**{k: v.to(device) for k, v in inputs.items()}).logits.float().cpu().numpy()
+                if self.output == "logits":
+                    return self.model(**inputs).logits.float().cpu().numpy()
+                last = self.model(**inputs, output_hidden_states=True).hidden_states[-1]
+                return masked_mean(last.float(), inputs["attention_mask"]).cpu().numpy()
 
         return run, frozenset(inspect.signature(self.model.forward).parameters)  # DistilBERT: no token_type_ids
 
@@ -232,17 +259,18 @@ def unstored_rows(folder: str | os.PathLike, namespace: str, examples: list[tupl
 def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder: str | os.PathLike,
                        max_seq_len: int, batch_size: int = 64, num_labels: int | None = None,
                        dtype: str = "float32", option: str = "--logits-cache", truncation: str = "head",
-                       doc_stride: int = DOC_STRIDE, onnx: str | None = None) -> np.ndarray:
+                       doc_stride: int = DOC_STRIDE, onnx: str | None = None, output: str = "logits") -> np.ndarray:
     """The teacher's logits (N, C) on ``examples`` (one or two texts each), from the store in
     ``folder`` where present; rows not stored yet are computed (shortest first, in batches of
     ``batch_size``) and stored. ``num_labels``: the task's output count, checked against the
     teacher's. ``dtype``: "float32", or "bfloat16" to run the teacher under autocast (logits
     stored in float32, under a namespace of their own); ``onnx``: an export of the teacher that
     labels instead (:class:`Labeller`). ``option`` names the folder in errors;
-    ``truncation`` and ``doc_stride`` are the task's (:data:`kdbert.data.tasks.TRUNCATIONS`)."""
+    ``truncation`` and ``doc_stride`` are the task's (:data:`kdbert.data.tasks.TRUNCATIONS`);
+    ``output`` "sentence" stores and returns the sentence vectors (N, d) instead (:data:`OUTPUTS`)."""
     check_dtype(dtype)
-    labeller = Labeller(model, tokenizer, max_seq_len, dtype, onnx, truncation, doc_stride)
-    if num_labels is not None and labeller.num_labels() not in (None, num_labels):
+    labeller = Labeller(model, tokenizer, max_seq_len, dtype, onnx, truncation, doc_stride, output)
+    if output == "logits" and num_labels is not None and labeller.num_labels() not in (None, num_labels):
         raise KdbertError(f"the teacher{f' export {onnx}' if onnx else ''} has {labeller.num_labels()} output(s) but "
                           f"the task needs {num_labels}; use a teacher fine-tuned on this task")
     return label_rows(labeller, examples, folder, batch_size, option)
@@ -251,19 +279,20 @@ def label_with_teacher(model, tokenizer, examples: list[tuple[str, ...]], folder
 def label_rows(labeller: Labeller, examples: list[tuple[str, ...]], folder: str | os.PathLike, batch_size: int = 64,
                option: str = "--logits-cache") -> np.ndarray:
     """:func:`label_with_teacher` by ``labeller``: the rows of ``examples`` not in the store in
-    ``folder`` yet are labelled and stored; the logits (N, C) of all of them."""
+    ``folder`` yet are labelled and stored; the outputs (N, C) or (N, d) of all of them."""
+    field = labeller.output
     store = TeacherStore(folder, labeller.namespace, option, shard_rows=SHARD_ROWS)
     keys = row_keys(store.namespace, examples)
     new_rows: dict[str, int] = {}  # key -> first example with it
     for i, key in enumerate(keys):
-        if not store.has(key, ["logits"]):
+        if not store.has(key, [field]):
             new_rows.setdefault(key, i)
     if new_rows:
         computed = _run_teacher(labeller, [examples[i] for i in new_rows.values()], batch_size)
-        for key, logits in zip(new_rows, computed):
-            store.put(key, {"logits": torch.tensor(logits, dtype=torch.float32)})
+        for key, values in zip(new_rows, computed):
+            store.put(key, {field: torch.tensor(values, dtype=torch.float32)})
         store.close()
-    return np.stack([store.get(key, "logits").numpy() for key in keys])
+    return np.stack([store.get(key, field).numpy() for key in keys])
 
 
 # ----------------------------------------------------------------------------- where a task's logits live
@@ -313,17 +342,18 @@ def shared_store_folder() -> Path:
 
 
 def stored_teacher_logits(teacher, tokenizer, rows: list[Example], task: TaskOptions, spec: TaskSpec,
-                          max_seq_len: int, dtype: str = "float32", folder: str | None = None, onnx: str | None = None):
+                          max_seq_len: int, dtype: str = "float32", folder: str | None = None, onnx: str | None = None,
+                          output: str = "logits"):
     """The teacher's logits (N, C) on ``rows`` (:func:`label_with_teacher`, on a GPU when there is
-    one, or by its export ``onnx``) from the store of ``task`` (:func:`task_store_folder`), and
-    the facts for the report."""
+    one, or by its export ``onnx``), or its sentence vectors (``output`` "sentence"), from the
+    store of ``task`` (:func:`task_store_folder`), and the facts for the report."""
     store = task_store_folder(task, spec, folder)
     started = time.time()
     if not onnx:
         teacher.to("cuda" if torch.cuda.is_available() else "cpu")
     logits = label_with_teacher(teacher, tokenizer, [row.texts for row in rows], store, max_seq_len,
                                 num_labels=spec.num_labels, dtype=dtype, truncation=spec.truncation,
-                                doc_stride=spec.doc_stride, onnx=onnx)
+                                doc_stride=spec.doc_stride, onnx=onnx, output=output)
     return logits, {"store": str(store), "rows": len(rows), "dtype": dtype, "seconds": round(time.time() - started, 1),
                     **({"onnx": str(onnx)} if onnx else {})}
 

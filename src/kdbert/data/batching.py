@@ -214,18 +214,21 @@ def encode_task(examples: list[Example], teacher: TokenizerInputs,
     return EncodedDataset(rows)
 
 
-def encode_with_logits(examples: list[Example], student: ModelInputs,
-                       teacher_logits: np.ndarray | None = None) -> EncodedDataset:
+def encode_with_logits(examples: list[Example], student: ModelInputs, teacher_logits: np.ndarray | None = None,
+                       teacher_sentences: np.ndarray | None = None) -> EncodedDataset:
     """Training rows of a student that never reads the teacher's tokens: ``{"student": {...},
-    "teacher_logits": (C,) float32, "labels"}``, the teacher's stored logits (N, C) left out when
-    ``None`` (no soft term)."""
-    if teacher_logits is not None and len(teacher_logits) != len(examples):
-        raise KdbertError(f"{len(teacher_logits)} rows of teacher logits for {len(examples)} examples; "
-                          "label the same examples with the teacher")
+    "teacher_logits": (C,) float32, "teacher_sentence": (d,) float32, "labels"}``, the teacher's
+    stored logits (N, C) and sentence vectors (N, d) each left out when ``None``."""
+    for name, stored in (("logits", teacher_logits), ("sentence vectors", teacher_sentences)):
+        if stored is not None and len(stored) != len(examples):
+            raise KdbertError(f"{len(stored)} rows of teacher {name} for {len(examples)} examples; "
+                              "label the same examples with the teacher")
     rows = [{"student": s} for s in student.encode(examples)]
     for i, (row, example) in enumerate(zip(rows, examples)):
         if teacher_logits is not None:
             row["teacher_logits"] = np.asarray(teacher_logits[i], dtype=np.float32)
+        if teacher_sentences is not None:
+            row["teacher_sentence"] = np.asarray(teacher_sentences[i], dtype=np.float32)
         if example.label is not None:
             row["labels"] = example.label
     return EncodedDataset(rows)
@@ -239,10 +242,11 @@ def longer_than(tokenizer, examples: list[Example], max_seq_len: int) -> list[bo
 
 
 def with_targets(batch: dict, features: list[dict], regression: bool) -> dict:
-    """``batch`` with what the rows hold to learn from: stored teacher logits stacked, (B, C), and the
-    labels, (B,), float for a regression, else long."""
-    if "teacher_logits" in features[0]:
-        batch["teacher_logits"] = torch.from_numpy(np.stack([f["teacher_logits"] for f in features]))
+    """``batch`` with what the rows hold to learn from: stored teacher logits (B, C) and sentence
+    vectors (B, d) stacked, and the labels, (B,), float for a regression, else long."""
+    for name in ("teacher_logits", "teacher_sentence"):
+        if name in features[0]:
+            batch[name] = torch.from_numpy(np.stack([f[name] for f in features]))
     if "labels" in features[0]:
         dtype = torch.float32 if regression else torch.long
         batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=dtype)

@@ -70,6 +70,10 @@ class StoredLogitsOptions:
     teacher_onnx: str | None = option(None, "label the stored logits with this ONNX export of the teacher (e.g. "
                                             "model.int8.onnx of `kdbert export`: several times faster on a CPU; its "
                                             "labels are stored apart from the PyTorch teacher's)", group="models")
+    teacher_dtype: str = option("float32", "precision of the PyTorch teacher when it labels the training rows: "
+                                           "float32, or bfloat16 (autocast; faster on CPUs with AVX-512 BF16/AMX; "
+                                           "outputs stored in float32, apart from the float32 ones)", type=str,
+                                group="models", choices=("float32", "bfloat16"))
 
 
 @dataclass

@@ -105,10 +105,6 @@ class BiLSTMDistillConfig(StoredLogitsOptions, MethodConfig):
     max_grad_norm: float | None = option(None, "clip the gradient's norm to this before each step; 0 = no clipping "
                                                "(default: none with adadelta, as the paper; 1.0 with adamw)",
                                          in_range(0, 1e9), float, "losses")
-    teacher_dtype: str = option("float32", "precision of the teacher when it labels the training rows: float32, or "
-                                           "bfloat16 (autocast; faster on CPUs with AVX-512 BF16/AMX; logits "
-                                           "stored in float32, apart from the float32 ones)", type=str,
-                                group="models", choices=("float32", "bfloat16"))
 
     def task_defaults(self, task: str) -> dict:
         return {"epochs": 10.0, "batch_size": 50, "learning_rate": OPTIMIZER_RATES[self.optimizer],

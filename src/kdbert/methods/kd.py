@@ -40,6 +40,12 @@ beside the row's stored logits, and the plan's teacher is
 :class:`~kdbert.core.teacher_logits.StoredTeacherLogits`. Soft targets are per row, so sequence
 classification and regression only: a QA window's per-token logits do not line up with another
 tokenizer's tokens.
+
+``--sentence-weight w`` adds a third term (:func:`sentence_matches`): the student's sentence vector
+(the masked mean of its last layer, what a mean-pooling head reads), projected to the teacher's
+width, is pulled towards the teacher's by cosine distance: d_t numbers per row where the logits give
+C. For a student of its own tokenizer the teacher's vectors are computed once per row by the PyTorch
+teacher (in ``--teacher-dtype``; an export gives logits only) and stored beside its logits.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdbert.core.evaluators import task_evaluator
+from kdbert.core.matching import Match
 from kdbert.core.loading import own_tokenizer
 from kdbert.core.method import DistillContext, Method, Plan, Student, TaskInputs, TaskSource
 from kdbert.core.stages import task_stage
@@ -55,6 +62,7 @@ from kdbert.core.teacher_logits import StoredTeacherLogits
 from kdbert.data.batching import TaskCollator, TokenizerInputs, encode_with_logits, longer_than
 from kdbert.data.tasks import TaskSpec
 from kdbert.errors import KdbertError
+from kdbert.options import NON_NEGATIVE, option
 from kdbert.methods.base import (LogitKDConfig, StoredLogitsOptions, StudentLayerOptions, check_kd_loss, kd_matches,
                                  kd_report, resolve_student, student_description, teacher_if_needed)
 
@@ -66,6 +74,10 @@ class KDConfig(StudentLayerOptions, StoredLogitsOptions, LogitKDConfig):
     """Classic KD (see the module docstring)."""
 
     method = "kd"
+    sentence_weight: float = option(0.0, "weight of the sentence term: 1 - cos(W s + b, t), s and t the student's and "
+                                         "the teacher's sentence vectors (masked means of their last layers), W a "
+                                         "projection learned beside the student and not shipped; 0: off",
+                                    NON_NEGATIVE, float, "losses")
 
 
 class KD(Method):
@@ -92,9 +104,26 @@ class KD(Method):
     def build_task_plan(self, ctx: DistillContext) -> Plan:
         """One stage ``kd`` whose matches are :func:`~kdbert.methods.base.logit_matches`."""
         config, spec = ctx.config, ctx.spec
-        stages = [task_stage("kd", config, kd_matches(config, spec), ctx)]
+        stages = [task_stage("kd", config, kd_matches(config, spec) + sentence_matches(config), ctx)]
+        report = {**kd_report(config, spec), **({"sentence_weight": config.sentence_weight}
+                                                  if config.sentence_weight else {})}
         return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages,
-                    report={"loss": kd_report(config, spec), **student_description(ctx.student)})
+                    report={"loss": report, **student_description(ctx.student)})
+
+
+def sentence_matches(config: KDConfig) -> list[Match]:
+    """The sentence term, where ``sentence_weight`` asks for it::
+
+        sentence = w * mean_b (1 - cos(W mean_s(h_s) + b, mean_t(h_t)))
+
+    h the last layer's states, the means over each model's real tokens (its own tokenizer's), W one
+    projection from the student's width to the teacher's (``projections.sentence``): a signal of
+    d_t numbers per row beside the C logits, which a student of another tokenizer can read too (the
+    teacher's vectors are then stored per row)."""
+    if not config.sentence_weight:
+        return []
+    return [Match("sentence", "mean", "cosine_distance", config.sentence_weight, student_layer=-1, teacher_layer=-1,
+                  projection="sentence")]
 
 
 # ----------------------------------------------------------------------------- a student of its own tokenizer
@@ -158,11 +187,14 @@ def own_tokenizer_inputs(source: TaskSource, config: KDConfig, tokenizer) -> Tas
     inputs = TokenizerInputs.for_task(tokenizer, limit, spec)
     report = {"student_tokenizer": {"vocab_size": len(tokenizer), "max_seq_len": limit,
                                     "rows_cut": say_cut_rows(source, tokenizer, limit, positions)}}
-    logits = None
+    logits = sentences = None
     if config.alpha > 0:
-        logits, report["teacher_logits"] = source.teacher_logits(folder=config.logits_cache,
-                                                                     onnx=config.teacher_onnx)
-    return TaskInputs(student, encode_with_logits(source.rows, inputs, logits),
+        logits, report["teacher_logits"] = source.teacher_logits(config.teacher_dtype, config.logits_cache,
+                                                                 config.teacher_onnx)
+    if config.sentence_weight:
+        sentences, report["teacher_sentences"] = source.teacher_logits(config.teacher_dtype, config.logits_cache,
+                                                                       output="sentence")
+    return TaskInputs(student, encode_with_logits(source.rows, inputs, logits, sentences),
                       TaskCollator(None, inputs, spec.is_regression), task_evaluator(source.data, tokenizer, limit),
                       tokenizer, report, teacher=StoredTeacherLogits())
 
