@@ -110,6 +110,26 @@ def test_cached_kd_run_equals_the_uncached_run_and_reports_its_disk_use(env, tmp
     assert warm_cache["bytes_written"] == 0
 
 
+def test_the_sentence_term_reads_the_teachers_last_layer_live_or_from_the_cache(env, tmp_path):
+    from kdbert.core.matching import Match
+
+    sentence = Match("sentence", "mean", "cosine_distance", student_layer=-1, teacher_layer=-1, projection="sentence")
+    assert teacher_fields([sentence], depth=4) == ["hidden.4"]  # the mean is taken of the stored layer
+    plain_report, _ = distill(env, tmp_path / "plain", sentence_weight=1.0)
+    cold_report, _ = distill(env, tmp_path / "cold", cache=tmp_path / "cache", sentence_weight=1.0,
+                             teacher_cache_features=True)
+    assert "sentence: 1 * cosine_distance(mean[-1] via sentence, mean[-1])" in plain_report["matches"]["kd"]
+    assert cold_report["teacher_cache"]["stages"]["kd"]["fields"] == ["hidden.4", "logits"]
+    # epoch 1: the cache served what the teacher computed on the very same batches
+    plain, cold = checkpoint(tmp_path / "plain", 5), checkpoint(tmp_path / "cold", 5)
+    assert_same_weights(cold, plain, exact=True)
+    # the projection (student width 32 -> the teacher's 32) trained beside the student, and moved
+    start = distill(env, tmp_path / "none", sentence_weight=1.0, max_steps=1, learning_rate=1e-12)[0]
+    assert start["matches"]["kd"][-1].startswith("sentence:")
+    assert not torch.equal(plain["projections.sentence.weight"],
+                           checkpoint(tmp_path / "none", 1)["projections.sentence.weight"])
+
+
 def test_an_interrupted_run_keeps_the_rows_it_computed(env, tmp_path, monkeypatch):
     from kdbert.core.trainer import Trainer
 

@@ -104,7 +104,9 @@ class KD(Method):
     def build_task_plan(self, ctx: DistillContext) -> Plan:
         """One stage ``kd`` whose matches are :func:`~kdbert.methods.base.logit_matches`."""
         config, spec = ctx.config, ctx.spec
-        stages = [task_stage("kd", config, kd_matches(config, spec) + sentence_matches(config), ctx)]
+        sentence = sentence_matches(config)  # its projection trains beside the student
+        stages = [task_stage("kd", config, kd_matches(config, spec) + sentence, ctx,
+                             train=("student.*", "projections.*") if sentence else ("student.*",))]
         report = {**kd_report(config, spec), **({"sentence_weight": config.sentence_weight}
                                                   if config.sentence_weight else {})}
         return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages,
