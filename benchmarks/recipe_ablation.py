@@ -71,6 +71,8 @@ VARIANTS = {
     "train-16k": {"max_train_examples": 16000},  # the first 16,000 training rows, as a base-size teacher's search may
     "imdb-sentences": "imdb-sentences",  # ... and sentences of IMDb's unlabelled reviews, labelled by the teacher
     "sentence": {"sentence_weight": 1.0, "teacher_dtype": "bfloat16"},  # ... and the teacher's sentence vectors
+    "sentence-0.1": {"sentence_weight": 0.1, "teacher_dtype": "bfloat16"},  # ... a tenth of it
+    "sentence-relation": {"sentence_weight": 1.0, "sentence_loss": "relation", "teacher_dtype": "bfloat16"},
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
 "importance", "cls-pooling", "pair-pooling", "teacher-pooling", "ends-layers": the start). The temperature variants test one loss per signal (``kd-*``
@@ -91,7 +93,9 @@ sentences of IMDb's 50,000 unlabelled reviews (SST-2's domain, whole sentences a
 its training rows are mostly phrases), cut as ``--transfer-text`` cuts lines, labelled by the teacher (its
 export, with ``--teacher-onnx``) into the store its training rows are in. "sentence" adds kd's sentence
 term (``--sentence-weight 1``: the student's mean-pooled vector, projected, against the teacher's by cosine
-distance), the teacher's vectors labelled once per row by the PyTorch teacher in bfloat16."""
+distance), the teacher's vectors labelled once per row by the PyTorch teacher in bfloat16; "sentence-0.1"
+at a tenth of that weight; "sentence-relation" the batch's pairwise cosine similarities against the
+teacher's (``--sentence-loss relation``, no projection)."""
 
 
 TINYBERT_ONLY = ("head_average", "skip_intermediate", "intermediate_max_steps", "intermediate_lr")

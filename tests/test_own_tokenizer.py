@@ -147,6 +147,15 @@ def test_cosine_distance_against_a_hand_computation():
     assert losses.cosine_distance(student, teacher).item() == pytest.approx(0.14644661, abs=1e-7)
 
 
+def test_similarity_relation_against_a_hand_computation():
+    student = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    teacher = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 2.0]])
+    # student cosines: (1,2) 0, (1,3) and (2,3) 1/sqrt(2); teacher: (1,2) 1, (1,3) and (2,3) 0.
+    # Each pair counted twice over six entries: (1 + 0.5 + 0.5) / 3 = 0.66666667
+    assert losses.similarity_relation_mse(student, teacher).item() == pytest.approx(2 / 3, abs=1e-6)
+    assert losses.similarity_relation_mse(student[:1], teacher[:1]).item() == 0.0
+
+
 def test_the_sentence_term_reads_the_students_mean_through_a_projection_against_the_teachers_stored_mean(
         env, tmp_path):
     task = TaskOptions("sst2", data_dir=str(env["glue"]))
@@ -186,6 +195,15 @@ def test_the_sentence_term_reads_the_students_mean_through_a_projection_against_
     plain = kd.METHOD.task_inputs(TaskSource(teacher, env["tokenizer"], data, data.train, 64, task), off)
     assert "teacher_sentence" not in plain.collator([plain.train_set[0]])
     assert kd.sentence_matches(off) == []
+    # the relation: each pair of rows' cosine against the teacher's, with no projection to learn
+    config.sentence_loss = "relation"
+    plan = kd.METHOD.build_task_plan(DistillContext(inputs.teacher, inputs.student, env["tokenizer"], data.spec,
+                                                    inputs.train_set, config))
+    terms = stage_terms(plan, batch)
+    assert "projections" not in plan.modules
+    unprojected = (states * own).sum(1) / own.sum(1)
+    torch.testing.assert_close(terms["sentence"].detach(),
+                               2.0 * losses.similarity_relation_mse(unprojected, expected), rtol=1e-5, atol=1e-6)
 
 
 def test_distill_kd_with_the_sentence_term_labels_each_row_once_and_ships_no_projection(env, tmp_path, monkeypatch):

@@ -285,6 +285,18 @@ def cosine_distance(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tenso
     return (1.0 - F.cosine_similarity(student.float(), teacher.float(), dim=-1)).mean()
 
 
+def similarity_relation_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """``mean_{i != j} (cos(s_i, s_j) - cos(t_i, t_j))^2`` over the rows of a batch: how alike the
+    student finds each pair of rows against how alike the teacher does (a relation, as RKD's, so the
+    two widths need no projection). student (B, d_s), teacher (B, d_t); 0 for a batch of one row."""
+    rows = student.shape[0]
+    if rows < 2:
+        return student.sum() * 0.0
+    s, t = F.normalize(student.float(), dim=-1), F.normalize(teacher.float(), dim=-1)
+    off_diagonal = ~torch.eye(rows, dtype=torch.bool, device=s.device)
+    return ((s @ s.T - t @ t.T)[off_diagonal] ** 2).mean()
+
+
 def masked_lm_cross_entropy(mlm_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Masked-LM cross-entropy (DistilBERT's L_mlm).
 

@@ -89,6 +89,7 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {
     "patience": lambda s, t, batch, reduction="mean": losses.patience_loss(s, t, reduction),
     "cosine": lambda s, t, batch: losses.cosine_hidden_loss(s, t, _mask(batch)),
     "cosine_distance": lambda s, t, batch: losses.cosine_distance(s, t),
+    "similarity_relation": lambda s, t, batch: losses.similarity_relation_mse(s, t),
     "masked_lm_cross_entropy": lambda s, t, batch: losses.masked_lm_cross_entropy(s, t),
     # MobileBERT (kdbert.methods.mobilebert_transfer): layer-wise transfer and pre-training distillation
     "feature_map_mse": lambda s, t, batch, reduction="mean": transfer_losses.feature_map_mse(

@@ -66,6 +66,7 @@ from kdbert.options import NON_NEGATIVE, option
 from kdbert.methods.base import (LogitKDConfig, StoredLogitsOptions, StudentLayerOptions, check_kd_loss, kd_matches,
                                  kd_report, resolve_student, student_description, teacher_if_needed)
 
+SENTENCE_LOSSES = ("cosine", "relation")
 UNLIMITED = 10**6  # a tokenizer's model_max_length at or above this means "no limit known"
 
 
@@ -78,6 +79,10 @@ class KDConfig(StudentLayerOptions, StoredLogitsOptions, LogitKDConfig):
                                          "the teacher's sentence vectors (masked means of their last layers), W a "
                                          "projection learned beside the student and not shipped; 0: off",
                                     NON_NEGATIVE, float, "losses")
+    sentence_loss: str = option("cosine", "the sentence term's loss: cosine (each row's projected vector against "
+                                          "the teacher's) or relation (each pair of rows' cosine similarity against "
+                                          "the teacher's, no projection)", type=str, group="losses",
+                                choices=SENTENCE_LOSSES)
 
 
 class KD(Method):
@@ -104,26 +109,36 @@ class KD(Method):
     def build_task_plan(self, ctx: DistillContext) -> Plan:
         """One stage ``kd`` whose matches are :func:`~kdbert.methods.base.logit_matches`."""
         config, spec = ctx.config, ctx.spec
-        sentence = sentence_matches(config)  # its projection trains beside the student
+        sentence = sentence_matches(config)  # a projection trains beside the student
+        projected = any(match.projection for match in sentence)
         stages = [task_stage("kd", config, kd_matches(config, spec) + sentence, ctx,
-                             train=("student.*", "projections.*") if sentence else ("student.*",))]
-        report = {**kd_report(config, spec), **({"sentence_weight": config.sentence_weight}
+                             train=("student.*", "projections.*") if projected else ("student.*",))]
+        report = {**kd_report(config, spec), **({"sentence_weight": config.sentence_weight,
+                                                   "sentence_loss": config.sentence_loss}
                                                   if config.sentence_weight else {})}
         return Plan({"student": ctx.student.model}, teacher_if_needed(ctx.teacher, stages), stages,
                     report={"loss": report, **student_description(ctx.student)})
 
 
 def sentence_matches(config: KDConfig) -> list[Match]:
-    """The sentence term, where ``sentence_weight`` asks for it::
+    """The sentence term, where ``sentence_weight`` asks for it; ``sentence_loss`` cosine::
 
-        sentence = w * mean_b (1 - cos(W mean_s(h_s) + b, mean_t(h_t)))
+        sentence = w * mean_b (1 - cos(W u_b + c, v_b))
 
-    h the last layer's states, the means over each model's real tokens (its own tokenizer's), W one
-    projection from the student's width to the teacher's (``projections.sentence``): a signal of
-    d_t numbers per row beside the C logits, which a student of another tokenizer can read too (the
-    teacher's vectors are then stored per row)."""
+    or relation (no projection)::
+
+        sentence = w * mean_{i != j} (cos(u_i, u_j) - cos(v_i, v_j))^2
+
+    u and v the student's and the teacher's sentence vectors (the masked means of their last
+    layers, each over its own tokenizer's real tokens), W one projection from the student's width to
+    the teacher's (``projections.sentence``): a signal of d_t numbers per row (cosine) or of how
+    each pair of rows relate (relation) beside the C logits, which a student of another tokenizer
+    can read too (the teacher's vectors are then stored per row)."""
     if not config.sentence_weight:
         return []
+    if config.sentence_loss == "relation":
+        return [Match("sentence", "mean", "similarity_relation", config.sentence_weight, student_layer=-1,
+                      teacher_layer=-1)]
     return [Match("sentence", "mean", "cosine_distance", config.sentence_weight, student_layer=-1, teacher_layer=-1,
                   projection="sentence")]
 
