@@ -170,7 +170,7 @@ def feature(tr: Trace, name: str, layer: Layer, role: str) -> torch.Tensor:
     """The tensor a match reads from a trace; a clear error when the trace lacks it."""
     if isinstance(layer, tuple):
         return torch.stack([feature(tr, name, one, role) for one in layer])
-    if name == "mean" and name in tr.features:  # a teacher of stored sentence vectors
+    if name in tr.features:  # recorded by a hook adapter under that name (a stored teacher's "mean")
         return tr.features[name]
     if name in ("embeddings", "hidden", "cls", "mean"):
         states = tr.require("hidden_states", role)
@@ -186,8 +186,6 @@ def feature(tr: Trace, name: str, layer: Layer, role: str) -> torch.Tensor:
         return chosen if name == "attention_scores" else F.softmax(chosen, dim=-1)
     if name in ("logits", "mlm_logits"):
         return tr.require("logits", role)
-    if name in tr.features:
-        return tr.features[name]
     raise KdbertError(f"the {role} ({tr.model_class}) recorded no feature '{name}'; recorded: "
                       f"{', '.join(tr.recorded()) or 'nothing'}")
 
