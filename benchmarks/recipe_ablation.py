@@ -8,7 +8,7 @@ BiLSTM (``--candidate bilstm-h300``: its own vocabulary and ``--word-vectors``, 
 distilled with the search's options for its kind (the schedule set for the search's horizon, its
 warm-up, its batch size and rate), on the held-out rows the teacher's ``kdbert finetune`` recorded
 (half pick the checkpoint, half decide, as in the search), for ``--steps`` steps, evaluated at half
-and at the end, the better on the picking rows kept. A variant changes one part of the recipe
+and at the end (or every ``--eval-every`` steps), the best on the picking rows kept. A variant changes one part of the recipe
 (:data:`VARIANTS`). The teacher is ``runs/teacher-<task>`` (``teacher_best.py``). Runs go to
 ``<runs-dir>/<task>/<candidate>/<variant>/seed<seed>-steps<steps>`` (a finished run is reused, its checkpoints
 removed); scores to
@@ -102,13 +102,14 @@ TINYBERT_ONLY = ("head_average", "skip_intermediate", "intermediate_max_steps", 
 
 
 def search_options(candidate, settings: SearchSettings, steps: int, teacher: str, start: Path, cache: Path,
-                   variant: str, teacher_onnx: str | None = None) -> dict:
+                   variant: str, teacher_onnx: str | None = None, eval_every: int | None = None) -> dict:
     """The options the search gives ``candidate``'s run (``compress/search.py`` ``_options``),
-    changed as ``variant`` says, paused at ``steps``; a candidate reading stored logits has them
-    labelled by ``teacher_onnx`` where given (the search's int8 export of the teacher)."""
+    changed as ``variant`` says, paused at ``steps`` and evaluated every ``eval_every`` steps (default
+    half of them); a candidate reading stored logits has them labelled by ``teacher_onnx`` where given
+    (the search's int8 export of the teacher)."""
     length = steps if VARIANTS[variant] == "annealed" else horizon(settings)  # "even", "importance": the search's
     options = {**run_options(candidate, length, settings, str(cache)), "teacher": teacher, "keep_checkpoints": 1,
-               "eval_every": steps // 2}
+               "eval_every": eval_every or steps // 2}
     if starts_from_teacher(candidate):  # the BiLSTM builds its own start and runs Adadelta at a constant rate
         options |= {"student": str(start), "warmup_ratio": min(0.1 * settings.first_steps, 0.1 * steps) / length}
     if teacher_onnx and reads_stored_logits(candidate):  # labelled as the search labels: the teacher's export
@@ -165,6 +166,8 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["search", "schedule-free"], choices=sorted(VARIANTS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
     parser.add_argument("--steps", type=int, default=1200)
+    parser.add_argument("--eval-every", type=int, help="evaluate every N steps (default: half of --steps), the best "
+                        "on the picking rows kept")
     parser.add_argument("--runs-dir", default=run_folder("recipe-ablation"))
     parser.add_argument("--data-dir", default=GLUE_DIR)
     parser.add_argument("--teacher-onnx", help="label stored logits with this export of the teacher, as the search "
@@ -212,6 +215,7 @@ def main() -> None:
     command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task {args.task} "
                f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
                f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
+               + (f" --eval-every {args.eval_every}" if args.eval_every else "")
                + (f" --key-suffix={args.key_suffix}" if args.key_suffix else "")
                + (f" --teacher {args.teacher}" if args.teacher else "")
                + (f" --teacher-onnx {args.teacher_onnx}" if args.teacher_onnx else "")
@@ -226,7 +230,7 @@ def main() -> None:
                 settings = SearchSettings(seed=seed, word_vectors=args.word_vectors or None)
                 start = starts[variant if variant in starts else "even"]
                 options = search_options(candidate, settings, args.steps, teacher, start, root.parent / "teacher-cache",
-                                         variant, args.teacher_onnx)
+                                         variant, args.teacher_onnx, args.eval_every)
                 run_task = task
                 if variant == "imdb-sentences":  # labelled into the store of the training rows: once, by the export
                     unlabelled = imdb_sentences(root.parent / f"imdb-sentences-{args.unlabelled_rows}.jsonl",
