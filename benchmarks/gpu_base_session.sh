@@ -16,7 +16,8 @@
 # EPOCHS_<task> (teacher epochs: sst2 2, else 3), STEPS_<task> / EVAL_<task> (student steps and
 # evaluation interval: sst2 8000/2000, else 1800/300), MAX_TRAIN (the teacher's first N training rows,
 # for a smoke test). Records RESULTS_DIR/{base_teacher,recipe_ablation}.json (keys <task>-mpnet-gpu)
-# and RESULTS_DIR/gpu-base.tgz (logs, reports); everything else under runs/gpu-base.
+# RESULTS_DIR/stopped/<task>-<candidate>-seed<seed>.log.jsonl (the evaluations of a run the deadline
+# stopped) and RESULTS_DIR/gpu-base.tgz (logs, reports); everything else under runs/gpu-base.
 deadline=$1; results=$2
 tasks=${TASKS:-sst2 mrpc}; seeds=${SEEDS:-42 43 44}; candidate=${CANDIDATE:-pretrained-minilm-l4}
 python=${PYTHON:-python3}
@@ -63,6 +64,12 @@ for task in $tasks; do
     wait ) &
 done
 wait
+mkdir -p "$results/stopped"  # a run the deadline stopped: its evaluations so far (log.jsonl)
+for log in $work/ablation/*/*/*/seed*/log.jsonl; do
+  run=$(dirname $log); [ -f $run/distill_report.json ] && continue
+  IFS=/ read -r task candidate <<< "${run#$work/ablation/}"; seed=${run##*/seed}; seed=${seed%%-*}
+  cp $log "$results/stopped/$task-${candidate%%/*}-seed$seed.log.jsonl"
+done
 find $work $carry -maxdepth 6 \( -name '*.json' -o -name '*.jsonl' -o -name '*.log' \) -size -4M \
   -not -path '*/checkpoints/*' -not -name 'tokenizer*.json' -not -name 'vocab*' -print0 \
   | tar czf "$results/gpu-base.tgz" --null -T -

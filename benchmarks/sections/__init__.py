@@ -21,6 +21,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("winner-rule", trust_results.winner_rule_section),
     ("teachers", trust_results.teachers_section),
     ("base-teachers", trust_results.base_teachers_section),
+    ("base-teachers-gpu", trust_results.base_teachers_gpu_section),
     # the full records, page by page (shared.PAGES)
     ("quickstart", speed_results.quickstart_section),
     ("compress", compress_results.compress_section),
@@ -86,7 +87,7 @@ def headline(full_records: dict[str, str], base: str = LINK_BASE) -> str:
     lines = [*reproduction.intro_section(base), *scoreboard.scoreboard_section(base, rows),
              *trust_results.kept_section(), *trust_results.paired_margin_section(),
              *trust_results.winner_rule_section(), *trust_results.teachers_section(),
-             *trust_results.base_teachers_section()]
+             *trust_results.base_teachers_section(), *trust_results.base_teachers_gpu_section()]
     for page, (title, _) in PAGES.items():
         if page == "archive":
             continue

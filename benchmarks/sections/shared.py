@@ -17,6 +17,7 @@ ROOT = REPO
 NOTES = REPO / "benchmarks" / "notes"
 GPU_RESULTS = REPO / "benchmarks" / "results" / "gpu-h100"
 GPU_H200_RESULTS = REPO / "benchmarks" / "results" / "gpu-h200"
+GPU_H200_BASE_RESULTS = REPO / "benchmarks" / "results" / "gpu-h200-base"
 RENAMED_SCRIPTS = {f"benchmarks/{old}.py": f"benchmarks/bench_{old}.py"
                    for old in ("deploy", "quickstart", "teacher_cache", "mlm_head")}
 """Benchmark scripts renamed after results recorded commands naming them (their names repeated

@@ -3,11 +3,13 @@ share stated on the held-out rows that decide, as shipped, beside dev."""
 
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
 
 from common import load_results
 
-from sections.shared import TASK_ORDER, note
+from sections.shared import GPU_H200_BASE_RESULTS, TASK_ORDER, note
 
 
 
@@ -67,6 +69,90 @@ def base_teachers_section() -> list[str]:
     commands = sorted({r["command"] for r in records.values()})
     return lines + ["", f"Measured {'; '.join(machines)}: bf16 autocast. Commands: "
                         + "; ".join(f"`{c}`" for c in commands) + ".", "", note("base-teachers-reading"), ""]
+
+
+def stopped_runs(folder: Path) -> dict[tuple[str, str], list[dict]]:
+    """Runs the GPU session's deadline stopped (``stopped/<task>-<candidate>-seed<seed>.log.jsonl``):
+    (task, candidate) -> each seed's last evaluation, as ``{"seed", "step", "last_step", "held_out",
+    "decide", "dev"}``."""
+    found: dict[tuple[str, str], list[dict]] = {}
+    for path in sorted(folder.glob("stopped/*.log.jsonl")):
+        task, rest = path.name.removesuffix(".log.jsonl").split("-", 1)
+        candidate, seed = rest.rsplit("-seed", 1)
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        evaluated = [row for row in rows if "eval" in row]
+        if evaluated:
+            last = evaluated[-1]["eval"]
+            found.setdefault((task, candidate), []).append(
+                {"seed": int(seed), "step": evaluated[-1]["step"], "last_step": rows[-1]["step"],
+                 "held_out": last["selection_score"], "decide": last["decide_score"], "dev": last["score"]})
+    return found
+
+
+def base_teachers_gpu_section() -> list[str]:
+    """The base-size teacher fine-tuned on one H200 on each whole training set, and the CPU 8x searches'
+    winner distilled from it for more steps (``gpu_base_session.sh``), beside the CPU figures."""
+    teachers = load_results("base_teacher", GPU_H200_BASE_RESULTS)
+    if not teachers:
+        return []
+    students: dict[tuple[str, str], list[dict]] = {}
+    steps_of: dict[tuple[str, str], str] = {}
+    for key, record in load_results("recipe_ablation", GPU_H200_BASE_RESULTS).items():
+        task, candidate, steps, _, _ = key.split("/")
+        students.setdefault((task.removesuffix("-mpnet-gpu"), candidate), []).append(record)
+        steps_of[(task.removesuffix("-mpnet-gpu"), candidate)] = f"{int(steps):,}"
+    for (task, candidate), rows in stopped_runs(GPU_H200_BASE_RESULTS).items():
+        students[(task, candidate)] = rows
+        steps_of[(task, candidate)] = (f"{rows[0]['step']:,} (stopped at {min(r['last_step'] for r in rows):,}-"
+                                       f"{max(r['last_step'] for r in rows):,} of the planned runs by the deadline)")
+    cpu_teachers, cpu_runs = load_results("base_teacher"), load_results("recipe_ablation")
+    lines = ["### The same teacher fine-tuned on an H200 (`benchmarks/gpu_base_session.sh`)", "",
+             note("base-teachers-gpu-intro"), "",
+             "| task | teacher: rows, epochs, steps, minutes | teacher dev (CPU's) | teacher decides | 8x student "
+             "| steps | seeds | dev, kept | decides, kept | CPU run: steps, dev kept, decides kept |",
+             "|---|---|---:|---:|---|---|---:|---:|---:|---|"]
+    for task in sorted(teachers, key=TASK_ORDER.index):
+        t = teachers[task]
+        decide_teacher = t["dev_metrics"]["decide_score"]
+        cpu = cpu_teachers.get(task)
+        for (student_task, candidate), rows in sorted(students.items()):
+            if student_task != task:
+                continue
+            dev = statistics.mean(r["dev"] for r in rows)
+            decide = statistics.mean(r["decide"] for r in rows)
+            spread = statistics.stdev(r["dev"] for r in rows) if len(rows) > 1 else 0.0
+            lines.append(
+                f"| {task} | all less {t['held_out_rows']} held out, {t['epochs']:g}, {t['steps']:,}, "
+                f"{t['train_minutes']:.1f} | {t['dev']:.2f} ({cpu['dev']:.2f} from "
+                f"{'the first ' + format(cpu['max_train_examples'], ',') if cpu and cpu.get('max_train_examples') else 'all'})"
+                f" | {decide_teacher:.2f} | {candidate} | {steps_of[(task, candidate)]} | {len(rows)} | "
+                f"{dev:.2f} ± {spread:.2f}, {100 * dev / t['dev']:.1f}% | {decide:.2f}, "
+                f"{100 * decide / decide_teacher:.1f}% | {cpu_cell(task, candidate, cpu, cpu_runs)} |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in teachers.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}: bf16 autocast; the teacher's labels computed there by "
+                        "the PyTorch teacher (float32), where the CPU searches label with its int8 export. Commands: "
+                        "`python benchmarks/gpu_base_bundle.py --wheels DIR --tasks sst2 mrpc stsb cola` here, then "
+                        "there `TASKS=\"sst2 mrpc stsb cola\" bash benchmarks/gpu_base_session.sh 555 RESULTS_DIR` "
+                        "(the script's header says how the pieces travel).", "", note("base-teachers-gpu-reading"), ""]
+
+
+def cpu_cell(task: str, candidate: str, teacher: dict | None, runs: dict) -> str:
+    """The same candidate's CPU runs under the search's recipe against the CPU teacher (``recipe_ablation.py``,
+    keys ``<task>-mpnet/<candidate>/<steps>/search/seed<n>``): the one of most seeds, then steps, as ``steps
+    (seeds): dev kept, decides kept``."""
+    found: dict[int, list[dict]] = {}
+    for key, record in runs.items():
+        run_task, run_candidate, steps, variant, _ = key.split("/")
+        if (run_task, run_candidate, variant) == (f"{task}-mpnet", candidate, "search"):
+            found.setdefault(int(steps), []).append(record)
+    if not found or teacher is None:
+        return "-"
+    steps = max(found, key=lambda n: (len(found[n]), n))
+    rows = found[steps]
+    dev = statistics.mean(r["dev"] for r in rows)
+    decide = statistics.mean(r["decide"] for r in rows)
+    return (f"{steps:,} ({len(rows)} seed{'s' if len(rows) > 1 else ''}): {100 * dev / teacher['dev']:.1f}%, "
+            f"{100 * decide / teacher['dev_metrics']['decide_score']:.1f}%")
 
 
 def seeds_cell(seeds: dict | None, record: dict, teacher: dict) -> str:
