@@ -110,14 +110,15 @@ def pretrained_cuts_section() -> list[str]:
     results = load_results("pretrained_cuts")
     if not results:
         return []
-    rows = sorted(results.values(), key=lambda r: (-len(r["layers"]), -r["pearson"]))
+    rows = sorted(results.values(), key=lambda r: (-len(r["layers"]), -r.get("ffn", 0), -r["pearson"]))
     lines = ["## The pre-trained student cut to fewer layers (`benchmarks/pretrained_cuts.py`)", "",
              note("pretrained-cuts-intro"), "",
-             "| layers kept (1-based) | depth | STS-B dev Pearson | Spearman | kdbert's cut |",
-             "|---|---:|---:|---:|---|"]
+             "| layers kept (1-based) | depth | FFN units | encoder parameters | STS-B dev Pearson | Spearman | "
+             "kdbert's cut |", "|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {', '.join(str(i + 1) for i in r['layers'])} | {len(r['layers'])} | {r['pearson']:.2f} "
-                     f"| {r['spearman']:.2f} | {'yes' if r['kdbert_cut'] else ''} |")
+        size = f"{r['encoder_parameters'] / 1e6:.2f}M" if "encoder_parameters" in r else "-"
+        lines.append(f"| {', '.join(str(i + 1) for i in r['layers'])} | {len(r['layers'])} | {r.get('ffn', '-')} | "
+                     f"{size} | {r['pearson']:.2f} | {r['spearman']:.2f} | {'yes' if r['kdbert_cut'] else ''} |")
     machines = sorted({f"{r['date']}, {r['machine']}, {r['cpu']}" for r in rows})
     commands = sorted({f"`{r['command']}`" for r in rows})
     return lines + ["", f"Measured {'; '.join(machines)}. Commands: {'; '.join(commands)}.", "",
