@@ -322,3 +322,35 @@ def test_teachers_table_states_the_chosen_runs_pooling_and_the_unpicked_half(tmp
     rows = [line for line in trust_results.teachers_section() if line.startswith("| cola") or line.startswith("| rte")]
     assert rows[0].startswith("| cola | lr 0.0001, 10 epochs, mean pooling | 38.26 ± 5.00 | 23.91 ± 5.22 | 27.84 | 47.5 |")
     assert rows[1].startswith("| rte | lr 0.0001, 10 epochs | 38.26 ± 5.00 | - (picked on all) | 27.84 |")  # recorded before
+
+
+def test_gpu_base_teachers_table_reads_finished_and_stopped_runs_beside_the_cpu_ones(tmp_path, monkeypatch):
+    teacher = {"held_out_rows": 688, "epochs": 2, "steps": 3704, "train_minutes": 3.6, "dev": 90.0,
+               "dev_metrics": {"decide_score": 80.0}, "date": "2026-11-30", "machine": "H200"}
+    student = {"date": "2026-11-30", "machine": "H200"}
+    gpu = tmp_path / "gpu"
+    load_benchmark_report(tmp_path / "results", monkeypatch, {
+        "base_teacher": {"sst2": {**teacher, "dev": 80.0, "max_train_examples": 16000,
+                                  "dev_metrics": {"decide_score": 50.0}}},
+        "recipe_ablation": {f"sst2-mpnet/cand/{steps}/search/seed{seed}": {"dev": dev, "decide": 40.0, "seed": seed}
+                            for steps, seed, dev in ((600, 42, 60.0), (600, 43, 64.0), (1200, 42, 99.0))}})
+    (gpu / "stopped").mkdir(parents=True)
+    (gpu / "base_teacher.json").write_text(json.dumps({"sst2": teacher, "mrpc": teacher}))
+    (gpu / "recipe_ablation.json").write_text(json.dumps({
+        f"mrpc-mpnet-gpu/cand/1800/search/seed{seed}": {**student, "dev": dev, "decide": 72.0, "seed": seed}
+        for seed, dev in ((42, 81.0), (43, 83.0))}))
+    for seed, dev in ((42, 72.0), (43, 90.0)):  # stopped after its step-2000 evaluation, at step 2500
+        rows = [{"step": 2000, "eval": {"selection_score": 1.0, "decide_score": 60.0, "score": dev}},
+                {"step": 2500, "loss": 0.1}]
+        (gpu / "stopped" / f"sst2-cand-seed{seed}.log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from sections import trust_results
+
+    monkeypatch.setattr(trust_results, "GPU_H200_BASE_RESULTS", gpu)
+    rows = [line for line in trust_results.base_teachers_gpu_section() if line.startswith("| ")][1:]
+    # sst2: the stopped runs' last evaluations (mean 81 of the teacher's 90, 60 of 80), against the CPU
+    # runs of most seeds (600 steps: 62 of 80, 40 of 50)
+    assert rows[0] == ("| sst2 | all less 688 held out, 2, 3,704, 3.6 | 90.00 (80.00 from the first 16,000) | 80.00 | "
+                       "cand | 2,000 (stopped at 2,500-2,500 of the planned runs by the deadline) | 2 | "
+                       "81.00 ± 12.73, 90.0% | 60.00, 75.0% | 600 (2 seeds): 77.5%, 80.0% |")
+    assert rows[1] == ("| mrpc | all less 688 held out, 2, 3,704, 3.6 | 90.00 | 80.00 | cand | 1,800 | 2 | "
+                       "82.00 ± 1.41, 91.1% | 72.00, 90.0% | - |")
