@@ -508,10 +508,11 @@ def test_majority_class_score_predicts_the_commonest_training_label_on_dev(tmp_p
 
 def test_report_renders_one_section_or_the_whole_page(results_dir, capsys, monkeypatch):
     import report
-    from sections import SECTIONS, augmentation_results, render, scoreboard
+    from sections import SECTIONS, augmentation_results, render, scoreboard, trust_results
 
     monkeypatch.setattr(augmentation_results, "GPU_RESULTS", results_dir / "gpu-h100")
     monkeypatch.setattr(scoreboard, "GPU_RESULTS", results_dir / "gpu-h100")
+    monkeypatch.setattr(trust_results, "GPU_H200_BASE_RESULTS", results_dir / "gpu-h200-base")
 
     names = [name for name, _ in SECTIONS]
     assert len(set(names)) == len(names) and names[0] == "intro"
