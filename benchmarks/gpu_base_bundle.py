@@ -35,9 +35,9 @@ from gpu_bundle import save_teacher
 from paths import GLUE_DIR, run_folder
 
 from kdbert.core.loading import default_model_path
+from kdbert.data.tasks import GLUE_TASKS
 
 SENTENCE_FILES = ("1_Pooling", "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
-TASK_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE"}
 MIB = 2 ** 20
 
 
@@ -55,7 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mpnet", default=run_folder("base/all-mpnet-base-v2"))
     parser.add_argument("--glue", default=GLUE_DIR)
-    parser.add_argument("--tasks", nargs="+", default=["sst2", "mrpc"], choices=sorted(TASK_FOLDERS))
+    parser.add_argument("--tasks", nargs="+", default=["sst2", "mrpc"], choices=["cola", "sst2", "mrpc", "stsb", "rte"])
     parser.add_argument("--wheels", required=True, help="a folder of .whl files to carry")
     parser.add_argument("--piece-mib", type=float, default=50.0,
                         help="at most this many MiB a piece (the working tree travels beside it: 64 MiB in all)")
@@ -72,9 +72,10 @@ def main() -> None:
         save_model(Path(default_model_path()), stage / "minilm")
         for task in args.tasks:
             for split in ("train", "dev"):
-                target = stage / "glue_data" / TASK_FOLDERS[task] / f"{split}.tsv"
+                folder = GLUE_TASKS[task].glue_folder
+                target = stage / "glue_data" / folder / f"{split}.tsv"
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(Path(args.glue) / TASK_FOLDERS[task] / f"{split}.tsv", target)
+                shutil.copyfile(Path(args.glue) / folder / f"{split}.tsv", target)
         shutil.copytree(args.wheels, stage / "wheels")
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:  # the wheels first: the first piece unpacks them

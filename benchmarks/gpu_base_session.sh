@@ -38,7 +38,6 @@ export KDBERT_RESULTS_DIR=$results OMP_NUM_THREADS=2
 nvidia-smi -L 2>/dev/null; lscpu | grep -E "Model name|^CPU\(s\)"
 $python -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)"
 left() { echo $((deadline - SECONDS)); }
-declare -A folders=([cola]=CoLA [sst2]=SST-2 [mrpc]=MRPC [stsb]=STS-B [rte]=RTE)
 for task in $tasks; do
   if [ $task = sst2 ]; then epochs=2 steps=8000 every=2000; else epochs=3 steps=1800 every=300; fi
   v=EPOCHS_$task; epochs=${!v:-$epochs}; v=STEPS_$task; steps=${!v:-$steps}; v=EVAL_$task; every=${!v:-$every}
@@ -48,10 +47,11 @@ for task in $tasks; do
     $python benchmarks/base_teacher.py record --task $task --root $carry --data-dir $carry/glue_data \
       > $work/logs/record-$task.log 2>&1
     echo "teacher $task: ready at ${SECONDS}s: $(grep -o '"dev": [0-9.]*' $work/logs/record-$task.log | head -1)"
+    labels=$carry/glue_data/$($python -c "from kdbert.data.tasks import GLUE_TASKS; print(GLUE_TASKS['$task'].glue_folder)")/train.tsv.teacher-logits
     first=1
     for seed in $seeds; do
       if [ $first = 0 ]; then  # the first seed builds the start and labels the rows; the others read them
-        until ls $carry/glue_data/${folders[$task]}/train.tsv.teacher-logits/shard-* > /dev/null 2>&1 \
+        until ls $labels/shard-* > /dev/null 2>&1 \
           || [ $(left) -lt 60 ]; do sleep 2; done
       fi
       first=0

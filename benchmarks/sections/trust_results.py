@@ -115,8 +115,10 @@ def base_teachers_gpu_section() -> list[str]:
         t = teachers[task]
         decide_teacher = t["dev_metrics"]["decide_score"]
         cpu = cpu_teachers.get(task)
-        cpu_dev = (f" ({cpu['dev']:.2f} from " + (f"the first {cpu['max_train_examples']:,})" if cpu.get("max_train_examples")
-                                                  else "all)") if cpu else "")
+        cpu_dev = ""
+        if cpu:
+            rows_read = f"the first {cpu['max_train_examples']:,}" if cpu.get("max_train_examples") else "all"
+            cpu_dev = f" ({cpu['dev']:.2f} from {rows_read})"
         for (student_task, candidate), rows in sorted(students.items()):
             if student_task != task:
                 continue
@@ -125,7 +127,8 @@ def base_teachers_gpu_section() -> list[str]:
             spread = statistics.stdev(r["dev"] for r in rows) if len(rows) > 1 else 0.0
             lines.append(
                 f"| {task} | all less {t['held_out_rows']} held out, {t['epochs']:g}, {t['steps']:,}, "
-                f"{t['train_minutes']:.1f} | {t['dev']:.2f}{cpu_dev} | {decide_teacher:.2f} | {candidate} | {steps_of[(task, candidate)]} | {len(rows)} | "
+                f"{t['train_minutes']:.1f} | {t['dev']:.2f}{cpu_dev} | {decide_teacher:.2f} | {candidate} | "
+                f"{steps_of[(task, candidate)]} | {len(rows)} | "
                 f"{dev:.2f} ± {spread:.2f}, {100 * dev / t['dev']:.1f}% | {decide:.2f}, "
                 f"{100 * decide / decide_teacher:.1f}% | {cpu_cell(task, candidate, cpu, cpu_runs)} |")
     machines = sorted({f"{r['date']}, {r['machine']}" for r in teachers.values()})
