@@ -1390,6 +1390,83 @@ def test_the_shipped_graph_is_checked_against_the_teacher_on_the_same_rows(tmp_p
     assert winner["candidate"] == "bert-1x128"
 
 
+def _fake_ship(ship, monkeypatch, shipped_scores: dict, speedups: dict, target: float = 4.0):
+    """ship_checked's export, scoring and timing faked: each graph's score on the rows that decide and
+    its speedup as shipped, per candidate; returns the speed check ship_checked is given."""
+    def fake_export(row, folder, task, runtime, int8_time_left):
+        folder.mkdir(parents=True)
+        (folder / "export_report.json").write_text(json.dumps({"source": row["run"]}))
+        return {"source": row["run"]}
+
+    monkeypatch.setattr(ship, "ship", fake_export)
+    monkeypatch.setattr(ship, "decide_score", lambda folder, file, data, goal: (
+        {"decide_score": shipped_scores[folder.name], "decide_se": 0.5}, None))
+    return lambda row, export_file: {"speedup": speedups[export_file.parent.name],
+                                     "fast_enough": speedups[export_file.parent.name] >= target}
+
+
+def test_a_winner_too_slow_as_shipped_gives_way_to_the_next_that_runs_at_the_speed_asked(tmp_path, monkeypatch):
+    from kdbert.compress import ship
+    from kdbert.compress.schedule import Goal, ranked_candidates
+
+    latency = {"bert-2x384": 0.2, "bert-2x256": 0.3, "bilstm-h300": 0.4}
+    goal = Goal(90.0, 0.97, latency, teacher_decide=90.0, teacher_decide_se=0.0)  # line 87.3
+
+    def ranking(scores):
+        return ranked_candidates([{"candidate": name, "rung": 0, "state": "done", "steps": 10, "trained": 10,
+                                   "score": score, "decide_score": score, "decide_se": 0.5,
+                                   "run": str(tmp_path / "runs" / name)} for name, score in scores.items()], goal)
+
+    def run(out, ranked, shipped_scores, speedups):
+        check = _fake_ship(ship, monkeypatch, shipped_scores, speedups)
+        winner, _, checks = ship.ship_checked(ranked, tmp_path / out, None, "onnx-int8", goal, None,
+                                              int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0,
+                                              speed_check=check)
+        return winner["candidate"], [(c["candidate"], c["keeps"], c["fast_enough"]) for c in checks]
+
+    # all three keep; the fastest in the search's table runs at 3.9x as shipped: the next keeper ships
+    keeping = ranking({"bert-2x384": 88.0, "bert-2x256": 89.0, "bilstm-h300": 88.5})
+    speedups = {"bert-2x384": 3.9, "bert-2x256": 4.6, "bilstm-h300": 5.0}
+    assert run("a", keeping, {name: 88.0 for name in latency}, speedups) == (
+        "bert-2x256", [("bert-2x384", True, False), ("bert-2x256", True, True)])
+    # none keeps: after a graph too slow, the next best-scoring is tried although it does not keep,
+    # and once one runs fast enough no worse one is
+    short = ranking({"bert-2x384": 80.0, "bert-2x256": 82.0, "bilstm-h300": 81.0})
+    assert [row["candidate"] for row in short] == ["bert-2x256", "bilstm-h300", "bert-2x384"]
+    slow_first = {"bert-2x256": 3.5, "bilstm-h300": 4.2, "bert-2x384": 4.1}
+    assert run("b", short, {"bert-2x256": 82.0, "bilstm-h300": 81.0, "bert-2x384": 80.0}, slow_first) == (
+        "bilstm-h300", [("bert-2x256", False, False), ("bilstm-h300", False, True)])
+    # none runs fast enough: the best on the rows that decide ships, and the report can say so
+    too_slow = dict.fromkeys(latency, 3.0)
+    winner, checks = run("c", short, {"bert-2x256": 80.5, "bilstm-h300": 81.5, "bert-2x384": 79.0}, too_slow)
+    assert winner == "bilstm-h300" and len(checks) == ship.MAX_SHIP_TRIES
+    # no speed check (as before it existed): a graph that keeps ships at once
+    _fake_ship(ship, monkeypatch, {name: 88.0 for name in latency}, speedups)
+    winner, _, checks = ship.ship_checked(keeping, tmp_path / "d", None, "onnx-int8", goal, None,
+                                          int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0)
+    assert winner["candidate"] == "bert-2x384" and len(checks) == 1
+
+
+def test_a_shipped_graph_is_timed_once_per_run_and_settings(tmp_path, monkeypatch):
+    from kdbert.compress import ship
+    from kdbert.compress.speed import SpeedSettings
+
+    timed = []
+
+    def fake_time(teacher_file, student_file, task, settings):
+        timed.append(student_file)
+        return {"speedup": {"student": 4.0 + len(timed)}, "latency_real_p50_ms": {"student": 1.0, "teacher": 5.0}}
+
+    monkeypatch.setattr(ship, "time_against_teacher", fake_time)
+    one, two = SpeedSettings("onnx-int8", 8, threads=1), SpeedSettings("onnx-int8", 8, threads=2)
+    first = ship.shipped_speed("runs/a", tmp_path / "exports/a/model.int8.onnx", tmp_path, None, one)
+    assert ship.shipped_speed("runs/a", tmp_path / "winner/model.int8.onnx", tmp_path, None, one) == first
+    assert len(timed) == 1 and first["speedup"]["student"] == 5.0  # the check's timing is the report's
+    ship.shipped_speed("runs/b", tmp_path / "exports/b/model.int8.onnx", tmp_path, None, one)
+    ship.shipped_speed("runs/a", tmp_path / "winner/model.int8.onnx", tmp_path, None, two)
+    assert len(timed) == 3
+
+
 def _tiny_compress_args(env, out) -> list[str]:
     return ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
             "--candidates", "bert-1x128,bert-2x128", "--rounds", "1", "--first-steps", "2", "--batch-size", "4",

@@ -15,8 +15,9 @@ candidate run is an ordinary run folder), each planned against one deadline
    (:mod:`kdbert.compress.augment`);
 3. rank every candidate trained on the held-out rows that decide, with a bootstrap noise margin
    (:func:`kdbert.compress.schedule.ranked_candidates`);
-4. export the first as it ships and score that graph on the rows that decide, exporting the next
-   while the shipped one falls short of ``--min-kept`` (:mod:`kdbert.compress.ship`), and write
+4. export the first as it ships, score that graph on the rows that decide and time it in turns
+   with the teacher, exporting the next while the shipped one falls short of ``--min-kept`` or of
+   the speed asked (:mod:`kdbert.compress.ship`), and write
    ``compress_report.json`` / ``.md`` (:mod:`kdbert.compress.report`) and the winner's model card
    (:mod:`kdbert.deploy.model_card`). Its options: :mod:`kdbert.compress.options`.
 
@@ -64,7 +65,7 @@ from kdbert.compress.labelling import afford_labelling, plan_labelling
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
 from kdbert.compress.ship import agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed
 from kdbert.compress.speed import (RUNTIMES, SpeedSettings, all_candidates, candidate_notes, measure_speed,
-                                   meeting_target, shape_context)
+                                   meeting_target, meets_target, shape_context)
 from kdbert.compress.storage import journal_path, open_study
 from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, loaded_teacher, majority_score,
                                     time_and_export_teacher)
@@ -428,19 +429,27 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
             goal: Goal, speed_settings: SpeedSettings, deadline: Deadline) -> dict:
     """Step 4: the winner picked on the rows that decide, exported (scored on ``task``,
     :func:`export_task`, its static int8 methods only while they leave the rest its time) and checked
-    there as it ships (the next exported when it falls short, :func:`ship_checked`), timed in turns
-    with the teacher, broken down and compared; the report (without the budget's figures)."""
+    there as it ships and timed in turns with the teacher (the next exported when it falls short of
+    either, :func:`ship_checked`), broken down and compared; the report (without the budget's figures)."""
     ranking = ranked_candidates([{**row, "state": "done"} for row in searched["segments"]], goal)
     ratio = table["candidates"][ranking[0]["candidate"]]["latency_real_p50_ms"] / table["teacher"]["latency_real_p50_ms"]
     after = after_export_seconds(table["teacher"], ratio, teacher.dev_seconds, every_core(config.threads))
+    file_name = RUNTIMES[config.runtime]
+
+    def speed_check(row: dict, export_file: Path) -> dict:
+        timing = shipped_speed(row["run"], export_file, out, task, speed_settings)
+        speedup, latency = timing["speedup"]["student"], timing["latency_real_p50_ms"]["student"]
+        return {"speedup": speedup,
+                "fast_enough": meets_target(speedup, latency, config.target_speedup, config.target_latency_ms)}
+
     winner, shipped, checks = ship_checked(
         ranking, out, task, config.runtime, goal, data, int8_time_left=lambda: deadline.left() - after,
-        export_seconds=lambda name: table["candidates"].get(name, {}).get("export_seconds", 0.0))
+        export_seconds=lambda name: table["candidates"].get(name, {}).get("export_seconds", 0.0),
+        speed_check=speed_check)
     winner = {key: value for key, value in winner.items() if key != "state"}
     winner["latency_real_p50_ms"] = table["candidates"][winner["candidate"]]["latency_real_p50_ms"]
     shipped_decide = next(check for check in checks if check["candidate"] == winner["candidate"])
-    file_name = RUNTIMES[config.runtime]
-    in_turns = shipped_speed(winner, out, task, speed_settings)
+    in_turns = shipped_speed(winner["run"], out / "winner" / file_name, out, task, speed_settings)
     runtime_key = "onnx_int8" if config.runtime == "onnx-int8" else "onnx_fp32"
     majority = majority_score(data)
     student_dev, teacher_dev = shipped["dev_metrics"][runtime_key]["score"], teacher.metrics["score"]

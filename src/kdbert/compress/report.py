@@ -122,23 +122,33 @@ def held_out_lines(report: dict) -> list[str]:
     if len(checks) > 1:
         lines[-1] += (" Each shipped graph checked there, best-ranked first: "
                       + "; ".join(f"{c['candidate']} {c['decide_score']:.2f} ({100 * c['kept']:.1f}% kept, "
-                                  + ("keeps" if c["keeps"] else "short") + ")" for c in checks)
+                                  + ("keeps" if c["keeps"] else "short") + _check_speed(c) + ")" for c in checks)
                       + f"; shipped: {report['winner']['candidate']}.")
     return lines + [""]
+
+
+def _check_speed(check: dict) -> str:
+    """A check's speed as shipped (reports written before the check timed it say nothing)."""
+    if check.get("speedup") is None:
+        return ""
+    return f", {check['speedup']:.2f}x" + ("" if check["fast_enough"] else ", too slow as shipped")
 
 
 def short_of_target(report: dict) -> str:
     """A sentence where the shipped graph, timed again, runs below the ``--target-speedup`` asked
     (the search admitted it on its export's timing with untrained weights, against a teacher timed
-    then); empty otherwise."""
+    then, and no graph checked as shipped ran at it); empty otherwise."""
     shipped, target = report["shipped"], (report.get("target") or {}).get("speedup")
     if not target or "speedup_random_weights" not in shipped or shipped["speedup"] >= target:
         return ""
+    timed = [check for check in shipped.get("checks", []) if check.get("speedup") is not None]
     return (f" Timed again as shipped it runs at {shipped['speedup']:.2f}x, short of the {target:g}x asked: the "
             f"search admitted it at {shipped['speedup_random_weights']:.2f}x (its export with untrained weights, "
             f"the teacher at {report['speed']['teacher']['latency_real_p50_ms']:.2f} ms then, "
-            f"{shipped['teacher_latency_real_p50_ms']:.2f} ms now); on a busy machine a candidate timed near the "
-            "target can ship below it, and `--target-speedup` a little higher leaves it room.")
+            f"{shipped['teacher_latency_real_p50_ms']:.2f} ms now)"
+            + (f", and none of the {len(timed)} graphs checked ran at it as shipped" if timed else "")
+            + "; on a busy machine a candidate timed near the target can ship below it, and `--target-speedup` a "
+            "little higher leaves it room.")
 
 
 def format_report(report: dict, plot: str | None = None) -> str:

@@ -1,6 +1,7 @@
 """Step 4 of ``kdbert compress``: the winner's run exported as it ships and checked there on the
-held-out rows that decide (the next candidate exported when it falls short), timed again in turns
-with the exported teacher, and its dev agreement with the teacher; each reused when a rerun finds it."""
+held-out rows that decide and timed again in turns with the exported teacher (the next candidate
+exported when it falls short of either), and its dev agreement with the teacher; each reused when a
+rerun finds it."""
 
 from __future__ import annotations
 
@@ -33,20 +34,19 @@ def export_task(task: TaskOptions, data) -> TaskOptions:
     return replace(task, decide_share=0.0, max_held_out_examples=max(1, min(dev_rows, len(data.held_out))))
 
 
-def shipped_speed(winner: dict, out: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
-    """The shipped winner timed in turns with the exported teacher
-    (:func:`~kdbert.compress.speed.time_against_teacher`), kept in ``out/shipped_speed.json`` for
-    that run and those settings, so that a rerun reports the same figures."""
-    key = {"winner": str(winner["run"]), "settings": settings.key()}
+def shipped_speed(run: str, export_file: Path, out: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
+    """``export_file`` (the export of ``run`` as it ships) timed in turns with the exported teacher
+    (:func:`~kdbert.compress.speed.time_against_teacher`), kept per run in ``out/shipped_speed.json``
+    for those settings, so that the report and a rerun read the figures the check saw."""
     path = out / SHIPPED_SPEED
-    if path.is_file():
-        previous = json.loads(path.read_text())
-        if previous.get("key") == key:
-            return previous["timing"]
-    file_name = RUNTIMES[settings.runtime]
-    timing = time_against_teacher(out / "teacher-onnx" / file_name, out / "winner" / file_name, task, settings)
-    write_json(path, {"key": key, "timing": timing})
-    return timing
+    stored = json.loads(path.read_text()) if path.is_file() else {}
+    if stored.get("settings") != settings.key():
+        stored = {"settings": settings.key(), "timings": {}}
+    if str(run) not in stored["timings"]:
+        teacher_file = out / "teacher-onnx" / RUNTIMES[settings.runtime]
+        stored["timings"][str(run)] = time_against_teacher(teacher_file, export_file, task, settings)
+        write_json(path, stored)
+    return stored["timings"][str(run)]
 
 
 MAX_SHIP_TRIES = 3  # candidates exported and checked on the rows that decide, at most
@@ -83,23 +83,27 @@ def decide_score(folder: Path, file_name: str, data, goal: Goal | None = None) -
 
 
 def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str, goal: Goal, data,
-                 int8_time_left, export_seconds) -> tuple[dict, dict, list[dict]]:
-    """Ship what keeps the share as it ships: export the first of ``ranking``
-    (:func:`~kdbert.compress.schedule.ranked_candidates`) into ``out/exports/<candidate>`` and score
-    that graph on the rows that decide; while it falls short of ``goal`` by more than
+                 int8_time_left, export_seconds, speed_check=None) -> tuple[dict, dict, list[dict]]:
+    """Ship what keeps the share and the speed as it ships: export the first of ``ranking``
+    (:func:`~kdbert.compress.schedule.ranked_candidates`) into ``out/exports/<candidate>``, score that
+    graph on the rows that decide and time it (``speed_check(row, export_file)`` -> ``{"speedup",
+    "fast_enough"}``; None: not timed here). While it falls short of ``goal`` by more than
     :meth:`~kdbert.compress.schedule.Goal.decide_margin` (paired with the teacher's predictions on the
-    same rows where the goal has them), export
-    and check the next that keeps it in PyTorch, at most ``MAX_SHIP_TRIES`` and while
-    ``int8_time_left()`` exceeds twice ``export_seconds(candidate)``. The first shipped graph that
-    keeps it goes to ``out/winner``; if none does, the checked one scoring best there. Returns that
+    same rows where the goal has them) or of the speed asked, export and check the next that keeps it
+    in PyTorch (after a graph too slow as shipped, the next in the ranking), at most
+    ``MAX_SHIP_TRIES`` and while ``int8_time_left()`` exceeds twice ``export_seconds(candidate)``.
+    The first shipped graph that keeps both goes to ``out/winner``; if none does, the fast enough one
+    scoring best there (of those checked; the best of all when none is fast enough). Returns that
     candidate's row, its export report and every check (``candidate``, ``decide_score``,
-    ``decide_se``, ``kept``, ``margin``, ``margin_kind``, ``keeps``)."""
+    ``decide_se``, ``kept``, ``margin``, ``margin_kind``, ``keeps``, ``speedup``, ``fast_enough``)."""
     file_name = RUNTIMES[runtime]
-    tries = [ranking[0]] + [row for row in ranking[1:] if row["keeps"]][: MAX_SHIP_TRIES - 1]
-    checks, exports = [], {}
-    for row in tries:
-        if checks and int8_time_left() < 2 * export_seconds(row["candidate"]):
-            break
+    checks, exports, tried = [], {}, []
+    for row in ranking:
+        if checks:
+            if not row["keeps"] and any(check["fast_enough"] for check in checks):
+                continue  # one that does not keep is worth a try only while no graph checked ran fast enough
+            if len(checks) == MAX_SHIP_TRIES or int8_time_left() < 2 * export_seconds(row["candidate"]):
+                break
         folder = out / "exports" / row["candidate"]
         if not folder.exists() and _export_of(out / "winner") == str(row["run"]):  # a rerun: shipped before
             shutil.copytree(out / "winner", folder)
@@ -107,13 +111,16 @@ def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str
         scored, _ = decide_score(folder, file_name, data, goal)
         score, error = scored["decide_score"], scored["decide_se"]
         margin, kind = goal.decide_margin(error, scored.get("decide_paired_se"))
+        speed = speed_check(row, folder / file_name) if speed_check else {"speedup": None, "fast_enough": True}
         checks.append({"candidate": row["candidate"], "decide_score": score, "decide_se": error,
                        "kept": goal.kept(score), "margin": margin, "margin_kind": kind,
-                       "keeps": goal.keeps_within(score, margin)})
-        if checks[-1]["keeps"]:
+                       "keeps": goal.keeps_within(score, margin), **speed})
+        tried.append(row)
+        if checks[-1]["keeps"] and checks[-1]["fast_enough"]:
             break
-    chosen = next((c for c in checks if c["keeps"]), max(checks, key=lambda c: c["decide_score"]))
-    winner = next(row for row in tries if row["candidate"] == chosen["candidate"])
+    fast = [check for check in checks if check["fast_enough"]] or checks
+    chosen = next((c for c in fast if c["keeps"]), max(fast, key=lambda c: c["decide_score"]))
+    winner = next(row for row in tried if row["candidate"] == chosen["candidate"])
     staged = out / "winner.tmp"
     shutil.rmtree(staged, ignore_errors=True)
     shutil.copytree(out / "exports" / chosen["candidate"], staged)

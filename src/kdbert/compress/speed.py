@@ -234,6 +234,14 @@ def retimed_in_turns(teacher_file: Path, student_file: Path, task: TaskOptions, 
             "timing_seconds": round(row["timing_seconds"] + time.time() - started, 2)}
 
 
+def meets_target(speedup: float, latency_ms: float, target_speedup: float | None,
+                 target_latency_ms: float | None) -> bool:
+    """``speedup >= target_speedup`` where a speedup is asked, else ``latency_ms <= target_latency_ms``."""
+    if target_speedup is not None:
+        return speedup >= target_speedup
+    return latency_ms <= target_latency_ms
+
+
 def meeting_target(table: dict, target_speedup: float | None = None, target_latency_ms: float | None = None) -> list[str]:
     """Names of the candidates that meet the target, fastest first; a target none meets is refused
     with the fastest measured."""
@@ -243,12 +251,9 @@ def meeting_target(table: dict, target_speedup: float | None = None, target_late
     if not rows:
         raise KdbertError("no candidate was measured; check the teacher and the task")
 
-    def meets(row: dict) -> bool:
-        if target_speedup is not None:
-            return row["speedup"] >= target_speedup
-        return row["latency_real_p50_ms"] <= target_latency_ms
-
-    kept = sorted((name for name, row in rows.items() if meets(row)), key=lambda n: rows[n]["latency_real_p50_ms"])
+    kept = sorted((name for name, row in rows.items()
+                   if meets_target(row["speedup"], row["latency_real_p50_ms"], target_speedup, target_latency_ms)),
+                  key=lambda n: rows[n]["latency_real_p50_ms"])
     if not kept:
         name = min(rows, key=lambda n: rows[n]["latency_real_p50_ms"])
         fastest = rows[name]
