@@ -249,6 +249,10 @@ def test_compress_card_and_report_state_the_kept_share_on_the_rows_that_decide_a
             ) in markdown
     assert ("Each shipped graph checked there, best-ranked first: bert-2x256 84.10 (95.0% kept, short); "
             "bilstm-1x300 85.80 (96.9% kept, keeps); shipped: bilstm-1x300.") in markdown
+    checks[0].update(keeps=True, speedup=3.9, fast_enough=False)  # timed as it ships: below the 4x asked
+    checks[1].update(speedup=12.5, fast_enough=True)
+    assert ("best-ranked first: bert-2x256 84.10 (95.0% kept, keeps, 3.90x, too slow as shipped); "
+            "bilstm-1x300 85.80 (96.9% kept, keeps, 12.50x); shipped: bilstm-1x300.") in format_report(report)
     report["shipped"]["margin_kind"] = "paired"  # checked against the teacher's predictions on the same rows
     assert ("keeping 0.97 (a shortfall within the paired noise margin 0.82 counts as keeping); standard errors are "
             "bootstrap estimates over those rows, the paired margin the standard error of the student's score less "
@@ -313,5 +317,10 @@ def test_compress_report_and_card_say_when_the_shipped_graph_runs_below_the_spee
             "export with untrained weights, the teacher at 9.80 ms then, 8.20 ms now)") in format_report(report)
     assert "against the teacher's 8.20 ms: 9.10x its speed (short of the 10x asked)" in compress_card(
         report, export_report, facts, command="kdbert compress")
+    assert "graphs checked" not in format_report(report)  # a report written before the check timed each graph
+    report["shipped"]["checks"] = [{"candidate": name, "decide_score": 80.0, "decide_se": 1.0, "kept": 0.9,
+                                    "keeps": False, "speedup": speedup, "fast_enough": False}
+                                   for name, speedup in (("bert-4x384", 9.1), ("bert-3x384", 9.6))]
+    assert ", and none of the 2 graphs checked ran at it as shipped;" in format_report(report)
     del report["shipped"]["speedup_random_weights"]  # a report written before the timing of the trained export
     assert "short of the" not in format_report(report)
