@@ -97,7 +97,7 @@ def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str
     candidate's row, its export report and every check (``candidate``, ``decide_score``,
     ``decide_se``, ``kept``, ``margin``, ``margin_kind``, ``keeps``, ``speedup``, ``fast_enough``)."""
     file_name = RUNTIMES[runtime]
-    checks, exports, tried = [], {}, []
+    checks, exports = [], {}
     for row in ranking:
         if checks:
             if not row["keeps"] and any(check["fast_enough"] for check in checks):
@@ -115,12 +115,11 @@ def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str
         checks.append({"candidate": row["candidate"], "decide_score": score, "decide_se": error,
                        "kept": goal.kept(score), "margin": margin, "margin_kind": kind,
                        "keeps": goal.keeps_within(score, margin), **speed})
-        tried.append(row)
         if checks[-1]["keeps"] and checks[-1]["fast_enough"]:
             break
     fast = [check for check in checks if check["fast_enough"]] or checks
     chosen = next((c for c in fast if c["keeps"]), max(fast, key=lambda c: c["decide_score"]))
-    winner = next(row for row in tried if row["candidate"] == chosen["candidate"])
+    winner = next(row for row in ranking if row["candidate"] == chosen["candidate"])
     staged = out / "winner.tmp"
     shutil.rmtree(staged, ignore_errors=True)
     shutil.copytree(out / "exports" / chosen["candidate"], staged)
