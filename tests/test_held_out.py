@@ -21,10 +21,9 @@ from kdbert.core.matching import Match, MatchLoss
 from kdbert.core.stages import Stage, StageConfig
 from kdbert.core.trainer import RunConfig, Trainer
 from kdbert.data.batching import PaddingCollator, encode_examples
-from kdbert.data.glue import TaskData
-from kdbert.data.glue import Example
+from kdbert.data.glue import Example, TaskData, load_glue_dir
 from kdbert.data.held_out import (HELD_OUT_SEED, hold_out_recorded, lengths_differ, record, row_hash, row_length,
-                                  split_decide, uniform_indices)
+                                  sources_differ, split_decide, uniform_indices)
 from kdbert.data.load import TaskOptions, hold_out, load_task
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
@@ -175,6 +174,38 @@ def test_rows_like_dev_are_held_out_when_the_training_rows_are_shorter(glue):
     chosen = set(uniform_indices(600, 60))
     assert alike.held_out_rule == "uniform" and alike.held_out == [r for i, r in enumerate(sentences) if i in chosen]
     assert HELD_OUT_SEED == "kdbert-held-out"  # the seed recorded teachers were fine-tuned with
+
+
+def _write_stsb_split(path, genres: dict[str, int], start: int) -> None:
+    header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+    names = [genre for genre, n in genres.items() for _ in range(n)]
+    rows = [f"{start + i}\t{genre}\tf\ty\to\ts\ts\tw{start + i} a b\tw{start + i} c\t{(i % 50) / 10:.3f}"
+            for i, genre in enumerate(names)]
+    path.write_text("\n".join([header, *rows]) + "\n")
+
+
+def test_rows_from_dev_s_mix_of_genres_are_held_out_when_the_training_file_mixes_them_otherwise(tmp_path):
+    # STS-B's shape: its training file 35% captions, 8% forums, 57% news; dev 42%, 25%, 33%, its forum
+    # genre spelt "main-forums" where the training file says "main-forum"
+    folder = tmp_path / "STS-B"
+    folder.mkdir()
+    _write_stsb_split(folder / "train.tsv", {"main-captions": 700, "main-forum": 160, "main-news": 1140}, 0)
+    _write_stsb_split(folder / "dev.tsv", {"main-captions": 168, "main-forums": 100, "main-news": 132}, 10000)
+    data = load_glue_dir(GLUE_TASKS["stsb"], tmp_path)
+    assert {row.source for row in data.dev["dev"]} == {"main-captions", "main-forum", "main-news"}
+    assert sources_differ(data.train, data.dev["dev"])
+    held = hold_out(data, 0.1)
+    mix = {name: sum(row.source == name for row in held.held_out) for name in ("main-captions", "main-forum", "main-news")}
+    # 200 rows in dev's shares (42%, 25%, 33%): 84, 50, 66, where a uniform draw gives about 70, 16, 114
+    assert held.held_out_rule == "source-matched" and mix == {"main-captions": 84, "main-forum": 50, "main-news": 66}
+    assert len(held.train) == 1800 and not {row_hash(r) for r in held.held_out} & {row_hash(r) for r in held.train}
+    # asked for more than half of a genre's rows (forums: 40% of 2,000 is 250 of 160), it holds out fewer in dev's shares
+    most = hold_out(load_glue_dir(GLUE_TASKS["stsb"], tmp_path), 0.4)
+    assert sum(row.source == "main-forum" for row in most.held_out) == 80 and len(most.held_out) == 320
+    # the same mix, or a file that does not say (None), leaves the rule to the lengths
+    alike = [replace(row, source=row.source) for row in data.dev["dev"]]
+    assert not sources_differ(alike, data.dev["dev"])
+    assert not sources_differ([replace(row, source=None) for row in held.train], data.dev["dev"])
 
 
 def test_half_the_held_out_rows_decide_and_a_prefix_of_the_rest_never_holds_one(glue):

@@ -26,10 +26,13 @@ csv.field_size_limit(1 << 24)
 @dataclass(frozen=True)
 class Example:
     """One labelled row: ``texts`` holds one or two strings; ``label`` is a class id, a float
-    score (regression) or ``None`` (unlabelled)."""
+    score (regression) or ``None`` (unlabelled); ``source``: where the row comes from, where the
+    file says (STS-B's and MNLI's genre column), else ``None``: held-out rows are drawn to follow
+    dev's mix of sources (:mod:`kdbert.data.held_out`)."""
 
     texts: tuple[str, ...]
     label: int | float | None
+    source: str | None = None
 
 
 @dataclass
@@ -103,14 +106,14 @@ def read_glue_tsv(spec: TaskSpec, path: Path) -> list[Example]:
             header = next(reader, None)
             if header is None:
                 raise KdbertError(f"{path}: file is empty; expected a header line")
-            missing = [name for name in columns.values() if name not in header]
+            missing = [name for field, name in columns.items() if name not in header and field != "source"]
             if missing:
                 raise KdbertError(
                     f"{path}:1: header lacks column(s) {missing} expected for task {spec.name}; "
                     "is this the right task folder?"
                 )
             width = len(header)
-            index = {field: header.index(name) for field, name in columns.items()}
+            index = {field: header.index(name) for field, name in columns.items() if name in header}
         else:
             index = dict(columns)
         for line_no, row in enumerate(reader, start=2 if header else 1):
@@ -128,7 +131,8 @@ def read_glue_tsv(spec: TaskSpec, path: Path) -> list[Example]:
                     f"found {len(row)}; fix or remove the row"
                 )
             texts = tuple(row[index[name]] for name in spec.text_fields)
-            examples.append(Example(texts, parse_label(spec, row[index["label"]], where)))
+            source = spec.source_names.get(row[index["source"]], row[index["source"]]) if "source" in index else None
+            examples.append(Example(texts, parse_label(spec, row[index["label"]], where), source))
     return examples
 
 
