@@ -17,6 +17,8 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("intro", reproduction.intro_section),
     ("scoreboard", scoreboard.scoreboard_section),
     ("kept", trust_results.kept_section),
+    ("agreement", trust_results.agreement_section),
+    ("kept-by-source", trust_results.kept_by_source_section),
     ("paired-margin", trust_results.paired_margin_section),
     ("winner-rule", trust_results.winner_rule_section),
     ("teachers", trust_results.teachers_section),
@@ -85,7 +87,8 @@ def headline(full_records: dict[str, str], base: str = LINK_BASE) -> str:
     page of ``full_records`` (the archive aside) its scoreboard rows and what else it records."""
     rows = scoreboard.headline_rows()
     lines = [*reproduction.intro_section(base), *scoreboard.scoreboard_section(base, rows),
-             *trust_results.kept_section(), *trust_results.paired_margin_section(),
+             *trust_results.kept_section(), *trust_results.agreement_section(),
+             *trust_results.kept_by_source_section(), *trust_results.paired_margin_section(),
              *trust_results.winner_rule_section(), *trust_results.teachers_section(),
              *trust_results.base_teachers_section(), *trust_results.base_teachers_gpu_section()]
     for page, (title, _) in PAGES.items():

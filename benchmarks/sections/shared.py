@@ -24,7 +24,7 @@ RENAMED_SCRIPTS = {f"benchmarks/{old}.py": f"benchmarks/bench_{old}.py"
 modules of kdbert); the page shows those commands under today's names, so that they run."""
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
 
-HEADLINE = ["intro", "scoreboard", "kept", "paired-margin", "winner-rule", "teachers", "base-teachers",
+HEADLINE = ["intro", "scoreboard", "kept", "agreement", "kept-by-source", "paired-margin", "winner-rule", "teachers", "base-teachers",
             "base-teachers-gpu"]
 """The sections of BENCHMARKS.md (and of docs/benchmarks/index.md), before a short section per page."""
 PAGES: dict[str, tuple[str, list[str]]] = {

@@ -204,6 +204,73 @@ def kept_section() -> list[str]:
                     "", note("kept-reading"), ""]
 
 
+def candidate_agreements(record: dict) -> list[dict]:
+    """Each candidate of a recorded search at its last evaluation (PyTorch): its kept share on dev and on
+    the rows that decide, and the noise margin of the latter in points of kept (the bootstrap standard
+    error of its score less the teacher's on the same resamples, ``decide_paired_se``, over the teacher's
+    score there)."""
+    teacher = record["teacher_scores"]
+    last = {}
+    for row in (row for rung in record["search"]["rounds"] for row in rung):
+        if "decide_score" in row and "decide_paired_se" in row and row.get("dev_score") is not None:
+            if row["candidate"] not in last or row["steps"] >= last[row["candidate"]]["steps"]:
+                last[row["candidate"]] = row
+    return [{"candidate": name, "family": name.split("-", 1)[0], "dev_kept": 100 * row["dev_score"] / teacher["dev"],
+             "decide_kept": 100 * row["decide_score"] / teacher["decide"],
+             "margin": 100 * row["decide_paired_se"] / teacher["decide"]}
+            for name, row in sorted(last.items()) if teacher["dev"] > 0 and teacher["decide"] > 0]
+
+
+def agreement_section() -> list[str]:
+    """Dev against the rows that decide for every candidate of the 4x searches against the tuned teachers
+    (``-trust-tuned``, ``-trust-shipped``, ``-trust-source``), per family and task."""
+    keys = sorted(key for key in load_results("compress")
+                  if "/x4-trust-" in key and key.rsplit("-", 1)[-1] in ("tuned", "shipped", "source"))
+    if not keys:
+        return []
+    records = load_results("compress")
+    lines = ["## Dev against the rows that decide, every candidate", "", note("agreement-intro"), "",
+             "| search | held-out rule | family | candidates | dev - decide, points of kept: mean (each) | "
+             "within the margin |", "|---|---|---|---:|---|---:|"]
+    for key in keys:
+        record = records[key]
+        rule = (record.get("held_out") or {}).get("source", "-").rsplit(", ", 1)[-1].rstrip(")")
+        rows = candidate_agreements(record)
+        for family in sorted({row["family"] for row in rows}):
+            members = [row for row in rows if row["family"] == family]
+            gaps = [row["dev_kept"] - row["decide_kept"] for row in members]
+            within = sum(abs(gap) <= row["margin"] for gap, row in zip(gaps, members))
+            lines.append(f"| {key} | {rule} | {family} | {len(members)} | {statistics.mean(gaps):+.1f} ("
+                         + ", ".join(f"{gap:+.1f}" for gap in gaps) + f") | {within} of {len(members)} |")
+    machines = sorted({f"{records[key]['date']}, {records[key]['machine']}" for key in keys})
+    return lines + ["", f"Read from `results/compress.json` (searches measured {'; '.join(machines)}; their "
+                        "commands in the kept table above).", "", note("agreement-reading"), ""]
+
+
+def kept_by_source_section() -> list[str]:
+    """Winners' kept shares per source (a task's genre column) on dev and on the rows that decide, and on
+    those rows resampled to dev's mix of sources (``kept_by_source.py``)."""
+    records = load_results("kept_by_source")
+    if not records:
+        return []
+    lines = ["## The kept share per source (`benchmarks/kept_by_source.py`)", "",
+             "| search | winner | kept on dev | kept on the rows that decide | the same rows at dev's mix of sources "
+             "(mean ± sd of 1,000 draws) | per source: dev / decide (rows) |", "|---|---|---:|---:|---:|---|"]
+    for key, r in sorted(records.items()):
+        dev, decide = r["splits"]["dev"], r["splits"]["decide"]
+        per_source = "; ".join(
+            f"{name}: {100 * dev['sources'][name]['kept']:.1f}% / {100 * decide['sources'][name]['kept']:.1f}% "
+            f"({dev['sources'][name]['rows']} / {decide['sources'][name]['rows']})"
+            for name in sorted(set(dev["sources"]) & set(decide["sources"])))
+        mix = r["decide_at_dev_mix"]
+        lines.append(f"| {key} | {r['winner']} | {100 * dev['kept']:.1f}% | {100 * decide['kept']:.1f}% | "
+                     f"{100 * mix['kept']:.1f}% ± {100 * mix['kept_sd']:.1f} | {per_source} |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    commands = sorted({r["command"] for r in records.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}: the shipped graph against the PyTorch teacher. Commands: "
+                    + "; ".join(f"`{c}`" for c in commands) + ".", ""]
+
+
 def winner_rule_section() -> list[str]:
     """The winner rule when none keeps the share, read again on recorded searches (``winner_rule.py``):
     the candidate each reading of the held-out rows ships and the share it keeps on dev."""

@@ -1,0 +1,106 @@
+"""A recorded `kdbert compress` winner's kept share per source (a task's genre column), on dev and on
+the held-out rows that decide, and on those rows resampled to dev's mix of sources.
+
+    OMP_NUM_THREADS=1 python benchmarks/kept_by_source.py --search runs/compress-stsb-x4-tuned2 \
+        --key stsb/x4-trust-tuned
+
+Why: where training mixes its sources otherwise than dev (STS-B: 35% captions, 8% forums, 57% news in
+training; 42%, 25%, 33% on dev) and a student keeps a different share of each, rows drawn from training
+state a kept share dev does not confirm. The shipped graph (``<search>/winner``, in the search's
+runtime) and the teacher (PyTorch) are scored on dev and on the deciding rows, as the search split them
+(the teacher's ``held_out.json``); per source, and over the deciding rows resampled (``--resamples``
+stratified bootstrap draws) to dev's shares of the sources they share. Records in
+``benchmarks/results/kept_by_source.json`` under ``--key``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from common import machine_info, save_result
+from paths import GLUE_DIR
+
+from kdbert.compress.speed import RUNTIMES
+from kdbert.compress.teacher import held_out_task
+from kdbert.core.metrics import compute_metric, resampled_metric
+from kdbert.data.held_out import DECIDE_SHARE
+from kdbert.data.load import TaskOptions, load_task
+from kdbert.deploy.predict import load
+
+
+def outputs(predictor, rows, regression: bool) -> np.ndarray:
+    """The predictor's scores (regression) or class ids for ``rows``."""
+    logits = predictor.logits([row.texts for row in rows])
+    return logits[:, 0] if regression else logits.argmax(axis=-1)
+
+
+def score(metrics, predictions, references) -> float:
+    """The task's score: the mean of its metrics, in percent."""
+    return float(np.mean([compute_metric(name, predictions, references) for name in metrics]))
+
+
+def stratified_indices(sources: np.ndarray, shares: dict[str, float], resamples: int, seed: int = 0) -> np.ndarray:
+    """``resamples`` bootstrap draws of ``len(sources)`` rows, each source drawn with replacement in
+    ``shares`` (rounded), shape (resamples, n)."""
+    rng = np.random.default_rng(seed)
+    counts = {name: int(round(share * len(sources))) for name, share in shares.items()}
+    return np.stack([np.concatenate([rng.choice(np.flatnonzero(sources == name), size=n, replace=True)
+                                     for name, n in counts.items()]) for _ in range(resamples)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--search", required=True, help="a finished compress folder (its winner/ kept)")
+    parser.add_argument("--key", required=True, help="the search's key in compress.json")
+    parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--teacher", help="the search's teacher where it has moved since (default: the report's)")
+    parser.add_argument("--resamples", type=int, default=1000)
+    args = parser.parse_args()
+    search = Path(args.search)
+    report = json.loads((search / "compress_report.json").read_text())
+    teacher_dir = args.teacher or report["teacher"]
+    task, _ = held_out_task(teacher_dir, TaskOptions(task=report["task"], data_dir=args.data_dir),
+                            trained_on_all=bool(report.get("teacher_saw_held_out_rows")))
+    data = load_task(replace(task, decide_share=task.decide_share or DECIDE_SHARE))
+    winner = search / "winner" / RUNTIMES[report["runtime"]]
+    models = {"teacher": load(teacher_dir, threads=1), "student": load(winner, threads=1)}
+    metrics, regression = data.spec.metrics, data.spec.is_regression
+    splits = {"dev": [row for rows in data.dev.values() for row in rows], "decide": data.decide}
+    result = {"winner": report["winner"]["candidate"], "shipped": str(winner), "splits": {}}
+    scored = {}
+    for split, rows in splits.items():
+        sources = np.array([str(row.source) for row in rows])
+        references = np.array([row.label for row in rows])
+        predictions = {name: outputs(model, rows, regression) for name, model in models.items()}
+        scored[split] = (sources, references, predictions)
+        per_source = {}
+        for name in sorted(set(sources)):
+            mask = sources == name
+            teacher, student = (score(metrics, predictions[m][mask], references[mask]) for m in ("teacher", "student"))
+            per_source[name] = {"rows": int(mask.sum()), "teacher": teacher, "student": student,
+                                "kept": student / teacher if teacher > 0 else None}
+        teacher, student = (score(metrics, predictions[m], references) for m in ("teacher", "student"))
+        result["splits"][split] = {"rows": len(rows), "teacher": teacher, "student": student, "kept": student / teacher,
+                                   "sources": per_source}
+    dev_sources = scored["dev"][0]
+    sources, references, predictions = scored["decide"]
+    common = sorted(set(dev_sources) & set(sources))
+    shares = {name: float(np.mean(dev_sources[np.isin(dev_sources, common)] == name)) for name in common}
+    indices = stratified_indices(sources, shares, args.resamples)
+    resampled = {m: np.mean([resampled_metric(name, predictions[m], references, indices) for name in metrics], axis=0)
+                 for m in ("teacher", "student")}
+    kept = resampled["student"] / resampled["teacher"]
+    result["decide_at_dev_mix"] = {"shares": shares, "kept": float(np.mean(kept)), "kept_sd": float(np.std(kept)),
+                                   "resamples": args.resamples}
+    result["command"] = (f"OMP_NUM_THREADS=1 python benchmarks/kept_by_source.py --search {args.search} "
+                         f"--key {args.key}" + (f" --teacher {args.teacher}" if args.teacher else ""))
+    save_result("kept_by_source", args.key, {**machine_info(), **result})
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
