@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import record_held_out, save_tiny_classifier, write_glue_task
+from transformers import BertForSequenceClassification
 
 from kdbert.compress import speed
 from kdbert.core.loading import load_task_model
@@ -38,8 +39,10 @@ def env(tmp_path_factory, tiny_tokenizer):
 def test_every_family_offers_shapes_no_larger_than_the_teacher(env):
     context = speed.shape_context(env["teacher"], env["task"])
     names = [c.name for c in speed.all_candidates(context)]
-    # depths 1-2 (the teacher's 2) x width 128 (the teacher's), MobileBERT at depth 2, BiLSTM 150/300
-    assert names == ["bilstm-h150", "bilstm-h300", "bert-1x128", "bert-2x128", "mobilebert-2x128"]
+    # depths 1-2 (the teacher's 2) x width 128 (the teacher's), at that width with half and a quarter of
+    # the FFN too, MobileBERT at depth 2, BiLSTM 150/300
+    assert names == ["bilstm-h150", "bilstm-h300", "bert-1x128", "bert-2x128", "bert-1x128-ffn128", "bert-1x128-ffn64",
+                     "bert-2x128-ffn128", "bert-2x128-ffn64", "mobilebert-2x128"]
     model, vocab = speed.all_candidates(context)[0].build(context)
     words = {w for text in context.texts for w in text.lower().split()}
     assert model.config.hidden_size == 150 and set(vocab.words) >= words  # the training texts' words
@@ -47,6 +50,19 @@ def test_every_family_offers_shapes_no_larger_than_the_teacher(env):
     # the teacher's head size (32) and FFN-to-width ratio (256 / 128)
     assert (bert.config.num_hidden_layers, bert.config.hidden_size, bert.config.num_attention_heads,
             bert.config.intermediate_size, tokenizer) == (1, 128, 4, 256, context.tokenizer)
+    # a narrow FFN at the teacher's width: every embedding and attention weight of the teacher's layer it
+    # copies, and every fourth of its FFN units (evenly spaced: 0, 4, ..., 252)
+    narrow = next(c for c in speed.all_candidates(context) if c.name == "bert-2x128-ffn64")
+    teacher = BertForSequenceClassification.from_pretrained(env["teacher"])
+    student = narrow.from_teacher(teacher, context)
+    assert student.config.intermediate_size == 64 and student.config.hidden_size == 128
+    last = teacher.bert.encoder.layer[1]
+    torch.testing.assert_close(student.bert.embeddings.word_embeddings.weight, teacher.bert.embeddings.word_embeddings.weight)
+    torch.testing.assert_close(student.bert.encoder.layer[1].attention.self.query.weight, last.attention.self.query.weight)
+    torch.testing.assert_close(student.bert.encoder.layer[1].intermediate.dense.weight,
+                               last.intermediate.dense.weight[torch.arange(0, 256, 4)])
+    torch.testing.assert_close(student.bert.encoder.layer[1].output.dense.weight,
+                               last.output.dense.weight[:, torch.arange(0, 256, 4)])
 
 
 def test_speed_table_is_measured_once_and_targets_filter_it(env, monkeypatch):

@@ -268,15 +268,21 @@ SPEED_WIDTHS = (128, 192, 256, 384)
 """Students whose deployed speed ``kdbert compress`` measures: every depth x width up to the
 teacher's, with the teacher's head size and FFN-to-width ratio, so that every one of them can take
 its weights from the teacher (:func:`select_teacher_weights`)."""
+FFN_DIVISORS = (2, 4)
+"""At the teacher's own width, students whose FFN keeps 1/2 and 1/4 of the teacher's units as well
+(``<prefix>-<layers>x<width>-ffn<units>``): embeddings, attention and the residual stream stay whole,
+so they keep what the teacher's embeddings know, and the FFN, about two thirds of a layer's
+multiply-adds at width 384 on short rows, shrinks, as structured pruning finds it can (FastFormers;
+CoFi, Xia et al. 2022)."""
 
 
-def _shape_of(layers: int, hidden: int, teacher_config) -> dict:
+def _shape_of(layers: int, hidden: int, teacher_config, ffn_divisor: int = 1) -> dict:
     """The shape ``<prefix>-<layers>x<hidden>`` of a student of ``teacher_config``: the teacher's head
-    size and FFN-to-width ratio."""
+    size and FFN-to-width ratio, the FFN ``ffn_divisor`` times narrower."""
     sizes = _sizes(teacher_config, layout_of(teacher_config))
     head_size = sizes["hidden_size"] // sizes["num_attention_heads"]
     return {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": hidden // head_size,
-            "intermediate_size": hidden * sizes["intermediate_size"] // sizes["hidden_size"]}
+            "intermediate_size": hidden * sizes["intermediate_size"] // sizes["hidden_size"] // ffn_divisor}
 
 
 def _cuttable_width(hidden: int, teacher_config, layout: Layout) -> bool:
@@ -289,16 +295,24 @@ def _cuttable_width(hidden: int, teacher_config, layout: Layout) -> bool:
             and not (projected and hidden == teacher_config.embedding_size))
 
 
-def speed_shapes(teacher_config) -> dict[str, dict]:
-    """Name -> shape of :data:`SPEED_DEPTHS` x :data:`SPEED_WIDTHS` no larger than the teacher (none
-    for an architecture kdbert cannot cut)."""
+def speed_shapes(teacher_config, narrow_ffn: bool = True) -> dict[str, dict]:
+    """Name -> shape of :data:`SPEED_DEPTHS` x :data:`SPEED_WIDTHS` no larger than the teacher, and
+    (``narrow_ffn``) at the teacher's width those of :data:`FFN_DIVISORS` (none for an architecture
+    kdbert cannot cut)."""
     layout = layout_of(teacher_config)
     if layout is None:
         return {}
-    depth = _sizes(teacher_config, layout)["num_hidden_layers"]
-    return {f"{layout.prefix}-{layers}x{hidden}": _shape_of(layers, hidden, teacher_config)
-            for layers in SPEED_DEPTHS if layers <= depth
-            for hidden in SPEED_WIDTHS if _cuttable_width(hidden, teacher_config, layout)}
+    sizes = _sizes(teacher_config, layout)
+    depths = [layers for layers in SPEED_DEPTHS if layers <= sizes["num_hidden_layers"]]
+    shapes = {f"{layout.prefix}-{layers}x{hidden}": _shape_of(layers, hidden, teacher_config)
+              for layers in depths for hidden in SPEED_WIDTHS if _cuttable_width(hidden, teacher_config, layout)}
+    width = sizes["hidden_size"]
+    if narrow_ffn and width in SPEED_WIDTHS and _cuttable_width(width, teacher_config, layout):
+        for layers in depths:
+            for divisor in FFN_DIVISORS:
+                shape = _shape_of(layers, width, teacher_config, divisor)
+                shapes[f"{layout.prefix}-{layers}x{width}-ffn{shape['intermediate_size']}"] = shape
+    return shapes
 
 
 def task_config(teacher_config, shape: dict, num_labels: int, question_answering: bool = False):

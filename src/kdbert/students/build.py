@@ -90,13 +90,13 @@ def default_shapes(base_config, share: float = DEFAULT_COMPUTE_SHARE) -> list[st
     """compress's BERT-style shapes whose per-token compute, layers x width^2, is at most ``share``
     of the base's."""
     limit = share * base_config.num_hidden_layers * base_config.hidden_size ** 2
-    return [name for name, shape in speed_shapes(base_config).items()
+    return [name for name, shape in speed_shapes(base_config, narrow_ffn=False).items()
             if shape["num_hidden_layers"] * shape["hidden_size"] ** 2 <= limit]
 
 
 def chosen_shapes(config: BuildConfig, base_config) -> dict[str, dict]:
     """Name -> shape of ``--shapes`` (checked against the shapes compress times), or the defaults."""
-    known = speed_shapes(base_config)
+    known = speed_shapes(base_config, narrow_ffn=False)
     names = [n.strip() for n in config.shapes.split(",") if n.strip()] if config.shapes else default_shapes(base_config)
     unknown = [n for n in names if n not in known]
     if unknown:
