@@ -100,6 +100,30 @@ def test_speed_table_is_measured_once_and_targets_filter_it(env, monkeypatch):
         speed.SpeedSettings(runtime="tflite", length_rows=8)
 
 
+def test_a_candidate_no_smaller_than_one_timed_below_the_target_is_not_timed(env, tmp_path, monkeypatch):
+    # fake timings (none near the line, where they would be timed again in turns): the teacher 10 ms,
+    # bert-2x128-ffn64 8 ms (1.25x, below the 3x asked), so bert-2x128-ffn128 and bert-2x128 (no smaller)
+    # are not timed, while bert-1x128-ffn128 (one layer fewer) and the BiLSTM are
+    latency = {"teacher-onnx": 10.0, "bert-2x128-ffn64": 8.0, "bert-1x128-ffn128": 2.0, "bilstm-h150": 1.0}
+    monkeypatch.setattr(speed, "_timed_export", lambda export, file, task, settings: {
+        "latency_real_p50_ms": latency[file.parent.name]})
+    settings = speed.SpeedSettings("onnx-int8", length_rows=8, runs=2, threads=1)
+    context = speed.shape_context(env["teacher"], env["task"])
+    order = ["bert-2x128-ffn64", "bert-2x128-ffn128", "bilstm-h150", "bert-2x128", "bert-1x128-ffn128"]
+    by_name = {c.name: c for c in speed.all_candidates(context)}
+    table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, [by_name[n] for n in order],
+                                context, line=3.0)
+    assert set(table["candidates"]) == {"bert-2x128-ffn64", "bilstm-h150", "bert-1x128-ffn128"}
+    assert table["skipped"] == {name: {"family": "hf", "shape": dict(by_name[name].shape),
+                                       "no_smaller_than": "bert-2x128-ffn64", "its_speedup": 1.25}
+                                for name in ("bert-2x128-ffn128", "bert-2x128")}
+    # without a target speedup every candidate is timed
+    (tmp_path / "all").mkdir()
+    table = speed.measure_speed(env["teacher"], env["task"], tmp_path / "all", settings,
+                                [by_name[n] for n in ("bert-2x128-ffn64", "bert-1x128-ffn128")], context)
+    assert set(table["candidates"]) == {"bert-2x128-ffn64", "bert-1x128-ffn128"} and table["skipped"] == {}
+
+
 def test_kept_candidates_are_built_from_the_teacher_weights(env, tmp_path):
     from transformers import BertForSequenceClassification
 
@@ -1121,13 +1145,20 @@ def test_a_budget_that_times_too_few_candidates_to_meet_the_target_says_so(env, 
     monkeypatch.setattr(pipeline, "measure_speed", lambda *args, **kwargs: timing(*args, **{**kwargs, "stop_at": 0.0}))
     out = tmp_path / "compress"
     assert main(["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
-                 "--candidates", "bert-1x128,bert-2x128", "--length-rows", "4", "--threads", "1",
+                 "--candidates", "bert-1x128,bert-2x128-ffn64", "--length-rows", "4", "--threads", "1",
                  "--target-speedup", "1000", "--budget-minutes", "5", "--no-progress", "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     # the deadline times one candidate (a rerun times what is missing: at least one), and it is too slow
     assert err.startswith("kdbert: error: --budget-minutes 5 left time to time 1 of 2 candidates on this machine (")
     assert " s spent) and none of them meets the target (the fastest, bert-" in err
     assert err.endswith("the teacher)); raise --budget-minutes")
+    # a candidate no smaller than the one timed too slow could not have met it either: not the budget's fault
+    assert main(["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+                 "--candidates", "bert-1x128,bert-2x128", "--length-rows", "4", "--threads", "1",
+                 "--target-speedup", "1000", "--budget-minutes", "5", "--output-dir", str(tmp_path / "again")]) == 2
+    captured = capsys.readouterr()
+    assert "not timed: bert-2x128, each no smaller than a candidate of its family timed below 1000x (bert-1x128)" in captured.out + captured.err
+    assert captured.err.strip().splitlines()[-1].startswith("kdbert: error: no candidate meets --target-speedup 1000")
 
 
 def test_a_student_the_user_brings_is_timed_and_distilled_from_its_own_weights(env, tmp_path, capsys,

@@ -348,7 +348,12 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         stop_at = deadline.end - _finishing(config, table, teacher) - first_round
         table = measure_speed(teacher.folder, scored, out, speed_settings, _timing_order(offered), context,
                               stop_at=stop_at, clock=deadline.clock, line=config.target_speedup)
-    untimed = [c.name for c in offered if c.name not in table["candidates"]]
+    too_large = table.get("skipped", {})
+    if too_large:
+        slower = sorted({row["no_smaller_than"] for row in too_large.values()})
+        progress.line(f"not timed: {', '.join(too_large)}, each no smaller than a candidate of its family timed "
+                      f"below {config.target_speedup:g}x ({', '.join(slower)})")
+    untimed = [c.name for c in offered if c.name not in table["candidates"] and c.name not in too_large]
     if untimed:
         progress.line(f"timed {len(offered) - len(untimed)} of {len(offered)} candidates: the budget leaves no time "
                       f"for {', '.join(untimed)} (a rerun with a larger --budget-minutes times them)")

@@ -22,7 +22,10 @@ here (``export_seconds``, ``timing_seconds``; the teacher's export includes its 
 its scores on the task's rows): the finishing phase is estimated from them
 (:func:`kdbert.compress.budget.finishing_seconds`). With ``stop_at``, the candidates are timed in
 the order given until the next one, at the mean cost of those timed, would end past it (the first
-is always timed); a rerun with more time measures the rest.
+is always timed); a rerun with more time measures the rest. With ``target_speedup``, a candidate
+no smaller than one of its family already timed below it (every whole number of its shape at least
+that one's: more layers, width, heads or FFN units never run faster) is not timed: it cannot meet
+the target, and the table's ``skipped`` says which one ruled it out.
 """
 
 from __future__ import annotations
@@ -194,8 +197,16 @@ def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir:
     quantize = "int8" if settings.runtime == "onnx-int8" else None
     context = context or shape_context(teacher_dir, task)
     timed: list[float] = []
+    table["skipped"] = {}
     for candidate in all_candidates(context) if candidates is None else candidates:
         if table["candidates"].get(candidate.name, {}).get("shape") == dict(candidate.shape):
+            continue
+        slower = _no_smaller_than(candidate, table["candidates"], line)
+        if slower is not None:
+            table["skipped"][candidate.name] = {"family": candidate.family, "shape": dict(candidate.shape),
+                                                "no_smaller_than": slower,
+                                                "its_speedup": table["candidates"][slower]["speedup"]}
+            write_json(out / TABLE, table)
             continue
         if stop_at is not None and timed and clock() + sum(timed) / len(timed) > stop_at:
             break
@@ -213,6 +224,26 @@ def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir:
         shutil.rmtree(folder, ignore_errors=True)
         timed.append(clock() - started)
     return table
+
+
+def _no_smaller_than(candidate: Candidate, rows: dict, line: float | None) -> str | None:
+    """The name of a timed candidate of ``candidate``'s family that ran below ``line`` and that
+    ``candidate`` is no smaller than (the same shape names, each whole number at least as large), or
+    None (always None without a line)."""
+    if line is None:
+        return None
+    shape = dict(candidate.shape)
+    for name, row in rows.items():
+        other = row.get("shape", {})
+        if (row.get("family") == candidate.family and row["speedup"] < line and other.keys() == shape.keys()
+                and all(_whole(value) and _whole(other[key]) and value >= other[key] or value == other[key]
+                        for key, value in shape.items())):
+            return name
+    return None
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def near_line(speedup: float, line: float | None) -> bool:
