@@ -1,15 +1,16 @@
-"""A recorded `kdbert compress` winner's kept share per source (a task's genre column), on dev and on
-the held-out rows that decide, and on those rows resampled to dev's mix of sources.
+"""A recorded `kdbert compress` winner's kept share per source (the collection a row comes from), on dev
+and on the held-out rows that decide, and on the sources both share: dev's rows of them, and the
+deciding rows resampled to dev's mix of them.
 
     OMP_NUM_THREADS=1 python benchmarks/kept_by_source.py --search runs/compress-stsb-x4-tuned2 \
         --key stsb/x4-trust-tuned
 
-Why: where training mixes its sources otherwise than dev (STS-B: 35% captions, 8% forums, 57% news in
-training; 42%, 25%, 33% on dev) and a student keeps a different share of each, rows drawn from training
-state a kept share dev does not confirm. The shipped graph (``<search>/winner``, in the search's
+Why: where training mixes its sources otherwise than dev, or dev holds sources training lacks (a third
+of STS-B's dev: answers-forums, track5.en-en), and a student keeps a different share of each, rows drawn
+from training state a kept share dev does not confirm. The shipped graph (``<search>/winner``, in the search's
 runtime) and the teacher (PyTorch) are scored on dev and on the deciding rows, as the search split them
-(the teacher's ``held_out.json``); per source, and over the deciding rows resampled (``--resamples``
-stratified bootstrap draws) to dev's shares of the sources they share. Records in
+(the teacher's ``held_out.json``); per source, on dev's rows of the sources both share, and over the
+deciding rows resampled (``--resamples`` stratified bootstrap draws) to dev's shares of those. Records in
 ``benchmarks/results/kept_by_source.json`` under ``--key``.
 """
 
@@ -90,6 +91,11 @@ def main() -> None:
     sources, references, predictions = scored["decide"]
     common = sorted(set(dev_sources) & set(sources))
     shares = {name: float(np.mean(dev_sources[np.isin(dev_sources, common)] == name)) for name in common}
+    dev_sources, dev_references, dev_predictions = scored["dev"]
+    on_shared = np.isin(dev_sources, common)
+    teacher, student = (score(metrics, dev_predictions[m][on_shared], dev_references[on_shared])
+                        for m in ("teacher", "student"))
+    result["dev_on_shared_sources"] = {"rows": int(on_shared.sum()), "kept": student / teacher}
     indices = stratified_indices(sources, shares, args.resamples)
     resampled = {m: np.mean([resampled_metric(name, predictions[m], references, indices) for name in metrics], axis=0)
                  for m in ("teacher", "student")}

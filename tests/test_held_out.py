@@ -15,6 +15,7 @@ from conftest import save_tiny_classifier, write_glue_task
 from transformers import BertForSequenceClassification
 
 from kdbert.cli import main
+from kdbert.compress.report import unseen_sources_line
 from kdbert.core.metrics import bootstrap_standard_error
 from kdbert.core.evaluate import TaskEvaluator, held_out_loss, predict, selection_key, to_predictions
 from kdbert.core.matching import Match, MatchLoss
@@ -23,7 +24,7 @@ from kdbert.core.trainer import RunConfig, Trainer
 from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.data.glue import Example, TaskData, load_glue_dir
 from kdbert.data.held_out import (HELD_OUT_SEED, hold_out_recorded, lengths_differ, record, row_hash, row_length,
-                                  sources_differ, split_decide, uniform_indices)
+                                  sources_differ, split_decide, uniform_indices, unseen_sources)
 from kdbert.data.load import TaskOptions, hold_out, load_task
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
@@ -176,36 +177,45 @@ def test_rows_like_dev_are_held_out_when_the_training_rows_are_shorter(glue):
     assert HELD_OUT_SEED == "kdbert-held-out"  # the seed recorded teachers were fine-tuned with
 
 
-def _write_stsb_split(path, genres: dict[str, int], start: int) -> None:
+def _write_stsb_split(path, collections: dict[str, int], start: int) -> None:
     header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
-    names = [genre for genre, n in genres.items() for _ in range(n)]
-    rows = [f"{start + i}\t{genre}\tf\ty\to\ts\ts\tw{start + i} a b\tw{start + i} c\t{(i % 50) / 10:.3f}"
-            for i, genre in enumerate(names)]
+    names = [name for name, n in collections.items() for _ in range(n)]
+    rows = [f"{start + i}\tmain-g\t{name}\ty\to\ts\ts\tw{start + i} a b\tw{start + i} c\t{(i % 50) / 10:.3f}"
+            for i, name in enumerate(names)]
     path.write_text("\n".join([header, *rows]) + "\n")
 
 
-def test_rows_from_dev_s_mix_of_genres_are_held_out_when_the_training_file_mixes_them_otherwise(tmp_path):
-    # STS-B's shape: its training file 35% captions, 8% forums, 57% news; dev 42%, 25%, 33%, its forum
-    # genre spelt "main-forums" where the training file says "main-forum"
+def test_rows_from_dev_s_mix_of_collections_are_held_out_and_dev_s_other_collections_are_counted(tmp_path):
+    # STS-B's shape: training and dev share some collections (MSRvid, headlines) in other shares, and
+    # each has its own (training: deft-forum; dev: answers-forums, which no held-out row can stand in for)
     folder = tmp_path / "STS-B"
     folder.mkdir()
-    _write_stsb_split(folder / "train.tsv", {"main-captions": 700, "main-forum": 160, "main-news": 1140}, 0)
-    _write_stsb_split(folder / "dev.tsv", {"main-captions": 168, "main-forums": 100, "main-news": 132}, 10000)
+    _write_stsb_split(folder / "train.tsv", {"MSRvid": 700, "deft-forum": 160, "headlines": 1140}, 0)
+    _write_stsb_split(folder / "dev.tsv", {"MSRvid": 168, "answers-forums": 100, "headlines": 132}, 10000)
     data = load_glue_dir(GLUE_TASKS["stsb"], tmp_path)
-    assert {row.source for row in data.dev["dev"]} == {"main-captions", "main-forum", "main-news"}
+    assert {row.source for row in data.dev["dev"]} == {"MSRvid", "answers-forums", "headlines"}
     assert sources_differ(data.train, data.dev["dev"])
     held = hold_out(data, 0.1)
-    mix = {name: sum(row.source == name for row in held.held_out) for name in ("main-captions", "main-forum", "main-news")}
-    # 200 rows in dev's shares (42%, 25%, 33%): 84, 50, 66, where a uniform draw gives about 70, 16, 114
-    assert held.held_out_rule == "source-matched" and mix == {"main-captions": 84, "main-forum": 50, "main-news": 66}
+    mix = {name: sum(row.source == name for row in held.held_out) for name in ("MSRvid", "deft-forum", "headlines")}
+    # 200 rows in dev's shares of the collections both have (168 and 132 of 300): 112 and 88, none of
+    # deft-forum, where a uniform draw gives about 70, 16 and 114
+    assert held.held_out_rule == "source-matched" and mix == {"MSRvid": 112, "deft-forum": 0, "headlines": 88}
     assert len(held.train) == 1800 and not {row_hash(r) for r in held.held_out} & {row_hash(r) for r in held.train}
-    # asked for more than half of a genre's rows (forums: 40% of 2,000 is 250 of 160), it holds out fewer in dev's shares
+    assert unseen_sources(held.train + held.held_out, data.dev["dev"]) == {"answers-forums": 100}
+    assert unseen_sources_line({"answers-forums": 100}, 400) == (
+        "100 of dev's 400 rows come from sources the training file lacks (answers-forums: 100); no held-out row can "
+        "stand in for them, so the kept share on the rows that decide speaks for the others, and dev's can differ "
+        "from it by what the student keeps on those")
+    # asked for more than half of a collection's rows (40% of 2,000 is 800; MSRvid gives at most 350 of its
+    # 700), it holds out fewer in dev's shares
     most = hold_out(load_glue_dir(GLUE_TASKS["stsb"], tmp_path), 0.4)
-    assert sum(row.source == "main-forum" for row in most.held_out) == 80 and len(most.held_out) == 320
+    msrvid = sum(row.source == "MSRvid" for row in most.held_out)
+    assert msrvid <= 350 and 620 <= len(most.held_out) <= 625 and msrvid / len(most.held_out) == pytest.approx(0.56, abs=0.01)
     # the same mix, or a file that does not say (None), leaves the rule to the lengths
-    alike = [replace(row, source=row.source) for row in data.dev["dev"]]
-    assert not sources_differ(alike, data.dev["dev"])
+    assert not sources_differ(list(data.dev["dev"]), data.dev["dev"])
     assert not sources_differ([replace(row, source=None) for row in held.train], data.dev["dev"])
+    assert unseen_sources([replace(row, source=None) for row in held.train], [replace(row, source=None) for row
+                                                                               in data.dev["dev"]]) == {}
 
 
 def test_half_the_held_out_rows_decide_and_a_prefix_of_the_rest_never_holds_one(glue):

@@ -254,17 +254,20 @@ def kept_by_source_section() -> list[str]:
     if not records:
         return []
     lines = ["## The kept share per source (`benchmarks/kept_by_source.py`)", "",
-             "| search | winner | kept on dev | kept on the rows that decide | the same rows at dev's mix of sources "
-             "(mean ± sd of 1,000 draws) | per source: dev / decide (rows) |", "|---|---|---:|---:|---:|---|"]
+             "| search | winner | kept on dev | kept on the rows that decide | on the sources both share: dev | ... the "
+             "rows that decide at dev's mix (mean ± sd of 1,000 draws) | per source: dev / decide (rows) |",
+             "|---|---|---:|---:|---:|---:|---|"]
     for key, r in sorted(records.items()):
         dev, decide = r["splits"]["dev"], r["splits"]["decide"]
         per_source = "; ".join(
-            f"{name}: {100 * dev['sources'][name]['kept']:.1f}% / {100 * decide['sources'][name]['kept']:.1f}% "
-            f"({dev['sources'][name]['rows']} / {decide['sources'][name]['rows']})"
-            for name in sorted(set(dev["sources"]) & set(decide["sources"])))
-        mix = r["decide_at_dev_mix"]
+            f"{name}: " + " / ".join(f"{100 * split['sources'][name]['kept']:.1f}%" if name in split["sources"] else "-"
+                                     for split in (dev, decide))
+            + " (" + " / ".join(str(split["sources"].get(name, {}).get("rows", 0)) for split in (dev, decide)) + ")"
+            for name in sorted(set(dev["sources"]) | set(decide["sources"])))
+        mix, shared = r["decide_at_dev_mix"], r["dev_on_shared_sources"]
         lines.append(f"| {key} | {r['winner']} | {100 * dev['kept']:.1f}% | {100 * decide['kept']:.1f}% | "
-                     f"{100 * mix['kept']:.1f}% ± {100 * mix['kept_sd']:.1f} | {per_source} |")
+                     f"{100 * shared['kept']:.1f}% ({shared['rows']} rows) | {100 * mix['kept']:.1f}% ± "
+                     f"{100 * mix['kept_sd']:.1f} | {per_source} |")
     machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
     commands = sorted({r["command"] for r in records.values()})
     return lines + ["", f"Measured {'; '.join(machines)}: the shipped graph against the PyTorch teacher. Commands: "

@@ -59,7 +59,7 @@ from kdbert.compress.budget import Deadline, Progress, after_export_seconds, eve
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings
-from kdbert.compress.report import seconds_per_candidate, write_report
+from kdbert.compress.report import seconds_per_candidate, unseen_sources_line, write_report
 from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
 from kdbert.compress.labelling import afford_labelling, plan_labelling
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
@@ -71,7 +71,7 @@ from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, lo
                                     time_and_export_teacher)
 from kdbert.compress.teacher_exports import teacher_exports
 from kdbert.core.loading import default_model_path, own_tokenizer, resolve_model_path
-from kdbert.data.held_out import DECIDE_SHARE
+from kdbert.data.held_out import DECIDE_SHARE, unseen_sources
 from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.model_card import write_compress_card
 from kdbert.errors import KdbertError
@@ -246,11 +246,16 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     task, held_out = held_out_task(loaded[0], task, config.teacher_trained_on_all_rows)
     saw_held_out = held_out["teacher_saw_held_out_rows"]
     data = load_task(task, seed=config.seed)  # the rows every run of the search reads
-    held_out.update(rule=data.held_out_rule, pick_rows=len(data.held_out), decide_rows=len(data.decide))
+    dev_rows = [row for rows in data.dev.values() for row in rows]
+    held_out.update(rule=data.held_out_rule, pick_rows=len(data.held_out), decide_rows=len(data.decide),
+                    dev_rows=len(dev_rows), dev_sources_unseen=unseen_sources(data.train + data.held_out + data.decide,
+                                                                              dev_rows))
     print(f"held-out rows: {len(data.held_out) + len(data.decide)} training rows the teacher "
           f"{'trained on (--teacher-trained-on-all-rows: kept shares read high)' if saw_held_out else 'never trained on'}"
           f", drawn {data.held_out_rule or 'as recorded'} (from {held_out['source']}): {len(data.held_out)} pick "
           f"checkpoints and promote, {len(data.decide)} decide the winner and its kept share")
+    if held_out["dev_sources_unseen"]:
+        print(unseen_sources_line(held_out["dev_sources_unseen"], len(dev_rows)))
     if held_out.get("teacher_picked_on_deciding_rows"):
         print("the teacher's checkpoint was picked on every held-out row, those that decide included (its "
               "held_out.json predates the record of them): its score there reads high and the kept shares there low; "

@@ -89,6 +89,16 @@ def plot_records(report: dict) -> list[dict]:
     return records
 
 
+def unseen_sources_line(unseen: dict[str, int], dev_rows: int) -> str:
+    """What a task's held-out rows cannot stand in for: dev's rows from sources no training row comes
+    from (:func:`kdbert.data.held_out.unseen_sources`)."""
+    rows = sum(unseen.values())
+    return (f"{rows} of dev's {dev_rows} rows come from sources the training file lacks ("
+            + ", ".join(f"{name}: {count}" for name, count in sorted(unseen.items())) + "); no held-out row can "
+            "stand in for them, so the kept share on the rows that decide speaks for the others, and dev's can "
+            "differ from it by what the student keeps on those")
+
+
 def held_out_lines(report: dict) -> list[str]:
     """Where the held-out rows came from and how they split, and the kept share the shipped graph
     shows on the rows that decide (with the checks that led to it); reports written before the
@@ -107,7 +117,9 @@ def held_out_lines(report: dict) -> list[str]:
              "the winner and its kept share."
              + (" The teacher's own checkpoint was picked on all of them (its held_out.json predates the record of "
                 "the rows that decide), so its score on the deciding rows reads high and the kept share there low."
-                if facts.get("teacher_picked_on_deciding_rows") else ""), ""]
+                if facts.get("teacher_picked_on_deciding_rows") else "")
+             + (f" {unseen_sources_line(facts['dev_sources_unseen'], facts['dev_rows'])}."
+                if facts.get("dev_sources_unseen") else ""), ""]
     checks = shipped["checks"]
     lines += [f"As shipped ({report['runtime']}), on the rows that decide: {shipped['decide_score']:.2f} ± "
               f"{shipped['decide_se']:.2f} against the teacher's {teacher['decide']:.2f} ± {teacher['decide_se']:.2f}"

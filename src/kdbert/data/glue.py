@@ -26,9 +26,9 @@ csv.field_size_limit(1 << 24)
 @dataclass(frozen=True)
 class Example:
     """One labelled row: ``texts`` holds one or two strings; ``label`` is a class id, a float
-    score (regression) or ``None`` (unlabelled); ``source``: where the row comes from, where the
-    file says (STS-B's and MNLI's genre column), else ``None``: held-out rows are drawn to follow
-    dev's mix of sources (:mod:`kdbert.data.held_out`)."""
+    score (regression) or ``None`` (unlabelled); ``source``: the collection the row comes from, where
+    the file says (STS-B's file name column, MNLI's genre), else ``None``: held-out rows are drawn to
+    follow dev's mix of sources (:mod:`kdbert.data.held_out`)."""
 
     texts: tuple[str, ...]
     label: int | float | None
@@ -131,7 +131,7 @@ def read_glue_tsv(spec: TaskSpec, path: Path) -> list[Example]:
                     f"found {len(row)}; fix or remove the row"
                 )
             texts = tuple(row[index[name]] for name in spec.text_fields)
-            source = spec.source_names.get(row[index["source"]], row[index["source"]]) if "source" in index else None
+            source = row[index["source"]] if "source" in index else None
             examples.append(Example(texts, parse_label(spec, row[index["label"]], where), source))
     return examples
 

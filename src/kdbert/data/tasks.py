@@ -38,7 +38,6 @@ class TaskSpec:
             answers; the model gives a start and an end logit per token; :mod:`kdbert.data.squad`),
             read in windows that share ``doc_stride`` tokens (:mod:`kdbert.data.qa_windows`).
         file_columns: our field names -> a file's columns (names, or positions in a file without a header).
-        source_names: a file's name of a row's source -> the task's, where the files disagree.
     """
 
     name: str
@@ -50,7 +49,6 @@ class TaskSpec:
     glue_folder: str | None = None
     hf_config: str | None = None
     file_columns: dict = field(default_factory=dict, compare=False, hash=False)
-    source_names: dict = field(default_factory=dict, compare=False, hash=False)
     truncation: str = "head"
     question_answering: bool = False
     doc_stride: int = DOC_STRIDE
@@ -69,15 +67,16 @@ class TaskSpec:
         return len(self.text_fields) == 2
 
 
-def _glue(name, folder, text_fields, labels, metrics, hf_config, columns, dev_splits=("dev",), source_names=None):
+def _glue(name, folder, text_fields, labels, metrics, hf_config, columns, dev_splits=("dev",)):
     max_len = 128 if len(text_fields) == 2 else 64
     return TaskSpec(name, tuple(text_fields), labels, tuple(metrics), max_len, tuple(dev_splits),
-                    folder, hf_config, columns, source_names or {})
+                    folder, hf_config, columns)
 
 
 # ``columns`` maps our field names to the GLUE TSV header names; CoLA's files have no header,
 # so its columns are positions. "label" is the gold column; "source", where a file has one, the
-# genre each row comes from (optional: a file without it reads ``source=None``).
+# collection each row comes from (STS-B's file name column: MSRvid, headlines, answers-forums, ...;
+# MNLI's genre), optional: a file without it reads ``source=None``.
 GLUE_TASKS: dict[str, TaskSpec] = {
     t.name: t
     for t in [
@@ -88,8 +87,7 @@ GLUE_TASKS: dict[str, TaskSpec] = {
         _glue("mrpc", "MRPC", ["sentence1", "sentence2"], ("0", "1"), ["accuracy", "f1"], "mrpc",
               {"sentence1": "#1 String", "sentence2": "#2 String", "label": "Quality"}),
         _glue("stsb", "STS-B", ["sentence1", "sentence2"], None, ["pearson", "spearman"], "stsb",
-              {"sentence1": "sentence1", "sentence2": "sentence2", "label": "score", "source": "genre"},
-              source_names={"main-forums": "main-forum"}),  # dev's name of training's forum genre
+              {"sentence1": "sentence1", "sentence2": "sentence2", "label": "score", "source": "filename"}),
         _glue("qqp", "QQP", ["question1", "question2"], ("0", "1"), ["accuracy", "f1"], "qqp",
               {"question1": "question1", "question2": "question2", "label": "is_duplicate"}),
         _glue("mnli", "MNLI", ["premise", "hypothesis"], ("entailment", "neutral", "contradiction"),
