@@ -236,7 +236,7 @@ def _no_smaller_than(candidate: Candidate, rows: dict, line: float | None) -> st
     for name, row in rows.items():
         other = row.get("shape", {})
         if (row.get("family") == candidate.family and row["speedup"] < line and other.keys() == shape.keys()
-                and all(_whole(value) and _whole(other[key]) and value >= other[key] or value == other[key]
+                and all(value == other[key] or (_whole(value) and _whole(other[key]) and value > other[key])
                         for key, value in shape.items())):
             return name
     return None
