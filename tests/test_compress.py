@@ -622,6 +622,11 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
     assert [c.name for c in spread_order(candidates, latency, frozenset({"bert-2x256", "bert-2x128"}))] == [
         "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-2x256", "bilstm-h300", "bert-1x128", "bert-2x192",
         "bert-1x192", "bert-1x256"]
+    # whole-width candidates come next in their family, by bisection among themselves, then the rest
+    assert [c.name for c in spread_order(candidates, latency, frozenset({"bert-2x128"}),
+                                         frozenset({"bert-1x256", "bert-2x256", "bert-1x192"}))] == [
+        "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-1x192", "bilstm-h300", "bert-2x256", "bert-1x256",
+        "bert-1x128", "bert-2x192"]
     # pre-trained students lead each turn, slowest (deepest) first, then the families in turn
     latency.update({"pretrained-minilm-l3": 0.25, "pretrained-minilm-l4": 0.35, "pretrained-minilm-l6": 0.55})
     candidates += [Candidate(name, "x", (), build=None, start="pretrained")
@@ -634,6 +639,27 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
     candidates = [Candidate(name, "x", (), build=None) for name in sorted(latency)]
     assert [c.name for c in spread_order(candidates, latency)] == ["bilstm-h150", "bilstm-h150-aug", "bilstm-h300",
                                                                    "bilstm-h300-aug"]
+
+
+def test_candidates_are_ordered_by_the_speed_that_admitted_them_and_whole_width_ones_are_named():
+    from types import SimpleNamespace
+
+    from kdbert.compress.speed import admitted_latency
+    from kdbert.families.registry import Candidate
+    from kdbert.families.selection import whole_width
+
+    # bert-1x384 timed 0.57 ms alone, then 6x in turns: its latency is the teacher's 2.0 ms over 6
+    table = {"teacher": {"latency_real_p50_ms": 2.0},
+             "candidates": {"bert-1x384": {"latency_real_p50_ms": 0.57, "speedup": 6.0},
+                            "bert-2x256": {"latency_real_p50_ms": 0.40, "speedup": 5.0}}}
+    assert admitted_latency(table) == pytest.approx({"bert-1x384": 2.0 / 6.0, "bert-2x256": 0.4})
+    shapes = {"bert-1x384": {"hidden_size": 384}, "bert-2x384-ffn768": {"hidden_size": 384, "intermediate_size": 768},
+              "bert-2x256": {"hidden_size": 256}, "mobilebert-2x384": {"num_hidden_layers": 2},
+              "bilstm-h384": {"hidden_size": 384}}
+    candidates = [Candidate(name, "bilstm" if name.startswith("bilstm") else "hf", tuple(shape.items()), build=None)
+                  for name, shape in shapes.items()]
+    candidates.append(Candidate("pretrained-minilm-l6", "hf", (("hidden_size", 384),), build=None, start="pretrained"))
+    assert whole_width(candidates, SimpleNamespace(hidden_size=384)) == {"bert-1x384", "bert-2x384-ffn768"}
 
 
 def test_distillation_time_adds_up_every_segment_of_a_candidate():

@@ -64,8 +64,8 @@ from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
 from kdbert.compress.labelling import afford_labelling, plan_labelling
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
 from kdbert.compress.ship import agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed
-from kdbert.compress.speed import (RUNTIMES, SpeedSettings, all_candidates, candidate_notes, measure_speed,
-                                   meeting_target, meets_target, shape_context)
+from kdbert.compress.speed import (RUNTIMES, SpeedSettings, admitted_latency, all_candidates, candidate_notes,
+                                   measure_speed, meeting_target, meets_target, shape_context)
 from kdbert.compress.storage import journal_path, open_study
 from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, loaded_teacher, majority_score,
                                     time_and_export_teacher)
@@ -76,6 +76,7 @@ from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.model_card import write_compress_card
 from kdbert.errors import KdbertError
 from kdbert.families.hf import user_candidate
+from kdbert.families.selection import whole_width
 from kdbert.methods.kd import check_own_tokenizer, own_tokenizer_problem
 from kdbert.students.store import Build, default_store, find_build
 
@@ -382,9 +383,9 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         progress.line(skipped)
     kept = with_variants([c for c in timed if c.name in fast], kinds)
     table = with_variant_rows(table, kept)
-    latency = {name: row["latency_real_p50_ms"] for name, row in table["candidates"].items()}
+    latency = admitted_latency(table)
     general_starts = frozenset(c.name for c in kept if general and base_name(c.name) in general.shapes)
-    kept = spread_order(kept, latency, general_starts)
+    kept = spread_order(kept, latency, general_starts, whole_width(kept, context.teacher_config))
     reserve = _finishing(config, table, teacher, kept)
     labelling = plan_labelling(config.logits_cache, out / "teacher-onnx" / RUNTIMES[config.runtime], teacher.model,
                                teacher.tokenizer, data.spec, train_rows, kept)

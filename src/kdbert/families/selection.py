@@ -360,6 +360,14 @@ def speed_candidates(context: ShapeContext, random_student: Callable = task_stud
             for name, shape in speed_shapes(context.teacher_config).items()]
 
 
+def whole_width(candidates: list[Candidate], teacher_config) -> frozenset[str]:
+    """The names of ``candidates`` cut from the teacher that keep its whole width (its embeddings
+    and every hidden unit; fewer layers or FFN units only)."""
+    return frozenset(c.name for c in candidates
+                     if c.family == "hf" and c.start == "teacher-weights"
+                     and dict(c.shape).get("hidden_size") == getattr(teacher_config, "hidden_size", None))
+
+
 def uncut_note(teacher_config) -> str | None:
     """One line saying why a teacher gets no weight-selected candidates (None when it gets them)."""
     if layout_of(teacher_config) is not None:
