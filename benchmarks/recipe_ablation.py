@@ -68,6 +68,8 @@ VARIANTS = {
     "as-kd": "as-kd",  # a bert-style candidate distilled as the kd candidates are: KL at T=20 and 0.3 of the labels
     "tinybert-t1": "tinybert-t1",  # ... as the search did before 2026-11-29: TinyBERT's prediction stage (soft CE, T=1)
     "lr3e-5": {"learning_rate": 3e-5},  # a fine-tuning rate, for pre-trained students (the search's: 1e-4)
+    "lr3e-4": {"learning_rate": 3e-4},  # faster rates, for the short runs of the main job
+    "lr1e-3": {"learning_rate": 1e-3},
     "train-16k": {"max_train_examples": 16000},  # the first 16,000 training rows, as a base-size teacher's search may
     "imdb-sentences": "imdb-sentences",  # ... and sentences of IMDb's unlabelled reviews, labelled by the teacher
     "sentence": {"sentence_weight": 1.0, "teacher_dtype": "bfloat16"},  # ... and the teacher's sentence vectors
