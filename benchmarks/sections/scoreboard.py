@@ -141,8 +141,9 @@ def quickstart_row() -> Row | None:
 def compress_trust_row() -> Row | None:
     """The 4x searches under the rules of the issue on trustworthy figures: the shipped graph's kept share
     on the rows that decide beside dev's, for the tasks searched so far; each task's search under the
-    current code against its teacher as ``teacher_best.py`` chose and rebuilt it (``--key-suffix=-trust-ffn``:
-    with the whole-width, narrow-FFN candidates; ``-trust-source``:
+    current code against its teacher as ``teacher_best.py`` chose and rebuilt it (``--key-suffix=-trust-order``:
+    whole-width candidates first; ``-trust-collection``: STS-B's held-out rows drawn by collection, its teacher
+    rebuilt on the rest; ``-trust-ffn``: with the whole-width, narrow-FFN candidates; ``-trust-source``:
     STS-B's held-out rows drawn to dev's mix of genres, its teacher rebuilt on the rest; ``-trust-shipped``: the
     speed checked as shipped, 2026-12-01; ``-trust-tuned``, 2026-11-30 to 2026-12-01), else its latest under an
     earlier recipe (``-trust-pair``: the two sentences
@@ -151,13 +152,14 @@ def compress_trust_row() -> Row | None:
     results = load_results("compress")
     records, current = {}, []
     for task in FIVE_TASKS:
-        key = next((k for k in (f"{task}/x4-trust-ffn", f"{task}/x4-trust-source", f"{task}/x4-trust-shipped",
+        key = next((k for k in (f"{task}/x4-trust-order", f"{task}/x4-trust-collection", f"{task}/x4-trust-ffn",
+                                f"{task}/x4-trust-source", f"{task}/x4-trust-shipped",
                                 f"{task}/x4-trust-tuned",
                                 f"{task}/x4-trust-pair", f"{task}/x4-trust-teacher3e5",
                                 f"{task}/x4-trust-ema", f"{task}/x4-trust") if k in results), None)
         if key:
             records[task] = results[key]
-            current += [task] if key.endswith(("-tuned", "-shipped", "-source", "-ffn")) else []
+            current += [task] if key.endswith(("-tuned", "-shipped", "-source", "-ffn", "-collection", "-order")) else []
     if not records:
         return None
     shares = ", ".join(f"{TASK_NAMES[t]} {100 * r['shipped']['kept_decide']:.1f} (dev {100 * r['shipped']['kept_dev']:.1f})"

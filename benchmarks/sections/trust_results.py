@@ -223,9 +223,10 @@ def candidate_agreements(record: dict) -> list[dict]:
 
 def agreement_section() -> list[str]:
     """Dev against the rows that decide for every candidate of the 4x searches against the tuned teachers
-    (``-trust-tuned``, ``-trust-shipped``, ``-trust-source``, ``-trust-ffn``), per family and task."""
+    (``-trust-tuned``, ``-trust-shipped``, ``-trust-source``, ``-trust-ffn``, ``-trust-collection``,
+    ``-trust-order``), per family and task."""
     keys = sorted(key for key in load_results("compress")
-                  if "/x4-trust-" in key and key.rsplit("-", 1)[-1] in ("tuned", "shipped", "source", "ffn"))
+                  if "/x4-trust-" in key and key.rsplit("-", 1)[-1] in ("tuned", "shipped", "source", "ffn", "collection", "order"))
     if not keys:
         return []
     records = load_results("compress")
