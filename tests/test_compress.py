@@ -973,6 +973,18 @@ def test_the_finishing_reserve_is_the_teachers_measured_costs_scaled_to_the_slow
     # timed on every core too: one more timing of the winner
     assert finishing_seconds(teacher, 0.25, 3.0, 8.0, every_core=True) == pytest.approx(
         RESERVE_FACTOR * (expected + 1.5))
+    # two checks (a candidate at the line): a second export and its timing in turns, 53 + 22.5 s
+    assert finishing_seconds(teacher, 0.25, 3.0, 8.0, every_core=False, checks=2) == pytest.approx(
+        RESERVE_FACTOR * (expected + 53.0 + TURNS * 7.5))
+
+
+def test_a_candidate_admitted_near_the_line_reserves_time_to_check_the_next():
+    from kdbert.compress.budget import SHIP_LINE_BAND, checks_to_reserve
+
+    assert SHIP_LINE_BAND > 1.0
+    assert checks_to_reserve([4.01, 8.9], 4.0) == 2  # admitted at 4.01x: it may time under 4x as shipped
+    assert checks_to_reserve([4.0 * SHIP_LINE_BAND, 8.9], 4.0) == 1
+    assert checks_to_reserve([4.01], None) == 1  # a latency target: nothing to fall short of by a ratio
 
 
 def test_timing_stops_before_a_candidate_that_would_end_past_its_time(env, tmp_path, monkeypatch):

@@ -55,7 +55,8 @@ from kdbert.compress import search
 from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_name, is_augmented, with_variant_rows,
                                      with_variants)
 from kdbert.compress.breakdown import speedup_breakdown
-from kdbert.compress.budget import Deadline, Progress, after_export_seconds, every_core, export_passes, finishing_seconds, fixed_seconds
+from kdbert.compress.budget import (Deadline, Progress, after_export_seconds, checks_to_reserve, every_core,
+                                    export_passes, finishing_seconds, fixed_seconds)
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings
@@ -214,8 +215,9 @@ def _finishing(config: CompressConfig, table: dict, teacher: Teacher, kept: list
     """:func:`~kdbert.compress.budget.finishing_seconds` for the slowest of ``kept`` (before timing: the
     slowest the target allows, its own export not known yet)."""
     exports = [table["candidates"][c.name].get("export_seconds", 0.0) for c in kept or ()]
+    checks = checks_to_reserve([table["candidates"][c.name]["speedup"] for c in kept or ()], config.target_speedup)
     return finishing_seconds(table["teacher"], _latency_ratio(config, table, kept), max(exports, default=0.0),
-                             teacher.dev_seconds, every_core(config.threads))
+                             teacher.dev_seconds, every_core(config.threads), checks)
 
 
 def _timing_order(offered: list) -> list:
