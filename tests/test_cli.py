@@ -181,8 +181,6 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
     run = json.loads((Path(report["winner"]["run"]) / "distill_report.json").read_text())
     assert run["options"]["max_train_examples"] == 16
     assert run["options"]["method"] in ("kd", "bilstm")  # the quickstart's short rounds: logits only, no TinyBERT stage
-    recipes = [row["recipe"] for rung in report["search"]["rounds"] for row in rung if row["method"] == "kd"]
-    assert recipes and all("adamw at 0.0003," in recipe for recipe in recipes)  # its short runs' own rate
     assert summary["int8_speedup_vs_int8_teacher"] == report["shipped"]["speedup"]
     assert "faster than the int8 teacher" in stdout and "winner of the search" in stdout and "Dev score" in stdout
     assert f"held-out training rows that decide (never trained on, never picking a checkpoint), the shipped student " \

@@ -66,9 +66,6 @@ class QuickstartConfig(CheckedOptions):
     target_speedup: float = override(CompressConfig, "target_speedup", 4.0)
     budget_minutes: float = override(CompressConfig, "budget_minutes", 6.0)
     first_steps: int = override(CompressConfig, "first_steps", 100)
-    # its runs are a few hundred steps: SST-2's bert-1x384-ffn384 at 800 steps against the main job's
-    # teacher, three seeds: dev 81.3 at 3e-4, 79.4 at compress's 1e-4, 79.9 at 1e-3 (2026-12-01)
-    learning_rate: float = override(CompressConfig, "learning_rate", 3e-4)
     intermediate_share: float = override(CompressConfig, "intermediate_share", CompressConfig.intermediate_share)
     candidates: str | None = override(CompressConfig, "candidates", None)
     word_vectors: str | None = override(CompressConfig, "word_vectors", "encoder:default")
@@ -149,8 +146,8 @@ def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None
 
     options = {"output_dir": str(teacher_dir), "model": quickstart.model, "seed": quickstart.seed,
                "no_progress": quickstart.no_progress, **limits}
-    shared = ("target_speedup", "budget_minutes", "first_steps", "learning_rate", "intermediate_share", "candidates",
-              "word_vectors", "seed", "no_progress")
+    shared = ("target_speedup", "budget_minutes", "first_steps", "intermediate_share", "candidates", "word_vectors",
+              "seed", "no_progress")
     config = CompressConfig(teacher=str(teacher_dir), max_train_examples=limits.get("max_train_examples"),
                             **{name: getattr(quickstart, name) for name in shared})
     cost, minutes = _plan(task, options, config, log)
