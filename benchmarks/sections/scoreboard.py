@@ -10,13 +10,12 @@ and the section is empty when every row is."""
 from __future__ import annotations
 
 import math
-
 import re
 from collections.abc import Callable
 from typing import NamedTuple
 
 from common import load_results
-from sections.shared import GPU_RESULTS, LINK_BASE, current_command, note, page_of
+from sections.shared import CURRENT_TRUST_SUFFIXES, GPU_RESULTS, LINK_BASE, current_command, note, page_of
 
 from kdbert.deploy.report import build_table, mean_std
 
@@ -163,7 +162,7 @@ def compress_trust_row() -> Row | None:
                                 f"{task}/x4-trust-ema", f"{task}/x4-trust") if k in results), None)
         if key:
             records[task] = results[key]
-            current += [task] if key.endswith(("-tuned", "-shipped", "-source", "-ffn", "-collection", "-order")) else []
+            current += [task] if key.rsplit("-", 1)[-1] in CURRENT_TRUST_SUFFIXES else []
     if not records:
         return None
     shares = ", ".join(f"{TASK_NAMES[t]} {100 * r['shipped']['kept_decide']:.1f} (dev {100 * r['shipped']['kept_dev']:.1f})"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from common import load_results
 
-from sections.shared import GPU_H200_BASE_RESULTS, TASK_ORDER, note
+from sections.shared import CURRENT_TRUST_SUFFIXES, GPU_H200_BASE_RESULTS, TASK_ORDER, note
 
 
 
@@ -226,7 +226,7 @@ def agreement_section() -> list[str]:
     (``-trust-tuned``, ``-trust-shipped``, ``-trust-source``, ``-trust-ffn``, ``-trust-collection``,
     ``-trust-order``), per family and task."""
     keys = sorted(key for key in load_results("compress")
-                  if "/x4-trust-" in key and key.rsplit("-", 1)[-1] in ("tuned", "shipped", "source", "ffn", "collection", "order"))
+                  if "/x4-trust-" in key and key.rsplit("-", 1)[-1] in CURRENT_TRUST_SUFFIXES)
     if not keys:
         return []
     records = load_results("compress")
