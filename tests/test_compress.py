@@ -987,6 +987,54 @@ def test_a_candidate_admitted_near_the_line_reserves_time_to_check_the_next():
     assert checks_to_reserve([4.01], None) == 1  # a latency target: nothing to fall short of by a ratio
 
 
+def test_timing_keeps_the_most_the_finishing_can_need_and_a_share_of_the_time_for_the_search():
+    from types import SimpleNamespace
+
+    from kdbert.compress import pipeline
+    from kdbert.compress.budget import TIMING_SHARE, Deadline
+
+    config = pipeline.CompressConfig(teacher="t", target_speedup=4.0, threads=os.cpu_count())
+    teacher = SimpleNamespace(dev_seconds=2.0)
+    table = {"teacher": {"latency_real_p50_ms": 4.0, "export_seconds": 40.0, "timing_seconds": 4.0},
+             "candidates": {"far": {"speedup": 9.0, "latency_real_p50_ms": 0.4, "export_seconds": 2.0},
+                            # admitted in turns at 4.1x, timed 2.9x alone: the admission's ratio is the one reserved
+                            "near": {"speedup": 4.1, "latency_real_p50_ms": 1.4, "export_seconds": 6.0},
+                            "slow": {"speedup": 2.0, "latency_real_p50_ms": 2.0, "export_seconds": 9.0}}}
+    # a winner at 1/4 of the teacher's latency, the largest export timed (9 s), two checks:
+    # export 40/4 + 9 = 19; another 19 + 3 x 4 x 1.25 = 34; after the export 1.25 x (15 + 2/4) = 19.375
+    bound = 1.25 * (19.0 + 34.0) + 19.375
+    assert pipeline._finishing_bound(config, table, teacher) == pytest.approx(bound)
+    for n in (1, 2):  # whichever of those meeting the target are admitted, their finishing fits in it
+        for kept in itertools.combinations(["far", "near"], n):
+            candidates = [SimpleNamespace(name=name) for name in kept]
+            assert pipeline._finishing(config, table, teacher, candidates) <= bound
+    clock = FakeClock(0.0)
+    deadline = Deadline(6.0, clock)  # ends at 360 s; timing started at 100 s, a first round takes 10 s
+    search_end = 360.0 - bound
+    assert pipeline._timing_stop(config, table, teacher, 10.0, deadline, 100.0) == pytest.approx(
+        min(search_end - 10.0, 100.0 + TIMING_SHARE * (search_end - 100.0)))
+    assert search_end - 10.0 > 100.0 + TIMING_SHARE * (search_end - 100.0)  # the share binds here
+    long = Deadline(30.0, clock)  # a 30-minute search: one first round of 1,700 s binds first
+    assert pipeline._timing_stop(config, table, teacher, 1700.0, long, 100.0) == pytest.approx(1800.0 - bound - 1700.0)
+
+
+def test_the_teacher_timed_in_turns_is_loaded_once_for_every_candidate_timed_against_it(tmp_path, monkeypatch):
+    loads, built = [], []
+    monkeypatch.setattr(speed, "_TEACHER_IN_TURNS", {})
+    monkeypatch.setattr(speed, "load_task", lambda task: loads.append(task) or "rows")
+    monkeypatch.setattr(speed, "_timed_model", lambda file, data, settings: built.append(file.name) or (file.name, data))
+    monkeypatch.setattr(speed, "time_in_turns", lambda timed, rounds: timed)
+    teacher, settings, task = tmp_path / "teacher.onnx", speed.SpeedSettings("onnx-int8", length_rows=4), TaskOptions("sst2")
+    teacher.write_bytes(b"int8")
+    for student in ("a.onnx", "b.onnx"):
+        timed = speed.time_against_teacher(teacher, tmp_path / student, task, settings)
+        assert timed == {"teacher": ("teacher.onnx", "rows"), "student": (student, "rows")}
+    assert loads == [task] and built == ["teacher.onnx", "a.onnx", "b.onnx"]
+    os.utime(teacher, ns=(0, 0))  # the teacher's file written again: loaded again
+    speed.time_against_teacher(teacher, tmp_path / "c.onnx", task, settings)
+    assert len(loads) == 2 and built[-2:] == ["teacher.onnx", "c.onnx"]
+
+
 def test_timing_stops_before_a_candidate_that_would_end_past_its_time(env, tmp_path, monkeypatch):
     from kdbert.compress import pipeline
     from kdbert.families.registry import Candidate
@@ -1006,13 +1054,17 @@ def test_timing_stops_before_a_candidate_that_would_end_past_its_time(env, tmp_p
     candidates = [Candidate(name, "x", shape, build=lambda context: (None, None)) for name, shape in shapes.items()]
     order = pipeline._timing_order(candidates)
     assert [c.name for c in order] == ["bert-1x8", "bilstm-h8", "bert-4x8", "bert-2x8"]  # families in turn, spread
+    # pre-trained students, then the teacher's whole-width cuts, smallest first, then the rest
+    user = Candidate("user-mini", "hf", (("layers", 2),), build=lambda context: (None, None), start="user")
+    whole = pipeline._timing_order([*candidates, user], frozenset({"bert-4x8", "bert-2x8"}))
+    assert [c.name for c in whole] == ["user-mini", "bert-2x8", "bert-4x8", "bert-1x8", "bilstm-h8"]
     # bert-1x8 (2 s), then bilstm-h8 at the mean 2 s would end at 4 s <= 4.4 s (it takes 1 s); then
     # bert-4x8 at the mean 1.5 s would end at 4.5 s > 4.4 s: timing stops
     table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, order, context=object(),
-                                stop_at=4.4, clock=clock)
+                                stop_at=lambda table: 4.4, clock=clock)
     assert list(table["candidates"]) == ["bert-1x8", "bilstm-h8"]
     table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, order, context=object(),
-                                stop_at=0.0, clock=clock)  # a rerun times what is missing: at least one
+                                stop_at=lambda table: 0.0, clock=clock)  # a rerun times what is missing: at least one
     assert list(table["candidates"]) == ["bert-1x8", "bilstm-h8", "bert-4x8"]
 
 
@@ -1180,7 +1232,7 @@ def test_a_budget_that_times_too_few_candidates_to_meet_the_target_says_so(env, 
     from kdbert.compress import pipeline
 
     timing = pipeline.measure_speed
-    monkeypatch.setattr(pipeline, "measure_speed", lambda *args, **kwargs: timing(*args, **{**kwargs, "stop_at": 0.0}))
+    monkeypatch.setattr(pipeline, "measure_speed", lambda *args, **kwargs: timing(*args, **{**kwargs, "stop_at": lambda table: 0.0}))
     out = tmp_path / "compress"
     assert main(["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
                  "--candidates", "bert-1x128,bert-2x128-ffn64", "--length-rows", "4", "--threads", "1",

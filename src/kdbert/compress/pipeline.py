@@ -55,13 +55,14 @@ from kdbert.compress import search
 from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_name, is_augmented, with_variant_rows,
                                      with_variants)
 from kdbert.compress.breakdown import speedup_breakdown
-from kdbert.compress.budget import (Deadline, Progress, after_export_seconds, checks_to_reserve, every_core,
-                                    export_passes, finishing_seconds, fixed_seconds)
+from kdbert.compress.budget import (TIMING_SHARE, Deadline, Progress, after_export_seconds, checks_to_reserve,
+                                    every_core, export_passes, finishing_seconds, fixed_seconds)
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings
 from kdbert.compress.report import seconds_per_candidate, unseen_sources_line, write_report
 from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
+from kdbert.compress.schedule import pretrained as is_pretrained
 from kdbert.compress.labelling import afford_labelling, plan_labelling
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
 from kdbert.compress.ship import agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed
@@ -175,9 +176,8 @@ def _latency_ratio(config: CompressConfig, table: dict | None = None, kept: list
     """The winner's latency over the teacher's, at most: the slowest ``kept`` candidate's, or before
     they are timed, what the target allows (at most 1; a latency target, before the teacher is
     timed: 1)."""
-    if kept is not None:
-        return max(table["candidates"][c.name]["latency_real_p50_ms"] for c in kept) / \
-            table["teacher"]["latency_real_p50_ms"]
+    if kept is not None:  # as admitted (a candidate timed again in turns: its speedup then)
+        return max(1.0 / table["candidates"][c.name]["speedup"] for c in kept)
     if config.target_speedup is not None:
         return min(1.0, 1.0 / config.target_speedup)
     return 1.0 if table is None else min(1.0, config.target_latency_ms / table["teacher"]["latency_real_p50_ms"])
@@ -220,12 +220,40 @@ def _finishing(config: CompressConfig, table: dict, teacher: Teacher, kept: list
                              teacher.dev_seconds, every_core(config.threads), checks)
 
 
-def _timing_order(offered: list) -> list:
-    """The order candidates are timed in: families in turn, each spread over its sizes (the product of
-    its shape's whole numbers, which grows with each of them) by :func:`~kdbert.compress.schedule.spread_order`."""
-    return spread_order(offered, {c.name: math.prod(v for v in dict(c.shape).values()
-                                                    if isinstance(v, int) and not isinstance(v, bool))
-                                  for c in offered})
+def _finishing_bound(config: CompressConfig, table: dict, teacher: Teacher) -> float:
+    """The most :func:`_finishing` can reserve whichever of the candidates timed so far are admitted: a
+    winner as slow as the target allows, the largest export timed, and a second check where a speedup
+    is asked (one may be admitted near it, :func:`~kdbert.compress.budget.checks_to_reserve`)."""
+    exports = [row.get("export_seconds", 0.0) for row in table["candidates"].values()]
+    checks = checks_to_reserve([config.target_speedup], config.target_speedup) if config.target_speedup else 1
+    return finishing_seconds(table["teacher"], _latency_ratio(config, table), max(exports, default=0.0),
+                             teacher.dev_seconds, every_core(config.threads), checks)
+
+
+def _timing_stop(config: CompressConfig, table: dict, teacher: Teacher, first_round: float, deadline: Deadline,
+                 started: float) -> float:
+    """The clock time past which no more candidates are timed (``measure_speed``'s ``stop_at``),
+    given the table so far: the search keeps one first round before the finishing's most
+    (:func:`_finishing_bound`), and at least ``1 - TIMING_SHARE`` of the time from the timing's
+    ``started`` to its own latest end."""
+    search_end = deadline.end - _finishing_bound(config, table, teacher)
+    return min(search_end - first_round, started + TIMING_SHARE * (search_end - started))
+
+
+def _timing_order(offered: list, whole: frozenset[str] = frozenset()) -> list:
+    """The order candidates are timed in: pre-trained students first, then the teacher's whole-width
+    cuts (``whole``), smallest first, then the others, families in turn, each spread over its sizes
+    (the product of a shape's whole numbers, which grows with each of them), all as
+    :func:`~kdbert.compress.schedule.spread_order` orders them but the whole-width ones. Pre-trained
+    and whole-width students led every search that trained them, and a short budget times only the
+    first candidates; smallest first, the first whole-width one timed below the target rules out the
+    rest no smaller than it (``measure_speed``'s ``line``)."""
+    size = {c.name: math.prod(v for v in dict(c.shape).values() if isinstance(v, int) and not isinstance(v, bool))
+            for c in offered}
+    others = spread_order([c for c in offered if c.name not in whole], size)
+    whole_width_first = sorted((c for c in offered if c.name in whole), key=lambda c: size[c.name])
+    return ([c for c in others if is_pretrained(c)] + whole_width_first
+            + [c for c in others if not is_pretrained(c)])
 
 
 def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.PathLike,
@@ -353,9 +381,11 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                                   speed_settings.key())
         table = time_and_export_teacher(teacher, scored, out, speed_settings, deadline, exports)
         first_round = first_round_seconds(offered, search_settings, len(train_rows), teacher_row_seconds(table))[1]
-        stop_at = deadline.end - _finishing(config, table, teacher) - first_round
-        table = measure_speed(teacher.folder, scored, out, speed_settings, _timing_order(offered), context,
-                              stop_at=stop_at, clock=deadline.clock, line=config.target_speedup)
+        started = deadline.clock()
+        order = _timing_order(offered, whole_width(offered, context.teacher_config))
+        table = measure_speed(teacher.folder, scored, out, speed_settings, order, context,
+                              stop_at=lambda timed: _timing_stop(config, timed, teacher, first_round, deadline, started),
+                              clock=deadline.clock, line=config.target_speedup)
     too_large = table.get("skipped", {})
     if too_large:
         slower = sorted({row["no_smaller_than"] for row in too_large.values()})

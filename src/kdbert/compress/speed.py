@@ -20,9 +20,9 @@ of megabytes each). A rerun measures only what is missing (or a candidate whose 
 e.g. the BiLSTM's embedding size with other word vectors). Each row also keeps what its export and its timing cost
 here (``export_seconds``, ``timing_seconds``; the teacher's export includes its int8 choice and
 its scores on the task's rows): the finishing phase is estimated from them
-(:func:`kdbert.compress.budget.finishing_seconds`). With ``stop_at``, the candidates are timed in
-the order given until the next one, at the mean cost of those timed, would end past it (the first
-is always timed); a rerun with more time measures the rest. With ``target_speedup``, a candidate
+(:func:`kdbert.compress.budget.finishing_seconds`). With ``stop_at`` (a clock time, given the table
+so far), the candidates are timed in the order given until the next one, at the mean cost of those
+timed, would end past it (the first is always timed); a rerun with more time measures the rest. With ``target_speedup``, a candidate
 no smaller than one of its family already timed below it (every whole number of its shape at least
 that one's: more layers, width, heads or FFN units never run faster) is not timed: it cannot meet
 the target, and the table's ``skipped`` says which one ruled it out.
@@ -37,6 +37,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskData, TaskOptions, load_task
@@ -127,13 +128,29 @@ def time_against_teacher(teacher_file: Path, student_file: Path, task: TaskOptio
     (:func:`kdbert.deploy.task_rows.time_in_turns`), so that a slow spell of the machine cannot
     skew the shipped speedup: ``{"rounds", "latency_real_p50_ms": {"teacher", "student"},
     "speedup": {..., "student": median over rounds of teacher ms / student ms}}``."""
-    data = load_task(task)
-    timed = {}
-    for name, file in (("teacher", teacher_file), ("student", student_file)):
-        model = OnnxClassifier(file, threads=settings.threads, load_encoder=False)
-        timed[name] = (model, model_feeds(model.family, model.family.load_encoder(model.folder), model.input_spec(),
-                                          data, settings.length_rows))
-    return time_in_turns(timed, rounds)
+    data, teacher = _teacher_in_turns(teacher_file, task, settings)
+    return time_in_turns({"teacher": teacher, "student": _timed_model(student_file, data, settings)}, rounds)
+
+
+_TEACHER_IN_TURNS: dict = {}  # the last teacher timed in turns: {"key": ..., "loaded": (data, (model, feeds))}
+
+
+def _teacher_in_turns(teacher_file: Path, task: TaskOptions, settings: SpeedSettings) -> tuple:
+    """The task's rows and the teacher's (model, feeds) for :func:`time_against_teacher`, loaded once
+    per teacher file, task and settings: a search times many candidates against one teacher (loading
+    SST-2's rows and the teacher took 3-4 s of each 10-12 s timing in turns)."""
+    key = (str(teacher_file), Path(teacher_file).stat().st_mtime_ns, repr(task), settings)
+    if _TEACHER_IN_TURNS.get("key") != key:
+        data = load_task(task)
+        _TEACHER_IN_TURNS.update(key=key, loaded=(data, _timed_model(teacher_file, data, settings)))
+    return _TEACHER_IN_TURNS["loaded"]
+
+
+def _timed_model(file: Path, data: TaskData, settings: SpeedSettings) -> tuple:
+    """An export loaded for timing and its feeds of ``data``'s rows (:func:`model_feeds`)."""
+    model = OnnxClassifier(file, threads=settings.threads, load_encoder=False)
+    return model, model_feeds(model.family, model.family.load_encoder(model.folder), model.input_spec(), data,
+                              settings.length_rows)
 
 
 def _timed_export(export, file: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
@@ -183,12 +200,12 @@ def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: 
 
 def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,
                   settings: SpeedSettings, candidates: list[Candidate] | None = None,
-                  context: ShapeContext | None = None, stop_at: float | None = None, clock=time.time,
-                  line: float | None = None) -> dict:
+                  context: ShapeContext | None = None, stop_at: Callable[[dict], float] | None = None,
+                  clock=time.time, line: float | None = None) -> dict:
     """The teacher's and each candidate's deployed speed (see module doc), as ``{"settings",
     "teacher": row, "candidates": {name: row}}``, also written to ``output_dir/speed.json`` after
-    every candidate; rows already there for the same settings are reused. ``stop_at``: a
-    ``clock()`` time past which no more candidates are timed (module doc). ``line``: the speedup
+    every candidate; rows already there for the same settings are reused. ``stop_at``: the
+    ``clock()`` time, given the table so far, past which no more candidates are timed (module doc). ``line``: the speedup
     asked (``--target-speedup``); a candidate timed near it is timed again in turns with the
     teacher (:func:`near_line`, :func:`retimed_in_turns`)."""
     out = Path(output_dir)
@@ -208,7 +225,7 @@ def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir:
                                                 "its_speedup": table["candidates"][slower]["speedup"]}
             write_json(out / TABLE, table)
             continue
-        if stop_at is not None and timed and clock() + sum(timed) / len(timed) > stop_at:
+        if stop_at is not None and timed and clock() + sum(timed) / len(timed) > stop_at(table):
             break
         started = clock()
         model, encoder = candidate.build(context)
