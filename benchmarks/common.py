@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from kdbert.core.hardware import cpu_flags
+
 # Every figure recorded before bf16 became kdbert's default (`--mixed-precision auto`) trained in
 # float32; benchmark scripts keep float32 for `auto` so reruns reproduce them, unless the caller
 # sets $KDBERT_MIXED_PRECISION or a script asks for a precision explicitly.
@@ -32,11 +34,22 @@ def cpu_model() -> str:
     return platform.machine()
 
 
+def cpu_kind(flags: set[str]) -> str:
+    """The instructions that move a CPU's figures (bf16 training, int8 sums), from its ``flags``:
+    ``"AMX"``, ``"AVX-512, VNNI, bf16"`` (each part where present), ``"AVX2"``, or ``""``."""
+    if "amx_int8" in flags:
+        return "AMX"
+    if "avx512f" in flags:
+        return ", ".join(["AVX-512"] + ["VNNI"] * ("avx512_vnni" in flags) + ["bf16"] * ("avx512_bf16" in flags))
+    return "AVX2" if "avx2" in flags else ""
+
+
 def machine_info() -> dict:
     """Where and when a figure was measured."""
+    kind = cpu_kind(cpu_flags())
     return {
         "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPU cores"
+        "machine": f"{platform.machine()} {os.cpu_count()} CPU cores" + (f" ({kind})" if kind else "")
         + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ", no GPU"),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -33,6 +33,14 @@ def results_dir(tmp_path, monkeypatch):
     return folder
 
 
+def test_the_machine_names_the_cpu_instructions_that_move_its_figures():
+    assert common.cpu_kind({"avx2", "fma"}) == "AVX2"
+    assert common.cpu_kind({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}) == "AVX-512, VNNI, bf16"
+    assert common.cpu_kind({"avx2", "avx512f"}) == "AVX-512"
+    assert common.cpu_kind({"avx2", "avx512f", "avx512_vnni", "amx_int8", "amx_bf16"}) == "AMX"
+    assert common.cpu_kind(set()) == ""
+
+
 def test_compare_rerun_uses_the_std_of_the_recorded_seeds():
     seeds = [70.0, 72.0, 74.0]  # sample std 2.0
     inside = common.compare_rerun(72.0, seeds, 73.9, tolerance=0.1)
