@@ -275,6 +275,30 @@ def kept_by_source_section() -> list[str]:
                     + "; ".join(f"`{c}`" for c in commands) + ".", ""]
 
 
+def near_duplicates_section() -> list[str]:
+    """How near the held-out and dev rows come to training, per source (``near_duplicates.py``)."""
+    records = load_results("near_duplicates")
+    if not records:
+        return []
+    lines = ["## Held-out and dev rows against training: near-duplicates (`benchmarks/near_duplicates.py`)", "",
+             "Each row's nearness: the largest word-set Jaccard similarity of each of its texts to a training text, "
+             "averaged over its texts; per source, the mean and the share of rows at 0.5 or more.", "",
+             "| task | source | rows that pick | rows that decide | dev |", "|---|---|---:|---:|---:|"]
+    for task, r in sorted(records.items()):
+        splits = ("pick", "decide", "dev")
+        sources = sorted({s for split in splits for s in r[split]["by_source"]})
+        for source in ["all", *sources]:
+            cells = []
+            for split in splits:
+                row = r[split]["all"] if source == "all" else r[split]["by_source"].get(source)
+                cells.append(f"{row['mean']:.3f} ({100 * row['share_at_0.5']:.0f}%, {row['rows']})" if row else "-")
+            lines.append(f"| {task} | {source} | " + " | ".join(cells) + " |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    commands = sorted({r["command"] for r in records.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands)
+                    + ". Cells: mean (share at 0.5 or more, rows).", "", note("near-duplicates-reading"), ""]
+
+
 def winner_rule_section() -> list[str]:
     """The winner rule when none keeps the share, read again on recorded searches (``winner_rule.py``):
     the candidate each reading of the held-out rows ships and the share it keeps on dev."""
