@@ -1237,7 +1237,10 @@ def test_a_budget_that_times_too_few_candidates_to_meet_the_target_says_so(env, 
     assert main(["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
                  "--candidates", "bert-1x128,bert-2x128-ffn64", "--length-rows", "4", "--threads", "1",
                  "--target-speedup", "1000", "--budget-minutes", "5", "--no-progress", "--output-dir", str(out)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()[-1]
+    assert ("timed 1 of 2 candidates in the time the budget leaves for timing (at most 30% of it before the search); "
+            "not timed: bert-1x128 (a rerun with a larger --budget-minutes times them)") in captured.out  # whole width first
     # the deadline times one candidate (a rerun times what is missing: at least one), and it is too slow
     assert err.startswith("kdbert: error: --budget-minutes 5 left time to time 1 of 2 candidates on this machine (")
     assert " s spent) and none of them meets the target (the fastest, bert-" in err

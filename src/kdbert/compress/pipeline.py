@@ -392,10 +392,11 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         progress.line(f"not timed: {', '.join(too_large)}, each no smaller than a candidate of its family timed "
                       f"below {config.target_speedup:g}x ({', '.join(slower)})")
     untimed = [c.name for c in offered if c.name not in table["candidates"] and c.name not in too_large]
-    if untimed:
-        progress.line(f"timed {len(offered) - len(untimed)} of {len(offered)} candidates: the budget leaves no time "
-                      f"for {', '.join(untimed)} (a rerun with a larger --budget-minutes times them)")
     timed = [c for c in offered if c.name in table["candidates"]]
+    if untimed:
+        progress.line(f"timed {len(timed)} of {len(offered)} candidates in the time the budget leaves for timing (at "
+                      f"most {TIMING_SHARE:.0%} of it before the search); not timed: {', '.join(untimed)} (a rerun "
+                      "with a larger --budget-minutes times them)")
     try:
         fast = set(meeting_target({**table, "candidates": {c.name: table["candidates"][c.name] for c in timed}},
                                   config.target_speedup, config.target_latency_ms))
