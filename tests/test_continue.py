@@ -88,7 +88,10 @@ def test_a_run_paused_twice_and_continued_ends_as_one_run_straight_through(tmp_p
     # each pause was evaluated, the later evaluations are those of the straight run
     assert [(r["stage"], r["step"]) for r in last["history"]] == [("first", 2), ("first", 4), ("second", 3),
                                                                   ("second", 6)]
-    assert last["history"][2:] == straight.state["history"]
+    # the same evaluations: a score sums the classifier's 16 weights, each equal to within 1e-6 (above)
+    for got, expected in zip(last["history"][2:], straight.state["history"], strict=True):
+        assert (got["stage"], got["step"]) == (expected["stage"], expected["step"])
+        assert got["eval"]["score"] == pytest.approx(expected["eval"]["score"], rel=0, abs=16e-6)
 
 
 def test_a_paused_run_is_scored_saved_and_loadable_where_it_paused(tmp_path):
