@@ -152,6 +152,25 @@ def test_while_none_keeps_the_share_the_best_score_is_promoted_whatever_its_spee
     assert next_job(list(latency), rung0, STEPS, mrpc, 50.0, 1000.0, 300.0) == Job("pretrained-minilm-l3", 1, 400)
 
 
+def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
+    # the main job (SST-2, 344 rows that pick, teacher 88.37): at 200 steps bert-1x384-ffn384 led
+    # bert-2x384-ffn384 by 81.69 - 79.94 = 1.75, within the margin sqrt(2.08^2 + 2.13^2) = 2.977; the
+    # 2-layer ends higher, so it goes on; bert-1x384-ffn768 at 77.33 is 4.36 below the best, untied
+    latency = {"bert-1x384-ffn384": 0.53, "bert-2x384-ffn384": 0.78, "bert-1x384-ffn768": 0.70}
+    rung = [{**done("bert-1x384-ffn384", 1, 200, 81.69), "se": 2.08},
+            {**done("bert-2x384-ffn384", 1, 200, 79.94), "se": 2.13},
+            {**done("bert-1x384-ffn768", 1, 200, 77.33), "se": 2.24}]
+    sst2 = Goal(88.37, 0.97, latency)  # the line: 85.72
+    assert Goal.margin(2.08, 2.13) == pytest.approx(2.977, abs=5e-4)
+    assert promotion_order(list(latency), 1, rung, sst2) == ["bert-2x384-ffn384", "bert-1x384-ffn384",
+                                                             "bert-1x384-ffn768"]
+    # 2.98 apart, just past the margin: the lead stands
+    apart = [rung[0], {**rung[1], "score": 81.69 - 2.98}, rung[2]]
+    assert promotion_order(list(latency), 1, apart, sst2)[:2] == ["bert-1x384-ffn384", "bert-2x384-ffn384"]
+    # once one keeps the share (a teacher at 84.0: the line 81.48), the tie goes to speed
+    assert promotion_order(list(latency), 1, rung, Goal(84.0, 0.97, latency))[0] == "bert-1x384-ffn384"
+
+
 def test_the_rows_that_decide_never_order_a_promotion():
     rung0 = [{**done("bert-1x128", 0, 100, 80.0), "decide_score": 89.0},
              {**done("bilstm-h150", 0, 100, 85.0), "decide_score": 70.0}]

@@ -53,7 +53,8 @@ teacher's predictions on the same rows where known, :meth:`Goal.decide_margin`),
 candidate trained): once a candidate keeps it, a slower one can no longer win, so only candidates at least as
 fast are promoted, best score on the rows that pick first; scores within the margin of their
 standard errors count as a tie, which the faster candidate wins. Until one keeps it, the best score
-goes on first, as the winner will be the best on all held-out rows when none keeps the share.
+goes on first, as the winner will be the best on all held-out rows when none keeps the share, and a
+tie goes to the slower candidate, which a rung's early score underrates (:func:`promotion_order`).
 The rows that decide never order a promotion.
 """
 
@@ -306,34 +307,40 @@ def stalled(candidate: str, segments: list[dict]) -> bool:
 
 def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal: Goal) -> list[str]:
     """``candidates`` that may still win, best first by their score at ``rung`` on the rows that pick
-    (then lower held-out loss, then name). While no candidate keeps the share, every one may win and
-    the winner will be the best score, so the best goes on first, whatever its speed (on MRPC at 8x
-    a near-tie to speed gave three rungs in a row to a 90x student over a 12x pre-trained cut that led
-    the first round by 3.3 points, within the margin of 3.85). Once one keeps it, only candidates
-    at least as fast may win, and a near-tie goes to speed: of the candidates left, the fastest whose
-    score is within :meth:`Goal.margin` of the best's (their bootstrap standard errors, ``se``) comes
-    next."""
+    (then lower held-out loss, then name), near-ties (scores within :meth:`Goal.margin` of the best's,
+    their bootstrap standard errors ``se``) broken by :func:`near_ties_first`.
+
+    While no candidate keeps the share, every one may win and the winner will be the best score at
+    the search's end, so a near-tie goes to capacity: the slowest of the tied goes on. A rung's
+    score is read early in a run, where a small student leads by learning fast and a larger one
+    catches up and passes it (the main job's teacher, SST-2, three seeds: bert-1x384-ffn384 and
+    bert-2x384-ffn384 tied at 100 steps, 78.5 each, the 1-layer led at 200, 81.7 to 79.9, and the
+    2-layer kept 3.7 points more of the teacher at 1,200 steps; on MRPC at 8x a near-tie to speed gave
+    three rungs in a row to a 90x student over a 12x pre-trained cut that led the first round by 3.3
+    points, within the margin of 3.85). Once one keeps it, only candidates at least as fast may win,
+    and a near-tie goes to speed: the fastest of the tied goes on."""
     keepers = [name for name, s in latest(segments).items() if goal.keeps(s["score"])]
     limit = min((goal.latency[name] for name in keepers), default=math.inf)
     at_rung = {s["candidate"]: s for s in sorted(segments, key=lambda s: s.get("steps", 0))
                if s["state"] == "done" and s["rung"] == rung}  # a topped-up rung 0: its longest run
     useful = [name for name in candidates if name in at_rung and goal.latency[name] <= limit]
     rows = [{**at_rung[name], "candidate": name} for name in useful]
-    if not keepers:
-        return [row["candidate"] for row in _best_first(rows, _picking)]
-    return [row["candidate"] for row in near_ties_to_speed(rows, lambda row: (row["score"], row.get("se", 0.0)), goal)]
+    ordered = near_ties_first(rows, lambda row: (row["score"], row.get("se", 0.0)), goal, fastest=bool(keepers))
+    return [row["candidate"] for row in ordered]
 
 
-def near_ties_to_speed(rows: list[dict], scored, goal: Goal) -> list[dict]:
+def near_ties_first(rows: list[dict], scored, goal: Goal, fastest: bool) -> list[dict]:
     """``rows`` (one per candidate) best first by ``scored(row)``'s score (then lower held-out loss,
-    then name), where a near-tie goes to speed: of the rows left, the fastest whose score is within
-    :meth:`Goal.margin` of the best's (``scored(row)``: score and bootstrap standard error) comes next."""
+    then name), where a near-tie goes to speed (``fastest``) or to capacity: of the rows left, the
+    fastest (the slowest) whose score is within :meth:`Goal.margin` of the best's (``scored(row)``:
+    score and bootstrap standard error) comes next."""
     left = _best_first(rows, lambda row: scored(row)[0])
     order = []
     while left:
         best, best_se = scored(left[0])
         tied = [left[0]] + [row for row in left[1:] if best - scored(row)[0] < goal.margin(best_se, scored(row)[1])]
-        order.append(min(tied, key=lambda row: goal.latency[row["candidate"]]))  # min keeps the first of equals
+        sign = 1.0 if fastest else -1.0
+        order.append(min(tied, key=lambda row: sign * goal.latency[row["candidate"]]))  # min keeps the first of equals
         left.remove(order[-1])
     return order
 
@@ -441,11 +448,6 @@ def ranked_candidates(segments: list[dict], goal: Goal) -> list[dict]:
     uninformative = _best_first([row for row in rows if row not in informative], goal.pooled)
     return [{**row, "kept": goal.kept(decided(row)[0]), "keeps": row in keeping, "rule": rule}
             for row in keeping + rest + uninformative]
-
-
-def _picking(row: dict) -> float:
-    """A segment's score on the rows that pick."""
-    return row["score"]
 
 
 def _best_first(rows: list[dict], score) -> list[dict]:
