@@ -70,7 +70,10 @@ VARIANTS = {
     "lr3e-5": {"learning_rate": 3e-5},  # a fine-tuning rate, for pre-trained students (the search's: 1e-4)
     "lr3e-4": {"learning_rate": 3e-4},  # faster rates, for the short runs of the main job
     "lr1e-3": {"learning_rate": 1e-3},
-    "train-16k": {"max_train_examples": 16000},  # the first 16,000 training rows, as a base-size teacher's search may
+    # the first 16,000 training rows, as a base-size teacher's search may (word embeddings trained before 2026-12-01)
+    "train-16k": {"max_train_examples": 16000},
+    "train-16k-frozen-words": {"max_train_examples": 16000, "freeze_word_embeddings": True},  # ... kept as they start
+    "train-16k-trained-words": {"max_train_examples": 16000, "freeze_word_embeddings": False},  # ... trained
     "imdb-sentences": "imdb-sentences",  # ... and sentences of IMDb's unlabelled reviews, labelled by the teacher
     "sentence": {"sentence_weight": 1.0, "teacher_dtype": "bfloat16"},  # ... and the teacher's sentence vectors
     "sentence-0.1": {"sentence_weight": 0.1, "teacher_dtype": "bfloat16"},  # ... a tenth of it

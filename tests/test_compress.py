@@ -508,8 +508,12 @@ def test_each_kind_of_candidate_gets_its_recipe(monkeypatch):
                     "ema_decay": 0.998, "teacher_cache": "cache"}
     # without an intermediate share: the one logit-KD loss every token-level candidate shares
     none = run_options(candidate("bert-2x256"), 400, SearchSettings(intermediate_share=0.0), "cache")
-    assert none == {**run_options(candidate("mobilebert-2x384"), 400, SearchSettings(), "cache"), "method": "kd"}
+    assert none == {**run_options(candidate("mobilebert-2x384"), 400, SearchSettings(), "cache"), "method": "kd",
+                    "freeze_word_embeddings": True}  # a cut of the teacher keeps its word embeddings
     assert (none["method"], none["max_steps"], "intermediate_max_steps" in none) == ("kd", 400, False)
+    trained = run_options(candidate("bert-2x256"), 400, SearchSettings(word_embeddings="trained"), "cache")
+    assert trained["freeze_word_embeddings"] is False
+    assert "freeze_word_embeddings" not in run_options(candidate("mobilebert-2x384"), 400, SearchSettings(), "cache")
     assert run_options(candidate("mobilebert-2x384"), 400, settings, "cache")["method"] == "kd"
     # every AdamW candidate is scored on its weights' moving average unless --ema-decay 0
     assert "ema_decay" not in run_options(candidate("bert-2x256"), 400, SearchSettings(ema_decay=0.0), "cache")
@@ -1022,7 +1026,7 @@ def test_the_teacher_timed_in_turns_is_loaded_once_for_every_candidate_timed_aga
     loads, built = [], []
     monkeypatch.setattr(speed, "_TEACHER_IN_TURNS", {})
     monkeypatch.setattr(speed, "load_task", lambda task: loads.append(task) or "rows")
-    monkeypatch.setattr(speed, "_timed_model", lambda file, data, settings: built.append(file.name) or (file.name, data))
+    monkeypatch.setattr(speed, "timed_model", lambda file, data, settings: built.append(file.name) or (file.name, data))
     monkeypatch.setattr(speed, "time_in_turns", lambda timed, rounds: timed)
     teacher, settings, task = tmp_path / "teacher.onnx", speed.SpeedSettings("onnx-int8", length_rows=4), TaskOptions("sst2")
     teacher.write_bytes(b"int8")
@@ -1750,3 +1754,5 @@ def test_the_recipe_line_names_each_stage_and_a_temperature_only_where_a_term_so
     averaged = {**kd, "stages": [{**stage, "ema_decay": 0.998}]}
     assert recipe_line(averaged) == recipe_line(kd) + ", weights averaged (EMA 0.998)"
     assert recipe_line({**kd, "student_pooling": "pair"}) == recipe_line(kd) + "; pair pooling"
+    kept = {**kd, "stages": [{**stage, "frozen": ["student.bert.embeddings.word_embeddings.weight"]}]}
+    assert recipe_line(kept) == recipe_line(kd) + ", word embeddings kept as they start"

@@ -193,3 +193,26 @@ def test_python_api_takes_the_typed_config(env, tmp_path):
     assert report["matches"]["kd"] == ["soft: 0.5 * kl_div(logits, logits)", "hard: 0.5 * hard_label(logits, labels)"]
     with pytest.raises(KdbertError, match=r"--alpha must be a number in \[0, 1\] \(got 2\)"):
         distill_task(TaskOptions("sst2", data_dir=str(env["glue"])), kd.KDConfig(alpha=2), str(tmp_path / "bad"))
+
+
+def test_word_embeddings_kept_as_they_start(env, tmp_path):
+    """--freeze-word-embeddings: the student's word-embedding matrix (the teacher's, copied with its
+    layers) is what it was after training; its position embeddings and layers moved."""
+    from safetensors.torch import load_file
+
+    from kdbert.data.load import TaskOptions
+    from kdbert.methods.front import distill_task
+
+    teacher = load_teacher(env["teacher"])
+    runs = {}
+    for frozen in (True, False):
+        config = kd.KDConfig(teacher=str(env["teacher"]), student_layers="2", max_steps=3, batch_size=8,
+                             learning_rate=1e-2, no_progress=True, freeze_word_embeddings=frozen)
+        report = distill_task(TaskOptions("sst2", data_dir=str(env["glue"])), config, str(tmp_path / str(frozen)))
+        runs[frozen] = load_file(tmp_path / str(frozen) / "model.safetensors")
+        assert list(report["stages"][0]["frozen"]) == (["student.bert.embeddings.word_embeddings.weight"] if frozen else [])
+    words = teacher.bert.embeddings.word_embeddings.weight
+    assert torch.equal(runs[True]["bert.embeddings.word_embeddings.weight"], words)
+    assert not torch.equal(runs[False]["bert.embeddings.word_embeddings.weight"], words)
+    positions = teacher.bert.embeddings.position_embeddings.weight
+    assert not torch.equal(runs[True]["bert.embeddings.position_embeddings.weight"], positions)

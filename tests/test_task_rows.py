@@ -47,30 +47,39 @@ def test_time_feeds_reports_the_distribution_over_rows(monkeypatch):
         task_rows.time_feeds(call, [])
 
 
-def test_models_timed_in_turns_share_a_slow_spell_of_the_machine(monkeypatch):
-    """The machine runs twice as slow for the first four timings (two of three rounds): timed in
-    turns, teacher and student share it, and the speedup stays 3 (timed one after the other, the
-    student would miss most of the spell: 6 / 1 in two rounds)."""
-    machine_speed = [2, 2, 2, 2, 1, 1]
-    timed = []
+def test_models_timed_in_turns_of_a_few_rows_share_a_slow_spell_of_the_machine(monkeypatch):
+    """A fake clock: the teacher costs 3 ms a call, the student 1 ms, and the machine runs twice as
+    slow for calls 5 to 12 of 16 (4 rows, turns of 2 rows, one call a row: the second turn of the
+    first pass and the first of the second). Both models run slow on the rows the spell covers, and
+    each pass reads 3x; timed a pass apart (the teacher's 4 rows, then the student's), the spell
+    would fall on the first pass's student and the second's teacher: 3 / 2 and 6 / 1."""
+    clock = {"now": 0.0, "calls": 0}
+    order = []
 
-    def fake_time_feeds(call, feeds):
-        timed.append(call.__name__)
-        return {"latency_real_p50_ms": feeds[0] * machine_speed[len(timed) - 1]}
+    def model(name, cost):
+        def call(feed):
+            clock["calls"] += 1
+            order.append((name, int(feed["input_ids"][0, 0])))
+            clock["now"] += cost * (2.0 if 5 <= clock["calls"] <= 12 else 1.0) / 1000.0
+        return call
 
-    def teacher(feed): ...
-
-    def student(feed): ...
-
-    monkeypatch.setattr(task_rows, "time_feeds", fake_time_feeds)
-    result = task_rows.time_in_turns({"teacher": (teacher, [3.0]), "student": (student, [1.0])}, rounds=3)
-    assert timed == ["teacher", "student"] * 3
-    assert result["rounds"] == [{"teacher": 6.0, "student": 2.0}, {"teacher": 6.0, "student": 2.0},
-                                {"teacher": 3.0, "student": 1.0}]
-    assert result["latency_real_p50_ms"] == {"teacher": 6.0, "student": 2.0}
-    assert result["speedup"] == {"teacher": 1.0, "student": 3.0}
+    monkeypatch.setattr(task_rows.time, "perf_counter", lambda: clock["now"])
+    feeds = [{"input_ids": np.full((1, 4), row, dtype=np.int64)} for row in range(4)]
+    result = task_rows.time_in_turns({"teacher": (model("teacher", 3.0), feeds),
+                                      "student": (model("student", 1.0), feeds)},
+                                     rounds=2, rows_per_turn=2, repeats=1, warmup=0)
+    # a turn of rows 0-1, the teacher first; the next of rows 2-3, the student first
+    assert order[:8] == [("teacher", 0), ("teacher", 1), ("student", 0), ("student", 1),
+                         ("student", 2), ("student", 3), ("teacher", 2), ("teacher", 3)]
+    assert order[8:] == order[:8]
+    # each pass: two rows at speed (3, 1), two slow (6, 2)
+    assert result["rounds"] == [{"teacher": pytest.approx(4.5), "student": pytest.approx(1.5)}] * 2
+    assert result["speedup"] == {"teacher": pytest.approx(1.0), "student": pytest.approx(3.0)}
+    assert result["latency_real_p50_ms"] == {"teacher": pytest.approx(4.5), "student": pytest.approx(1.5)}
     with pytest.raises(KdbertError, match="rounds 0 must be positive"):
-        task_rows.time_in_turns({"teacher": (teacher, [3.0])}, rounds=0)
+        task_rows.time_in_turns({"teacher": (model("teacher", 3.0), feeds)}, rounds=0)
+    with pytest.raises(KdbertError, match="no rows to time"):
+        task_rows.time_in_turns({"teacher": (model("teacher", 3.0), [])})
 
 
 def test_task_feeds_take_evenly_spaced_dev_rows_at_their_token_lengths(tmp_path, tiny_tokenizer):

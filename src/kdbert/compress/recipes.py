@@ -6,7 +6,9 @@ A candidate's kind is its name's prefix (``bert-2x256`` is a ``bert``). A round 
 
 - ``bert`` (and ``roberta``, ``xlmr``, ``mpnet``, ``electra``, ``distilbert``: the students of a
   teacher of that architecture, :mod:`kdbert.families.selection`): logit KD from the weight-selected
-  start, the one token-level loss every candidate of the search shares (below). With
+  start, the one token-level loss every candidate of the search shares (below), the word embeddings
+  kept as they start (``--word-embeddings kept``: the teacher's, whose AdamW update over the whole
+  vocabulary was 30% of a 2-layer 384-wide student's step, for no loss at equal steps). With
   ``intermediate_share``, TinyBERT task distillation instead: that share of the first rung's steps
   go to its intermediate stage (embeddings, attention scores averaged over heads, hidden states
   through g(m)), the rest to its prediction stage (soft cross-entropy on the teacher's logits at
@@ -65,7 +67,8 @@ class SearchSettings:
     """How the search distils: rungs of successive halving (``rounds``), steps of the first rung
     (doubled each rung), the token-level runs' batch size, learning rate and the decay of their
     weights' moving average (``ema_decay``, 0: none), the seed, the BiLSTM's
-    word vectors, what the BERT-style students' heads read (``pooling``), the share of a TinyBERT run's first rung spent on intermediate matches, and whether
+    word vectors, what the BERT-style students' heads read (``pooling``), whether candidates cut
+    from the teacher keep its word embeddings as they start (``word_embeddings``), the share of a TinyBERT run's first rung spent on intermediate matches, and whether
     a rung gives every family the same wall time or the same steps (``round_share``);
     ``max_train_examples`` distils on the first rows of the training split only (None: all);
     ``first_round_share``: the most of the search's time rung 0 may spend. Its wall time is the
@@ -79,6 +82,7 @@ class SearchSettings:
     ema_decay: float = CompressConfig.ema_decay
     word_vectors: str | None = CompressConfig.word_vectors
     pooling: str = CompressConfig.pooling
+    word_embeddings: str = CompressConfig.word_embeddings
     intermediate_share: float = CompressConfig.intermediate_share
     round_share: str = CompressConfig.round_share
     max_train_examples: int | None = CompressConfig.max_train_examples
@@ -105,7 +109,7 @@ class SearchSettings:
 def _weight_selected(candidate: Candidate, steps: int, settings: SearchSettings) -> dict:
     intermediate = int(settings.first_steps * settings.intermediate_share)  # in the first rung
     if not intermediate:
-        return _kd(candidate, steps, settings)
+        return {**_kd(candidate, steps, settings), "freeze_word_embeddings": settings.word_embeddings == "kept"}
     # candidates keep the teacher's head size, so narrower ones have fewer heads: attention is
     # matched as the mean over heads
     return {"method": "tinybert", "max_steps": steps - intermediate, "head_average": True,

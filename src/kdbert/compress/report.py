@@ -43,7 +43,8 @@ def recipe_line(run_report: dict) -> str:
     """What a run trained with, from its ``distill_report.json``: each stage's loss terms (weight *
     loss(student's output, teacher's)), the temperature where a term softens by it (soft
     cross-entropy, KL; not a regression's MSE), its optimiser, rate, batch and schedule, and the
-    decay of its weights' moving average where that is what was scored; and what the head reads
+    decay of its weights' moving average where that is what was scored, whether its word embeddings
+    were kept as they started (``frozen``); and what the head reads
     where the student records a pooling (``student_pooling``)."""
     loss = run_report.get("loss") or {}
     temperature = run_report.get("temperature", loss.get("temperature"))
@@ -56,7 +57,9 @@ def recipe_line(run_report: dict) -> str:
                       f"{stage['schedule']} schedule" + (f" over {stage['max_steps']:,} steps"
                                                          if stage.get("max_steps") and stage["schedule"] != "constant"
                                                          else "")
-                      + (f", weights averaged (EMA {stage['ema_decay']:g})" if stage.get("ema_decay") else ""))
+                      + (f", weights averaged (EMA {stage['ema_decay']:g})" if stage.get("ema_decay") else "")
+                      + (", word embeddings kept as they start" if any("word_embeddings" in pattern
+                                                                     for pattern in stage.get("frozen", ())) else ""))
     pooling = run_report.get("student_pooling")
     return "; then ".join(stages) + (f"; {pooling} pooling" if pooling else "")
 

@@ -129,7 +129,7 @@ def time_against_teacher(teacher_file: Path, student_file: Path, task: TaskOptio
     skew the shipped speedup: ``{"rounds", "latency_real_p50_ms": {"teacher", "student"},
     "speedup": {..., "student": median over rounds of teacher ms / student ms}}``."""
     data, teacher = _teacher_in_turns(teacher_file, task, settings)
-    return time_in_turns({"teacher": teacher, "student": _timed_model(student_file, data, settings)}, rounds)
+    return time_in_turns({"teacher": teacher, "student": timed_model(student_file, data, settings)}, rounds)
 
 
 _TEACHER_IN_TURNS: dict = {}  # the last teacher timed in turns: {"key": ..., "loaded": (data, (model, feeds))}
@@ -142,11 +142,11 @@ def _teacher_in_turns(teacher_file: Path, task: TaskOptions, settings: SpeedSett
     key = (str(teacher_file), Path(teacher_file).stat().st_mtime_ns, repr(task), settings)
     if _TEACHER_IN_TURNS.get("key") != key:
         data = load_task(task)
-        _TEACHER_IN_TURNS.update(key=key, loaded=(data, _timed_model(teacher_file, data, settings)))
+        _TEACHER_IN_TURNS.update(key=key, loaded=(data, timed_model(teacher_file, data, settings)))
     return _TEACHER_IN_TURNS["loaded"]
 
 
-def _timed_model(file: Path, data: TaskData, settings: SpeedSettings) -> tuple:
+def timed_model(file: Path, data: TaskData, settings: SpeedSettings) -> tuple:
     """An export loaded for timing and its feeds of ``data``'s rows (:func:`model_feeds`)."""
     model = OnnxClassifier(file, threads=settings.threads, load_encoder=False)
     return model, model_feeds(model.family, model.family.load_encoder(model.folder), model.input_spec(), data,

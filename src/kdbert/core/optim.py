@@ -42,12 +42,13 @@ def optimizer_groups(modules: nn.Module, config: StageConfig) -> list[dict]:
 
     A parameter's group is the first ``config.train`` pattern its name matches (lr = the stage's
     rate x that pattern's ``lr_scale``); biases and LayerNorm weights get no weight decay unless
-    ``config.decay_all``."""
+    ``config.decay_all``. Parameters matching a ``config.frozen`` pattern are frozen first."""
     groups = param_groups(config.train)
     merged: dict[tuple, dict] = {}
     used = set()
     for name, param in modules.named_parameters():
-        index = next((i for i, g in enumerate(groups) if fnmatch.fnmatchcase(name, g.pattern)), None)
+        kept = any(fnmatch.fnmatchcase(name, pattern) for pattern in config.frozen)
+        index = None if kept else next((i for i, g in enumerate(groups) if fnmatch.fnmatchcase(name, g.pattern)), None)
         param.requires_grad_(index is not None)
         if index is None:
             continue

@@ -65,7 +65,8 @@ class StageConfig:
     ``train`` selects the parameters this stage updates by name in the trainer's module dict
     (``student.bert.encoder.layer.3.output.dense.weight``, ``projections.layer_1.bias``): each
     entry is a glob pattern, or a :class:`ParamGroup` with a learning-rate multiplier; the first
-    pattern a parameter matches decides its group, and parameters matching none are frozen.
+    pattern a parameter matches decides its group, and parameters matching none are frozen;
+    ``frozen``: glob patterns of parameters kept as they start whatever ``train`` says.
     """
 
     name: str
@@ -84,6 +85,7 @@ class StageConfig:
     evaluate: bool = True
     eval_every: int | None = None
     train: tuple = ("student.*",)
+    frozen: tuple = ()
     decay_all: bool = False
 
     @classmethod
