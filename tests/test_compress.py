@@ -288,7 +288,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     recipes = {row["candidate"]: row["recipe"] for row in segments}
     assert recipes["bert-1x128"].startswith("kd: 0.7 * kl_div(logits, logits) + 0.3 * hard_label(logits, labels) at "
                                             "T=20; adamw at ")
-    assert recipes["bert-1x128"].endswith(", weights averaged (EMA 0.998)")
+    assert recipes["bert-1x128"].endswith(", weights averaged (EMA 0.998), word embeddings kept as they start")
     assert recipes["bilstm-h150"].startswith("bilstm: 1 * squared_l2(logits, logits); adadelta at 1, batch 50, ")
     markdown = (out / "compress_report.md").read_text()
     assert f"- bert-1x128: {recipes['bert-1x128']}" in markdown and f"- bilstm-h150: {recipes['bilstm-h150']}" in markdown
