@@ -383,6 +383,25 @@ def test_a_candidate_whose_promotions_found_no_better_checkpoint_gives_its_time_
     assert job(better, now=80.0, first_round_end=50.0) == Job("bert-1x128", 3, 800)
 
 
+def test_near_the_windows_end_the_leader_goes_on_before_new_candidates_start():
+    # the main job: bert-1x128 led every rung to 800 steps (0.1 s a step, 2 s outside the loop; every kind
+    # has run, bert-2x128 has not, the BiLSTM was promoted once); its
+    # next rung (800 more steps, 82 s) does not fit the 50 s left, a new candidate's rung 0 (12 s) would:
+    # past round 0's share the leader trains on until the window's end stops it
+    rungs = [done("bert-1x128", 0, 100, 70.0), done("bilstm-h150", 0, 100, 60.0), done("mobilebert-2x384", 0, 100, 50.0),
+             done("bert-1x128", 1, 200, 72.0, trained=100), done("bilstm-h150", 1, 200, 61.0, trained=100),
+             done("bert-1x128", 2, 400, 74.0, trained=200, train_seconds=20.0, seconds=22.0),
+             done("bert-1x128", 3, 800, 76.0, trained=400, train_seconds=40.0, seconds=42.0)]
+    assert job(rungs, now=950.0, window_end=1000.0, first_round_end=300.0) == Job("bert-1x128", 4, 1600)
+    # with the time to train it whole, it goes on whole
+    assert job(rungs, now=100.0, window_end=1000.0, first_round_end=50.0) == Job("bert-1x128", 4, 1600)
+    # once it has stalled, the time goes to a new candidate
+    stuck = rungs + [done("bert-1x128", 4, 1600, 76.0, trained=800, train_seconds=80.0, seconds=82.0),
+                     done("bert-1x128", 5, 3200, 75.0, trained=1600, train_seconds=160.0, seconds=162.0)]
+    assert stalled("bert-1x128", stuck)
+    assert job(stuck, now=950.0, window_end=1000.0, first_round_end=300.0) == Job("bert-2x128", 0, 100)
+
+
 def test_round_zero_gets_its_share_of_the_window_less_the_teachers_labelling():
     from kdbert.compress.search import Window
 

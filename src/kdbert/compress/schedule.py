@@ -29,10 +29,12 @@ reads them all (every worker's) and says what to run, in this order:
    ``floor(n / eta)`` by :func:`promotion_order` go on to rung ``r + 1`` (below ``rounds``);
 3. the other candidates' rung 0, while round 0's share of the window lasts (``first_round_share``
    of it after the teacher's labelling, :meth:`~kdbert.compress.search.Window.from_now`);
-4. when nothing else can run, the top ``ceil(n / eta)`` (a candidate left alone goes on); when
-   none of those can (each has stalled, below), the other candidates' rung 0, past round 0's
-   share; and if none of those fits whole, the first that fits ``first_steps`` more steps, which
-   the window's end then stops (stalled candidates too, when nothing else is left).
+4. when nothing else can run, the top ``ceil(n / eta)`` (a candidate left alone goes on); if none
+   of those fits whole, the first that fits ``first_steps`` more steps, which the window's end then
+   stops (past round 0's share, a new candidate's first rung cannot catch a leader with eight
+   times its steps: the main job gave its last 40 s to two 1-layer students' 100-200 steps while
+   its 2-layer leader, at 800, stopped); when none of those can go on (each has stalled, below),
+   the other candidates' rung 0, past round 0's share; and then stalled candidates too.
 
 A candidate has *stalled* (:func:`stalled`) when its last :data:`STALL_PATIENCE` promotions found no
 better checkpoint on the rows that pick: its score there, its best checkpoint's, did not rise while
@@ -383,11 +385,11 @@ def next_job(order: list[str], segments: list[dict], settings: SearchSettings, g
         for job in last:
             if fits(job, window_end):
                 return job
+        for job in last:  # none fits whole: the best goes on until the window's end stops it
+            if fits(Job(job.candidate, job.rung, trained[job.candidate]["steps"] + settings.first_steps), window_end):
+                return job
         for job in () if stalled_too else (rung0(name) for name in order if name not in started):
             if fits(job, window_end):  # what could go on has stalled: the time goes to new candidates
-                return job
-        for job in last:  # nothing fits whole: the best goes on until the window's end stops it
-            if fits(Job(job.candidate, job.rung, trained[job.candidate]["steps"] + settings.first_steps), window_end):
                 return job
     return None
 
