@@ -626,10 +626,11 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
     assert [c.name for c in spread_order(candidates, latency, frozenset({"bert-2x256", "bert-2x128"}))] == [
         "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-2x256", "bilstm-h300", "bert-1x128", "bert-2x192",
         "bert-1x192", "bert-1x256"]
-    # whole-width candidates come next in their family, by bisection among themselves, then the rest
+    # whole-width candidates come next in their family, by bisection among themselves from the
+    # slowest (the slowest, the fastest, the middle), then the rest
     assert [c.name for c in spread_order(candidates, latency, frozenset({"bert-2x128"}),
                                          frozenset({"bert-1x256", "bert-2x256", "bert-1x192"}))] == [
-        "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-1x192", "bilstm-h300", "bert-2x256", "bert-1x256",
+        "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-2x256", "bilstm-h300", "bert-1x192", "bert-1x256",
         "bert-1x128", "bert-2x192"]
     # pre-trained students lead each turn, slowest (deepest) first, then the families in turn
     latency.update({"pretrained-minilm-l3": 0.25, "pretrained-minilm-l4": 0.35, "pretrained-minilm-l6": 0.55})

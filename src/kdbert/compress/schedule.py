@@ -97,10 +97,13 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
     halves, ...); a kind's augmented variants are a family of their own. Candidates named in
     ``first`` (those that start from a general student) lead their family, fastest first; then those
     named in ``whole`` (the teacher's whole width: its embeddings and hidden units kept), by
-    bisection among themselves, then the rest. Whole-width students learnt more at equal steps
-    (SST-2, 1,200 steps, three seeds: bert-2x384-ffn768 84.2 dev, bert-3x256 80.9) and won the
-    searches that trained them, but as the middles of a bisection over every width a short search
-    reached them last (the main job: 2 of 5 candidates trained, 2026-12-01).
+    bisection among themselves from the slowest (the slowest, the fastest, the middle one, ...),
+    then the rest. Whole-width students learnt more at equal steps (SST-2, 1,200 steps, three
+    seeds: bert-2x384-ffn768 84.2 dev, bert-3x256 80.9) and won the searches that trained them,
+    but as the middles of a bisection over every width a short search reached them last (the main
+    job: 2 of 5 candidates trained, 2026-12-01); among them the deeper keep more (the main job's
+    teacher at 1,200 steps: bert-2x384-ffn384 94.7% of it on dev, bert-1x384-ffn384 91.0%), and
+    started fastest first, a 3-minute search gave a 1-layer one its first 400 steps alone.
 
     Pre-trained students (``Candidate.start`` "pretrained" or "user": their own weights, trained on
     text) come first, slowest (deepest) first, one a turn: they led the first round of every search
@@ -116,7 +119,7 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
         if all(pretrained(c) for c in members):  # the deeper, the likelier to keep the share
             return members[::-1]
         rest = [c for c in members if c.name not in first]
-        return ([c for c in members if c.name in first] + _bisection([c for c in rest if c.name in whole])
+        return ([c for c in members if c.name in first] + _bisection([c for c in rest if c.name in whole][::-1])
                 + _bisection([c for c in rest if c.name not in whole]))
 
     queues = [family_order(members) for members in families.values()]
