@@ -52,6 +52,8 @@ def main() -> None:
             passes[rows].append(time_in_turns(timed, rounds=1, rows_per_turn=rows)["rounds"][0])
     result = {**machine_info(), "teacher": args.teacher, "student": args.student, "rows": args.rows,
               "threads": args.threads, "passes": args.passes,
+              "command": f"python benchmarks/timing_turns.py --teacher {args.teacher} --student {args.student} "
+                         f"--passes {args.passes}",
               "turns": {str(rows): {"teacher_ms": statistics.median(p["teacher"] for p in runs),
                                     "student_ms": statistics.median(p["student"] for p in runs),
                                     **spread([p["teacher"] / p["student"] for p in runs])}

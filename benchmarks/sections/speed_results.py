@@ -492,3 +492,23 @@ def serve_load_section() -> list[str]:
                      f"{alone}.")
     lines += ["", note("serve-load-reading"), ""]
     return lines
+
+
+def timing_turns_section() -> list[str]:
+    """A student's speedup over its teacher by the rows each model is timed on in one turn
+    (``timing_turns.py``): its median and spread over passes."""
+    records = load_results("timing_turns")
+    if not records:
+        return []
+    lines = ["## Timing in turns: how many rows a turn (`benchmarks/timing_turns.py`)", "",
+             "| pair | rows a turn | teacher ms | student ms | speedup: median | range | sd |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for key, r in sorted(records.items()):
+        for rows, row in sorted(r["turns"].items(), key=lambda item: -int(item[0])):
+            lines.append(f"| {key} | {rows} | {row['teacher_ms']:.2f} | {row['student_ms']:.2f} | {row['median']:.2f}x "
+                         f"| {row['min']:.2f}-{row['max']:.2f}x | {row['stdev']:.2f} |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    commands = sorted({r["command"] for r in records.values() if "command" in r})
+    return lines + ["", f"Measured {'; '.join(machines)}, {next(iter(records.values()))['passes']} passes of each, "
+                    "alternating, 200 SST-2 dev rows at batch 1, ONNX Runtime int8 on 2 threads. Commands: "
+                    + "; ".join(f"`{c}`" for c in commands) + ".", "", note("timing-turns-reading"), ""]

@@ -64,7 +64,7 @@ class QuickstartConfig(CheckedOptions):
     max_train_examples: int | None = option(None, "training rows (overrides the budget's subset)", POSITIVE_INT,
                                             int, "quickstart")
     target_speedup: float = override(CompressConfig, "target_speedup", 4.0)
-    budget_minutes: float = override(CompressConfig, "budget_minutes", 6.0)
+    budget_minutes: float = override(CompressConfig, "budget_minutes", 8.0)
     first_steps: int = override(CompressConfig, "first_steps", 100)
     intermediate_share: float = override(CompressConfig, "intermediate_share", CompressConfig.intermediate_share)
     candidates: str | None = override(CompressConfig, "candidates", None)
