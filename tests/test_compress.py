@@ -632,6 +632,12 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
                                          frozenset({"bert-1x256", "bert-2x256", "bert-1x192"}))] == [
         "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-2x256", "bilstm-h300", "bert-1x192", "bert-1x256",
         "bert-1x128", "bert-2x192"]
+    # a whole-width candidate admitted near the speed line starts after the others of its width
+    assert [c.name for c in spread_order(candidates, latency, frozenset({"bert-2x128"}),
+                                         frozenset({"bert-1x256", "bert-2x256", "bert-1x192"}),
+                                         frozenset({"bert-2x256"}))] == [
+        "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-1x256", "bilstm-h300", "bert-1x192", "bert-2x256",
+        "bert-1x128", "bert-2x192"]
     # pre-trained students lead each turn, slowest (deepest) first, then the families in turn
     latency.update({"pretrained-minilm-l3": 0.25, "pretrained-minilm-l4": 0.35, "pretrained-minilm-l6": 0.55})
     candidates += [Candidate(name, "x", (), build=None, start="pretrained")

@@ -90,7 +90,8 @@ def family(name: str) -> tuple[str, bool]:
 
 
 def spread_order(candidates: list[Candidate], latency: dict[str, float],
-                 first: frozenset[str] = frozenset(), whole: frozenset[str] = frozenset()) -> list[Candidate]:
+                 first: frozenset[str] = frozenset(), whole: frozenset[str] = frozenset(),
+                 near_line: frozenset[str] = frozenset()) -> list[Candidate]:
     """The order candidates start in, so that the first k span the families and the speed range
     whatever k the budget allows: families in turn, each family's candidates by bisection of their
     order by ``latency`` (the fastest, the slowest, the middle one, then the middles of the two
@@ -103,7 +104,10 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
     but as the middles of a bisection over every width a short search reached them last (the main
     job: 2 of 5 candidates trained, 2026-12-01); among them the deeper keep more (the main job's
     teacher at 1,200 steps: bert-2x384-ffn384 94.7% of it on dev, bert-1x384-ffn384 91.0%), and
-    started fastest first, a 3-minute search gave a 1-layer one its first 400 steps alone.
+    started fastest first, a 3-minute search gave a 1-layer one its first 400 steps alone. Those
+    named in ``near_line`` (admitted within ``budget.SHIP_LINE_BAND`` of the target speedup) start
+    after the other whole-width ones: started first, bert-2x384-ffn384, admitted at 4.02x, took the
+    main job's search to 95.5% on dev and shipped nothing, timing 3.97x as shipped.
 
     Pre-trained students (``Candidate.start`` "pretrained" or "user": their own weights, trained on
     text) come first, slowest (deepest) first, one a turn: they led the first round of every search
@@ -119,7 +123,10 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
         if all(pretrained(c) for c in members):  # the deeper, the likelier to keep the share
             return members[::-1]
         rest = [c for c in members if c.name not in first]
-        return ([c for c in members if c.name in first] + _bisection([c for c in rest if c.name in whole][::-1])
+        whole_width = [c for c in rest if c.name in whole]
+        return ([c for c in members if c.name in first]
+                + _bisection([c for c in whole_width if c.name not in near_line][::-1])
+                + _bisection([c for c in whole_width if c.name in near_line][::-1])
                 + _bisection([c for c in rest if c.name not in whole]))
 
     queues = [family_order(members) for members in families.values()]
