@@ -100,13 +100,18 @@ def finishing_seconds(teacher: dict, ratio: float, candidate_export_seconds: flo
             + after_export_seconds(teacher, ratio, teacher_dev_seconds, every_core))
 
 
+def near_ship_line(speedup: float, target_speedup: float | None) -> bool:
+    """Whether a candidate admitted at ``speedup`` is within :data:`SHIP_LINE_BAND` above
+    ``target_speedup``, where it may time below the target as shipped."""
+    return target_speedup is not None and speedup < target_speedup * SHIP_LINE_BAND
+
+
 def checks_to_reserve(speedups: list[float], target_speedup: float | None) -> int:
     """How many candidates the finishing reserves time to export and check: two where one that can win
     (``speedups``: theirs as admitted) is within :data:`SHIP_LINE_BAND` above ``target_speedup``, so
     that when it times below the target as shipped the next is checked
     (:func:`~kdbert.compress.ship.ship_checked`); else one."""
-    near = target_speedup is not None and any(s < target_speedup * SHIP_LINE_BAND for s in speedups)
-    return 2 if near else 1
+    return 2 if any(near_ship_line(s, target_speedup) for s in speedups) else 1
 
 
 def after_export_seconds(teacher: dict, ratio: float, teacher_dev_seconds: float, every_core: bool) -> float:

@@ -55,8 +55,8 @@ from kdbert.compress import search
 from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_name, is_augmented, with_variant_rows,
                                      with_variants)
 from kdbert.compress.breakdown import speedup_breakdown
-from kdbert.compress.budget import (SHIP_LINE_BAND, TIMING_SHARE, Deadline, Progress, after_export_seconds, checks_to_reserve,
-                                    every_core, export_passes, finishing_seconds, fixed_seconds)
+from kdbert.compress.budget import (TIMING_SHARE, Deadline, Progress, after_export_seconds, checks_to_reserve,
+                                    every_core, export_passes, finishing_seconds, fixed_seconds, near_ship_line)
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings
@@ -419,7 +419,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     latency = admitted_latency(table)
     general_starts = frozenset(c.name for c in kept if general and base_name(c.name) in general.shapes)
     near_line = frozenset(name for name, row in table["candidates"].items()
-                          if config.target_speedup and row["speedup"] < config.target_speedup * SHIP_LINE_BAND)
+                          if near_ship_line(row["speedup"], config.target_speedup))
     kept = spread_order(kept, latency, general_starts, whole_width(kept, context.teacher_config), near_line)
     reserve = _finishing(config, table, teacher, kept)
     labelling = plan_labelling(config.logits_cache, out / "teacher-onnx" / RUNTIMES[config.runtime], teacher.model,

@@ -347,11 +347,11 @@ def near_ties_first(rows: list[dict], scored, goal: Goal, fastest: bool) -> list
     fastest (the slowest) whose score is within :meth:`Goal.margin` of the best's (``scored(row)``:
     score and bootstrap standard error) comes next."""
     left = _best_first(rows, lambda row: scored(row)[0])
+    sign = 1.0 if fastest else -1.0
     order = []
     while left:
         best, best_se = scored(left[0])
         tied = [left[0]] + [row for row in left[1:] if best - scored(row)[0] < goal.margin(best_se, scored(row)[1])]
-        sign = 1.0 if fastest else -1.0
         order.append(min(tied, key=lambda row: sign * goal.latency[row["candidate"]]))  # min keeps the first of equals
         left.remove(order[-1])
     return order

@@ -47,8 +47,8 @@ def optimizer_groups(modules: nn.Module, config: StageConfig) -> list[dict]:
     merged: dict[tuple, dict] = {}
     used = set()
     for name, param in modules.named_parameters():
-        kept = any(fnmatch.fnmatchcase(name, pattern) for pattern in config.frozen)
-        index = None if kept else next((i for i, g in enumerate(groups) if fnmatch.fnmatchcase(name, g.pattern)), None)
+        frozen = any(fnmatch.fnmatchcase(name, pattern) for pattern in config.frozen)
+        index = None if frozen else next((i for i, g in enumerate(groups) if fnmatch.fnmatchcase(name, g.pattern)), None)
         param.requires_grad_(index is not None)
         if index is None:
             continue
