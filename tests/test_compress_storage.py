@@ -283,3 +283,19 @@ def test_a_killed_workers_job_is_taken_up_by_another(tmp_path, url, monkeypatch,
     killed = trials[0]
     assert killed.state == TrialState.FAIL and "stale" in killed.user_attrs
     assert killed.user_attrs["worker"].endswith(f":{holder.pid}")
+
+
+def test_opening_a_study_prints_no_optuna_line_and_keeps_the_callers_verbosity(tmp_path):
+    import logging
+
+    optuna.logging.set_verbosity(optuna.logging.INFO)  # a user's setting, undone by the autouse fixture
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logging.getLogger("optuna").addHandler(handler)  # Optuna's own handler writes to the stream it found first
+    try:
+        storage.open_study(tmp_path, {"teacher": "teacher-abc", "task": "sst2"})
+    finally:
+        logging.getLogger("optuna").removeHandler(handler)
+    assert not any("A new study created" in message for message in seen)
+    assert optuna.logging.get_verbosity() == optuna.logging.INFO

@@ -76,11 +76,15 @@ def open_study(output_dir: str | Path, identity: dict[str, Any], storage: str | 
     """
     name = study_name or STUDY_NAME
     backend = _storage(Path(output_dir), storage)
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # compress prints its own lines, not Optuna's INFO one
     try:
         study = optuna.create_study(storage=backend, study_name=name, direction="maximize",
                                     load_if_exists=True)
     except Exception as error:  # a database that accepts the connection but not the study
         raise _storage_error(storage, error, Path(output_dir)) from error
+    finally:
+        optuna.logging.set_verbosity(level)
     _check_identity(study, identity, where=storage and hide_password(storage))
     return study
 
