@@ -74,6 +74,7 @@ VARIANTS = {
     "train-16k": {"max_train_examples": 16000},
     "train-16k-frozen-words": {"max_train_examples": 16000, "freeze_word_embeddings": True},  # ... kept as they start
     "train-16k-trained-words": {"max_train_examples": 16000, "freeze_word_embeddings": False},  # ... trained
+    "trained-words": {"freeze_word_embeddings": False},  # every training row, word embeddings trained (kept: "search")
     "imdb-sentences": "imdb-sentences",  # ... and sentences of IMDb's unlabelled reviews, labelled by the teacher
     "sentence": {"sentence_weight": 1.0, "teacher_dtype": "bfloat16"},  # ... and the teacher's sentence vectors
     "sentence-0.1": {"sentence_weight": 0.1, "teacher_dtype": "bfloat16"},  # ... a tenth of it
