@@ -638,7 +638,13 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
                                          frozenset({"bert-2x256"}))] == [
         "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-1x256", "bilstm-h300", "bert-1x192", "bert-2x256",
         "bert-1x128", "bert-2x192"]
-    # pre-trained students lead each turn, slowest (deepest) first, then the families in turn
+    # among whole-width candidates the deeper start first, whatever their latency: a 2-layer one timed
+    # faster than a 1-layer one (noise, or a narrower FFN) still starts before it
+    deep = {"bert-1x384": 0.5, "bert-1x384-ffn768": 0.4, "bert-2x384-ffn192": 0.45, "bert-1x384-ffn192": 0.2}
+    wide = [Candidate(name, "hf", (("num_hidden_layers", int(name[5])), ("hidden_size", 384)), build=None)
+            for name in deep]
+    assert [c.name for c in spread_order(wide, deep, whole=frozenset(deep))] == [
+        "bert-2x384-ffn192", "bert-1x384-ffn192", "bert-1x384", "bert-1x384-ffn768"]
     latency.update({"pretrained-minilm-l3": 0.25, "pretrained-minilm-l4": 0.35, "pretrained-minilm-l6": 0.55})
     candidates += [Candidate(name, "x", (), build=None, start="pretrained")
                    for name in ("pretrained-minilm-l3", "pretrained-minilm-l4", "pretrained-minilm-l6")]

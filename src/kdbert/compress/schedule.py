@@ -98,13 +98,16 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
     halves, ...); a kind's augmented variants are a family of their own. Candidates named in
     ``first`` (those that start from a general student) lead their family, fastest first; then those
     named in ``whole`` (the teacher's whole width: its embeddings and hidden units kept), by
-    bisection among themselves from the slowest (the slowest, the fastest, the middle one, ...),
-    then the rest. Whole-width students learnt more at equal steps (SST-2, 1,200 steps, three
+    bisection among themselves ordered deepest first, the slowest first among equals (the deepest,
+    the shallowest and fastest, the middle one, ...), then the rest. Whole-width students learnt more at equal steps (SST-2, 1,200 steps, three
     seeds: bert-2x384-ffn768 84.2 dev, bert-3x256 80.9) and won the searches that trained them,
     but as the middles of a bisection over every width a short search reached them last (the main
     job: 2 of 5 candidates trained, 2026-12-01); among them the deeper keep more (the main job's
     teacher at 1,200 steps: bert-2x384-ffn384 94.7% of it on dev, bert-1x384-ffn384 91.0%), and
-    started fastest first, a 3-minute search gave a 1-layer one its first 400 steps alone. Those
+    started fastest first, a 3-minute search gave a 1-layer one its first 400 steps alone; by depth,
+    not latency, since timing noise can put a 2-layer one ahead of a 1-layer one with the whole FFN
+    (bert-2x384-ffn192 at 6.02x, bert-1x384 at 5.5x: started slowest first, the 1-layer one took
+    the main job's whole search, 91.0% on dev, where the 2-layer ones shipped 94.8-95.3%). Those
     named in ``near_line`` (admitted within ``budget.SHIP_LINE_BAND`` of the target speedup) start
     after the other whole-width ones: started first, bert-2x384-ffn384, admitted at 4.02x, took the
     main job's search to 95.5% on dev and shipped nothing, timing 3.97x as shipped.
@@ -124,9 +127,11 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
             return members[::-1]
         rest = [c for c in members if c.name not in first]
         whole_width = [c for c in rest if c.name in whole]
+        deepest_first = sorted(whole_width, key=lambda c: (dict(c.shape).get("num_hidden_layers", 0),
+                                                            latency[c.name]), reverse=True)
         return ([c for c in members if c.name in first]
-                + _bisection([c for c in whole_width if c.name not in near_line][::-1])
-                + _bisection([c for c in whole_width if c.name in near_line][::-1])
+                + _bisection([c for c in deepest_first if c.name not in near_line])
+                + _bisection([c for c in deepest_first if c.name in near_line])
                 + _bisection([c for c in rest if c.name not in whole]))
 
     queues = [family_order(members) for members in families.values()]
