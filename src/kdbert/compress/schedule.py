@@ -97,20 +97,21 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
     order by ``latency`` (the fastest, the slowest, the middle one, then the middles of the two
     halves, ...); a kind's augmented variants are a family of their own. Candidates named in
     ``first`` (those that start from a general student) lead their family, fastest first; then those
-    named in ``whole`` (the teacher's whole width: its embeddings and hidden units kept), by
-    bisection among themselves ordered deepest first, the slowest first among equals (the deepest,
-    the shallowest and fastest, the middle one, ...), then the rest. Whole-width students learnt more at equal steps (SST-2, 1,200 steps, three
+    named in ``whole`` (the teacher's whole width: its embeddings and hidden units kept), the deepest
+    first; of one depth, those clear of the speed line slowest first, then those named in
+    ``near_line`` (admitted within ``budget.SHIP_LINE_BAND`` of the target speedup) fastest first;
+    then the rest. Whole-width students learnt more at equal steps (SST-2, 1,200 steps, three
     seeds: bert-2x384-ffn768 84.2 dev, bert-3x256 80.9) and won the searches that trained them,
     but as the middles of a bisection over every width a short search reached them last (the main
-    job: 2 of 5 candidates trained, 2026-12-01); among them the deeper keep more (the main job's
-    teacher at 1,200 steps: bert-2x384-ffn384 94.7% of it on dev, bert-1x384-ffn384 91.0%), and
-    started fastest first, a 3-minute search gave a 1-layer one its first 400 steps alone; by depth,
-    not latency, since timing noise can put a 2-layer one ahead of a 1-layer one with the whole FFN
-    (bert-2x384-ffn192 at 6.02x, bert-1x384 at 5.5x: started slowest first, the 1-layer one took
-    the main job's whole search, 91.0% on dev, where the 2-layer ones shipped 94.8-95.3%). Those
-    named in ``near_line`` (admitted within ``budget.SHIP_LINE_BAND`` of the target speedup) start
-    after the other whole-width ones: started first, bert-2x384-ffn384, admitted at 4.02x, took the
-    main job's search to 95.5% on dev and shipped nothing, timing 3.97x as shipped.
+    job: 2 of 5 candidates trained, 2026-12-01); the deeper keep more (the main job's teacher at
+    1,200 steps: bert-2x384-ffn384 94.7% of it on dev, bert-1x384-ffn384 91.0%), so depth, not
+    latency, leads: timing noise put bert-2x384-ffn192 at 6.02x and bert-1x384 at 5.5x, and the
+    1-layer one, started first, took the main job's whole search (91.0% on dev, where 2-layer
+    winners shipped 94.8-95.3%). A near-line candidate may time under the target as shipped
+    (bert-2x384-ffn384, admitted at 4.02x, took a search to 95.5% on dev and timed 3.97x), so of
+    one depth it starts after those clear of the line, the likeliest to pass first; but before the
+    shallower ones (started after the 1-layer ones, near-line 2-layer cuts never trained in a main
+    job that shipped a 1-layer student at 91.2%).
 
     Pre-trained students (``Candidate.start`` "pretrained" or "user": their own weights, trained on
     text) come first, slowest (deepest) first, one a turn: they led the first round of every search
@@ -126,12 +127,10 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
         if all(pretrained(c) for c in members):  # the deeper, the likelier to keep the share
             return members[::-1]
         rest = [c for c in members if c.name not in first]
-        whole_width = [c for c in rest if c.name in whole]
-        deepest_first = sorted(whole_width, key=lambda c: (dict(c.shape).get("num_hidden_layers", 0),
-                                                            latency[c.name]), reverse=True)
-        return ([c for c in members if c.name in first]
-                + _bisection([c for c in deepest_first if c.name not in near_line])
-                + _bisection([c for c in deepest_first if c.name in near_line])
+        whole_width = sorted((c for c in rest if c.name in whole), key=lambda c: (
+            -dict(c.shape).get("num_hidden_layers", 0), c.name in near_line,
+            latency[c.name] if c.name in near_line else -latency[c.name]))
+        return ([c for c in members if c.name in first] + whole_width
                 + _bisection([c for c in rest if c.name not in whole]))
 
     queues = [family_order(members) for members in families.values()]
