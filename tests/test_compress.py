@@ -1735,6 +1735,7 @@ def test_a_second_search_of_the_teacher_reads_its_export_and_stored_labels_and_a
     assert first["onnx"].endswith("teacher-onnx/model.int8.onnx") and first["row_seconds"] > 0
     assert report["speed"]["teacher"]["export"].startswith("exported, kept in ")
     assert exported.count(str(env["teacher"])) == 1
+    made_in = report["speed"]["teacher"]["export_seconds"]
     # another search of the same teacher reads its export (the same int8 graph), so nothing is labelled
     # again, and the budget counts no labelling, however slow the teacher is said to be
     monkeypatch.setattr(labelling, "measured_row_seconds", lambda *args, **kwargs: 600.0)
@@ -1743,6 +1744,8 @@ def test_a_second_search_of_the_teacher_reads_its_export_and_stored_labels_and_a
     second = report["labelling"]
     assert (second["stored"], second["seconds"], len(seen)) == (10, 0, 10)
     assert report["speed"]["teacher"]["export"].startswith("read from ") and exported.count(str(env["teacher"])) == 1
+    # the finishing's estimate scales what making the export took, not the instant of reading it
+    assert 0 < report["speed"]["teacher"]["export_seconds"] <= made_in
     for name in ("model.int8.onnx", "export_report.json"):
         assert (tmp_path / "second" / "teacher-onnx" / name).read_bytes() == \
             (tmp_path / "first" / "teacher-onnx" / name).read_bytes()

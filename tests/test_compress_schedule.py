@@ -169,6 +169,15 @@ def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
     assert promotion_order(list(latency), 1, apart, sst2)[:2] == ["bert-1x384-ffn384", "bert-2x384-ffn384"]
     # once one keeps the share (a teacher at 84.0: the line 81.48), the tie goes to speed
     assert promotion_order(list(latency), 1, rung, Goal(84.0, 0.97, latency))[0] == "bert-1x384-ffn384"
+    # capacity is the teacher's whole width before latency: the main job's rung 0, where mobilebert-2x384
+    # (4.86x, 200 steps) near-tied bert-2x384-ffn384 (6.02x, 100 steps) 80.52 to 80.81, margin
+    # sqrt(2.14^2 + 2.16^2) = 3.04; by latency alone the slower mobilebert would go on
+    latency = {"bert-2x384-ffn384": 0.83, "mobilebert-2x384": 1.03}
+    rung0 = [{**done("bert-2x384-ffn384", 0, 100, 80.81), "se": 2.14},
+             {**done("mobilebert-2x384", 0, 200, 80.52), "se": 2.16}]
+    assert promotion_order(list(latency), 0, rung0, Goal(88.37, 0.97, latency))[0] == "mobilebert-2x384"
+    whole = Goal(88.37, 0.97, latency, whole_width=frozenset({"bert-2x384-ffn384"}))
+    assert promotion_order(list(latency), 0, rung0, whole) == ["bert-2x384-ffn384", "mobilebert-2x384"]
 
 
 def test_the_rows_that_decide_never_order_a_promotion():

@@ -29,7 +29,8 @@
 The finishing reserve (:func:`finishing_seconds`) is estimated from what this machine measured
 on the teacher in step 1, scaled by the latency of the slowest candidate that can win against
 the teacher's: the export costs the teacher's export times that ratio (it scores as many rows,
-through a model that much faster) plus the candidate's own export with random weights; timing
+through a model that much faster; what making it took, where a kept one was read) plus the candidate's own export
+with random weights (:func:`export_estimate`); timing
 in turns ``TURNS`` rounds of the teacher's timing and the candidate's; the threads row one
 candidate timing; the agreement the teacher's dev pass times the ratio; all of it
 ``RESERVE_FACTOR`` times, for the machine's slower spells; twice the export and timing where a
@@ -97,10 +98,18 @@ def finishing_seconds(teacher: dict, ratio: float, candidate_export_seconds: flo
     ``candidate_export_seconds`` the winner's export with random weights, ``teacher_dev_seconds`` the
     teacher's pass over the dev rows, ``every_core`` whether the breakdown times the winner on every
     core too, ``checks`` the candidates it may export and time in turns (:func:`checks_to_reserve`)."""
-    export = teacher.get("export_seconds", 0.0) * ratio + candidate_export_seconds
+    export = export_estimate(teacher, ratio, candidate_export_seconds)
     another = export + TURNS * teacher.get("timing_seconds", 0.0) * (1.0 + ratio)  # each check after the first
     return (RESERVE_FACTOR * (export + (checks - 1) * another)
             + after_export_seconds(teacher, ratio, teacher_dev_seconds, every_core))
+
+
+def export_estimate(teacher: dict, ratio: float, candidate_export_seconds: float) -> float:
+    """Seconds to export a candidate ``ratio`` times the teacher's latency as compress ships it: the
+    teacher's export (its int8 choice and its scores on the task's rows, ``teacher["export_seconds"]``,
+    what making it took even where a kept one was read) times ``ratio``, as it scores as many rows
+    through a model that much faster, plus the candidate's own export with random weights."""
+    return teacher.get("export_seconds", 0.0) * ratio + candidate_export_seconds
 
 
 def near_ship_line(speedup: float, target_speedup: float | None) -> bool:

@@ -56,7 +56,8 @@ from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_n
                                      with_variants)
 from kdbert.compress.breakdown import speedup_breakdown
 from kdbert.compress.budget import (TIMING_SHARE, Deadline, Progress, after_export_seconds, checks_to_reserve,
-                                    every_core, export_passes, finishing_seconds, fixed_seconds, near_ship_line)
+                                    every_core, export_estimate, export_passes, finishing_seconds, fixed_seconds,
+                                    near_ship_line)
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings
@@ -442,7 +443,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, teacher.metrics["decide_score"],
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
-                    len(data.decide) / max(1, len(data.held_out) + len(data.decide)))
+                    len(data.decide) / max(1, len(data.held_out) + len(data.decide)),
+                    whole_width(kept, context.teacher_config))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),
                     labelling=labelling.plan_options(), selection=config.selection)
@@ -490,7 +492,9 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
 
     winner, shipped, checks = ship_checked(
         ranking, out, task, config.runtime, goal, data, int8_time_left=lambda: deadline.left() - after,
-        export_seconds=lambda name: table["candidates"].get(name, {}).get("export_seconds", 0.0),
+        export_seconds=lambda name: export_estimate(
+            table["teacher"], table["candidates"][name]["latency_real_p50_ms"] / table["teacher"]["latency_real_p50_ms"],
+            table["candidates"][name].get("export_seconds", 0.0)),
         speed_check=speed_check)
     winner = {key: value for key, value in winner.items() if key != "state"}
     winner["latency_real_p50_ms"] = table["candidates"][winner["candidate"]]["latency_real_p50_ms"]

@@ -169,7 +169,7 @@ def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: 
     :func:`~kdbert.deploy.export.export_model`'s). ``exports``
     (:class:`~kdbert.compress.teacher_exports.TeacherExports`): where an earlier search's export of
     this teacher is read from, and this one's kept; the row says which (``export``: exported, kept,
-    or read)."""
+    or read; ``export_seconds``: what making it took, here or where it was kept)."""
     out = Path(output_dir)
     table = {"settings": settings.key(), "teacher": None, "candidates": {}}
     if (out / TABLE).is_file():
@@ -179,21 +179,25 @@ def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: 
     if table["teacher"] is None:
         quantize = "int8" if settings.runtime == "onnx-int8" else None
         graphs = out / "teacher-onnx"
-        how = {"export": "read from " + str(exports.kept)} if exports and exports.restore(graphs) else {}
+        made_in = exports.restore(graphs) if exports else None  # the kept export's own seconds
+        how = {} if made_in is None else {"export": "read from " + str(exports.kept)}
 
         def export():
             if how:
                 return
+            started = time.time()
             try:
                 export_model(teacher_dir, graphs, quantize=quantize, task=task,  # with its dev score
                              int8_time_left=int8_time_left)
             except KdbertError as err:
                 raise KdbertError(f"--teacher {teacher_dir} cannot be deployed in {settings.runtime}, so there is no "
                                   f"teacher to time students against: {err}") from None
-            unkept = exports.keep(graphs) if exports else "not kept (--teacher-exports none)"
+            unkept = exports.keep(graphs, time.time() - started) if exports else "not kept (--teacher-exports none)"
             how["export"] = f"exported; {unkept}" if unkept else f"exported, kept in {exports.kept}"
 
         table["teacher"] = {**_timed_export(export, graphs / RUNTIMES[settings.runtime], task, settings), **how}
+        if made_in is not None:  # read, not made: the finishing scales what making it took
+            table["teacher"]["export_seconds"] = made_in
         write_json(out / TABLE, table)
     return table
 

@@ -31,11 +31,13 @@ import torch
 import transformers
 
 import kdbert
+from kdbert.core.atomic_io import write_json
 from kdbert.core.hardware import cpu_flags
 from kdbert.core.teacher_store import teacher_fingerprint
 
 NONE = "none"  # --teacher-exports none: nothing kept, nothing read
 DONE_FILE = "export_report.json"  # written last by the export: a folder without it is not an export
+SECONDS_FILE = "export_seconds.json"  # what the export took where it was made: the finishing's estimate scales it
 
 
 def shared_exports_folder() -> Path:
@@ -88,26 +90,31 @@ class TeacherExports:
     def kept(self) -> Path:
         return self.folder / self.key
 
-    def restore(self, out: Path) -> bool:
-        """The kept export placed at ``out`` (its ``teacher-onnx/``, absent or replaced); False when none is kept."""
-        if not (self.kept / DONE_FILE).is_file():
-            return False
+    def restore(self, out: Path) -> float | None:
+        """The kept export placed at ``out`` (its ``teacher-onnx/``, absent or replaced) and the seconds
+        it took to make; None when none is kept (or one kept without its seconds: exported again)."""
+        if not self._whole():
+            return None
         shutil.rmtree(out, ignore_errors=True)
         _place(self.kept, out)
-        return True
+        return float(json.loads((out / SECONDS_FILE).read_text())["export_seconds"])
 
-    def keep(self, out: Path) -> str | None:
-        """The export at ``out`` kept for later searches; what stopped it (a full disk, a read-only
-        folder), in one line, or None."""
-        if (self.kept / DONE_FILE).is_file():
+    def keep(self, out: Path, seconds: float) -> str | None:
+        """The export at ``out``, which took ``seconds`` to make, kept for later searches; what stopped it
+        (a full disk, a read-only folder), in one line, or None."""
+        if self._whole():
             return None
         try:
+            write_json(out / SECONDS_FILE, {"export_seconds": round(seconds, 2)})
             self.folder.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(self.kept, ignore_errors=True)
             _place(out, self.kept)
         except OSError as err:
             return f"the teacher's export was not kept in {self.folder} for later searches ({err.strerror or err})"
         return None
+
+    def _whole(self) -> bool:
+        return (self.kept / DONE_FILE).is_file() and (self.kept / SECONDS_FILE).is_file()
 
 
 def teacher_exports(option: str | None, model, tokenizer, max_seq_len: int, rows: list,
