@@ -176,7 +176,7 @@ def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
     rung0 = [{**done("bert-2x384-ffn384", 0, 100, 80.81), "se": 2.14},
              {**done("mobilebert-2x384", 0, 200, 80.52), "se": 2.16}]
     assert promotion_order(list(latency), 0, rung0, Goal(88.37, 0.97, latency))[0] == "mobilebert-2x384"
-    whole = Goal(88.37, 0.97, latency, whole_width=frozenset({"bert-2x384-ffn384"}))
+    whole = Goal(88.37, 0.97, latency, whole_width=("bert-2x384-ffn384",))
     assert promotion_order(list(latency), 0, rung0, whole) == ["bert-2x384-ffn384", "mobilebert-2x384"]
 
 

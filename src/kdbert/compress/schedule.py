@@ -185,7 +185,7 @@ class Goal:
     majority_decide: float | None = None
     teacher_decide_predictions: tuple | None = None
     decide_weight: float = 0.5
-    whole_width: frozenset[str] = frozenset()
+    whole_width: tuple[str, ...] = ()  # a tuple: the plan goes to workers as JSON
 
     def informative(self, score: float) -> bool:
         """Whether ``score`` on the rows that decide beats always answering the majority class there
