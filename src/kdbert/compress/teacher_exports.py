@@ -13,7 +13,9 @@ decides it (:func:`export_key`): the teacher's class, config and weights
 and held-out), the runtime settings and machine (:meth:`~kdbert.compress.speed.SpeedSettings.key`),
 this CPU's instruction-set flags and the library versions. A later search links its files into its
 own ``teacher-onnx/`` (hard links: no second copy on one file system; a copy elsewhere) and times
-them; a search that exports keeps its export there, written whole or not at all.
+them; a search that exports keeps its export there, written whole or not at all, with what making
+it took (``export_seconds.json``: the finishing's estimate scales it, :func:`kdbert.compress.budget.export_estimate`;
+one kept without it is made again).
 """
 
 from __future__ import annotations
