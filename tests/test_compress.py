@@ -1487,7 +1487,7 @@ def test_a_winner_whose_shipped_graph_falls_short_is_replaced_by_the_next_that_k
     monkeypatch.setattr(ship, "decide_score", lambda folder, file, data, goal: (
         {"decide_score": shipped_scores[folder.name], "decide_se": 0.5}, None))
     winner, exported, checks = ship.ship_checked(ranking, tmp_path, None, "onnx-int8", goal, None,
-                                                 int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0)
+                                                 int8_time_left=lambda: 600.0, check_seconds=lambda name: 20.0)
     assert [(c["candidate"], c["keeps"]) for c in checks] == [("bert-1x128", False), ("bilstm-h150", True)]
     assert checks[0]["kept"] == pytest.approx(85.0 / 90.0)
     assert winner["candidate"] == "bilstm-h150" and exported == {"source": str(tmp_path / "runs" / "bilstm-h150")}
@@ -1496,10 +1496,10 @@ def test_a_winner_whose_shipped_graph_falls_short_is_replaced_by_the_next_that_k
     # none keeps on the graph: the best of those checked ships; no time for a second export: the first alone
     shipped_scores.update({"bilstm-h150": 84.0})
     winner, _, checks = ship.ship_checked(ranking, tmp_path / "b", None, "onnx-int8", goal, None,
-                                          int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0)
+                                          int8_time_left=lambda: 600.0, check_seconds=lambda name: 20.0)
     assert winner["candidate"] == "bert-1x128" and [c["candidate"] for c in checks] == ["bert-1x128", "bilstm-h150"]
     winner, _, checks = ship.ship_checked(ranking, tmp_path / "c", None, "onnx-int8", goal, None,
-                                          int8_time_left=lambda: 15.0, export_seconds=lambda name: 10.0)
+                                          int8_time_left=lambda: 15.0, check_seconds=lambda name: 20.0)
     assert winner["candidate"] == "bert-1x128" and len(checks) == 1
 
 
@@ -1539,7 +1539,7 @@ def test_the_shipped_graph_is_checked_against_the_teacher_on_the_same_rows(tmp_p
     monkeypatch.setattr(ship, "ship", fake_export)
     monkeypatch.setattr(ship, "decide_score", graph_score)
     winner, _, checks = ship.ship_checked(ranking, tmp_path / "a", None, "onnx-int8", goal, None,
-                                          int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0)
+                                          int8_time_left=lambda: 600.0, check_seconds=lambda name: 20.0)
     assert [(c["candidate"], c["margin_kind"], c["keeps"]) for c in checks] == [
         ("bert-1x128", "paired", False), ("bilstm-h150", "paired", True)]
     assert checks[0]["margin"] == pytest.approx(2.369, rel=0.1)  # 1,000 resamples: a 2% Monte-Carlo error
@@ -1547,7 +1547,7 @@ def test_the_shipped_graph_is_checked_against_the_teacher_on_the_same_rows(tmp_p
     # without the teacher's predictions (question answering) the independent margin reads it as keeping
     goal = Goal(90.0, 0.97, latency, teacher_decide=90.0, teacher_decide_se=3.0)
     winner, _, checks = ship.ship_checked(ranking, tmp_path / "b", None, "onnx-int8", goal, None,
-                                          int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0)
+                                          int8_time_left=lambda: 600.0, check_seconds=lambda name: 20.0)
     assert [(c["candidate"], c["margin_kind"], c["keeps"]) for c in checks] == [("bert-1x128", "independent", True)]
     assert checks[0]["margin"] == pytest.approx(math.hypot(3.667, 0.97 * 3.0), rel=1e-3)
     assert winner["candidate"] == "bert-1x128"
@@ -1583,7 +1583,7 @@ def test_a_winner_too_slow_as_shipped_gives_way_to_the_next_that_runs_at_the_spe
     def run(out, ranked, shipped_scores, speedups):
         check = _fake_ship(ship, monkeypatch, shipped_scores, speedups)
         winner, _, checks = ship.ship_checked(ranked, tmp_path / out, None, "onnx-int8", goal, None,
-                                              int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0,
+                                              int8_time_left=lambda: 600.0, check_seconds=lambda name: 20.0,
                                               speed_check=check)
         return winner["candidate"], [(c["candidate"], c["keeps"], c["fast_enough"]) for c in checks]
 
@@ -1606,7 +1606,7 @@ def test_a_winner_too_slow_as_shipped_gives_way_to_the_next_that_runs_at_the_spe
     # no speed check (as before it existed): a graph that keeps ships at once
     _fake_ship(ship, monkeypatch, {name: 88.0 for name in latency}, speedups)
     winner, _, checks = ship.ship_checked(keeping, tmp_path / "d", None, "onnx-int8", goal, None,
-                                          int8_time_left=lambda: 600.0, export_seconds=lambda name: 10.0)
+                                          int8_time_left=lambda: 600.0, check_seconds=lambda name: 20.0)
     assert winner["candidate"] == "bert-2x384" and len(checks) == 1
 
 

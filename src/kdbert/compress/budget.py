@@ -99,7 +99,7 @@ def finishing_seconds(teacher: dict, ratio: float, candidate_export_seconds: flo
     teacher's pass over the dev rows, ``every_core`` whether the breakdown times the winner on every
     core too, ``checks`` the candidates it may export and time in turns (:func:`checks_to_reserve`)."""
     export = export_estimate(teacher, ratio, candidate_export_seconds)
-    another = export + TURNS * teacher.get("timing_seconds", 0.0) * (1.0 + ratio)  # each check after the first
+    another = check_seconds(teacher, ratio, candidate_export_seconds)  # each check after the first
     return (RESERVE_FACTOR * (export + (checks - 1) * another)
             + after_export_seconds(teacher, ratio, teacher_dev_seconds, every_core))
 
@@ -110,6 +110,13 @@ def export_estimate(teacher: dict, ratio: float, candidate_export_seconds: float
     what making it took even where a kept one was read) times ``ratio``, as it scores as many rows
     through a model that much faster, plus the candidate's own export with random weights."""
     return teacher.get("export_seconds", 0.0) * ratio + candidate_export_seconds
+
+
+def check_seconds(teacher: dict, ratio: float, candidate_export_seconds: float) -> float:
+    """Seconds one ship check of a candidate ``ratio`` times the teacher's latency takes: its export
+    (:func:`export_estimate`) and its timing in turns with the teacher, ``TURNS`` rounds of both."""
+    return export_estimate(teacher, ratio, candidate_export_seconds) + TURNS * teacher.get("timing_seconds", 0.0) * (
+        1.0 + ratio)
 
 
 def near_ship_line(speedup: float, target_speedup: float | None) -> bool:

@@ -55,9 +55,9 @@ from kdbert.compress import search
 from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_name, is_augmented, with_variant_rows,
                                      with_variants)
 from kdbert.compress.breakdown import speedup_breakdown
-from kdbert.compress.budget import (TIMING_SHARE, Deadline, Progress, after_export_seconds, checks_to_reserve,
-                                    every_core, export_estimate, export_passes, finishing_seconds, fixed_seconds,
-                                    near_ship_line)
+from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Progress, after_export_seconds,
+                                    check_seconds, checks_to_reserve, every_core, export_passes, finishing_seconds,
+                                    fixed_seconds, near_ship_line)
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings
@@ -480,7 +480,7 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
     there as it ships and timed in turns with the teacher (the next exported when it falls short of
     either, :func:`ship_checked`), broken down and compared; the report (without the budget's figures)."""
     ranking = ranked_candidates([{**row, "state": "done"} for row in searched["segments"]], goal)
-    ratio = table["candidates"][ranking[0]["candidate"]]["latency_real_p50_ms"] / table["teacher"]["latency_real_p50_ms"]
+    ratio = 1.0 / table["candidates"][ranking[0]["candidate"]]["speedup"]  # as admitted, as the reserve counted it
     after = after_export_seconds(table["teacher"], ratio, teacher.dev_seconds, every_core(config.threads))
     file_name = RUNTIMES[config.runtime]
 
@@ -492,8 +492,8 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
 
     winner, shipped, checks = ship_checked(
         ranking, out, task, config.runtime, goal, data, int8_time_left=lambda: deadline.left() - after,
-        export_seconds=lambda name: export_estimate(
-            table["teacher"], table["candidates"][name]["latency_real_p50_ms"] / table["teacher"]["latency_real_p50_ms"],
+        check_seconds=lambda name: RESERVE_FACTOR * check_seconds(  # as the finishing's reserve counts a check
+            table["teacher"], 1.0 / table["candidates"][name]["speedup"],
             table["candidates"][name].get("export_seconds", 0.0)),
         speed_check=speed_check)
     winner = {key: value for key, value in winner.items() if key != "state"}

@@ -83,7 +83,7 @@ def decide_score(folder: Path, file_name: str, data, goal: Goal | None = None) -
 
 
 def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str, goal: Goal, data,
-                 int8_time_left, export_seconds, speed_check=None) -> tuple[dict, dict, list[dict]]:
+                 int8_time_left, check_seconds, speed_check=None) -> tuple[dict, dict, list[dict]]:
     """Ship what keeps the share and the speed as it ships: export the first of ``ranking``
     (:func:`~kdbert.compress.schedule.ranked_candidates`) into ``out/exports/<candidate>``, score that
     graph on the rows that decide and time it (``speed_check(row, export_file)`` -> ``{"speedup",
@@ -91,7 +91,8 @@ def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str
     :meth:`~kdbert.compress.schedule.Goal.decide_margin` (paired with the teacher's predictions on the
     same rows where the goal has them) or of the speed asked, export and check the next that keeps it
     in PyTorch (after a graph too slow as shipped, the next in the ranking), at most
-    ``MAX_SHIP_TRIES`` and while ``int8_time_left()`` exceeds twice ``export_seconds(candidate)``.
+    ``MAX_SHIP_TRIES`` and while ``int8_time_left()`` exceeds ``check_seconds(candidate)``, what exporting
+    and timing it takes as the finishing's reserve counts it.
     The first shipped graph that keeps both goes to ``out/winner``; if none does, the fast enough one
     scoring best there (of those checked; the best of all when none is fast enough). Returns that
     candidate's row, its export report and every check (``candidate``, ``decide_score``,
@@ -102,7 +103,7 @@ def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str
         if checks:
             if not row["keeps"] and any(check["fast_enough"] for check in checks):
                 continue  # one that does not keep is worth a try only while no graph checked ran fast enough
-            if len(checks) == MAX_SHIP_TRIES or int8_time_left() < 2 * export_seconds(row["candidate"]):
+            if len(checks) == MAX_SHIP_TRIES or int8_time_left() < check_seconds(row["candidate"]):
                 break
         folder = out / "exports" / row["candidate"]
         if not folder.exists() and _export_of(out / "winner") == str(row["run"]):  # a rerun: shipped before
