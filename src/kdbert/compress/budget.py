@@ -115,8 +115,13 @@ def export_estimate(teacher: dict, ratio: float, candidate_export_seconds: float
 def check_seconds(teacher: dict, ratio: float, candidate_export_seconds: float) -> float:
     """Seconds one ship check of a candidate ``ratio`` times the teacher's latency takes: its export
     (:func:`export_estimate`) and its timing in turns with the teacher, ``TURNS`` rounds of both."""
-    return export_estimate(teacher, ratio, candidate_export_seconds) + TURNS * teacher.get("timing_seconds", 0.0) * (
-        1.0 + ratio)
+    return export_estimate(teacher, ratio, candidate_export_seconds) + turns_seconds(teacher, ratio)
+
+
+def turns_seconds(teacher: dict, ratio: float) -> float:
+    """Seconds to time a candidate ``ratio`` times the teacher's latency in turns with it: ``TURNS``
+    rounds of the teacher's timing and the candidate's."""
+    return TURNS * teacher.get("timing_seconds", 0.0) * (1.0 + ratio)
 
 
 def near_ship_line(speedup: float, target_speedup: float | None) -> bool:
@@ -137,7 +142,7 @@ def after_export_seconds(teacher: dict, ratio: float, teacher_dev_seconds: float
     """What the finishing needs once the winner is exported (:func:`finishing_seconds` without the
     export): timing in turns, the threads row, the agreement, ``RESERVE_FACTOR`` times."""
     timing = teacher.get("timing_seconds", 0.0)
-    in_turns = TURNS * timing * (1.0 + ratio)
+    in_turns = turns_seconds(teacher, ratio)
     return RESERVE_FACTOR * (in_turns + (timing * ratio if every_core else 0.0) + teacher_dev_seconds * ratio)
 
 

@@ -57,7 +57,7 @@ from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_n
 from kdbert.compress.breakdown import speedup_breakdown
 from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Progress, after_export_seconds,
                                     check_seconds, checks_to_reserve, every_core, export_passes, finishing_seconds,
-                                    fixed_seconds, near_ship_line)
+                                    fixed_seconds, near_ship_line, turns_seconds)
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings
@@ -492,9 +492,11 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
 
     winner, shipped, checks = ship_checked(
         ranking, out, task, config.runtime, goal, data, int8_time_left=lambda: deadline.left() - after,
-        check_seconds=lambda name: RESERVE_FACTOR * check_seconds(  # as the finishing's reserve counts a check
+        # a next check as the finishing's reserve counts it, less the winner's timing in turns that ``after``
+        # holds and the first check's speed check already did (kept in shipped_speed.json)
+        check_seconds=lambda name: RESERVE_FACTOR * (check_seconds(
             table["teacher"], 1.0 / table["candidates"][name]["speedup"],
-            table["candidates"][name].get("export_seconds", 0.0)),
+            table["candidates"][name].get("export_seconds", 0.0)) - turns_seconds(table["teacher"], ratio)),
         speed_check=speed_check)
     winner = {key: value for key, value in winner.items() if key != "state"}
     winner["latency_real_p50_ms"] = table["candidates"][winner["candidate"]]["latency_real_p50_ms"]
