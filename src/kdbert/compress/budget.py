@@ -58,7 +58,7 @@ RESERVE_FACTOR = 1.25
 # A candidate admitted below this factor of --target-speedup may time under it as shipped. Over 11 ship checks of
 # candidates timed in turns of 10 rows (the main job on 2 threads of an AVX2 CPU, 2026-12-01) the speedup as shipped
 # was 0.956 of the admitted one on average (sd 0.060; 0.87-1.04): one admitted at 1.15x the target passes with about
-# 93% chance, at 1.08x 69%. (One pass varies by 3.6% only, benchmarks/timing_turns.py: what moves is the machine
+# 93% chance, at 1.08x 69% (benchmarks/ship_vs_admitted.py). (One pass varies by 3.6% only, benchmarks/timing_turns.py: what moves is the machine
 # between admission and shipping, minutes apart, and the shipped graph's int8 method.)
 SHIP_LINE_BAND = 1.15
 TEACHER_EXPORT_SHARE = 0.2  # of the budget, the most the teacher's export spends on static int8 methods

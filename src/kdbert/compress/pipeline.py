@@ -421,7 +421,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     general_starts = frozenset(c.name for c in kept if general and base_name(c.name) in general.shapes)
     near_line = frozenset(name for name, row in table["candidates"].items()
                           if near_ship_line(row["speedup"], config.target_speedup))
-    kept = spread_order(kept, latency, general_starts, whole_width(kept, context.teacher_config), near_line)
+    whole = whole_width(kept, context.teacher_config)
+    kept = spread_order(kept, latency, general_starts, whole, near_line)
     reserve = _finishing(config, table, teacher, kept)
     labelling = plan_labelling(config.logits_cache, out / "teacher-onnx" / RUNTIMES[config.runtime], teacher.model,
                                teacher.tokenizer, data.spec, train_rows, kept)
@@ -444,7 +445,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
                     len(data.decide) / max(1, len(data.held_out) + len(data.decide)),
-                    tuple(sorted(whole_width(kept, context.teacher_config))))
+                    tuple(sorted(whole)))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),
                     labelling=labelling.plan_options(), selection=config.selection)
