@@ -242,7 +242,9 @@ def test_compress_killed_five_times(tmp_path, tiny_tokenizer, glue_dir):
     straight_runs, resumed_runs = by_steps(a), by_steps(b)
     assert sorted(row["candidate"] for row in a["search"]["rounds"][0]) == \
         sorted(row["candidate"] for row in b["search"]["rounds"][0]) == ["bert-1x128", "bert-2x128", "bilstm-h150"]
-    assert [len(rows) for rows in a["search"]["rounds"]] == [len(rows) for rows in b["search"]["rounds"]]
+    # how many go on in round 1 follows the timings too (one in about five runs promoted two on one side)
+    assert len(a["search"]["rounds"]) == len(b["search"]["rounds"]) == 2
+    assert all(rows for report in (a, b) for rows in report["search"]["rounds"])
     common = straight_runs.keys() & resumed_runs.keys()
     assert len(common) >= 3 and all(straight_runs[key] == resumed_runs[key] for key in common)
     # Latencies are measured anew in each folder, so the winner is checked against the rule on the
