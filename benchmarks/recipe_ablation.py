@@ -75,6 +75,9 @@ VARIANTS = {
     "train-16k-frozen-words": {"max_train_examples": 16000, "freeze_word_embeddings": True},  # ... kept as they start
     "train-16k-trained-words": {"max_train_examples": 16000, "freeze_word_embeddings": False},  # ... trained
     "trained-words": {"freeze_word_embeddings": False},  # every training row, word embeddings trained (kept: "search")
+    # the teacher's logits stored once per row, labelled by its export (--teacher-onnx), the teacher not run beside
+    "int8-targets": {"teacher_onnx": "export"},
+    "train-16k-int8-targets": {"max_train_examples": 16000, "teacher_onnx": "export"},  # ... on the main job's rows
     "imdb-sentences": "imdb-sentences",  # ... and sentences of IMDb's unlabelled reviews, labelled by the teacher
     "sentence": {"sentence_weight": 1.0, "teacher_dtype": "bfloat16"},  # ... and the teacher's sentence vectors
     "sentence-0.1": {"sentence_weight": 0.1, "teacher_dtype": "bfloat16"},  # ... a tenth of it
@@ -101,7 +104,9 @@ export, with ``--teacher-onnx``) into the store its training rows are in. "sente
 term (``--sentence-weight 1``: the student's mean-pooled vector, projected, against the teacher's by cosine
 distance), the teacher's vectors labelled once per row by the PyTorch teacher in bfloat16; "sentence-0.1"
 at a tenth of that weight; "sentence-relation" the batch's pairwise cosine similarities against the
-teacher's (``--sentence-loss relation``, no projection)."""
+teacher's (``--sentence-loss relation``, no projection). "int8-targets" gives a candidate of the
+teacher's tokens the logits ``--teacher-onnx`` (the teacher's int8 export) stored once per row in the
+shared store, instead of the PyTorch teacher's computed beside it; "train-16k-*" on the main job's rows."""
 
 
 TINYBERT_ONLY = ("head_average", "skip_intermediate", "intermediate_max_steps", "intermediate_lr")
@@ -122,6 +127,11 @@ def search_options(candidate, settings: SearchSettings, steps: int, teacher: str
         options["teacher_onnx"] = teacher_onnx
     if isinstance(VARIANTS[variant], dict):
         options.update(VARIANTS[variant])
+    if options.get("teacher_onnx") == "export":  # labels stored once for every run, by the export given
+        if not teacher_onnx:
+            raise KdbertError(f"variant {variant} reads the labels of the teacher's export: give --teacher-onnx")
+        options |= {"teacher_onnx": teacher_onnx, "logits_cache": str(shared_store_folder())}
+        options.pop("teacher_cache", None)
     if VARIANTS[variant] == "annealed":
         options["ema_decay"] = None
     if VARIANTS[variant] == "as-kd":  # kd's own defaults (T=20, alpha 0.7); TinyBERT's stage options dropped

@@ -982,7 +982,7 @@ def test_selection_ends_builds_starts_from_the_teachers_first_last_and_between_l
 
 
 def test_the_finishing_reserve_is_the_teachers_measured_costs_scaled_to_the_slowest_winner():
-    from kdbert.compress.budget import RESERVE_FACTOR, finishing_seconds
+    from kdbert.compress.budget import RESERVE_FACTOR, finishing_seconds, with_turns_measured
     from kdbert.compress.speed import TURNS
 
     teacher = {"export_seconds": 200.0, "timing_seconds": 6.0}
@@ -996,6 +996,13 @@ def test_the_finishing_reserve_is_the_teachers_measured_costs_scaled_to_the_slow
     # two checks (a candidate at the line): a second export and its timing in turns, 53 + 22.5 s
     assert finishing_seconds(teacher, 0.25, 3.0, 8.0, every_core=False, checks=2) == pytest.approx(
         RESERVE_FACTOR * (expected + 53.0 + TURNS * 7.5))
+    # timing in turns measured in the timing phase (the longest, 11 s): counted as it took, twice
+    table = {"teacher": teacher, "candidates": {"a": {"turns_seconds": 9.0}, "b": {"turns_seconds": 11.0}, "c": {}}}
+    measured = with_turns_measured(table)
+    assert measured == {**teacher, "turns_seconds": 11.0} and "turns_seconds" not in teacher
+    assert finishing_seconds(measured, 0.25, 3.0, 8.0, every_core=False, checks=2) == pytest.approx(
+        RESERVE_FACTOR * (50.0 + 3.0 + 11.0 + 2.0 + 53.0 + 11.0))
+    assert with_turns_measured({"teacher": teacher, "candidates": {"c": {}}}) == teacher
 
 
 def test_a_candidate_admitted_near_the_line_reserves_time_to_check_the_next():
@@ -1116,6 +1123,9 @@ def test_a_candidate_timed_near_the_line_is_timed_again_in_turns_with_the_teache
     near = table["candidates"]["bert-1x8"]
     assert (near["speedup"], near["speedup_alone"], near["timing_seconds"] >= 1.0) == (3.1, 2.0, True)
     assert len(near["timed_in_turns"]) == 3 and "speedup_alone" not in table["candidates"]["bert-2x8"]
+    # what timing in turns took, apart: the finishing counts it for a winner's check
+    assert near["timing_seconds"] == pytest.approx(1.0 + near["turns_seconds"], abs=0.011)
+    assert "turns_seconds" not in table["candidates"]["bert-2x8"]
     assert speed.meeting_target(table, target_speedup=3.0) == ["bert-2x8", "bert-1x8"]  # in turns it meets 3x
     assert [speed.near_line(x, 3.0) for x in (1.99, 2.0, 4.49, 4.5)] == [False, True, True, False]
     assert not speed.near_line(3.0, None)  # a latency target: no ratio to move across
@@ -1696,21 +1706,33 @@ def test_labelling_that_outlasts_the_first_round_leaves_its_candidates_out_or_re
     (200 s) the BiLSTM is left out, with the budget that admits it: ceil(2 min outside the window +
     300 s / (1/3) / 60) = 17 min; with only readers of stored logits, that line refuses the budget."""
     from kdbert.compress.labelling import Labelling, afford_labelling
+    from kdbert.compress.recipes import SearchSettings, reads_stored_logits, run_options
     from kdbert.families.registry import Candidate
 
     bert = Candidate("bert-1x128", "hf", (), build=None, from_teacher=lambda teacher, context: teacher)
     bilstm = Candidate("bilstm-h150", "bilstm", (), build=None)
     labelling = Labelling("/cache", "/out/teacher-onnx/model.int8.onnx", rows=1000, stored=400, row_seconds=0.5)
     assert labelling.seconds == 300
-    assert afford_labelling([bert, bilstm], labelling, 900, 1 / 3, 2.0, 20) == ([bert, bilstm], None)
-    kept, line = afford_labelling([bert, bilstm], labelling, 600, 1 / 3, 2.0, 20)
+    assert afford_labelling([bert, bilstm], labelling, 900, 1 / 3, 2.0, 20) == ([bert, bilstm], None, labelling)
+    kept, line, _ = afford_labelling([bert, bilstm], labelling, 600, 1 / 3, 2.0, 20)
     assert kept == [bert] and line.startswith("left out: bilstm-h150 learn from the teacher's labels of the 1,000")
     assert "export model.int8.onnx labels the 600 not stored yet in about 5.0 min here (2 rows/s)" in line
     assert "than the 3.3 min in which candidates start; --budget-minutes 17 or more admits them" in line
     assert "\n" not in line
     with pytest.raises(KdbertError, match=r"^--budget-minutes 20 is too short to label the rows: bilstm-h150 learn"):
         afford_labelling([bilstm], labelling, 600, 1 / 3, 2.0, 20)
-    assert afford_labelling([bert], labelling, 60, 1 / 3, 2.0, 20) == ([bert], None)  # no reader: nothing to label
+    assert afford_labelling([bert], labelling, 60, 1 / 3, 2.0, 20) == ([bert], None, labelling)  # no reader
+    # a candidate distilled by logit KD alone reads the export's labels where they fit, else runs the teacher beside
+    settings, tinybert = SearchSettings(kd_labels="export"), SearchSettings(kd_labels="export", intermediate_share=0.5)
+    assert not afford_labelling([bert], labelling, 900, 1 / 3, 2.0, 20, SearchSettings())[2].kd  # beside: the default
+    assert afford_labelling([bert], labelling, 900, 1 / 3, 2.0, 20, settings)[2].kd
+    assert not afford_labelling([bert], labelling, 600, 1 / 3, 2.0, 20, settings)[2].kd
+    assert not afford_labelling([bert], replace(labelling, onnx=None), 900, 1 / 3, 2.0, 20, settings)[2].kd
+    assert reads_stored_logits(bert, settings, export_labels=True) and not reads_stored_logits(bert, settings)
+    assert not reads_stored_logits(bert, SearchSettings(), export_labels=True)
+    assert not reads_stored_logits(bert, tinybert, export_labels=True)  # its intermediate stage reads the teacher
+    options = run_options(bert, 100, settings, "/cache/teacher", export_labels=True)
+    assert "teacher_cache" not in options and run_options(bert, 100, settings, "/cache/teacher")["teacher_cache"]
 
 
 def test_a_second_search_of_the_teacher_reads_its_export_and_stored_labels_and_a_budget_that_cannot_label_is_refused(
@@ -1755,6 +1777,25 @@ def test_a_second_search_of_the_teacher_reads_its_export_and_stored_labels_and_a
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("kdbert: error: --budget-minutes 30 is too short to label the rows: bilstm-h150 learn")
     assert "labels the 10 not stored yet in about 100.0 min here" in error
+
+
+def test_kd_labels_export_gives_a_cut_candidate_the_exports_labels_stored_once(env, tmp_path, monkeypatch):
+    """``--kd-labels export``: a candidate cut from the teacher learns from the labels its export stored
+    once per training row (the store counts every row once), not from the teacher beside it."""
+    from conftest import count_teacher_runs
+
+    from kdbert.cli import main
+
+    seen = count_teacher_runs(monkeypatch)
+    out = tmp_path / "out"
+    assert main(["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+                 "--candidates", "bert-1x128", "--rounds", "1", "--first-steps", "2", "--batch-size", "4",
+                 "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01", "--kd-labels", "export",
+                 "--logits-cache", str(tmp_path / "store"), "--output-dir", str(out)]) == 0
+    report = json.loads((out / "compress_report.json").read_text())
+    assert report["labelling"]["kd"] is True and len(seen) == 10  # the 10 rows not held out, by the export
+    run = json.loads((Path(report["winner"]["run"]) / "distill_report.json").read_text())
+    assert run["teacher_logits"]["onnx"] == report["labelling"]["onnx"] and "teacher_cache" not in run
 
 
 def test_the_recipe_line_names_each_stage_and_a_temperature_only_where_a_term_softens_by_it():

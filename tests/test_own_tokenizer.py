@@ -139,6 +139,54 @@ def test_question_answering_and_the_teacher_cache_refuse_a_student_of_its_own_to
         "--logits-cache DIR)")
 
 
+# ----------------------------------------------------------------------------- the teacher's tokens, its export's labels
+def test_a_student_of_the_teachers_tokens_reads_the_exports_labels_stored_once(env, tmp_path, capsys, monkeypatch):
+    """``--teacher-onnx`` with a student of the teacher's tokens: the export labels each training row
+    once into the store, the student's batch carries those logits and the teacher's own tokens, and
+    the plan's teacher is the stored logits (the PyTorch teacher never runs beside the student)."""
+    from kdbert.core.teacher_logits import StoredTeacherLogits
+    from kdbert.deploy.export import export_model
+    from kdbert.deploy.onnx_runtime import OnnxClassifier
+
+    export_model(env["teacher"], tmp_path / "onnx", quantize="int8")
+    graph = str(tmp_path / "onnx" / "model.int8.onnx")
+    task = TaskOptions("sst2", data_dir=str(env["glue"]))
+    data = load_task(task)
+    teacher = BertForSequenceClassification.from_pretrained(env["teacher"]).eval()
+    config = method_config("kd", {"teacher": str(env["teacher"]), "student_layers": "1", "teacher_onnx": graph,
+                                  "logits_cache": str(tmp_path / "store")})
+    inputs = kd.METHOD.task_inputs(TaskSource(teacher, env["tokenizer"], data, data.train, 64, task), config)
+    assert isinstance(inputs.teacher, StoredTeacherLogits) and inputs.report["teacher_logits"]["onnx"] == graph
+    rows = data.train[:6]
+    batch = inputs.collator([inputs.train_set[i] for i in range(6)])
+    read = PaddingCollator(env["tokenizer"].pad_token_id)(encode_examples(env["tokenizer"], rows, 64).features)
+    assert torch.equal(batch["student"]["input_ids"], read["input_ids"])  # the teacher's tokens
+    exported = OnnxClassifier(graph)({k: v for k, v in read.items() if k != "labels"})
+    with torch.no_grad():
+        pytorch = teacher(**{k: v for k, v in read.items() if k != "labels"}).logits
+    # the export's logits (int8: not the PyTorch teacher's), up to the batch shape's kernel noise
+    torch.testing.assert_close(batch["teacher_logits"], torch.as_tensor(exported), rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(batch["teacher_logits"], pytorch, rtol=0, atol=1e-6)
+    # from the CLI: labelled once, a second run reads them back; beside --teacher-cache it is refused
+    seen = count_teacher_runs(monkeypatch)
+    for run in ("kd", "kd-again"):
+        assert cli.main([str(a) for a in ["distill", "task", "--method", "kd", "--task", "sst2", "--data-dir",
+                                          env["glue"], "--teacher", env["teacher"], "--student-layers", 1,
+                                          "--teacher-onnx", graph, "--logits-cache", tmp_path / "cli-store",
+                                          "--max-steps", 2, "--output-dir", tmp_path / run, "--no-progress"]]) == 0
+    assert len(seen) == 24
+    report = json.loads((tmp_path / "kd" / "distill_report.json").read_text())
+    assert report["teacher_logits"]["onnx"] == graph and "student_tokenizer" not in report
+    capsys.readouterr()
+    assert cli.main([str(a) for a in ["distill", "task", "--method", "kd", "--task", "sst2", "--data-dir", env["glue"],
+                                      "--teacher", env["teacher"], "--teacher-onnx", graph, "--teacher-cache",
+                                      tmp_path / "cache", "--output-dir", tmp_path / "cached"]]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"kdbert: error: --teacher-onnx {graph} labels each training row once: the teacher never runs beside the "
+        "student, so --teacher-cache keeps nothing; drop --teacher-cache")
+    assert not (tmp_path / "cached").exists()
+
+
 # ----------------------------------------------------------------------------- the sentence term
 def test_cosine_distance_against_a_hand_computation():
     student = torch.tensor([[1.0, 0.0], [1.0, 1.0]])

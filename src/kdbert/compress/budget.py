@@ -31,7 +31,8 @@ on the teacher in step 1, scaled by the latency of the slowest candidate that ca
 the teacher's: the export costs the teacher's export times that ratio (it scores as many rows,
 through a model that much faster; what making it took, where a kept one was read) plus the candidate's own export
 with random weights (:func:`export_estimate`); timing
-in turns ``TURNS`` rounds of the teacher's timing and the candidate's; the threads row one
+in turns what the longest one of the timing phase took (else ``TURNS`` rounds of the teacher's
+timing and the candidate's, :func:`turns_seconds`); the threads row one
 candidate timing; the agreement the teacher's dev pass times the ratio; all of it
 ``RESERVE_FACTOR`` times, for the machine's slower spells; twice the export and timing where a
 candidate that can win was admitted near the speedup asked (:func:`checks_to_reserve`), so that the
@@ -94,7 +95,8 @@ class Deadline:
 def finishing_seconds(teacher: dict, ratio: float, candidate_export_seconds: float, teacher_dev_seconds: float,
                       every_core: bool, checks: int = 1) -> float:
     """Seconds the finishing phase should take for a winner ``ratio`` times the teacher's latency
-    (module doc): ``teacher`` is its speed-table row (``export_seconds``, ``timing_seconds``),
+    (module doc): ``teacher`` is its speed-table row (``export_seconds``, ``timing_seconds``, and
+    ``turns_seconds`` where measured, :func:`with_turns_measured`),
     ``candidate_export_seconds`` the winner's export with random weights, ``teacher_dev_seconds`` the
     teacher's pass over the dev rows, ``every_core`` whether the breakdown times the winner on every
     core too, ``checks`` the candidates it may export and time in turns (:func:`checks_to_reserve`)."""
@@ -119,9 +121,21 @@ def check_seconds(teacher: dict, ratio: float, candidate_export_seconds: float) 
 
 
 def turns_seconds(teacher: dict, ratio: float) -> float:
-    """Seconds to time a candidate ``ratio`` times the teacher's latency in turns with it: ``TURNS``
-    rounds of the teacher's timing and the candidate's."""
+    """Seconds to time a candidate ``ratio`` times the teacher's latency in turns with it: what the
+    longest such timing took on this machine (``teacher["turns_seconds"]``, :func:`with_turns_measured`),
+    else ``TURNS`` rounds of the teacher's whole timing and the candidate's, an upper bound (a round
+    times the rows' latency only: on the main job's AVX2 machine 10-12 s where this said 21)."""
+    if teacher.get("turns_seconds"):
+        return teacher["turns_seconds"]
     return TURNS * teacher.get("timing_seconds", 0.0) * (1.0 + ratio)
+
+
+def with_turns_measured(table: dict) -> dict:
+    """The speed ``table``'s teacher row with ``turns_seconds``, the longest timing in turns of its
+    candidates (those timed again near the line, :func:`~kdbert.compress.speed.retimed_in_turns`),
+    where there is one."""
+    measured = [row["turns_seconds"] for row in table["candidates"].values() if row.get("turns_seconds")]
+    return {**table["teacher"], **({"turns_seconds": max(measured)} if measured else {})}
 
 
 def near_ship_line(speedup: float, target_speedup: float | None) -> bool:

@@ -1,6 +1,7 @@
 """The teacher's labels of the rows that candidates of stored logits learn from (the BiLSTM, students
-of another tokenizer, :func:`~kdbert.compress.recipes.reads_stored_logits`): who labels them, where
-they are kept, and whether the budget affords it.
+of another tokenizer and, with ``--kd-labels export``, every candidate distilled by logit KD alone:
+:func:`~kdbert.compress.recipes.reads_stored_logits`): who labels them, where they are kept,
+and whether the budget affords it.
 
 - **Who**: the teacher's export in the runtime it is timed and compared in (``--runtime``: its int8
   graph by default), in ONNX Runtime, its rows batched shortest first
@@ -15,7 +16,9 @@ they are kept, and whether the budget affords it.
   (:func:`measured_row_seconds`), so that long rows (sentence pairs) count as long. Every candidate of stored logits waits for
   it in its first segment, so when it takes more than the share of the search in which candidates
   start (``--first-round-share``) they are left out, in one line with the budget that would admit
-  them; when they are all the search has, the budget is refused in that line.
+  them; when they are all the search has, the budget is refused in that line. The candidates
+  distilled by logit KD alone read the labels only where they fit (:attr:`Labelling.kd`); else the
+  teacher runs beside them, as on a GPU and by default (``--kd-labels beside``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import math
 import random
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -48,6 +51,7 @@ class Labelling:
     rows: int
     stored: int
     row_seconds: float
+    kd: bool = False  # candidates distilled by logit KD alone read the export's labels too (afford_labelling)
 
     @property
     def seconds(self) -> float:
@@ -58,16 +62,17 @@ class Labelling:
 
     def plan_options(self) -> dict:
         """What the runs read (:attr:`kdbert.compress.search.Plan.labelling`)."""
-        return {"cache": self.cache, "onnx": self.onnx}
+        return {"cache": self.cache, "onnx": self.onnx, "kd": self.kd}
 
 
 def plan_labelling(cache: str | None, export: Path, teacher, tokenizer, spec, rows: list,
-                   candidates: list) -> Labelling:
+                   candidates: list, settings=None) -> Labelling:
     """The labelling of ``rows`` (:class:`~kdbert.data.glue.Example`) into ``cache`` (None: the shared
     store) for ``candidates``: by the teacher ``export`` (an ``.onnx`` file), or on a GPU or when the
     export is missing by the PyTorch ``teacher``. Its time per row is measured here
-    (:func:`measured_row_seconds`) where it is needed: rows not stored yet that a candidate reads,
-    or augmented candidates, whose rows are capped at that rate (else 0)."""
+    (:func:`measured_row_seconds`) where it is needed: rows not stored yet that a candidate reads
+    (with the export, those ``settings`` distil by logit KD alone too), or augmented candidates,
+    whose rows are capped at that rate (else 0)."""
     folder = str(Path(cache).expanduser() if cache else shared_store_folder())
     onnx = str(export) if export.is_file() and not torch.cuda.is_available() else None
     if onnx is None:
@@ -77,7 +82,8 @@ def plan_labelling(cache: str | None, export: Path, teacher, tokenizer, spec, ro
     texts = list(dict.fromkeys(row.texts for row in rows))
     unstored = unstored_rows(folder, labeller.namespace, texts)
     row_seconds = 0.0
-    if (unstored and any(reads_stored_logits(c) for c in candidates)) or any(is_augmented(c.name) for c in candidates):
+    readers = any(reads_stored_logits(c, settings, onnx is not None) for c in candidates)
+    if (unstored and readers) or any(is_augmented(c.name) for c in candidates):
         # the export's sample stays in the store the runs read (counted in ``seconds``: this search labels
         # it); the PyTorch teacher's (float32) would not be read
         row_seconds = measured_row_seconds(labeller, texts, unstored, folder if onnx else None)
@@ -108,14 +114,21 @@ def measured_row_seconds(labeller: Labeller, texts: list, to_label: list, folder
     return max(per_token * padded_tokens(labeller, to_label or texts) / max(1, len(to_label or texts)), 1e-9)
 
 def afford_labelling(candidates: list, labelling: Labelling, window_seconds: float, first_round_share: float,
-                     minutes_before: float, budget_minutes: float) -> tuple[list, str | None]:
+                     minutes_before: float, budget_minutes: float,
+                     settings=None) -> tuple[list, str | None, Labelling]:
     """``candidates`` less those of stored logits when labelling takes more than ``first_round_share``
-    of the search's ``window_seconds``, and the line that says so (None when all are kept). Refused
-    when no candidate is left. ``minutes_before``: what the budget spends outside the window (the
-    timing so far and the finishing), for the budget that would admit them."""
+    of the search's ``window_seconds``, the line that says so (None when all are kept), and
+    ``labelling`` with ``kd`` set where ``settings`` ask for it (``--kd-labels export``), it fits and
+    the export labels: then the candidates they distil by logit KD alone read its labels too (else
+    the teacher runs beside them).
+    Refused when no candidate is left. ``minutes_before``: what the budget spends outside the window
+    (the timing so far and the finishing), for the budget that would admit them."""
+    fits = labelling.seconds <= first_round_share * window_seconds
+    asked = settings is not None and settings.kd_labels == "export"
+    labelling = replace(labelling, kd=fits and asked and labelling.onnx is not None)
     readers = [c for c in candidates if reads_stored_logits(c)]
-    if not readers or labelling.seconds <= first_round_share * window_seconds:
-        return candidates, None
+    if not readers or fits:
+        return candidates, None, labelling
     needed = math.ceil(minutes_before + labelling.seconds / first_round_share / 60)
     who = "the teacher's export " + Path(labelling.onnx).name if labelling.onnx else "the teacher"
     line = (f"{', '.join(c.name for c in readers)} learn from the teacher's labels of the {labelling.rows:,} training "
@@ -126,4 +139,4 @@ def afford_labelling(candidates: list, labelling: Labelling, window_seconds: flo
     kept = [c for c in candidates if not reads_stored_logits(c)]
     if not kept:
         raise KdbertError(f"--budget-minutes {budget_minutes:g} is too short to label the rows: {line}")
-    return kept, f"left out: {line}"
+    return kept, f"left out: {line}", labelling

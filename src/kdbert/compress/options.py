@@ -90,6 +90,13 @@ class CompressConfig(CheckedOptions):
                                             "spent on TinyBERT's intermediate stage, its prediction stage after (0: logit KD "
                                             "alone, as every token-level candidate)",
                                        type=float, group="compress", check=in_range(0, 0.9, what="a share in [0, 0.9]"))
+    kd_labels: str = option("beside", "where the candidates distilled by logit KD alone get the teacher's logits: "
+                                      "beside (the PyTorch teacher runs beside each student, its outputs kept per "
+                                      "row for the search) or export (its export labels every row once, 2.4x "
+                                      "faster a row on a CPU; the students learn the export's outputs: 0.5 points "
+                                      "lower on SST-2 dev at equal steps, BENCHMARKS.md); export suits a base-size "
+                                      "teacher, whose PyTorch rows cost 5-8x more",
+                            group="compress", choices=("beside", "export"))
     round_share: str = option("time", "what a rung of the search shares out equally between families: wall "
                                       "time (cheap steps, e.g. the BiLSTM's, buy more steps) or steps", group="compress",
                               choices=ROUND_SHARES)

@@ -57,10 +57,10 @@ from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_n
 from kdbert.compress.breakdown import speedup_breakdown
 from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Progress, after_export_seconds,
                                     check_seconds, checks_to_reserve, every_core, export_passes, finishing_seconds,
-                                    fixed_seconds, near_ship_line, turns_seconds)
+                                    fixed_seconds, near_ship_line, turns_seconds, with_turns_measured)
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
-from kdbert.compress.recipes import SearchSettings
+from kdbert.compress.recipes import SearchSettings, reads_stored_logits
 from kdbert.compress.report import seconds_per_candidate, unseen_sources_line, write_report
 from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
 from kdbert.compress.schedule import pretrained as is_pretrained
@@ -217,8 +217,8 @@ def _finishing(config: CompressConfig, table: dict, teacher: Teacher, kept: list
     slowest the target allows, its own export not known yet)."""
     exports = [table["candidates"][c.name].get("export_seconds", 0.0) for c in kept or ()]
     checks = checks_to_reserve([table["candidates"][c.name]["speedup"] for c in kept or ()], config.target_speedup)
-    return finishing_seconds(table["teacher"], _latency_ratio(config, table, kept), max(exports, default=0.0),
-                             teacher.dev_seconds, every_core(config.threads), checks)
+    return finishing_seconds(with_turns_measured(table), _latency_ratio(config, table, kept),
+                             max(exports, default=0.0), teacher.dev_seconds, every_core(config.threads), checks)
 
 
 def _finishing_bound(config: CompressConfig, table: dict, teacher: Teacher) -> float:
@@ -227,8 +227,8 @@ def _finishing_bound(config: CompressConfig, table: dict, teacher: Teacher) -> f
     is asked (one may be admitted near it, :func:`~kdbert.compress.budget.checks_to_reserve`)."""
     exports = [row.get("export_seconds", 0.0) for row in table["candidates"].values()]
     checks = checks_to_reserve([config.target_speedup], config.target_speedup) if config.target_speedup else 1
-    return finishing_seconds(table["teacher"], _latency_ratio(config, table), max(exports, default=0.0),
-                             teacher.dev_seconds, every_core(config.threads), checks)
+    return finishing_seconds(with_turns_measured(table), _latency_ratio(config, table),
+                             max(exports, default=0.0), teacher.dev_seconds, every_core(config.threads), checks)
 
 
 def _timing_stop(config: CompressConfig, table: dict, teacher: Teacher, first_round: float, deadline: Deadline,
@@ -425,22 +425,24 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     kept = spread_order(kept, latency, general_starts, whole, near_line)
     reserve = _finishing(config, table, teacher, kept)
     labelling = plan_labelling(config.logits_cache, out / "teacher-onnx" / RUNTIMES[config.runtime], teacher.model,
-                               teacher.tokenizer, data.spec, train_rows, kept)
-    kept, left_out = afford_labelling(kept, labelling, deadline.left() - reserve, config.first_round_share,
-                                      (deadline.spent() + reserve) / 60, config.budget_minutes)
+                               teacher.tokenizer, data.spec, train_rows, kept, search_settings)
+    kept, left_out, labelling = afford_labelling(kept, labelling, deadline.left() - reserve, config.first_round_share,
+                                                 (deadline.spent() + reserve) / 60, config.budget_minutes,
+                                                 search_settings)
     if left_out:
         progress.line(left_out)
     if not search.under_way(study):  # a search under way was judged when it started
         check_budget(table, kept, search_settings, labelling.rows - labelling.stored, config.budget_minutes,
-                     deadline.left() - reserve)
+                     deadline.left() - reserve, labelling.kd)
     augmentation = None
     with progress.phase("search"):
         if any(is_augmented(c.name) for c in kept):
             text_fields = list(task.text_columns) if is_data_file(task.task) else list(data.spec.text_fields)
             augmentation = augment_for_search(train_rows, text_fields, out, augment, config.budget_minutes * 60,
                                               config.seed, labelling.row_seconds)
+        labelled = any(reads_stored_logits(c, search_settings, labelling.kd) or is_augmented(c.name) for c in kept)
         window = Window.from_now(deadline.left() - reserve, config.first_round_share,
-                                 labelling_seconds=labelling.seconds)
+                                 labelling_seconds=labelling.seconds if labelled else 0.0)
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, teacher.metrics["decide_score"],
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
@@ -482,7 +484,8 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
     either, :func:`ship_checked`), broken down and compared; the report (without the budget's figures)."""
     ranking = ranked_candidates([{**row, "state": "done"} for row in searched["segments"]], goal)
     ratio = 1.0 / table["candidates"][ranking[0]["candidate"]]["speedup"]  # as admitted, as the reserve counted it
-    after = after_export_seconds(table["teacher"], ratio, teacher.dev_seconds, every_core(config.threads))
+    timing = with_turns_measured(table)
+    after = after_export_seconds(timing, ratio, teacher.dev_seconds, every_core(config.threads))
     file_name = RUNTIMES[config.runtime]
 
     def speed_check(row: dict, export_file: Path) -> dict:
@@ -496,8 +499,8 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
         # a next check as the finishing's reserve counts it, less the winner's timing in turns that ``after``
         # holds and the first check's speed check already did (kept in shipped_speed.json)
         check_seconds=lambda name: RESERVE_FACTOR * (check_seconds(
-            table["teacher"], 1.0 / table["candidates"][name]["speedup"],
-            table["candidates"][name].get("export_seconds", 0.0)) - turns_seconds(table["teacher"], ratio)),
+            timing, 1.0 / table["candidates"][name]["speedup"],
+            table["candidates"][name].get("export_seconds", 0.0)) - turns_seconds(timing, ratio)),
         speed_check=speed_check)
     winner = {key: value for key, value in winner.items() if key != "state"}
     winner["latency_real_p50_ms"] = table["candidates"][winner["candidate"]]["latency_real_p50_ms"]

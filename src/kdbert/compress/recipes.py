@@ -44,11 +44,16 @@ planned to end there gains (BENCHMARKS.md, the recipe study). The BiLSTM's Adade
 their trained weights: the same average (``kdbert distill task --method bilstm --ema-decay``) measured
 level with them on MRPC and STS-B at the searches' steps.
 
-Every token-level recipe reads the teacher's logits through one teacher cache shared by all
-candidates and rounds (``teacher_cache``), so the teacher's logits are computed once per distinct
-training row for the whole search (TinyBERT's intermediate stage still runs the teacher for its
-features: stored, they take ~0.2 MB a row of SST-2); the stored logits of the BiLSTM and of
-students of their own tokenizer are likewise labelled once.
+Every token-level recipe reads the teacher's outputs through one teacher cache shared by all
+candidates and rounds (``teacher_cache``), so the PyTorch teacher runs once per distinct training
+row for the whole search (TinyBERT's intermediate stage's features too: ~0.2 MB a row of SST-2);
+the stored logits of the BiLSTM and of students of their own tokenizer are labelled once by the
+teacher's export (:mod:`kdbert.compress.labelling`). ``--kd-labels export`` gives every recipe of
+logit KD alone those labels too, where the export labels (on a CPU; :func:`reads_stored_logits`):
+on SST-2's 16,000 main-job rows the PyTorch teacher beside a bert-2x384-ffn384 took 57% of its
+steps until every row had been seen once, but the export's labels cost 0.5 points of dev (1.0 on
+the rows that decide) at equal steps over three seeds (BENCHMARKS.md), so they are the choice for
+a base-size teacher only.
 """
 
 from __future__ import annotations
@@ -67,7 +72,8 @@ class SearchSettings:
     """How the search distils: rungs of successive halving (``rounds``), steps of the first rung
     (doubled each rung), the token-level runs' batch size, learning rate and the decay of their
     weights' moving average (``ema_decay``, 0: none), the seed, the BiLSTM's
-    word vectors, what the BERT-style students' heads read (``pooling``), whether candidates cut
+    word vectors, what the BERT-style students' heads read (``pooling``), where the candidates of logit
+    KD alone get the teacher's logits (``kd_labels``), whether candidates cut
     from the teacher keep its word embeddings as they start (``word_embeddings``), the share of a TinyBERT run's first rung spent on intermediate matches, and whether
     a rung gives every family the same wall time or the same steps (``round_share``);
     ``max_train_examples`` distils on the first rows of the training split only (None: all);
@@ -84,6 +90,7 @@ class SearchSettings:
     pooling: str = CompressConfig.pooling
     word_embeddings: str = CompressConfig.word_embeddings
     intermediate_share: float = CompressConfig.intermediate_share
+    kd_labels: str = CompressConfig.kd_labels
     round_share: str = CompressConfig.round_share
     max_train_examples: int | None = CompressConfig.max_train_examples
     first_round_share: float = CompressConfig.first_round_share
@@ -152,15 +159,31 @@ def starts_from_teacher(candidate: Candidate) -> bool:
     return candidate.from_teacher is not None
 
 
-def reads_stored_logits(candidate: Candidate) -> bool:
-    """Whether the candidate's runs read the teacher's logits stored for every training row (the
-    BiLSTM, a student of its own tokenizer) rather than the teacher's outputs per batch."""
-    return not starts_from_teacher(candidate) or candidate.tokenizer is not None
+def reads_stored_logits(candidate: Candidate, settings: SearchSettings | None = None,
+                        export_labels: bool = False) -> bool:
+    """Whether the candidate's runs read the teacher's logits stored for every training row rather
+    than the teacher's outputs per batch: the BiLSTM and a student of its own tokenizer always; where
+    ``settings`` ask for it (``kd_labels`` "export") and the teacher's export labels the rows
+    (``export_labels``), every candidate they distil by logit KD alone too (:func:`distilled_by_kd`:
+    the teacher then never runs beside a student)."""
+    if not starts_from_teacher(candidate) or candidate.tokenizer is not None:
+        return True
+    return (export_labels and settings is not None and settings.kd_labels == "export"
+            and distilled_by_kd(candidate, settings))
 
 
-def run_options(candidate: Candidate, steps: int, settings: SearchSettings, teacher_cache: str) -> dict:
+def distilled_by_kd(candidate: Candidate, settings: SearchSettings) -> bool:
+    """Whether the candidate's recipe is logit KD alone (no TinyBERT intermediate stage, which matches
+    the teacher's features per token), so its soft targets are one output per row."""
+    recipe = RECIPES.get(kind(candidate))
+    return recipe is not None and recipe(candidate, settings.first_steps, settings)["method"] == "kd"
+
+
+def run_options(candidate: Candidate, steps: int, settings: SearchSettings, teacher_cache: str,
+                export_labels: bool = False) -> dict:
     """The ``kdbert distill task`` options of one candidate's run of ``steps`` optimiser steps
-    (evaluated twice: half-way and at the end, the better on held-out rows kept)."""
+    (evaluated twice: half-way and at the end, the better on held-out rows kept); ``export_labels``:
+    the teacher's export labels the rows (:func:`reads_stored_logits`)."""
     recipe = RECIPES.get(kind(candidate))
     if recipe is None:
         raise KdbertError(f"compress has no distillation recipe for {kind(candidate)} candidates "
@@ -173,6 +196,6 @@ def run_options(candidate: Candidate, steps: int, settings: SearchSettings, teac
         options.update(batch_size=settings.batch_size, learning_rate=settings.learning_rate)
         if settings.ema_decay:
             options["ema_decay"] = settings.ema_decay
-    if not reads_stored_logits(candidate):
+    if not reads_stored_logits(candidate, settings, export_labels):
         options["teacher_cache"] = teacher_cache
     return options

@@ -223,7 +223,9 @@ def _options(plan: Plan, candidate: Candidate) -> dict:
     steps, warm-up over a tenth of the first rung, one checkpoint kept; the same in every segment."""
     out = Path(plan.output_dir)
     steps = horizon(plan.settings)
-    options = {**run_options(candidate, steps, plan.settings, str(out / "teacher-cache")),
+    labelling = plan.labelling or {}
+    export_labels = bool(labelling.get("kd"))
+    options = {**run_options(candidate, steps, plan.settings, str(out / "teacher-cache"), export_labels),
                "teacher": plan.teacher_dir, "warmup_ratio": 0.1 * plan.settings.first_steps / steps,
                "keep_checkpoints": 1}  # the one a later segment continues from
     if plan.threads:
@@ -231,8 +233,7 @@ def _options(plan: Plan, candidate: Candidate) -> dict:
     start = _start(plan, candidate)
     if start is not None:
         options["student"] = str(start)
-    if reads_stored_logits(candidate):  # the teacher's logits stored once for every run and search
-        labelling = plan.labelling or {}
+    if reads_stored_logits(candidate, plan.settings, export_labels):  # stored once for every run and search
         options["logits_cache"] = labelling.get("cache") or str(out / "teacher-logits")
         if labelling.get("onnx"):
             options["teacher_onnx"] = labelling["onnx"]
@@ -534,21 +535,23 @@ def teacher_row_seconds(table: dict) -> float:
 
 
 def first_round_seconds(candidates: list[Candidate], settings: SearchSettings, unlabelled_rows: int,
-                        row_seconds: float) -> tuple[int, float]:
+                        row_seconds: float, export_labels: bool = False) -> tuple[int, float]:
     """The fewest rows one of ``candidates``' first segments runs the teacher on, ``first_steps *
-    batch_size`` (stored logits: the ``unlabelled_rows`` of training not stored yet, labelled once),
-    and their seconds at ``row_seconds`` a row. A lower estimate: the student's own steps come on top."""
-    rows = min(unlabelled_rows if reads_stored_logits(c) else settings.first_steps * settings.batch_size
-               for c in candidates)
+    batch_size`` (stored logits: the ``unlabelled_rows`` of training not stored yet, labelled once;
+    ``export_labels``: :func:`~kdbert.compress.recipes.reads_stored_logits`), and their seconds at
+    ``row_seconds`` a row. A lower estimate: the student's own steps come on top."""
+    rows = min(unlabelled_rows if reads_stored_logits(c, settings, export_labels)
+               else settings.first_steps * settings.batch_size for c in candidates)
     return rows, rows * row_seconds
 
 
 def check_budget(table: dict, candidates: list[Candidate], settings: SearchSettings, unlabelled_rows: int,
-                 budget_minutes: float, seconds: float) -> None:
+                 budget_minutes: float, seconds: float, export_labels: bool = False) -> None:
     """Refuse a search of ``seconds`` (what ``budget_minutes`` leaves after the timing and before the
     finishing) too short for one candidate's first segment (:func:`first_round_seconds`, at the
     deployed teacher's time per row, :func:`teacher_row_seconds`)."""
-    rows, needed = first_round_seconds(candidates, settings, unlabelled_rows, teacher_row_seconds(table))
+    rows, needed = first_round_seconds(candidates, settings, unlabelled_rows, teacher_row_seconds(table),
+                                       export_labels)
     if needed > seconds:
         raise KdbertError(f"--budget-minutes {budget_minutes:g} leaves {max(0.0, seconds) / 60:.1f} min to distil on "
                           f"this machine after timing and before shipping the winner, too little for one candidate: "

@@ -278,12 +278,15 @@ def retimed_in_turns(teacher_file: Path, student_file: Path, task: TaskOptions, 
     """A candidate's row near the line, timed again in turns with the teacher
     (:func:`time_against_teacher`): ``speedup`` becomes the median over rounds of the two
     latencies' ratio, each round's pair measured within the same seconds; the first timing stays
-    as ``speedup_alone``, the rounds as ``timed_in_turns``, their seconds added to ``timing_seconds``."""
+    as ``speedup_alone``, the rounds as ``timed_in_turns``, their seconds as ``turns_seconds`` (what
+    the finishing's check of a winner takes: :func:`~kdbert.compress.budget.turns_seconds`) and added
+    to ``timing_seconds``."""
     started = time.time()
     in_turns = time_against_teacher(teacher_file, student_file, task, settings)
+    seconds = time.time() - started
     return {"speedup_alone": row["speedup"], "speedup": in_turns["speedup"]["student"],
-            "timed_in_turns": in_turns["rounds"],
-            "timing_seconds": round(row["timing_seconds"] + time.time() - started, 2)}
+            "timed_in_turns": in_turns["rounds"], "turns_seconds": round(seconds, 2),
+            "timing_seconds": round(row["timing_seconds"] + seconds, 2)}
 
 
 def admitted_latency(table: dict) -> dict[str, float]:

@@ -32,14 +32,16 @@ copied, fresh classifier). Default: the first half of the teacher's layers, as t
 vanilla-KD students.
 
 A folder student with a tokenizer of its own (another vocabulary: a pre-trained model of another
-family) never reads the teacher's tokens (:func:`own_tokenizer_inputs`): the teacher's logits on
+family) never reads the teacher's tokens (:func:`stored_logits_inputs`): the teacher's logits on
 every training row (augmented and ``--unlabelled`` rows included) are computed once with the
 teacher's tokenizer and stored (:mod:`kdbert.core.teacher_logits`, ``--logits-cache``), the
 student reads each row through its own tokenizer (cut to ``--max-seq-len`` within its positions)
 beside the row's stored logits, and the plan's teacher is
 :class:`~kdbert.core.teacher_logits.StoredTeacherLogits`. Soft targets are per row, so sequence
 classification and regression only: a QA window's per-token logits do not line up with another
-tokenizer's tokens.
+tokenizer's tokens. A student of the teacher's tokens reads the same stored logits when
+``--teacher-onnx`` labels them (the teacher's int8 export labels a row several times faster on a
+CPU than the PyTorch teacher runs beside the student); it then learns the export's outputs.
 
 ``--sentence-weight w`` adds a third term (:func:`sentence_matches`): the student's sentence vector
 (the masked mean of its last layer, what a mean-pooling head reads), projected to the teacher's
@@ -98,17 +100,13 @@ class KD(Method):
         return resolve_student(teacher, spec, config)
 
     def task_inputs(self, source: TaskSource, config: KDConfig) -> TaskInputs:
-        """The teacher's tokens for a student of its tokenizer (the default), else
-        :func:`own_tokenizer_inputs` for a folder student with a tokenizer of its own."""
+        """The teacher's tokens for a student of its tokenizer (the default), the teacher beside it; else
+        :func:`stored_logits_inputs`: a folder student with a tokenizer of its own, or ``--teacher-onnx``."""
         folder = config.student if config.student and Path(str(config.student)).is_dir() else None
         tokenizer = own_tokenizer(folder, source.teacher, source.tokenizer) if folder else None
-        if tokenizer is None:
-            if config.teacher_onnx:
-                raise KdbertError(f"--teacher-onnx {config.teacher_onnx}: the student reads the teacher's tokens, so "
-                                  "the teacher runs beside it and no logits are stored; drop --teacher-onnx (it labels "
-                                  "for a student of another tokenizer)")
+        if tokenizer is None and not config.teacher_onnx:
             return super().task_inputs(source, config)
-        return own_tokenizer_inputs(source, config, tokenizer)
+        return stored_logits_inputs(source, config, tokenizer)
 
     def build_task_plan(self, ctx: DistillContext) -> Plan:
         """One stage ``kd`` whose matches are :func:`~kdbert.methods.base.logit_matches`."""
@@ -182,6 +180,20 @@ def check_own_tokenizer(student: str, spec: TaskSpec, teacher_cache: str | None 
         raise KdbertError(f"--student {student} has a tokenizer of its own: {problem}")
 
 
+def check_stored_labels(teacher_onnx: str, spec: TaskSpec, teacher_cache: str | None = None) -> None:
+    """Refuse, in one line, ``--teacher-onnx`` labels for a student of the teacher's tokens where rows
+    cannot be paired with one output each, or beside a ``--teacher-cache`` it would never read."""
+    if spec.question_answering:
+        problem = f"{spec.name}'s soft targets are per token, not per row; drop --teacher-onnx (the teacher then runs beside the student)"
+    elif spec.truncation == "windows":
+        problem = "--truncation windows reads a text as several rows; use --truncation head, tail or head+tail, or drop --teacher-onnx"
+    elif teacher_cache:
+        problem = "the teacher never runs beside the student, so --teacher-cache keeps nothing; drop --teacher-cache"
+    else:
+        return
+    raise KdbertError(f"--teacher-onnx {teacher_onnx} labels each training row once: {problem}")
+
+
 def student_max_seq_len(student, tokenizer, max_seq_len: int) -> tuple[int, int | None]:
     """The student's token limit: ``max_seq_len`` within its positions (its config's and its
     tokenizer's), and those positions (None: no limit known)."""
@@ -207,19 +219,25 @@ def say_cut_rows(source: TaskSource, tokenizer, limit: int, positions: int | Non
     return cut
 
 
-def own_tokenizer_inputs(source: TaskSource, config: KDConfig, tokenizer) -> TaskInputs:
-    """A folder student of its own ``tokenizer`` (module doc): rows encoded by it beside the
-    teacher's stored logits (labelled once; not at all with ``alpha`` 0), read by
-    :class:`~kdbert.core.teacher_logits.StoredTeacherLogits`; dev read by its tokenizer, which is
-    saved with it."""
+def stored_logits_inputs(source: TaskSource, config: KDConfig, tokenizer=None) -> TaskInputs:
+    """A student that reads the teacher's logits stored per row (module doc), labelled once (not at
+    all with ``alpha`` 0) and read by :class:`~kdbert.core.teacher_logits.StoredTeacherLogits`: a
+    folder student of its own ``tokenizer``, its rows and dev encoded by it (saved with it), or
+    (``tokenizer`` None) a student of the teacher's tokens whose labels ``--teacher-onnx`` gives,
+    so that the teacher never runs beside it."""
     spec = source.data.spec
-    check_own_tokenizer(config.student, spec, config.teacher_cache)
+    if tokenizer is None:
+        check_stored_labels(config.teacher_onnx, spec, config.teacher_cache)
+        student = resolve_student(source.teacher, spec, config)
+        tokenizer, limit, report = source.tokenizer, source.max_seq_len, {}
+    else:
+        check_own_tokenizer(config.student, spec, config.teacher_cache)
+        student = resolve_student(source.teacher, spec, config, own_tokenizer=True)
+        limit, positions = student_max_seq_len(student.model, tokenizer, source.max_seq_len)
+        report = {"student_tokenizer": {"vocab_size": len(tokenizer), "max_seq_len": limit,
+                                        "rows_cut": say_cut_rows(source, tokenizer, limit, positions)}}
     check_kd_loss(config.kd_loss, spec)
-    student = resolve_student(source.teacher, spec, config, own_tokenizer=True)
-    limit, positions = student_max_seq_len(student.model, tokenizer, source.max_seq_len)
     inputs = TokenizerInputs.for_task(tokenizer, limit, spec)
-    report = {"student_tokenizer": {"vocab_size": len(tokenizer), "max_seq_len": limit,
-                                    "rows_cut": say_cut_rows(source, tokenizer, limit, positions)}}
     logits = sentences = None
     if config.alpha > 0:
         logits, report["teacher_logits"] = source.teacher_logits(config.teacher_dtype, config.logits_cache,
