@@ -74,6 +74,8 @@ VARIANTS = {
     "train-16k": {"max_train_examples": 16000},
     "train-16k-frozen-words": {"max_train_examples": 16000, "freeze_word_embeddings": True},  # ... kept as they start
     "train-16k-trained-words": {"max_train_examples": 16000, "freeze_word_embeddings": False},  # ... trained
+    "train-16k-lr2e-4": {"max_train_examples": 16000, "learning_rate": 2e-4},  # ... at the main job's faster rates
+    "train-16k-lr3e-4": {"max_train_examples": 16000, "learning_rate": 3e-4},
     "trained-words": {"freeze_word_embeddings": False},  # every training row, word embeddings trained (kept: "search")
     # the teacher's logits stored once per row, labelled by its export (--teacher-onnx), the teacher not run beside
     "int8-targets": {"teacher_onnx": "export"},

@@ -14,6 +14,9 @@ from sections.shared import CURRENT_TRUST_SUFFIXES, GPU_H200_BASE_RESULTS, TASK_
 
 
 
+PRECISIONS = {"bf16": "bf16 autocast", "no": "float32"}  # a run's recorded mixed precision, as the pages say it
+
+
 def teachers_section() -> list[str]:
     """Each task's benchmark teacher, the best of its tuning runs on its held-out rows (``teacher_best.py``)."""
     chosen = load_results("teacher_best")
@@ -36,7 +39,13 @@ def teachers_section() -> list[str]:
                      + f" | {best['dev']:.2f} | {published if published is not None else '-'} | {runs} | "
                      f"{best['train_seconds'] / 60:.0f} min |")
     machines = sorted({f"{r['date']}, {r['machine']}" for r in chosen.values()})
-    return lines + ["", f"Measured {'; '.join(machines)}: bf16 autocast, one thread, the whole training set less "
+    builds = load_results("teacher_glue")
+    precision = {task: PRECISIONS.get(builds.get(record["chosen"], {}).get("precision"), "precision not recorded")
+                 for task, record in chosen.items()}
+    by_precision = {name: [t for t in sorted(precision, key=TASK_ORDER.index) if precision[t] == name]
+                    for name in sorted(set(precision.values()))}
+    trained = "; ".join(f"{', '.join(tasks)} in {name}" for name, tasks in by_precision.items())
+    return lines + ["", f"Measured {'; '.join(machines)}: {trained}, one thread, the whole training set less "
                         "the held-out rows. Command: `python benchmarks/teacher_best.py` after the "
                         "`teacher_glue.py --budget full --held-out-fraction 0.1` runs it names.", "",
                     note("teachers-reading"), ""]
