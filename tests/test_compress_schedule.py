@@ -178,6 +178,26 @@ def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
     assert promotion_order(list(latency), 0, rung0, Goal(88.37, 0.97, latency))[0] == "mobilebert-2x384"
     whole = Goal(88.37, 0.97, latency, whole_width=("bert-2x384-ffn384",))
     assert promotion_order(list(latency), 0, rung0, whole) == ["bert-2x384-ffn384", "mobilebert-2x384"]
+    # within the whole width, capacity is the slowest likely to ship at the speedup asked: the main job's
+    # rung 0, bert-2x384-ffn384 admitted at 4.04x (4.04 * 0.956 = 3.86 < 4) near-tied bert-2x384-ffn192
+    # (4.45x) 79.36 to 80.81, margin sqrt(2.15^2 + 2.15^2) = 3.04
+    latency = {"bert-2x384-ffn192": 4.0 / 4.45, "bert-2x384-ffn384": 4.0 / 4.04}
+    rung0 = [{**done("bert-2x384-ffn192", 0, 100, 80.81), "se": 2.15},
+             {**done("bert-2x384-ffn384", 0, 100, 79.36), "se": 2.15}]
+    both = ("bert-2x384-ffn192", "bert-2x384-ffn384")
+    assert promotion_order(list(latency), 0, rung0, Goal(88.37, 0.97, latency, whole_width=both))[0] == \
+        "bert-2x384-ffn384"
+    risky = Goal(88.37, 0.97, latency, whole_width=both, ship_risk=("bert-2x384-ffn384",))
+    assert promotion_order(list(latency), 0, rung0, risky) == ["bert-2x384-ffn192", "bert-2x384-ffn384"]
+
+
+def test_a_candidate_admitted_below_the_target_over_the_shipped_share_likely_ships_below_it():
+    from kdbert.compress.budget import SHIPPED_OVER_ADMITTED, likely_below_line
+
+    assert SHIPPED_OVER_ADMITTED == 0.956
+    assert likely_below_line(4.04, 4.0) and likely_below_line(4.18, 4.0)  # 4.18 * 0.956 = 3.996
+    assert not likely_below_line(4.19, 4.0) and not likely_below_line(4.45, 4.0)  # 4.19 * 0.956 = 4.006
+    assert not likely_below_line(1.0, None)  # a latency target: no line
 
 
 def test_the_rows_that_decide_never_order_a_promotion():

@@ -62,6 +62,7 @@ RESERVE_FACTOR = 1.25
 # 93% chance, at 1.08x 69% (benchmarks/ship_vs_admitted.py). (One pass varies by 3.6% only, benchmarks/timing_turns.py: what moves is the machine
 # between admission and shipping, minutes apart, and the shipped graph's int8 method.)
 SHIP_LINE_BAND = 1.15
+SHIPPED_OVER_ADMITTED = 0.956  # the mean of that ratio: below target / 0.956 a candidate more likely fails than passes
 TEACHER_EXPORT_SHARE = 0.2  # of the budget, the most the teacher's export spends on static int8 methods
 # Of the time from the candidates' timing to the search's latest end, the most their timing takes: in the
 # main job's 6 minutes, 22 candidates timed (10 of them again in turns) left the search none; at half,
@@ -142,6 +143,14 @@ def near_ship_line(speedup: float, target_speedup: float | None) -> bool:
     """Whether a candidate admitted at ``speedup`` is within :data:`SHIP_LINE_BAND` above
     ``target_speedup``, where it may time below the target as shipped."""
     return target_speedup is not None and speedup < target_speedup * SHIP_LINE_BAND
+
+
+def likely_below_line(speedup: float, target_speedup: float | None) -> bool:
+    """Whether a candidate admitted at ``speedup`` more likely than not times below ``target_speedup``
+    as shipped: ``speedup * SHIPPED_OVER_ADMITTED < target_speedup`` (the main job's
+    bert-2x384-ffn384, admitted at 4.04x, shipped at 3.90x after taking every promotion, so a
+    100-step cut shipped in its place at 86.8% kept)."""
+    return target_speedup is not None and speedup * SHIPPED_OVER_ADMITTED < target_speedup
 
 
 def checks_to_reserve(speedups: list[float], target_speedup: float | None) -> int:
