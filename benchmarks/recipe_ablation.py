@@ -45,7 +45,7 @@ from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
 from kdbert.families.importance import task_importance
 from kdbert.families.registry import family_of_folder
-from kdbert.families.selection import layout_of
+from kdbert.families.selection import evenly_spaced, layout_of
 from kdbert.methods.front import distill_task
 
 VARIANTS = {
@@ -62,6 +62,7 @@ VARIANTS = {
     "pair-pooling": "pair-pooling",  # ... from the even start reading a pair's two sentences' means multiplied
     "teacher-pooling": "teacher-pooling",  # ... from the even start pooling as the teacher, a pair read as one sequence
     "ends-layers": "ends-layers",  # ... from evenly spaced units of the teacher's first, last and evenly-between layers
+    "bottom-layers": "bottom-layers",  # ... of the teacher's first M layers (its top layers dropped)
     "temperature-2": {"temperature": 2.0},  # softer targets: bert's soft CE at T=2; kd's KL at T=2 (alpha kept)
     "kd-soft-t1": {"temperature": 1.0, "alpha": 1.0},  # kd candidates (mobilebert, pretrained): bert's loss, KL at T=1
     "kd-soft-t2": {"temperature": 2.0, "alpha": 1.0},  # ... at T=2, no hard-label term
@@ -73,6 +74,8 @@ VARIANTS = {
     # the first 16,000 training rows, as a base-size teacher's search may (word embeddings trained before 2026-12-01)
     "train-16k": {"max_train_examples": 16000},
     "train-16k-frozen-words": {"max_train_examples": 16000, "freeze_word_embeddings": True},  # ... kept as they start
+    "train-16k-bottom-layers": {"max_train_examples": 16000},  # ... from the bottom-layers start
+    "train-16k-teacher-head": {"max_train_examples": 16000},  # ... from the even start with the teacher's classifier
     "train-16k-trained-words": {"max_train_examples": 16000, "freeze_word_embeddings": False},  # ... trained
     "train-16k-lr2e-4": {"max_train_examples": 16000, "learning_rate": 2e-4},  # ... at the main job's faster rates
     "train-16k-lr3e-4": {"max_train_examples": 16000, "learning_rate": 3e-4},
@@ -86,7 +89,7 @@ VARIANTS = {
     "sentence-relation": {"sentence_weight": 1.0, "sentence_loss": "relation", "teacher_dtype": "bfloat16"},
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
-"importance", "cls-pooling", "pair-pooling", "teacher-pooling", "ends-layers": the start). The temperature variants test one loss per signal (``kd-*``
+"importance", "cls-pooling", "pair-pooling", "teacher-pooling", "ends-layers", "bottom-layers": the start). The temperature variants test one loss per signal (``kd-*``
 apply to candidates distilled by ``kd``, at T=20 with 0.3 of the hard labels: mobilebert, pretrained,
 and since 2026-11-29 the bert-style ones too; before, those trained on the teacher's soft targets
 alone at T=1, which "tinybert-t1" restores, so "search" runs of bert-style candidates recorded
@@ -99,7 +102,10 @@ mean-pooled teacher (``kdbert_pooling`` in its config), so its head reads the po
 2026-11-29, so on a pair task "even" runs since are pair-pooled too and "teacher-pooling" (``--pooling teacher``:
 the pair read as one sequence, pooled as the teacher pools) is their baseline; "ends-layers" copies
 the teacher's layers :func:`kdbert.families.selection.ends_and_between` names (6 -> 2: 1 and 6; 6 -> 3: 1, 3, 6)
-where "even" copies the uniform map's (3 and 6; 2, 4, 6). "imdb-sentences" adds ``--unlabelled-rows``
+where "even" copies the uniform map's (3 and 6; 2, 4, 6); "bottom-layers" (and "train-16k-bottom-layers" on the
+main job's rows) the teacher's first M (:func:`kdbert.families.selection.first_layers`: 6 -> 2: 1 and 2), a
+prefix of its network; "train-16k-teacher-head" starts "even" with the teacher's classifier (BERT), cut to the
+start's hidden units, where weight selection leaves it fresh. "imdb-sentences" adds ``--unlabelled-rows``
 sentences of IMDb's 50,000 unlabelled reviews (SST-2's domain, whole sentences as its dev set holds, where
 its training rows are mostly phrases), cut as ``--transfer-text`` cuts lines, labelled by the teacher (its
 export, with ``--teacher-onnx``) into the store its training rows are in. "sentence" adds kd's sentence
@@ -167,6 +173,23 @@ def cls_start(start: Path, out: Path) -> None:
     (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
+def teacher_head_start(start: Path, teacher: str, out: Path) -> None:
+    """A copy of the BERT ``start`` whose classifier is the teacher's, cut to the start's hidden units
+    (:func:`kdbert.families.selection.evenly_spaced`), where weight selection leaves it fresh."""
+    from safetensors.torch import load_file, save_file
+
+    weights, theirs = load_file(start / "model.safetensors"), load_file(Path(teacher) / "model.safetensors")
+    width, teacher_width = weights["classifier.weight"].shape[1], theirs["classifier.weight"].shape[1]
+    units = evenly_spaced(width, teacher_width)
+    weights["classifier.weight"] = theirs["classifier.weight"][:, units].contiguous()
+    weights["classifier.bias"] = theirs["classifier.bias"].clone()
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(start, partial)
+    save_file(weights, partial / "model.safetensors", metadata={"format": "pt"})
+    partial.replace(out)
+
+
 def scores(report: dict) -> dict:
     metrics = report["dev_metrics"]
     return {"held_out": metrics["selection_score"], "decide": metrics.get("decide_score"), "dev": metrics["score"],
@@ -230,6 +253,13 @@ def main() -> None:
     starts["ends-layers"] = root / "start-ends"
     if "ends-layers" in args.variants and not (starts["ends-layers"] / "config.json").is_file():
         build_from_teacher(candidate, teacher, task, starts["ends-layers"], replace(context, layer_map="ends"))
+    starts["bottom-layers"] = starts["train-16k-bottom-layers"] = root / "start-bottom"
+    if {"bottom-layers", "train-16k-bottom-layers"} & set(args.variants) and not (
+            starts["bottom-layers"] / "config.json").is_file():
+        build_from_teacher(candidate, teacher, task, starts["bottom-layers"], replace(context, layer_map="bottom"))
+    starts["train-16k-teacher-head"] = root / "start-teacher-head"
+    if "train-16k-teacher-head" in args.variants and not (starts["train-16k-teacher-head"] / "config.json").is_file():
+        teacher_head_start(starts["even"], teacher, starts["train-16k-teacher-head"])
     command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task {args.task} "
                f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
                f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"

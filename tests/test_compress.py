@@ -972,13 +972,26 @@ def test_a_segment_past_the_window_stops_early_scored_and_keeps_the_steps_it_tra
     assert (row["steps"], row["trained"], row["stopped"]) == (6, 5, False)
 
 
-def test_selection_ends_builds_starts_from_the_teachers_first_last_and_between_layers(env, tmp_path):
+@pytest.mark.parametrize("selection", ["ends", "bottom"])
+def test_selection_of_layers_builds_starts_from_the_teacher_layers_it_names(env, tmp_path, selection):
     from kdbert.compress import search
     from kdbert.compress.recipes import SearchSettings
 
-    plan = replace(_plan(env, ["bert-1x128"], tmp_path, SearchSettings(first_steps=6, batch_size=2)), selection="ends")
-    search.build_starts(plan)  # the layers themselves: test_weight_selection's layer-map test
-    assert json.loads((tmp_path / "starts" / "bert-1x128" / "student_init.json").read_text())["selection"] == "ends"
+    plan = replace(_plan(env, ["bert-1x128"], tmp_path, SearchSettings(first_steps=6, batch_size=2)),
+                   selection=selection)
+    search.build_starts(plan)  # the layers themselves: test_weight_selection's layer-map tests
+    start = tmp_path / "starts" / "bert-1x128"
+    assert json.loads((start / "student_init.json").read_text())["selection"] == selection
+    from transformers import AutoModelForSequenceClassification
+
+    from kdbert.families.selection import evenly_spaced
+
+    student = AutoModelForSequenceClassification.from_pretrained(start).bert.encoder.layer[0]
+    teacher = AutoModelForSequenceClassification.from_pretrained(env["teacher"]).bert.encoder.layer
+    copied = teacher[1 if selection == "ends" else 0]  # of the 2-layer tiny teacher: its last, its first
+    units = evenly_spaced(student.output.LayerNorm.weight.numel(), copied.output.LayerNorm.weight.numel())
+    ffn = evenly_spaced(student.intermediate.dense.weight.shape[0], copied.intermediate.dense.weight.shape[0])
+    assert torch.equal(student.output.dense.weight, copied.output.dense.weight[units][:, ffn])
 
 
 def test_the_finishing_reserve_is_the_teachers_measured_costs_scaled_to_the_slowest_winner():

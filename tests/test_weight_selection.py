@@ -50,6 +50,15 @@ def test_a_pretrained_cut_keeps_its_first_and_last_layers_and_spreads_the_rest()
     assert ends_and_between(6, 6) == list(range(6))
 
 
+def test_a_cut_of_the_bottom_layers_keeps_a_prefix_of_the_teacher(tiny_tokenizer):
+    from kdbert.families.selection import first_layers
+
+    assert first_layers(2, 6) == [0, 1] and first_layers(1, 6) == [0] and first_layers(6, 6) == list(range(6))
+    teacher, student = _teacher(tiny_tokenizer), _narrow_student(tiny_tokenizer)
+    picked = students.select_teacher_weights(student, teacher, layers=first_layers(2, 4))
+    assert picked["teacher_layers"] == [1, 2]  # 1-based: the teacher's first two of four
+
+
 def test_narrow_student_receives_hand_picked_teacher_entries(tiny_tokenizer):
     teacher, student = _teacher(tiny_tokenizer), _narrow_student(tiny_tokenizer)
     fresh_classifier = student.classifier.weight.clone()

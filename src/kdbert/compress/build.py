@@ -64,7 +64,7 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
               "start": candidate.start, "pooling": pooling_of(student.config)}
     if candidate.family == "hf" and candidate.start == "teacher-weights":  # weight selection
         report["selection"] = "importance" if context.importance is not None else (
-            "ends" if context.layer_map == "ends" else "even")
+            context.layer_map if context.layer_map in ("ends", "bottom") else "even")
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
     return Path(folder)
 

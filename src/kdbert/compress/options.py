@@ -72,9 +72,9 @@ class CompressConfig(CheckedOptions):
     selection: str = option("even", "which of the teacher's layers, heads, FFN units and hidden units a "
                                     "candidate of its architecture starts from: evenly spaced (layers g(m) = "
                                     "ceil(mN/M)), ends (evenly spaced units of the teacher's first, last and evenly "
-                                    "between layers), or ranked by importance on the training rows (no better on "
-                                    "MRPC at equal steps, BENCHMARKS.md)",
-                            group="compress", choices=("even", "ends", "importance"))
+                                    "between layers), bottom (of its first M layers), or ranked by importance on the "
+                                    "training rows (no better on MRPC at equal steps, BENCHMARKS.md)",
+                            group="compress", choices=("even", "ends", "bottom", "importance"))
     pooling: str = option("pair", "what the transformer candidates' heads read on a sentence-pair task: pair (the two "
                                   "sentences encoded apart, their normalised means multiplied: a learned cosine; "
                                   "BERT, RoBERTa, XLM-R and MPNet candidates; +27 points of STS-B at equal steps, "

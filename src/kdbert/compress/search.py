@@ -171,8 +171,8 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
     selected = [c for c in todo if kind(c) in SELECTED_KINDS and base_name(c.name) not in plan.general_shapes]
     if selected and plan.selection == "importance":
         context = replace(context, importance=search_importance(plan, teacher, data))
-    if plan.selection == "ends":
-        context = replace(context, layer_map="ends")
+    if plan.selection in ("ends", "bottom"):
+        context = replace(context, layer_map=plan.selection)
     for candidate in todo:
         base = replace(candidate, name=base_name(candidate.name))
         start = _start(plan, candidate)

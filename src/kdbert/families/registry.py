@@ -69,7 +69,8 @@ class ShapeContext:
     importance on the task, which students of its architecture keep (None: evenly spaced); and,
     without them, which teacher layers those students copy (``layer_map``: ``uniform``, g(m) =
     ceil(m N / M); ``ends``, the first, the last and evenly between:
-    :func:`~kdbert.families.selection.ends_and_between`)."""
+    :func:`~kdbert.families.selection.ends_and_between`; ``bottom``, the first M:
+    :func:`~kdbert.families.selection.first_layers`)."""
 
     teacher_config: Any
     tokenizer: Any

@@ -148,6 +148,17 @@ def ends_and_between(depth: int, total: int) -> list[int]:
     return [round(m * (total - 1) / (depth - 1)) for m in range(depth)]
 
 
+def first_layers(depth: int, total: int) -> list[int]:
+    """0-based layers a ``depth``-layer cut keeps when it drops the teacher's top layers: its first
+    ``depth`` (6 -> 2: 0, 1), a whole prefix of the teacher's network, as Sajjad et al. (2020) found
+    best for a pre-trained model cut before fine-tuning."""
+    return list(range(min(depth, total)))
+
+
+LAYER_CHOICES = {"ends": ends_and_between, "bottom": first_layers}
+"""The teacher layers a cut copies by ``ShapeContext.layer_map``, besides the uniform map."""
+
+
 def _take(dst: nn.Module, src: nn.Module, rows: torch.Tensor | None, cols: torch.Tensor | None = None) -> None:
     """``dst`` (Linear, LayerNorm, Embedding) <- ``src``'s weight rows x columns and bias rows (None: all)."""
     weight = src.weight
@@ -348,8 +359,8 @@ def _from_teacher(random_student: Callable, shape: dict, teacher: PreTrainedMode
     context's importance where it has one, else from the layers of its ``layer_map``)."""
     student, _ = random_student(shape, context)
     layers = None
-    if context.importance is None and context.layer_map == "ends":
-        layers = ends_and_between(student.config.num_hidden_layers, teacher.config.num_hidden_layers)
+    if context.importance is None and context.layer_map in LAYER_CHOICES:
+        layers = LAYER_CHOICES[context.layer_map](student.config.num_hidden_layers, teacher.config.num_hidden_layers)
     select_teacher_weights(student, teacher, context.importance, layers=layers)
     return student
 
