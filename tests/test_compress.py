@@ -994,6 +994,24 @@ def test_selection_of_layers_builds_starts_from_the_teacher_layers_it_names(env,
     assert torch.equal(student.output.dense.weight, copied.output.dense.weight[units][:, ffn])
 
 
+@pytest.mark.parametrize("head", ["teacher", "fresh"])
+def test_starts_take_the_teachers_task_head_unless_asked_for_a_fresh_one(env, tmp_path, head):
+    from transformers import AutoModelForSequenceClassification
+
+    from kdbert.compress import search
+    from kdbert.compress.recipes import SearchSettings
+    from kdbert.families.selection import evenly_spaced
+
+    plan = replace(_plan(env, ["bert-1x128"], tmp_path, SearchSettings(first_steps=6, batch_size=2)), head=head)
+    search.build_starts(plan)
+    start = tmp_path / "starts" / "bert-1x128"
+    assert json.loads((start / "student_init.json").read_text())["head"] == head
+    student = AutoModelForSequenceClassification.from_pretrained(start).classifier
+    teacher = AutoModelForSequenceClassification.from_pretrained(env["teacher"]).classifier
+    units = evenly_spaced(student.weight.shape[1], teacher.weight.shape[1])
+    assert torch.equal(student.weight, teacher.weight[:, units]) == (head == "teacher")
+
+
 def test_the_finishing_reserve_is_the_teachers_measured_costs_scaled_to_the_slowest_winner():
     from kdbert.compress.budget import RESERVE_FACTOR, finishing_seconds, with_turns_measured
     from kdbert.compress.speed import TURNS

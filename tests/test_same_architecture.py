@@ -283,3 +283,19 @@ def test_compress_with_a_teacher_it_cannot_cut_says_why_and_ships_another_candid
     assert note.startswith("no candidates of the teacher's architecture (albert)")
     assert note in capsys.readouterr().out and note[1:] in (tmp_path / "out" / "compress_report.md").read_text()
     assert report["winner"]["candidate"] == "bilstm-h150"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_with_head_a_student_starts_from_the_teachers_output_layer_on_its_hidden_units(kind, tiny_tokenizer):
+    teacher = _teacher(kind, tiny_tokenizer)
+    student = _student(teacher, **NARROW)
+    assert select_teacher_weights(student, teacher, head=True)["head"] == "the teacher's"
+    (s_weight, s_bias), (t_weight, t_bias) = _output_layer(student), _output_layer(teacher)
+    assert torch.equal(s_weight, t_weight[:, ::2]) and torch.equal(s_bias, t_bias)  # columns: hidden units 0, 2, ...
+    # another task's head (3 labels against the teacher's 2) and a QA student of a classifier keep theirs
+    other = AutoModelForSequenceClassification.from_config(task_config(teacher.config, {**TEACHER, **NARROW}, 3))
+    fresh = [p.clone() for p in _output_layer(other)]
+    assert select_teacher_weights(other, teacher, head=True)["head"] == "fresh"
+    assert all(map(torch.equal, _output_layer(other), fresh))
+    qa = _student(teacher, question_answering=True, **NARROW)
+    assert select_teacher_weights(qa, teacher, head=True)["head"] == "fresh"

@@ -65,6 +65,7 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
     if candidate.family == "hf" and candidate.start == "teacher-weights":  # weight selection
         report["selection"] = "importance" if context.importance is not None else (
             context.layer_map if context.layer_map in ("ends", "bottom") else "even")
+        report["head"] = context.head
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
     return Path(folder)
 

@@ -75,6 +75,11 @@ class CompressConfig(CheckedOptions):
                                     "between layers), bottom (of its first M layers), or ranked by importance on the "
                                     "training rows (no better on MRPC at equal steps, BENCHMARKS.md)",
                             group="compress", choices=("even", "ends", "bottom", "importance"))
+    head: str = option("teacher", "the task head a candidate cut from the teacher starts with: the teacher's (its "
+                                  "output layer on the hidden units the cut keeps; on the main job's SST-2 rows 1.3 "
+                                  "points better on the rows that pick after 200 steps over six seeds, level by "
+                                  "1,200, BENCHMARKS.md) or fresh",
+                       group="compress", choices=("teacher", "fresh"))
     pooling: str = option("pair", "what the transformer candidates' heads read on a sentence-pair task: pair (the two "
                                   "sentences encoded apart, their normalised means multiplied: a learned cosine; "
                                   "BERT, RoBERTa, XLM-R and MPNet candidates; +27 points of STS-B at equal steps, "

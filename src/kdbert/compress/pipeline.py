@@ -452,7 +452,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                         table["candidates"][c.name]["speedup"], config.target_speedup))))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),
-                    labelling=labelling.plan_options(), selection=config.selection)
+                    labelling=labelling.plan_options(), selection=config.selection,
+                    head=config.head)
         loaded = search.Loaded((teacher.model, teacher.tokenizer))
         loaded.keep(task, config.seed, data)
         searched = search.run_search(plan, study, config.workers, config.storage, config.study, identity,

@@ -114,6 +114,7 @@ class Plan:
     general_shapes: tuple[str, ...] = ()
     labelling: dict | None = None  # {"cache": folder, "onnx": the teacher export that labels, or None}
     selection: str = CompressConfig.selection  # how candidates of the teacher's architecture take its weights
+    head: str = CompressConfig.head  # whether they start with the teacher's task head or a fresh one
     by_name: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -161,8 +162,9 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
     """Build every candidate's start once, before any worker runs (an augmented variant shares its
     twin's): from its general student where ``plan.general`` has its shape, else from the teacher
     (by the importance of its units on the training rows with ``plan.selection`` importance,
-    :func:`search_importance`; from the first, last and evenly-between layers with ``ends``); ``context``, ``teacher`` (model, tokenizer) and the task's ``data``: as
-    the caller loaded them, else loaded here."""
+    :func:`search_importance`; from the first, last and evenly-between layers with ``ends``, the first M
+    with ``bottom``), with the teacher's task head unless ``plan.head`` is ``fresh``; ``context``,
+    ``teacher`` (model, tokenizer) and the task's ``data``: as the caller loaded them, else loaded here."""
     todo = [c for c in plan.candidates if (start := _start(plan, c)) is not None and not (start / "config.json").is_file()]
     if not todo:
         return
@@ -173,6 +175,7 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
         context = replace(context, importance=search_importance(plan, teacher, data))
     if plan.selection in ("ends", "bottom"):
         context = replace(context, layer_map=plan.selection)
+    context = replace(context, head=plan.head)
     for candidate in todo:
         base = replace(candidate, name=base_name(candidate.name))
         start = _start(plan, candidate)

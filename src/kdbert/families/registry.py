@@ -70,7 +70,8 @@ class ShapeContext:
     without them, which teacher layers those students copy (``layer_map``: ``uniform``, g(m) =
     ceil(m N / M); ``ends``, the first, the last and evenly between:
     :func:`~kdbert.families.selection.ends_and_between`; ``bottom``, the first M:
-    :func:`~kdbert.families.selection.first_layers`)."""
+    :func:`~kdbert.families.selection.first_layers`); and whether they start with the teacher's task
+    head (``head``: ``teacher``) or a fresh one (``fresh``)."""
 
     teacher_config: Any
     tokenizer: Any
@@ -82,6 +83,7 @@ class ShapeContext:
     word_vectors: str | None = None
     importance: Any = None  # the teacher's units ranked on the task (kdbert.families.importance), or None
     layer_map: str = "uniform"
+    head: str = "fresh"
 
 
 @dataclass(frozen=True)

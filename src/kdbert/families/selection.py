@@ -51,7 +51,8 @@ class Layout:
     the first token before a task head's output, below the base model or the model (copied where
     both models have one); ``head_bias``: a (buckets, heads) attention-bias table; ``projection``:
     the embeddings-to-hidden projection, present when ``config.embedding_size != hidden_size``;
-    ``ffn_size``: the config field of the FFN width; ``prefix``: candidate names' first word."""
+    ``ffn_size``: the config field of the FFN width; ``prefix``: candidate names' first word;
+    ``head_outputs``: a task head's output layers (below the model), which read the hidden units."""
 
     prefix: str
     tables: tuple[str, ...]
@@ -69,6 +70,7 @@ class Layout:
     head_bias: str | None = None
     projection: str | None = None
     ffn_size: str = "intermediate_size"
+    head_outputs: tuple[str, ...] = ("classifier", "qa_outputs")
 
 
 _BERT_LAYER = dict(layers="encoder.layer", query="attention.self.query", key="attention.self.key",
@@ -76,19 +78,21 @@ _BERT_LAYER = dict(layers="encoder.layer", query="attention.self.query", key="at
                    attention_norm="attention.output.LayerNorm", ffn_in="intermediate.dense",
                    ffn_out="output.dense", ffn_norm="output.LayerNorm")
 _BERT_TABLES = ("embeddings.word_embeddings", "embeddings.position_embeddings", "embeddings.token_type_embeddings")
-_ROBERTA = Layout("roberta", _BERT_TABLES, poolers=("pooler.dense", "classifier.dense"), **_BERT_LAYER)
+_HEAD_OUT_PROJ = ("classifier.out_proj", "qa_outputs")  # a classification head of dense, then out_proj
+_ROBERTA = Layout("roberta", _BERT_TABLES, poolers=("pooler.dense", "classifier.dense"), head_outputs=_HEAD_OUT_PROJ,
+                  **_BERT_LAYER)
 
 LAYOUTS: dict[str, Layout] = {
     "bert": Layout("bert", _BERT_TABLES, poolers=("pooler.dense",), **_BERT_LAYER),
     "roberta": _ROBERTA,
     "xlm-roberta": replace(_ROBERTA, prefix="xlmr"),
     "electra": Layout("electra", _BERT_TABLES, poolers=("classifier.dense",), projection="embeddings_project",
-                      **_BERT_LAYER),
+                      head_outputs=_HEAD_OUT_PROJ, **_BERT_LAYER),
     "mpnet": Layout("mpnet", _BERT_TABLES[:2], layers="encoder.layer", query="attention.attn.q",
                     key="attention.attn.k", value="attention.attn.v", attention_out="attention.attn.o",
                     attention_norm="attention.LayerNorm", ffn_in="intermediate.dense", ffn_out="output.dense",
                     ffn_norm="output.LayerNorm", poolers=("pooler.dense", "classifier.dense"),
-                    head_bias="encoder.relative_attention_bias"),
+                    head_bias="encoder.relative_attention_bias", head_outputs=_HEAD_OUT_PROJ),
     "distilbert": Layout("distilbert", _BERT_TABLES[:2], layers="transformer.layer", query="attention.q_lin",
                          key="attention.k_lin", value="attention.v_lin", attention_out="attention.out_lin",
                          attention_norm="sa_layer_norm", ffn_in="ffn.lin1", ffn_out="ffn.lin2",
@@ -190,7 +194,7 @@ def _checked_layout(student: PreTrainedModel, teacher: PreTrainedModel) -> Layou
 
 @torch.no_grad()
 def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, importance=None,
-                           layers: list[int] | None = None) -> dict:
+                           layers: list[int] | None = None, head: bool = False) -> dict:
     """Initialise a narrower/shallower ``student`` of the teacher's architecture in place from the
     teacher's weights: every student tensor is a sub-tensor of the matching teacher tensor, picked
     consistently so the student computes a slice of the teacher's residual stream.
@@ -211,8 +215,10 @@ def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, i
     the teacher's order. What each architecture adds: the module doc.
 
     ``layers`` (0-based, without ``importance``): the teacher layers copied instead of the uniform map.
-    The task head's output layer keeps its fresh initialisation. Each student size must be at most
-    the teacher's. Returns what was selected, for reports.
+    The task head's output layer keeps its fresh initialisation unless ``head``: then, where both
+    models have one with as many outputs (the teacher fine-tuned on the student's task), the
+    teacher's, its columns the hidden units H. Each student size must be at most the teacher's.
+    Returns what was selected, for reports.
     """
     layout = _checked_layout(student, teacher)
     s_base, t_base = student.base_model, teacher.base_model
@@ -265,12 +271,19 @@ def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, i
         dst, src = find_module(student, path), find_module(teacher, path)
         if dst is not None and src is not None:
             _take(dst, src, hidden, hidden)
+    head_copied = False
+    for path in layout.head_outputs if head else ():
+        dst, src = find_module(student, path), find_module(teacher, path)
+        if dst is not None and src is not None and dst.weight.shape[0] == src.weight.shape[0]:
+            _take(dst, src, None, hidden)
+            head_copied = True
     return {"student_init": "teacher-weights", "selection": "evenly spaced" if importance is None else "importance",
             "teacher_layers": [i + 1 for i in layers],
             "hidden_units": f"{sc['hidden_size']} of {tc['hidden_size']}",
             "heads": f"{sc['num_attention_heads']} of {tc['num_attention_heads']} ({s_head_dim} of {t_head_dim} "
                      "dims each)",
-            "ffn_units": f"{sc['intermediate_size']} of {tc['intermediate_size']}"}
+            "ffn_units": f"{sc['intermediate_size']} of {tc['intermediate_size']}",
+            "head": "the teacher's" if head_copied else "fresh"}
 
 
 # ----------------------------------------------------------------------------- shapes worth timing
@@ -361,7 +374,7 @@ def _from_teacher(random_student: Callable, shape: dict, teacher: PreTrainedMode
     layers = None
     if context.importance is None and context.layer_map in LAYER_CHOICES:
         layers = LAYER_CHOICES[context.layer_map](student.config.num_hidden_layers, teacher.config.num_hidden_layers)
-    select_teacher_weights(student, teacher, context.importance, layers=layers)
+    select_teacher_weights(student, teacher, context.importance, layers=layers, head=context.head == "teacher")
     return student
 
 
