@@ -45,7 +45,7 @@ from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
 from kdbert.families.importance import task_importance
 from kdbert.families.registry import family_of_folder
-from kdbert.families.selection import evenly_spaced, layout_of
+from kdbert.families.selection import layout_of
 from kdbert.methods.front import distill_task
 
 VARIANTS = {
@@ -75,7 +75,7 @@ VARIANTS = {
     "train-16k": {"max_train_examples": 16000},
     "train-16k-frozen-words": {"max_train_examples": 16000, "freeze_word_embeddings": True},  # ... kept as they start
     "train-16k-bottom-layers": {"max_train_examples": 16000},  # ... from the bottom-layers start
-    "train-16k-teacher-head": {"max_train_examples": 16000},  # ... from the even start with the teacher's classifier
+    "train-16k-teacher-head": {"max_train_examples": 16000},  # ... from the even start with the teacher's task head
     "train-16k-trained-words": {"max_train_examples": 16000, "freeze_word_embeddings": False},  # ... trained
     "train-16k-lr2e-4": {"max_train_examples": 16000, "learning_rate": 2e-4},  # ... at the main job's faster rates
     "train-16k-lr3e-4": {"max_train_examples": 16000, "learning_rate": 3e-4},
@@ -104,8 +104,9 @@ the pair read as one sequence, pooled as the teacher pools) is their baseline; "
 the teacher's layers :func:`kdbert.families.selection.ends_and_between` names (6 -> 2: 1 and 6; 6 -> 3: 1, 3, 6)
 where "even" copies the uniform map's (3 and 6; 2, 4, 6); "bottom-layers" (and "train-16k-bottom-layers" on the
 main job's rows) the teacher's first M (:func:`kdbert.families.selection.first_layers`: 6 -> 2: 1 and 2), a
-prefix of its network; "train-16k-teacher-head" starts "even" with the teacher's classifier (BERT), cut to the
-start's hidden units, where weight selection leaves it fresh. "imdb-sentences" adds ``--unlabelled-rows``
+prefix of its network; "train-16k-teacher-head" starts "even" with the teacher's task head's output layer on the
+start's hidden units, where weight selection leaves it fresh: compress's default since 2026-12-01 (``--head
+teacher``), while this study's "even" start, and so its "search" runs, keep the fresh head they were recorded with. "imdb-sentences" adds ``--unlabelled-rows``
 sentences of IMDb's 50,000 unlabelled reviews (SST-2's domain, whole sentences as its dev set holds, where
 its training rows are mostly phrases), cut as ``--transfer-text`` cuts lines, labelled by the teacher (its
 export, with ``--teacher-onnx``) into the store its training rows are in. "sentence" adds kd's sentence
@@ -171,23 +172,6 @@ def cls_start(start: Path, out: Path) -> None:
     config = json.loads((out / "config.json").read_text())
     config.pop(POOLING_KEY)
     (out / "config.json").write_text(json.dumps(config, indent=2))
-
-
-def teacher_head_start(start: Path, teacher: str, out: Path) -> None:
-    """A copy of the BERT ``start`` whose classifier is the teacher's, cut to the start's hidden units
-    (:func:`kdbert.families.selection.evenly_spaced`), where weight selection leaves it fresh."""
-    from safetensors.torch import load_file, save_file
-
-    weights, theirs = load_file(start / "model.safetensors"), load_file(Path(teacher) / "model.safetensors")
-    width, teacher_width = weights["classifier.weight"].shape[1], theirs["classifier.weight"].shape[1]
-    units = evenly_spaced(width, teacher_width)
-    weights["classifier.weight"] = theirs["classifier.weight"][:, units].contiguous()
-    weights["classifier.bias"] = theirs["classifier.bias"].clone()
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(start, partial)
-    save_file(weights, partial / "model.safetensors", metadata={"format": "pt"})
-    partial.replace(out)
 
 
 def scores(report: dict) -> dict:
@@ -259,7 +243,7 @@ def main() -> None:
         build_from_teacher(candidate, teacher, task, starts["bottom-layers"], replace(context, layer_map="bottom"))
     starts["train-16k-teacher-head"] = root / "start-teacher-head"
     if "train-16k-teacher-head" in args.variants and not (starts["train-16k-teacher-head"] / "config.json").is_file():
-        teacher_head_start(starts["even"], teacher, starts["train-16k-teacher-head"])
+        build_from_teacher(candidate, teacher, task, starts["train-16k-teacher-head"], replace(context, head="teacher"))
     command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task {args.task} "
                f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
                f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
