@@ -1162,6 +1162,34 @@ def test_a_candidate_timed_near_the_line_is_timed_again_in_turns_with_the_teache
     assert not speed.near_line(3.0, None)  # a latency target: no ratio to move across
 
 
+def test_the_teacher_is_timed_again_after_the_candidates_and_the_faster_timing_counts(env, tmp_path, monkeypatch):
+    from kdbert.families.registry import Candidate
+
+    settings = speed.SpeedSettings("onnx-int8", length_rows=4, runs=2, threads=1)
+    (tmp_path / "speed.json").write_text(json.dumps({"settings": settings.key(), "candidates": {}, "teacher": {
+        "latency_real_p50_ms": 6.0, "export_seconds": 20.0, "timing_seconds": 2.0}}))  # timed in a slow spell
+    (tmp_path / "teacher-onnx").mkdir()
+    (tmp_path / "teacher-onnx" / speed.INT8_FILE).write_bytes(b"")
+    monkeypatch.setattr(speed, "_timed_export", lambda export, file, task, settings: {
+        "latency_real_p50_ms": {"bert-1x8": 0.75, "bert-2x8": 2.0}[file.parent.name], "timing_seconds": 1.0})
+    monkeypatch.setattr(speed, "time_against_teacher", lambda *args: {
+        "rounds": [{"teacher": 4.4, "student": 1.4}] * 3, "speedup": {"teacher": 1.0, "student": 3.1}})
+    monkeypatch.setattr(speed, "time_export", lambda file, task, settings: {"latency_real_p50_ms": 4.5})
+    candidates = [Candidate(name, "x", (("layers", int(name[5])),), build=lambda context: (None, None))
+                  for name in ("bert-1x8", "bert-2x8")]
+    table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, candidates, context=object(),
+                                line=3.0)
+    assert table["teacher"]["latency_alone_ms"] == [6.0, 4.5] and table["teacher"]["latency_real_p50_ms"] == 4.5
+    # timed alone at 0.75 ms: 8x against the first timing, 6x against the faster; bert-2x8 (3x alone, near
+    # the line) keeps its ratio in turns
+    assert table["candidates"]["bert-1x8"]["speedup"] == pytest.approx(6.0)
+    assert table["candidates"]["bert-2x8"]["speedup"] == 3.1
+    assert json.loads((tmp_path / "speed.json").read_text()) == table
+    # a third timing adds to the list; a slower one moves nothing
+    again = speed.with_teacher_again(table, 5.0)
+    assert again["teacher"]["latency_alone_ms"] == [6.0, 4.5, 5.0] and again["candidates"] == table["candidates"]
+
+
 def test_in_turns_timing_of_a_real_export_is_the_median_ratio_of_its_rounds(env, monkeypatch):
     out = env["root"] / "run-turns"
     settings = speed.SpeedSettings("onnx-int8", length_rows=4, runs=2, threads=1)
