@@ -389,10 +389,13 @@ def test_compress_pair_pooling_starts_pair_task_students_on_a_fresh_pair_head(pa
     from kdbert.data.load import TaskOptions
 
     teacher = set_pooling(_classifier("bert", len(tiny_tokenizer), **WIDE, type_vocab_size=2), "mean")
-    context = ShapeContext(teacher.config, tiny_tokenizer, 2, pair)
+    context = ShapeContext(teacher.config, tiny_tokenizer, 2, pair, head="teacher")  # compress's default head
     candidate = next(c for c in HFFamily().candidates(context) if c.name == "bert-1x128")
     folder = build_from_teacher(candidate, "teacher", TaskOptions("mrpc" if pair else "sst2"), tmp_path / "start",
                                 context, (teacher, tiny_tokenizer), pooling="pair")
+    # the teacher's head where the student reads what it read; a pair-pooled one starts as a cosine instead
+    assert json.loads((folder / "student_init.json").read_text())["head"] == (
+        "cosine (pair pooling)" if pair else "teacher")
     student = load_sequence_classifier(str(folder), 2, new_head_ok=True).eval()  # as distillation loads its start
     expected = "pair" if pair else "mean"  # a single-sentence task keeps the teacher's pooling
     assert student.config.kdbert_pooling == expected

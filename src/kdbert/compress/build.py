@@ -65,7 +65,7 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
     if candidate.family == "hf" and candidate.start == "teacher-weights":  # weight selection
         report["selection"] = "importance" if context.importance is not None else (
             context.layer_map if context.layer_map in ("ends", "bottom") else "even")
-        report["head"] = context.head
+        report["head"] = "cosine (pair pooling)" if pooling_of(student.config) == "pair" else context.head
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
     return Path(folder)
 

@@ -78,7 +78,7 @@ class CompressConfig(CheckedOptions):
     head: str = option("teacher", "the task head a candidate cut from the teacher starts with: the teacher's (its "
                                   "output layer on the hidden units the cut keeps; on the main job's SST-2 rows 1.3 "
                                   "points better on the rows that pick after 200 steps over six seeds, level by "
-                                  "1,200, BENCHMARKS.md) or fresh",
+                                  "1,200, BENCHMARKS.md) or fresh; a pair-pooled head starts as a cosine either way",
                        group="compress", choices=("teacher", "fresh"))
     pooling: str = option("pair", "what the transformer candidates' heads read on a sentence-pair task: pair (the two "
                                   "sentences encoded apart, their normalised means multiplied: a learned cosine; "
