@@ -10,7 +10,8 @@ built by its own method from the task's texts and word vectors.
 
 Where a general student of the candidate's shape was built for the teacher's base
 (:mod:`kdbert.students`), the start takes its encoder instead (:func:`build_from_general`): the
-classifier stays fresh, as from the teacher.
+classifier stays fresh (a general student's hidden units are not the teacher's, so the teacher's head,
+which a cut from the teacher starts with under ``--head teacher``, would read other units).
 
 With ``pooling`` "pair" on a sentence-pair task, a start whose architecture marks the second
 sentence (:data:`~kdbert.core.pooling.PAIR_POOLED_TYPES`: BERT by its token types, RoBERTa, XLM-R and

@@ -20,7 +20,8 @@ What the architectures add to BERT's layout, and what selection does with it:
   BERT's;
 - the dense layer a task head applies to the first token (BERT's pooler, the ``classifier.dense``
   of RoBERTa, XLM-R, MPNet and ELECTRA heads, DistilBERT's ``pre_classifier``) is cut like the
-  pooler; the output layer stays fresh;
+  pooler; the output layer stays fresh, or, with ``head`` (compress's ``--head teacher``), is the
+  teacher's on the kept hidden units (``Layout.head_outputs``);
 - a student pools as the teacher does (:mod:`kdbert.core.pooling`): ``task_config`` copies the
   teacher's config, where the pooling is recorded.
 """
