@@ -34,6 +34,7 @@ from kdbert.core.pooling import PAIR_POOLED_TYPES, pool_pairs, pooling_of
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate, ShapeContext, family_of_folder
+from kdbert.families.selection import LAYER_CHOICES
 
 __all__ = ["build_from_general", "build_from_teacher"]
 
@@ -65,7 +66,7 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
               "start": candidate.start, "pooling": pooling_of(student.config)}
     if candidate.family == "hf" and candidate.start == "teacher-weights":  # weight selection
         report["selection"] = "importance" if context.importance is not None else (
-            context.layer_map if context.layer_map in ("ends", "bottom") else "even")
+            context.layer_map if context.layer_map in LAYER_CHOICES else "even")
         report["head"] = "cosine (pair pooling)" if pooling_of(student.config) == "pair" else context.head
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
     return Path(folder)

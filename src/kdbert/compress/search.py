@@ -59,7 +59,7 @@ from kdbert.errors import KdbertError
 from kdbert.families.importance import ROWS, Importance, task_importance
 from kdbert.families.registry import Candidate, family_of_folder
 from kdbert.families.selection import KINDS as SELECTED_KINDS
-from kdbert.families.selection import layout_of
+from kdbert.families.selection import LAYER_CHOICES, layout_of
 from kdbert.methods.front import distill_task
 
 BEAT_SECONDS = 10.0  # a worker's heartbeat while it trains
@@ -173,7 +173,7 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
     selected = [c for c in todo if kind(c) in SELECTED_KINDS and base_name(c.name) not in plan.general_shapes]
     if selected and plan.selection == "importance":
         context = replace(context, importance=search_importance(plan, teacher, data))
-    if plan.selection in ("ends", "bottom"):
+    if plan.selection in LAYER_CHOICES:
         context = replace(context, layer_map=plan.selection)
     context = replace(context, head=plan.head)
     for candidate in todo:
