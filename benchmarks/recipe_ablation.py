@@ -75,7 +75,9 @@ VARIANTS = {
     "train-16k": {"max_train_examples": 16000},
     "train-16k-frozen-words": {"max_train_examples": 16000, "freeze_word_embeddings": True},  # ... kept as they start
     "train-16k-bottom-layers": {"max_train_examples": 16000},  # ... from the bottom-layers start
-    "train-16k-teacher-head": {"max_train_examples": 16000},  # ... from the even start with the teacher's task head
+    "teacher-head": {},  # the search's options from the even start with the teacher's task head (compress's default)
+    "train-16k-teacher-head": {"max_train_examples": 16000},  # ... the same on the main job's rows
+    "train-16k-teacher-head-no-dropout": {"max_train_examples": 16000},  # ... with the student's dropout off
     "train-16k-trained-words": {"max_train_examples": 16000, "freeze_word_embeddings": False},  # ... trained
     "train-16k-lr2e-4": {"max_train_examples": 16000, "learning_rate": 2e-4},  # ... at the main job's faster rates
     "train-16k-lr3e-4": {"max_train_examples": 16000, "learning_rate": 3e-4},
@@ -104,9 +106,10 @@ the pair read as one sequence, pooled as the teacher pools) is their baseline; "
 the teacher's layers :func:`kdbert.families.selection.ends_and_between` names (6 -> 2: 1 and 6; 6 -> 3: 1, 3, 6)
 where "even" copies the uniform map's (3 and 6; 2, 4, 6); "bottom-layers" (and "train-16k-bottom-layers" on the
 main job's rows) the teacher's first M (:func:`kdbert.families.selection.first_layers`: 6 -> 2: 1 and 2), a
-prefix of its network; "train-16k-teacher-head" starts "even" with the teacher's task head's output layer on the
+prefix of its network; "teacher-head" (and "train-16k-teacher-head") starts "even" with the teacher's task head's output layer on the
 start's hidden units, where weight selection leaves it fresh: compress's default since 2026-12-01 (``--head
-teacher``), while this study's "even" start, and so its "search" runs, keep the fresh head they were recorded with. "imdb-sentences" adds ``--unlabelled-rows``
+teacher``), while this study's "even" start, and so its "search" runs, keep the fresh head they were recorded with;
+"train-16k-teacher-head-no-dropout" the same start with the student's dropout off (0.1 in the teacher's config). "imdb-sentences" adds ``--unlabelled-rows``
 sentences of IMDb's 50,000 unlabelled reviews (SST-2's domain, whole sentences as its dev set holds, where
 its training rows are mostly phrases), cut as ``--transfer-text`` cuts lines, labelled by the teacher (its
 export, with ``--teacher-onnx``) into the store its training rows are in. "sentence" adds kd's sentence
@@ -171,6 +174,14 @@ def cls_start(start: Path, out: Path) -> None:
     shutil.copytree(start, out)
     config = json.loads((out / "config.json").read_text())
     config.pop(POOLING_KEY)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+
+
+def no_dropout_start(start: Path, out: Path) -> None:
+    """A copy of ``start`` whose config turns its dropout off (hidden states, attention, classifier)."""
+    shutil.copytree(start, out)
+    config = json.loads((out / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0)
     (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
@@ -241,9 +252,14 @@ def main() -> None:
     if {"bottom-layers", "train-16k-bottom-layers"} & set(args.variants) and not (
             starts["bottom-layers"] / "config.json").is_file():
         build_from_teacher(candidate, teacher, task, starts["bottom-layers"], replace(context, layer_map="bottom"))
-    starts["train-16k-teacher-head"] = root / "start-teacher-head"
-    if "train-16k-teacher-head" in args.variants and not (starts["train-16k-teacher-head"] / "config.json").is_file():
-        build_from_teacher(candidate, teacher, task, starts["train-16k-teacher-head"], replace(context, head="teacher"))
+    starts["teacher-head"] = starts["train-16k-teacher-head"] = root / "start-teacher-head"
+    if {"teacher-head", "train-16k-teacher-head", "train-16k-teacher-head-no-dropout"} & set(args.variants) and not (
+            starts["teacher-head"] / "config.json").is_file():
+        build_from_teacher(candidate, teacher, task, starts["teacher-head"], replace(context, head="teacher"))
+    starts["train-16k-teacher-head-no-dropout"] = root / "start-teacher-head-no-dropout"
+    if "train-16k-teacher-head-no-dropout" in args.variants and not (
+            starts["train-16k-teacher-head-no-dropout"] / "config.json").is_file():
+        no_dropout_start(starts["teacher-head"], starts["train-16k-teacher-head-no-dropout"])
     command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task {args.task} "
                f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
                f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
