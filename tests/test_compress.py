@@ -1140,26 +1140,115 @@ def test_a_candidate_timed_near_the_line_is_timed_again_in_turns_with_the_teache
         "latency_real_p50_ms": alone[file.parent.name], "timing_seconds": 1.0})
     retimed = []
 
-    def in_turns(teacher_file, student_file, task, settings):
-        retimed.append((teacher_file, student_file.parent.name))
-        return {"rounds": [{"teacher": 4.4, "student": 1.4}] * 3, "speedup": {"teacher": 1.0, "student": 3.1}}
+    def in_turns(teacher_file, files, task, settings):
+        retimed.append((teacher_file, {name: file.parent.name for name, file in files.items()}))
+        return {"rounds": [{"teacher": 4.4, "bert-1x8": 1.4}] * 3, "speedup": {"teacher": 1.0, "bert-1x8": 3.1},
+                "latency_real_p50_ms": {"teacher": 4.4, "bert-1x8": 1.4}}
 
-    monkeypatch.setattr(speed, "time_against_teacher", in_turns)
+    monkeypatch.setattr(speed, "time_in_turns_with_teacher", in_turns)
     candidates = [Candidate(name, "x", (("layers", int(name[5])),), build=lambda context: (None, None))
                   for name in alone]
     table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, candidates, context=object(),
                                 line=3.0)
     # 2x is within a factor 1.5 of the 3x line (2 <= 2 < 4.5), 8x is not
-    assert retimed == [(tmp_path / "teacher-onnx" / speed.INT8_FILE, "bert-1x8")]
+    assert retimed == [(tmp_path / "teacher-onnx" / speed.INT8_FILE, {"bert-1x8": "bert-1x8"})]
     near = table["candidates"]["bert-1x8"]
     assert (near["speedup"], near["speedup_alone"], near["timing_seconds"] >= 1.0) == (3.1, 2.0, True)
-    assert len(near["timed_in_turns"]) == 3 and "speedup_alone" not in table["candidates"]["bert-2x8"]
+    assert near["timed_in_turns"] == [{"teacher": 4.4, "student": 1.4}] * 3
+    assert "speedup_alone" not in table["candidates"]["bert-2x8"]
     # what timing in turns took, apart: the finishing counts it for a winner's check
     assert near["timing_seconds"] == pytest.approx(1.0 + near["turns_seconds"], abs=0.011)
     assert "turns_seconds" not in table["candidates"]["bert-2x8"]
+    assert not (tmp_path / "speed" / "bert-1x8").exists()  # its export removed once timed in turns
     assert speed.meeting_target(table, target_speedup=3.0) == ["bert-2x8", "bert-1x8"]  # in turns it meets 3x
     assert [speed.near_line(x, 3.0) for x in (1.99, 2.0, 4.49, 4.5)] == [False, True, True, False]
     assert not speed.near_line(3.0, None)  # a latency target: no ratio to move across
+
+
+def test_candidates_near_the_line_are_timed_in_turns_together_and_share_the_teachers_turns(env, tmp_path,
+                                                                                            monkeypatch):
+    from kdbert.families.registry import Candidate
+
+    settings = speed.SpeedSettings("onnx-int8", length_rows=4, runs=2, threads=1)
+    (tmp_path / "speed.json").write_text(json.dumps({"settings": settings.key(), "candidates": {}, "teacher": {
+        "latency_real_p50_ms": 4.0, "export_seconds": 20.0, "timing_seconds": 2.0}}))
+    alone = {"bert-1x8": 1.0, "bert-2x8": 2.0, "bert-3x8": 0.25}  # 4x and 2x near the 3x line, 16x not
+    monkeypatch.setattr(speed, "_timed_export", lambda export, file, task, settings: {
+        "latency_real_p50_ms": alone[file.parent.name], "timing_seconds": 1.0})
+    clock, calls = FakeClock(0.0), []
+
+    def in_turns(teacher_file, files, task, settings):  # 14 s, the teacher at 4 ms and the two at 1 and 2 ms
+        calls.append(sorted(files))
+        clock.now += 14.0
+        latency = {"teacher": 4.0, "bert-1x8": 1.0, "bert-2x8": 2.0}
+        return {"rounds": [latency] * 3, "latency_real_p50_ms": latency,
+                "speedup": {name: 4.0 / ms for name, ms in latency.items()}}
+
+    monkeypatch.setattr(speed, "time_in_turns_with_teacher", in_turns)
+    candidates = [Candidate(name, "x", (("layers", int(name[5])), ("width", 8)), build=lambda context: (None, None))
+                  for name in ("bert-1x8", "bert-3x8", "bert-2x8")]
+    table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, candidates, context=object(),
+                                line=3.0, clock=clock)
+    assert calls == [["bert-1x8", "bert-2x8"]]  # one timing in turns for both, the teacher's turns paid once
+    rows = table["candidates"]
+    # of the 14 s (latencies 4 + 1 + 2 = 7 ms a row): alone with the teacher each would take 14 * (4 + L) / 7;
+    # each one's share 14 * (4 / 2 + L) / 7, which add up to the 14 s
+    assert (rows["bert-1x8"]["turns_seconds"], rows["bert-2x8"]["turns_seconds"]) == (10.0, 12.0)
+    assert (rows["bert-1x8"]["timing_seconds"], rows["bert-2x8"]["timing_seconds"]) == (1.0 + 6.0, 1.0 + 8.0)
+    assert (rows["bert-2x8"]["speedup_alone"], rows["bert-2x8"]["speedup"]) == (2.0, 2.0)
+    assert "timed_in_turns" not in rows["bert-3x8"]
+    # the time the next candidate's timing and that in turns would take: 3 rounds of 4 rows, 3 times each, at
+    # the teacher's 4 ms, the near ones' and the next one's (the slowest so far, 2 ms): 36 * 9 ms
+    assert speed.turns_estimate({"teacher": {"latency_real_p50_ms": 4.0}, "candidates": {
+        "a": {"latency_real_p50_ms": 1.0}, "b": {"latency_real_p50_ms": 2.0}}}, ["a", None], settings) == (
+        pytest.approx(36 * 7.0 / 1000.0))
+    assert speed.turns_estimate(table, [], settings) == 0.0
+
+
+def test_a_speed_timed_alone_near_the_line_rules_a_larger_candidate_out_only_once_timed_in_turns(
+        env, tmp_path, monkeypatch):
+    from kdbert.families.registry import Candidate
+
+    settings = speed.SpeedSettings("onnx-int8", length_rows=4, runs=2, threads=1)
+    (tmp_path / "speed.json").write_text(json.dumps({"settings": settings.key(), "candidates": {}, "teacher": {
+        "latency_real_p50_ms": 4.0, "export_seconds": 20.0, "timing_seconds": 2.0}}))
+    alone = {"bert-2x8": 1.6, "bert-3x8": 1.9}  # 2.5x alone, below the 3x line, 2.1x
+    monkeypatch.setattr(speed, "_timed_export", lambda export, file, task, settings: {
+        "latency_real_p50_ms": alone[file.parent.name], "timing_seconds": 1.0})
+    in_turns_speedup, calls = {"bert-2x8": 3.2, "bert-3x8": 2.9}, []
+
+    def in_turns(teacher_file, files, task, settings):
+        calls.append(sorted(files))
+        latency = {"teacher": 4.0, **{name: 4.0 / in_turns_speedup[name] for name in files}}
+        return {"rounds": [latency] * 3, "latency_real_p50_ms": latency,
+                "speedup": {name: 4.0 / ms for name, ms in latency.items()}}
+
+    monkeypatch.setattr(speed, "time_in_turns_with_teacher", in_turns)
+    candidates = [Candidate(name, "x", (("layers", int(name[5])), ("width", 8)), build=lambda context: (None, None))
+                  for name in ("bert-2x8", "bert-3x8")]
+    table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, candidates, context=object(),
+                                line=3.0)
+    # bert-3x8 is no smaller than bert-2x8, below the line alone: bert-2x8 is timed in turns first (3.2x), so
+    # bert-3x8 is timed too, then in turns on its own
+    assert calls == [["bert-2x8"], ["bert-3x8"]] and not table["skipped"]
+    assert table["candidates"]["bert-2x8"]["speedup"] == pytest.approx(3.2)
+    in_turns_speedup["bert-2x8"] = 2.8  # in turns below the line too: bert-3x8 is not timed
+    calls.clear()
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "speed.json").write_text(json.dumps({"settings": settings.key(), "candidates": {}, "teacher": {
+        "latency_real_p50_ms": 4.0, "export_seconds": 20.0, "timing_seconds": 2.0}}))
+    table = speed.measure_speed(env["teacher"], env["task"], again, settings, candidates, context=object(),
+                                line=3.0)
+    assert calls == [["bert-2x8"]] and table["skipped"]["bert-3x8"]["no_smaller_than"] == "bert-2x8"
+    # a row near the line that was never timed in turns (a search stopped between the two) is timed again
+    row = dict(table["candidates"]["bert-2x8"])
+    for key in ("timed_in_turns", "speedup_alone", "turns_seconds"):
+        row.pop(key)
+    (again / "speed.json").write_text(json.dumps({**table, "candidates": {"bert-2x8": {**row, "speedup": 2.5}}}))
+    calls.clear()
+    speed.measure_speed(env["teacher"], env["task"], again, settings, candidates[:1], context=object(), line=3.0)
+    assert calls == [["bert-2x8"]]
 
 
 def test_the_teacher_is_timed_again_after_the_candidates_and_the_faster_timing_counts(env, tmp_path, monkeypatch):
@@ -1172,8 +1261,9 @@ def test_the_teacher_is_timed_again_after_the_candidates_and_the_faster_timing_c
     (tmp_path / "teacher-onnx" / speed.INT8_FILE).write_bytes(b"")
     monkeypatch.setattr(speed, "_timed_export", lambda export, file, task, settings: {
         "latency_real_p50_ms": {"bert-1x8": 0.75, "bert-2x8": 2.0}[file.parent.name], "timing_seconds": 1.0})
-    monkeypatch.setattr(speed, "time_against_teacher", lambda *args: {
-        "rounds": [{"teacher": 4.4, "student": 1.4}] * 3, "speedup": {"teacher": 1.0, "student": 3.1}})
+    monkeypatch.setattr(speed, "time_in_turns_with_teacher", lambda *args: {
+        "rounds": [{"teacher": 4.4, "bert-2x8": 1.4}] * 3, "speedup": {"teacher": 1.0, "bert-2x8": 3.1},
+        "latency_real_p50_ms": {"teacher": 4.4, "bert-2x8": 1.4}})
     monkeypatch.setattr(speed, "time_export", lambda file, task, settings: {"latency_real_p50_ms": 4.5})
     candidates = [Candidate(name, "x", (("layers", int(name[5])),), build=lambda context: (None, None))
                   for name in ("bert-1x8", "bert-2x8")]

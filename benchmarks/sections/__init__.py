@@ -32,6 +32,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("recipe-ablation", compress_results.recipe_ablation_section),
     ("near-duplicates", trust_results.near_duplicates_section),
     ("timing-turns", speed_results.timing_turns_section),
+    ("timing-together", speed_results.timing_together_section),
     ("general-students", students_results.general_students_section),
     ("pretrained-cuts", students_results.pretrained_cuts_section),
     ("deploy", speed_results.deploy_section),

@@ -33,7 +33,8 @@ HEADLINE = ["intro", "scoreboard", "kept", "agreement", "kept-by-source", "paire
 """The sections of BENCHMARKS.md (and of docs/benchmarks/index.md), before a short section per page."""
 PAGES: dict[str, tuple[str, list[str]]] = {
     "compress": ("`kdbert compress`", ["quickstart", "compress", "compress-budget", "compress-engines",
-                                       "recipe-ablation", "near-duplicates", "timing-turns"]),
+                                       "recipe-ablation", "near-duplicates", "timing-turns",
+                                       "timing-together"]),
     "students": ("General students", ["general-students", "pretrained-cuts"]),
     "speed": ("Speed and deployment", ["deploy", "export-graphs", "breakdown", "int8-targets", "serve-load",
                                        "efficiency", "bench", "throughput", "teacher-cache",

@@ -494,6 +494,25 @@ def serve_load_section() -> list[str]:
     return lines
 
 
+def timing_together_section() -> list[str]:
+    """Candidates near the line timed in turns with the teacher one at a time or all together
+    (``timing_together.py``): each way's speedups and seconds, medians over passes."""
+    records = load_results("timing_together")
+    if not records:
+        return []
+    lines = ["## Timing in turns: one candidate at a time or together (`benchmarks/timing_together.py`)", "",
+             "| teacher | candidate | speedup: one at a time | together |", "|---|---|---:|---:|"]
+    for key, r in sorted(records.items()):
+        lines += [f"| {key} | {name} | {row['apart']:.2f}x | {row['together']:.2f}x |"
+                  for name, row in r["speedups"].items()]
+        lines.append(f"| {key} | seconds, all of them | {r['seconds']['apart']:.1f} | {r['seconds']['together']:.1f} |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    commands = sorted({r["command"] for r in records.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}, medians of {next(iter(records.values()))['passes']} passes, "
+                    "200 SST-2 dev rows at batch 1, ONNX Runtime int8 on 2 threads, random weights. Commands: "
+                    + "; ".join(f"`{c}`" for c in commands) + ".", "", note("timing-together-reading"), ""]
+
+
 def timing_turns_section() -> list[str]:
     """A student's speedup over its teacher by the rows each model is timed on in one turn
     (``timing_turns.py``): its median and spread over passes."""

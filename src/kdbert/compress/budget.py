@@ -133,8 +133,8 @@ def turns_seconds(teacher: dict, ratio: float) -> float:
 
 def with_turns_measured(table: dict) -> dict:
     """The speed ``table``'s teacher row with ``turns_seconds``, the longest timing in turns of its
-    candidates (those timed again near the line, :func:`~kdbert.compress.speed.retimed_in_turns`),
-    where there is one."""
+    candidates (those timed again near the line, :func:`~kdbert.compress.speed.retimed_in_turns`: its
+    share of their timing together, as if timed alone with the teacher), where there is one."""
     measured = [row["turns_seconds"] for row in table["candidates"].values() if row.get("turns_seconds")]
     return {**table["teacher"], **({"turns_seconds": max(measured)} if measured else {})}
 

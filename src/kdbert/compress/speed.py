@@ -13,19 +13,24 @@ A candidate meets the target when ``speedup >= target_speedup`` (or ``latency_re
 target_latency_ms``). The teacher is timed once, first, and each candidate after it, so a slow
 spell of the machine (another job, a throttled core) during either timing moves the ratio; a
 candidate whose ratio lands within a factor :data:`LINE_BAND` of ``target_speedup`` is therefore
-timed again in turns with the teacher (:func:`time_against_teacher`, as the shipped winner is),
-and that ratio decides. Once the candidates are timed, the teacher is timed alone again, and the
+timed again in turns with the teacher (:func:`time_in_turns_with_teacher`, as the shipped winner is),
+and that ratio decides. Those candidates are timed in turns together, once the others are timed,
+all of them and the teacher taking turns in the same rounds: the teacher's turns, the dearest
+part of each such timing (4.3 ms a row against 0.6-1.5 for the main job's candidates; 5-8x more
+for a base-size teacher), are then paid once, not once per candidate. Once the candidates are timed, the teacher is timed alone again, and the
 others' ratios are against the faster of its two timings (:func:`with_teacher_again`): a slow spell
 during its first timing read the main job's teacher at 6.2 ms where it runs at 4.0-5.2, and so
 every candidate 1.3x faster than it is. The table (``speed.json``) and the teacher's export stay in the output
 folder; a candidate's export, random weights that no later step uses, is removed once timed (tens
-of megabytes each). A rerun measures only what is missing (or a candidate whose shape changed,
+of megabytes each). A rerun measures only what is missing (a candidate near the line whose timing
+in turns never ran among it) (or a candidate whose shape changed,
 e.g. the BiLSTM's embedding size with other word vectors). Each row also keeps what its export and its timing cost
 here (``export_seconds``, ``timing_seconds``; the teacher's export includes its int8 choice and
 its scores on the task's rows): the finishing phase is estimated from them
 (:func:`kdbert.compress.budget.finishing_seconds`). With ``stop_at`` (a clock time, given the table
 so far), the candidates are timed in the order given until the next one, at the mean cost of those
-timed, would end past it (the first is always timed); a rerun with more time measures the rest. With ``target_speedup``, a candidate
+timed, and the timing in turns of those near the line (:func:`turns_estimate`) would end past it
+(the first is always timed); a rerun with more time measures the rest. With ``target_speedup``, a candidate
 no smaller than one of its family already timed below it (every whole number of its shape at least
 that one's: more layers, width, heads or FFN units never run faster) is not timed: it cannot meet
 the target, and the table's ``skipped`` says which one ruled it out.
@@ -125,14 +130,22 @@ def time_export(file: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
     return {key: row[key] for key in keep}
 
 
+def time_in_turns_with_teacher(teacher_file: Path, student_files: dict[str, Path], task: TaskOptions,
+                               settings: SpeedSettings, rounds: int = TURNS) -> dict:
+    """Batch-1 latency of the teacher's export and of each of ``student_files`` (name -> export) on
+    the task's dev rows, all timed in turns within the same minutes
+    (:func:`kdbert.deploy.task_rows.time_in_turns`), so that a slow spell of the machine cannot
+    skew a speedup: ``{"rounds", "latency_real_p50_ms": {"teacher", name...},
+    "speedup": {..., name: median over rounds of teacher ms / name's ms}}``."""
+    data, teacher = _teacher_in_turns(teacher_file, task, settings)
+    return time_in_turns({"teacher": teacher, **{name: timed_model(file, data, settings)
+                                                for name, file in student_files.items()}}, rounds)
+
+
 def time_against_teacher(teacher_file: Path, student_file: Path, task: TaskOptions, settings: SpeedSettings,
                          rounds: int = TURNS) -> dict:
-    """Batch-1 latency of two exports on the task's dev rows, timed in turns within the same minutes
-    (:func:`kdbert.deploy.task_rows.time_in_turns`), so that a slow spell of the machine cannot
-    skew the shipped speedup: ``{"rounds", "latency_real_p50_ms": {"teacher", "student"},
-    "speedup": {..., "student": median over rounds of teacher ms / student ms}}``."""
-    data, teacher = _teacher_in_turns(teacher_file, task, settings)
-    return time_in_turns({"teacher": teacher, "student": timed_model(student_file, data, settings)}, rounds)
+    """:func:`time_in_turns_with_teacher` of one export, named ``student``."""
+    return time_in_turns_with_teacher(teacher_file, {"student": student_file}, task, settings, rounds)
 
 
 _TEACHER_IN_TURNS: dict = {}  # the last teacher timed in turns: {"key": ..., "loaded": (data, (model, feeds))}
@@ -213,26 +226,42 @@ def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir:
     "teacher": row, "candidates": {name: row}}``, also written to ``output_dir/speed.json`` after
     every candidate; rows already there for the same settings are reused. ``stop_at``: the
     ``clock()`` time, given the table so far, past which no more candidates are timed (module doc). ``line``: the speedup
-    asked (``--target-speedup``); a candidate timed near it is timed again in turns with the
-    teacher (:func:`near_line`, :func:`retimed_in_turns`)."""
+    asked (``--target-speedup``); the candidates timed near it are timed again in turns with the
+    teacher, together, once the others are timed or when one of them would rule out the next
+    (:func:`near_line`, :func:`retimed_in_turns`)."""
     out = Path(output_dir)
     table = time_teacher(teacher_dir, task, out, settings)
     file_name = RUNTIMES[settings.runtime]
     quantize = "int8" if settings.runtime == "onnx-int8" else None
     context = context or shape_context(teacher_dir, task)
+    teacher_file = out / "teacher-onnx" / file_name
     timed: list[float] = []
+    near: dict[str, Path] = {}  # timed alone near the line, to be timed again in turns together
+
+    def time_near_in_turns() -> None:
+        for name, update in retimed_in_turns(teacher_file, near, task, settings, table["candidates"], clock).items():
+            table["candidates"][name].update(update)
+            shutil.rmtree(near[name].parent, ignore_errors=True)
+        near.clear()
+        write_json(out / TABLE, table)
+
     table["skipped"] = {}
     for candidate in all_candidates(context) if candidates is None else candidates:
-        if table["candidates"].get(candidate.name, {}).get("shape") == dict(candidate.shape):
+        if _measured(table["candidates"].get(candidate.name), candidate, line):
             continue
-        slower = _no_smaller_than(candidate, table["candidates"], line)
+        others = {name: row for name, row in table["candidates"].items() if name != candidate.name}
+        slower = _no_smaller_than(candidate, {name: row for name, row in others.items() if name not in near}, line)
+        if slower is None and _no_smaller_than(candidate, others, line) is not None:
+            time_near_in_turns()  # ruled out only by a speed timed alone near the line: first those in turns
+            slower = _no_smaller_than(candidate, others, line)
         if slower is not None:
             table["skipped"][candidate.name] = {"family": candidate.family, "shape": dict(candidate.shape),
                                                 "no_smaller_than": slower,
                                                 "its_speedup": table["candidates"][slower]["speedup"]}
             write_json(out / TABLE, table)
             continue
-        if stop_at is not None and timed and clock() + sum(timed) / len(timed) > stop_at(table):
+        in_turns = turns_estimate(table, [*near, None] if line is not None else [], settings)
+        if stop_at is not None and timed and clock() + sum(timed) / len(timed) + in_turns > stop_at(table):
             break
         started = clock()
         model, encoder = candidate.build(context)
@@ -241,13 +270,15 @@ def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir:
                                                       source=f"{candidate.name} (random weights)"),
                             folder / file_name, task, settings)
         row["speedup"] = table["teacher"]["latency_real_p50_ms"] / row["latency_real_p50_ms"]
-        if near_line(row["speedup"], line):
-            row.update(retimed_in_turns(out / "teacher-onnx" / file_name, folder / file_name, task, settings, row))
         table["candidates"][candidate.name] = {"family": candidate.family, "shape": dict(candidate.shape), **row}
         write_json(out / TABLE, table)
-        shutil.rmtree(folder, ignore_errors=True)
+        if near_line(row["speedup"], line):
+            near[candidate.name] = folder / file_name
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
         timed.append(clock() - started)
-    teacher_file = out / "teacher-onnx" / file_name
+    if near:
+        time_near_in_turns()
     if timed and teacher_file.is_file():
         table = with_teacher_again(table, time_export(teacher_file, task, settings)["latency_real_p50_ms"])
         write_json(out / TABLE, table)
@@ -294,20 +325,52 @@ def near_line(speedup: float, line: float | None) -> bool:
     return line is not None and line / LINE_BAND <= speedup < line * LINE_BAND
 
 
-def retimed_in_turns(teacher_file: Path, student_file: Path, task: TaskOptions, settings: SpeedSettings,
-                     row: dict) -> dict:
-    """A candidate's row near the line, timed again in turns with the teacher
-    (:func:`time_against_teacher`): ``speedup`` becomes the median over rounds of the two
-    latencies' ratio, each round's pair measured within the same seconds; the first timing stays
-    as ``speedup_alone``, the rounds as ``timed_in_turns``, their seconds as ``turns_seconds`` (what
-    the finishing's check of a winner takes: :func:`~kdbert.compress.budget.turns_seconds`) and added
-    to ``timing_seconds``."""
-    started = time.time()
-    in_turns = time_against_teacher(teacher_file, student_file, task, settings)
-    seconds = time.time() - started
-    return {"speedup_alone": row["speedup"], "speedup": in_turns["speedup"]["student"],
-            "timed_in_turns": in_turns["rounds"], "turns_seconds": round(seconds, 2),
-            "timing_seconds": round(row["timing_seconds"] + seconds, 2)}
+def _measured(row: dict | None, candidate: Candidate, line: float | None) -> bool:
+    """Whether ``row`` (the table's, if any) is ``candidate``'s at its shape, timed in turns where it
+    is near the line (a search stopped between its timing alone and that left it without)."""
+    return (row is not None and row.get("shape") == dict(candidate.shape)
+            and ("timed_in_turns" in row or not near_line(row["speedup"], line)))
+
+
+def turns_estimate(table: dict, names: list, settings: SpeedSettings) -> float:
+    """Seconds to time ``names`` in turns with the teacher (none: 0): each of ``settings.length_rows``
+    rows timed 3 times in each of ``TURNS`` rounds, at the teacher's latency and each one's (a name
+    not in the table yet, e.g. None for the next candidate, at the slowest timed so far); the timing
+    itself, without loading the models and encoding their rows."""
+    if not names:
+        return 0.0
+    rows = table["candidates"]
+    slowest = max((row["latency_real_p50_ms"] for row in rows.values()), default=0.0)
+    latencies = [rows[name]["latency_real_p50_ms"] if name in rows else slowest for name in names]
+    return TURNS * 3 * settings.length_rows * (table["teacher"]["latency_real_p50_ms"] + sum(latencies)) / 1000.0
+
+
+def retimed_in_turns(teacher_file: Path, files: dict[str, Path], task: TaskOptions, settings: SpeedSettings,
+                     rows: dict[str, dict], clock=time.time) -> dict[str, dict]:
+    """The rows of the candidates near the line (``files``: name -> its export), timed again in
+    turns with the teacher, all together (:func:`time_in_turns_with_teacher`), as updates of their
+    ``rows``: ``speedup`` becomes the median over rounds of the teacher's latency over the
+    candidate's, both measured within the same seconds; the first timing stays as ``speedup_alone``,
+    the rounds as ``timed_in_turns`` (``{"teacher", "student"}`` each). Of the ``seconds`` the
+    timing took, with L the rounds' latencies::
+
+        turns_seconds  = seconds * (L_teacher + L_candidate) / (L_teacher + sum of L)
+        timing_seconds += seconds * (L_teacher / n + L_candidate) / (L_teacher + sum of L)
+
+    ``turns_seconds``: what timing it in turns alone with the teacher takes, as the finishing's
+    check of a winner does (:func:`~kdbert.compress.budget.turns_seconds`); ``timing_seconds``
+    its share of the time spent, the teacher's turns shared among the ``n`` candidates."""
+    started = clock()
+    in_turns = time_in_turns_with_teacher(teacher_file, files, task, settings)
+    seconds = clock() - started
+    latency = in_turns["latency_real_p50_ms"]
+    total = sum(latency.values())
+    return {name: {"speedup_alone": rows[name]["speedup"], "speedup": in_turns["speedup"][name],
+                   "timed_in_turns": [{"teacher": r["teacher"], "student": r[name]} for r in in_turns["rounds"]],
+                   "turns_seconds": round(seconds * (latency["teacher"] + latency[name]) / total, 2),
+                   "timing_seconds": round(rows[name]["timing_seconds"]
+                                           + seconds * (latency["teacher"] / len(files) + latency[name]) / total, 2)}
+            for name in files}
 
 
 def admitted_latency(table: dict) -> dict[str, float]:
