@@ -191,13 +191,17 @@ def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
     assert promotion_order(list(latency), 0, rung0, risky) == ["bert-2x384-ffn192", "bert-2x384-ffn384"]
 
 
-def test_a_candidate_admitted_below_the_target_over_the_shipped_share_likely_ships_below_it():
-    from kdbert.compress.budget import SHIPPED_OVER_ADMITTED, likely_below_line
+def test_a_candidate_that_ships_at_the_target_less_than_three_times_in_four_is_a_risk():
+    from kdbert.compress.budget import SHIP_CHANCE, SHIPPED_OVER_ADMITTED, SHIPPED_SPREAD, ship_at_risk, ship_chance
 
-    assert SHIPPED_OVER_ADMITTED == 0.956
-    assert likely_below_line(4.04, 4.0) and likely_below_line(4.18, 4.0)  # 4.18 * 0.956 = 3.996
-    assert not likely_below_line(4.19, 4.0) and not likely_below_line(4.45, 4.0)  # 4.19 * 0.956 = 4.006
-    assert not likely_below_line(1.0, None)  # a latency target: no line
+    assert (SHIPPED_OVER_ADMITTED, SHIPPED_SPREAD, SHIP_CHANCE) == (0.956, 0.060, 0.75)
+    # Phi((4.19 * 0.956 - 4) / (4.19 * 0.06)) = Phi(0.0224) = 0.509; 4.37: Phi(0.678) = 0.751; 4.36: Phi(0.643) = 0.740
+    assert ship_chance(4.19, 4.0) == pytest.approx(0.5089, abs=1e-3)
+    assert ship_chance(4.37, 4.0) == pytest.approx(0.7511, abs=1e-3)
+    assert ship_chance(4.0 / 0.956, 4.0) == pytest.approx(0.5)
+    assert ship_at_risk(4.04, 4.0) and ship_at_risk(4.19, 4.0) and ship_at_risk(4.36, 4.0)
+    assert not ship_at_risk(4.37, 4.0) and not ship_at_risk(4.45, 4.0)
+    assert not ship_at_risk(1.0, None)  # a latency target: no line
 
 
 def test_the_rows_that_decide_never_order_a_promotion():

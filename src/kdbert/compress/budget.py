@@ -63,6 +63,11 @@ RESERVE_FACTOR = 1.25
 # between admission and shipping, minutes apart, and the shipped graph's int8 method.)
 SHIP_LINE_BAND = 1.15
 SHIPPED_OVER_ADMITTED = 0.956  # the mean of that ratio: below target / 0.956 a candidate more likely fails than passes
+SHIPPED_SPREAD = 0.060  # ... and its standard deviation
+# The chance to ship at the target below which a candidate is a risk (ship_at_risk): a near-tie goes to the others first.
+# At one half (more likely than not), bert-2x384-ffn384 admitted at 4.19x (51%) led the main job on a near-tie with
+# bert-2x384-ffn192 (4.42x, 79%), shipped at 3.76x, and the 100-step ffn192 shipped in its place at 87.4% (2026-12-02).
+SHIP_CHANCE = 0.75
 TEACHER_EXPORT_SHARE = 0.2  # of the budget, the most the teacher's export spends on static int8 methods
 # Of the time from the candidates' timing to the search's latest end, the most their timing takes: in the
 # main job's 6 minutes, 22 candidates timed (10 of them again in turns) left the search none; at half,
@@ -145,12 +150,24 @@ def near_ship_line(speedup: float, target_speedup: float | None) -> bool:
     return target_speedup is not None and speedup < target_speedup * SHIP_LINE_BAND
 
 
-def likely_below_line(speedup: float, target_speedup: float | None) -> bool:
-    """Whether a candidate admitted at ``speedup`` more likely than not times below ``target_speedup``
-    as shipped: ``speedup * SHIPPED_OVER_ADMITTED < target_speedup`` (the main job's
+def ship_chance(speedup: float, target_speedup: float) -> float:
+    """The chance that a candidate admitted at ``speedup`` times at or above ``target_speedup`` as
+    shipped, the shipped/admitted ratio taken as normal (mean :data:`SHIPPED_OVER_ADMITTED`, sd
+    :data:`SHIPPED_SPREAD`)::
+
+        P = Phi((speedup * 0.956 - target) / (speedup * 0.060))
+    """
+    from scipy.stats import norm
+
+    return float(norm.cdf((speedup * SHIPPED_OVER_ADMITTED - target_speedup) / (speedup * SHIPPED_SPREAD)))
+
+
+def ship_at_risk(speedup: float, target_speedup: float | None) -> bool:
+    """Whether a candidate admitted at ``speedup`` ships at ``target_speedup`` with less than
+    :data:`SHIP_CHANCE` (:func:`ship_chance`; 4.37x at a 4x target is 75%): the main job's
     bert-2x384-ffn384, admitted at 4.04x, shipped at 3.90x after taking every promotion, so a
-    100-step cut shipped in its place at 86.8% kept)."""
-    return target_speedup is not None and speedup * SHIPPED_OVER_ADMITTED < target_speedup
+    100-step cut shipped in its place at 86.8% kept."""
+    return target_speedup is not None and ship_chance(speedup, target_speedup) < SHIP_CHANCE
 
 
 def checks_to_reserve(speedups: list[float], target_speedup: float | None) -> int:

@@ -57,7 +57,7 @@ from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_n
 from kdbert.compress.breakdown import speedup_breakdown
 from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Progress, after_export_seconds,
                                     check_seconds, checks_to_reserve, every_core, export_passes, finishing_seconds,
-                                    fixed_seconds, likely_below_line, near_ship_line, turns_seconds,
+                                    fixed_seconds, near_ship_line, ship_at_risk, turns_seconds,
                                     with_turns_measured)
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
@@ -448,7 +448,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
                     len(data.decide) / max(1, len(data.held_out) + len(data.decide)),
-                    tuple(sorted(whole)), tuple(sorted(c.name for c in kept if likely_below_line(
+                    tuple(sorted(whole)), tuple(sorted(c.name for c in kept if ship_at_risk(
                         table["candidates"][c.name]["speedup"], config.target_speedup))))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),

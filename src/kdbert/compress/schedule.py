@@ -176,8 +176,8 @@ class Goal:
     against which every run is scored on the same rows (``decide_paired_se``, :meth:`decide_margin`);
     ``decide_weight``: the share of the held-out rows that decide (:meth:`pooled`); ``whole_width``:
     the candidates cut from the teacher at its whole width, ``ship_risk`` those admitted so near the
-    speedup asked that they more likely than not time below it as shipped
-    (:func:`~kdbert.compress.budget.likely_below_line`; both :func:`near_ties_first`)."""
+    speedup asked that they ship at it less than three times in four
+    (:func:`~kdbert.compress.budget.ship_at_risk`; both :func:`near_ties_first`)."""
 
     teacher_score: float
     min_kept: float
@@ -359,7 +359,7 @@ def near_ties_first(rows: list[dict], scored, goal: Goal, fastest: bool) -> list
     main job's mobilebert-2x384 (4.86x), near-tied with bert-2x384-ffn384 (6.02x) after 100-200
     steps, took every promotion and kept 91.7% of the teacher at 2,619 steps, where that bert shape
     kept 95.0-95.9% at 1,551 in the searches it won. Within the whole width, capacity is the slowest
-    that more likely than not ships at the speedup asked (``goal.ship_risk``): the main job's
+    that ships at the speedup asked at least three times in four (``goal.ship_risk``): the main job's
     bert-2x384-ffn384, admitted at 4.04x, near-tied with bert-2x384-ffn192 (4.45x) at rung 0, took
     every promotion, timed 3.90x as shipped, and the 100-step ffn192 shipped in its place at 86.8%."""
     left = _best_first(rows, lambda row: scored(row)[0])
