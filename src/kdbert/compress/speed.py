@@ -22,9 +22,8 @@ others' ratios are against the faster of its two timings (:func:`with_teacher_ag
 during its first timing read the main job's teacher at 6.2 ms where it runs at 4.0-5.2, and so
 every candidate 1.3x faster than it is. The table (``speed.json``) and the teacher's export stay in the output
 folder; a candidate's export, random weights that no later step uses, is removed once timed (tens
-of megabytes each). A rerun measures only what is missing (a candidate near the line whose timing
-in turns never ran among it) (or a candidate whose shape changed,
-e.g. the BiLSTM's embedding size with other word vectors). Each row also keeps what its export and its timing cost
+of megabytes each). A rerun measures only what is missing (or a candidate whose shape changed,
+e.g. the BiLSTM's embedding size with other word vectors, or one near the line never timed in turns). Each row also keeps what its export and its timing cost
 here (``export_seconds``, ``timing_seconds``; the teacher's export includes its int8 choice and
 its scores on the task's rows): the finishing phase is estimated from them
 (:func:`kdbert.compress.budget.finishing_seconds`). With ``stop_at`` (a clock time, given the table
