@@ -71,8 +71,10 @@ SHIP_CHANCE = 0.75
 TEACHER_EXPORT_SHARE = 0.2  # of the budget, the most the teacher's export spends on static int8 methods
 # Of the time from the candidates' timing to the search's latest end, the most their timing takes: in the
 # main job's 6 minutes, 22 candidates timed (10 of them again in turns) left the search none; at half,
-# 18 timed in 2.6 minutes left it 2.0 (2026-12-01)
-TIMING_SHARE = 0.3
+# 18 timed in 2.6 minutes left it 2.0 (2026-12-01). At 0.3, once the candidates near the line were timed
+# together, the main job timed 8 (2.0-2.5 minutes), the 3 more never shipped; at 0.2 it times 6 in 1.6 and
+# its search trains the winner 1,992-2,116 steps where it trained 1,454-1,926 (2026-12-02)
+TIMING_SHARE = 0.2
 
 
 @dataclass
