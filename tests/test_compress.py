@@ -1412,6 +1412,7 @@ def test_a_budget_overrun_keeps_the_bar_full_instead_of_failing_the_run(capsys):
 def test_a_budget_that_times_too_few_candidates_to_meet_the_target_says_so(env, tmp_path, capsys, monkeypatch):
     from kdbert.cli import main
     from kdbert.compress import pipeline
+    from kdbert.compress.budget import TIMING_SHARE
 
     timing = pipeline.measure_speed
     monkeypatch.setattr(pipeline, "measure_speed", lambda *args, **kwargs: timing(*args, **{**kwargs, "stop_at": lambda table: 0.0}))
@@ -1421,8 +1422,8 @@ def test_a_budget_that_times_too_few_candidates_to_meet_the_target_says_so(env, 
                  "--target-speedup", "1000", "--budget-minutes", "5", "--no-progress", "--output-dir", str(out)]) == 2
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()[-1]
-    assert ("timed 1 of 2 candidates in the time the budget leaves for timing (at most 30% of it before the search); "
-            "not timed: bert-1x128 (a rerun with a larger --budget-minutes times them)") in captured.out  # whole width first
+    assert (f"timed 1 of 2 candidates in the time the budget leaves for timing (at most {TIMING_SHARE:.0%} of it before "
+            "the search); not timed: bert-1x128 (a rerun with a larger --budget-minutes times them)") in captured.out
     # the deadline times one candidate (a rerun times what is missing: at least one), and it is too slow
     assert err.startswith("kdbert: error: --budget-minutes 5 left time to time 1 of 2 candidates on this machine (")
     assert " s spent) and none of them meets the target (the fastest, bert-" in err
