@@ -50,7 +50,7 @@ from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskData, TaskOptions, load_task
 from kdbert.deploy.export import export_classifier, export_model
 from kdbert.deploy.onnx_runtime import FP32_FILE, INT8_FILE, OnnxClassifier, bench_onnx
-from kdbert.deploy.task_rows import model_feeds, time_in_turns
+from kdbert.deploy.task_rows import TURN_REPEATS, model_feeds, time_in_turns
 from kdbert.errors import KdbertError
 from kdbert.families.bilstm.model import word_vectors_dim
 from kdbert.families.registry import Candidate, ShapeContext, families, family_of_folder
@@ -333,7 +333,7 @@ def _measured(row: dict | None, candidate: Candidate, line: float | None) -> boo
 
 def turns_estimate(table: dict, names: list, settings: SpeedSettings) -> float:
     """Seconds to time ``names`` in turns with the teacher (none: 0): each of ``settings.length_rows``
-    rows timed 3 times in each of ``TURNS`` rounds, at the teacher's latency and each one's (a name
+    rows timed ``TURN_REPEATS`` times in each of ``TURNS`` rounds, at the teacher's latency and each one's (a name
     not in the table yet, e.g. None for the next candidate, at the slowest timed so far); the timing
     itself, without loading the models and encoding their rows."""
     if not names:
@@ -341,7 +341,7 @@ def turns_estimate(table: dict, names: list, settings: SpeedSettings) -> float:
     rows = table["candidates"]
     slowest = max((row["latency_real_p50_ms"] for row in rows.values()), default=0.0)
     latencies = [rows[name]["latency_real_p50_ms"] if name in rows else slowest for name in names]
-    return TURNS * 3 * settings.length_rows * (table["teacher"]["latency_real_p50_ms"] + sum(latencies)) / 1000.0
+    return TURNS * TURN_REPEATS * settings.length_rows * (table["teacher"]["latency_real_p50_ms"] + sum(latencies)) / 1000.0
 
 
 def retimed_in_turns(teacher_file: Path, files: dict[str, Path], task: TaskOptions, settings: SpeedSettings,

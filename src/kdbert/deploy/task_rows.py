@@ -87,10 +87,11 @@ def time_feeds(call: Callable[[dict[str, np.ndarray]], object], feeds: list[dict
 
 
 TURN_ROWS = 10  # rows a model is timed on in one turn (time_in_turns)
+TURN_REPEATS = 3  # times each row is run in its turn
 
 
 def time_in_turns(timed: dict[str, tuple[Callable[[dict[str, np.ndarray]], object], list[dict[str, np.ndarray]]]],
-                  rounds: int = 3, rows_per_turn: int = TURN_ROWS, repeats: int = 3, warmup: int = 3) -> dict:
+                  rounds: int = 3, rows_per_turn: int = TURN_ROWS, repeats: int = TURN_REPEATS, warmup: int = 3) -> dict:
     """Time the models of ``timed`` (name -> (call, feeds), the same rows in each model's encoding)
     taking turns on ``rows_per_turn`` rows at a time: each model runs each of those rows ``repeats``
     times, the first model first on even turns and last on odd ones, so that a slow spell of the
