@@ -48,6 +48,8 @@ from kdbert.families.registry import family_of_folder
 from kdbert.families.selection import layout_of
 from kdbert.methods.front import distill_task
 
+FIRST_16K = {"max_train_examples": 16000, "train_subset": "first"}  # the main job's rows until 2026-12-02
+
 VARIANTS = {
     "search": {},  # today's recipe: the search's options as they are
     "schedule-free": {"schedule_free": True},
@@ -72,19 +74,21 @@ VARIANTS = {
     "lr3e-4": {"learning_rate": 3e-4},  # faster rates, for the short runs of the main job
     "lr1e-3": {"learning_rate": 1e-3},
     # the first 16,000 training rows, as a base-size teacher's search may (word embeddings trained before 2026-12-01)
-    "train-16k": {"max_train_examples": 16000},
-    "train-16k-frozen-words": {"max_train_examples": 16000, "freeze_word_embeddings": True},  # ... kept as they start
-    "train-16k-bottom-layers": {"max_train_examples": 16000},  # ... from the bottom-layers start
+    "train-16k": FIRST_16K,
+    "train-16k-frozen-words": {**FIRST_16K, "freeze_word_embeddings": True},  # ... kept as they start
+    "train-16k-bottom-layers": FIRST_16K,  # ... from the bottom-layers start
     "teacher-head": {},  # the search's options from the even start with the teacher's task head (compress's default)
-    "train-16k-teacher-head": {"max_train_examples": 16000},  # ... the same on the main job's rows
-    "train-16k-teacher-head-no-dropout": {"max_train_examples": 16000},  # ... with the student's dropout off
-    "train-16k-trained-words": {"max_train_examples": 16000, "freeze_word_embeddings": False},  # ... trained
-    "train-16k-lr2e-4": {"max_train_examples": 16000, "learning_rate": 2e-4},  # ... at the main job's faster rates
-    "train-16k-lr3e-4": {"max_train_examples": 16000, "learning_rate": 3e-4},
+    "train-16k-teacher-head": FIRST_16K,  # ... the same on the main job's rows
+    "train-16k-teacher-head-no-dropout": FIRST_16K,  # ... with the student's dropout off
+    # ... 16,000 rows drawn like dev's lengths (SST-2: sentence-like, 17.6 words where the first 16,000 have 9.5)
+    "train-16k-like-dev-teacher-head": {"max_train_examples": 16000, "train_subset": "like-dev"},
+    "train-16k-trained-words": {**FIRST_16K, "freeze_word_embeddings": False},  # ... trained
+    "train-16k-lr2e-4": {**FIRST_16K, "learning_rate": 2e-4},  # ... at the main job's faster rates
+    "train-16k-lr3e-4": {**FIRST_16K, "learning_rate": 3e-4},
     "trained-words": {"freeze_word_embeddings": False},  # every training row, word embeddings trained (kept: "search")
     # the teacher's logits stored once per row, labelled by its export (--teacher-onnx), the teacher not run beside
     "int8-targets": {"teacher_onnx": "export"},
-    "train-16k-int8-targets": {"max_train_examples": 16000, "teacher_onnx": "export"},  # ... on the main job's rows
+    "train-16k-int8-targets": {**FIRST_16K, "teacher_onnx": "export"},  # ... on the main job's rows
     "imdb-sentences": "imdb-sentences",  # ... and sentences of IMDb's unlabelled reviews, labelled by the teacher
     "sentence": {"sentence_weight": 1.0, "teacher_dtype": "bfloat16"},  # ... and the teacher's sentence vectors
     "sentence-0.1": {"sentence_weight": 0.1, "teacher_dtype": "bfloat16"},  # ... a tenth of it
@@ -109,7 +113,7 @@ main job's rows) the teacher's first M (:func:`kdbert.families.selection.first_l
 prefix of its network; "teacher-head" (and "train-16k-teacher-head") starts "even" with the teacher's task head's output layer on the
 start's hidden units, where weight selection leaves it fresh: compress's default since 2026-12-01 (``--head
 teacher``), while this study's "even" start, and so its "search" runs, keep the fresh head they were recorded with;
-"train-16k-teacher-head-no-dropout" the same start with the student's dropout off (0.1 in the teacher's config). "imdb-sentences" adds ``--unlabelled-rows``
+"train-16k-teacher-head-no-dropout" the same start with the student's dropout off (0.1 in the teacher's config). "train-16k-like-dev-teacher-head" the same start on 16,000 rows drawn like dev's lengths (``--train-subset like-dev``, the default since 2026-12-02), where the other "train-16k-*" read the file's first 16,000. "imdb-sentences" adds ``--unlabelled-rows``
 sentences of IMDb's 50,000 unlabelled reviews (SST-2's domain, whole sentences as its dev set holds, where
 its training rows are mostly phrases), cut as ``--transfer-text`` cuts lines, labelled by the teacher (its
 export, with ``--teacher-onnx``) into the store its training rows are in. "sentence" adds kd's sentence
@@ -252,8 +256,10 @@ def main() -> None:
     if {"bottom-layers", "train-16k-bottom-layers"} & set(args.variants) and not (
             starts["bottom-layers"] / "config.json").is_file():
         build_from_teacher(candidate, teacher, task, starts["bottom-layers"], replace(context, layer_map="bottom"))
-    starts["teacher-head"] = starts["train-16k-teacher-head"] = root / "start-teacher-head"
-    if {"teacher-head", "train-16k-teacher-head", "train-16k-teacher-head-no-dropout"} & set(args.variants) and not (
+    starts["teacher-head"] = starts["train-16k-teacher-head"] = starts["train-16k-like-dev-teacher-head"] = \
+        root / "start-teacher-head"
+    if {"teacher-head", "train-16k-teacher-head", "train-16k-teacher-head-no-dropout",
+            "train-16k-like-dev-teacher-head"} & set(args.variants) and not (
             starts["teacher-head"] / "config.json").is_file():
         build_from_teacher(candidate, teacher, task, starts["teacher-head"], replace(context, head="teacher"))
     starts["train-16k-teacher-head-no-dropout"] = root / "start-teacher-head-no-dropout"

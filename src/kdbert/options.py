@@ -20,6 +20,8 @@ from typing import Any, Callable, ClassVar
 
 from kdbert.errors import KdbertError
 
+TRAIN_SUBSETS = ("like-dev", "first")  # which rows --max-train-examples keeps (kdbert.data.subsets)
+
 
 def flag(dest: str) -> str:
     """The CLI spelling of an option: ``kd_loss`` -> ``--kd-loss``."""
@@ -147,8 +149,12 @@ class OptimOptions(CheckedOptions):
                                      in_range(0.5, 0.99999, what="a decay in [0.5, 1)"), float, "optimisation")
     eval_every: int | None = option(None, "evaluate every N steps (default: each epoch)", POSITIVE_INT, int,
                                     "optimisation")
-    max_train_examples: int | None = option(None, "use only the first N training rows (quick runs)", POSITIVE_INT,
-                                            int, "optimisation")
+    max_train_examples: int | None = option(None, "use only N training rows (quick runs; which: --train-subset)",
+                                            POSITIVE_INT, int, "optimisation")
+    train_subset: str = option("like-dev", "which rows --max-train-examples keeps: like-dev (where the training "
+                                           "rows' lengths differ from dev's, as SST-2's phrases do, rows of dev's "
+                                           "lengths first) or first (the file's first N)", type=str,
+                               group="optimisation", choices=TRAIN_SUBSETS)
 
 
 @dataclass

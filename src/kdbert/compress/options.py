@@ -10,7 +10,7 @@ from kdbert.compress.disk import KEEPS
 from kdbert.compress.speed import RUNTIMES
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
-from kdbert.options import POSITIVE, POSITIVE_INT, UNIT, CheckedOptions, in_range, option
+from kdbert.options import POSITIVE, POSITIVE_INT, TRAIN_SUBSETS, UNIT, CheckedOptions, in_range, option
 
 HELD_OUT_FRACTION = 0.1  # of the training rows, picked on when the task options give none
 
@@ -111,9 +111,12 @@ class CompressConfig(CheckedOptions):
                                              "promotions go on after it",
                                       type=float, group="compress",
                                       check=in_range(0, 1, low_open=True, what="a share in (0, 1]"))
-    max_train_examples: int | None = option(None, "distil on the first N training rows only (default: all)", type=int,
-                                            group="compress",
-                                            check=POSITIVE_INT)
+    max_train_examples: int | None = option(None, "distil on N training rows only (default: all; which: "
+                                                  "--train-subset)", type=int, group="compress", check=POSITIVE_INT)
+    train_subset: str = option("like-dev", "which rows --max-train-examples keeps: like-dev (where the training "
+                                           "rows' lengths differ from dev's, as SST-2's phrases do, rows of dev's "
+                                           "lengths first) or first (the file's first N)", group="compress",
+                               choices=TRAIN_SUBSETS)
     augment: str | None = option(None, "candidate kinds (bert, roberta, xlmr, mpnet, electra, distilbert, mobilebert, "
                                        "bilstm; comma-separated, or all) that "
                                        "also compete as an augmented variant, NAME-aug, trained on the BiLSTM paper's "

@@ -76,6 +76,7 @@ from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, lo
 from kdbert.compress.teacher_exports import teacher_exports
 from kdbert.core.loading import default_model_path, own_tokenizer, resolve_model_path
 from kdbert.data.held_out import DECIDE_SHARE, unseen_sources
+from kdbert.data.subsets import training_rows
 from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.model_card import write_compress_card
 from kdbert.errors import KdbertError
@@ -299,7 +300,7 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     offered = _offered(context, config.candidates, user_students(config.student, teacher, data.spec),
                        pretrained_students(teacher, context, data.spec))
     search_settings = SearchSettings.of(config)
-    train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
+    train_rows = training_rows(data, config.max_train_examples, config.train_subset)
     new_folder, new_journal = not out.exists(), config.storage is None and not journal_path(out).exists()
     identity = search_identity(config, task, teacher.folder, general and general.facts)
     study = open_study(out, identity, config.storage, config.study)

@@ -76,7 +76,7 @@ class SearchSettings:
     KD alone get the teacher's logits (``kd_labels``), whether candidates cut
     from the teacher keep its word embeddings as they start (``word_embeddings``), the share of a TinyBERT run's first rung spent on intermediate matches, and whether
     a rung gives every family the same wall time or the same steps (``round_share``);
-    ``max_train_examples`` distils on the first rows of the training split only (None: all);
+    ``max_train_examples`` distils on that many training rows only (None: all), ``train_subset`` says which;
     ``first_round_share``: the most of the search's time rung 0 may spend. Its wall time is the
     search's :class:`~kdbert.compress.search.Window`. The defaults are ``kdbert compress``'s."""
 
@@ -93,6 +93,7 @@ class SearchSettings:
     kd_labels: str = CompressConfig.kd_labels
     round_share: str = CompressConfig.round_share
     max_train_examples: int | None = CompressConfig.max_train_examples
+    train_subset: str = CompressConfig.train_subset
     first_round_share: float = CompressConfig.first_round_share
 
     @classmethod
@@ -191,7 +192,7 @@ def run_options(candidate: Candidate, steps: int, settings: SearchSettings, teac
     options = recipe(candidate, steps, settings)
     options.update(seed=settings.seed, eval_every=max(1, options["max_steps"] // 2), no_progress=True)
     if settings.max_train_examples:
-        options["max_train_examples"] = settings.max_train_examples
+        options.update(max_train_examples=settings.max_train_examples, train_subset=settings.train_subset)
     if starts_from_teacher(candidate):  # AdamW at the search's batch and rate, its weights' average scored
         options.update(batch_size=settings.batch_size, learning_rate=settings.learning_rate)
         if settings.ema_decay:

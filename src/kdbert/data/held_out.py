@@ -113,17 +113,18 @@ def uniform_indices(rows: int, count: int) -> list[int]:
     return order[:count]
 
 
-def matched_indices(train_bins: np.ndarray, dev_bins: np.ndarray, count: int) -> list[int]:
+def matched_indices(train_bins: np.ndarray, dev_bins: np.ndarray, count: int,
+                    max_share: float = MAX_BIN_SHARE) -> list[int]:
     """At most ``count`` training row indices whose bins follow dev's: bin ``b`` (0..B-1; -1: in no
     bin) gives ``n * dev_share(b)`` of its rows (rounded by largest remainders, so that they add up
     to ``n``) in :data:`HELD_OUT_SEED` order, with ``n`` the largest count up to ``count`` for which
-    no bin gives more than ``MAX_BIN_SHARE`` of its rows."""
+    no bin gives more than ``max_share`` of its rows."""
     dev_share = np.bincount(dev_bins, minlength=int(max(train_bins.max(), dev_bins.max())) + 1) / len(dev_bins)
     members = [[] for _ in dev_share]
     for index in uniform_indices(len(train_bins), len(train_bins)):
         if train_bins[index] >= 0:
             members[train_bins[index]].append(index)
-    fits = [len(m) * MAX_BIN_SHARE / share for m, share in zip(members, dev_share) if share > 0]
+    fits = [len(m) * max_share / share for m, share in zip(members, dev_share) if share > 0]
     quotas = min(count, int(min(fits))) * dev_share
     counts = np.floor(quotas).astype(int)
     for b in np.argsort(counts - quotas)[: int(round(quotas.sum())) - counts.sum()]:  # largest remainders
@@ -131,7 +132,8 @@ def matched_indices(train_bins: np.ndarray, dev_bins: np.ndarray, count: int) ->
     return [i for m, n in zip(members, counts) for i in m[:n]]
 
 
-def length_matched_indices(train: list[Example], dev: list[Example], count: int) -> list[int]:
+def length_matched_indices(train: list[Example], dev: list[Example], count: int,
+                           max_share: float = MAX_BIN_SHARE) -> list[int]:
     """At most ``count`` training row indices whose lengths follow dev's (:func:`matched_indices`
     over the bins of dev's length deciles; rows shorter or longer than every dev row in none)."""
     dev_lengths = np.array([row_length(r) for r in dev])
@@ -140,7 +142,7 @@ def length_matched_indices(train: list[Example], dev: list[Example], count: int)
     lengths = np.array([row_length(r) for r in train])
     bins = np.where((lengths >= quantiles[0]) & (lengths <= quantiles[-1]),
                     np.searchsorted(edges, lengths, side="right"), -1)
-    return matched_indices(bins, np.searchsorted(edges, dev_lengths, side="right"), count)
+    return matched_indices(bins, np.searchsorted(edges, dev_lengths, side="right"), count, max_share)
 
 
 def unseen_sources(train: list[Example], dev: list[Example]) -> dict[str, int]:

@@ -35,6 +35,7 @@ from kdbert.core.trainer import Trainer, to_device
 from kdbert.data.batching import PaddingCollator, TokenizerInputs
 from kdbert.data.held_out import DECIDE_SHARE, RECORD_FILE, record
 from kdbert.data.load import TaskOptions, load_task, task_identity
+from kdbert.data.subsets import training_rows
 from kdbert.data.tasks import record_text_columns
 from kdbert.errors import KdbertError
 
@@ -97,7 +98,9 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
                 "train_file": task.train_file, **{name: getattr(config, name) for name in IDENTITY_OPTIONS},
                 **task_identity(task),
                 **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {}),
-                **({"pooling": config.pooling} if config.pooling != "auto" else {})}
+                **({"pooling": config.pooling} if config.pooling != "auto" else {}),
+                **({"train_subset": config.train_subset}  # folders from before it read the first rows
+                   if config.max_train_examples and config.train_subset != "first" else {})}
     out = prepare_output_dir(config.output_dir, identity, resume, overwrite)
     if data.held_out:  # which rows this teacher never trained on, for the students distilled from it
         write_json(out / RECORD_FILE, record(data, task.held_out_fraction, data.held_out_rule))
@@ -110,7 +113,7 @@ def finetune(task: TaskOptions, options: FinetuneConfig | dict, resume: bool = F
         model.config.id2label = dict(enumerate(spec.labels))
         model.config.label2id = {label: i for i, label in enumerate(spec.labels)}
     record_text_columns(model, spec)
-    train_rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
+    train_rows = training_rows(data, config.max_train_examples, config.train_subset)
     train_set = TokenizerInputs.for_task(tokenizer, max_seq_len, spec).rows(train_rows)
     stage = Stage(StageConfig.from_options("finetune", config), _task_loss(), train_set)
     trainer = Trainer({"student": model}, [stage], RunConfig.from_options(out, config, deadline=deadline),
@@ -159,7 +162,7 @@ def estimate_finetune(task: TaskOptions, options: FinetuneConfig | dict) -> dict
     config = config.resolved(data.spec.name)
     path = resolve_model_path(config.model)
     tokenizer, model = load_tokenizer(path), load_task_model(path, data.spec, new_head_ok=True)
-    rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
+    rows = training_rows(data, config.max_train_examples, config.train_subset)
     eval_rows = sum(len(split) for split in data.dev.values()) + len(data.held_out)
     sample = rows[: max(PROBE_SAMPLE, config.batch_size, EVAL_BATCH)]
     encoding = time.time()

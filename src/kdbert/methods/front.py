@@ -23,6 +23,7 @@ from transformers import set_seed
 
 from kdbert.data.corpus import corpus_files, pack_sequences
 from kdbert.data.load import TaskData, TaskOptions, load_task, task_identity
+from kdbert.data.subsets import training_rows
 from kdbert.data.tasks import record_text_columns
 from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import write_json
@@ -46,6 +47,8 @@ def _identity(command: str, config, **extra) -> dict:
     # the cache folder changes where the teacher's outputs come from, not what they are; the
     # thread count changes only the speed
     values = {k: v for k, v in asdict(config).items() if k not in ("no_progress", "teacher_cache", "threads")}
+    if not values.get("max_train_examples"):  # every row is read whichever subset is named
+        values.pop("train_subset", None)
     return {"command": command, "method": config.method, **extra, **values}
 
 
@@ -126,7 +129,7 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     method = get_method(config.method)
     set_seed(config.seed)
     max_seq_len = config.max_seq_len or spec.max_seq_len
-    rows = data.train[: config.max_train_examples] if config.max_train_examples else data.train
+    rows = training_rows(data, config.max_train_examples, config.train_subset)
     unlabelled, labelled = None, []
     if data.unlabelled:
         # a method that stores the teacher's logits itself (the BiLSTM) reads these back from their store
