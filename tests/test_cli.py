@@ -255,3 +255,16 @@ def test_the_trainers_step_seconds_run_real_optimiser_steps(tiny_classifier_dir,
                           PaddingCollator(0)).step_seconds([0, 1, 2, 3], 3)
     assert len(seconds) == 3 and all(s > 0 for s in seconds)
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())  # it trained
+
+
+def test_every_commands_help_renders():
+    """argparse formats help with %: a help text's "30%" crashed `kdbert compress --help`."""
+    from kdbert.cli.commands import build_parser
+
+    table: dict = {}
+    build_parser(table)
+    commands = [command for command in table.values() if command.get_default("func") is not None]
+    assert len(commands) > 10
+    for command in commands:
+        assert command.format_help().startswith("usage: kdbert")
+    assert "30% less time a step" in table["compress"].format_help()

@@ -95,7 +95,8 @@ class OptionFlags:
             help_text += default_note({label: f.default for label, f in found.items() if f.default is not MISSING})
         if len(found) < n_variants:
             help_text += f" [{'/'.join(found)}]"
-        kwargs: dict = {"help": help_text + (" (required)" if required else ""), "default": None}
+        help_text += " (required)" if required else ""
+        kwargs: dict = {"help": help_text.replace("%", "%%"), "default": None}  # argparse formats help with %
         if meta["type"] is bool:
             kwargs["action"] = "store_true"
         elif meta["type"] is list:  # --corpus A B, or --corpus A --corpus B
