@@ -46,7 +46,7 @@ def test_like_dev_is_first_where_lengths_agree_and_unknown_subset_is_refused():
     data = phrases_and_sentences()
     alike = TaskData(spec=data.spec, train=data.train, dev={"dev": data.train[::2]})  # dev drawn from training
     assert training_rows(alike, 20, "like-dev") == data.train[:20]
-    with pytest.raises(KdbertError, match="--train-subset longest is unknown; choose one of like-dev, first"):
+    with pytest.raises(KdbertError, match="--train-subset longest is unknown; choose one of first, like-dev"):
         training_rows(data, 20, "longest")
 
 
@@ -61,7 +61,7 @@ def spy(monkeypatch, module: str) -> list:
     """Record ``(count, subset)`` of every ``training_rows`` call that ``module`` makes."""
     calls = []
 
-    def recorded(data, count, subset="like-dev"):
+    def recorded(data, count, subset="first"):
         calls.append((count, subset))
         return subsets_module.training_rows(data, count, subset)
 
@@ -74,7 +74,7 @@ def test_finetune_and_distill_read_the_subset(monkeypatch, tmp_path, glue_dir, t
     common = ["--task", "sst2", "--data-dir", str(glue_dir), "--max-steps", "1", "--max-train-examples", "8",
               "--batch-size", "4", "--no-progress"]
     assert main(["finetune", "--model", str(tiny_classifier_dir), "--output-dir", str(tmp_path / "t"),
-                 "--train-subset", "first", *common]) == 0
+                 "--train-subset", "like-dev", *common]) == 0
     assert main(["distill", "task", "--method", "kd", "--teacher", str(tmp_path / "t"), "--student",
                  str(tiny_classifier_dir), "--output-dir", str(tmp_path / "s"), *common]) == 0
-    assert (8, "first") in finetuned and distilled == [(8, "like-dev")]
+    assert (8, "like-dev") in finetuned and distilled == [(8, "first")]  # the default

@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar
 
 from kdbert.errors import KdbertError
 
-TRAIN_SUBSETS = ("like-dev", "first")  # which rows --max-train-examples keeps (kdbert.data.subsets)
+TRAIN_SUBSETS = ("first", "like-dev")  # which rows --max-train-examples keeps (kdbert.data.subsets)
 
 
 def flag(dest: str) -> str:
@@ -151,9 +151,9 @@ class OptimOptions(CheckedOptions):
                                     "optimisation")
     max_train_examples: int | None = option(None, "use only N training rows (quick runs; which: --train-subset)",
                                             POSITIVE_INT, int, "optimisation")
-    train_subset: str = option("like-dev", "which rows --max-train-examples keeps: like-dev (where the training "
-                                           "rows' lengths differ from dev's, as SST-2's phrases do, rows of dev's "
-                                           "lengths first) or first (the file's first N)", type=str,
+    train_subset: str = option("first", "which rows --max-train-examples keeps: first (the file's first N) or "
+                                        "like-dev (where the training rows' lengths differ from dev's, as SST-2's "
+                                        "phrases do, rows of dev's lengths first)", type=str,
                                group="optimisation", choices=TRAIN_SUBSETS)
 
 

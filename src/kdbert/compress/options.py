@@ -113,9 +113,10 @@ class CompressConfig(CheckedOptions):
                                       check=in_range(0, 1, low_open=True, what="a share in (0, 1]"))
     max_train_examples: int | None = option(None, "distil on N training rows only (default: all; which: "
                                                   "--train-subset)", type=int, group="compress", check=POSITIVE_INT)
-    train_subset: str = option("like-dev", "which rows --max-train-examples keeps: like-dev (where the training "
-                                           "rows' lengths differ from dev's, as SST-2's phrases do, rows of dev's "
-                                           "lengths first) or first (the file's first N)", group="compress",
+    train_subset: str = option("first", "which rows --max-train-examples keeps: first (the file's first N) or "
+                                        "like-dev (where the training rows' lengths differ from dev's, as SST-2's "
+                                        "phrases do, rows of dev's lengths first: better students at equal steps, "
+                                        "each step about 1.4x longer on SST-2; BENCHMARKS.md)", group="compress",
                                choices=TRAIN_SUBSETS)
     augment: str | None = option(None, "candidate kinds (bert, roberta, xlmr, mpnet, electra, distilbert, mobilebert, "
                                        "bilstm; comma-separated, or all) that "

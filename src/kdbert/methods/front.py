@@ -47,8 +47,8 @@ def _identity(command: str, config, **extra) -> dict:
     # the cache folder changes where the teacher's outputs come from, not what they are; the
     # thread count changes only the speed
     values = {k: v for k, v in asdict(config).items() if k not in ("no_progress", "teacher_cache", "threads")}
-    if not values.get("max_train_examples"):  # every row is read whichever subset is named
-        values.pop("train_subset", None)
+    if not values.get("max_train_examples") or values.get("train_subset") == "first":
+        values.pop("train_subset", None)  # every row read, or the first ones, as runs from before the option
     return {"command": command, "method": config.method, **extra, **values}
 
 
