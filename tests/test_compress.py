@@ -1146,8 +1146,9 @@ def test_a_candidate_timed_near_the_line_is_timed_again_in_turns_with_the_teache
                 "latency_real_p50_ms": {"teacher": 4.4, "bert-1x8": 1.4}}
 
     monkeypatch.setattr(speed, "time_in_turns_with_teacher", in_turns)
-    candidates = [Candidate(name, "x", (("layers", int(name[5])),), build=lambda context: (None, None))
-                  for name in alone]
+    # the 8x one of another family: no size order between them (a larger shape faster is timed in turns too)
+    candidates = [Candidate(name, "y" if name == "bert-2x8" else "x", (("layers", int(name[5])),),
+                            build=lambda context: (None, None)) for name in alone]
     table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, candidates, context=object(),
                                 line=3.0)
     # 2x is within a factor 1.5 of the 3x line (2 <= 2 < 4.5), 8x is not
@@ -1185,8 +1186,9 @@ def test_candidates_near_the_line_are_timed_in_turns_together_and_share_the_teac
                 "speedup": {name: 4.0 / ms for name, ms in latency.items()}}
 
     monkeypatch.setattr(speed, "time_in_turns_with_teacher", in_turns)
-    candidates = [Candidate(name, "x", (("layers", int(name[5])), ("width", 8)), build=lambda context: (None, None))
-                  for name in ("bert-1x8", "bert-3x8", "bert-2x8")]
+    # the 16x one of another family: no size order with the two near the line
+    candidates = [Candidate(name, "y" if name == "bert-3x8" else "x", (("layers", int(name[5])), ("width", 8)),
+                            build=lambda context: (None, None)) for name in ("bert-1x8", "bert-3x8", "bert-2x8")]
     table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, candidates, context=object(),
                                 line=3.0, clock=clock)
     assert calls == [["bert-1x8", "bert-2x8"]]  # one timing in turns for both, the teacher's turns paid once
@@ -1203,6 +1205,49 @@ def test_candidates_near_the_line_are_timed_in_turns_together_and_share_the_teac
         "a": {"latency_real_p50_ms": 1.0}, "b": {"latency_real_p50_ms": 2.0}}}, ["a", None], settings) == (
         pytest.approx(36 * 7.0 / 1000.0))
     assert speed.turns_estimate(table, [], settings) == 0.0
+
+
+def test_a_larger_shape_timed_faster_than_a_smaller_one_is_timed_again_in_turns(env, tmp_path, monkeypatch):
+    """A larger shape never runs faster: one that read so alone, outside the band near the line, is timed
+    in turns too, whichever of the two was timed first (its export made again where it was removed)."""
+    from kdbert.families.registry import Candidate
+
+    settings = speed.SpeedSettings("onnx-int8", length_rows=4, runs=2, threads=1)
+    in_turns_speedup = {"bert-2x8": 3.6, "bert-3x8": 2.9}
+    calls, exported = [], []
+
+    def in_turns(teacher_file, files, task, settings):
+        calls.append(sorted(files))
+        latency = {"teacher": 4.0, **{name: 4.0 / in_turns_speedup[name] for name in files}}
+        return {"rounds": [latency] * 3, "latency_real_p50_ms": latency,
+                "speedup": {name: 4.0 / ms for name, ms in latency.items()}}
+
+    monkeypatch.setattr(speed, "time_in_turns_with_teacher", in_turns)
+    monkeypatch.setattr(speed, "export_classifier", lambda model, encoder, folder, **kw: exported.append(folder.name))
+    candidates = {name: Candidate(name, "x", (("layers", int(name[5])), ("width", 8)),
+                                  build=lambda context: (None, None)) for name in ("bert-2x8", "bert-3x8")}
+
+    def measure(folder, alone, order):
+        folder.mkdir()
+        (folder / "speed.json").write_text(json.dumps({"settings": settings.key(), "candidates": {}, "teacher": {
+            "latency_real_p50_ms": 4.0, "export_seconds": 20.0, "timing_seconds": 2.0}}))
+        monkeypatch.setattr(speed, "_timed_export", lambda export, file, task, settings: {
+            "latency_real_p50_ms": alone[file.parent.name], "timing_seconds": 1.0})
+        calls.clear(), exported.clear()
+        return speed.measure_speed(env["teacher"], env["task"], folder, settings,
+                                   [candidates[name] for name in order], context=object(), line=3.0)
+
+    # bert-2x8 at 4x (near the 3x line: 2 <= 4 < 4.5), bert-3x8 alone at 8x (outside it), larger and faster
+    for order in (["bert-2x8", "bert-3x8"], ["bert-3x8", "bert-2x8"]):
+        table = measure(tmp_path / "-".join(order), {"bert-2x8": 1.0, "bert-3x8": 0.5}, order)
+        assert calls == [["bert-2x8", "bert-3x8"]], order
+        assert exported == (["bert-3x8"] if order[0] == "bert-3x8" else []), order  # its export was removed
+        row = table["candidates"]["bert-3x8"]
+        assert (row["speedup_alone"], row["speedup"]) == (8.0, pytest.approx(2.9))
+        assert speed.meeting_target(table, target_speedup=3.0) == ["bert-2x8"]
+    # the larger one slower, as it should be, and neither near the line: no timing in turns
+    table = measure(tmp_path / "ordered", {"bert-2x8": 0.5, "bert-3x8": 0.8}, ["bert-3x8", "bert-2x8"])
+    assert calls == [] and exported == [] and "timed_in_turns" not in table["candidates"]["bert-3x8"]
 
 
 def test_a_speed_timed_alone_near_the_line_rules_a_larger_candidate_out_only_once_timed_in_turns(
