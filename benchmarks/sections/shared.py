@@ -25,7 +25,7 @@ modules of kdbert); the page shows those commands under today's names, so that t
 # the key suffixes of the 4x searches under the current rules and recipe (``bench_compress.py --key-suffix``):
 # against the tuned teachers, the speed checked as shipped, held-out rows by source and by collection, the
 # whole-width candidates, and those first in the start order
-CURRENT_TRUST_SUFFIXES = ("tuned", "shipped", "source", "ffn", "collection", "order")
+CURRENT_TRUST_SUFFIXES = ("tuned", "shipped", "source", "ffn", "collection", "order", "head")
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
 
 HEADLINE = ["intro", "scoreboard", "kept", "agreement", "kept-by-source", "paired-margin", "winner-rule", "teachers", "base-teachers",

@@ -233,24 +233,27 @@ def candidate_agreements(record: dict) -> list[dict]:
 def agreement_section() -> list[str]:
     """Dev against the rows that decide for every candidate of the 4x searches against the tuned teachers
     (``-trust-tuned``, ``-trust-shipped``, ``-trust-source``, ``-trust-ffn``, ``-trust-collection``,
-    ``-trust-order``), per family and task."""
+    ``-trust-order``, ``-trust-head``), per task, held-out rule and family, the searches of each pooled."""
     keys = sorted(key for key in load_results("compress")
                   if "/x4-trust-" in key and key.rsplit("-", 1)[-1] in CURRENT_TRUST_SUFFIXES)
     if not keys:
         return []
     records = load_results("compress")
     lines = ["## Dev against the rows that decide, every candidate", "", note("agreement-intro"), "",
-             "| search | held-out rule | family | candidates | dev - decide, points of kept: mean (each) | "
+             "| searches | held-out rule | family | candidates | dev - decide, points of kept: mean (each) | "
              "within the margin |", "|---|---|---|---:|---|---:|"]
-    for key in keys:
-        record = records[key]
-        rule = (record.get("held_out") or {}).get("source", "-").rsplit(", ", 1)[-1].rstrip(")")
-        rows = candidate_agreements(record)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for key in keys:  # one group per task and held-out rule
+        rule = (records[key].get("held_out") or {}).get("source", "-").rsplit(", ", 1)[-1].rstrip(")")
+        groups.setdefault((key.split("/", 1)[0], rule), []).append(key)
+    for (task, rule), members_keys in groups.items():
+        rows = [row for key in members_keys for row in candidate_agreements(records[key])]
+        names = ", ".join(key.split("/", 1)[1] for key in members_keys)
         for family in sorted({row["family"] for row in rows}):
             members = [row for row in rows if row["family"] == family]
             gaps = [row["dev_kept"] - row["decide_kept"] for row in members]
             within = sum(abs(gap) <= row["margin"] for gap, row in zip(gaps, members))
-            lines.append(f"| {key} | {rule} | {family} | {len(members)} | {statistics.mean(gaps):+.1f} ("
+            lines.append(f"| {task}: {names} | {rule} | {family} | {len(members)} | {statistics.mean(gaps):+.1f} ("
                          + ", ".join(f"{gap:+.1f}" for gap in gaps) + f") | {within} of {len(members)} |")
     machines = sorted({f"{records[key]['date']}, {records[key]['machine']}" for key in keys})
     return lines + ["", f"Read from `results/compress.json` (searches measured {'; '.join(machines)}; their "
