@@ -1207,6 +1207,19 @@ def test_candidates_near_the_line_are_timed_in_turns_together_and_share_the_teac
     assert speed.turns_estimate(table, [], settings) == 0.0
 
 
+def fake_in_turns(speedups: dict, calls: list):
+    """A stand-in for ``speed.time_in_turns_with_teacher``: the teacher at 4 ms, each candidate at its
+    ``speedups`` entry, in three equal rounds; each call's names appended to ``calls``."""
+
+    def in_turns(teacher_file, files, task, settings):
+        calls.append(sorted(files))
+        latency = {"teacher": 4.0, **{name: 4.0 / speedups[name] for name in files}}
+        return {"rounds": [latency] * 3, "latency_real_p50_ms": latency,
+                "speedup": {name: 4.0 / ms for name, ms in latency.items()}}
+
+    return in_turns
+
+
 def test_a_larger_shape_timed_faster_than_a_smaller_one_is_timed_again_in_turns(env, tmp_path, monkeypatch):
     """A larger shape never runs faster: one that read so alone, outside the band near the line, is timed
     in turns too, whichever of the two was timed first (its export made again where it was removed)."""
@@ -1216,13 +1229,7 @@ def test_a_larger_shape_timed_faster_than_a_smaller_one_is_timed_again_in_turns(
     in_turns_speedup = {"bert-2x8": 3.6, "bert-3x8": 2.9}
     calls, exported = [], []
 
-    def in_turns(teacher_file, files, task, settings):
-        calls.append(sorted(files))
-        latency = {"teacher": 4.0, **{name: 4.0 / in_turns_speedup[name] for name in files}}
-        return {"rounds": [latency] * 3, "latency_real_p50_ms": latency,
-                "speedup": {name: 4.0 / ms for name, ms in latency.items()}}
-
-    monkeypatch.setattr(speed, "time_in_turns_with_teacher", in_turns)
+    monkeypatch.setattr(speed, "time_in_turns_with_teacher", fake_in_turns(in_turns_speedup, calls))
     monkeypatch.setattr(speed, "export_classifier", lambda model, encoder, folder, **kw: exported.append(folder.name))
     candidates = {name: Candidate(name, "x", (("layers", int(name[5])), ("width", 8)),
                                   build=lambda context: (None, None)) for name in ("bert-2x8", "bert-3x8")}
@@ -1262,13 +1269,7 @@ def test_a_speed_timed_alone_near_the_line_rules_a_larger_candidate_out_only_onc
         "latency_real_p50_ms": alone[file.parent.name], "timing_seconds": 1.0})
     in_turns_speedup, calls = {"bert-2x8": 3.2, "bert-3x8": 2.9}, []
 
-    def in_turns(teacher_file, files, task, settings):
-        calls.append(sorted(files))
-        latency = {"teacher": 4.0, **{name: 4.0 / in_turns_speedup[name] for name in files}}
-        return {"rounds": [latency] * 3, "latency_real_p50_ms": latency,
-                "speedup": {name: 4.0 / ms for name, ms in latency.items()}}
-
-    monkeypatch.setattr(speed, "time_in_turns_with_teacher", in_turns)
+    monkeypatch.setattr(speed, "time_in_turns_with_teacher", fake_in_turns(in_turns_speedup, calls))
     candidates = [Candidate(name, "x", (("layers", int(name[5])), ("width", 8)), build=lambda context: (None, None))
                   for name in ("bert-2x8", "bert-3x8")]
     table = speed.measure_speed(env["teacher"], env["task"], tmp_path, settings, candidates, context=object(),
