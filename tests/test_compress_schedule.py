@@ -435,6 +435,29 @@ def test_near_the_windows_end_the_leader_goes_on_before_new_candidates_start():
     assert job(stuck, now=950.0, window_end=1000.0, first_round_end=300.0) == Job("bert-2x128", 0, 100)
 
 
+def test_near_the_windows_end_only_a_candidate_within_reach_of_winning_goes_on_before_the_leader():
+    # mobilebert-2x384 leads at rung 3 (800 steps); the BiLSTM, second at rung 0, is due its rung 1
+    def rungs(leader, bilstm):
+        return [{**done("mobilebert-2x384", 0, 100, 74.0), "se": 2.0},
+                {**done("mobilebert-2x384", 1, 200, 80.5, trained=100), "se": 2.0},
+                {**done("mobilebert-2x384", 2, 400, 82.0, trained=200, train_seconds=20.0, seconds=22.0), "se": 2.0},
+                {**done("mobilebert-2x384", 3, 800, leader, trained=400, train_seconds=40.0, seconds=42.0), "se": 2.0},
+                {**done("bert-1x128", 0, 100, 76.0), "se": 2.0}, {**done("bert-1x128", 1, 200, 80.0, trained=100), "se": 2.0},
+                {**done("bilstm-h150", 0, 100, bilstm), "se": 2.0}, {**done("bert-2x128", 0, 100, 73.0), "se": 2.0}]
+
+    far = rungs(leader=84.0, bilstm=75.0)
+    assert job(far, now=100.0, first_round_end=50.0) == Job("bilstm-h150", 1, 200)  # time enough: ASHA's order
+    # 50 s left: the leader's rung 4 (800 more steps, 82 s) does not fit whole, 100 more steps do; none keeps
+    # 87.3 (0.97 of 90) and the BiLSTM's 75.0 is 9.0 under the leader's 84.0, beyond sqrt(2^2 + 2^2) = 2.8
+    assert job(far, now=950.0, first_round_end=50.0) == Job("mobilebert-2x384", 4, 1600)
+    # 2.0 under it, within the margin: it could still win, and goes on first
+    assert job(rungs(leader=84.0, bilstm=82.0), now=950.0, first_round_end=50.0) == Job("bilstm-h150", 1, 200)
+    # once the leader keeps the share (91.0 >= 87.3), a faster candidate wins if it reaches the line, not
+    # the leader's score: the BiLSTM at 85.5 is 1.8 under it, within its own 2.0, at 75.0 not
+    assert job(rungs(leader=91.0, bilstm=85.5), now=950.0, first_round_end=50.0) == Job("bilstm-h150", 1, 200)
+    assert job(rungs(leader=91.0, bilstm=75.0), now=950.0, first_round_end=50.0) == Job("mobilebert-2x384", 4, 1600)
+
+
 def test_round_zero_gets_its_share_of_the_window_less_the_teachers_labelling():
     from kdbert.compress.search import Window
 
