@@ -67,9 +67,10 @@ from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
 from kdbert.compress.schedule import pretrained as is_pretrained
 from kdbert.compress.labelling import afford_labelling, plan_labelling
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
-from kdbert.compress.ship import agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed
+from kdbert.compress.ship import (agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed,
+                                  timed_as_shipped)
 from kdbert.compress.speed import (RUNTIMES, SpeedSettings, admitted_latency, all_candidates, candidate_notes,
-                                   measure_speed, meeting_target, meets_target, shape_context)
+                                   measure_speed, meeting_target, shape_context)
 from kdbert.compress.storage import journal_path, open_study
 from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, loaded_teacher, majority_score,
                                     time_and_export_teacher)
@@ -492,20 +493,22 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
     after = after_export_seconds(timing, ratio, teacher.dev_seconds, every_core(config.threads))
     file_name = RUNTIMES[config.runtime]
 
+    def next_check(name: str) -> float:
+        """A next check as the finishing's reserve counts it, less the winner's timing in turns that
+        ``after`` holds and the first check's speed check already did (kept in shipped_speed.json)."""
+        return RESERVE_FACTOR * (check_seconds(timing, 1.0 / table["candidates"][name]["speedup"],
+                                               table["candidates"][name].get("export_seconds", 0.0))
+                                 - turns_seconds(timing, ratio))
+
     def speed_check(row: dict, export_file: Path) -> dict:
-        timing = shipped_speed(row["run"], export_file, out, task, speed_settings)
-        speedup, latency = timing["speedup"]["student"], timing["latency_real_p50_ms"]["student"]
-        return {"speedup": speedup,
-                "fast_enough": meets_target(speedup, latency, config.target_speedup, config.target_latency_ms)}
+        again = RESERVE_FACTOR * turns_seconds(timing, 1.0 / table["candidates"][row["candidate"]]["speedup"])
+        return timed_as_shipped(row["run"], export_file, out, task, speed_settings, config.target_speedup,
+                                config.target_latency_ms,  # a next check as big as this one's after timing again
+                                lambda: deadline.left() - after - again >= next_check(row["candidate"]))
 
     winner, shipped, checks = ship_checked(
         ranking, out, task, config.runtime, goal, data, int8_time_left=lambda: deadline.left() - after,
-        # a next check as the finishing's reserve counts it, less the winner's timing in turns that ``after``
-        # holds and the first check's speed check already did (kept in shipped_speed.json)
-        check_seconds=lambda name: RESERVE_FACTOR * (check_seconds(
-            timing, 1.0 / table["candidates"][name]["speedup"],
-            table["candidates"][name].get("export_seconds", 0.0)) - turns_seconds(timing, ratio)),
-        speed_check=speed_check)
+        check_seconds=next_check, speed_check=speed_check)
     winner = {key: value for key, value in winner.items() if key != "state"}
     winner["latency_real_p50_ms"] = table["candidates"][winner["candidate"]]["latency_real_p50_ms"]
     shipped_decide = next(check for check in checks if check["candidate"] == winner["candidate"])

@@ -460,7 +460,8 @@ def within_reach(name: str, leader: str, trained: dict[str, dict], goal: Goal) -
     """
     row, best = trained[name], trained[leader]
     if any(goal.keeps(s["score"]) for s in trained.values()):
-        return goal.min_kept * goal.teacher_score - row["score"] <= goal.margin(row.get("se", 0.0))
+        line = goal.teacher_score * (goal.min_kept if goal.teacher_score > 0 else 1.0)  # as Goal.keeps
+        return line - row["score"] <= goal.margin(row.get("se", 0.0))
     return best["score"] - row["score"] <= goal.margin(row.get("se", 0.0), best.get("se", 0.0))
 
 

@@ -1,7 +1,8 @@
 """Step 4 of ``kdbert compress``: the winner's run exported as it ships and checked there on the
-held-out rows that decide and timed again in turns with the exported teacher (the next candidate
-exported when it falls short of either), and its dev agreement with the teacher; each reused when a
-rerun finds it."""
+held-out rows that decide and timed again in turns with the exported teacher (once more after a
+narrow miss, :func:`~kdbert.compress.budget.narrowly_missed`, the mean of the two deciding; the next
+candidate exported when it falls short of either), and its dev agreement with the teacher; each
+reused when a rerun finds it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
+from kdbert.compress.budget import narrowly_missed
 from kdbert.compress.schedule import Goal
-from kdbert.compress.speed import RUNTIMES, SpeedSettings, time_against_teacher
+from kdbert.compress.speed import RUNTIMES, SpeedSettings, meets_target, time_against_teacher
 from kdbert.compress.teacher import dev_outputs
 from kdbert.core.atomic_io import replace_dir, write_json
 from kdbert.core.evaluate import agreement
@@ -34,19 +37,51 @@ def export_task(task: TaskOptions, data) -> TaskOptions:
     return replace(task, decide_share=0.0, max_held_out_examples=max(1, min(dev_rows, len(data.held_out))))
 
 
-def shipped_speed(run: str, export_file: Path, out: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
+def shipped_speed(run: str, export_file: Path, out: Path, task: TaskOptions, settings: SpeedSettings,
+                  times: int = 1) -> dict:
     """``export_file`` (the export of ``run`` as it ships) timed in turns with the exported teacher
-    (:func:`~kdbert.compress.speed.time_against_teacher`), kept per run in ``out/shipped_speed.json``
-    for those settings, so that the report and a rerun read the figures the check saw."""
+    (:func:`~kdbert.compress.speed.time_against_teacher`) until it has been timed ``times`` times, each
+    kept per run in ``out/shipped_speed.json`` for those settings, so that the report and a rerun read
+    the figures the check saw; returns their mean (:func:`mean_timing`)."""
     path = out / SHIPPED_SPEED
     stored = json.loads(path.read_text()) if path.is_file() else {}
     if stored.get("settings") != settings.key():
         stored = {"settings": settings.key(), "timings": {}}
-    if str(run) not in stored["timings"]:
+    timings = stored["timings"].setdefault(str(run), [])
+    if len(timings) < times:
         teacher_file = out / "teacher-onnx" / RUNTIMES[settings.runtime]
-        stored["timings"][str(run)] = time_against_teacher(teacher_file, export_file, task, settings)
+        while len(timings) < times:
+            timings.append(time_against_teacher(teacher_file, export_file, task, settings))
         write_json(path, stored)
-    return stored["timings"][str(run)]
+    return mean_timing(timings)
+
+
+def mean_timing(timings: list[dict]) -> dict:
+    """Timings in turns of one student (:func:`~kdbert.compress.speed.time_against_teacher`) as one:
+    each figure's mean (the speedup ``student``, the latencies ``student`` and ``teacher``), every one's
+    ``rounds`` in one list where given, and how many ``timings`` they are."""
+    mean = {"speedup": {"student": float(np.mean([t["speedup"]["student"] for t in timings]))},
+            "latency_real_p50_ms": {name: float(np.mean([t["latency_real_p50_ms"][name] for t in timings]))
+                                    for name in ("student", "teacher")}, "timings": len(timings)}
+    if all("rounds" in t for t in timings):
+        mean["rounds"] = [row for t in timings for row in t["rounds"]]
+    return mean
+
+
+def timed_as_shipped(run: str, export_file: Path, out: Path, task: TaskOptions, settings: SpeedSettings,
+                     target_speedup: float | None, target_latency_ms: float | None,
+                     may_time_again: Callable[[], bool]) -> dict:
+    """The speed check of a shipped graph: ``{"speedup", "timings", "fast_enough"}`` from its timing in
+    turns (:func:`shipped_speed`); a narrow miss (:func:`~kdbert.compress.budget.narrowly_missed`) is
+    timed once more where ``may_time_again()`` (the time left holds it and a next check), and the mean
+    of the two decides."""
+    timed = shipped_speed(run, export_file, out, task, settings)
+    if (narrowly_missed(timed["speedup"]["student"], timed["latency_real_p50_ms"]["student"], target_speedup,
+                        target_latency_ms) and may_time_again()):
+        timed = shipped_speed(run, export_file, out, task, settings, times=2)
+    speedup, latency = timed["speedup"]["student"], timed["latency_real_p50_ms"]["student"]
+    return {"speedup": speedup, "timings": timed["timings"],
+            "fast_enough": meets_target(speedup, latency, target_speedup, target_latency_ms)}
 
 
 MAX_SHIP_TRIES = 3  # candidates exported and checked on the rows that decide, at most
