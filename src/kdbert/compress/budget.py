@@ -36,8 +36,9 @@ in turns what the longest one of the timing phase took (else ``TURNS`` rounds of
 timing and the candidate's, :func:`turns_seconds`); the threads row one
 candidate timing; the agreement the teacher's dev pass times the ratio; all of it
 ``RESERVE_FACTOR`` times, for the machine's slower spells; twice the export and timing where a
-candidate that can win was admitted near the speedup asked (:func:`checks_to_reserve`), so that the
-next can be checked when it times below it as shipped. What is estimated and measured is in
+candidate that can win was admitted near the speedup asked (:func:`checks_to_reserve`), and a timing
+more, so that a narrow miss can be timed again and the next still be checked when it times below
+the speed asked as shipped. What is estimated and measured is in
 the report (``budget``). A rerun gets a fresh ``M`` from its own start; what earlier runs of the
 command measured or trained is reused, not paid again.
 """
@@ -113,10 +114,13 @@ def finishing_seconds(teacher: dict, ratio: float, candidate_export_seconds: flo
     ``turns_seconds`` where measured, :func:`with_turns_measured`),
     ``candidate_export_seconds`` the winner's export with random weights, ``teacher_dev_seconds`` the
     teacher's pass over the dev rows, ``every_core`` whether the breakdown times the winner on every
-    core too, ``checks`` the candidates it may export and time in turns (:func:`checks_to_reserve`)."""
+    core too, ``checks`` the candidates it may export and time in turns (:func:`checks_to_reserve`);
+    where that is more than one, each may first time the one before it once more (a narrow miss,
+    :func:`narrowly_missed`)."""
     export = export_estimate(teacher, ratio, candidate_export_seconds)
     another = check_seconds(teacher, ratio, candidate_export_seconds)  # each check after the first
-    return (RESERVE_FACTOR * (export + (checks - 1) * another)
+    again = turns_seconds(teacher, ratio)  # ... after the one before it was timed once more
+    return (RESERVE_FACTOR * (export + (checks - 1) * (another + again))
             + after_export_seconds(teacher, ratio, teacher_dev_seconds, every_core))
 
 
