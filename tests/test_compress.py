@@ -1836,6 +1836,12 @@ def test_a_shipped_graph_is_timed_once_per_run_and_settings(tmp_path, monkeypatc
     ship.shipped_speed("runs/b", tmp_path / "exports/b/model.int8.onnx", tmp_path, None, one)
     ship.shipped_speed("runs/a", tmp_path / "winner/model.int8.onnx", tmp_path, None, two)
     assert len(timed) == 3
+    # a file of an earlier version (one timing per run, not a list) is read as that one timing
+    stored = json.loads((tmp_path / ship.SHIPPED_SPEED).read_text())
+    stored["timings"]["runs/a"] = stored["timings"]["runs/a"][0]
+    (tmp_path / ship.SHIPPED_SPEED).write_text(json.dumps(stored))
+    assert ship.shipped_speed("runs/a", tmp_path / "winner/model.int8.onnx", tmp_path, None, two)["timings"] == 1
+    assert len(timed) == 3
 
 
 def test_a_narrow_miss_as_shipped_is_timed_again_and_the_mean_of_the_two_decides(tmp_path, monkeypatch):

@@ -48,6 +48,8 @@ def shipped_speed(run: str, export_file: Path, out: Path, task: TaskOptions, set
     if stored.get("settings") != settings.key():
         stored = {"settings": settings.key(), "timings": {}}
     timings = stored["timings"].setdefault(str(run), [])
+    if isinstance(timings, dict):  # a file written before timings were kept as a list: its one timing
+        timings = stored["timings"][str(run)] = [timings]
     if len(timings) < times:
         teacher_file = out / "teacher-onnx" / RUNTIMES[settings.runtime]
         while len(timings) < times:
