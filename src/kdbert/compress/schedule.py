@@ -397,6 +397,9 @@ def next_job(order: list[str], segments: list[dict], settings: SearchSettings, g
         done_steps = trained[job.candidate]["steps"] if job.candidate in trained else 0
         return now + _predicted_seconds(job.candidate, job.steps - done_steps, segments) <= end
 
+    def goes_on(job: Job) -> bool:  # at least first_steps more fit: the window's end may stop it
+        return fits(Job(job.candidate, job.rung, trained[job.candidate]["steps"] + settings.first_steps), window_end)
+
     def rung0(name: str) -> Job:
         return Job(name, 0, rung_steps(name, 0, segments, settings, eta))
 
@@ -406,9 +409,8 @@ def next_job(order: list[str], segments: list[dict], settings: SearchSettings, g
             reached.add(kind_of(name))
             if fits(rung0(name), window_end):
                 return rung0(name)
-    leader = closing_leader(order, segments, running, goal, settings, eta)
-    closing = leader is not None and not fits(leader, window_end) and fits(
-        Job(leader.candidate, leader.rung, trained[leader.candidate]["steps"] + settings.first_steps), window_end)
+    leader = closing_leader(order, segments, running, trained, goal, settings, eta)
+    closing = leader is not None and not fits(leader, window_end) and goes_on(leader)
     top_ups = [rung0(name) for name in order if name in trained and name not in running
                and trained[name]["rung"] == 0 and rung0(name).steps >= RERUN_FACTOR * trained[name]["steps"]]
     for job in top_ups + _promotions(order, segments, running, trained, goal, settings, eta, math.floor):
@@ -427,7 +429,7 @@ def next_job(order: list[str], segments: list[dict], settings: SearchSettings, g
             if fits(job, window_end):
                 return job
         for job in last:  # none fits whole: the best goes on until the window's end stops it
-            if fits(Job(job.candidate, job.rung, trained[job.candidate]["steps"] + settings.first_steps), window_end):
+            if goes_on(job):
                 return job
         for job in () if stalled_too else (rung0(name) for name in order if name not in started):
             if fits(job, window_end):  # what could go on has stalled: the time goes to new candidates
@@ -435,11 +437,11 @@ def next_job(order: list[str], segments: list[dict], settings: SearchSettings, g
     return None
 
 
-def closing_leader(order: list[str], segments: list[dict], running: set[str], goal: Goal, settings: SearchSettings,
-                   eta: int = ETA) -> Job | None:
+def closing_leader(order: list[str], segments: list[dict], running: set[str], trained: dict[str, dict], goal: Goal,
+                   settings: SearchSettings, eta: int = ETA) -> Job | None:
     """The leader's next rung (module doc, 2): the first of :func:`promotion_order` at the highest rung
-    reached, where it is neither running nor :func:`stalled` and that rung is below the last; else None."""
-    trained = latest(segments)
+    reached (``trained``: :func:`latest` of ``segments``), where it is neither running nor :func:`stalled`
+    and that rung is below the last; else None."""
     if not trained:
         return None
     top = max(s["rung"] for s in trained.values())
