@@ -17,7 +17,8 @@ from transformers import BertForSequenceClassification
 from kdbert.cli import main
 from kdbert.compress.report import unseen_sources_line
 from kdbert.core.metrics import bootstrap_standard_error
-from kdbert.core.evaluate import TaskEvaluator, held_out_loss, predict, selection_key, to_predictions
+from kdbert.core.evaluate import (TaskEvaluator, held_out_loss, predict, replaces_checkpoint, selection_key,
+                                   to_predictions)
 from kdbert.core.matching import Match, MatchLoss
 from kdbert.core.stages import Stage, StageConfig
 from kdbert.core.trainer import RunConfig, Trainer
@@ -106,6 +107,31 @@ def test_trainer_keeps_the_checkpoint_the_held_out_rows_pick(glue, tiny_tokenize
     assert (report["best_metrics"], report["best_step"]) == ({"score": 60.0, "selection_score": 70.0}, 2)
 
 
+def test_trainer_keeps_the_latest_checkpoint_within_a_standard_error_of_the_highest(glue, tiny_tokenizer, tmp_path):
+    # 70 +- 2 tops the run; 68.5 (within 2 of it) replaces it as the later student, 67.5 (outside) does not, and a
+    # new top (72 +- 0.5) narrows the band: 71.6 stands, 71.4 does not
+    scripted = iter([{"score": 1.0, "selection_score": 60.0, "selection_se": 3.0},
+                     {"score": 2.0, "selection_score": 70.0, "selection_se": 2.0},
+                     {"score": 3.0, "selection_score": 68.5, "selection_se": 2.2},
+                     {"score": 4.0, "selection_score": 67.5, "selection_se": 2.4},
+                     {"score": 5.0, "selection_score": 72.0, "selection_se": 0.5},
+                     {"score": 6.0, "selection_score": 71.6, "selection_se": 0.5},
+                     {"score": 7.0, "selection_score": 71.4, "selection_se": 0.5}])
+    report = train_with_scripted_evaluations(glue, tiny_tokenizer, tmp_path, scripted, steps=7)
+    assert (report["best_metrics"]["score"], report["best_step"]) == (6.0, 6)
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["score"] == 6.0
+
+
+def test_replaces_checkpoint_by_hand():
+    top = {"score": 0.0, "selection_score": 80.0, "selection_se": 1.5}
+    assert replaces_checkpoint({"score": 0.0, "selection_score": 78.5}, top, top)  # 80 - 1.5: on the line
+    assert not replaces_checkpoint({"score": 0.0, "selection_score": 78.4}, top, top)
+    exact = {"score": 0.0, "selection_score": 80.0, "selection_loss": 0.3}  # no standard error: the highest, as before
+    assert not replaces_checkpoint({"score": 0.0, "selection_score": 79.9}, exact, exact)
+    assert replaces_checkpoint({"score": 0.0, "selection_score": 80.0, "selection_loss": 0.2}, exact, exact)
+    assert replaces_checkpoint({"score": 0.0}, None, {"score": 0.0})
+
+
 def test_trainer_breaks_a_tied_held_out_score_by_the_lower_held_out_loss(glue, tiny_tokenizer, tmp_path):
     # every held-out score 0 (MCC of the majority class): the lower loss wins, an evaluation without one (a run
     # resumed from before losses were kept) loses to any with one, and an equal loss keeps the first
@@ -141,7 +167,9 @@ def test_finetune_cli_selects_on_held_out_rows_and_resume_checks_the_fraction(gl
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     history = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     evals = [record["eval"] for record in history if "eval" in record]
-    assert len(evals) == 2 and metrics == max(evals, key=selection_key)
+    top = max(evals, key=selection_key)  # the latest within a standard error of the highest is kept
+    assert len(evals) == 2 and evals[-1]["selection_score"] >= top["selection_score"] - top["selection_se"]
+    assert metrics == evals[-1]
     assert all("decide_score" in scores for scores in evals)  # scored there, never picking
     capsys.readouterr()
     assert main([*args, "--held-out-fraction", "0.1", "--resume"]) == 2

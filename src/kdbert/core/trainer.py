@@ -6,7 +6,8 @@ terms (the total is their sum; :class:`kdbert.core.matching.MatchLoss` builds on
 matches), which parameters train (name patterns, each with a learning-rate multiplier), and its
 optimiser schedule (:mod:`kdbert.core.optim`). The trainer runs the stages in order with
 ``accelerate`` (CPU, one GPU or DDP; bf16/fp16 autocast), gradient accumulation, gradient
-clipping, periodic evaluation keeping the best student, logs and a progress bar, and checkpoints
+clipping, periodic evaluation keeping the best student (the latest within the noise of the highest
+score, :func:`kdbert.core.evaluate.replaces_checkpoint`), logs and a progress bar, and checkpoints
 that resume exactly (:mod:`kdbert.core.checkpoints`) in the run folder (:mod:`kdbert.core.run_folder`).
 
 A run may have a deadline (:attr:`RunConfig.deadline`, wall-clock ``time.time()`` seconds): after
@@ -43,7 +44,7 @@ from kdbert.data.batching import epoch_order
 from kdbert.errors import KdbertError
 from kdbert.core.atomic_io import copy_files_atomically, restore_interrupted, write_json
 from kdbert.core.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
-from kdbert.core.evaluate import selection_key
+from kdbert.core.evaluate import replaces_checkpoint, selection_key
 from kdbert.core.hardware import ThreadShare, resolve_precision
 from kdbert.core.optim import averaged_weights, clip_groups, make_optimizer, make_scheduler, optimizer_groups
 from kdbert.core.stages import LossFn, RunConfig, Stage, StageConfig
@@ -77,7 +78,8 @@ class Trainer:
         collator: turns a list of features into a batch of tensors.
         frozen: teachers and other fixed models: moved to the device, eval mode, no grad.
         evaluator: ``evaluator(student) -> metrics`` with a ``"score"`` entry (higher is better); the
-            best evaluation by :func:`kdbert.core.evaluate.selection_key` is kept.
+            latest evaluation within the noise of the best is kept
+            (:func:`kdbert.core.evaluate.replaces_checkpoint`).
         tokenizer: saved next to the student.
     """
 
@@ -112,7 +114,7 @@ class Trainer:
             self.frozen[name] = model
         self.state = {"stage": 0, "step": 0, "epoch": 0, "batch_in_epoch": 0,
                       "best_score": None, "best_metrics": None, "best_stage": None, "best_step": None,
-                      "history": []}
+                      "top_metrics": None, "history": []}
         self.log = RunLog(self.out)
         self.eval_seconds = 0.0  # the last evaluation's, for the deadline
         self.stopped_early: dict | None = None  # where a deadline stopped the run
@@ -410,9 +412,11 @@ class Trainer:
         record = {"stage": stage_name, "step": self.state["step"], "eval": metrics}
         self.state["history"].append(record)
         self._log(record)
-        best, key = self.state["best_metrics"], selection_key(metrics)
-        if best is None or key > selection_key(best):
-            self.state.update(best_score=key[0], best_metrics=metrics, best_stage=stage_name,
+        top = self.state.get("top_metrics") or self.state["best_metrics"]  # (a run resumed from before top was kept)
+        if top is None or selection_key(metrics) > selection_key(top):
+            top = self.state["top_metrics"] = metrics
+        if replaces_checkpoint(metrics, self.state["best_metrics"], top):
+            self.state.update(best_score=selection_key(metrics)[0], best_metrics=metrics, best_stage=stage_name,
                               best_step=self.state["step"])
             self._export(self.out / "best", metrics)
 
