@@ -1044,8 +1044,8 @@ def test_a_candidate_admitted_near_the_line_reserves_time_to_check_the_next():
     assert checks_to_reserve([4.01, 8.9], 4.0) == 2  # admitted at 4.01x: it may time under 4x as shipped
     assert checks_to_reserve([4.0 * SHIP_LINE_BAND, 8.9], 4.0) == 1
     assert checks_to_reserve([4.01], None) == 1  # a latency target: nothing to fall short of by a ratio
-    # shipped at 0.956 of the admitted speedup on average (sd 0.060): 4.51x admitted may time under 4x as
-    # shipped (it timed 4.09x), 4.7x passes with about 96% chance
+    # within 15% of the target: 4.51x admitted may time under 4x as shipped (it timed 4.09x); 4.7x, outside,
+    # passes with about 77% chance (shipped at 0.912 of the admitted speedup on average, sd 0.083)
     assert near_ship_line(4.51, 4.0) and not near_ship_line(4.7, 4.0)
 
 
@@ -1849,9 +1849,9 @@ def test_a_narrow_miss_as_shipped_is_timed_again_and_the_mean_of_the_two_decides
     from kdbert.compress.budget import NARROW_MISS, narrowly_missed
     from kdbert.compress.speed import SpeedSettings
 
-    # within NARROW_MISS (6%) under the speedup asked, or over the latency asked
+    # within NARROW_MISS (8.3%) under the speedup asked, or over the latency asked
     assert narrowly_missed(3.9, 1.0, 4.0, None) and narrowly_missed(4.0 * (1 - NARROW_MISS), 1.0, 4.0, None)
-    assert not narrowly_missed(3.7, 1.0, 4.0, None) and not narrowly_missed(4.0, 1.0, 4.0, None)
+    assert not narrowly_missed(3.6, 1.0, 4.0, None) and not narrowly_missed(4.0, 1.0, 4.0, None)
     assert narrowly_missed(4.0, 2.1, None, 2.0) and not narrowly_missed(4.0, 2.2, None, 2.0)
     readings = []
 
@@ -1875,7 +1875,7 @@ def test_a_narrow_miss_as_shipped_is_timed_again_and_the_mean_of_the_two_decides
     assert again["latency_real_p50_ms"]["student"] == pytest.approx((4.0 / 3.9 + 4.0 / 4.3) / 2)
     assert check("runs/b", 3.9, 3.95)["fast_enough"] is False  # timed again, still under: too slow
     assert check("runs/c", 3.9, 4.3, may=False) == {"speedup": 3.9, "timings": 1, "fast_enough": False}  # no time
-    assert check("runs/d", 3.7, 4.3) == {"speedup": 3.7, "timings": 1, "fast_enough": False}  # beyond the narrow band
+    assert check("runs/d", 3.6, 4.3) == {"speedup": 3.6, "timings": 1, "fast_enough": False}  # beyond the narrow band
     assert check("runs/e", 4.2) == {"speedup": 4.2, "timings": 1, "fast_enough": True}  # fast enough the first time
 
 
