@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import checkpoint_rule  # noqa: E402
 import common  # noqa: E402
 import compress_seeds  # noqa: E402
 import distill_glue  # noqa: E402
@@ -248,6 +249,21 @@ def test_compress_seeds_reruns_read_the_teacher_outputs_the_search_stored(tmp_pa
     # a student of its own tokenizer (or a BiLSTM) whose run names the shared store reads that store again
     assert compress_seeds.search_caches(search, {"student": "starts/pretrained-minilm-l6",
                                                  "logits_cache": "/cache/teacher-logits"}) == {}
+
+
+def test_checkpoint_rule_replays_both_rules_on_a_logged_run(tmp_path):
+    # a step logged twice (a resumed segment) counts once, its last record; the highest keeps step 200,
+    # the latest within one standard error of it (84 - 2 = 82) keeps step 400, and 81 at step 800 is outside
+    evaluation = lambda pick, se, dev: {"score": dev, "selection_score": pick, "selection_se": se, "decide_score": dev}
+    records = [{"step": 100, "eval": evaluation(80.0, 2.0, 70.0)}, {"step": 100, "loss": 0.5},
+               {"step": 200, "eval": evaluation(83.0, 2.0, 71.0)}, {"step": 200, "eval": evaluation(84.0, 2.0, 72.0)},
+               {"step": 400, "eval": evaluation(82.5, 2.0, 75.0)}, {"step": 800, "eval": evaluation(81.0, 2.0, 76.0)}]
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(record) + "\n" for record in records))
+    history = checkpoint_rule.evaluations(log)
+    assert [metrics["step"] for metrics in history] == [100, 200, 400, 800] and history[1]["score"] == 72.0
+    assert checkpoint_rule.highest(history)["step"] == 200
+    assert checkpoint_rule.latest_within_noise(history)["step"] == 400
 
 
 def test_compress_seeds_pause_where_the_search_paused_the_winner():

@@ -26,6 +26,8 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("base-teachers-gpu", trust_results.base_teachers_gpu_section),
     # the full records, page by page (shared.PAGES)
     ("quickstart", speed_results.quickstart_section),
+    ("quickstart-seeds", speed_results.quickstart_seeds_section),
+    ("checkpoint-rule", speed_results.checkpoint_rule_section),
     ("compress", compress_results.compress_section),
     ("compress-budget", compress_results.compress_budget_section),
     ("compress-engines", compress_results.compress_engines_section),

@@ -32,7 +32,7 @@ HEADLINE = ["intro", "scoreboard", "kept", "agreement", "kept-by-source", "paire
             "base-teachers-gpu"]
 """The sections of BENCHMARKS.md (and of docs/benchmarks/index.md), before a short section per page."""
 PAGES: dict[str, tuple[str, list[str]]] = {
-    "compress": ("`kdbert compress`", ["quickstart", "compress", "compress-budget", "compress-engines",
+    "compress": ("`kdbert compress`", ["quickstart", "quickstart-seeds", "checkpoint-rule", "compress", "compress-budget", "compress-engines",
                                        "recipe-ablation", "near-duplicates", "timing-turns",
                                        "timing-together"]),
     "students": ("General students", ["general-students", "pretrained-cuts"]),

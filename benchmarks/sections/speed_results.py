@@ -531,3 +531,47 @@ def timing_turns_section() -> list[str]:
     return lines + ["", f"Measured {'; '.join(machines)}, {next(iter(records.values()))['passes']} passes of each, "
                     "alternating, 200 SST-2 dev rows at batch 1, ONNX Runtime int8 on 2 threads. Commands: "
                     + "; ".join(f"`{c}`" for c in commands) + ".", "", note("timing-turns-reading"), ""]
+
+
+def quickstart_seeds_section() -> list[str]:
+    """The main job's compress step over three seeds on one recorded teacher (``quickstart_seeds.py``):
+    each seed's winner, steps, speedup and int8 kept shares, their mean."""
+    records = load_results("quickstart_seeds")
+    if not records:
+        return []
+    lines = ["## The main job over seeds (`benchmarks/quickstart_seeds.py`)", "",
+             "| key | seed | winner | steps | speedup (int8 vs int8) | kept on dev | kept on the rows that decide |",
+             "|---|---:|---|---:|---:|---:|---:|"]
+    for key, r in sorted(records.items()):
+        lines += [f"| {key} | {seed} | {row['winner']} | {row['steps']:,} | {row['speedup']:.2f}x | {row['kept_dev']:.1f}% "
+                  f"| {row['kept_decide']:.1f}% |" for seed, row in r["seeds"].items()]
+        lines.append(f"| {key} | mean | | | {r['mean']['speedup']:.2f}x | **{r['mean']['kept_dev']:.1f}%** "
+                     f"(sd {r['sd']['kept_dev']:.1f}) | **{r['mean']['kept_decide']:.1f}%** (sd {r['sd']['kept_decide']:.1f}) |")
+    machines = sorted({f"{key}: {r['date']}, {r['machine']}" for key, r in records.items()})
+    commands = sorted({r["command"] for r in records.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}; compress only, alone on 2 threads, every seed on its "
+                    "key's recorded teacher. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".", "",
+                    note("quickstart-seeds-reading"), ""]
+
+
+def checkpoint_rule_section() -> list[str]:
+    """Which checkpoint a run keeps, the highest on the rows that pick or the latest within a standard
+    error of it, replayed on recorded searches (``checkpoint_rule.py``)."""
+    records = load_results("checkpoint_rule")
+    if not records:
+        return []
+    lines = ["## The checkpoint a run keeps (`benchmarks/checkpoint_rule.py`)", "",
+             "| key | candidate runs | where the rules differ | run | steps: highest -> latest | dev | rows that decide |",
+             "|---|---:|---:|---|---|---|---|"]
+    for key, r in sorted(records.items()):
+        differ = [run for run in r["per_run"] if run["highest_step"] != run["latest_step"]]
+        lines.append(f"| {key} | {r['runs']} | {r['runs_that_differ']} | | | | |")
+        lines += [f"| | | | {'/'.join(Path(run['search']).parts[-3:-1])} {run['candidate']} | {run['highest_step']:,} -> "
+                  f"{run['latest_step']:,} | {run['highest_dev']:.2f} -> {run['latest_dev']:.2f} | "
+                  f"{run['highest_decide']:.2f} -> {run['latest_decide']:.2f} |" for run in differ]
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    commands = sorted({r["command"] for r in records.values()})
+    read = records.get("sst2/main-job-bf16")  # the reading's figures
+    fields = {name: read[name] for name in read if name.endswith(("_gain", "_gain_se"))} if read else None
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
+                    "", note("checkpoint-rule-reading", **fields) if fields else "", ""]
