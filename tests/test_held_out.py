@@ -87,17 +87,19 @@ def test_held_out_loss_is_the_mean_cross_entropy_or_squared_error():
         pytest.approx(1.25 / 3)
 
 
-def train_with_scripted_evaluations(glue, tiny_tokenizer, tmp_path, scripted, steps: int) -> dict:
+def train_with_scripted_evaluations(glue, tiny_tokenizer, tmp_path, scripted, steps: int, resume: bool = False,
+                                    pause_at_step: int | None = None) -> dict:
     """A tiny classifier trained ``steps`` steps on RTE, evaluated after each step by the next of
-    ``scripted``'s metrics; the trainer's report."""
+    ``scripted``'s metrics (paused at ``pause_at_step``, or resumed); the trainer's report."""
     data = load_task(TaskOptions("rte", data_dir=str(glue)))
     torch.manual_seed(0)
     model = BertForSequenceClassification.from_pretrained(save_tiny_classifier(tmp_path / "m", tiny_tokenizer))
     stage = Stage(StageConfig("labels", max_steps=steps, batch_size=4, eval_every=1),
                   MatchLoss([Match("hard", "logits", "hard_label", target="labels")]),
                   encode_examples(tiny_tokenizer, data.train, 64))
-    return Trainer({"student": model}, [stage], RunConfig(str(tmp_path / "run"), progress=False, log_every=1),
-                   PaddingCollator(tiny_tokenizer.pad_token_id), evaluator=lambda student: next(scripted)).train()
+    return Trainer({"student": model}, [stage], RunConfig(str(tmp_path / "run"), progress=False, log_every=1,
+                                                          pause_at_step=pause_at_step),
+                   PaddingCollator(tiny_tokenizer.pad_token_id), evaluator=lambda student: next(scripted)).train(resume)
 
 
 def test_trainer_keeps_the_checkpoint_the_held_out_rows_pick(glue, tiny_tokenizer, tmp_path):
@@ -120,6 +122,19 @@ def test_trainer_keeps_the_latest_checkpoint_within_a_standard_error_of_the_high
     report = train_with_scripted_evaluations(glue, tiny_tokenizer, tmp_path, scripted, steps=7)
     assert (report["best_metrics"]["score"], report["best_step"]) == (6.0, 6)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["score"] == 6.0
+
+
+def test_the_highest_evaluation_outlives_a_pause(glue, tiny_tokenizer, tmp_path):
+    # 70 +- 2 tops the run and 68.5 is kept before the pause; resumed, 67.5 is within a standard error of
+    # 68.5 (2.2) but not of 70, so 68.5 stays
+    scripted = iter([{"score": 1.0, "selection_score": 70.0, "selection_se": 2.0},
+                     {"score": 2.0, "selection_score": 68.5, "selection_se": 2.2},
+                     {"score": 3.0, "selection_score": 67.5, "selection_se": 2.4}])
+    paused = train_with_scripted_evaluations(glue, tiny_tokenizer, tmp_path, scripted, steps=3, pause_at_step=2)
+    assert (paused["paused_at_step"], paused["best_step"]) == (2, 2)
+    report = train_with_scripted_evaluations(glue, tiny_tokenizer, tmp_path, scripted, steps=3, resume=True)
+    assert [record["step"] for record in report["history"]] == [1, 2, 3]
+    assert (report["best_metrics"]["score"], report["best_step"]) == (2.0, 2)
 
 
 def test_replaces_checkpoint_by_hand():

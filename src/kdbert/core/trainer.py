@@ -414,7 +414,8 @@ class Trainer:
         self._log(record)
         top = self.state.get("top_metrics") or self.state["best_metrics"]  # (a run resumed from before top was kept)
         if top is None or selection_key(metrics) > selection_key(top):
-            top = self.state["top_metrics"] = metrics
+            top = metrics
+        self.state["top_metrics"] = top
         if replaces_checkpoint(metrics, self.state["best_metrics"], top):
             self.state.update(best_score=selection_key(metrics)[0], best_metrics=metrics, best_stage=stage_name,
                               best_step=self.state["step"])
