@@ -38,7 +38,8 @@ def seed_record(folder: Path) -> dict:
     report = json.loads((folder / "compress" / "compress_report.json").read_text())
     return {"winner": summary["winner"], "steps": report["winner"]["steps"],
             "speedup": summary["int8_speedup_vs_int8_teacher"], "kept_dev": summary["int8_retained_percent"],
-            "kept_decide": summary["int8_kept_decide_percent"], "search_seconds": report["budget"]["phase_seconds"]["search"]}
+            "kept_decide": summary["int8_kept_decide_percent"],
+            "search_seconds": report["budget"]["phase_seconds"]["search"]}
 
 
 def main() -> None:
@@ -64,7 +65,8 @@ def main() -> None:
                 sys.exit(f"quickstart seed {seed} failed")
             print(f"seed {seed}: {(time.time() - started) / 60:.1f} min")
         seeds[seed] = seed_record(folder)
-    mean = {field: statistics.mean(r[field] for r in seeds.values()) for field in ("kept_dev", "kept_decide", "speedup")}
+    mean = {field: statistics.mean(r[field] for r in seeds.values())
+            for field in ("kept_dev", "kept_decide", "speedup")}
     sd = {field: statistics.stdev(r[field] for r in seeds.values()) if len(seeds) > 1 else None
           for field in ("kept_dev", "kept_decide")}
     command = f"python benchmarks/quickstart_seeds.py --key {args.key} --seeds {' '.join(map(str, args.seeds))}"

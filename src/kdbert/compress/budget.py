@@ -64,8 +64,9 @@ RESERVE_FACTOR = 1.25
 # VNNI and bf16 (2026-12-02), 0.852 (sd 0.072; 0.76-0.96), the teacher and the student moving apart between admission
 # and shipping, minutes apart (one pass varies by 3.6% only, benchmarks/timing_turns.py; timed together or one at a
 # time, within 5%, benchmarks/timing_together.py; the trained graph against its shape as admitted, in the same turns,
-# 0.98, benchmarks/timing_trained.py; the teacher alone read 2.2-2.9 ms within two minutes). Over all 19, 0.912 (sd 0.083): one admitted at 1.15x the target
-# passes with about 70% chance, at 1.2x 83% (benchmarks/ship_vs_admitted.py).
+# 0.98, benchmarks/timing_trained.py; the teacher alone read 2.2-2.9 ms within two minutes). Over all 19, 0.912
+# (sd 0.083): one admitted at 1.15x the target passes with about 70% chance, at 1.2x 83%
+# (benchmarks/ship_vs_admitted.py).
 SHIP_LINE_BAND = 1.15
 SHIPPED_OVER_ADMITTED = 0.912  # the mean of that ratio: below target / 0.912 a candidate more likely fails than passes
 SHIPPED_SPREAD = 0.083  # ... and its standard deviation
