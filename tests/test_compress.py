@@ -10,7 +10,7 @@ import os
 import shutil
 import socket
 import statistics
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -972,63 +972,6 @@ def test_a_segment_past_the_window_stops_early_scored_and_keeps_the_steps_it_tra
     assert (row["steps"], row["trained"], row["stopped"]) == (6, 5, False)
 
 
-@pytest.mark.parametrize("leader", ["bert-1x128", "bert-2x128"])
-def test_the_late_end_trains_candidates_clear_of_the_line_only_while_the_winner_is_one(env, tmp_path, monkeypatch,
-                                                                                         leader):
-    """A scripted search, one second a step: bert-1x128 clear of the speed line, bert-2x128 near it.
-    The window ends at 100 s, its late end at 130 s for bert-1x128 only."""
-    from kdbert.compress import search
-    from kdbert.compress.recipes import SearchSettings
-    from kdbert.compress.storage import open_study
-
-    clock = [0.0]
-    settings = SearchSettings(rounds=8, first_steps=10, batch_size=2, round_share="steps", first_round_share=1.0)
-    plan = _plan(env, ["bert-1x128", "bert-2x128"], tmp_path, settings, clock=lambda: clock[0])
-    plan = replace(plan, window=search.Window.from_now(100.0, 1.0, now=0.0, late_seconds=30.0,
-                                                       late_candidates=("bert-1x128",)))
-    assert (plan.window.end, plan.window.late_end) == (100.0, 130.0)
-
-    def scripted(plan, job, done, loaded=None):  # trains until its steps or the run's deadline
-        trained = int(min(job.steps - done, plan.window.end - clock[0]))
-        clock[0] += trained
-        steps = done + trained
-        return {"candidate": job.candidate, "rung": job.rung, "steps": steps, "trained": trained,
-                "seconds": float(trained), "train_seconds": float(trained), "stopped": steps < job.steps,
-                "score": (80.0 if job.candidate == leader else 70.0) + steps / 100, "se": 1.0, "loss": 0.5,
-                "deadline": plan.window.end, "worker": "test"}
-
-    monkeypatch.setattr(search, "distil_segment", scripted)
-    search.work(open_study(tmp_path, {"search": "test"}), plan)
-    segments = search.summary(open_study(tmp_path, {"search": "test"}))["segments"]
-    late = [row for row in segments if row.get("late")]
-    if leader == "bert-1x128":  # the winner clear of the line: it goes on until the late end
-        assert clock[0] == 130.0 and late and {row["candidate"] for row in late} == {"bert-1x128"}
-        assert all(row["deadline"] == 130.0 for row in late)
-        assert all(row["deadline"] == 100.0 for row in segments if not row.get("late"))
-    else:  # the winner near the line: the second check's time stays the finishing's
-        assert clock[0] == 100.0 and not late
-
-
-def test_a_window_reads_its_late_end_back_from_json_and_opens_it_only_for_a_winner_clear_of_the_line():
-    from kdbert.compress.schedule import Goal
-    from kdbert.compress.search import Window
-
-    window = Window.from_now(100.0, 0.5, now=0.0, late_seconds=30.0, late_candidates=("a",))
-    assert Window(**json.loads(json.dumps(asdict(window)))) == window == Window(100.0, 50.0, 130.0, ("a",))
-    assert Window.from_now(100.0, 0.5, now=0.0, late_seconds=30.0) == Window(100.0, 50.0)  # no candidate: no late end
-    assert Window.from_now(100.0, 0.5, now=0.0, late_candidates=("a",)) == Window(100.0, 50.0)
-    goal = Goal(90.0, 0.97, {"a": 1.0, "b": 2.0})
-
-    def row(name, score, state="done"):
-        return {"candidate": name, "rung": 0, "steps": 10, "score": score, "state": state}
-
-    assert window.late_open([row("a", 80.0), row("b", 70.0)], goal)
-    assert not window.late_open([row("a", 70.0), row("b", 80.0)], goal)  # the winner would need two checks
-    assert not window.late_open([row("a", 80.0), {"candidate": "b", "rung": 1, "state": "running"}], goal)
-    assert not window.late_open([], goal)
-    assert not Window(100.0, 50.0).late_open([row("a", 80.0)], goal)
-
-
 @pytest.mark.parametrize("selection", ["ends", "bottom"])
 def test_selection_of_layers_builds_starts_from_the_teacher_layers_it_names(env, tmp_path, selection):
     from kdbert.compress import search
@@ -1136,29 +1079,6 @@ def test_timing_keeps_the_most_the_finishing_can_need_and_a_share_of_the_time_fo
     assert search_end - 10.0 > 100.0 + TIMING_SHARE * (search_end - 100.0)  # the share binds here
     long = Deadline(30.0, clock)  # a 30-minute search: one first round of 1,700 s binds first
     assert pipeline._timing_stop(config, table, teacher, 1700.0, long, 100.0) == pytest.approx(1800.0 - bound - 1700.0)
-
-
-def test_the_late_end_is_the_second_check_a_winner_clear_of_the_line_does_not_need():
-    from types import SimpleNamespace
-
-    from kdbert.compress import pipeline
-
-    config = pipeline.CompressConfig(teacher="t", target_speedup=4.0, threads=os.cpu_count())
-    teacher = SimpleNamespace(dev_seconds=2.0)
-    table = {"teacher": {"latency_real_p50_ms": 4.0, "export_seconds": 40.0, "timing_seconds": 4.0},
-             "candidates": {"far": {"speedup": 9.0, "latency_real_p50_ms": 0.4, "export_seconds": 2.0},
-                            "near": {"speedup": 4.1, "latency_real_p50_ms": 1.4, "export_seconds": 6.0}}}
-    far, near = SimpleNamespace(name="far"), SimpleNamespace(name="near")
-    # both: ratio 1/4.1, export 40/4.1 + 6, timing in turns 3 x 4 x (1 + 1/4.1), two checks:
-    # 1.25 (export + (export + turns) + turns) + 1.25 (turns + 2/4.1)
-    export, turns = 40 / 4.1 + 6, 12 * (1 + 1 / 4.1)
-    both = 1.25 * (2 * export + 2 * turns) + 1.25 * (turns + 2 / 4.1)
-    # far alone: ratio 1/9, export 40/9 + 2, one check: 1.25 (40/9 + 2) + 1.25 (12 (1 + 1/9) + 2/9) = 25
-    assert pipeline._finishing(config, table, teacher, [far]) == pytest.approx(25.0)
-    assert pipeline._late_window(config, table, teacher, [far, near], frozenset({"near"})) == (
-        pytest.approx(both - 25.0), ("far",))
-    assert pipeline._late_window(config, table, teacher, [near], frozenset({"near"})) == (0.0, ())
-    assert pipeline._late_window(config, table, teacher, [far], frozenset({"near"})) == (0.0, ("far",))
 
 
 def test_the_teacher_timed_in_turns_is_loaded_once_for_every_candidate_timed_against_it(tmp_path, monkeypatch):

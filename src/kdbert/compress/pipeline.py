@@ -224,20 +224,6 @@ def _finishing(config: CompressConfig, table: dict, teacher: Teacher, kept: list
                              max(exports, default=0.0), teacher.dev_seconds, every_core(config.threads), checks)
 
 
-def _late_window(config: CompressConfig, table: dict, teacher: Teacher, kept: list,
-                 near_line: frozenset[str]) -> tuple[float, tuple[str, ...]]:
-    """The search's late end (:class:`~kdbert.compress.search.Window`): the seconds of the finishing's
-    reserve a winner clear of the speed line does not need (:func:`_finishing` of ``kept`` less that
-    of those not in ``near_line``: one ship check, not two, and their own exports and latency), and
-    those candidates. Four main jobs on an AMD EPYC with AVX-512 reserved 54-68 s and used 15-23 s,
-    every winner clear of the line (2026-12-02)."""
-    clear = [c for c in kept if c.name not in near_line]
-    if not clear:
-        return 0.0, ()
-    seconds = _finishing(config, table, teacher, kept) - _finishing(config, table, teacher, clear)
-    return max(0.0, seconds), tuple(c.name for c in clear)
-
-
 def _finishing_bound(config: CompressConfig, table: dict, teacher: Teacher) -> float:
     """The most :func:`_finishing` can reserve whichever of the candidates timed so far are admitted: a
     winner as slow as the target allows, the largest export timed, and a second check where a speedup
@@ -441,7 +427,6 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     whole = whole_width(kept, context.teacher_config)
     kept = spread_order(kept, latency, general_starts, whole, near_line)
     reserve = _finishing(config, table, teacher, kept)
-    late_seconds, clear = _late_window(config, table, teacher, kept, near_line)
     labelling = plan_labelling(config.logits_cache, out / "teacher-onnx" / RUNTIMES[config.runtime], teacher.model,
                                teacher.tokenizer, data.spec, train_rows, kept, search_settings)
     kept, left_out, labelling = afford_labelling(kept, labelling, deadline.left() - reserve, config.first_round_share,
@@ -460,8 +445,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                                               config.seed, labelling.row_seconds)
         labelled = any(reads_stored_logits(c, search_settings, labelling.kd) or is_augmented(c.name) for c in kept)
         window = Window.from_now(deadline.left() - reserve, config.first_round_share,
-                                 labelling_seconds=labelling.seconds if labelled else 0.0,
-                                 late_seconds=late_seconds, late_candidates=clear)
+                                 labelling_seconds=labelling.seconds if labelled else 0.0)
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, teacher.metrics["decide_score"],
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
@@ -487,8 +471,6 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                                                 "key": general.facts["key"], "steps": general.facts["steps"],
                                                 "minutes": general.facts["trained_seconds"] / 60}, budget={
         "minutes": config.budget_minutes, "finishing_reserve_seconds": round(reserve, 1), "untimed": untimed,
-        "late_seconds": round(late_seconds, 1),
-        "late_seconds_trained": round(sum(row["seconds"] for row in searched["segments"] if row.get("late")), 1),
         "phase_seconds": progress.phase_seconds(), "seconds": round(deadline.spent(), 1)})
     report["disk"] = keep_shipped(out, config.keep, [check["candidate"] for check in report["shipped"]["checks"]])
     write_report(report, out, config.runtime)

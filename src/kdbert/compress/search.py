@@ -20,10 +20,7 @@ its :class:`Plan` (candidates in running order, latency, the winner's goal, the 
 of workers that stopped beating (their segments become claimable again, and resume from the run
 folder's last checkpoint), read every segment, ask the schedule, claim, train, tell. It stops when
 nothing is left that fits the window and nothing runs. Runs are given the window's end as their
-deadline: one that would overrun stops there, evaluated and saved. The finishing reserves a second
-ship check while a candidate near the speed asked may win; the window's *late* end
-(:meth:`Window.late_open`) gives that time to the candidates clear of the line once the winner as it
-stands is one of them, so that it is trained, not left unused.
+deadline: one that would overrun stops there, evaluated and saved.
 
 ``--workers N`` runs N worker processes at once on this machine (the cores split evenly between
 them; on a machine with GPUs, worker i sees GPU ``i mod count``), while this process follows the
@@ -53,7 +50,7 @@ from kdbert.compress.build import build_from_general, build_from_teacher
 from kdbert.compress.options import CompressConfig
 from kdbert.compress.recipes import SearchSettings, kind, reads_stored_logits, run_options, starts_from_teacher
 from kdbert.compress.report import recipe_line
-from kdbert.compress.schedule import Goal, Job, horizon, latest, next_job, ranked_candidates
+from kdbert.compress.schedule import Goal, Job, horizon, latest, next_job
 from kdbert.compress.speed import shape_context
 from kdbert.core.hardware import available_cores
 from kdbert.core.loading import load_task_model, load_tokenizer, resolve_model_path
@@ -75,23 +72,14 @@ PLAN_ATTR, ENDED_ATTR, LEADER_ATTR = "plan", "ended", "leader"
 @dataclass(frozen=True)
 class Window:
     """The wall time the search may spend, as ``time.time()`` seconds (the runs' deadlines, shared
-    by every worker of the study): all of it until ``end``, round 0 until ``first_round_end``; and,
-    where ``late_end`` is given, until then for runs of the ``late_candidates`` that have trained,
-    while :meth:`late_open` (the time the finishing holds for a second ship check, which a winner
-    among them does not need)."""
+    by every worker of the study): all of it until ``end``, round 0 until ``first_round_end``."""
 
     end: float
     first_round_end: float
-    late_end: float | None = None
-    late_candidates: tuple[str, ...] = ()
-
-    def __post_init__(self):  # read back from the study's JSON, the names are a list
-        object.__setattr__(self, "late_candidates", tuple(self.late_candidates))
 
     @classmethod
     def from_now(cls, seconds: float, first_round_share: float, now: float | None = None,
-                 labelling_seconds: float = 0.0, late_seconds: float = 0.0,
-                 late_candidates: tuple[str, ...] = ()) -> Window:
+                 labelling_seconds: float = 0.0) -> Window:
         """A window of ``seconds`` from ``now`` (default: now), round 0 getting ``first_round_share`` of
         it less ``labelling_seconds``, the teacher's labelling of the training rows, which falls in
         the first runs but is no round's training::
@@ -101,24 +89,10 @@ class Window:
 
         (on SST-2 against MPNet-base, 12 of a 60-minute window's minutes labelled the rows: counted
         in round 0's third, they left 8 minutes in which candidates could start, and an admitted
-        4-layer student never did). ``late_seconds`` more for the ``late_candidates`` (none: no late end)."""
+        4-layer student never did)."""
         now = time.time() if now is None else now
         labelled = min(max(labelling_seconds, 0.0), seconds)
-        late = late_seconds > 0 and bool(late_candidates)
-        return cls(now + seconds, now + labelled + first_round_share * (seconds - labelled),
-                   now + seconds + late_seconds if late else None, tuple(late_candidates) if late else ())
-
-    def late_open(self, segments: list[dict], goal: Goal) -> bool:
-        """Whether runs may go on past ``end`` until ``late_end``: the winner as the finishing would rank
-        the candidates now (:func:`~kdbert.compress.schedule.ranked_candidates` of the done segments)
-        is one of the ``late_candidates``, and so is every candidate running, so that the winner
-        after them is one too and its single ship check is what the finishing has left for."""
-        done = [s for s in segments if s["state"] == "done"]
-        if self.late_end is None or not done:
-            return False
-        late = set(self.late_candidates)
-        running = {s["candidate"] for s in segments if s["state"] == "running"}
-        return running <= late and ranked_candidates(done, goal)[0]["candidate"] in late
+        return cls(now + seconds, now + labelled + first_round_share * (seconds - labelled))
 
 
 @dataclass(frozen=True)
@@ -426,12 +400,6 @@ def work(study: optuna.Study, plan: Plan, on_segment: Callable[[dict], None] | N
         segments = segments_of(study)
         window = current_window(study, plan)
         job = next_job(order, segments, plan.settings, plan.goal, plan.clock(), window.end, window.first_round_end)
-        late = job is None and window.late_open(segments, plan.goal)
-        if late:  # only candidates that have trained go on: a new one could not win in the time
-            trained = latest(segments)
-            window = replace(window, end=window.late_end)
-            job = next_job([name for name in order if name in window.late_candidates and name in trained],
-                           segments, plan.settings, plan.goal, plan.clock(), window.end, window.first_round_end)
         if job is None:
             if not any(s["state"] == "running" for s in segments):
                 return ran
@@ -445,8 +413,6 @@ def work(study: optuna.Study, plan: Plan, on_segment: Callable[[dict], None] | N
         try:
             with _every(BEAT_SECONDS, lambda: storage.beat(trial)):  # False once the trial was taken back
                 row = distil_segment(replace(plan, window=window), job, done, loaded)
-                if late:
-                    row["late"] = True
         except BaseException:
             storage.give_back(study, trial)
             raise
@@ -548,7 +514,6 @@ def summary(study: optuna.Study) -> dict:
 def segment_line(row: dict) -> str:
     """The line a finished segment prints: rung, candidate, steps, held-out score, seconds."""
     stopped = " (stopped at the budget's end)" if row.get("stopped") else ""
-    stopped += " (in the time a second ship check would have taken)" if row.get("late") else ""
     return (f"rung {row['rung']}  {row['candidate']}  {row['steps']} steps (+{row['trained']}){stopped}  "
             f"held-out {row['score']:.2f}{_error(row.get('se'))}  {row['seconds']:.0f} s")
 
