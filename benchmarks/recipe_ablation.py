@@ -78,6 +78,8 @@ VARIANTS = {
     "train-16k-frozen-words": {**FIRST_16K, "freeze_word_embeddings": True},  # ... kept as they start
     "train-16k-bottom-layers": FIRST_16K,  # ... from the bottom-layers start
     "teacher-head": {},  # the search's options from the even start with the teacher's task head (compress's default)
+    "teacher-head-tinybert-t1": "tinybert-t1",  # ... TinyBERT's prediction stage alone (soft CE, T=1)
+    "teacher-head-intermediate": "intermediate",  # ... its intermediate stage for a quarter of the steps, then that
     "train-16k-teacher-head": FIRST_16K,  # ... the same on the main job's rows
     "train-16k-teacher-head-no-dropout": FIRST_16K,  # ... with the student's dropout off
     # ... 16,000 rows drawn like dev's lengths (SST-2: sentence-like, 17.6 words where the first 16,000 have 9.5)
@@ -113,7 +115,7 @@ main job's rows) the teacher's first M (:func:`kdbert.families.selection.first_l
 prefix of its network; "teacher-head" (and "train-16k-teacher-head") starts "even" with the teacher's task head's output layer on the
 start's hidden units, where weight selection leaves it fresh: compress's default since 2026-12-01 (``--head
 teacher``), while this study's "even" start, and so its "search" runs, keep the fresh head they were recorded with;
-"train-16k-teacher-head-no-dropout" the same start with the student's dropout off (0.1 in the teacher's config). "train-16k-like-dev-teacher-head" the same start on 16,000 rows drawn like dev's lengths (``--train-subset like-dev``, the default since 2026-12-02), where the other "train-16k-*" read the file's first 16,000. "imdb-sentences" adds ``--unlabelled-rows``
+"train-16k-teacher-head-no-dropout" the same start with the student's dropout off (0.1 in the teacher's config). "teacher-head-tinybert-t1" and "teacher-head-intermediate" read that start too: TinyBERT's prediction stage alone, and its two stages within the same steps (a quarter of them matching embeddings, attention and hidden states through the layer map, compress's ``--intermediate-share`` stage, then that prediction stage): the intermediate stage's share at equal steps. "train-16k-like-dev-teacher-head" the same start on 16,000 rows drawn like dev's lengths (``--train-subset like-dev``, the default since 2026-12-02), where the other "train-16k-*" read the file's first 16,000. "imdb-sentences" adds ``--unlabelled-rows``
 sentences of IMDb's 50,000 unlabelled reviews (SST-2's domain, whole sentences as its dev set holds, where
 its training rows are mostly phrases), cut as ``--transfer-text`` cuts lines, labelled by the teacher (its
 export, with ``--teacher-onnx``) into the store its training rows are in. "sentence" adds kd's sentence
@@ -154,6 +156,9 @@ def search_options(candidate, settings: SearchSettings, steps: int, teacher: str
         options = {k: v for k, v in options.items() if k not in TINYBERT_ONLY} | {"method": "kd"}
     if VARIANTS[variant] == "tinybert-t1":  # its prediction stage alone: soft CE at T=1 (regression: gold MSE)
         options |= {"method": "tinybert", "skip_intermediate": True, "head_average": True}
+    if VARIANTS[variant] == "intermediate":  # the paper's two stages within the same steps: a quarter matching
+        options |= {"method": "tinybert", "head_average": True, "intermediate_max_steps": steps // 4,
+                    "intermediate_lr": settings.learning_rate}  # layers (compress's --intermediate-share's stage)
     return options
 
 
@@ -256,10 +261,10 @@ def main() -> None:
     if {"bottom-layers", "train-16k-bottom-layers"} & set(args.variants) and not (
             starts["bottom-layers"] / "config.json").is_file():
         build_from_teacher(candidate, teacher, task, starts["bottom-layers"], replace(context, layer_map="bottom"))
-    starts["teacher-head"] = starts["train-16k-teacher-head"] = starts["train-16k-like-dev-teacher-head"] = \
-        root / "start-teacher-head"
-    if {"teacher-head", "train-16k-teacher-head", "train-16k-teacher-head-no-dropout",
-            "train-16k-like-dev-teacher-head"} & set(args.variants) and not (
+    head_variants = {"teacher-head", "train-16k-teacher-head", "train-16k-like-dev-teacher-head",
+                     "teacher-head-tinybert-t1", "teacher-head-intermediate"}
+    starts |= {variant: root / "start-teacher-head" for variant in head_variants}
+    if (head_variants | {"train-16k-teacher-head-no-dropout"}) & set(args.variants) and not (
             starts["teacher-head"] / "config.json").is_file():
         build_from_teacher(candidate, teacher, task, starts["teacher-head"], replace(context, head="teacher"))
     starts["train-16k-teacher-head-no-dropout"] = root / "start-teacher-head-no-dropout"

@@ -21,6 +21,7 @@ import distill_glue  # noqa: E402
 import gpu_bundle  # noqa: E402
 import mobilebert_ablation  # noqa: E402
 import mobilebert_gpu  # noqa: E402
+import recipe_ablation  # noqa: E402
 import step_runner  # noqa: E402
 import teacher_glue  # noqa: E402
 
@@ -58,6 +59,24 @@ def test_compare_rerun_of_one_seed_uses_the_tolerance():
     assert not failed["reproduced"] and failed["noise_source"] == "--tolerance (one recorded seed)"
     same = common.compare_rerun(57.0, [], 57.0, tolerance=0.0)
     assert same["reproduced"] and same["summary"] == "recorded 57.00, rerun 57.00 (+0.00): identical"
+
+
+def test_the_intermediate_variant_gives_a_quarter_of_the_steps_to_tinyberts_intermediate_stage(tmp_path):
+    from kdbert.compress.recipes import SearchSettings
+    from kdbert.families.registry import Candidate
+
+    candidate = Candidate("bert-2x384-ffn384", "hf", (), build=None)
+    settings = SearchSettings(seed=42)
+
+    def options(variant):
+        return recipe_ablation.search_options(candidate, settings, 1200, "t", tmp_path / "start", tmp_path / "cache",
+                                              variant)
+
+    both, alone, search = options("teacher-head-intermediate"), options("teacher-head-tinybert-t1"), options("teacher-head")
+    assert (both["method"], both["intermediate_max_steps"], both["intermediate_lr"]) == ("tinybert", 300, 1e-4)
+    assert not both.get("skip_intermediate") and alone["skip_intermediate"] and alone["method"] == "tinybert"
+    assert search["method"] == "kd" and "intermediate_max_steps" not in search
+    assert both["max_steps"] == alone["max_steps"] == search["max_steps"]  # the search's schedule, paused at 1,200
 
 
 def test_augmented_runs_get_the_steps_of_the_runs_on_the_original_rows():
