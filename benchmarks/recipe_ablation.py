@@ -128,6 +128,7 @@ shared store, instead of the PyTorch teacher's computed beside it; "train-16k-*"
 
 
 TINYBERT_ONLY = ("head_average", "skip_intermediate", "intermediate_max_steps", "intermediate_lr")
+KD_ONLY = ("freeze_word_embeddings",)  # TinyBERT's stages train the word embeddings
 
 
 def search_options(candidate, settings: SearchSettings, steps: int, teacher: str, start: Path, cache: Path,
@@ -159,6 +160,8 @@ def search_options(candidate, settings: SearchSettings, steps: int, teacher: str
     if VARIANTS[variant] == "intermediate":  # the paper's two stages within the same steps: a quarter matching
         options |= {"method": "tinybert", "head_average": True, "intermediate_max_steps": steps // 4,
                     "intermediate_lr": settings.learning_rate}  # layers (compress's --intermediate-share's stage)
+    if options.get("method") == "tinybert":
+        options = {k: v for k, v in options.items() if k not in KD_ONLY}
     return options
 
 

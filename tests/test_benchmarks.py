@@ -75,6 +75,8 @@ def test_the_intermediate_variant_gives_a_quarter_of_the_steps_to_tinyberts_inte
     both, alone, search = options("teacher-head-intermediate"), options("teacher-head-tinybert-t1"), options("teacher-head")
     assert (both["method"], both["intermediate_max_steps"], both["intermediate_lr"]) == ("tinybert", 300, 1e-4)
     assert not both.get("skip_intermediate") and alone["skip_intermediate"] and alone["method"] == "tinybert"
+    assert "freeze_word_embeddings" not in both and "freeze_word_embeddings" not in alone  # kd's alone
+    assert search["freeze_word_embeddings"] is True
     assert search["method"] == "kd" and "intermediate_max_steps" not in search
     assert both["max_steps"] == alone["max_steps"] == search["max_steps"]  # the search's schedule, paused at 1,200
 
