@@ -36,7 +36,7 @@ in turns what the longest one of the timing phase took (else ``TURNS`` rounds of
 timing and the candidate's, :func:`turns_seconds`); the threads row one
 candidate timing; the agreement the teacher's dev pass times the ratio; all of it
 ``RESERVE_FACTOR`` times, for the machine's slower spells; twice the export and timing where a
-candidate that can win was admitted near the speedup asked (:func:`checks_to_reserve`), and a timing
+candidate that can win may time below the speedup asked as shipped (:func:`checks_to_reserve`), and a timing
 more, so that a narrow miss can be timed again and the next still be checked when it times below
 the speed asked as shipped. What is estimated and measured is in
 the report (``budget``). A rerun gets a fresh ``M`` from its own start; what earlier runs of the
@@ -81,6 +81,11 @@ SHIP_CHANCE = 0.75
 # timing of a minute's machine decided the main job's bert-2x384-ffn192, 4.53x in turns at admission, too slow at
 # 3.95x, and a 200-step fallback shipped at 89.4% of the teacher (2026-12-02).
 NARROW_MISS = SHIPPED_SPREAD
+# The chance to ship at the target below which the finishing reserves a second check (checks_to_reserve). Within
+# SHIP_LINE_BAND alone (a chance under 70%) left winners admitted at 4.6-5.2x with one: on the AVX-512 machine the
+# main job's bert-2x384-ffn384 admitted at 4.73x (79%) ran with one, and one admitted at 5.40x timed 3.94x as shipped
+# (2026-12-02); a second check costs the search about 30 s of the main job's 8 minutes.
+CHECK_CHANCE = 0.95
 TEACHER_EXPORT_SHARE = 0.2  # of the budget, the most the teacher's export spends on static int8 methods
 # Of the time from the candidates' timing to the search's latest end, the most their timing takes: in the
 # main job's 6 minutes, 22 candidates timed (10 of them again in turns) left the search none; at half,
@@ -200,10 +205,12 @@ def narrowly_missed(speedup: float, latency_ms: float, target_speedup: float | N
 
 def checks_to_reserve(speedups: list[float], target_speedup: float | None) -> int:
     """How many candidates the finishing reserves time to export and check: two where one that can win
-    (``speedups``: theirs as admitted) is within :data:`SHIP_LINE_BAND` above ``target_speedup``, so
-    that when it times below the target as shipped the next is checked
-    (:func:`~kdbert.compress.ship.ship_checked`); else one."""
-    return 2 if any(near_ship_line(s, target_speedup) for s in speedups) else 1
+    (``speedups``: theirs as admitted) ships at ``target_speedup`` with less than :data:`CHECK_CHANCE`
+    (:func:`ship_chance`: below 5.16x at a 4x target), so that when it times below the target as
+    shipped it can be timed again and the next checked (:func:`~kdbert.compress.ship.ship_checked`);
+    else one."""
+    return 2 if target_speedup is not None and any(
+        ship_chance(s, target_speedup) < CHECK_CHANCE for s in speedups) else 1
 
 
 def after_export_seconds(teacher: dict, ratio: float, teacher_dev_seconds: float, every_core: bool) -> float:
