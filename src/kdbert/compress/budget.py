@@ -83,8 +83,9 @@ SHIP_CHANCE = 0.75
 NARROW_MISS = SHIPPED_SPREAD
 # The chance to ship at the target below which the finishing reserves a second check (checks_to_reserve). Within
 # SHIP_LINE_BAND alone (a chance under 70%) left winners admitted at 4.6-5.2x with one: on the AVX-512 machine the
-# main job's bert-2x384-ffn384 admitted at 4.73x (79%) ran with one, and one admitted at 5.40x timed 3.94x as shipped
-# (2026-12-02); a second check costs the search about 30 s of the main job's 8 minutes.
+# main job's bert-2x384-ffn384 admitted at 4.73x (79%) ran with one (2026-12-02). The odds, not a guarantee: one
+# admitted at 5.40x (98%) timed 3.94x as shipped. A second check costs the search about 30 s of the main job's 8
+# minutes.
 CHECK_CHANCE = 0.95
 TEACHER_EXPORT_SHARE = 0.2  # of the budget, the most the teacher's export spends on static int8 methods
 # Of the time from the candidates' timing to the search's latest end, the most their timing takes: in the
