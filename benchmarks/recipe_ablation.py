@@ -79,7 +79,7 @@ VARIANTS = {
     "train-16k-bottom-layers": FIRST_16K,  # ... from the bottom-layers start
     "teacher-head": {},  # the search's options from the even start with the teacher's task head (compress's default)
     "teacher-head-tinybert-t1": "tinybert-t1",  # ... TinyBERT's prediction stage alone (soft CE, T=1)
-    "teacher-head-intermediate": "intermediate",  # ... its intermediate stage for a quarter of the steps, then that
+    "teacher-head-intermediate": "intermediate",  # ... its intermediate stage a quarter of the steps, then t1's
     "train-16k-teacher-head": FIRST_16K,  # ... the same on the main job's rows
     "train-16k-teacher-head-no-dropout": FIRST_16K,  # ... with the student's dropout off
     # ... 16,000 rows drawn like dev's lengths (SST-2: sentence-like, 17.6 words where the first 16,000 have 9.5)

@@ -545,7 +545,8 @@ def quickstart_seeds_section() -> list[str]:
              "|---|---:|---|---:|---:|---:|---:|---|"]
     for key, r in sorted(records.items()):
         lines += [f"| {key} | {seed} | {row['winner']} | {row['steps']:,} | {row['speedup']:.2f}x | {row['kept_dev']:.1f}% "
-                  f"| {row['kept_decide']:.1f}% | {_seconds(row)} |" for seed, row in r["seeds"].items()]
+                  f"| {row['kept_decide']:.1f}% | {row['seconds']:.0f} / {row['search_seconds']:.0f} |"
+                  for seed, row in r["seeds"].items()]
         lines.append(f"| {key} | mean | | | {r['mean']['speedup']:.2f}x | **{r['mean']['kept_dev']:.1f}%** "
                      f"(sd {r['sd']['kept_dev']:.1f}) | **{r['mean']['kept_decide']:.1f}%** (sd {r['sd']['kept_decide']:.1f}) | |")
     machines = sorted({f"{key}: {r['date']}, {r['machine']}" for key, r in records.items()})
@@ -553,12 +554,6 @@ def quickstart_seeds_section() -> list[str]:
     return lines + ["", f"Measured {'; '.join(machines)}; compress only, alone on 2 threads, every seed on its "
                     "key's recorded teacher. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".", "",
                     note("quickstart-seeds-reading"), ""]
-
-
-def _seconds(row: dict) -> str:
-    """A seed's seconds: compress's and its search's (a record from before the first were kept: the
-    search's alone)."""
-    return f"{row['seconds']:.0f} / {row['search_seconds']:.0f}" if "seconds" in row else f"- / {row['search_seconds']:.0f}"
 
 
 def checkpoint_rule_section() -> list[str]:
