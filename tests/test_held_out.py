@@ -27,6 +27,7 @@ from kdbert.data.glue import Example, TaskData, load_glue_dir
 from kdbert.data.held_out import (HELD_OUT_SEED, hold_out_recorded, lengths_differ, record, row_hash, row_length,
                                   sources_differ, split_decide, uniform_indices, unseen_sources)
 from kdbert.data.load import TaskOptions, hold_out, load_task
+from kdbert.data.nearness import TrainingTexts
 from kdbert.data.tasks import GLUE_TASKS
 from kdbert.errors import KdbertError
 from kdbert.options import build_config
@@ -342,3 +343,41 @@ def test_where_most_rows_are_parts_of_others_whole_rows_are_held_out_and_their_p
     recorded = record(data, 0.1, data.held_out_rule)
     again = hold_out_recorded(TaskData(GLUE_TASKS["sst2"], list(train), {"dev": dev}), recorded, "x")
     assert again.held_out == data.held_out and again.held_out_parts == data.held_out_parts and again.train == data.train
+
+
+def test_nearness_is_the_largest_word_set_jaccard_to_a_training_text_by_hand():
+    train = [Example(("The cat sat on the mat",), 1), Example(("a dog ran",), 0), Example(("the cat sat",), 1)]
+    texts = TrainingTexts(train)
+    # {the, cat, sat, on, mat} against {the, cat, sat}: 3 / 5; against {a, dog, ran}: 0
+    assert texts.nearness([Example(("the CAT sat",), 0)]) == pytest.approx([1.0])
+    assert texts.nearness([Example(("the cat sat on a sofa",), 0)]) == pytest.approx([4 / 7])  # 4 shared of 7 (row 0)
+    assert texts.nearness([Example(("unseen words only",), 0)]) == pytest.approx([0.0])
+    # each training row against the others only: row 0 and row 2 are each other's nearest (3/5), row 1 has none
+    assert texts.nearness(train, leave_out_self=True) == pytest.approx([3 / 5, 0.0, 3 / 5])
+    pair_rows = [Example(("a b", "c d"), 0), Example(("a b", "x y"), 1)]
+    pairs = TrainingTexts(pair_rows)
+    # a pair's nearness is the mean of its texts': "a b" 1.0, "c z" 1/3 (against "c d")
+    assert pairs.nearness([Example(("a b", "c z"), 0)]) == pytest.approx([(1.0 + 1 / 3) / 2])
+    # left out, each row's "a b" finds the other's (1.0) and its second text nothing (0)
+    assert pairs.nearness(pair_rows, leave_out_self=True) == pytest.approx([0.5, 0.5])
+
+
+def test_rows_as_far_from_training_as_dev_are_held_out_where_training_rows_have_siblings():
+    # CoLA's shape: training sentences in groups a word apart (each has siblings in training), a third of them
+    # alone; dev's rows come from elsewhere (no sibling), so a uniform draw would hold out mostly siblings
+    rng = random.Random(0)
+    grouped = [Example((f"g{g} a{g} b{g} c{g} d{g} v{k}",), k % 2) for g in range(300) for k in range(3)]
+    alone = [Example((" ".join(f"s{i}x{k}" for k in range(6)),), i % 2) for i in range(450)]
+    train = grouped + alone
+    rng.shuffle(train)
+    dev = [Example((" ".join(f"d{i}x{k}" for k in range(6)),), i % 2) for i in range(100)]
+    spec = GLUE_TASKS["cola"]
+    assert not lengths_differ(train, dev)
+    data = hold_out(TaskData(spec, list(train), {"dev": dev}), 0.1)
+    assert data.held_out_rule == "nearness-matched" and len(data.held_out) == 135
+    assert all(row.texts[0].startswith("s") for row in data.held_out)  # as far from training as dev's rows
+    # rows whose siblings are as common in dev as in training: uniform, row for row
+    sibling_dev = [Example((f"g{g} a{g} b{g} c{g} d{g} w",), 0) for g in range(0, 300, 5)] + dev[:40]
+    alike = hold_out(TaskData(spec, list(train), {"dev": sibling_dev}), 0.1)
+    chosen = set(uniform_indices(len(train), 135))
+    assert alike.held_out_rule == "uniform" and alike.held_out == [r for i, r in enumerate(train) if i in chosen]

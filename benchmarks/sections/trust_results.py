@@ -295,16 +295,17 @@ def near_duplicates_section() -> list[str]:
     lines = ["## Held-out and dev rows against training: near-duplicates (`benchmarks/near_duplicates.py`)", "",
              "Each row's nearness: the largest word-set Jaccard similarity of each of its texts to a training text, "
              "averaged over its texts; per source, the mean and the share of rows at 0.5 or more.", "",
-             "| task | source | rows that pick | rows that decide | dev |", "|---|---|---:|---:|---:|"]
+             "| task | held-out rule | source | rows that pick | rows that decide | dev |",
+             "|---|---|---|---:|---:|---:|"]
     for task, r in sorted(records.items()):
         splits = ("pick", "decide", "dev")
-        sources = sorted({s for split in splits for s in r[split]["by_source"]})
+        sources = sorted({s for split in splits for s in r[split]["by_source"]} - {"-"})  # "-": rows with none
         for source in ["all", *sources]:
             cells = []
             for split in splits:
                 row = r[split]["all"] if source == "all" else r[split]["by_source"].get(source)
                 cells.append(f"{row['mean']:.3f} ({100 * row['share_at_0.5']:.0f}%, {row['rows']})" if row else "-")
-            lines.append(f"| {task} | {source} | " + " | ".join(cells) + " |")
+            lines.append(f"| {task} | {r.get('held_out_rule', '-')} | {source} | " + " | ".join(cells) + " |")
     machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
     commands = sorted({r["command"] for r in records.values()})
     return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands)
