@@ -14,6 +14,7 @@ from paths import CORPUS, GLUE_DIR, WORD_VECTORS, run_folder
 from kdbert.augment.tinybert import BATCH_TOKENS
 from kdbert.cli.augment import augment_task
 from kdbert.core.pooling import pooling_of
+from kdbert.data.held_out import read_record
 from kdbert.data.load import TaskOptions
 from kdbert.methods.finetune import FinetuneConfig, finetune
 
@@ -55,13 +56,15 @@ def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_d
     report = finetune(TaskOptions(task, data_dir=data_dir, held_out_fraction=held_out_fraction), config,
                       resume=resume)
     overrides.update({"held_out_fraction": held_out_fraction} if held_out_fraction else {})
+    recorded = read_record(out)  # the rule that drew its held-out rows (teacher_best.py compares within one)
     return {"task": task, "budget": budget, "overrides": overrides, "tuning": bool(tuning),
             "metrics": report["best_metrics"], "train_seconds": report["train_seconds"], "output_dir": str(out),
             "command": f"python benchmarks/teacher_glue.py --budget {budget} --tasks {task}"
                        + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in sorted(tuning.items())),
             "hyperparameters": {k: report["config"][k] for k in ("epochs", "learning_rate", "batch_size", "max_seq_len")},
             "precision": report["runtime"]["mixed_precision"], "resumed": resume,
-            "pooling": pooling_of(AutoConfig.from_pretrained(out)), **machine_info()}
+            "pooling": pooling_of(AutoConfig.from_pretrained(out)),
+            **({"held_out_rule": recorded["rule"]} if recorded else {}), **machine_info()}
 
 
 ROWS = {"cola": 4000, "sst2": 4000, "mrpc": 1000, "stsb": 2000, "rte": 1000}

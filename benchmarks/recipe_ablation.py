@@ -26,10 +26,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from common import machine_info, save_result
-from paths import GLUE_DIR, IMDB_DIR, run_folder
+from paths import GLUE_DIR, IMDB_DIR, NLTK_DATA, run_folder
 
 from transformers import AutoConfig
 
+from kdbert.compress.augment import AugmentSettings, write_augmented_rows
 from kdbert.compress.build import build_from_teacher
 from kdbert.compress.transfer import sentences
 from kdbert.core.teacher_logits import shared_store_folder
@@ -80,6 +81,7 @@ VARIANTS = {
     "teacher-head": {},  # the search's options from the even start with the teacher's task head (compress's default)
     "teacher-head-tinybert-t1": "tinybert-t1",  # ... TinyBERT's prediction stage alone (soft CE, T=1)
     "teacher-head-intermediate": "intermediate",  # ... its intermediate stage a quarter of the steps, then t1's
+    "teacher-head-augmented": {},  # ... and the versions of its training rows compress's --augment writes
     "train-16k-teacher-head": FIRST_16K,  # ... the same on the main job's rows
     "train-16k-teacher-head-no-dropout": FIRST_16K,  # ... with the student's dropout off
     # ... 16,000 rows drawn like dev's lengths (SST-2: sentence-like, 17.6 words where the first 16,000 have 9.5)
@@ -115,7 +117,7 @@ main job's rows) the teacher's first M (:func:`kdbert.families.selection.first_l
 prefix of its network; "teacher-head" (and "train-16k-teacher-head") starts "even" with the teacher's task head's output layer on the
 start's hidden units, where weight selection leaves it fresh: compress's default since 2026-12-01 (``--head
 teacher``), while this study's "even" start, and so its "search" runs, keep the fresh head they were recorded with;
-"train-16k-teacher-head-no-dropout" the same start with the student's dropout off (0.1 in the teacher's config). "teacher-head-tinybert-t1" and "teacher-head-intermediate" read that start too: TinyBERT's prediction stage alone, and its two stages within the same steps (a quarter of them matching embeddings, attention and hidden states through the layer map, compress's ``--intermediate-share`` stage, then that prediction stage): the intermediate stage's share at equal steps. "train-16k-like-dev-teacher-head" the same start on 16,000 rows drawn like dev's lengths (``--train-subset like-dev``, the default since 2026-12-02), where the other "train-16k-*" read the file's first 16,000. "imdb-sentences" adds ``--unlabelled-rows``
+"train-16k-teacher-head-no-dropout" the same start with the student's dropout off (0.1 in the teacher's config). "teacher-head-tinybert-t1" and "teacher-head-intermediate" read that start too: TinyBERT's prediction stage alone, and its two stages within the same steps (a quarter of them matching embeddings, attention and hidden states through the layer map, compress's ``--intermediate-share`` stage, then that prediction stage): the intermediate stage's share at equal steps. "teacher-head-augmented" reads that start too and distils on the training rows and the new versions of them that compress's ``--augment bert`` writes (:func:`kdbert.compress.augment.write_augmented_rows`: the distilled BiLSTM's masking, same-POS swaps and n-gram fragments, up to ``--augment-copies`` a row and ``--augment-max-rows`` in all, made once with seed 0), labelled by the teacher into the store its training rows are in, as the search's ``-aug`` variants distil. "train-16k-like-dev-teacher-head" the same start on 16,000 rows drawn like dev's lengths (``--train-subset like-dev``, the default since 2026-12-02), where the other "train-16k-*" read the file's first 16,000. "imdb-sentences" adds ``--unlabelled-rows``
 sentences of IMDb's 50,000 unlabelled reviews (SST-2's domain, whole sentences as its dev set holds, where
 its training rows are mostly phrases), cut as ``--transfer-text`` cuts lines, labelled by the teacher (its
 export, with ``--teacher-onnx``) into the store its training rows are in. "sentence" adds kd's sentence
@@ -179,6 +181,16 @@ def imdb_sentences(out: Path, rows: int, data_dir: str | None) -> Path:
     return out
 
 
+def augmented_rows(out: Path, task: TaskOptions, copies: int, max_rows: int) -> Path:
+    """``out/augmented.jsonl``: new versions of ``task``'s training rows (those left after its hold-out),
+    made once with seed 0 as compress's ``--augment`` makes them (a rerun reuses the file)."""
+    data = load_task(task)
+    settings = AugmentSettings(kinds=("bert",), copies=copies, max_rows=max_rows, nltk_data=NLTK_DATA)
+    facts = write_augmented_rows(data.train, list(data.spec.text_fields), out, settings, seed=0, affordable=max_rows)
+    print(f"augmented: {facts['rows']:,} new rows from {facts['augmented_rows']:,} training rows", flush=True)
+    return out / "augmented.jsonl"
+
+
 def cls_start(start: Path, out: Path) -> None:
     """A copy of ``start`` whose config records no pooling, so its classifier reads [CLS] through the pooler."""
     if pooling_of(AutoConfig.from_pretrained(start)) != "mean":
@@ -223,6 +235,8 @@ def main() -> None:
     parser.add_argument("--key-suffix", default="", help="after the task in the results' keys (e.g. a new teacher's)")
     parser.add_argument("--unlabelled-rows", type=int, default=30000, help="imdb-sentences: how many sentences")
     parser.add_argument("--imdb-dir", default=IMDB_DIR, help="imdb-sentences: the IMDb archives' folder")
+    parser.add_argument("--augment-copies", type=int, default=20, help="teacher-head-augmented: versions a row at most")
+    parser.add_argument("--augment-max-rows", type=int, default=50000, help="teacher-head-augmented: versions in all")
     args = parser.parse_args()
     teacher = args.teacher or run_folder(f"teacher-{args.task}")
     task, _ = held_out_task(teacher, TaskOptions(task=args.task, data_dir=args.data_dir), trained_on_all=False)
@@ -265,7 +279,7 @@ def main() -> None:
             starts["bottom-layers"] / "config.json").is_file():
         build_from_teacher(candidate, teacher, task, starts["bottom-layers"], replace(context, layer_map="bottom"))
     head_variants = {"teacher-head", "train-16k-teacher-head", "train-16k-like-dev-teacher-head",
-                     "teacher-head-tinybert-t1", "teacher-head-intermediate"}
+                     "teacher-head-tinybert-t1", "teacher-head-intermediate", "teacher-head-augmented"}
     starts |= {variant: root / "start-teacher-head" for variant in head_variants}
     if (head_variants | {"train-16k-teacher-head-no-dropout"}) & set(args.variants) and not (
             starts["teacher-head"] / "config.json").is_file():
@@ -282,6 +296,8 @@ def main() -> None:
                + (f" --teacher {args.teacher}" if args.teacher else "")
                + (f" --teacher-onnx {args.teacher_onnx}" if args.teacher_onnx else "")
                + (f" --unlabelled-rows {args.unlabelled_rows}" if "imdb-sentences" in args.variants else "")
+               + (f" --augment-copies {args.augment_copies} --augment-max-rows {args.augment_max_rows}"
+                  if "teacher-head-augmented" in args.variants else "")
                + (f" --word-vectors {args.word_vectors}" if not starts_from_teacher(candidate) else ""))
     for seed in args.seeds:  # every variant of a seed before the next seed: pairs compare as they come
         for variant in args.variants:
@@ -298,6 +314,11 @@ def main() -> None:
                     unlabelled = imdb_sentences(root.parent / f"imdb-sentences-{args.unlabelled_rows}.jsonl",
                                                 args.unlabelled_rows, args.imdb_dir)
                     run_task = replace(task, unlabelled=str(unlabelled))
+                    options["logits_cache"] = str(shared_store_folder())
+                if variant == "teacher-head-augmented":  # the same rows for every seed, labelled once into the store
+                    rows = augmented_rows(root.parent / f"augmented-{args.augment_copies}-{args.augment_max_rows}",
+                                          task, args.augment_copies, args.augment_max_rows)
+                    run_task = replace(task, unlabelled=str(rows))
                     options["logits_cache"] = str(shared_store_folder())
                 report = distill_task(run_task, options, str(out), overwrite=True, pause_at_step=args.steps)
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 0.1 GB a run; nothing continues it

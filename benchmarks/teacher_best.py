@@ -30,9 +30,18 @@ TUNING = ("epochs", "held_out_fraction", "learning_rate")  # teacher_glue.py's o
 
 def tuning_runs(records: dict, task: str) -> dict:
     """The task's recorded runs that held rows out (``--budget full``, tuned), whether or not their
-    folders are still on this machine: the choice is the record's."""
-    return {key: run for key, run in records.items()
+    folders are still on this machine: the choice is the record's. Scores on held-out rows compare only
+    over the same rows: where some runs record the rule that drew theirs (``held_out_rule``, recorded
+    since 2026-12-02), the runs of the rule most of them record (the latest build's on a tie) compete;
+    the others, from before, only where none records one."""
+    runs = {key: run for key, run in records.items()
             if key.startswith(f"{task}/full-") and run.get("overrides", {}).get("held_out_fraction")}
+    rules = [run["held_out_rule"] for run in sorted(runs.values(), key=lambda r: r.get("date", ""))
+             if "held_out_rule" in run]
+    if not rules:
+        return runs
+    rule = max(reversed(rules), key=rules.count)
+    return {key: run for key, run in runs.items() if run.get("held_out_rule") == rule}
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ import mobilebert_ablation  # noqa: E402
 import mobilebert_gpu  # noqa: E402
 import recipe_ablation  # noqa: E402
 import step_runner  # noqa: E402
+import teacher_best  # noqa: E402
 import teacher_glue  # noqa: E402
 
 from conftest import tiny_bert_config, write_glue_task  # noqa: E402
@@ -79,6 +80,22 @@ def test_the_intermediate_variant_gives_a_quarter_of_the_steps_to_tinyberts_inte
     assert search["freeze_word_embeddings"] is True
     assert search["method"] == "kd" and "intermediate_max_steps" not in search
     assert both["max_steps"] == alone["max_steps"] == search["max_steps"]  # the search's schedule, paused at 1,200
+
+
+def test_teachers_compete_on_held_out_rows_drawn_by_one_rule():
+    def run(date, rule=None, fraction=0.1):
+        return {"date": date, "overrides": {"held_out_fraction": fraction}, **({"held_out_rule": rule} if rule else {})}
+
+    before = {"cola/full-a": run("2026-12-01"), "cola/full-b": run("2026-12-01"), "cola/cpu": run("2026-11-20"),
+              "cola/full-all": run("2026-11-20", fraction=0.0), "mrpc/full-a": run("2026-12-01")}
+    assert set(teacher_best.tuning_runs(before, "cola")) == {"cola/full-a", "cola/full-b"}  # no rule recorded: all
+    after = {**before, "cola/full-a": run("2026-12-02", "nearness-matched")}
+    assert set(teacher_best.tuning_runs(after, "cola")) == {"cola/full-a"}  # the rows the others held out differ
+    # the rule most runs record; on a tie the latest build's
+    tie = {**after, "cola/full-b": run("2026-12-03", "uniform")}
+    assert set(teacher_best.tuning_runs(tie, "cola")) == {"cola/full-b"}
+    most = {**tie, "cola/full-c": run("2026-12-01", "nearness-matched")}
+    assert set(teacher_best.tuning_runs(most, "cola")) == {"cola/full-a", "cola/full-c"}
 
 
 def test_augmented_runs_get_the_steps_of_the_runs_on_the_original_rows():
