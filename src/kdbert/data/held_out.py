@@ -230,8 +230,9 @@ def held_out_indices(data: TaskData, fraction: float) -> tuple[list[int], str, l
         return source_matched_indices(data.train, dev, count), "source-matched", []
     if not lengths_differ(data.train, dev):
         shift = nearness_shift(data.train, dev)
-        if shift is not None:
-            return decile_matched_indices(*shift, count), "nearness-matched", []
+        matched = decile_matched_indices(*shift, count) if shift is not None else []
+        if matched:  # none where no training row sits as far as dev's (SQuAD: every context repeats): uniform
+            return matched, "nearness-matched", []
         return uniform_indices(len(data.train), count), "uniform", []
     whole = whole_rows(data.train)
     if whole is None:
