@@ -231,9 +231,9 @@ def candidate_agreements(record: dict) -> list[dict]:
 
 
 def agreement_section() -> list[str]:
-    """Dev against the rows that decide for every candidate of the 4x searches against the tuned teachers
-    (``-trust-tuned``, ``-trust-shipped``, ``-trust-source``, ``-trust-ffn``, ``-trust-collection``,
-    ``-trust-order``, ``-trust-head``, ``-trust-near``), per task, held-out rule and family, the searches of each pooled."""
+    """Dev against the rows that decide for every candidate of the 4x searches under the current rules
+    (``-trust-<suffix>`` for each of :data:`CURRENT_TRUST_SUFFIXES`), per task, held-out rule and family,
+    the searches of each pooled."""
     keys = sorted(key for key in load_results("compress")
                   if "/x4-trust-" in key and key.rsplit("-", 1)[-1] in CURRENT_TRUST_SUFFIXES)
     if not keys:
