@@ -10,6 +10,12 @@ reused), with the same steps: where the search trained it in segments (``report[
 Records, in ``benchmarks/results/compress_seeds.json`` under ``--key``
 (the search's key in ``compress.json``), the held-out (picking and deciding) and dev (PyTorch) scores of every seed, the
 search's own run included under its seed. The reruns read the teacher outputs the search stored.
+
+Where the search's folder is gone, ``--from-ablation TASK/CANDIDATE/STEPS/VARIANT`` records the seeds
+``recipe_ablation.py`` ran of the winner's start and recipe instead, provided one of them reproduces the
+winner's score on the deciding rows (the same predictions there), so that they are the winner's run::
+
+    python benchmarks/compress_seeds.py --key cola/x4-trust-near --from-ablation cola-near/bert-2x384/1200/teacher-head
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from common import machine_info, save_result
+from common import load_results, machine_info, save_result
 from paths import GLUE_DIR
 
 from kdbert.data.load import TaskOptions
@@ -75,13 +81,45 @@ def rerun(run: Path, seed: int, out: Path, data_dir: str, search: Path, pause_st
     return scores(report)
 
 
+def from_ablation(key: str, prefix: str) -> dict:
+    """The record of ``recipe_ablation.py``'s runs under ``prefix`` (``TASK/CANDIDATE/STEPS/VARIANT``) as
+    the seeds of the search ``key``'s winner; refused unless the candidate and steps are the winner's
+    and one run's deciding score is the winner's (to 1e-9)."""
+    winner = load_results("compress")[key]["winner"]
+    _, candidate, steps, _ = prefix.split("/")
+    runs = {k.rsplit("/seed", 1)[1]: r for k, r in load_results("recipe_ablation").items()
+            if k.rsplit("/", 1)[0] == prefix}
+    if (candidate, int(steps)) != (winner["candidate"], winner["steps"]) or not runs:
+        raise SystemExit(f"--from-ablation {prefix}: not the winner of {key} ({winner['candidate']} at "
+                         f"{winner['steps']} steps) or no runs recorded")
+    if not any(abs(r["decide"] - winner["decide_score"]) < 1e-9 for r in runs.values()):
+        raise SystemExit(f"--from-ablation {prefix}: no run reproduces the winner's deciding score "
+                         f"{winner['decide_score']:.4f}; rerun the search's folder with --search")
+    dev = [r["dev"] for r in runs.values()]
+    first = next(iter(runs.values()))
+    return {"date": first["date"], "machine": first["machine"], "torch": first.get("torch"),
+            "candidate": candidate, "steps": int(steps), "run": winner["run"],
+            "seeds": {seed: {"held_out": r["held_out"], "dev": r["dev"], "decide": r["decide"]}
+                      for seed, r in sorted(runs.items())},
+            "dev_mean": statistics.mean(dev), "dev_std": statistics.stdev(dev) if len(dev) > 1 else 0.0,
+            "runs": first["command"],
+            "command": f"python benchmarks/compress_seeds.py --key {key} --from-ablation {prefix}"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--search", required=True, help="a compress output folder with compress_report.json")
+    parser.add_argument("--search", help="a compress output folder with compress_report.json")
     parser.add_argument("--key", required=True, help="the search's key in compress.json, e.g. sst2/x8")
     parser.add_argument("--seeds", type=int, nargs="+", default=[43, 44])
     parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--from-ablation", metavar="TASK/CANDIDATE/STEPS/VARIANT",
+                        help="record recipe_ablation.py's seeds of the winner's run instead of rerunning it")
     args = parser.parse_args()
+    if args.from_ablation:
+        save_result("compress_seeds", args.key, from_ablation(args.key, args.from_ablation))
+        return
+    if not args.search:
+        parser.error("give --search (the search's folder) or --from-ablation")
     search = Path(args.search)
     report = json.loads((search / "compress_report.json").read_text())
     winner = report["winner"]
