@@ -57,8 +57,10 @@ def main() -> None:
     parser.add_argument("--first-steps", type=int, default=300)
     parser.add_argument("--word-vectors", default=WORD_VECTORS, help="the BiLSTM candidates' word vectors ('' for none)")
     parser.add_argument("--intermediate-share", type=float, default=0.0)
-    parser.add_argument("--pooling", default=CompressConfig.pooling, choices=("teacher", "pair"),
+    parser.add_argument("--pooling", default=CompressConfig.pooling, choices=("auto", "teacher", "pair"),
                         help="what the BERT-style candidates' heads read (compress --pooling)")
+    parser.add_argument("--selection", default=CompressConfig.selection, choices=("even", "ends", "bottom", "importance"),
+                        help="which of the teacher's units the cut candidates keep (compress --selection)")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--batch-size", type=int, default=32, help="the token-level candidates' batch size")
     parser.add_argument("--max-train-examples", type=int, help="distil on the first N training rows only")
@@ -81,6 +83,7 @@ def main() -> None:
                             augment=args.augment, nltk_data=args.nltk_data if args.augment else None,
                             transfer_text=args.transfer_text, students_store=args.students_store,
                             no_general_students=args.no_general_students, pooling=args.pooling,
+                            selection=args.selection,
                             max_train_examples=args.max_train_examples)
     started = time.time()
     report = compress(TaskOptions(args.task, data_dir=args.data_dir), config, out)
@@ -101,6 +104,7 @@ def main() -> None:
                + (f" --students-store {args.students_store}" if args.students_store else "")
                + (" --no-general-students" if args.no_general_students else "")
                + (f" --pooling {args.pooling}" if args.pooling != CompressConfig.pooling else "")
+               + (f" --selection {args.selection}" if args.selection != CompressConfig.selection else "")
                + (f" --teacher {args.teacher}" if args.teacher != run_folder("teacher-{task}") else "")
                + (f" --key-suffix={args.key_suffix} --output-dir {out}" if args.key_suffix else ""))
     save_result("compress", f"{args.task}/x{args.target_speedup:g}{args.key_suffix}",

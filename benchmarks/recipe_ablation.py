@@ -61,6 +61,8 @@ VARIANTS = {
     "regression-teacher": {"regression_target": "teacher"},
     "even": "even",  # the search's options from a start of evenly spaced teacher units (compress --selection even)
     "importance": "importance",  # ... from the teacher's units ranked by importance (compress --selection importance)
+    "importance-teacher-head": {},  # ... and the teacher's task head (compress's default head since 2026-12-01)
+    "importance-teacher-pooling-teacher-head": {},  # ... a pair read as one sequence, pooled as the teacher
     "cls-pooling": "cls-pooling",  # ... from the even start classifying from [CLS] through the pooler, not the mean
     "pair-pooling": "pair-pooling",  # ... from the even start reading a pair's two sentences' means multiplied
     "teacher-pooling": "teacher-pooling",  # ... from the even start pooling as the teacher, a pair read as one sequence
@@ -82,6 +84,7 @@ VARIANTS = {
     "teacher-head-tinybert-t1": "tinybert-t1",  # ... TinyBERT's prediction stage alone (soft CE, T=1)
     "teacher-head-intermediate": "intermediate",  # ... its intermediate stage a quarter of the steps, then t1's
     "teacher-head-augmented": {},  # ... and the versions of its training rows compress's --augment writes
+    "teacher-pooling-teacher-head": {},  # a pair read as one sequence, pooled as the teacher, with its task head
     "train-16k-teacher-head": FIRST_16K,  # ... the same on the main job's rows
     "train-16k-teacher-head-no-dropout": FIRST_16K,  # ... with the student's dropout off
     # ... 16,000 rows drawn like dev's lengths (SST-2: sentence-like, 17.6 words where the first 16,000 have 9.5)
@@ -117,7 +120,10 @@ main job's rows) the teacher's first M (:func:`kdbert.families.selection.first_l
 prefix of its network; "teacher-head" (and "train-16k-teacher-head") starts "even" with the teacher's task head's output layer on the
 start's hidden units, where weight selection leaves it fresh: compress's default since 2026-12-01 (``--head
 teacher``), while this study's "even" start, and so its "search" runs, keep the fresh head they were recorded with;
-"train-16k-teacher-head-no-dropout" the same start with the student's dropout off (0.1 in the teacher's config). "teacher-head-tinybert-t1" and "teacher-head-intermediate" read that start too: TinyBERT's prediction stage alone, and its two stages within the same steps (a quarter of them matching embeddings, attention and hidden states through the layer map, compress's ``--intermediate-share`` stage, then that prediction stage): the intermediate stage's share at equal steps. "teacher-head-augmented" reads that start too and distils on the training rows and the new versions of them that compress's ``--augment bert`` writes (:func:`kdbert.compress.augment.write_augmented_rows`: the distilled BiLSTM's masking, same-POS swaps and n-gram fragments, up to ``--augment-copies`` a row and ``--augment-max-rows`` in all, made once with seed 0), labelled by the teacher into the store its training rows are in, as the search's ``-aug`` variants distil. "train-16k-like-dev-teacher-head" the same start on 16,000 rows drawn like dev's lengths (``--train-subset like-dev``, the default since 2026-12-02), where the other "train-16k-*" read the file's first 16,000. "imdb-sentences" adds ``--unlabelled-rows``
+"train-16k-teacher-head-no-dropout" the same start with the student's dropout off (0.1 in the teacher's config). "teacher-head-tinybert-t1" and "teacher-head-intermediate" read that start too: TinyBERT's prediction stage alone, and its two stages within the same steps (a quarter of them matching embeddings, attention and hidden states through the layer map, compress's ``--intermediate-share`` stage, then that prediction stage): the intermediate stage's share at equal steps. "teacher-head-augmented" reads that start too and distils on the training rows and the new versions of them that compress's ``--augment bert`` writes (:func:`kdbert.compress.augment.write_augmented_rows`: the distilled BiLSTM's masking, same-POS swaps and n-gram fragments, up to ``--augment-copies`` a row and ``--augment-max-rows`` in all, made once with seed 0), labelled by the teacher into the store its training rows are in, as the search's ``-aug`` variants distil. "teacher-pooling-teacher-head" reads a pair as one sequence pooled as the teacher
+pools ("teacher-pooling") and starts with the teacher's head, which pair pooling's cosine head replaces;
+"importance-teacher-head" starts from the units and layers ranked by importance ("importance") with the teacher's head,
+"importance-teacher-pooling-teacher-head" the same reading a pair as one sequence. "train-16k-like-dev-teacher-head" the same start on 16,000 rows drawn like dev's lengths (``--train-subset like-dev``, the default since 2026-12-02), where the other "train-16k-*" read the file's first 16,000. "imdb-sentences" adds ``--unlabelled-rows``
 sentences of IMDb's 50,000 unlabelled reviews (SST-2's domain, whole sentences as its dev set holds, where
 its training rows are mostly phrases), cut as ``--transfer-text`` cuts lines, labelled by the teacher (its
 export, with ``--teacher-onnx``) into the store its training rows are in. "sentence" adds kd's sentence
@@ -129,6 +135,8 @@ teacher's tokens the logits ``--teacher-onnx`` (the teacher's int8 export) store
 shared store, instead of the PyTorch teacher's computed beside it; "train-16k-*" on the main job's rows."""
 
 
+RECORDED_POOLING = "pair"  # what a start reads on a pair task unless its variant says: the search's default when
+# these variants were recorded (compress --pooling pair, 2026-11-29 to 2026-12-03)
 TINYBERT_ONLY = ("head_average", "skip_intermediate", "intermediate_max_steps", "intermediate_lr")
 KD_ONLY = ("freeze_word_embeddings",)  # TinyBERT's stages train the word embeddings
 
@@ -252,16 +260,19 @@ def main() -> None:
                           f"{', '.join(offered)}")
     candidate = offered[args.candidate]
     root = Path(args.runs_dir) / args.task / candidate.name
-    starts = {"even": root / "start", "importance": root / "start-importance"}
+    starts = {"even": root / "start", "importance": root / "start-importance",
+              "importance-teacher-head": root / "start-importance-teacher-head",
+              "importance-teacher-pooling-teacher-head": root / "start-importance-teacher-pooling-teacher-head"}
     for selection, start in starts.items() if starts_from_teacher(candidate) else ():
-        if not (start / "config.json").is_file() and (selection == "even" or "importance" in args.variants):
-            ranked = None
-            if selection == "importance":
+        if not (start / "config.json").is_file() and (selection == "even" or selection in args.variants):
+            ranked, head = None, "teacher" if selection.endswith("teacher-head") else context.head
+            if selection.startswith("importance"):
                 model, tokenizer = family_of_folder(teacher).load(Path(teacher))
                 data = load_task(task)
                 ranked = task_importance(model, layout_of(model.config), data.train, tokenizer, data.spec.max_seq_len)
                 print(f"importance: layers dropped in the order {[i + 1 for i in ranked.dropped]}", flush=True)
-            build_from_teacher(candidate, teacher, task, start, replace(context, importance=ranked))
+            build_from_teacher(candidate, teacher, task, start, replace(context, importance=ranked, head=head),
+                               pooling="teacher" if "teacher-pooling" in selection else RECORDED_POOLING)
     if "cls-pooling" in args.variants and not (root / "start-cls" / "config.json").is_file():
         cls_start(starts["even"], root / "start-cls")
     starts["cls-pooling"] = root / "start-cls"
@@ -271,19 +282,27 @@ def main() -> None:
     starts["teacher-pooling"] = root / "start-teacher-pooling"
     if "teacher-pooling" in args.variants and not (starts["teacher-pooling"] / "config.json").is_file():
         build_from_teacher(candidate, teacher, task, starts["teacher-pooling"], context, pooling="teacher")
+    starts["teacher-pooling-teacher-head"] = root / "start-teacher-pooling-teacher-head"
+    if "teacher-pooling-teacher-head" in args.variants and not (
+            starts["teacher-pooling-teacher-head"] / "config.json").is_file():
+        build_from_teacher(candidate, teacher, task, starts["teacher-pooling-teacher-head"],
+                           replace(context, head="teacher"), pooling="teacher")
     starts["ends-layers"] = root / "start-ends"
     if "ends-layers" in args.variants and not (starts["ends-layers"] / "config.json").is_file():
-        build_from_teacher(candidate, teacher, task, starts["ends-layers"], replace(context, layer_map="ends"))
+        build_from_teacher(candidate, teacher, task, starts["ends-layers"], replace(context, layer_map="ends"),
+                           pooling=RECORDED_POOLING)
     starts["bottom-layers"] = starts["train-16k-bottom-layers"] = root / "start-bottom"
     if {"bottom-layers", "train-16k-bottom-layers"} & set(args.variants) and not (
             starts["bottom-layers"] / "config.json").is_file():
-        build_from_teacher(candidate, teacher, task, starts["bottom-layers"], replace(context, layer_map="bottom"))
+        build_from_teacher(candidate, teacher, task, starts["bottom-layers"], replace(context, layer_map="bottom"),
+                           pooling=RECORDED_POOLING)
     head_variants = {"teacher-head", "train-16k-teacher-head", "train-16k-like-dev-teacher-head",
                      "teacher-head-tinybert-t1", "teacher-head-intermediate", "teacher-head-augmented"}
     starts |= {variant: root / "start-teacher-head" for variant in head_variants}
     if (head_variants | {"train-16k-teacher-head-no-dropout"}) & set(args.variants) and not (
             starts["teacher-head"] / "config.json").is_file():
-        build_from_teacher(candidate, teacher, task, starts["teacher-head"], replace(context, head="teacher"))
+        build_from_teacher(candidate, teacher, task, starts["teacher-head"], replace(context, head="teacher"),
+                           pooling=RECORDED_POOLING)
     starts["train-16k-teacher-head-no-dropout"] = root / "start-teacher-head-no-dropout"
     if "train-16k-teacher-head-no-dropout" in args.variants and not (
             starts["train-16k-teacher-head-no-dropout"] / "config.json").is_file():

@@ -407,6 +407,40 @@ def test_compress_pair_pooling_starts_pair_task_students_on_a_fresh_pair_head(pa
         assert not student.classifier.weight.any() and not student.classifier.bias.any()
 
 
+@pytest.mark.parametrize("num_labels, head, expected", [(2, "teacher", "mean"), (1, "teacher", "pair"),
+                                                      (2, "fresh", "pair")])
+def test_compress_auto_pooling_keeps_the_teachers_reading_for_a_classifier_with_its_head(num_labels, head, expected,
+                                                                                        tmp_path, tiny_tokenizer):
+    """compress's default: a classifier cut with the teacher's head reads the pair as the teacher did (one
+    sequence, mean-pooled), so the head it copies reads what it was trained on; a regression and a fresh head
+    are pair-pooled, their heads starting as the cosine."""
+    from kdbert.compress.build import build_from_teacher
+    from kdbert.compress.options import CompressConfig
+    from kdbert.data.load import TaskOptions
+
+    assert CompressConfig.pooling == "auto"
+    teacher = set_pooling(_classifier("bert", len(tiny_tokenizer), **WIDE, type_vocab_size=2, num_labels=num_labels),
+                          "mean")
+    with torch.no_grad():
+        teacher.classifier.bias.fill_(0.25)
+    context = ShapeContext(teacher.config, tiny_tokenizer, num_labels, True, head=head)
+    candidate = next(c for c in HFFamily().candidates(context) if c.name == "bert-1x128")
+    folder = build_from_teacher(candidate, "teacher", TaskOptions("mrpc" if num_labels == 2 else "stsb"),
+                                tmp_path / "start", context, (teacher, tiny_tokenizer))
+    student = load_sequence_classifier(str(folder), num_labels, new_head_ok=True).eval()
+    assert student.config.kdbert_pooling == expected
+    assert json.loads((folder / "student_init.json").read_text())["pooling"] == expected
+    batch = random_batch(student.config.vocab_size, LENGTHS, pair=True)
+    hand = _hand_logits(student, batch) if expected == "mean" else _hand_pair_logits(student, batch)
+    torch.testing.assert_close(_logits(student, batch), hand, rtol=1e-5, atol=1e-5)
+    if expected == "mean":  # the teacher's head on the kept hidden units: its bias, its weights' columns
+        torch.testing.assert_close(student.classifier.bias, teacher.classifier.bias)
+        columns = {tuple(column.tolist()) for column in teacher.classifier.weight.T}
+        assert all(tuple(column.tolist()) in columns for column in student.classifier.weight.T)
+    else:
+        assert not student.classifier.bias.any()
+
+
 def test_compress_pair_pooling_starts_an_mpnet_teachers_students_on_the_separators(tmp_path, tiny_tokenizer):
     from kdbert.compress.build import build_from_teacher
     from kdbert.data.load import TaskOptions

@@ -13,10 +13,13 @@ Where a general student of the candidate's shape was built for the teacher's bas
 classifier stays fresh (a general student's hidden units are not the teacher's, so the teacher's head,
 which a cut from the teacher starts with under ``--head teacher``, would read other units).
 
-With ``pooling`` "pair" on a sentence-pair task, a start whose architecture marks the second
-sentence (:data:`~kdbert.core.pooling.PAIR_POOLED_TYPES`: BERT by its token types, RoBERTa, XLM-R and
-MPNet by their separators; the teacher's students and a ``--student`` or pre-trained candidate alike) encodes the two sentences apart and reads their normalised
-means multiplied, its head starting as their cosine (:func:`~kdbert.core.pooling.pool_pairs`);
+With ``pooling`` "pair" on a sentence-pair task, a start whose architecture marks the second sentence
+(:data:`~kdbert.core.pooling.PAIR_POOLED_TYPES`: BERT by its token types, RoBERTa, XLM-R and MPNet by their
+separators; the teacher's students and a ``--student`` or pre-trained candidate alike) encodes the two
+sentences apart and reads their normalised means multiplied, its head starting as their cosine
+(:func:`~kdbert.core.pooling.pool_pairs`). "auto" does the same, except for a classifier cut from the
+teacher that starts with the teacher's head: that one reads the pair as one sequence, pooled as the
+teacher pools, as its head did (a regression's head starts as the cosine either way).
 ``student_init.json`` records the pooling.
 """
 
@@ -39,9 +42,12 @@ from kdbert.families.selection import LAYER_CHOICES
 __all__ = ["build_from_general", "build_from_teacher"]
 
 
-def _pooled(student, context: ShapeContext, pooling: str):
-    """``student`` pooling pairs where ``pooling`` asks it on a pair task and its architecture can (module doc)."""
-    if pooling == "pair" and context.pair and student.config.model_type in PAIR_POOLED_TYPES:
+def _pooled(student, context: ShapeContext, pooling: str, teacher_head: bool = False):
+    """``student`` pooling pairs where ``pooling`` asks it on a pair task and its architecture can (module doc);
+    ``teacher_head``: the start carries the teacher's task head, which "auto" keeps on a classifier."""
+    keeps_teacher_reading = teacher_head and context.num_labels > 1
+    wanted = pooling == "pair" or (pooling == "auto" and not keeps_teacher_reading)
+    if wanted and context.pair and student.config.model_type in PAIR_POOLED_TYPES:
         pool_pairs(student)
     return student
 
@@ -60,11 +66,12 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
                           "not from the teacher's weights")
     teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
     context = context or shape_context(teacher_dir, task)
-    student = _pooled(candidate.from_teacher(teacher, context), context, pooling)
+    cut = candidate.family == "hf" and candidate.start == "teacher-weights"  # weight selection
+    student = _pooled(candidate.from_teacher(teacher, context), context, pooling, cut and context.head == "teacher")
     tokenizer = load_tokenizer(candidate.tokenizer) if candidate.tokenizer else tokenizer
     report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir),
               "start": candidate.start, "pooling": pooling_of(student.config)}
-    if candidate.family == "hf" and candidate.start == "teacher-weights":  # weight selection
+    if cut:
         report["selection"] = "importance" if context.importance is not None else (
             context.layer_map if context.layer_map in LAYER_CHOICES else "even")
         report["head"] = "cosine (pair pooling)" if pooling_of(student.config) == "pair" else context.head
