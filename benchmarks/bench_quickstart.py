@@ -1,6 +1,7 @@
 """Time the main job (`kdbert quickstart`) and record its teacher-vs-student table.
 
     python benchmarks/bench_quickstart.py            # runs it into runs/quickstart (skips finished steps)
+    python benchmarks/bench_quickstart.py --key sst2-amx   # the same, recorded apart (another CPU kind)
 
 ``--record-only`` records a finished run; its wall time is then the span between the first and
 the last file the run wrote. Results: ``benchmarks/results/quickstart.json``.
@@ -31,6 +32,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default=GLUE_DIR)
     parser.add_argument("--output-dir", default=run_folder("quickstart"))
     parser.add_argument("--record-only", action="store_true")
+    parser.add_argument("--key", help="the result's key (default: the task); e.g. sst2-amx for another CPU kind")
     args = parser.parse_args()
     out = Path(args.output_dir)
     command = ["quickstart", "--task", args.task, "--data-dir", args.data_dir, "--output-dir", str(out), "--no-progress"]
@@ -47,7 +49,7 @@ def main() -> None:
     shipped = report["shipped"]
     kept = {key: shipped.get(key) for key in ("kept_dev", "kept_decide", "decide_score", "decide_se", "margin", "keeps",
                                               "checks")}
-    save_result("quickstart", args.task, {**summary, "wall_seconds": round(seconds), "command": "kdbert " + " ".join(command),
+    save_result("quickstart", args.key or args.task, {**summary, "wall_seconds": round(seconds), "command": "kdbert " + " ".join(command),
                                           "compress": {**kept, "winner": report["winner"]["candidate"],
                                                        "held_out_rows": report["held_out_rows"],
                                                        "decide_rows": report.get("decide_rows"),

@@ -80,6 +80,7 @@ VARIANTS = {
     "train-16k": FIRST_16K,
     "train-16k-frozen-words": {**FIRST_16K, "freeze_word_embeddings": True},  # ... kept as they start
     "train-16k-bottom-layers": FIRST_16K,  # ... from the bottom-layers start
+    "train-16k-bottom-layers-teacher-head": FIRST_16K,  # ... with the teacher's task head
     "teacher-head": {},  # the search's options from the even start with the teacher's task head (compress's default)
     "teacher-head-tinybert-t1": "tinybert-t1",  # ... TinyBERT's prediction stage alone (soft CE, T=1)
     "teacher-head-intermediate": "intermediate",  # ... its intermediate stage a quarter of the steps, then t1's
@@ -117,7 +118,8 @@ the pair read as one sequence, pooled as the teacher pools) is their baseline; "
 the teacher's layers :func:`kdbert.families.selection.ends_and_between` names (6 -> 2: 1 and 6; 6 -> 3: 1, 3, 6)
 where "even" copies the uniform map's (3 and 6; 2, 4, 6); "bottom-layers" (and "train-16k-bottom-layers" on the
 main job's rows) the teacher's first M (:func:`kdbert.families.selection.first_layers`: 6 -> 2: 1 and 2), a
-prefix of its network; "teacher-head" (and "train-16k-teacher-head") starts "even" with the teacher's task head's output layer on the
+prefix of its network, "train-16k-bottom-layers-teacher-head" with the teacher's task head (6 -> 1: layer 1, where
+the uniform map and the importance elimination of the main job's teacher keep 6); "teacher-head" (and "train-16k-teacher-head") starts "even" with the teacher's task head's output layer on the
 start's hidden units, where weight selection leaves it fresh: compress's default since 2026-12-01 (``--head
 teacher``), while this study's "even" start, and so its "search" runs, keep the fresh head they were recorded with;
 "train-16k-teacher-head-no-dropout" the same start with the student's dropout off (0.1 in the teacher's config). "teacher-head-tinybert-t1" and "teacher-head-intermediate" read that start too: TinyBERT's prediction stage alone, and its two stages within the same steps (a quarter of them matching embeddings, attention and hidden states through the layer map, compress's ``--intermediate-share`` stage, then that prediction stage): the intermediate stage's share at equal steps. "teacher-head-augmented" reads that start too and distils on the training rows and the new versions of them that compress's ``--augment bert`` writes (:func:`kdbert.compress.augment.write_augmented_rows`: the distilled BiLSTM's masking, same-POS swaps and n-gram fragments, up to ``--augment-copies`` a row and ``--augment-max-rows`` in all, made once with seed 0), labelled by the teacher into the store its training rows are in, as the search's ``-aug`` variants distil. "teacher-pooling-teacher-head" reads a pair as one sequence pooled as the teacher
@@ -296,6 +298,11 @@ def main() -> None:
             starts["bottom-layers"] / "config.json").is_file():
         build_from_teacher(candidate, teacher, task, starts["bottom-layers"], replace(context, layer_map="bottom"),
                            pooling=RECORDED_POOLING)
+    starts["train-16k-bottom-layers-teacher-head"] = root / "start-bottom-teacher-head"
+    if "train-16k-bottom-layers-teacher-head" in args.variants and not (
+            starts["train-16k-bottom-layers-teacher-head"] / "config.json").is_file():
+        build_from_teacher(candidate, teacher, task, starts["train-16k-bottom-layers-teacher-head"],
+                           replace(context, layer_map="bottom", head="teacher"), pooling=RECORDED_POOLING)
     head_variants = {"teacher-head", "train-16k-teacher-head", "train-16k-like-dev-teacher-head",
                      "teacher-head-tinybert-t1", "teacher-head-intermediate", "teacher-head-augmented"}
     starts |= {variant: root / "start-teacher-head" for variant in head_variants}

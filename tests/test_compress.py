@@ -959,10 +959,10 @@ def test_a_segment_past_the_window_stops_early_scored_and_keeps_the_steps_it_tra
     from kdbert.compress.schedule import Job
 
     settings = SearchSettings(first_steps=6, batch_size=2)
-    plan = _plan(env, ["bert-1x128"], tmp_path, settings, seconds=-1.0)  # --selection even, the default
+    plan = _plan(env, ["bert-1x128"], tmp_path, settings, seconds=-1.0)  # --selection importance, the default
     search.build_starts(plan)
-    assert json.loads((tmp_path / "starts" / "bert-1x128" / "student_init.json").read_text())["selection"] == "even"
-    assert not (tmp_path / "importance.safetensors").exists()  # --selection even ranks nothing
+    assert json.loads((tmp_path / "starts" / "bert-1x128" / "student_init.json").read_text())["selection"] == "importance"
+    assert (tmp_path / "importance.safetensors").is_file()  # ranked once, even past the window (on one batch)
     row = search.distil_segment(plan, Job("bert-1x128", 0, 6), done_steps=0)
     assert (row["steps"], row["trained"], row["stopped"]) == (1, 1, True) and row["score"] == \
         json.loads((tmp_path / "runs" / "bert-1x128" / "distill_report.json").read_text())["dev_metrics"]["selection_score"]

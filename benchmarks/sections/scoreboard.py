@@ -142,7 +142,8 @@ def quickstart_row() -> Row | None:
 def compress_trust_row() -> Row | None:
     """The 4x searches under the rules of the issue on trustworthy figures: the shipped graph's kept share
     on the rows that decide beside dev's, for the tasks searched so far; each task's search under the
-    current code against its teacher as ``teacher_best.py`` chose and rebuilt it (``--key-suffix=-trust-near``:
+    current code against its teacher as ``teacher_best.py`` chose and rebuilt it (``--key-suffix=-trust-near-importance``:
+    the same with the candidates' starts ranked by importance, 2026-12-03; ``-trust-near``:
     CoLA's held-out rows drawn nearness-matched to dev's, its teacher rebuilt on the rest, 2026-12-02; ``-trust-head``:
     cut candidates starting with the teacher's task head, near-line candidates timed together, 2026-12-02; ``-trust-order``:
     whole-width candidates first; ``-trust-collection``: STS-B's held-out rows drawn by collection, its teacher
@@ -157,7 +158,8 @@ def compress_trust_row() -> Row | None:
                if ((r.get("shipped") or {}).get("speedup") or math.inf) >= ((r.get("target") or {}).get("speedup") or 0)}
     records, current = {}, []
     for task in FIVE_TASKS:
-        key = next((k for k in (f"{task}/x4-trust-near", f"{task}/x4-trust-head", f"{task}/x4-trust-order",
+        key = next((k for k in (f"{task}/x4-trust-near-importance", f"{task}/x4-trust-near", f"{task}/x4-trust-head",
+                                f"{task}/x4-trust-order",
                                 f"{task}/x4-trust-collection", f"{task}/x4-trust-ffn",
                                 f"{task}/x4-trust-source", f"{task}/x4-trust-shipped",
                                 f"{task}/x4-trust-tuned",
@@ -170,8 +172,10 @@ def compress_trust_row() -> Row | None:
         return None
     shares = ", ".join(f"{TASK_NAMES[t]} {100 * r['shipped']['kept_decide']:.1f} (dev {100 * r['shipped']['kept_dev']:.1f})"
                        + ("" if t in current else " (earlier recipe)") for t, r in records.items())
+    ranked = [task for task in current if records[task].get("command", "").count("--selection importance")]
     return Row(f"`kdbert compress` at 4x, tuned teachers, kept on the held-out rows that decide as shipped "
-               f"({len(records)} of 5 tasks so far, {len(current)} under the current recipe)", shares,
+               f"({len(records)} of 5 tasks so far, {len(current)} under the current rules, {len(ranked)} from "
+               "starts ranked by importance, the default since 2026-12-03)", shares,
                f"TinyBERT4 {paper_kept('tinybert'):.1f}% on these 5, {PAPERS['tinybert']['speedup']}x vs BERT-base on GPU "
                "(Jiao et al. 2020, Table 1)", where(list(records.values())), "`kdbert compress`", "compress",
                task_command({t: records[t] for t in current} or records))

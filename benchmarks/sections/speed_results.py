@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common import load_results
-from sections.shared import ROOT, TASK_ORDER, bench_rows, current_command, note
+from sections.shared import NOTES, ROOT, TASK_ORDER, bench_rows, current_command, note
 
 from kdbert.deploy.bench import format_table
 from kdbert.deploy.report import build_table, format_markdown, plot_pareto
@@ -149,8 +149,10 @@ def quickstart_section(superseded: bool = False) -> list[str]:
                       f"their own lengths and keeps {r['int8_retained_percent']:.1f}% of its dev score "
                       f"({r['retained_percent']:.1f}% in PyTorch). Wall time {r['wall_seconds'] / 60:.1f} min on "
                       f"{r['machine']} ({r['date']}), nothing else running. The table below times both at a fixed "
-                      "64 tokens. " + note("quickstart-compress"), "",
-                      format_table(r["rows"]), "", "Command: `python benchmarks/bench_quickstart.py`.", ""]
+                      "64 tokens. " + note(f"quickstart-{key}" if (NOTES / f"quickstart-{key}.md").is_file()
+                                           else "quickstart-compress"), "",
+                      format_table(r["rows"]), "", "Command: `python benchmarks/bench_quickstart.py"
+                      + ("`." if key == r["command"].split("--task ")[1].split()[0] else f" --key {key}`."), ""]
             continue
         title = "The main job before bf16 became the default" if superseded else "The main job"
         lines += [f"## {title}: `{r['command']}`", "",
