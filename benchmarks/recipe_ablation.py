@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 from dataclasses import replace
@@ -314,7 +315,9 @@ def main() -> None:
     if "train-16k-teacher-head-no-dropout" in args.variants and not (
             starts["train-16k-teacher-head-no-dropout"] / "config.json").is_file():
         no_dropout_start(starts["teacher-head"], starts["train-16k-teacher-head-no-dropout"])
-    command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/recipe_ablation.py --task {args.task} "
+    precision = os.environ["KDBERT_MIXED_PRECISION"]  # as the caller set it (common.py pins float32 otherwise)
+    command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION={precision} python benchmarks/recipe_ablation.py "
+               f"--task {args.task} "
                f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
                f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
                + (f" --eval-every {args.eval_every}" if args.eval_every else "")
