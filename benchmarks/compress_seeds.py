@@ -83,13 +83,15 @@ def rerun(run: Path, seed: int, out: Path, data_dir: str, search: Path, pause_st
 
 def from_ablation(key: str, prefix: str) -> dict:
     """The record of ``recipe_ablation.py``'s runs under ``prefix`` (``TASK/CANDIDATE/STEPS/VARIANT``) as
-    the seeds of the search ``key``'s winner; refused unless the candidate and steps are the winner's
-    and one run's deciding score is the winner's (to 1e-9)."""
+    the seeds of the search ``key``'s winner; refused unless the candidate is the winner's, the runs no
+    longer than the winner's (its checkpoint may be an earlier step's: ``STEPS`` may carry recipe_ablation's
+    ``-first<N>``) and one run's deciding score is the winner's (to 1e-9)."""
     winner = load_results("compress")[key]["winner"]
     _, candidate, steps, _ = prefix.split("/")
     runs = {k.rsplit("/seed", 1)[1]: r for k, r in load_results("recipe_ablation").items()
             if k.rsplit("/", 1)[0] == prefix}
-    if (candidate, int(steps)) != (winner["candidate"], winner["steps"]) or not runs:
+    steps = int(steps.split("-")[0])
+    if candidate != winner["candidate"] or steps > winner["steps"] or not runs:
         raise SystemExit(f"--from-ablation {prefix}: not the winner of {key} ({winner['candidate']} at "
                          f"{winner['steps']} steps) or no runs recorded")
     if not any(abs(r["decide"] - winner["decide_score"]) < 1e-9 for r in runs.values()):
@@ -98,7 +100,7 @@ def from_ablation(key: str, prefix: str) -> dict:
     dev = [r["dev"] for r in runs.values()]
     first = next(iter(runs.values()))
     return {"date": first["date"], "machine": first["machine"], "torch": first.get("torch"),
-            "candidate": candidate, "steps": int(steps), "run": winner["run"],
+            "candidate": candidate, "steps": steps, "run": winner["run"],
             "seeds": {seed: {"held_out": r["held_out"], "dev": r["dev"], "decide": r["decide"]}
                       for seed, r in sorted(runs.items())},
             "dev_mean": statistics.mean(dev), "dev_std": statistics.stdev(dev) if len(dev) > 1 else 0.0,

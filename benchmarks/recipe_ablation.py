@@ -239,6 +239,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument("--eval-every", type=int, help="evaluate every N steps (default: half of --steps), the best "
                         "on the picking rows kept")
+    parser.add_argument("--first-steps", type=int, default=SearchSettings.first_steps,
+                        help="the search's first rung, which sets the warm-up and the schedule's horizon (the "
+                             "benchmark searches' 300, to rerun one of their runs)")
     parser.add_argument("--runs-dir", default=run_folder("recipe-ablation"))
     parser.add_argument("--data-dir", default=GLUE_DIR)
     parser.add_argument("--teacher-onnx", help="label stored logits with this export of the teacher, as the search "
@@ -321,6 +324,7 @@ def main() -> None:
                f"--candidate {args.candidate} --variants {' '.join(args.variants)} "
                f"--seeds {' '.join(map(str, args.seeds))} --steps {args.steps}"
                + (f" --eval-every {args.eval_every}" if args.eval_every else "")
+               + (f" --first-steps {args.first_steps}" if args.first_steps != SearchSettings.first_steps else "")
                + (f" --key-suffix={args.key_suffix}" if args.key_suffix else "")
                + (f" --teacher {args.teacher}" if args.teacher else "")
                + (f" --teacher-onnx {args.teacher_onnx}" if args.teacher_onnx else "")
@@ -330,11 +334,13 @@ def main() -> None:
                + (f" --word-vectors {args.word_vectors}" if not starts_from_teacher(candidate) else ""))
     for seed in args.seeds:  # every variant of a seed before the next seed: pairs compare as they come
         for variant in args.variants:
-            out = root / variant / f"seed{seed}-steps{args.steps}"  # another --steps is another run
+            # another --steps (or --first-steps) is another run, recorded under its own key
+            rung = "" if args.first_steps == SearchSettings.first_steps else f"-first{args.first_steps}"
+            out = root / variant / f"seed{seed}-steps{args.steps}{rung}"
             if (out / "distill_report.json").is_file():
                 report = json.loads((out / "distill_report.json").read_text())
             else:
-                settings = SearchSettings(seed=seed, word_vectors=args.word_vectors or None)
+                settings = SearchSettings(seed=seed, word_vectors=args.word_vectors or None, first_steps=args.first_steps)
                 start = starts[variant if variant in starts else "even"]
                 options = search_options(candidate, settings, args.steps, teacher, start, root.parent / "teacher-cache",
                                          variant, args.teacher_onnx, args.eval_every)
@@ -352,7 +358,7 @@ def main() -> None:
                 report = distill_task(run_task, options, str(out), overwrite=True, pause_at_step=args.steps)
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 0.1 GB a run; nothing continues it
             row = scores(report)
-            save_result("recipe_ablation", f"{args.task}{args.key_suffix}/{candidate.name}/{args.steps}/{variant}/seed{seed}",
+            save_result("recipe_ablation", f"{args.task}{args.key_suffix}/{candidate.name}/{args.steps}{rung}/{variant}/seed{seed}",
                         {**machine_info(), "teacher": teacher, "steps": args.steps, "variant": variant, "seed": seed,
                          **row, "command": command})
             print(f"{candidate.name} {variant} seed {seed}: {row}", flush=True)

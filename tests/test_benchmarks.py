@@ -304,6 +304,23 @@ def test_checkpoint_rule_replays_both_rules_on_a_logged_run(tmp_path):
     assert checkpoint_rule.latest_within_noise(history)["step"] == 400
 
 
+def test_compress_seeds_takes_the_ablation_seeds_only_when_one_reproduces_the_winner(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "RESULTS_DIR", tmp_path)
+    winner = {"candidate": "bert-2x128", "steps": 6752, "decide_score": 24.5, "run": "runs/bert-2x128"}
+    (tmp_path / "compress.json").write_text(json.dumps({"cola/x4": {"winner": winner}}))
+    run = {"date": "d", "machine": "m", "command": "c", "held_out": 30.0}
+    prefix = "cola/bert-2x128/2400-first300/v"  # the winner kept its step-2400 checkpoint
+    (tmp_path / "recipe_ablation.json").write_text(json.dumps({
+        f"{prefix}/seed42": {**run, "dev": 20.0, "decide": 24.5}, f"{prefix}/seed43": {**run, "dev": 22.0, "decide": 20.0},
+        "cola/bert-2x128/2400/v/seed42": {**run, "dev": 20.0, "decide": 23.0}}))
+    record = compress_seeds.from_ablation("cola/x4", prefix)
+    assert (record["steps"], record["dev_mean"], sorted(record["seeds"])) == (2400, 21.0, ["42", "43"])
+    with pytest.raises(SystemExit, match="no run reproduces"):
+        compress_seeds.from_ablation("cola/x4", "cola/bert-2x128/2400/v")
+    with pytest.raises(SystemExit, match="not the winner"):
+        compress_seeds.from_ablation("cola/x4", "cola/bert-2x128/9600/v")
+
+
 def test_compress_seeds_pause_where_the_search_paused_the_winner():
     segment = lambda run, steps: {"run": run, "steps": steps}  # noqa: E731
     report = {"winner": {"run": "runs/a"}, "search": {"segments": [
