@@ -104,7 +104,7 @@ def main() -> None:
                + (f" --students-store {args.students_store}" if args.students_store else "")
                + (" --no-general-students" if args.no_general_students else "")
                + (f" --pooling {args.pooling}" if args.pooling != CompressConfig.pooling else "")
-               + (f" --selection {args.selection}" if args.selection != CompressConfig.selection else "")
+               + f" --selection {args.selection}"
                + (f" --teacher {args.teacher}" if args.teacher != run_folder("teacher-{task}") else "")
                + (f" --key-suffix={args.key_suffix} --output-dir {out}" if args.key_suffix else ""))
     save_result("compress", f"{args.task}/x{args.target_speedup:g}{args.key_suffix}",

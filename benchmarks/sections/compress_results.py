@@ -183,6 +183,12 @@ def compress_engines_section() -> list[str]:
     return lines + ["", f"Measured {'; '.join(machines)}.", "", note("compress-engines-reading"), ""]
 
 
+def steps_order(steps: str) -> tuple[int, str]:
+    """A record's steps (``2400``, or ``2400-first300`` for a run with the searches' 300-step warm-up
+    and horizon) as a key that sorts by the step count first."""
+    return int(steps.split("-")[0]), steps
+
+
 def recipe_ablation_section() -> list[str]:
     """The compress recipe one part at a time, at equal steps and several seeds
     (``recipe_ablation.py``): the mean and every seed's score on the rows that pick, that decide,
@@ -193,11 +199,11 @@ def recipe_ablation_section() -> list[str]:
     runs: dict[tuple, list[dict]] = {}
     for key, record in records.items():
         task, candidate, steps, variant, _ = key.split("/")
-        runs.setdefault((task, candidate, int(steps), variant), []).append(record)
+        runs.setdefault((task, candidate, steps_order(steps), variant), []).append(record)
     lines = ["## The recipe at equal steps (`benchmarks/recipe_ablation.py`)", "", note("recipe-intro"), "",
              "| task | candidate | steps | variant | seeds | picks (mean) | decides (mean) | dev (mean) | dev per seed |",
              "|---|---|---:|---|---:|---:|---:|---:|---|"]
-    for (task, candidate, steps, variant), rows in sorted(runs.items()):
+    for (task, candidate, (_, steps), variant), rows in sorted(runs.items()):
         rows = sorted(rows, key=lambda r: r["seed"])
         mean = {name: sum(r[name] for r in rows) / len(rows) for name in ("held_out", "decide", "dev")}
         lines.append(f"| {task} | {candidate} | {steps} | {variant} | {len(rows)} | {mean['held_out']:.2f} | "
