@@ -41,6 +41,18 @@ def teacher_dir(task: str, tuning: dict, runs_dir: str = run_folder()) -> Path:
     return Path(runs_dir) / ("teacher-" + task + "".join(f"-{k}{v:g}" for k, v in sorted(tuning.items())))
 
 
+TEACHER_FLAGS = ("epochs", "held_out_fraction", "learning_rate")  # the settings teacher_glue.py takes as options
+
+
+def teacher_command(task: str, budget: str, tuning: dict) -> str:
+    """The ``teacher_glue.py`` command that builds this teacher again: its options for the settings it
+    takes, and ``--build-missing`` where recorded settings beyond them (batch size, sequence length) were
+    used, which that option reads back from the record."""
+    return (f"python benchmarks/teacher_glue.py --budget {budget} --tasks {task}"
+            + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in sorted(tuning.items()) if k in TEACHER_FLAGS)
+            + (" --build-missing" if set(tuning) - set(TEACHER_FLAGS) else ""))
+
+
 def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_dir: str = GLUE_DIR,
               out: str | Path | None = None, runs_dir: str = run_folder(), model: str = "default") -> dict:
     """Fine-tune the teacher on ``task`` at ``budget`` (plus ``tuning`` overrides) into ``out``
@@ -59,8 +71,7 @@ def fine_tune(task: str, budget: str = "cpu", tuning: dict | None = None, data_d
     recorded = read_record(out)  # the rule that drew its held-out rows (teacher_best.py compares within one)
     return {"task": task, "budget": budget, "overrides": overrides, "tuning": bool(tuning),
             "metrics": report["best_metrics"], "train_seconds": report["train_seconds"], "output_dir": str(out),
-            "command": f"python benchmarks/teacher_glue.py --budget {budget} --tasks {task}"
-                       + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in sorted(tuning.items())),
+            "command": teacher_command(task, budget, tuning),
             "hyperparameters": {k: report["config"][k] for k in ("epochs", "learning_rate", "batch_size", "max_seq_len")},
             "precision": report["runtime"]["mixed_precision"], "resumed": resume,
             "pooling": pooling_of(AutoConfig.from_pretrained(out)),

@@ -38,7 +38,8 @@ def log_seconds(folder: Path) -> float:
     return round(times[-1] - times[0], 1)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The script's options (the recorded commands in ``results/teacher_glue.json`` parse with them)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default=GLUE_DIR)
     parser.add_argument("--budget", choices=sorted(BUDGETS), default="cpu")
@@ -56,7 +57,11 @@ def main() -> None:
     parser.add_argument("--build-missing", action="store_true",
                         help="fine-tune a recorded task whose folder in RUNS_DIR is missing again, with the recorded "
                              "settings, and record it (the earlier build's figures kept under earlier_builds)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     tuning = {k: v for k, v in (("learning_rate", args.learning_rate), ("epochs", args.epochs),
                                 ("held_out_fraction", args.held_out_fraction)) if v is not None}
     done = load_results("teacher_glue")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shlex
 import sys
 from argparse import Namespace
 from pathlib import Path
@@ -18,6 +19,7 @@ import checkpoint_rule  # noqa: E402
 import common  # noqa: E402
 import compress_seeds  # noqa: E402
 import distill_glue  # noqa: E402
+import glue_inputs  # noqa: E402
 import gpu_bundle  # noqa: E402
 import mobilebert_ablation  # noqa: E402
 import mobilebert_gpu  # noqa: E402
@@ -149,6 +151,20 @@ def test_distill_rerun_builds_then_compares_with_the_recorded_seeds(results_dir,
     assert verdict["reproduced"] and verdict["noise"] == pytest.approx(1.0) and verdict["delta"] == pytest.approx(0.5)
     saved = json.loads((results_dir / "reruns.json").read_text())["distill/cola/tinybert-ws-general-task/cpu/seed42"]
     assert saved["rerun"] == 16.5 and saved["reproduced"]
+
+
+def test_teacher_glue_records_a_command_its_own_options_accept():
+    tuning = {"epochs": 10, "held_out_fraction": 0.1, "learning_rate": 3e-5, "batch_size": 32, "max_seq_len": 128}
+    assert glue_inputs.teacher_command("stsb", "full", tuning) == (
+        "python benchmarks/teacher_glue.py --budget full --tasks stsb --epochs 10 --held-out-fraction 0.1 "
+        "--learning-rate 3e-05 --build-missing")
+    assert glue_inputs.teacher_command("rte", "cpu", {}) == "python benchmarks/teacher_glue.py --budget cpu --tasks rte"
+    recorded = json.loads((Path(__file__).parents[1] / "benchmarks/results/teacher_glue.json").read_text())
+    for key, record in recorded.items():
+        words = shlex.split(record["command"])
+        assert words[:2] == ["python", "benchmarks/teacher_glue.py"], key
+        args = teacher_glue.build_parser().parse_args(words[2:])  # exits on an option the script lacks
+        assert args.tasks == [key.split("/")[0]], key
 
 
 def test_teacher_glue_skips_a_recorded_task_and_reruns_it_on_request(results_dir, monkeypatch, capsys, tmp_path):
