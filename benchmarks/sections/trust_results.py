@@ -38,10 +38,10 @@ def teachers_section() -> list[str]:
                         else " | - (picked on all)")
                      + f" | {best['dev']:.2f} | {published if published is not None else '-'} | {runs} | "
                      f"{best['train_seconds'] / 60:.0f} min |")
-    machines = sorted({f"{r['date']}, {r['machine']}" for r in chosen.values()})
     builds = load_results("teacher_glue")
-    precision = {task: PRECISIONS.get(builds.get(record["chosen"], {}).get("precision"), "precision not recorded")
-                 for task, record in chosen.items()}
+    built = {task: builds.get(record["chosen"], record) for task, record in chosen.items()}  # where each was trained
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in built.values()})
+    precision = {task: PRECISIONS.get(build.get("precision"), "precision not recorded") for task, build in built.items()}
     by_precision = {name: [t for t in sorted(precision, key=TASK_ORDER.index) if precision[t] == name]
                     for name in sorted(set(precision.values()))}
     trained = "; ".join(f"{', '.join(tasks)} in {name}" for name, tasks in by_precision.items())
