@@ -18,7 +18,7 @@ from transformers import (AutoModelForSequenceClassification, BertConfig, BertFo
 from kdbert.cli import main
 from kdbert.core.loading import load_sequence_classifier
 from kdbert.core.pooling import (POOLING_KEY, after_first_separator, apply_pooling, choose_pooling, masked_mean,
-                                 pair_product, pool_pairs, set_pooling)
+                                 pair_product, pool_pairs, pooling_of, set_pooling)
 from kdbert.deploy.export import export_classifier
 from kdbert.deploy.onnx_runtime import OnnxClassifier
 from kdbert.errors import KdbertError
@@ -439,6 +439,41 @@ def test_compress_auto_pooling_keeps_the_teachers_reading_for_a_classifier_with_
         assert all(tuple(column.tolist()) in columns for column in student.classifier.weight.T)
     else:
         assert not student.classifier.bias.any()
+
+
+@pytest.mark.parametrize("pooling, num_labels, head, expected", [("auto", 1, "teacher", "pair"),
+                                                               ("auto", 2, "teacher", "mean"),
+                                                               ("auto", 2, "fresh", "pair"), (None, 1, "teacher", "mean")])
+def test_compress_times_a_pair_tasks_shape_as_its_start_reads_the_pair(pooling, num_labels, head, expected, tmp_path,
+                                                                       tiny_tokenizer, monkeypatch):
+    """A pair-pooled graph runs slower than the same shape reading the pair as one sequence (its per-sentence
+    attention mask is not fused), so the random-weight copy compress times pools as the start it trains will
+    (the search's --pooling; None: as the shape builds, the teacher's mean)."""
+    from kdbert.compress import speed
+    from kdbert.compress.build import build_from_teacher
+    from kdbert.data.load import TaskOptions
+
+    teacher = set_pooling(_classifier("bert", len(tiny_tokenizer), **WIDE, type_vocab_size=2, num_labels=num_labels),
+                          "mean")
+    context = ShapeContext(teacher.config, tiny_tokenizer, num_labels, True, head=head)
+    candidate = next(c for c in HFFamily().candidates(context) if c.name == "bert-1x128")
+    timed = {}
+    monkeypatch.setattr(speed, "time_teacher", lambda *args, **kwargs: {
+        "settings": {}, "teacher": {"latency_real_p50_ms": 2.0}, "candidates": {}})
+    monkeypatch.setattr(speed, "export_classifier",
+                        lambda model, encoder, folder, **kwargs: timed.update({folder.name: pooling_of(model.config)}))
+    monkeypatch.setattr(speed, "_timed_export", lambda export, file, task, settings: (
+        export(), {"latency_real_p50_ms": 1.0})[1])
+    task = TaskOptions("mrpc" if num_labels == 2 else "stsb")
+    table = speed.measure_speed("teacher", task, tmp_path, speed.SpeedSettings("onnx-int8", 4, pooling=pooling),
+                                [candidate], context)
+    assert timed == {"bert-1x128": expected} and table["candidates"]["bert-1x128"]["speedup"] == 2.0
+    if pooling is not None:  # the start trained reads the pair the same way
+        folder = build_from_teacher(candidate, "teacher", task, tmp_path / "start", context, (teacher, tiny_tokenizer),
+                                    pooling=pooling)
+        assert json.loads((folder / "student_init.json").read_text())["pooling"] == expected
+    assert speed.SpeedSettings("onnx-int8", 4, pooling="auto").key() == speed.SpeedSettings("onnx-int8", 4).key()
+    assert speed.SpeedSettings("onnx-int8", 4, pooling="auto").table_key() != speed.SpeedSettings("onnx-int8", 4).table_key()
 
 
 def test_compress_pair_pooling_starts_an_mpnet_teachers_students_on_the_separators(tmp_path, tiny_tokenizer):

@@ -13,14 +13,9 @@ Where a general student of the candidate's shape was built for the teacher's bas
 classifier stays fresh (a general student's hidden units are not the teacher's, so the teacher's head,
 which a cut from the teacher starts with under ``--head teacher``, would read other units).
 
-With ``pooling`` "pair" on a sentence-pair task, a start whose architecture marks the second sentence
-(:data:`~kdbert.core.pooling.PAIR_POOLED_TYPES`: BERT by its token types, RoBERTa, XLM-R and MPNet by their
-separators; the teacher's students and a ``--student`` or pre-trained candidate alike) encodes the two
-sentences apart and reads their normalised means multiplied, its head starting as their cosine
-(:func:`~kdbert.core.pooling.pool_pairs`). "auto" does the same, except for a classifier cut from the
-teacher that starts with the teacher's head: that one reads the pair as one sequence, pooled as the
-teacher pools, as its head did (a regression's head starts as the cosine either way).
-``student_init.json`` records the pooling.
+A sentence-pair task's start reads the pair as ``pooling`` says (the teacher's students and a
+``--student`` or pre-trained candidate alike; :mod:`kdbert.compress.start_pooling`, which the timing
+follows too); ``student_init.json`` records the pooling.
 """
 
 from __future__ import annotations
@@ -31,25 +26,16 @@ from pathlib import Path
 
 from kdbert.compress.options import CompressConfig
 from kdbert.compress.speed import shape_context
+from kdbert.compress.start_pooling import keeps_teacher_head, pool_as_started
 from kdbert.core.atomic_io import save_hf_folder
 from kdbert.core.loading import load_tokenizer
-from kdbert.core.pooling import PAIR_POOLED_TYPES, pool_pairs, pooling_of
+from kdbert.core.pooling import pooling_of
 from kdbert.data.load import TaskOptions
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate, ShapeContext, family_of_folder
 from kdbert.families.selection import LAYER_CHOICES
 
 __all__ = ["build_from_general", "build_from_teacher"]
-
-
-def _pooled(student, context: ShapeContext, pooling: str, teacher_head: bool = False):
-    """``student`` pooling pairs where ``pooling`` asks it on a pair task and its architecture can (module doc);
-    ``teacher_head``: the start carries the teacher's task head, which "auto" keeps on a classifier."""
-    keeps_teacher_reading = teacher_head and context.num_labels > 1
-    wanted = pooling == "pair" or (pooling == "auto" and not keeps_teacher_reading)
-    if wanted and context.pair and student.config.model_type in PAIR_POOLED_TYPES:
-        pool_pairs(student)
-    return student
 
 
 def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, task: TaskOptions,
@@ -67,7 +53,8 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
     teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
     context = context or shape_context(teacher_dir, task)
     cut = candidate.family == "hf" and candidate.start == "teacher-weights"  # weight selection
-    student = _pooled(candidate.from_teacher(teacher, context), context, pooling, cut and context.head == "teacher")
+    student = pool_as_started(candidate.from_teacher(teacher, context), context, pooling,
+                              keeps_teacher_head(candidate, context))
     tokenizer = load_tokenizer(candidate.tokenizer) if candidate.tokenizer else tokenizer
     report = {"candidate": candidate.name, "shape": dict(candidate.shape), "teacher": str(teacher_dir),
               "start": candidate.start, "pooling": pooling_of(student.config)}
@@ -92,7 +79,7 @@ def build_from_general(candidate: Candidate, student_dir: str | os.PathLike, tea
 
     teacher, tokenizer = teacher or family_of_folder(teacher_dir).load(Path(teacher_dir))
     context = context or shape_context(teacher_dir, task)
-    student = _pooled(candidate.from_teacher(teacher, context), context, pooling)
+    student = pool_as_started(candidate.from_teacher(teacher, context), context, pooling)
     general = BertModel.from_pretrained(student_dir)
     differ = [name for name in SHAPE_FIELDS if getattr(general.config, name) != getattr(student.config, name)]
     if differ:

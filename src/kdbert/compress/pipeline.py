@@ -377,7 +377,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     notes = candidate_notes(context)
     for note in notes:
         progress.line(note)
-    speed_settings = SpeedSettings(config.runtime, config.length_rows, config.threads)
+    speed_settings = SpeedSettings(config.runtime, config.length_rows, config.threads, pooling=config.pooling)
     scored = export_task(task, data)
     with progress.phase("timing"):
         exports = teacher_exports(config.teacher_exports, teacher.model, teacher.tokenizer, data.spec.max_seq_len,

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from kdbert.compress.start_pooling import keeps_teacher_head, pool_as_started
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskData, TaskOptions, load_task
 from kdbert.deploy.export import export_classifier, export_model
@@ -70,14 +71,16 @@ LINE_BAND = 1.5
 class SpeedSettings:
     """How candidates are timed: ``runtime`` (a key of :data:`RUNTIMES`), task rows timed at batch 1
     (both compress's options, their defaults :class:`~kdbert.compress.options.CompressConfig`'s),
-    threads (None: all cores), timed runs of the fixed-length and throughput figures, and the fixed
-    length itself."""
+    threads (None: all cores), timed runs of the fixed-length and throughput figures, the fixed
+    length itself, and the search's ``--pooling``, with which each shape is built for timing as its
+    start will read a sentence pair (:mod:`kdbert.compress.start_pooling`; None: as the shape builds)."""
 
     runtime: str
     length_rows: int
     threads: int | None = None
     runs: int = 10
     seq_len: int = 64
+    pooling: str | None = None
 
     def __post_init__(self):
         if self.runtime not in RUNTIMES:
@@ -88,6 +91,11 @@ class SpeedSettings:
         return {"runtime": self.runtime, "threads": self.threads or os.cpu_count(), "length_rows": self.length_rows,
                 "seq_len": self.seq_len, "machine": f"{platform.processor() or platform.machine()} "
                                                     f"({os.cpu_count()} CPUs)"}
+
+    def table_key(self) -> dict:
+        """What makes two speed tables' candidate rows comparable: :meth:`key` and the pooling they
+        were built with (the teacher's timings and exports do not depend on it)."""
+        return {**self.key(), **({"pooling": self.pooling} if self.pooling is not None else {})}
 
 
 def timed_threads(threads: int | None) -> int:
@@ -188,10 +196,10 @@ def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: 
     this teacher is read from, and this one's kept; the row says which (``export``: exported, kept,
     or read; ``export_seconds``: what making it took, here or where it was kept)."""
     out = Path(output_dir)
-    table = {"settings": settings.key(), "teacher": None, "candidates": {}}
+    table = {"settings": settings.table_key(), "teacher": None, "candidates": {}}
     if (out / TABLE).is_file():
         previous = json.loads((out / TABLE).read_text())
-        if previous.get("settings") == settings.key():
+        if previous.get("settings") == settings.table_key():
             table = previous
     if table["teacher"] is None:
         quantize = "int8" if settings.runtime == "onnx-int8" else None
@@ -246,8 +254,10 @@ def measure_speed(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir:
         near.clear()
         write_json(out / TABLE, table)
 
-    def export(candidate: Candidate) -> Path:  # random weights: the shape's speed
+    def export(candidate: Candidate) -> Path:  # random weights: the shape's speed, read as its start reads
         model, encoder = candidate.build(context)
+        if settings.pooling is not None:
+            pool_as_started(model, context, settings.pooling, keeps_teacher_head(candidate, context))
         folder = out / "speed" / candidate.name
         export_classifier(model, encoder, folder, quantize=quantize, source=f"{candidate.name} (random weights)")
         return folder / file_name
