@@ -27,9 +27,10 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from common import load_results, machine_info, save_result
+from common import FLOAT32_PINNED, load_results, machine_info, save_result
 from paths import GLUE_DIR
 
+from kdbert.core.hardware import resolve_precision
 from kdbert.data.load import TaskOptions
 from kdbert.methods.front import distill_task
 
@@ -133,12 +134,15 @@ def main() -> None:
         runs[seed] = rerun(run, seed, search / "seeds" / str(seed), args.data_dir, search, pauses(report))
         print(f"seed {seed}: {runs[seed]}")
     dev = [row["dev"] for row in runs.values()]
+    precision = resolve_precision("auto")[0]  # what the reruns trained in, as the search's did
     save_result("compress_seeds", args.key, {
         **machine_info(), "candidate": winner["candidate"], "steps": winner["steps"], "run": str(run),
         "seeds": {str(seed): row for seed, row in sorted(runs.items())},
         "dev_mean": statistics.mean(dev), "dev_std": statistics.stdev(dev) if len(dev) > 1 else 0.0,
         "seconds_this_call": round(time.time() - started, 1),
-        "command": f"OMP_NUM_THREADS=1 python benchmarks/compress_seeds.py --search {args.search} --key {args.key} "
+        "precision": precision,
+        "command": ("" if FLOAT32_PINNED else f"KDBERT_MIXED_PRECISION={precision} ")
+                   + f"OMP_NUM_THREADS=1 python benchmarks/compress_seeds.py --search {args.search} --key {args.key} "
                    f"--seeds {' '.join(map(str, args.seeds))}"})
 
 

@@ -68,6 +68,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("reruns", reproduction.reruns_section),
     ("quickstart-before-bf16", speed_results.quickstart_archive_section),
     ("compress-superseded", compress_results.compress_archive_section),
+    ("kept-superseded", trust_results.kept_superseded_section),
 ]
 
 

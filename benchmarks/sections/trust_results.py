@@ -179,15 +179,42 @@ def seeds_cell(seeds: dict | None, record: dict, teacher: dict) -> str:
         f"{statistics.mean(values):.1f}% ± {statistics.stdev(values):.1f}" for values in kept.values())
 
 
+def current_search(key: str) -> bool:
+    """Whether a recorded search (``compress.json`` key) ran under the current recipe (its ``-trust-<suffix>``
+    one of :data:`CURRENT_TRUST_SUFFIXES`) or against a base-size teacher (``-mpnet-``)."""
+    return "-mpnet-" in key or key.rsplit("-", 1)[-1] in CURRENT_TRUST_SUFFIXES
+
+
 def kept_section() -> list[str]:
-    """The searches and the main job run under the rules (``bench_compress.py --key-suffix -trust``,
-    ``bench_quickstart.py``): kept on dev and on the rows that decide, both as shipped."""
-    searches = {key: r for key, r in load_results("compress").items() if "-trust" in key}
+    """The searches under the current recipe and the main job run under the rules (``bench_compress.py
+    --key-suffix -trust-...``, ``bench_quickstart.py``): kept on dev and on the rows that decide, both as shipped;
+    those under earlier recipes on the archive page (:func:`kept_superseded_section`)."""
+    searches = {key: r for key, r in load_results("compress").items() if "-trust" in key and current_search(key)}
     quickstart = {task: r for task, r in load_results("quickstart").items() if "compress" in r}
     if not searches and not quickstart:
         return []
-    lines = ["## The kept share on the rows that decide, as shipped", "", note("kept-intro"), "",
-             "| run | winner | speedup | kept on dev (int8) | kept on the rows that decide (int8) | dev - decide: within the margin? | "
+    earlier = sum("-trust" in key and not current_search(key) for key in load_results("compress"))
+    return (["## The kept share on the rows that decide, as shipped", "", note("kept-intro"), ""]
+            + kept_table(searches, quickstart)
+            + ([f"{earlier} searches under earlier recipes are on the archive page (`docs/benchmarks/archive.md`).", ""]
+               if earlier else [])
+            + [note("kept-reading"), ""])
+
+
+def kept_superseded_section() -> list[str]:
+    """The searches run under the rules with a recipe since changed: the kept table of :func:`kept_section`."""
+    searches = {key: r for key, r in load_results("compress").items() if "-trust" in key and not current_search(key)}
+    if not searches:
+        return []
+    return ["## The kept share as shipped, searches under earlier recipes", "",
+            "Searches run under the rules on the trustworthiness of figures whose recipe has changed since "
+            "(the headline's table holds the current ones): their columns as there.", "", *kept_table(searches, {})]
+
+
+def kept_table(searches: dict, quickstart: dict) -> list[str]:
+    """The kept table of ``searches`` (``compress.json`` records) and ``quickstart`` runs, with the machines
+    and commands."""
+    lines = ["| run | winner | speedup | kept on dev (int8) | kept on the rows that decide (int8) | dev - decide: within the margin? | "
              "rows that pick / decide | teacher's checkpoint picked on them too | checks | the winner's run with "
              "other seeds: kept on dev / on the rows that decide (PyTorch, mean ± sd) |",
              "|---|---|---:|---:|---:|---|---:|---|---|---|"]
@@ -209,8 +236,9 @@ def kept_section() -> list[str]:
                      + ("yes" if picked else "no") + f" | {checks} | {seeds_cell(seeds.get(name.split(' ', 1)[1]), record, teacher)} |")
     machines = sorted({f"{r['date']}, {r['machine']}" for r in [*searches.values(), *quickstart.values()]})
     commands = sorted({r["command"] for r in [*searches.values(), *quickstart.values()]})
-    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
-                    "", note("kept-reading"), ""]
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".", ""]
+
+
 
 
 def candidate_agreements(record: dict) -> list[dict]:
