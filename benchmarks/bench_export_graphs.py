@@ -138,6 +138,9 @@ def main() -> None:
     out = Path(args.output_dir) / args.task
     load_before = os.getloadavg()[0]
     reports = export_all(models, task, out)
+    failed = [name for name, _ in models if not reports[name]]
+    if failed:
+        raise SystemExit(f"--model {', '.join(failed)}: no graph exported (the reasons above); nothing timed")
     timings = time_all(models, reports, task, out, args.threads, args.length_rows, args.passes)
     result = {
         **machine_info(), "cpu": cpu_model(), "onnxruntime": onnxruntime.__version__,
