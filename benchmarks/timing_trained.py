@@ -8,7 +8,10 @@ training (``speed.all_candidates``); shipping times the trained export, minutes 
 times both graphs of the search's winner in turns with the search's int8 teacher
 (:func:`kdbert.compress.speed.time_in_turns_with_teacher`), the two students' order swapped every
 pass (a model's place in a turn moves its reading), and records each pass's speedups, the teacher's
-latency and the medians. Results: ``benchmarks/results/timing_trained.json`` under ``--key``.
+latency and the medians. The copy as admitted reads a sentence pair as the winner does (its
+``config.json``'s pooling); where that is pair pooling, the copy reading the pair as one sequence, as
+compress timed such shapes until 2026-12-04, is timed too (``unpooled``): a pair-pooled graph's
+per-sentence attention mask is not fused. Results: ``benchmarks/results/timing_trained.json`` under ``--key``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from common import machine_info, save_result
 from paths import GLUE_DIR
 
 from kdbert.compress.speed import (SpeedSettings, all_candidates, shape_context, time_in_turns_with_teacher)
+from kdbert.core.pooling import POOLING_KEY, pool_pairs
 from kdbert.data.load import TaskOptions
 from kdbert.deploy.export import export_classifier
 from kdbert.deploy.onnx_runtime import INT8_FILE
@@ -46,10 +50,16 @@ def main() -> None:
     context = shape_context(args.teacher_folder or report["teacher"], task)
     candidate = next(c for c in all_candidates(context) if c.name == winner)
     passes = []
+    shipped_pooling = json.loads((search / "winner" / "config.json").read_text()).get(POOLING_KEY)
     with tempfile.TemporaryDirectory() as tmp:
-        model, encoder = candidate.build(context)
-        export_classifier(model, encoder, Path(tmp) / winner, quantize="int8", source=f"{winner} (as admitted)")
-        files = {"admitted": Path(tmp) / winner / INT8_FILE, "trained": search / "winner" / INT8_FILE}
+        files = {}
+        for name, pooled in [("admitted", True), *([("unpooled", False)] if shipped_pooling == "pair" else [])]:
+            model, encoder = candidate.build(context)
+            if pooled and shipped_pooling == "pair":
+                pool_pairs(model)
+            export_classifier(model, encoder, Path(tmp) / name, quantize="int8", source=f"{winner} ({name})")
+            files[name] = Path(tmp) / name / INT8_FILE
+        files["trained"] = search / "winner" / INT8_FILE
         for index in range(args.passes):
             order = list(files) if index % 2 == 0 else list(files)[::-1]
             timed = time_in_turns_with_teacher(search / "teacher-onnx" / INT8_FILE, {n: files[n] for n in order},
@@ -60,11 +70,13 @@ def main() -> None:
     medians = {name: statistics.median(p["speedup"][name] for p in passes) for name in files}
     ratio = statistics.median(p["speedup"]["trained"] / p["speedup"]["admitted"] for p in passes)
     result = {**machine_info(), "search": str(search), "winner": winner, "rows": args.rows, "threads": args.threads,
+              "pooling": shipped_pooling or "cls",
               "passes": passes, "median_speedup": medians, "median_trained_over_admitted": ratio,
               "teacher_ms_range": [min(p["teacher_ms"] for p in passes), max(p["teacher_ms"] for p in passes)],
-              "command": f"python benchmarks/timing_trained.py --search {args.search} --passes {args.passes}"}
-    print(f"{winner}: as admitted {medians['admitted']:.2f}x, trained {medians['trained']:.2f}x, "
-          f"trained / admitted (median over passes) {ratio:.3f}")
+              "command": f"python benchmarks/timing_trained.py --search {args.search} --passes {args.passes} "
+                         f"--threads {args.threads} --key {args.key}"}
+    print(f"{winner}: " + ", ".join(f"{name} {speedup:.2f}x" for name, speedup in medians.items())
+          + f", trained / admitted (median over passes) {ratio:.3f}")
     save_result("timing_trained", args.key, result)
 
 
