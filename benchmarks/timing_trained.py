@@ -52,10 +52,12 @@ def main() -> None:
     passes = []
     shipped_pooling = json.loads((search / "winner" / "config.json").read_text()).get(POOLING_KEY)
     with tempfile.TemporaryDirectory() as tmp:
+        paired = shipped_pooling == "pair"
+        copies = {"admitted": paired, **({"unpooled": False} if paired else {})}  # name -> pair-pooled
         files = {}
-        for name, pooled in [("admitted", True), *([("unpooled", False)] if shipped_pooling == "pair" else [])]:
+        for name, pair_pooled in copies.items():
             model, encoder = candidate.build(context)
-            if pooled and shipped_pooling == "pair":
+            if pair_pooled:
                 pool_pairs(model)
             export_classifier(model, encoder, Path(tmp) / name, quantize="int8", source=f"{winner} ({name})")
             files[name] = Path(tmp) / name / INT8_FILE

@@ -189,11 +189,12 @@ def kept_section() -> list[str]:
     """The searches under the current recipe and the main job run under the rules (``bench_compress.py
     --key-suffix -trust-...``, ``bench_quickstart.py``): kept on dev and on the rows that decide, both as shipped;
     those under earlier recipes on the archive page (:func:`kept_superseded_section`)."""
-    searches = {key: r for key, r in load_results("compress").items() if "-trust" in key and current_search(key)}
+    recorded = load_results("compress")
+    searches = {key: r for key, r in recorded.items() if "-trust" in key and current_search(key)}
     quickstart = {task: r for task, r in load_results("quickstart").items() if "compress" in r}
     if not searches and not quickstart:
         return []
-    earlier = sum("-trust" in key and not current_search(key) for key in load_results("compress"))
+    earlier = sum("-trust" in key and not current_search(key) for key in recorded)
     return (["## The kept share on the rows that decide, as shipped", "", note("kept-intro"), ""]
             + kept_table(searches, quickstart)
             + ([f"{earlier} searches under earlier recipes are on the archive page (`docs/benchmarks/archive.md`).", ""]
@@ -237,8 +238,6 @@ def kept_table(searches: dict, quickstart: dict) -> list[str]:
     machines = sorted({f"{r['date']}, {r['machine']}" for r in [*searches.values(), *quickstart.values()]})
     commands = sorted({r["command"] for r in [*searches.values(), *quickstart.values()]})
     return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".", ""]
-
-
 
 
 def candidate_agreements(record: dict) -> list[dict]:
