@@ -64,6 +64,8 @@ VARIANTS = {
     "importance": "importance",  # ... from the teacher's units ranked by importance (compress --selection importance)
     "importance-teacher-head": {},  # ... and the teacher's task head (compress's default head since 2026-12-01)
     "importance-teacher-pooling-teacher-head": {},  # ... a pair read as one sequence, pooled as the teacher
+    "importance-pair-cosine-head": {},  # ... a pair's sentences read apart, the head a threshold fitted on their cosine
+    "importance-pair-zero-head": {},  # ... read apart, a classifier's head at zero (compress --pooling pair until 2026-12-04)
     "cls-pooling": "cls-pooling",  # ... from the even start classifying from [CLS] through the pooler, not the mean
     "pair-pooling": "pair-pooling",  # ... from the even start reading a pair's two sentences' means multiplied
     "teacher-pooling": "teacher-pooling",  # ... from the even start pooling as the teacher, a pair read as one sequence
@@ -268,7 +270,9 @@ def main() -> None:
     root = Path(args.runs_dir) / args.task / candidate.name
     starts = {"even": root / "start", "importance": root / "start-importance",
               "importance-teacher-head": root / "start-importance-teacher-head",
-              "importance-teacher-pooling-teacher-head": root / "start-importance-teacher-pooling-teacher-head"}
+              "importance-teacher-pooling-teacher-head": root / "start-importance-teacher-pooling-teacher-head",
+              "importance-pair-cosine-head": root / "start-importance-pair-cosine-head",
+              "importance-pair-zero-head": root / "start-importance-pair-zero-head"}
     for selection, start in starts.items() if starts_from_teacher(candidate) else ():
         if not (start / "config.json").is_file() and (selection == "even" or selection in args.variants):
             ranked, head = None, "teacher" if selection.endswith("teacher-head") else context.head
@@ -277,8 +281,10 @@ def main() -> None:
                 data = load_task(task)
                 ranked = task_importance(model, layout_of(model.config), data.train, tokenizer, data.spec.max_seq_len)
                 print(f"importance: layers dropped in the order {[i + 1 for i in ranked.dropped]}", flush=True)
+            fitted = selection.endswith("cosine-head")  # the head fitted on the training rows' cosines
             build_from_teacher(candidate, teacher, task, start, replace(context, importance=ranked, head=head),
-                               pooling="teacher" if "teacher-pooling" in selection else RECORDED_POOLING)
+                               pooling="teacher" if "teacher-pooling" in selection else RECORDED_POOLING,
+                               data=load_task(task) if fitted else None)
     if "cls-pooling" in args.variants and not (root / "start-cls" / "config.json").is_file():
         cls_start(starts["even"], root / "start-cls")
     starts["cls-pooling"] = root / "start-cls"

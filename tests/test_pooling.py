@@ -245,6 +245,61 @@ def _pooled(model, batch: dict) -> torch.Tensor:
         return model.base_model(**batch).last_hidden_state[:, 0]
 
 
+@pytest.mark.parametrize("kind", ["bert", "mpnet"])
+def test_a_cosine_head_reads_a_scaled_and_shifted_cosine_per_class(kind, tiny_tokenizer):
+    from kdbert.core.pooling import cosine_head
+
+    model = pool_pairs(_classifier(kind, len(tiny_tokenizer), num_labels=3))
+    batch = (random_batch(model.config.vocab_size, LENGTHS, pair=True) if kind == "bert"
+             else {"input_ids": SEPARATED, "attention_mask": (SEPARATED != 1).long()})
+    pooled = _pooled(model, batch) if kind == "mpnet" else None
+    cosines = (_hand_pair_logits(set_pooling(cosine_head(model, torch.ones(3), torch.zeros(3)), "pair"), batch)[:, 0]
+               if kind == "bert" else pooled.mean(dim=1))
+    scales, biases = torch.tensor([-2.0, 0.5, 3.0]), torch.tensor([0.25, -1.0, 0.0])
+    cosine_head(model, scales, biases)
+    expected = cosines.unsqueeze(1) * scales + biases  # logit_c = a_c cos(u, v) + b_c
+    error = 1e-5 if kind == "bert" else 3.0 * linearisation_error(pooled)  # |a_c| <= 3 times the tanh's error
+    torch.testing.assert_close(_logits(model, batch), expected, rtol=0, atol=error)
+
+
+def test_one_feature_logistic_puts_the_threshold_between_symmetric_classes():
+    from kdbert.compress.start_pooling import one_feature_logistic
+
+    # symmetric about 0.5: the fitted logits tie there, class 1 above, class 0 below
+    values, labels = torch.tensor([0.1, 0.2, 0.3, 0.7, 0.8, 0.9, 0.45, 0.55]), torch.tensor([0, 0, 0, 1, 1, 1, 1, 0])
+    a, b = one_feature_logistic(values, labels, 2)
+    margin = lambda value: float((a[1] - a[0]) * value + b[1] - b[0])  # noqa: E731 - logit_1 - logit_0
+    assert abs(margin(0.5)) < 1e-4
+    assert margin(0.9) > 1.0 and margin(0.1) < -1.0
+    # an unbalanced set moves it towards the rarer class: more 0s put the tie above 0.5
+    a, b = one_feature_logistic(torch.tensor([0.1, 0.2, 0.3, 0.4, 0.6, 0.9]), torch.tensor([0, 0, 0, 0, 1, 1]), 2)
+    assert float((a[1] - a[0]) * 0.5 + b[1] - b[0]) < 0
+
+
+def test_a_pair_classifiers_fitted_cosine_head_follows_the_cosine_of_its_two_sentences(tiny_tokenizer):
+    import random
+
+    from conftest import sentence
+
+    from kdbert.compress.start_pooling import fit_cosine_classifier
+    from kdbert.core.pooling import cosine_head
+    from kdbert.data.glue import Example
+
+    rng = random.Random(0)
+    pairs = [(sentence(rng), sentence(rng)) for _ in range(60)]
+    model = pool_pairs(_classifier("bert", len(tiny_tokenizer), **WIDE, type_vocab_size=2))
+    encoded = dict(tiny_tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True, return_tensors="pt"))
+    assert not _logits(model, encoded).any()  # the zero head: every row a tie
+    cosines = _logits(cosine_head(model, torch.ones(2), torch.zeros(2)), encoded)[:, 0]
+    low, high = cosines.quantile(0.4), cosines.quantile(0.6)  # labels by the cosine, a gap left between the classes
+    kept = [(pair, int(c > high)) for pair, c in zip(pairs, cosines) if not low <= c <= high]
+    rows = [Example(pair, label) for pair, label in kept]
+    fit_cosine_classifier(pool_pairs(model), tiny_tokenizer, rows, 32)
+    encoded = dict(tiny_tokenizer([p[0] for p, _ in kept], [p[1] for p, _ in kept], padding=True, return_tensors="pt"))
+    assert _logits(model, encoded).argmax(dim=1).tolist() == [label for _, label in kept]
+    assert not (model.classifier.weight.std(dim=1)).any()  # each class's row reads the cosine: one weight for all
+
+
 # ----------------------------------------------------------------------------- recorded and loaded
 def test_the_pooling_is_saved_in_the_config_and_every_loader_applies_it(tmp_path, tiny_tokenizer):
     folder = save_tiny_classifier(tmp_path / "model", tiny_tokenizer)
@@ -407,6 +462,25 @@ def test_compress_pair_pooling_starts_pair_task_students_on_a_fresh_pair_head(pa
         assert not student.classifier.weight.any() and not student.classifier.bias.any()
 
 
+def test_compress_fits_a_pair_pooled_classifiers_head_on_the_training_rows(tmp_path, tiny_tokenizer):
+    """Given the task's rows, the start's head reads a*cos + b per class, fitted there, not zero."""
+    from kdbert.compress.build import build_from_teacher
+    from kdbert.data.load import TaskOptions, load_task
+
+    write_glue_task(tmp_path / "glue", "MRPC", n_train=40)
+    task = TaskOptions("mrpc", data_dir=str(tmp_path / "glue"))
+    teacher = set_pooling(_classifier("bert", len(tiny_tokenizer), **WIDE, type_vocab_size=2), "mean")
+    context = ShapeContext(teacher.config, tiny_tokenizer, 2, True, head="fresh")
+    candidate = next(c for c in HFFamily().candidates(context) if c.name == "bert-1x128")
+    folder = build_from_teacher(candidate, "teacher", task, tmp_path / "start", context, (teacher, tiny_tokenizer),
+                                pooling="pair", data=load_task(task))
+    assert json.loads((folder / "student_init.json").read_text())["head"] == (
+        "cosine threshold fitted on the training rows (pair pooling)")
+    weight = load_sequence_classifier(str(folder), 2).classifier.weight
+    assert weight.any() and not weight.std(dim=1).any()  # each class's row one weight a_c / H: a scaled cosine
+    assert not torch.equal(weight[0], weight[1])
+
+
 @pytest.mark.parametrize("num_labels, head, expected", [(2, "teacher", "mean"), (1, "teacher", "pair"),
                                                       (2, "fresh", "pair")])
 def test_compress_auto_pooling_keeps_the_teachers_reading_for_a_classifier_with_its_head(num_labels, head, expected,
@@ -495,31 +569,35 @@ def test_compress_pair_pooling_starts_an_mpnet_teachers_students_on_the_separato
                                atol=linearisation_error(pooled))
 
 
-def test_compress_pooling_pair_ships_a_pair_pooled_int8_winner_on_sts_b(tmp_path, tiny_tokenizer, capsys):
+@pytest.mark.parametrize("folder, name, labels", [("STS-B", "stsb", 1), ("MRPC", "mrpc", 2)])
+def test_compress_pooling_pair_ships_a_pair_pooled_int8_winner(folder, name, labels, tmp_path, tiny_tokenizer, capsys):
     from conftest import record_held_out
 
     from kdbert.compress import ship
     from kdbert.data.load import TaskOptions, load_task
 
-    write_glue_task(tmp_path / "glue", "STS-B", n_train=12, n_dev=8)
-    teacher = save_tiny_classifier(tmp_path / "teacher", tiny_tokenizer, num_labels=1, hidden_size=128,
+    write_glue_task(tmp_path / "glue", folder, n_train=12, n_dev=8)
+    teacher = save_tiny_classifier(tmp_path / "teacher", tiny_tokenizer, num_labels=labels, hidden_size=128,
                                    num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, type_vocab_size=2)
-    task = TaskOptions("stsb", data_dir=str(tmp_path / "glue"))
+    task = TaskOptions(name, data_dir=str(tmp_path / "glue"))
     record_held_out(teacher, task, 0.2)
     out = tmp_path / "compress"
-    assert main(["compress", "--teacher", str(teacher), "--task", "stsb", "--data-dir", str(tmp_path / "glue"),
+    assert main(["compress", "--teacher", str(teacher), "--task", name, "--data-dir", str(tmp_path / "glue"),
                  "--candidates", "bert-1x128", "--rounds", "1", "--first-steps", "2", "--batch-size", "4",
                  "--length-rows", "4", "--threads", "1", "--pooling", "pair", "--target-speedup", "0.01",
                  "--output-dir", str(out)]) == 0
     report = json.loads((out / "compress_report.json").read_text())
     assert report["search"]["segments"][0]["recipe"].endswith("; pair pooling")
+    head = json.loads((out / "starts" / "bert-1x128" / "student_init.json").read_text())["head"]
+    assert head == ("cosine threshold fitted on the training rows (pair pooling)" if labels > 1 else
+                    "cosine (pair pooling)")  # a regression's head reads the cosine itself
     winner = out / "winner"
     assert json.loads((winner / "config.json").read_text())[POOLING_KEY] == "pair"
     # the shipped int8 graph computes the pair pooling: scored on the deciding rows as the report says
-    data = load_task(TaskOptions("stsb", data_dir=str(tmp_path / "glue"), held_out_rows=str(teacher),
+    data = load_task(TaskOptions(name, data_dir=str(tmp_path / "glue"), held_out_rows=str(teacher),
                                  decide_share=0.5))
     assert report["shipped"]["decide_score"] == ship.decide_score(winner, "model.int8.onnx", data)[0]["decide_score"]
-    student = load_sequence_classifier(str(out / "runs" / "bert-1x128"), 1, new_head_ok=False).eval()  # what shipped
+    student = load_sequence_classifier(str(out / "runs" / "bert-1x128"), labels, new_head_ok=False).eval()  # what shipped
     batch = random_batch(student.config.vocab_size, LENGTHS, pair=True)
     onnx_logits = OnnxClassifier(winner / "model.onnx")({name: tensor.numpy() for name, tensor in batch.items()})
     assert np.abs(onnx_logits - _hand_pair_logits(student, batch).numpy()).max() < 1e-4

@@ -163,14 +163,17 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
     twin's): from its general student where ``plan.general`` has its shape, else from the teacher
     (by the importance of its units on the training rows with ``plan.selection`` importance,
     :func:`search_importance`; from the first, last and evenly-between layers with ``ends``, the first M
-    with ``bottom``), with the teacher's task head unless ``plan.head`` is ``fresh``; ``context``,
-    ``teacher`` (model, tokenizer) and the task's ``data``: as the caller loaded them, else loaded here."""
+    with ``bottom``), with the teacher's task head unless ``plan.head`` is ``fresh`` (a pair-pooled
+    classifier's: a threshold on its cosine fitted on the training rows); ``context``, ``teacher``
+    (model, tokenizer) and the task's ``data``: as the caller loaded them, else loaded here."""
     todo = [c for c in plan.candidates if (start := _start(plan, c)) is not None and not (start / "config.json").is_file()]
     if not todo:
         return
     context = context or shape_context(plan.teacher_dir, plan.task)
     teacher = teacher or family_of_folder(plan.teacher_dir).load(Path(plan.teacher_dir))
     selected = [c for c in todo if kind(c) in SELECTED_KINDS and base_name(c.name) not in plan.general_shapes]
+    if (selected and plan.selection == "importance") or (context.pair and context.num_labels > 1):
+        data = data or load_task(plan.task, seed=plan.settings.seed)  # ranks units; fits pair-pooled heads
     if selected and plan.selection == "importance":
         context = replace(context, importance=search_importance(plan, teacher, data))
     if plan.selection in LAYER_CHOICES:
@@ -181,9 +184,9 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
         start = _start(plan, candidate)
         if base.name in plan.general_shapes:
             build_from_general(base, Path(plan.general) / base.name, plan.teacher_dir, plan.task, start, context,
-                               teacher, plan.settings.pooling)
+                               teacher, plan.settings.pooling, data)
         else:
-            build_from_teacher(base, plan.teacher_dir, plan.task, start, context, teacher, plan.settings.pooling)
+            build_from_teacher(base, plan.teacher_dir, plan.task, start, context, teacher, plan.settings.pooling, data)
 
 
 IMPORTANCE_SHARE = 0.05  # of the search's window, the most the ranking of the teacher's units may take

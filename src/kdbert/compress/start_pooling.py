@@ -16,7 +16,11 @@ either way).
 
 from __future__ import annotations
 
-from kdbert.core.pooling import PAIR_POOLED_TYPES, pool_pairs
+import torch
+
+from kdbert.core.evaluate import predict
+from kdbert.core.pooling import PAIR_POOLED_TYPES, cosine_head, pool_pairs
+from kdbert.data.batching import PaddingCollator, encode_examples
 from kdbert.families.registry import Candidate, ShapeContext
 
 
@@ -35,3 +39,49 @@ def pool_as_started(student, context: ShapeContext, pooling: str, teacher_head: 
     if wanted and context.pair and model_type in PAIR_POOLED_TYPES:
         pool_pairs(student)
     return student
+
+
+FIT_ROWS = 2000
+"""Training rows, at most, on which a pair-pooled classifier's cosine head is fitted (evenly strided)."""
+
+
+def fit_cosine_classifier(student, tokenizer, rows: list, max_seq_len: int, limit: int = FIT_ROWS):
+    """A pair-pooled classifier's head fitted as logit_c = a_c cos(u, v) + b_c (:func:`cosine_head`)
+    to the labels of up to ``limit`` of ``rows`` (training :class:`~kdbert.data.glue.Example` rows,
+    evenly strided): the start reads a threshold on its own sentences' cosine, which a cut of a
+    sentence encoder already draws well, where a zero head starts every row at a tie (MRPC:
+    ``benchmarks/recipe_ablation.py`` variants ``importance-pair-cosine-head`` and
+    ``importance-pair-zero-head``). Returns ``student``; a regression, or rows without labels, leave
+    it as it is."""
+    classes = student.config.num_labels
+    labelled = [row for row in rows if row.label is not None]
+    if classes < 2 or not labelled:
+        return student
+    picked = labelled[::max(1, len(labelled) // limit)][:limit]
+    cosine_head(student, torch.ones(classes), torch.zeros(classes))  # every logit reads cos(u, v)
+    dataset = encode_examples(tokenizer, picked, max_seq_len)
+    cosines = torch.from_numpy(predict(student, dataset, PaddingCollator(tokenizer.pad_token_id))[:, 0])
+    labels = torch.tensor([int(row.label) for row in picked])
+    return cosine_head(student, *one_feature_logistic(cosines, labels, classes))
+
+
+def one_feature_logistic(values: torch.Tensor, labels: torch.Tensor, classes: int,
+                         l2: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a, b), each (C,), minimising mean_n CE(a values_n + b, labels_n) + l2 |a|^2 (multinomial
+    logistic regression on one feature; the penalty fixes the shift softmax ignores in a)."""
+    values = values.to(torch.float64)
+    scale = values.std().clamp(min=1e-6)  # fit on standardised values, then map back
+    z = (values - values.mean()) / scale
+    a = torch.zeros(classes, dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(classes, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.LBFGS([a, b], max_iter=200, line_search_fn="strong_wolfe")
+
+    def loss():
+        optimizer.zero_grad()
+        value = torch.nn.functional.cross_entropy(z.unsqueeze(1) * a + b, labels) + l2 * (a * a).sum()
+        value.backward()
+        return value
+
+    optimizer.step(loss)
+    a, b = a.detach(), b.detach()
+    return (a / scale).float(), (b - a * values.mean() / scale).float()

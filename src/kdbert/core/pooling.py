@@ -202,24 +202,34 @@ so the head reads its input linearly to 1e-4 where |x| <= 2 (x = H u_i v_i: 1 on
 
 def pool_pairs(model: nn.Module) -> nn.Module:
     """``model`` (a :data:`PAIR_POOLED_TYPES` classifier) set to pair pooling with a head that starts
-    as a cosine, since what it reads is no longer the vector it learned on; returns it. A linear head
-    (BERT): a regression's weights 1/H (it reads cos(u, v)), a classifier's 0 (its first steps point
-    each class's row where the data says), biases 0. A dense + tanh + out_proj head (RoBERTa, MPNet):
-    a regression's dense s I and out_proj 1 / (H s) (s = :data:`LINEAR_SCALE`: it reads
-    sum_i tanh(s x_i) / (H s) ~ cos(u, v)), a classifier's dense I and out_proj 0; biases 0."""
+    as a cosine, since what it reads is no longer the vector it learned on; returns it. A regression
+    reads cos(u, v); a classifier's logits start at 0 (its first steps point each class's row where
+    the data says; :func:`cosine_head` with fitted scales starts them where a threshold on the cosine
+    puts them)."""
     set_pooling(model, "pair")
+    classes = model.config.num_labels
+    return cosine_head(model, torch.ones(1) if classes == 1 else torch.zeros(classes), torch.zeros(classes))
+
+
+def cosine_head(model: nn.Module, scales: torch.Tensor, biases: torch.Tensor) -> nn.Module:
+    """Set a pair-pooled classifier's head so that logit_c = a_c cos(u, v) + b_c (``scales`` a and
+    ``biases`` b: (C,)); returns ``model``. A linear head (BERT) reads x = H u v (:func:`pair_product`):
+    W_c = a_c / H, b_c. A dense + tanh + out_proj head (RoBERTa, MPNet): dense s I (s =
+    :data:`LINEAR_SCALE`, so tanh reads linearly), out_proj_c = a_c / (H s), b_c, and with every a_c
+    zero, dense I (the identity a classifier's first steps learn through)."""
     head = model.classifier
-    regression = model.config.num_labels == 1
-    if isinstance(head, nn.Linear):
-        nn.init.constant_(head.weight, 1.0 / head.in_features if regression else 0.0)
-        nn.init.zeros_(head.bias)
-        return model
-    scale = LINEAR_SCALE if regression else 1.0
+    scales, biases = scales.to(torch.float32), biases.to(torch.float32)
     with torch.no_grad():
-        head.dense.weight.copy_(scale * torch.eye(head.dense.out_features, head.dense.in_features))
+        if isinstance(head, nn.Linear):
+            head.weight.copy_((scales / head.in_features).unsqueeze(1).expand_as(head.weight))
+            head.bias.copy_(biases)
+            return model
+        width = head.dense.out_features
+        scale = 1.0 if not scales.any() else LINEAR_SCALE
+        head.dense.weight.copy_(scale * torch.eye(width, head.dense.in_features))
         nn.init.zeros_(head.dense.bias)
-        nn.init.constant_(head.out_proj.weight, 1.0 / (head.dense.out_features * scale) if regression else 0.0)
-        nn.init.zeros_(head.out_proj.bias)
+        head.out_proj.weight.copy_((scales / (width * scale)).unsqueeze(1).expand_as(head.out_proj.weight))
+        head.out_proj.bias.copy_(biases)
     return model
 
 
