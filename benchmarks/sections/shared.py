@@ -24,9 +24,10 @@ RENAMED_SCRIPTS = {f"benchmarks/{old}.py": f"benchmarks/bench_{old}.py"
 modules of kdbert); the page shows those commands under today's names, so that they run."""
 # the key suffixes of the 4x searches under the current rules and recipe (``bench_compress.py --key-suffix``):
 # against the tuned teachers, the speed checked as shipped, held-out rows by source and by collection, the
-# whole-width candidates, those first in the start order, the teacher's head, CoLA's rows drawn nearness-matched and
-# the starts ranked by importance
-CURRENT_TRUST_SUFFIXES = ("tuned", "shipped", "source", "ffn", "collection", "order", "head", "near", "importance")
+# whole-width candidates, those first in the start order, the teacher's head, CoLA's rows drawn nearness-matched,
+# the starts ranked by importance and a pair-pooled classifier's head fitted on the cosine
+CURRENT_TRUST_SUFFIXES = ("tuned", "shipped", "source", "ffn", "collection", "order", "head", "near", "importance",
+                          "fitted")
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
 
 HEADLINE = ["intro", "scoreboard", "kept", "agreement", "kept-by-source", "paired-margin", "winner-rule", "teachers", "base-teachers",
