@@ -481,18 +481,19 @@ def test_compress_fits_a_pair_pooled_classifiers_head_on_the_training_rows(tmp_p
     assert not torch.equal(weight[0], weight[1])
 
 
-@pytest.mark.parametrize("num_labels, head, expected", [(2, "teacher", "mean"), (1, "teacher", "pair"),
-                                                      (2, "fresh", "pair")])
-def test_compress_auto_pooling_keeps_the_teachers_reading_for_a_classifier_with_its_head(num_labels, head, expected,
-                                                                                        tmp_path, tiny_tokenizer):
-    """compress's default: a classifier cut with the teacher's head reads the pair as the teacher did (one
-    sequence, mean-pooled), so the head it copies reads what it was trained on; a regression and a fresh head
-    are pair-pooled, their heads starting as the cosine."""
+@pytest.mark.parametrize("pooling, num_labels, head, expected", [("auto", 2, "teacher", "mean"),
+                                                               ("auto", 1, "teacher", "pair"),
+                                                               ("auto", 2, "fresh", "pair"),
+                                                               (None, 2, "teacher", "pair")])
+def test_compress_auto_pooling_keeps_the_teachers_reading_for_a_classifier_with_its_head(pooling, num_labels, head,
+                                                                                        expected, tmp_path,
+                                                                                        tiny_tokenizer):
+    """--pooling auto: a classifier cut with the teacher's head reads the pair as the teacher did (one sequence,
+    mean-pooled), so the head it copies reads what it was trained on; a regression and a fresh head are
+    pair-pooled, their heads starting as the cosine. compress's default (None here), pair, pair-pools them all."""
     from kdbert.compress.build import build_from_teacher
-    from kdbert.compress.options import CompressConfig
     from kdbert.data.load import TaskOptions
 
-    assert CompressConfig.pooling == "auto"
     teacher = set_pooling(_classifier("bert", len(tiny_tokenizer), **WIDE, type_vocab_size=2, num_labels=num_labels),
                           "mean")
     with torch.no_grad():
@@ -500,7 +501,8 @@ def test_compress_auto_pooling_keeps_the_teachers_reading_for_a_classifier_with_
     context = ShapeContext(teacher.config, tiny_tokenizer, num_labels, True, head=head)
     candidate = next(c for c in HFFamily().candidates(context) if c.name == "bert-1x128")
     folder = build_from_teacher(candidate, "teacher", TaskOptions("mrpc" if num_labels == 2 else "stsb"),
-                                tmp_path / "start", context, (teacher, tiny_tokenizer))
+                                tmp_path / "start", context, (teacher, tiny_tokenizer),
+                                **({"pooling": pooling} if pooling else {}))
     student = load_sequence_classifier(str(folder), num_labels, new_head_ok=True).eval()
     assert student.config.kdbert_pooling == expected
     assert json.loads((folder / "student_init.json").read_text())["pooling"] == expected

@@ -5,10 +5,11 @@ fuses a padding mask (bert-1x384-ffn192 on STS-B rows, int8, one thread: 6.3x th
 pair-pooled against 8.2x plain; ``benchmarks/timing_trained.py``), so a shape timed unpooled is admitted
 up to 1.3x faster than it ships.
 
-With ``pooling`` "pair" on a sentence-pair task, a start whose architecture marks the second sentence
-(:data:`~kdbert.core.pooling.PAIR_POOLED_TYPES`: BERT by its token types, RoBERTa, XLM-R and MPNet by
-their separators) encodes the two sentences apart and reads their normalised means multiplied, its
-head starting as their cosine (:func:`~kdbert.core.pooling.pool_pairs`). "auto" does the same, except
+With ``pooling`` "pair" (compress's default) on a sentence-pair task, a start whose architecture marks
+the second sentence (:data:`~kdbert.core.pooling.PAIR_POOLED_TYPES`: BERT by its token types, RoBERTa,
+XLM-R and MPNet by their separators) encodes the two sentences apart and reads their normalised means
+multiplied, its head starting as their cosine (:func:`~kdbert.core.pooling.pool_pairs`; a classifier's
+as a threshold on it, :func:`fit_cosine_classifier`, where the build has the training rows). "auto" does the same, except
 for a classifier cut from the teacher that starts with the teacher's head: that one reads the pair as
 one sequence, pooled as the teacher pools, as its head did (a regression's head starts as the cosine
 either way).
