@@ -142,7 +142,8 @@ def quickstart_row() -> Row | None:
 def compress_trust_row() -> Row | None:
     """The 4x searches under the rules of the issue on trustworthy figures: the shipped graph's kept share
     on the rows that decide beside dev's, for the tasks searched so far; each task's search under the
-    current code against its teacher as ``teacher_best.py`` chose and rebuilt it (``--key-suffix=-trust-near-importance``:
+    current code against its teacher as ``teacher_best.py`` chose and rebuilt it (``--key-suffix=-trust-pair-fitted``:
+    a pair task's candidates pair-pooled, a classifier's head fitted on the cosine, 2026-12-04; ``-trust-near-importance``:
     the same with the candidates' starts ranked by importance, 2026-12-03, ``-trust-importance`` elsewhere; ``-trust-near``:
     CoLA's held-out rows drawn nearness-matched to dev's, its teacher rebuilt on the rest, 2026-12-02; ``-trust-head``:
     cut candidates starting with the teacher's task head, near-line candidates timed together, 2026-12-02; ``-trust-order``:
@@ -158,7 +159,8 @@ def compress_trust_row() -> Row | None:
                if ((r.get("shipped") or {}).get("speedup") or math.inf) >= ((r.get("target") or {}).get("speedup") or 0)}
     records, current = {}, []
     for task in FIVE_TASKS:
-        key = next((k for k in (f"{task}/x4-trust-near-importance", f"{task}/x4-trust-importance",
+        key = next((k for k in (f"{task}/x4-trust-pair-fitted", f"{task}/x4-trust-near-importance",
+                                f"{task}/x4-trust-importance",
                                 f"{task}/x4-trust-near", f"{task}/x4-trust-head",
                                 f"{task}/x4-trust-order",
                                 f"{task}/x4-trust-collection", f"{task}/x4-trust-ffn",
@@ -173,7 +175,7 @@ def compress_trust_row() -> Row | None:
         return None
     shares = ", ".join(f"{TASK_NAMES[t]} {100 * r['shipped']['kept_decide']:.1f} (dev {100 * r['shipped']['kept_dev']:.1f})"
                        + ("" if t in current else " (earlier recipe)") for t, r in records.items())
-    ranked = [task for task in current if records[task].get("command", "").count("--selection importance")]
+    ranked = [task for task in current if ranked_by_importance(records[task])]
     return Row(f"`kdbert compress` at 4x, tuned teachers, kept on the held-out rows that decide as shipped "
                f"({len(records)} of 5 tasks so far, {len(current)} under the current rules, {len(ranked)} from "
                "starts ranked by importance, the default since 2026-12-03)", shares,
@@ -182,18 +184,26 @@ def compress_trust_row() -> Row | None:
                task_command({t: records[t] for t in current} or records))
 
 
+def ranked_by_importance(record: dict) -> bool:
+    """Whether a search's starts were ranked by importance: asked for, or compress's default when it ran
+    (``--selection importance`` since 2026-12-03)."""
+    command = record.get("command", "")
+    return "--selection importance" in command or ("--selection" not in command and record.get("date", "") >= "2026-12-03")
+
+
 BASE_TEACHER_SEARCHES = {"cola": {"4x": ("cola/x4-mpnet-trust",), "8x": ("cola/x8-mpnet-trust-first", "cola/x8-mpnet-trust-turns",
                                                                              "cola/x8-mpnet-trust")},
                          "sst2": {"4x": ("sst2/x4-mpnet-trust",), "8x": ("sst2/x8-mpnet-trust-first", "sst2/x8-mpnet-trust-kl32", "sst2/x8-mpnet-trust-all", "sst2/x8-mpnet-trust")},
                          "mrpc": {"4x": ("mrpc/x4-mpnet-trust",),
-                                  "8x": ("mrpc/x8-mpnet-trust-first2", "mrpc/x8-mpnet-trust-first", "mrpc/x8-mpnet-trust-best", "mrpc/x8-mpnet-trust-pair", "mrpc/x8-mpnet-trust-cuts", "mrpc/x8-mpnet-trust")},
+                                  "8x": ("mrpc/x8-mpnet-trust-fitted", "mrpc/x8-mpnet-trust-first2", "mrpc/x8-mpnet-trust-first", "mrpc/x8-mpnet-trust-best", "mrpc/x8-mpnet-trust-pair", "mrpc/x8-mpnet-trust-cuts", "mrpc/x8-mpnet-trust")},
                          "stsb": {"4x": ("stsb/x4-mpnet-trust",), "8x": ("stsb/x8-mpnet-trust-first", "stsb/x8-mpnet-trust")}}
 """Per task and target, the searches against the MPNet-base teacher, the latest first (``-best``: promotions by
 score while none keeps the share; ``-pair``:
 the MPNet cuts pair-pooled by their separators; ``-cuts``: the pre-trained MiniLM's cuts offered; ``-all``: on
 every training row, not the first 16,000, candidates near the line timed in turns; ``-turns``, ``-kl32``: near-line
 candidates timed in turns, the KL in float32, and for ``-kl32`` round 0 after the labelling; ``-first``: pre-trained
-students first in round 0, the deepest first)."""
+students first in round 0, the deepest first; ``-fitted``: a pair-pooled classifier's head started as a
+threshold on its cosine, fitted on the training rows, the teacher fine-tuned again on an Intel Xeon with AMX)."""
 
 
 def base_teacher_row() -> Row | None:
