@@ -276,7 +276,7 @@ def main() -> None:
     for selection, start in starts.items() if starts_from_teacher(candidate) else ():
         if not (start / "config.json").is_file() and (selection == "even" or selection in args.variants):
             ranked, head = None, "teacher" if selection.endswith("teacher-head") else context.head
-            if selection.startswith("importance"):
+            if selection.startswith("importance") and candidate.start == "teacher-weights":  # a cut's units
                 model, tokenizer = family_of_folder(teacher).load(Path(teacher))
                 data = load_task(task)
                 ranked = task_importance(model, layout_of(model.config), data.train, tokenizer, data.spec.max_seq_len)

@@ -66,8 +66,9 @@ def build_from_teacher(candidate: Candidate, teacher_dir: str | os.PathLike, tas
     if cut:
         report["selection"] = "importance" if context.importance is not None else (
             context.layer_map if context.layer_map in LAYER_CHOICES else "even")
-        report["head"] = (("cosine threshold fitted on the training rows (pair pooling)" if fitted
-                           else "cosine (pair pooling)") if pooling_of(student.config) == "pair" else context.head)
+        report["head"] = context.head
+    if pooling_of(student.config) == "pair":
+        report["head"] = "cosine threshold fitted on the training rows (pair pooling)" if fitted else "cosine (pair pooling)"
     save_hf_folder(student, tokenizer, Path(folder), {"student_init.json": report})
     return Path(folder)
 
