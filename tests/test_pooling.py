@@ -252,9 +252,9 @@ def test_a_cosine_head_reads_a_scaled_and_shifted_cosine_per_class(kind, tiny_to
     model = pool_pairs(_classifier(kind, len(tiny_tokenizer), num_labels=3))
     batch = (random_batch(model.config.vocab_size, LENGTHS, pair=True) if kind == "bert"
              else {"input_ids": SEPARATED, "attention_mask": (SEPARATED != 1).long()})
-    pooled = _pooled(model, batch) if kind == "mpnet" else None
-    cosines = (_hand_pair_logits(set_pooling(cosine_head(model, torch.ones(3), torch.zeros(3)), "pair"), batch)[:, 0]
-               if kind == "bert" else pooled.mean(dim=1))
+    with torch.no_grad():  # what the head reads: H (u/|u|)(v/|v|), whose mean over the H units is cos(u, v)
+        pooled = model.bert(**batch).pooler_output if kind == "bert" else _pooled(model, batch)
+    cosines = pooled.mean(dim=1)
     scales, biases = torch.tensor([-2.0, 0.5, 3.0]), torch.tensor([0.25, -1.0, 0.0])
     cosine_head(model, scales, biases)
     expected = cosines.unsqueeze(1) * scales + biases  # logit_c = a_c cos(u, v) + b_c
