@@ -35,7 +35,7 @@ from kdbert.deploy.predict import load
 
 def outputs(predictor, rows, regression: bool) -> np.ndarray:
     """The predictor's scores (regression) or class ids for ``rows``."""
-    logits = predictor.logits([row.texts for row in rows])
+    logits = predictor.logits([row.texts[0] if len(row.texts) == 1 else row.texts for row in rows])
     return logits[:, 0] if regression else logits.argmax(axis=-1)
 
 

@@ -33,6 +33,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("compress-engines", compress_results.compress_engines_section),
     ("recipe-ablation", compress_results.recipe_ablation_section),
     ("near-duplicates", trust_results.near_duplicates_section),
+    ("decide-draw", trust_results.decide_draw_section),
     ("timing-turns", speed_results.timing_turns_section),
     ("timing-together", speed_results.timing_together_section),
     ("general-students", students_results.general_students_section),

@@ -35,7 +35,7 @@ HEADLINE = ["intro", "scoreboard", "kept", "agreement", "kept-by-source", "paire
 """The sections of BENCHMARKS.md (and of docs/benchmarks/index.md), before a short section per page."""
 PAGES: dict[str, tuple[str, list[str]]] = {
     "compress": ("`kdbert compress`", ["quickstart", "quickstart-seeds", "checkpoint-rule", "compress", "compress-budget", "compress-engines",
-                                       "recipe-ablation", "near-duplicates", "timing-turns",
+                                       "recipe-ablation", "near-duplicates", "decide-draw", "timing-turns",
                                        "timing-together"]),
     "students": ("General students", ["general-students", "pretrained-cuts"]),
     "speed": ("Speed and deployment", ["deploy", "export-graphs", "breakdown", "int8-targets", "serve-load",

@@ -314,6 +314,33 @@ def kept_by_source_section() -> list[str]:
                     + "; ".join(f"`{c}`" for c in commands) + ".", ""]
 
 
+def decide_draw_section() -> list[str]:
+    """Winners' kept shares on the rows that pick, on those that decide and over random halves of all the
+    held-out rows, and where the recorded deciding half falls among them (``decide_draw.py``)."""
+    records = load_results("decide_draw")
+    if not records:
+        return []
+    lines = ["## How lucky the rows that decide are (`benchmarks/decide_draw.py`)", "",
+             "Every search from one teacher decides on the same rows, so a deciding half that favours the teacher "
+             "or the student moves every search, seed and family of that task alike. Both halves are rows the teacher "
+             "never trained on; the shipped graph and the PyTorch teacher are scored on all of them, one row at a time, and the kept share "
+             "is read on 2,000 random subsets of the deciding half's size. Error: mean |prediction - gold| "
+             "(regression) or the error rate, teacher / student.", "",
+             "| search | winner | rows that pick: teacher, student, kept | rows that decide: teacher, student, kept "
+             "| error on those that pick / decide | random halves: kept (mean ± sd) | the deciding half's quantile |",
+             "|---|---|---|---|---|---:|---:|"]
+    for key, r in sorted(records.items()):
+        pick, decide, draws = r["halves"]["pick"], r["halves"]["decide"], r["random_halves"]
+        cells = [f"{h['teacher']:.2f}, {h['student']:.2f}, {100 * h['kept']:.1f}% ({h['rows']} rows)" for h in (pick, decide)]
+        errors = " / ".join(f"{h['error']['teacher']:.3f}, {h['error']['student']:.3f}" for h in (pick, decide))
+        lines.append(f"| {key} | {r['winner']} | {cells[0]} | {cells[1]} | {errors} | {100 * draws['kept_mean']:.1f}% ± "
+                     f"{100 * draws['kept_sd']:.1f} | {draws['decide_quantile']:.3f} |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    commands = sorted({r["command"] for r in records.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".", "",
+                    note("decide-draw-reading"), ""]
+
+
 def near_duplicates_section() -> list[str]:
     """How near the held-out and dev rows come to training, per source (``near_duplicates.py``)."""
     records = load_results("near_duplicates")
