@@ -347,3 +347,22 @@ def test_static_calibration_reads_one_batch_at_a_time(tmp_path, monkeypatch):
     calibration = [{"X": rows[i:i + 16]} for i in range(0, 64, 16)]
     quantize_int8(one_product(tmp_path), tmp_path / "p.int8.onnx", "static-percentile", calibration)
     assert held == [1, 1, 1, 1]
+
+
+def test_the_shipped_graph_is_scored_one_row_at_a_time_as_each_row_would_run_alone(tmp_path, tiny_tokenizer):
+    # a dynamic int8 graph quantises a batch's activations with one scale, so batched rows read
+    # other outputs than each row alone; the rows that decide score what each row gives by itself
+    from kdbert.compress import ship
+    from kdbert.data.glue import Example, TaskData
+    from kdbert.data.tasks import GLUE_TASKS
+    from kdbert.deploy.predict import load
+
+    folder = save_tiny_classifier(tmp_path / "bert", tiny_tokenizer, num_labels=1, hidden_size=32, intermediate_size=64)
+    model, encoder = family_of_folder(folder).load(folder)
+    export_classifier(model, encoder, tmp_path / "export", quantize="int8", int8_method="dynamic")
+    words = "the cat sat on a mat while dogs ran far away from home".split()
+    pairs = [(" ".join(words[: 2 + i % 11]), " ".join(words[i % 5:][: 3 + i % 7])) for i in range(24)]
+    data = TaskData(GLUE_TASKS["stsb"], [], {}, decide=[Example(pair, float(i % 5)) for i, pair in enumerate(pairs)])
+    _, predictions = ship.decide_score(tmp_path / "export", "model.int8.onnx", data)
+    alone = load(tmp_path / "export" / "model.int8.onnx", batch_size=1)  # the threads decide_score runs on
+    assert np.array_equal(predictions, np.array([alone.logits([pair])[0, 0] for pair in pairs]))
