@@ -20,22 +20,13 @@ the draw favoured. Records in ``benchmarks/results/decide_draw.json`` under ``--
 
 from __future__ import annotations
 
-import argparse
 import json
-from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 from common import machine_info, save_result
-from kept_by_source import outputs, score
-from paths import GLUE_DIR
+from kept_by_source import outputs, score, search_arguments, search_models
 
-from kdbert.compress.speed import RUNTIMES
-from kdbert.compress.teacher import held_out_task
 from kdbert.core.metrics import resampled_metric
-from kdbert.data.held_out import DECIDE_SHARE
-from kdbert.data.load import TaskOptions, load_task
-from kdbert.deploy.predict import load
 
 
 def random_subsets(rows: int, size: int, draws: int, seed: int = 0) -> np.ndarray:
@@ -57,21 +48,10 @@ def mean_error(predicted: np.ndarray, references: np.ndarray, regression: bool) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--search", required=True, help="a finished compress folder (its winner/ kept)")
-    parser.add_argument("--key", required=True, help="the search's key in compress.json")
-    parser.add_argument("--data-dir", default=GLUE_DIR)
-    parser.add_argument("--teacher", help="the search's teacher where it has moved since (default: the report's)")
+    parser = search_arguments(__doc__)
     parser.add_argument("--draws", type=int, default=2000)
     args = parser.parse_args()
-    search = Path(args.search)
-    report = json.loads((search / "compress_report.json").read_text())
-    teacher_dir = args.teacher or report["teacher"]
-    task, _ = held_out_task(teacher_dir, TaskOptions(task=report["task"], data_dir=args.data_dir),
-                            trained_on_all=bool(report.get("teacher_saw_held_out_rows")))
-    data = load_task(replace(task, decide_share=task.decide_share or DECIDE_SHARE))
-    winner = search / "winner" / RUNTIMES[report["runtime"]]
-    models = {name: load(path, threads=1, batch_size=1) for name, path in (("teacher", teacher_dir), ("student", winner))}
+    report, data, winner, models = search_models(args, batch_size=1)
     metrics, regression = data.spec.metrics, data.spec.is_regression
     rows = data.held_out + data.decide
     references = np.array([row.label for row in rows])

@@ -53,14 +53,19 @@ def stratified_indices(sources: np.ndarray, shares: dict[str, float], resamples:
                                      for name, n in counts.items()]) for _ in range(resamples)])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def search_arguments(description: str) -> argparse.ArgumentParser:
+    """The options of a script that reads a finished search: ``--search``, ``--key``, ``--data-dir``, ``--teacher``."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--search", required=True, help="a finished compress folder (its winner/ kept)")
     parser.add_argument("--key", required=True, help="the search's key in compress.json")
     parser.add_argument("--data-dir", default=GLUE_DIR)
     parser.add_argument("--teacher", help="the search's teacher where it has moved since (default: the report's)")
-    parser.add_argument("--resamples", type=int, default=1000)
-    args = parser.parse_args()
+    return parser
+
+
+def search_models(args, batch_size: int = 64):
+    """A finished search's task (its held-out rows split as the search split them), its shipped graph's
+    path and ``{"teacher": PyTorch teacher, "student": shipped graph}`` as predictors of ``batch_size``."""
     search = Path(args.search)
     report = json.loads((search / "compress_report.json").read_text())
     teacher_dir = args.teacher or report["teacher"]
@@ -68,7 +73,16 @@ def main() -> None:
                             trained_on_all=bool(report.get("teacher_saw_held_out_rows")))
     data = load_task(replace(task, decide_share=task.decide_share or DECIDE_SHARE))
     winner = search / "winner" / RUNTIMES[report["runtime"]]
-    models = {"teacher": load(teacher_dir, threads=1), "student": load(winner, threads=1)}
+    models = {name: load(path, threads=1, batch_size=batch_size) for name, path in (("teacher", teacher_dir),
+                                                                                    ("student", winner))}
+    return report, data, winner, models
+
+
+def main() -> None:
+    parser = search_arguments(__doc__)
+    parser.add_argument("--resamples", type=int, default=1000)
+    args = parser.parse_args()
+    report, data, winner, models = search_models(args)
     metrics, regression = data.spec.metrics, data.spec.is_regression
     splits = {"dev": [row for rows in data.dev.values() for row in rows], "decide": data.decide}
     result = {"winner": report["winner"]["candidate"], "shipped": str(winner), "splits": {}}
