@@ -12,12 +12,14 @@ import sys
 from argparse import Namespace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import checkpoint_rule  # noqa: E402
 import common  # noqa: E402
 import compress_seeds  # noqa: E402
+import decide_draw  # noqa: E402
 import distill_glue  # noqa: E402
 import glue_inputs  # noqa: E402
 import gpu_bundle  # noqa: E402
@@ -725,3 +727,16 @@ def test_data_and_runs_roots_come_from_one_place(monkeypatch, tmp_path):
     finally:
         monkeypatch.undo()
         importlib.reload(paths)
+
+
+def test_decide_draw_reads_the_kept_share_of_each_subset_and_draws_each_without_replacement():
+    # 4 rows: the teacher right on all, the student on rows 0 and 1 only
+    predictions = {"teacher": np.array([1, 0, 1, 0]), "student": np.array([1, 0, 0, 1])}
+    references = np.array([1, 0, 1, 0])
+    subsets = np.array([[0, 1], [0, 2], [2, 3]])
+    kept = decide_draw.kept_over(subsets, ["accuracy"], predictions, references)
+    assert kept.tolist() == [1.0, 0.5, 0.0]  # student 100, 50, 0 over the teacher's 100
+    drawn = decide_draw.random_subsets(rows=10, size=10, draws=5)
+    assert all(sorted(row) == list(range(10)) for row in drawn.tolist())  # no row twice in a draw
+    assert decide_draw.mean_error(np.array([1.0, 3.0]), np.array([2.0, 2.0]), regression=True) == 1.0
+    assert decide_draw.mean_error(np.array([1, 0, 1]), np.array([1, 1, 1]), regression=False) == 1 / 3
