@@ -420,6 +420,26 @@ def test_onnx_exports_carry_the_pair_pooling(graph, tmp_path, tiny_tokenizer):
     assert np.abs(onnx_logits - _hand_pair_logits(model, batch).numpy()).max() < 1e-4
 
 
+def test_a_pair_pooled_graph_runs_each_sentence_as_a_row_of_its_own(tmp_path, tiny_tokenizer):
+    # the TorchScript graph's attention scores: (2B, heads, W, W), W the longest sentence, where the
+    # pair's mask would give (B, heads, L, L)
+    import onnx
+    import onnxruntime
+
+    model = set_pooling(_classifier("bert", len(tiny_tokenizer), type_vocab_size=2), "pair")
+    export_classifier(model, tiny_tokenizer, tmp_path, graph="torchscript")
+    graph = onnx.load(str(tmp_path / "model.onnx"))
+    scores = [node.output[0] for node in graph.graph.node if node.op_type == "Softmax"]
+    graph.graph.output.extend(onnx.ValueInfoProto(name=name) for name in scores)
+    session = onnxruntime.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    batch = random_batch(model.config.vocab_size, [9, 6], pair=True)  # sentences of 4 + 5 and 3 + 3 tokens
+    outputs = session.run(None, {name: batch[name].numpy() for name in ("input_ids", "attention_mask", "token_type_ids")})
+    assert len(scores) == SHAPE["num_hidden_layers"]
+    assert all(out.shape == (4, SHAPE["num_attention_heads"], 5, 5) for out in outputs[1:])
+    with torch.no_grad():
+        np.testing.assert_allclose(outputs[0], model(**batch).logits.numpy(), atol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["roberta", "mpnet"])
 def test_onnx_exports_carry_the_separator_pair_pooling(kind, tmp_path, tiny_tokenizer):
     model = pool_pairs(_classifier(kind, len(tiny_tokenizer)))

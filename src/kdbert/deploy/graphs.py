@@ -99,7 +99,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, spec: InputSpec | Non
     level = onnx_logger.level
     onnx_logger.setLevel(logging.ERROR)  # the exporter logs skipped torchvision operators at WARNING
     try:
-        with warnings.catch_warnings(), family.export_form(model) as traced:
+        with warnings.catch_warnings(), family.export_form(model, exporter) as traced:
             warnings.simplefilter("ignore")  # exporter deprecation and axis-naming notes
             program = torch.onnx.export(Logits(traced, spec.names).eval(), _example_inputs(spec),
                                         str(path) if exporter == "torchscript" else None,

@@ -125,15 +125,21 @@ class HFFamily(Family):
                          model.config.vocab_size, graphs)
 
     @contextlib.contextmanager
-    def export_form(self, model: nn.Module):
+    def export_form(self, model: nn.Module, exporter: str = "torchscript"):
         """The model with eager attention while it is traced: ORT's optimisers recognise its
-        MatMul-Softmax-MatMul pattern, not the one ``scaled_dot_product_attention`` exports to."""
+        MatMul-Softmax-MatMul pattern, not the one ``scaled_dot_product_attention`` exports to; for
+        the TorchScript exporter, a pair-pooled classifier's two sentences as two rows of one batch
+        (:class:`~kdbert.core.pooling.PairRows`, whose row width depends on the data, which the
+        dynamo exporter does not trace: its graph keeps the pair's attention mask)."""
+        from kdbert.core.pooling import pair_rows
+
         previous = getattr(getattr(model, "config", None), "_attn_implementation", None)
         switch = previous not in (None, "eager") and hasattr(model, "set_attn_implementation")
         if switch:
             model.set_attn_implementation("eager")
         try:
-            yield model
+            with pair_rows(model) if exporter == "torchscript" else contextlib.nullcontext(model) as traced:
+                yield traced
         finally:
             if switch:
                 model.set_attn_implementation(previous)

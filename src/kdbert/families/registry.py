@@ -229,9 +229,9 @@ class Family:
     def input_spec(self, model: nn.Module) -> InputSpec:
         raise NotImplementedError
 
-    def export_form(self, model: nn.Module):
-        """A context manager giving the module the ONNX exporter traces (``model`` itself by
-        default), restored when it exits."""
+    def export_form(self, model: nn.Module, exporter: str = "torchscript"):
+        """A context manager giving the module the ONNX ``exporter`` (``torchscript`` or ``dynamo``)
+        traces (``model`` itself by default), restored when it exits."""
         return contextlib.nullcontext(model)
 
     def fusion_settings(self, model: nn.Module) -> dict | None:
