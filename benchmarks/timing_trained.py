@@ -10,8 +10,11 @@ times both graphs of the search's winner in turns with the search's int8 teacher
 pass (a model's place in a turn moves its reading), and records each pass's speedups, the teacher's
 latency and the medians. The copy as admitted reads a sentence pair as the winner does (its
 ``config.json``'s pooling); where that is pair pooling, the copy reading the pair as one sequence, as
-compress timed such shapes until 2026-12-04, is timed too (``unpooled``): a pair-pooled graph's
-per-sentence attention mask is not fused. Results: ``benchmarks/results/timing_trained.json`` under ``--key``.
+compress timed such shapes until 2026-12-04, is timed too (``unpooled``): a pair-pooled graph exported
+before 2026-12-04 carried a per-sentence (B, 1, L, L) attention mask, and one exported since runs the
+two sentences as two rows (``kdbert.core.pooling.PairRows``), so a winner shipped before then against
+its copy exported now times the one against the other. Results:
+``benchmarks/results/timing_trained.json`` under ``--key``.
 """
 
 from __future__ import annotations
