@@ -18,7 +18,6 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("scoreboard", scoreboard.scoreboard_section),
     ("kept", trust_results.kept_section),
     ("agreement", trust_results.agreement_section),
-    ("kept-by-source", trust_results.kept_by_source_section),
     ("paired-margin", trust_results.paired_margin_section),
     ("winner-rule", trust_results.winner_rule_section),
     ("teachers", trust_results.teachers_section),
@@ -33,6 +32,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("compress-engines", compress_results.compress_engines_section),
     ("recipe-ablation", compress_results.recipe_ablation_section),
     ("near-duplicates", trust_results.near_duplicates_section),
+    ("kept-by-source", trust_results.kept_by_source_section),
     ("decide-draw", trust_results.decide_draw_section),
     ("timing-turns", speed_results.timing_turns_section),
     ("timing-together", speed_results.timing_together_section),
@@ -95,7 +95,7 @@ def headline(full_records: dict[str, str], base: str = LINK_BASE) -> str:
     rows = scoreboard.headline_rows()
     lines = [*reproduction.intro_section(base), *scoreboard.scoreboard_section(base, rows),
              *trust_results.kept_section(), *trust_results.agreement_section(),
-             *trust_results.kept_by_source_section(), *trust_results.paired_margin_section(),
+             *trust_results.paired_margin_section(),
              *trust_results.winner_rule_section(), *trust_results.teachers_section(),
              *trust_results.base_teachers_section(), *trust_results.base_teachers_gpu_section()]
     for page, (title, _) in PAGES.items():

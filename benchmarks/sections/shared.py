@@ -25,17 +25,18 @@ modules of kdbert); the page shows those commands under today's names, so that t
 # the key suffixes of the 4x searches under the current rules and recipe (``bench_compress.py --key-suffix``):
 # against the tuned teachers, the speed checked as shipped, held-out rows by source and by collection, the
 # whole-width candidates, those first in the start order, the teacher's head, CoLA's rows drawn nearness-matched,
-# the starts ranked by importance and a pair-pooled classifier's head fitted on the cosine
+# the starts ranked by importance, a pair-pooled classifier's head fitted on the cosine, its graph running the two
+# sentences as two rows, and STS-B's second draw of held-out rows (a teacher holding out 20%)
 CURRENT_TRUST_SUFFIXES = ("tuned", "shipped", "source", "ffn", "collection", "order", "head", "near", "importance",
-                          "fitted")
+                          "fitted", "rows", "draw2")
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
 
-HEADLINE = ["intro", "scoreboard", "kept", "agreement", "kept-by-source", "paired-margin", "winner-rule", "teachers", "base-teachers",
+HEADLINE = ["intro", "scoreboard", "kept", "agreement", "paired-margin", "winner-rule", "teachers", "base-teachers",
             "base-teachers-gpu"]
 """The sections of BENCHMARKS.md (and of docs/benchmarks/index.md), before a short section per page."""
 PAGES: dict[str, tuple[str, list[str]]] = {
     "compress": ("`kdbert compress`", ["quickstart", "quickstart-seeds", "checkpoint-rule", "compress", "compress-budget", "compress-engines",
-                                       "recipe-ablation", "near-duplicates", "decide-draw", "timing-turns",
+                                       "recipe-ablation", "near-duplicates", "kept-by-source", "decide-draw", "timing-turns",
                                        "timing-together"]),
     "students": ("General students", ["general-students", "pretrained-cuts"]),
     "speed": ("Speed and deployment", ["deploy", "export-graphs", "breakdown", "int8-targets", "serve-load",

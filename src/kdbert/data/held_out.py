@@ -15,7 +15,7 @@ Held-out rows stand in for the rows a model will meet, so they are drawn to look
   genres read a 4x winner's kept share 6.6 points under dev's; on the collections both share, at
   dev's mix, the deciding rows and dev agreed within the noise for the earlier (length-matched)
   winner (97.8% ± 1.6 against 96.9%) and read two standard deviations apart for the genre-matched
-  one (92.3% ± 2.0 against 96.2%) (BENCHMARKS.md, "The kept share per source").
+  one (92.3% ± 2.0 against 96.2%) (docs/benchmarks/compress.md, "The kept share per source").
   Otherwise, when the training rows' lengths (words per row, both texts of a pair) differ
   from dev's, as SST-2's do (its training file is mostly phrases cut from the treebank's parse
   trees, its dev set whole sentences: median 7 words against 19), the rows are drawn
