@@ -202,9 +202,10 @@ class PairRows(nn.Module):
     front with the positions they had, so attention reads a plain (2B, W) padding mask, W the longer
     sentence, and costs L_a^2 + L_b^2 instead of (L_a + L_b)^2. It computes what the hooks of
     :func:`apply_pooling` compute (:func:`pair_attention_mask`, :func:`pair_product`, the head) with
-    no (B, 1, L, L) mask in the graph: on MRPC's dev pairs a 1-layer int8 student ran 0.64 ms a pair
-    in ONNX Runtime against 0.75 (one thread). Inputs are padded on the right (kdbert's tokenisers
-    pad so); the model's pooling is ``mean`` while it runs (:func:`pair_rows`)."""
+    no (B, 1, L, L) mask in the graph: in ONNX Runtime, int8, one thread, MRPC's bert-1x384 ran at
+    4.98x the teacher against 4.52x with the mask (5.63x reading the pair as one sequence). Inputs
+    are padded on the right (kdbert's tokenisers pad so); the model's pooling is ``mean`` while it
+    runs (:func:`pair_rows`)."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
