@@ -33,6 +33,7 @@ from transformers import AutoConfig
 
 from kdbert.compress.augment import AugmentSettings, write_augmented_rows
 from kdbert.compress.build import build_from_teacher
+from kdbert.compress.options import CompressConfig
 from kdbert.compress.transfer import sentences
 from kdbert.core.teacher_logits import shared_store_folder
 from kdbert.data.imdb import read_reviews
@@ -104,6 +105,14 @@ VARIANTS = {
     "sentence": {"sentence_weight": 1.0, "teacher_dtype": "bfloat16"},  # ... and the teacher's sentence vectors
     "sentence-0.1": {"sentence_weight": 0.1, "teacher_dtype": "bfloat16"},  # ... a tenth of it
     "sentence-relation": {"sentence_weight": 1.0, "sentence_loss": "relation", "teacher_dtype": "bfloat16"},
+    # today's recipe (compress's defaults: importance start, the teacher's head, its pooling; EMA; kd), one part off
+    "recipe": {},
+    "recipe-constant-rate": {"ema_decay": None},  # 1: the rate near its peak, the trained weights scored
+    "recipe-cls-pooling": {},  # 2: [CLS] through the pooler (a pair read as one sequence)
+    "recipe-gold-regression": {"alpha": 0.0},  # 3: a regression learns the gold score alone
+    "recipe-even-start": {},  # 4: evenly spaced units, not ranked by importance
+    "recipe-tinybert-loss": "tinybert-loss",  # 5: TinyBERT's prediction stage (soft CE at T=1; regression: MSE
+    # to the teacher's score), the bert-style loss before the study of one loss per signal
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
 "importance", "cls-pooling", "pair-pooling", "teacher-pooling", "ends-layers", "bottom-layers": the start). The temperature variants test one loss per signal (``kd-*``
@@ -172,6 +181,8 @@ def search_options(candidate, settings: SearchSettings, steps: int, teacher: str
         options = {k: v for k, v in options.items() if k not in TINYBERT_ONLY} | {"method": "kd"}
     if VARIANTS[variant] == "tinybert-t1":  # its prediction stage alone: soft CE at T=1 (regression: gold MSE)
         options |= {"method": "tinybert", "skip_intermediate": True, "head_average": True}
+    if VARIANTS[variant] == "tinybert-loss":
+        options |= {"method": "tinybert", "skip_intermediate": True, "head_average": True, "regression_target": "teacher"}
     if VARIANTS[variant] == "intermediate":  # the paper's two stages within the same steps: a quarter matching
         options |= {"method": "tinybert", "head_average": True, "intermediate_max_steps": steps // 4,
                     "intermediate_lr": settings.learning_rate}  # layers (compress's --intermediate-share's stage)
@@ -212,6 +223,9 @@ def cls_start(start: Path, out: Path) -> None:
     config = json.loads((out / "config.json").read_text())
     config.pop(POOLING_KEY)
     (out / "config.json").write_text(json.dumps(config, indent=2))
+    built = out / "student_init.json"
+    if built.is_file():
+        built.write_text(json.dumps({**json.loads(built.read_text()), "pooling": "cls"}, indent=2))
 
 
 def no_dropout_start(start: Path, out: Path) -> None:
@@ -220,6 +234,41 @@ def no_dropout_start(start: Path, out: Path) -> None:
     config = json.loads((out / "config.json").read_text())
     config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0)
     (out / "config.json").write_text(json.dumps(config, indent=2))
+
+
+RECIPE_STARTS = {"recipe": "start-recipe", "recipe-even-start": "start-recipe-even",
+                 "recipe-cls-pooling": "start-recipe-cls"}
+"""The ``recipe*`` variants' starts (folders under the candidate's); the other ``recipe-*`` start as ``recipe``."""
+
+
+def build_recipe_starts(candidate, teacher: str, task: TaskOptions, context, root: Path, variants: list[str]) -> dict:
+    """The starts of the ``recipe*`` variants among ``variants`` as ``kdbert compress`` builds them with
+    its defaults (:class:`~kdbert.compress.options.CompressConfig`: units ranked by importance, the
+    teacher's task head, its pooling, a pair-pooled classifier's head fitted on the training rows),
+    except the part a variant turns off: evenly spaced units (``recipe-even-start``), or the pair
+    read as one sequence and classified from [CLS] through the pooler (``recipe-cls-pooling``).
+    Built once each; returns variant -> start folder."""
+    wanted = {RECIPE_STARTS.get(v, "start-recipe") for v in variants if v.startswith("recipe")}
+    todo = [name for name in wanted if not (root / name / "config.json").is_file()]
+    if todo:
+        model, tokenizer = family_of_folder(teacher).load(Path(teacher))
+        data = load_task(task)
+        base = replace(context, head=CompressConfig.head)
+        if {"start-recipe", "start-recipe-cls"} & set(todo):
+            ranked = task_importance(model, layout_of(model.config), data.train, tokenizer, data.spec.max_seq_len)
+            print(f"importance: layers dropped in the order {[i + 1 for i in ranked.dropped]}", flush=True)
+            base = replace(base, importance=ranked)
+        for name in todo:
+            if name == "start-recipe-cls":
+                one_sequence = root / "start-recipe-one-sequence"
+                if not (one_sequence / "config.json").is_file():
+                    build_from_teacher(candidate, teacher, task, one_sequence, base, (model, tokenizer), "teacher")
+                cls_start(one_sequence, root / name)
+            else:
+                context_of = base if name == "start-recipe" else replace(base, importance=None)
+                build_from_teacher(candidate, teacher, task, root / name, context_of, (model, tokenizer),
+                                   CompressConfig.pooling, data)
+    return {v: root / RECIPE_STARTS.get(v, "start-recipe") for v in variants if v.startswith("recipe")}
 
 
 def scores(report: dict) -> dict:
@@ -324,6 +373,10 @@ def main() -> None:
     if "train-16k-teacher-head-no-dropout" in args.variants and not (
             starts["train-16k-teacher-head-no-dropout"] / "config.json").is_file():
         no_dropout_start(starts["teacher-head"], starts["train-16k-teacher-head-no-dropout"])
+    if starts_from_teacher(candidate):
+        starts |= build_recipe_starts(candidate, teacher, task, context, root, args.variants)
+    metrics = json.loads((Path(teacher) / "metrics.json").read_text())  # the kept share's denominators
+    teacher_scores = {"teacher_dev": metrics["score"], "teacher_decide": metrics.get("decide_score")}
     precision = os.environ["KDBERT_MIXED_PRECISION"]  # as the caller set it (common.py pins float32 otherwise)
     command = (f"OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION={precision} python benchmarks/recipe_ablation.py "
                f"--task {args.task} "
@@ -363,7 +416,7 @@ def main() -> None:
                     options["logits_cache"] = str(shared_store_folder())
                 report = distill_task(run_task, options, str(out), overwrite=True, pause_at_step=args.steps)
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 0.1 GB a run; nothing continues it
-            row = scores(report)
+            row = scores(report) | teacher_scores
             save_result("recipe_ablation", f"{args.task}{args.key_suffix}/{candidate.name}/{args.steps}{rung}/{variant}/seed{seed}",
                         {**machine_info(), "teacher": teacher, "steps": args.steps, "variant": variant, "seed": seed,
                          **row, "command": command})

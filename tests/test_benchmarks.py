@@ -86,6 +86,47 @@ def test_the_intermediate_variant_gives_a_quarter_of_the_steps_to_tinyberts_inte
     assert both["max_steps"] == alone["max_steps"] == search["max_steps"]  # the search's schedule, paused at 1,200
 
 
+def test_each_recipe_variant_turns_off_its_one_part_of_the_searchs_options(tmp_path):
+    from kdbert.compress.recipes import SearchSettings
+    from kdbert.families.registry import Candidate
+
+    candidate = Candidate("bert-1x384", "hf", (), build=None, from_teacher=lambda teacher, context: teacher)
+
+    def options(variant):
+        return recipe_ablation.search_options(candidate, SearchSettings(seed=42), 1200, "t", tmp_path / "start",
+                                              tmp_path / "cache", variant)
+
+    today = options("recipe")
+    assert (today["method"], today["ema_decay"], today["freeze_word_embeddings"]) == ("kd", 0.998, True)
+    for variant, changed in [("recipe-constant-rate", {"ema_decay": None}), ("recipe-gold-regression", {"alpha": 0.0}),
+                             ("recipe-cls-pooling", {}), ("recipe-even-start", {})]:  # the last two: the start
+        assert options(variant) == today | changed, variant
+    loss = options("recipe-tinybert-loss")  # TinyBERT's prediction stage, a regression against the teacher's score
+    assert (loss["method"], loss["skip_intermediate"], loss["regression_target"]) == ("tinybert", True, "teacher")
+    assert "freeze_word_embeddings" not in loss and loss["max_steps"] == today["max_steps"]
+
+
+def test_the_recipe_parts_table_gives_each_part_off_as_the_per_seed_change_in_the_kept_share(results_dir):
+    from sections.compress_results import recipe_parts_section
+
+    def record(variant, seed, dev, decide):
+        return {"variant": variant, "seed": seed, "dev": dev, "decide": decide, "teacher_dev": 80.0,
+                "teacher_decide": 50.0, "date": "2026-12-04", "machine": "2 cores", "command": f"run {variant}"}
+
+    results_dir.mkdir()
+    (results_dir / "recipe_ablation.json").write_text(json.dumps({
+        "mrpc/bert-1x384/1200-first300/recipe/seed42": record("recipe", 42, 76.0, 45.0),
+        "mrpc/bert-1x384/1200-first300/recipe/seed43": record("recipe", 43, 72.0, 47.0),
+        "mrpc/bert-1x384/1200-first300/recipe-even-start/seed42": record("recipe-even-start", 42, 72.0, 45.0),
+        "mrpc/bert-1x384/1200-first300/recipe-even-start/seed43": record("recipe-even-start", 43, 64.0, 46.0),
+        "mrpc/bert-1x384/1200-first300/search/seed42": record("search", 42, 10.0, 10.0)}))  # another study's
+    rows = [line for line in recipe_parts_section() if line.startswith("| mrpc")]
+    # today: dev 95% and 90% of 80 (mean 92.5), decide 90% and 94% of 50 (92.0); even start: dev -5 and -10
+    # points of kept (mean -7.5, sd 3.5), decide 0 and -2 (mean -1.0, sd 1.4); the other parts not run
+    assert rows == ["| mrpc: bert-1x384, 1200 | 80.00 / 50.00 | 92.5% / 92.0% (2 seeds) | - | - | - | "
+                    "-7.5 ± 3.5 / -1.0 ± 1.4 | - |"]
+
+
 def test_teachers_compete_on_held_out_rows_drawn_by_one_rule():
     def run(date, rule=None, fraction=0.1):
         return {"date": date, "overrides": {"held_out_fraction": fraction}, **({"held_out_rule": rule} if rule else {})}

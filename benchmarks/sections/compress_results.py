@@ -213,3 +213,53 @@ def recipe_ablation_section() -> list[str]:
     commands = sorted({r["command"] for r in records.values()})
     return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
                     "", note("recipe-reading"), ""]
+
+
+RECIPE_PARTS = [("recipe-constant-rate", "1: rate annealed by EMA"), ("recipe-cls-pooling", "2: mean or pair pooling"),
+                ("recipe-gold-regression", "3: the teacher's score in regression"),
+                ("recipe-even-start", "4: start ranked by importance"), ("recipe-tinybert-loss", "5: one loss per signal")]
+"""The ``recipe_ablation.py`` variants that turn one part of the search's recipe off, and the part each turns off."""
+
+
+def recipe_parts_section() -> list[str]:
+    """The search's recipe with each part off in turn (``recipe_ablation.py`` variants ``recipe*``, at
+    equal steps, several seeds): today's recipe's kept share on dev and on the rows that decide, and
+    what turning each part off changes in it, seed by seed (mean ± sd of the paired differences)."""
+    runs: dict[tuple, dict[str, dict[int, dict]]] = {}
+    for key, record in load_results("recipe_ablation").items():
+        if record["variant"].startswith("recipe") and "teacher_dev" in record:
+            task, candidate, steps, variant, _ = key.split("/")
+            runs.setdefault((task, candidate, steps), {}).setdefault(variant, {})[record["seed"]] = record
+    runs = {group: variants for group, variants in runs.items() if "recipe" in variants}
+    if not runs:
+        return []
+
+    def kept(record: dict, rows: str) -> float:
+        return 100 * record[rows] / record[f"teacher_{rows}"]
+
+    def spread(values: list[float]) -> str:
+        mean = sum(values) / len(values)
+        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+        return f"{mean:+.1f} ± {sd:.1f}"
+
+    lines = ["## The recipe, each part off in turn (`benchmarks/recipe_ablation.py`)", "", note("recipe-parts-intro"), "",
+             "| task: shape, steps | teacher dev / decide | today's recipe: kept on dev / decide | "
+             + " | ".join(f"{part} off" for _, part in RECIPE_PARTS) + " |",
+             "|---|---:|---:|" + "---:|" * len(RECIPE_PARTS)]
+    for (task, candidate, steps), variants in sorted(runs.items()):
+        today = variants["recipe"]
+        any_record = next(iter(today.values()))
+        means = [sum(kept(r, rows) for r in today.values()) / len(today) for rows in ("dev", "decide")]
+        cells = []
+        for variant, _ in RECIPE_PARTS:
+            seeds = sorted(set(variants.get(variant, {})) & set(today))
+            cells.append(" / ".join(spread([kept(variants[variant][s], rows) - kept(today[s], rows) for s in seeds])
+                                    for rows in ("dev", "decide")) if seeds else "-")
+        lines.append(f"| {task}: {candidate}, {steps.split('-')[0]} | {any_record['teacher_dev']:.2f} / "
+                     f"{any_record['teacher_decide']:.2f} | {means[0]:.1f}% / {means[1]:.1f}% ({len(today)} seeds) | "
+                     + " | ".join(cells) + " |")
+    records = [r for variants in runs.values() for seeds in variants.values() for r in seeds.values()]
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records})
+    commands = sorted({r["command"] for r in records})
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
+                    "", note("recipe-parts-reading"), ""]

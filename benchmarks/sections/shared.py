@@ -31,11 +31,11 @@ CURRENT_TRUST_SUFFIXES = ("tuned", "shipped", "source", "ffn", "collection", "or
                           "fitted", "rows", "draw2")
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
 
-HEADLINE = ["intro", "scoreboard", "kept", "agreement", "paired-margin", "winner-rule", "teachers", "base-teachers",
+HEADLINE = ["intro", "scoreboard", "kept", "agreement", "paired-margin", "winner-rule", "recipe-parts", "teachers", "base-teachers",
             "base-teachers-gpu"]
 """The sections of BENCHMARKS.md (and of docs/benchmarks/index.md), before a short section per page."""
 PAGES: dict[str, tuple[str, list[str]]] = {
-    "compress": ("`kdbert compress`", ["quickstart", "quickstart-seeds", "checkpoint-rule", "compress", "compress-budget", "compress-engines",
+    "compress": ("`kdbert compress`", ["quickstart", "quickstart-seeds", "checkpoint-rule", "compress", "kept-history", "compress-budget", "compress-engines",
                                        "recipe-ablation", "near-duplicates", "kept-by-source", "decide-draw", "timing-turns",
                                        "timing-together"]),
     "students": ("General students", ["general-students", "pretrained-cuts"]),

@@ -202,6 +202,15 @@ def kept_section() -> list[str]:
             + [note("kept-reading"), ""])
 
 
+def kept_history_section() -> list[str]:
+    """The reading of each search in the headline's kept table, in the order they ran."""
+    if not any("-trust" in key for key in load_results("compress")):
+        return []
+    return ["## The kept share as shipped, search by search", "",
+            "The readings of the searches in the headline's kept table (BENCHMARKS.md), in the order they ran; each "
+            "search's report is in the section above.", "", note("kept-history"), ""]
+
+
 def kept_superseded_section() -> list[str]:
     """The searches run under the rules with a recipe since changed: the kept table of :func:`kept_section`."""
     searches = {key: r for key, r in load_results("compress").items() if "-trust" in key and not current_search(key)}
@@ -215,7 +224,7 @@ def kept_superseded_section() -> list[str]:
 def kept_table(searches: dict, quickstart: dict) -> list[str]:
     """The kept table of ``searches`` (``compress.json`` records) and ``quickstart`` runs, with the machines
     and commands."""
-    lines = ["| run | winner | speedup | kept on dev (int8) | kept on the rows that decide (int8) | dev - decide: within the margin? | "
+    lines = ["| run | winner | speedup | kept on dev (int8; of the gain over the majority class) | kept on the rows that decide (int8) | dev - decide: within the margin? | "
              "rows that pick / decide | teacher's checkpoint picked on them too | checks | the winner's run with "
              "other seeds: kept on dev / on the rows that decide (PyTorch, mean ± sd) |",
              "|---|---|---:|---:|---:|---|---:|---|---|---|"]
@@ -233,11 +242,20 @@ def kept_table(searches: dict, quickstart: dict) -> list[str]:
         # searches recorded before finetune kept the rows that decide apart had teachers picked on all of them
         picked = (record.get("held_out") or shipped.get("held_out") or {}).get("teacher_picked_on_deciding_rows", True)
         lines.append(f"| {name} | {winner} | " + (f"{speedup:.2f}x" if speedup else "-")
-                     + f" | {dev_kept:.1f}% | {decide_kept:.1f}% ± {margin:.1f} | {agree} | {pick} / {decide} | "
+                     + f" | {dev_kept:.1f}%{gain_text(shipped)} | {decide_kept:.1f}% ± {margin:.1f} | {agree} | {pick} / {decide} | "
                      + ("yes" if picked else "no") + f" | {checks} | {seeds_cell(seeds.get(name.split(' ', 1)[1]), record, teacher)} |")
     machines = sorted({f"{r['date']}, {r['machine']}" for r in [*searches.values(), *quickstart.values()]})
     commands = sorted({r["command"] for r in [*searches.values(), *quickstart.values()]})
     return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".", ""]
+
+
+def gain_text(shipped: dict) -> str:
+    """`` (G% of the gain)``: the share of the teacher's gain over the majority class on dev that the shipped
+    graph keeps, where the majority class scores above zero (on CoLA's MCC and STS-B's correlation it
+    scores zero, so the gain is the score); empty where the record has none."""
+    if not shipped.get("majority_dev") or shipped.get("gain_kept_dev") is None:
+        return ""
+    return f" ({100 * shipped['gain_kept_dev']:.0f}% of the gain)"
 
 
 def candidate_agreements(record: dict) -> list[dict]:
