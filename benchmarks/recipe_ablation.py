@@ -146,7 +146,10 @@ distance), the teacher's vectors labelled once per row by the PyTorch teacher in
 at a tenth of that weight; "sentence-relation" the batch's pairwise cosine similarities against the
 teacher's (``--sentence-loss relation``, no projection). "int8-targets" gives a candidate of the
 teacher's tokens the logits ``--teacher-onnx`` (the teacher's int8 export) stored once per row in the
-shared store, instead of the PyTorch teacher's computed beside it; "train-16k-*" on the main job's rows."""
+shared store, instead of the PyTorch teacher's computed beside it; "train-16k-*" on the main job's rows.
+"recipe" is the search's recipe as it stands (its start built with compress's defaults by
+:func:`build_recipe_starts`), and each "recipe-*" turns one of its parts off (the headline's table of
+the recipe, each part off in turn)."""
 
 
 RECORDED_POOLING = "pair"  # what a start reads on a pair task unless its variant says: the search's default when
