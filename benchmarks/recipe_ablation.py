@@ -41,6 +41,7 @@ from kdbert.compress.pipeline import pretrained_students
 from kdbert.compress.recipes import SearchSettings, reads_stored_logits, run_options, starts_from_teacher
 from kdbert.compress.schedule import horizon
 from kdbert.compress.speed import all_candidates, shape_context
+from kdbert.compress.start_pooling import reads_pairs_apart
 from kdbert.compress.teacher import held_out_task
 from kdbert.core.pooling import POOLING_KEY, pooling_of
 from kdbert.data.held_out import DECIDE_SHARE
@@ -257,12 +258,20 @@ def build_recipe_starts(candidate, teacher: str, task: TaskOptions, context, roo
         model, tokenizer = family_of_folder(teacher).load(Path(teacher))
         data = load_task(task)
         base = replace(context, head=CompressConfig.head)
-        if {"start-recipe", "start-recipe-cls"} & set(todo):
+        if {"start-recipe", "start-recipe-cls"} & set(todo):  # the joint reading's ranking for the cls start
             ranked = task_importance(model, layout_of(model.config), data.train, tokenizer, data.spec.max_seq_len)
             print(f"importance: layers dropped in the order {[i + 1 for i in ranked.dropped]}", flush=True)
             base = replace(base, importance=ranked)
+        if "start-recipe" in todo and reads_pairs_apart(model, base, CompressConfig.pooling, True):
+            pair_ranked = task_importance(model, layout_of(model.config), data.train, tokenizer, data.spec.max_seq_len,
+                                          pairs_apart=True)
+            print(f"importance (pairs apart): layers dropped in the order {[i + 1 for i in pair_ranked.dropped]}",
+                  flush=True)
         for name in todo:
-            if name == "start-recipe-cls":
+            if name == "start-recipe" and reads_pairs_apart(model, base, CompressConfig.pooling, True):
+                build_from_teacher(candidate, teacher, task, root / name, replace(base, importance=pair_ranked),
+                                   (model, tokenizer), CompressConfig.pooling, data)
+            elif name == "start-recipe-cls":
                 one_sequence = root / "start-recipe-one-sequence"
                 if not (one_sequence / "config.json").is_file():
                     build_from_teacher(candidate, teacher, task, one_sequence, base, (model, tokenizer), "teacher")

@@ -2060,3 +2060,25 @@ def test_the_recipe_line_names_each_stage_and_a_temperature_only_where_a_term_so
     assert recipe_line({**kd, "student_pooling": "pair"}) == recipe_line(kd) + "; pair pooling"
     kept = {**kd, "stages": [{**stage, "frozen": ["student.bert.embeddings.word_embeddings.weight"]}]}
     assert recipe_line(kept) == recipe_line(kd) + ", word embeddings kept as they start"
+
+
+@pytest.mark.parametrize("pooling, rule", [("pair", "pair cosine elimination"), ("teacher", "greedy elimination")])
+def test_a_search_whose_cuts_read_a_pair_apart_ranks_the_teachers_layers_by_their_cosine(tmp_path, tiny_tokenizer,
+                                                                                         pooling, rule):
+    import time
+
+    from kdbert.compress import search
+    from kdbert.compress.recipes import SearchSettings
+    from kdbert.compress.schedule import Goal
+    from kdbert.families.importance import Importance
+
+    write_glue_task(tmp_path / "glue", "STS-B", n_train=12, n_dev=8)
+    teacher = save_tiny_classifier(tmp_path / "teacher", tiny_tokenizer, num_labels=1, hidden_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
+    task = TaskOptions("stsb", data_dir=str(tmp_path / "glue"), held_out_fraction=0.25)
+    candidate = next(c for c in speed.all_candidates(speed.shape_context(teacher, task)) if c.name == "bert-1x128")
+    settings = SearchSettings(first_steps=2, batch_size=2, pooling=pooling)
+    plan = search.Plan([candidate], str(teacher), task, str(tmp_path / "out"), settings, Goal(100.0, 0.97, {}),
+                       search.Window.from_now(1800.0, settings.first_round_share), 1, time.time)
+    search.build_starts(plan)
+    assert Importance.load(tmp_path / "out").layer_rule == rule

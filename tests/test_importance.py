@@ -128,3 +128,49 @@ def test_a_time_limit_sums_fewer_batches_and_ranks_the_layers_more_cheaply(teach
     assert not torch.equal(one_batch.hidden, ranked.hidden)
     # each layer dropped alone: the same order here, the least moving first
     assert layer_elimination(teacher, LAYOUT, rows(16), tiny_tokenizer, 16, greedy=False) == [1]
+
+
+def pair_rows(n=32, seed=1):
+    rng = random.Random(seed)
+    return [Example(tuple(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8))) for _ in range(2)),
+                    float(i % 4)) for i in range(n)]
+
+
+def test_pair_pooled_students_keep_the_layers_whose_cosine_follows_the_labels(tiny_tokenizer, monkeypatch):
+    """Layers ranked for students that read a pair's cosine: a stand-in cosine follows the labels
+    exactly with layer 1 alone and each other layer kept adds noise, so the elimination drops 2 (tied
+    with 0: the higher goes), then 0, keeping 1, whatever the joint reading's elimination would keep."""
+    from kdbert.families import importance
+
+    model = BertForSequenceClassification(tiny_bert_config(tiny_tokenizer, num_hidden_layers=3, num_labels=1)).eval()
+    layers = list(model.bert.encoder.layer)
+    data = pair_rows()
+    labels = torch.tensor([row.label for row in data])
+    noise = torch.tensor([(-1.0) ** i * (i % 3) for i in range(len(data))])
+
+    def cosines(model, tokenizer, rows, max_seq_len):
+        kept = [layers.index(layer) for layer in model.bert.encoder.layer]
+        return labels + noise * sum(index != 1 for index in kept)
+
+    monkeypatch.setattr(importance, "_pair_cosines", cosines)
+    assert importance.pair_layer_elimination(model, LAYOUT, data, tiny_tokenizer, 16) == [2, 0]
+    ranked = task_importance(model, LAYOUT, data, tiny_tokenizer, 16, pairs_apart=True)
+    assert (ranked.dropped, ranked.layer_rule, ranked.layers(1)) == ([2, 0], "pair cosine elimination", [1])
+
+
+def test_a_pairs_cosine_is_the_cosine_of_its_two_sentences_masked_means(tiny_tokenizer):
+    from torch.nn import functional as F
+
+    from kdbert.families.importance import _pair_cosines
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(tiny_bert_config(tiny_tokenizer, num_labels=1)).eval()
+    data = pair_rows(3)
+    with torch.no_grad():
+        got = _pair_cosines(model, tiny_tokenizer, data, 16)
+        means = []
+        for row in data:  # each sentence alone: no padding to mask
+            pair = [model.bert(**tiny_tokenizer(text, return_tensors="pt")).last_hidden_state[0].mean(0)
+                    for text in row.texts]
+            means.append(F.cosine_similarity(*pair, dim=0))
+    assert torch.allclose(got, torch.stack(means), atol=1e-5)

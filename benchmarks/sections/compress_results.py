@@ -256,7 +256,7 @@ def recipe_parts_section() -> list[str]:
             cells.append(" / ".join(spread([kept(variants[variant][s], rows) - kept(today[s], rows) for s in seeds])
                                     for rows in ("dev", "decide")) if seeds else "-")
         lines.append(f"| {task}: {candidate}, {steps.split('-')[0]} | {any_record['teacher_dev']:.2f} / "
-                     f"{any_record['teacher_decide']:.2f} | {means[0]:.1f}% / {means[1]:.1f}% ({len(today)} seeds) | "
+                     f"{any_record['teacher_decide']:.2f} | {means[0]:.1f}% / {means[1]:.1f}% ({len(today)} seed{'s' if len(today) > 1 else ''}) | "
                      + " | ".join(cells) + " |")
     records = [r for variants in runs.values() for seeds in variants.values() for r in seeds.values()]
     machines = sorted({f"{r['date']}, {r['machine']}" for r in records})

@@ -51,6 +51,7 @@ from kdbert.compress.options import CompressConfig
 from kdbert.compress.recipes import SearchSettings, kind, reads_stored_logits, run_options, starts_from_teacher
 from kdbert.compress.report import recipe_line
 from kdbert.compress.schedule import Goal, Job, horizon, latest, next_job
+from kdbert.compress.start_pooling import reads_pairs_apart
 from kdbert.compress.speed import shape_context
 from kdbert.core.hardware import available_cores
 from kdbert.core.loading import load_task_model, load_tokenizer, resolve_model_path
@@ -175,7 +176,8 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
     if (selected and plan.selection == "importance") or (context.pair and context.num_labels > 1):
         data = data or load_task(plan.task, seed=plan.settings.seed)  # ranks units; fits pair-pooled heads
     if selected and plan.selection == "importance":
-        context = replace(context, importance=search_importance(plan, teacher, data))
+        apart = reads_pairs_apart(teacher[0], context, plan.settings.pooling, plan.head == "teacher")
+        context = replace(context, importance=search_importance(plan, teacher, data, apart))
     if plan.selection in LAYER_CHOICES:
         context = replace(context, layer_map=plan.selection)
     context = replace(context, head=plan.head)
@@ -192,10 +194,12 @@ def build_starts(plan: Plan, context=None, teacher: tuple | None = None, data: T
 IMPORTANCE_SHARE = 0.05  # of the search's window, the most the ranking of the teacher's units may take
 
 
-def search_importance(plan: Plan, teacher: tuple, data: TaskData | None = None) -> Importance:
+def search_importance(plan: Plan, teacher: tuple, data: TaskData | None = None,
+                      pairs_apart: bool = False) -> Importance:
     """The teacher's units ranked on the task's training rows (of ``data``, else loaded;
-    :func:`~kdbert.families.importance.task_importance`) within ``IMPORTANCE_SHARE`` of what is left
-    of the search's window, once per search: kept in its output folder."""
+    :func:`~kdbert.families.importance.task_importance`; ``pairs_apart``: for cuts that pool pairs)
+    within ``IMPORTANCE_SHARE`` of what is left of the search's window, once per search: kept in its
+    output folder."""
     out = Path(plan.output_dir)
     found = Importance.load(out)
     if found is not None:
@@ -205,7 +209,8 @@ def search_importance(plan: Plan, teacher: tuple, data: TaskData | None = None) 
     rows = data.train
     started = time.time()
     allowed = IMPORTANCE_SHARE * max(0.0, plan.window.end - plan.clock())
-    ranked = task_importance(model, layout_of(model.config), rows, tokenizer, data.spec.max_seq_len, allowed)
+    ranked = task_importance(model, layout_of(model.config), rows, tokenizer, data.spec.max_seq_len, allowed,
+                             pairs_apart)
     out.mkdir(parents=True, exist_ok=True)
     ranked.save(out)
     order = ", ".join(str(i + 1) for i in ranked.dropped)

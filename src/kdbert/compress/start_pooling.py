@@ -30,14 +30,18 @@ def keeps_teacher_head(candidate: Candidate, context: ShapeContext) -> bool:
     return candidate.family == "hf" and candidate.start == "teacher-weights" and context.head == "teacher"
 
 
-def pool_as_started(student, context: ShapeContext, pooling: str, teacher_head: bool = False):
-    """``student`` pooling pairs where ``pooling`` asks it on a pair task and its architecture can
-    (module doc); ``teacher_head``: the start carries the teacher's task head, which "auto" keeps on a
-    classifier. Returns ``student``."""
+def reads_pairs_apart(model, context: ShapeContext, pooling: str, teacher_head: bool = False) -> bool:
+    """Whether a start of ``model``'s architecture pools pairs under ``pooling`` (module doc):
+    ``teacher_head``, the start carries the teacher's task head, which "auto" keeps on a classifier."""
     keeps_teacher_reading = teacher_head and context.num_labels > 1
     wanted = pooling == "pair" or (pooling == "auto" and not keeps_teacher_reading)
-    model_type = getattr(getattr(student, "config", None), "model_type", None)  # a BiLSTM has none
-    if wanted and context.pair and model_type in PAIR_POOLED_TYPES:
+    model_type = getattr(getattr(model, "config", None), "model_type", None)  # a BiLSTM has none
+    return wanted and context.pair and model_type in PAIR_POOLED_TYPES
+
+
+def pool_as_started(student, context: ShapeContext, pooling: str, teacher_head: bool = False):
+    """``student`` pooling pairs where :func:`reads_pairs_apart` says. Returns ``student``."""
+    if reads_pairs_apart(student, context, pooling, teacher_head):
         pool_pairs(student)
     return student
 
