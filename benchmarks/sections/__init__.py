@@ -98,7 +98,8 @@ def headline(full_records: dict[str, str], base: str = LINK_BASE) -> str:
     lines = [*reproduction.intro_section(base), *scoreboard.scoreboard_section(base, rows),
              *trust_results.kept_section(), *trust_results.agreement_section(),
              *trust_results.paired_margin_section(),
-             *trust_results.winner_rule_section(), *trust_results.teachers_section(),
+             *trust_results.winner_rule_section(), *compress_results.recipe_parts_section(),
+             *trust_results.teachers_section(),
              *trust_results.base_teachers_section(), *trust_results.base_teachers_gpu_section()]
     for page, (title, _) in PAGES.items():
         if page == "archive":
