@@ -142,7 +142,8 @@ def quickstart_row() -> Row | None:
 def compress_trust_row() -> Row | None:
     """The 4x searches under the rules of the issue on trustworthy figures: the shipped graph's kept share
     on the rows that decide beside dev's, for the tasks searched so far; each task's search under the
-    current code against its teacher as ``teacher_best.py`` chose and rebuilt it (``--key-suffix=-trust-pair-rows``:
+    current code against its teacher as ``teacher_best.py`` chose and rebuilt it (``--key-suffix=-trust-pair-layers``:
+    STS-B's second draw with a pair-pooled cut's layers ranked by their cosine, 2026-12-04; ``-trust-pair-rows``:
     a pair-pooled graph running the two sentences as two rows, 2026-12-04; ``-trust-draw2``: STS-B against a teacher
     holding out 20% of its rows, a second draw of the rows that decide, 2026-12-04; ``-trust-pair-fitted``:
     a pair task's candidates pair-pooled, a classifier's head fitted on the cosine, 2026-12-04; ``-trust-importance``:
@@ -162,7 +163,7 @@ def compress_trust_row() -> Row | None:
                if ((r.get("shipped") or {}).get("speedup") or math.inf) >= ((r.get("target") or {}).get("speedup") or 0)}
     records, current = {}, []
     for task in FIVE_TASKS:
-        key = next((k for k in (f"{task}/x4-trust-pair-rows", f"{task}/x4-trust-draw2",
+        key = next((k for k in (f"{task}/x4-trust-pair-layers", f"{task}/x4-trust-pair-rows", f"{task}/x4-trust-draw2",
                                 f"{task}/x4-trust-pair-fitted", f"{task}/x4-trust-importance",
                                 f"{task}/x4-trust-near-importance",
                                 f"{task}/x4-trust-near", f"{task}/x4-trust-head",

@@ -26,9 +26,10 @@ modules of kdbert); the page shows those commands under today's names, so that t
 # against the tuned teachers, the speed checked as shipped, held-out rows by source and by collection, the
 # whole-width candidates, those first in the start order, the teacher's head, CoLA's rows drawn nearness-matched,
 # the starts ranked by importance, a pair-pooled classifier's head fitted on the cosine, its graph running the two
-# sentences as two rows, and STS-B's second draw of held-out rows (a teacher holding out 20%)
+# sentences as two rows, STS-B's second draw of held-out rows (a teacher holding out 20%), and a pair-pooled cut's
+# layers ranked by their cosine
 CURRENT_TRUST_SUFFIXES = ("tuned", "shipped", "source", "ffn", "collection", "order", "head", "near", "importance",
-                          "fitted", "rows", "draw2")
+                          "fitted", "rows", "draw2", "layers")
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
 
 HEADLINE = ["intro", "scoreboard", "kept", "agreement", "paired-margin", "winner-rule", "recipe-parts", "teachers", "base-teachers",
