@@ -23,6 +23,7 @@ import os
 import random
 import shutil
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -258,28 +259,27 @@ def build_recipe_starts(candidate, teacher: str, task: TaskOptions, context, roo
         model, tokenizer = family_of_folder(teacher).load(Path(teacher))
         data = load_task(task)
         base = replace(context, head=CompressConfig.head)
-        if {"start-recipe", "start-recipe-cls"} & set(todo):  # the joint reading's ranking for the cls start
-            ranked = task_importance(model, layout_of(model.config), data.train, tokenizer, data.spec.max_seq_len)
-            print(f"importance: layers dropped in the order {[i + 1 for i in ranked.dropped]}", flush=True)
-            base = replace(base, importance=ranked)
-        if "start-recipe" in todo and reads_pairs_apart(model, base, CompressConfig.pooling, True):
-            pair_ranked = task_importance(model, layout_of(model.config), data.train, tokenizer, data.spec.max_seq_len,
-                                          pairs_apart=True)
-            print(f"importance (pairs apart): layers dropped in the order {[i + 1 for i in pair_ranked.dropped]}",
-                  flush=True)
+        apart = reads_pairs_apart(model, base, CompressConfig.pooling, teacher_head=True)  # as compress's starts
+
+        @cache  # the start and the [CLS] start of a single-text task share the joint ranking
+        def ranked(pairs_apart: bool):
+            found = task_importance(model, layout_of(model.config), data.train, tokenizer, data.spec.max_seq_len,
+                                    pairs_apart=pairs_apart)
+            print(f"importance{' (pairs apart)' if pairs_apart else ''}: layers dropped in the order "
+                  f"{[i + 1 for i in found.dropped]}", flush=True)
+            return found
+
         for name in todo:
-            if name == "start-recipe" and reads_pairs_apart(model, base, CompressConfig.pooling, True):
-                build_from_teacher(candidate, teacher, task, root / name, replace(base, importance=pair_ranked),
-                                   (model, tokenizer), CompressConfig.pooling, data)
-            elif name == "start-recipe-cls":
+            if name == "start-recipe-cls":  # the pair read as one sequence: the joint reading's ranking
                 one_sequence = root / "start-recipe-one-sequence"
                 if not (one_sequence / "config.json").is_file():
-                    build_from_teacher(candidate, teacher, task, one_sequence, base, (model, tokenizer), "teacher")
+                    build_from_teacher(candidate, teacher, task, one_sequence, replace(base, importance=ranked(False)),
+                                       (model, tokenizer), "teacher")
                 cls_start(one_sequence, root / name)
             else:
-                context_of = base if name == "start-recipe" else replace(base, importance=None)
-                build_from_teacher(candidate, teacher, task, root / name, context_of, (model, tokenizer),
-                                   CompressConfig.pooling, data)
+                importance = ranked(apart) if name == "start-recipe" else None  # recipe-even-start: evenly spaced
+                build_from_teacher(candidate, teacher, task, root / name, replace(base, importance=importance),
+                                   (model, tokenizer), CompressConfig.pooling, data)
     return {v: root / RECIPE_STARTS.get(v, "start-recipe") for v in variants if v.startswith("recipe")}
 
 

@@ -148,7 +148,7 @@ def test_pair_pooled_students_keep_the_layers_whose_cosine_follows_the_labels(ti
     labels = torch.tensor([row.label for row in data])
     noise = torch.tensor([(-1.0) ** i * (i % 3) for i in range(len(data))])
 
-    def cosines(model, tokenizer, rows, max_seq_len):
+    def cosines(model, batches):
         kept = [layers.index(layer) for layer in model.bert.encoder.layer]
         return labels + noise * sum(index != 1 for index in kept)
 
@@ -161,13 +161,13 @@ def test_pair_pooled_students_keep_the_layers_whose_cosine_follows_the_labels(ti
 def test_a_pairs_cosine_is_the_cosine_of_its_two_sentences_masked_means(tiny_tokenizer):
     from torch.nn import functional as F
 
-    from kdbert.families.importance import _pair_cosines
+    from kdbert.families.importance import _pair_batches, _pair_cosines
 
     torch.manual_seed(0)
     model = BertForSequenceClassification(tiny_bert_config(tiny_tokenizer, num_labels=1)).eval()
     data = pair_rows(3)
     with torch.no_grad():
-        got = _pair_cosines(model, tiny_tokenizer, data, 16)
+        got = _pair_cosines(model, _pair_batches(model, tiny_tokenizer, data, 16))
         means = []
         for row in data:  # each sentence alone: no padding to mask
             pair = [model.bert(**tiny_tokenizer(text, return_tensors="pt")).last_hidden_state[0].mean(0)

@@ -42,8 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+from scipy.stats import pearsonr
 from torch import nn
 from torch.nn import functional as F
 
@@ -210,49 +212,51 @@ def _predictions_moved(model: nn.Module, layout, batches: list, full: list, keep
     return total
 
 
-def _pair_cosines(model: nn.Module, tokenizer, rows: list, max_seq_len: int) -> torch.Tensor:
-    """(rows,): cos(u, v) of each pair's two sentences encoded apart by ``model``'s encoder, u and v the
-    masked means of its last hidden states: what a pair-pooled student's head reads."""
+def _pair_batches(model: nn.Module, tokenizer, rows: list, max_seq_len: int) -> list[tuple[dict, dict]]:
+    """``rows`` in batches, each the inputs of its pairs' first sentences and of their second ones, encoded apart."""
     import inspect
 
     accepted = inspect.signature(model.base_model.forward).parameters
-    cosines = []
+    batches = []
     for begin in range(0, len(rows), BATCH):
         chunk = rows[begin:begin + BATCH]
+        sides = [tokenizer([row.texts[side] for row in chunk], padding=True, truncation=True, max_length=max_seq_len,
+                           return_tensors="pt") for side in (0, 1)]
+        batches.append(tuple({k: v for k, v in inputs.items() if k in accepted} for inputs in sides))
+    return batches
+
+
+def _pair_cosines(model: nn.Module, batches: list[tuple[dict, dict]]) -> torch.Tensor:
+    """(rows,): cos(u, v) of each pair of :func:`_pair_batches`, u and v the masked means of
+    ``model``'s encoder's last hidden states over each sentence: what a pair-pooled student's head reads."""
+    cosines = []
+    for sides in batches:
         means = []
-        for side in (0, 1):
-            inputs = tokenizer([row.texts[side] for row in chunk], padding=True, truncation=True,
-                               max_length=max_seq_len, return_tensors="pt")
-            hidden = model.base_model(**{k: v for k, v in inputs.items() if k in accepted}).last_hidden_state.float()
+        for inputs in sides:
+            hidden = model.base_model(**inputs).last_hidden_state.float()
             mask = inputs["attention_mask"].unsqueeze(-1).float()
             means.append((hidden * mask).sum(1) / mask.sum(1))
         cosines.append(F.cosine_similarity(*means, dim=-1))
     return torch.cat(cosines)
 
 
-def _correlation(x: torch.Tensor, y: torch.Tensor) -> float:
-    """Pearson's r of ``x`` and ``y`` (0 where either is constant)."""
-    x, y = x - x.mean(), y - y.mean()
-    scale = float(x.norm() * y.norm())
-    return float((x * y).sum()) / scale if scale > 0 else 0.0
-
-
 @torch.no_grad()
 def pair_layer_elimination(model: nn.Module, layout, rows: list, tokenizer, max_seq_len: int) -> list[int]:
     """The layers (0-based) in the order they are dropped, N - 1 of them, for a student that encodes a
     pair's sentences apart and reads their cosine (pair pooling): greedy backward elimination keeping,
-    at each step, the layers whose cosine correlates best with the gold labels of ``rows``
+    at each step, the layers whose cosine correlates best (Pearson's r) with the gold labels of ``rows``
     (a regression's score or a binary label). The teacher's joint reading is no guide there: fine-tuned
     on pairs read as one sequence, its own stack's cosine can correlate poorly (STS-B's teacher: r 0.45
     with all six layers, 0.75 with its last alone; the joint ranking kept its fourth)."""
     model.eval()
-    labels = torch.tensor([float(row.label) for row in rows])
+    batches = _pair_batches(model, tokenizer, rows, max_seq_len)
+    labels = [float(row.label) for row in rows]
     kept, dropped = list(range(len(model.base_model.get_submodule(layout.layers)))), []
     while len(kept) > 1:
         left = {}
         for layer in kept:
             with only_layers(model, layout, [k for k in kept if k != layer]):
-                left[layer] = _correlation(_pair_cosines(model, tokenizer, rows, max_seq_len), labels)
+                left[layer] = float(np.nan_to_num(pearsonr(_pair_cosines(model, batches).numpy(), labels)[0]))
         best = max(kept, key=lambda layer: (left[layer], layer))  # its removal leaves the best; ties: the higher
         kept.remove(best)
         dropped.append(best)
