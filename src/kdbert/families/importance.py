@@ -246,8 +246,8 @@ def pair_layer_elimination(model: nn.Module, layout, rows: list, tokenizer, max_
     pair's sentences apart and reads their cosine (pair pooling): greedy backward elimination keeping,
     at each step, the layers whose cosine correlates best (Pearson's r) with the gold labels of ``rows``
     (a regression's score or a binary label). The teacher's joint reading is no guide there: fine-tuned
-    on pairs read as one sequence, its own stack's cosine can correlate poorly (STS-B's teacher: r 0.45
-    with all six layers, 0.75 with its last alone; the joint ranking kept its fourth)."""
+    on pairs read as one sequence, it ranks layers for that reading (STS-B's teacher: its fourth for a
+    1-layer cut, which kept 3.5 points less of it than its last, BENCHMARKS.md's recipe table)."""
     model.eval()
     batches = _pair_batches(model, tokenizer, rows, max_seq_len)
     labels = [float(row.label) for row in rows]
