@@ -30,6 +30,7 @@ from types import SimpleNamespace
 from common import machine_info, save_result
 from paths import GLUE_DIR, IMDB_DIR, NLTK_DATA, run_folder
 
+from safetensors.torch import load_file, save_file
 from transformers import AutoConfig
 
 from kdbert.compress.augment import AugmentSettings, write_augmented_rows
@@ -50,7 +51,7 @@ from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
 from kdbert.families.importance import task_importance
 from kdbert.families.registry import family_of_folder
-from kdbert.families.selection import layout_of
+from kdbert.families.selection import layout_of, top
 from kdbert.methods.front import distill_task
 
 FIRST_16K = {"max_train_examples": 16000, "train_subset": "first"}  # the main job's rows until 2026-12-02
@@ -115,6 +116,8 @@ VARIANTS = {
     "recipe-even-start": {},  # 4: evenly spaced units, not ranked by importance
     "recipe-tinybert-loss": "tinybert-loss",  # 5: TinyBERT's prediction stage (soft CE at T=1; regression: MSE
     # to the teacher's score), the bert-style loss before the study of one loss per signal
+    "recipe-half-heads": {},  # the recipe's start with each layer's less important half of its heads pruned
+    "recipe-augmented": {},  # the recipe on the training rows and compress's --augment versions of them
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
 "importance", "cls-pooling", "pair-pooling", "teacher-pooling", "ends-layers", "bottom-layers": the start). The temperature variants test one loss per signal (``kd-*``
@@ -154,6 +157,7 @@ shared store, instead of the PyTorch teacher's computed beside it; "train-16k-*"
 the recipe, each part off in turn)."""
 
 
+AUGMENTED = {"teacher-head-augmented", "recipe-augmented"}  # variants distilling on augmented rows too
 RECORDED_POOLING = "pair"  # what a start reads on a pair task unless its variant says: the search's default when
 # these variants were recorded (compress --pooling pair, 2026-11-29 to 2026-12-03)
 TINYBERT_ONLY = ("head_average", "skip_intermediate", "intermediate_max_steps", "intermediate_lr")
@@ -241,8 +245,37 @@ def no_dropout_start(start: Path, out: Path) -> None:
     (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
+def half_heads_start(start: Path, out: Path, importance) -> None:
+    """A copy of ``start`` (a cut of the teacher's full width, its heads in the teacher's order) whose
+    attention keeps, in each layer, the half of its heads the teacher's ``importance`` ranks highest: the
+    others' query, key and value rows and their output projection's columns set to zero. A head zero in all
+    four is a fixed point of training (its output, and so every gradient reaching those weights, is zero;
+    AdamW's decay keeps zero at zero), so the start trains as a student with those heads pruned."""
+    config = json.loads((start / "config.json").read_text())
+    built = json.loads((start / "student_init.json").read_text())
+    heads, width = config["num_attention_heads"], config["hidden_size"]
+    if heads != importance.heads.shape[1] or width != importance.hidden.numel():
+        raise KdbertError(f"{start}: half-heads needs a start of the teacher's width and heads")
+    size = width // heads
+    weights = load_file(str(start / "model.safetensors"))
+    pruned = {}
+    for student_layer, teacher_layer in enumerate(importance.layers(config["num_hidden_layers"])):
+        kept = set(top(importance.heads[teacher_layer], heads // 2).tolist())
+        dropped = [h for h in range(heads) if h not in kept]
+        pruned[student_layer] = dropped
+        units = [h * size + i for h in dropped for i in range(size)]
+        prefix = f"bert.encoder.layer.{student_layer}.attention."
+        for part in ("query", "key", "value"):
+            weights[f"{prefix}self.{part}.weight"][units] = 0.0
+            weights[f"{prefix}self.{part}.bias"][units] = 0.0
+        weights[f"{prefix}output.dense.weight"][:, units] = 0.0
+    shutil.copytree(start, out)
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "student_init.json").write_text(json.dumps({**built, "pruned_heads": pruned}, indent=2))
+
+
 RECIPE_STARTS = {"recipe": "start-recipe", "recipe-even-start": "start-recipe-even",
-                 "recipe-cls-pooling": "start-recipe-cls"}
+                 "recipe-cls-pooling": "start-recipe-cls", "recipe-half-heads": "start-recipe-half-heads"}
 """The ``recipe*`` variants' starts (folders under the candidate's); the other ``recipe-*`` start as ``recipe``."""
 
 
@@ -269,8 +302,10 @@ def build_recipe_starts(candidate, teacher: str, task: TaskOptions, context, roo
                   f"{[i + 1 for i in found.dropped]}", flush=True)
             return found
 
-        for name in todo:
-            if name == "start-recipe-cls":  # the pair read as one sequence: the joint reading's ranking
+        for name in sorted(todo, key=lambda n: n == "start-recipe-half-heads"):  # after the start it prunes
+            if name == "start-recipe-half-heads":
+                half_heads_start(root / "start-recipe", root / name, ranked(apart))
+            elif name == "start-recipe-cls":  # the pair read as one sequence: the joint reading's ranking
                 one_sequence = root / "start-recipe-one-sequence"
                 if not (one_sequence / "config.json").is_file():
                     build_from_teacher(candidate, teacher, task, one_sequence, replace(base, importance=ranked(False)),
@@ -312,8 +347,8 @@ def main() -> None:
     parser.add_argument("--key-suffix", default="", help="after the task in the results' keys (e.g. a new teacher's)")
     parser.add_argument("--unlabelled-rows", type=int, default=30000, help="imdb-sentences: how many sentences")
     parser.add_argument("--imdb-dir", default=IMDB_DIR, help="imdb-sentences: the IMDb archives' folder")
-    parser.add_argument("--augment-copies", type=int, default=20, help="teacher-head-augmented: versions a row at most")
-    parser.add_argument("--augment-max-rows", type=int, default=50000, help="teacher-head-augmented: versions in all")
+    parser.add_argument("--augment-copies", type=int, default=20, help="*-augmented: versions a row at most")
+    parser.add_argument("--augment-max-rows", type=int, default=50000, help="*-augmented: versions in all")
     args = parser.parse_args()
     teacher = args.teacher or run_folder(f"teacher-{args.task}")
     task, _ = held_out_task(teacher, TaskOptions(task=args.task, data_dir=args.data_dir), trained_on_all=False)
@@ -401,7 +436,7 @@ def main() -> None:
                + (f" --teacher-onnx {args.teacher_onnx}" if args.teacher_onnx else "")
                + (f" --unlabelled-rows {args.unlabelled_rows}" if "imdb-sentences" in args.variants else "")
                + (f" --augment-copies {args.augment_copies} --augment-max-rows {args.augment_max_rows}"
-                  if "teacher-head-augmented" in args.variants else "")
+                  if AUGMENTED & set(args.variants) else "")
                + (f" --word-vectors {args.word_vectors}" if not starts_from_teacher(candidate) else ""))
     for seed in args.seeds:  # every variant of a seed before the next seed: pairs compare as they come
         for variant in args.variants:
@@ -421,7 +456,7 @@ def main() -> None:
                                                 args.unlabelled_rows, args.imdb_dir)
                     run_task = replace(task, unlabelled=str(unlabelled))
                     options["logits_cache"] = str(shared_store_folder())
-                if variant == "teacher-head-augmented":  # the same rows for every seed, labelled once into the store
+                if variant in AUGMENTED:  # the same rows for every seed, labelled once into the store
                     rows = augmented_rows(root.parent / f"augmented-{args.augment_copies}-{args.augment_max_rows}",
                                           task, args.augment_copies, args.augment_max_rows)
                     run_task = replace(task, unlabelled=str(rows))

@@ -106,6 +106,37 @@ def test_each_recipe_variant_turns_off_its_one_part_of_the_searchs_options(tmp_p
     assert "freeze_word_embeddings" not in loss and loss["max_steps"] == today["max_steps"]
 
 
+def test_half_heads_prunes_each_layers_less_important_heads_and_they_get_no_gradient(tmp_path, tiny_tokenizer):
+    import torch
+    from transformers import BertForSequenceClassification
+
+    from conftest import save_tiny_classifier
+    from kdbert.families.importance import Importance
+
+    start = save_tiny_classifier(tmp_path / "start", tiny_tokenizer)  # 2 layers of 4 heads, 4 dims each
+    (start / "student_init.json").write_text(json.dumps({"candidate": "bert-2x16"}))
+    heads = torch.tensor([[4.0, 1.0, 3.0, 2.0], [9.0, 9.0, 9.0, 9.0], [1.0, 2.0, 3.0, 4.0]])  # teacher: 3 layers
+    importance = Importance(heads, torch.ones(3, 32), torch.ones(16), dropped=[1, 0])  # 2 layers: 0 and 2 kept
+    recipe_ablation.half_heads_start(start, tmp_path / "half", importance)
+    assert json.loads((tmp_path / "half" / "student_init.json").read_text())["pruned_heads"] == {"0": [1, 3],
+                                                                                                 "1": [0, 1]}
+    model = BertForSequenceClassification.from_pretrained(tmp_path / "half")
+    layers = model.bert.encoder.layer
+    for layer, dropped in zip(layers, ([1, 3], [0, 1])):
+        per_head = layer.attention.self.value.weight.detach().view(4, 4, 16).abs().sum((1, 2))
+        assert [h for h in range(4) if per_head[h] == 0] == dropped
+    model.train()
+    out = model(input_ids=torch.tensor([[2, 5, 6, 7, 3]]), labels=torch.tensor([1]))
+    out.loss.backward()
+    for layer, dropped in zip(layers, ([1, 3], [0, 1])):
+        rows = [h * 4 + i for h in dropped for i in range(4)]
+        for part in ("query", "key", "value"):
+            assert getattr(layer.attention.self, part).weight.grad[rows].abs().max() == 0
+        assert layer.attention.output.dense.weight.grad[:, rows].abs().max() == 0
+        kept = [r for r in range(16) if r not in rows]
+        assert layer.attention.output.dense.weight.grad[:, kept].abs().max() > 0
+
+
 def test_the_recipe_parts_table_gives_each_part_off_as_the_per_seed_change_in_the_kept_share(results_dir):
     from sections.compress_results import recipe_parts_section
 
