@@ -319,10 +319,14 @@ def build_recipe_starts(candidate, teacher: str, task: TaskOptions, context, roo
 
 
 def scores(report: dict) -> dict:
+    """A run's record: the kept evaluation's scores (picking rows, deciding rows, dev), how it trained,
+    and ``curve``, every evaluation's step and scores in order."""
     metrics = report["dev_metrics"]
+    curve = [{"step": e["step"], "held_out": e["eval"]["selection_score"], "decide": e["eval"].get("decide_score"),
+              "dev": e["eval"]["score"]} for e in report["eval_history"]]
     return {"held_out": metrics["selection_score"], "decide": metrics.get("decide_score"), "dev": metrics["score"],
             "train_seconds": report["train_seconds"], "precision": report["runtime"]["mixed_precision"],
-            "method": report["options"]["method"], "ema_decay": report["options"].get("ema_decay")}
+            "method": report["options"]["method"], "ema_decay": report["options"].get("ema_decay"), "curve": curve}
 
 
 def main() -> None:

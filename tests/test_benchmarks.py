@@ -158,6 +158,24 @@ def test_the_recipe_parts_table_gives_each_part_off_as_the_per_seed_change_in_th
                     "-7.5 ± 3.5 / -1.0 ± 1.4 | - | - | - |"]
 
 
+def test_a_long_recipe_run_is_shown_as_its_curve_and_left_out_of_the_parts_table(results_dir):
+    from sections.compress_results import recipe_curve_lines, recipe_parts_section
+
+    curve = [{"step": 1000, "held_out": 70.0, "decide": 40.0, "dev": 60.0},
+             {"step": 2000, "held_out": 72.0, "decide": 45.0, "dev": 64.0},
+             {"step": 3000, "held_out": 71.0, "decide": 46.0, "dev": 68.0}]
+    results_dir.mkdir()
+    (results_dir / "recipe_ablation.json").write_text(json.dumps({
+        "sst2/bert-2x384/3000-first300/recipe/seed42": {
+            "variant": "recipe", "seed": 42, "dev": 64.0, "decide": 45.0, "teacher_dev": 80.0, "teacher_decide": 50.0,
+            "curve": curve, "date": "2026-12-04", "machine": "2 cores", "command": "run long"}}))
+    rows = [line for line in recipe_curve_lines() if line.startswith("| sst2")]
+    # dev 60, 64, 68 of 80: 75%, 80%, 85%; decide 40, 45, 46 of 50: 80%, 90%, 92%
+    assert rows == ["| sst2: bert-2x384, 42 | 80.00 / 50.00 | 1,000: 75.0% / 80.0%; 2,000: 80.0% / 90.0%; "
+                    "3,000: 85.0% / 92.0% |"]
+    assert recipe_parts_section() == []  # the parts table has no "recipe" group of equal-step runs to show
+
+
 def test_teachers_compete_on_held_out_rows_drawn_by_one_rule():
     def run(date, rule=None, fraction=0.1):
         return {"date": date, "overrides": {"held_out_fraction": fraction}, **({"held_out_rule": rule} if rule else {})}

@@ -229,7 +229,7 @@ def recipe_parts_section() -> list[str]:
     what turning each part off changes in it, seed by seed (mean ± sd of the paired differences)."""
     runs: dict[tuple, dict[str, dict[int, dict]]] = {}
     for key, record in load_results("recipe_ablation").items():
-        if record["variant"].startswith("recipe") and "teacher_dev" in record:
+        if record["variant"].startswith("recipe") and "teacher_dev" in record and not is_long_run(record):
             task, candidate, steps, variant, _ = key.split("/")
             runs.setdefault((task, candidate, steps), {}).setdefault(variant, {})[record["seed"]] = record
     runs = {group: variants for group, variants in runs.items() if "recipe" in variants}
@@ -264,4 +264,30 @@ def recipe_parts_section() -> list[str]:
     machines = sorted({f"{r['date']}, {r['machine']}" for r in records})
     commands = sorted({r["command"] for r in records})
     return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
-                    "", note("recipe-parts-reading"), ""]
+                    "", *recipe_curve_lines(), note("recipe-parts-reading"), ""]
+
+
+def is_long_run(record: dict) -> bool:
+    """Whether a ``recipe_ablation.py`` run was evaluated more than twice (``--eval-every``): a step curve."""
+    return len(record.get("curve", ())) > 2
+
+
+def recipe_curve_lines() -> list[str]:
+    """Today's recipe run long on a winning shape, evaluated every so many steps: the kept share on dev
+    and on the rows that decide at each evaluation (the run keeps the best on the rows that pick)."""
+    long_runs = sorted((key, r) for key, r in load_results("recipe_ablation").items()
+                       if r["variant"] == "recipe" and "teacher_dev" in r and is_long_run(r))
+    if not long_runs:
+        return []
+    lines = [note("recipe-curve-intro"), "", "| task: shape, seed | teacher dev / decide | kept on dev / decide at each "
+             "evaluation (step: dev / decide) |", "|---|---:|---|"]
+    for key, record in long_runs:
+        task, candidate = key.split("/")[:2]
+        points = "; ".join(f"{p['step']:,}: {100 * p['dev'] / record['teacher_dev']:.1f}% / "
+                           f"{100 * p['decide'] / record['teacher_decide']:.1f}%" for p in record["curve"])
+        lines.append(f"| {task}: {candidate}, {record['seed']} | {record['teacher_dev']:.2f} / "
+                     f"{record['teacher_decide']:.2f} | {points} |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for _, r in long_runs})
+    commands = sorted({r["command"] for _, r in long_runs})
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
+                    ""]
