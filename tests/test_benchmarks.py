@@ -161,18 +161,21 @@ def test_the_recipe_parts_table_gives_each_part_off_as_the_per_seed_change_in_th
 def test_a_long_recipe_run_is_shown_as_its_curve_and_left_out_of_the_parts_table(results_dir):
     from sections.compress_results import recipe_curve_lines, recipe_parts_section
 
-    curve = [{"step": 1000, "held_out": 70.0, "decide": 40.0, "dev": 60.0},
-             {"step": 2000, "held_out": 72.0, "decide": 45.0, "dev": 64.0},
-             {"step": 3000, "held_out": 71.0, "decide": 46.0, "dev": 68.0}]
+    def run(seed, devs, decides):
+        curve = [{"step": step, "held_out": 70.0, "decide": decide, "dev": dev}
+                 for step, dev, decide in zip((1000, 2000, 3000), devs, decides)]
+        return {"variant": "recipe", "seed": seed, "dev": devs[1], "decide": decides[1], "teacher_dev": 80.0,
+                "teacher_decide": 50.0, "curve": curve, "date": "2026-12-04", "machine": "2 cores", "command": "run long"}
+
     results_dir.mkdir()
     (results_dir / "recipe_ablation.json").write_text(json.dumps({
-        "sst2/bert-2x384/3000-first300/recipe/seed42": {
-            "variant": "recipe", "seed": 42, "dev": 64.0, "decide": 45.0, "teacher_dev": 80.0, "teacher_decide": 50.0,
-            "curve": curve, "date": "2026-12-04", "machine": "2 cores", "command": "run long"}}))
+        "sst2/bert-2x384/3000-first300/recipe/seed42": run(42, (60.0, 64.0, 68.0), (40.0, 45.0, 46.0)),
+        "sst2/bert-2x384/3000-first300/recipe/seed43": run(43, (64.0, 64.0, 64.0), (40.0, 40.0, 48.0))}))
     rows = [line for line in recipe_curve_lines() if line.startswith("| sst2")]
-    # dev 60, 64, 68 of 80: 75%, 80%, 85%; decide 40, 45, 46 of 50: 80%, 90%, 92%
-    assert rows == ["| sst2: bert-2x384, 42 | 80.00 / 50.00 | 1,000: 75.0% / 80.0%; 2,000: 80.0% / 90.0%; "
-                    "3,000: 85.0% / 92.0% |"]
+    # dev of 80: (75% + 80%) / 2, (80% + 80%) / 2, (85% + 80%) / 2; decide of 50: (80% + 80%) / 2, (90% + 80%) / 2,
+    # (92% + 96%) / 2
+    assert rows == ["| sst2: bert-2x384, 42, 43 | 80.00 / 50.00 | 1,000: 77.5% / 80.0%; 2,000: 80.0% / 85.0%; "
+                    "3,000: 82.5% / 94.0% |"]
     assert recipe_parts_section() == []  # the parts table has no "recipe" group of equal-step runs to show
 
 

@@ -274,20 +274,30 @@ def is_long_run(record: dict) -> bool:
 
 def recipe_curve_lines() -> list[str]:
     """Today's recipe run long on a winning shape, evaluated every so many steps: the kept share on dev
-    and on the rows that decide at each evaluation (the run keeps the best on the rows that pick)."""
-    long_runs = sorted((key, r) for key, r in load_results("recipe_ablation").items()
-                       if r["variant"] == "recipe" and "teacher_dev" in r and is_long_run(r))
-    if not long_runs:
+    and on the rows that decide at each evaluation, the mean over the seeds run (the run keeps the best
+    on the rows that pick)."""
+    groups: dict[tuple, list[dict]] = {}
+    for key, record in sorted(load_results("recipe_ablation").items()):
+        if record["variant"] == "recipe" and "teacher_dev" in record and is_long_run(record):
+            task, candidate, steps = key.split("/")[:3]
+            groups.setdefault((task, candidate, steps), []).append(record)
+    if not groups:
         return []
-    lines = [note("recipe-curve-intro"), "", "| task: shape, seed | teacher dev / decide | kept on dev / decide at each "
-             "evaluation (step: dev / decide) |", "|---|---:|---|"]
-    for key, record in long_runs:
-        task, candidate = key.split("/")[:2]
-        points = "; ".join(f"{p['step']:,}: {100 * p['dev'] / record['teacher_dev']:.1f}% / "
-                           f"{100 * p['decide'] / record['teacher_decide']:.1f}%" for p in record["curve"])
-        lines.append(f"| {task}: {candidate}, {record['seed']} | {record['teacher_dev']:.2f} / "
-                     f"{record['teacher_decide']:.2f} | {points} |")
-    machines = sorted({f"{r['date']}, {r['machine']}" for _, r in long_runs})
-    commands = sorted({r["command"] for _, r in long_runs})
+    lines = [note("recipe-curve-intro"), "", "| task: shape, seeds | teacher dev / decide | kept on dev / decide at each "
+             "evaluation, mean over the seeds (step: dev / decide) |", "|---|---:|---|"]
+    for (task, candidate, _), records in groups.items():
+        steps = [p["step"] for p in records[0]["curve"]]
+
+        def mean_kept(step: int, rows: str) -> float:
+            return sum(100 * next(p for p in r["curve"] if p["step"] == step)[rows] / r[f"teacher_{rows}"]
+                       for r in records) / len(records)
+
+        points = "; ".join(f"{step:,}: {mean_kept(step, 'dev'):.1f}% / {mean_kept(step, 'decide'):.1f}%" for step in steps)
+        seeds = ", ".join(str(r["seed"]) for r in records)
+        lines.append(f"| {task}: {candidate}, {seeds} | {records[0]['teacher_dev']:.2f} / "
+                     f"{records[0]['teacher_decide']:.2f} | {points} |")
+    records = [r for group in groups.values() for r in group]
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records})
+    commands = sorted({r["command"] for r in records})
     return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
                     ""]
