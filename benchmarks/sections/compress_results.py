@@ -209,10 +209,20 @@ def recipe_ablation_section() -> list[str]:
         lines.append(f"| {task} | {candidate} | {steps} | {variant} | {len(rows)} | {mean['held_out']:.2f} | "
                      f"{mean['decide']:.2f} | {mean['dev']:.2f} | "
                      + ", ".join(f"{r['seed']}: {r['dev']:.2f}" for r in rows) + " |")
-    machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
-    commands = sorted({r["command"] for r in records.values()})
-    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
-                    "", note("recipe-reading"), ""]
+    return lines + ["", measured_line(records.values()), "", note("recipe-reading"), ""]
+
+
+def measured_line(records) -> str:
+    """``Measured <date, machine; ...>. Commands: `...`; `...`.`` of ``records`` (any iterable), each once, sorted."""
+    records = list(records)
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records})
+    commands = sorted({r["command"] for r in records})
+    return f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + "."
+
+
+def kept_share(record: dict, rows: str) -> float:
+    """A recipe run's score on ``rows`` ("dev" or "decide") over its teacher's there, in percent."""
+    return 100 * record[rows] / record[f"teacher_{rows}"]
 
 
 RECIPE_PARTS = [("recipe-constant-rate", "1: rate annealed by EMA off"), ("recipe-cls-pooling", "2: mean or pair pooling off"),
@@ -236,9 +246,6 @@ def recipe_parts_section() -> list[str]:
     if not runs:
         return []
 
-    def kept(record: dict, rows: str) -> float:
-        return 100 * record[rows] / record[f"teacher_{rows}"]
-
     def spread(values: list[float]) -> str:
         mean = sum(values) / len(values)
         sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
@@ -251,20 +258,17 @@ def recipe_parts_section() -> list[str]:
     for (task, candidate, steps), variants in sorted(runs.items()):
         today = variants["recipe"]
         any_record = next(iter(today.values()))
-        means = [sum(kept(r, rows) for r in today.values()) / len(today) for rows in ("dev", "decide")]
+        means = [sum(kept_share(r, rows) for r in today.values()) / len(today) for rows in ("dev", "decide")]
         cells = []
         for variant, _ in RECIPE_PARTS:
             seeds = sorted(set(variants.get(variant, {})) & set(today))
-            cells.append(" / ".join(spread([kept(variants[variant][s], rows) - kept(today[s], rows) for s in seeds])
+            cells.append(" / ".join(spread([kept_share(variants[variant][s], rows) - kept_share(today[s], rows) for s in seeds])
                                     for rows in ("dev", "decide")) if seeds else "-")
         lines.append(f"| {task}: {candidate}, {steps.split('-')[0]} | {any_record['teacher_dev']:.2f} / "
                      f"{any_record['teacher_decide']:.2f} | {means[0]:.1f}% / {means[1]:.1f}% ({len(today)} seed{'s' if len(today) > 1 else ''}) | "
                      + " | ".join(cells) + " |")
     records = [r for variants in runs.values() for seeds in variants.values() for r in seeds.values()]
-    machines = sorted({f"{r['date']}, {r['machine']}" for r in records})
-    commands = sorted({r["command"] for r in records})
-    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
-                    "", *recipe_curve_lines(), note("recipe-parts-reading"), ""]
+    return lines + ["", measured_line(records), "", *recipe_curve_lines(), note("recipe-parts-reading"), ""]
 
 
 def is_long_run(record: dict) -> bool:
@@ -289,15 +293,11 @@ def recipe_curve_lines() -> list[str]:
         steps = [p["step"] for p in records[0]["curve"]]
 
         def mean_kept(step: int, rows: str) -> float:
-            return sum(100 * next(p for p in r["curve"] if p["step"] == step)[rows] / r[f"teacher_{rows}"]
+            return sum(kept_share({**r, **next(p for p in r["curve"] if p["step"] == step)}, rows)
                        for r in records) / len(records)
 
         points = "; ".join(f"{step:,}: {mean_kept(step, 'dev'):.1f}% / {mean_kept(step, 'decide'):.1f}%" for step in steps)
         seeds = ", ".join(str(r["seed"]) for r in records)
         lines.append(f"| {task}: {candidate}, {seeds} | {records[0]['teacher_dev']:.2f} / "
                      f"{records[0]['teacher_decide']:.2f} | {points} |")
-    records = [r for group in groups.values() for r in group]
-    machines = sorted({f"{r['date']}, {r['machine']}" for r in records})
-    commands = sorted({r["command"] for r in records})
-    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
-                    ""]
+    return lines + ["", measured_line(r for group in groups.values() for r in group), ""]
