@@ -91,6 +91,27 @@ def test_int8_export_report_matches_its_files(exported):
     assert report["flops_per_example"] == {str(n): count_flops(model, n) for n in (16, 32, 64)}
 
 
+@pytest.mark.parametrize("method", ["dynamic", "auto"])
+def test_each_graph_predicts_the_dev_rows_once_for_its_metrics_and_parity(exported, tmp_path, monkeypatch, method):
+    """The PyTorch model, the fp32 graph and every int8 graph scored (auto: dynamic and three static
+    ones) each predict the dev rows once: the parity check reads the logits their scoring computed."""
+    calls = []
+    real = TaskEvaluator.predict
+
+    def counted(self, model, dataset):
+        calls.append(dataset is self.splits["dev"])
+        return real(self, model, dataset)
+
+    monkeypatch.setattr(TaskEvaluator, "predict", counted)
+    task = TaskOptions("mrpc", data_dir=str(exported["glue"]))
+    report = export_model(exported["model_dir"], tmp_path / method, quantize="int8", task=task, int8_method=method)
+    graphs = 3 if method == "dynamic" else 2 + sum("dev_score" in v for v in report["quantization"]["variants"].values())
+    assert calls.count(True) == graphs
+    assert report["parity"]["max_abs_logit_diff_fp32"] < 1e-4 and 0 < report["parity"]["max_abs_logit_diff_int8"]
+    assert report["parity"] == {**exported["report"]["parity"], **{
+        key: report["parity"][key] for key in ("max_abs_logit_diff_int8", "prediction_agreement_int8")}}
+
+
 def test_evaluate_cli_gives_pytorch_metric_for_onnx(exported, capsys, tmp_path):
     args = ["evaluate", "--task", "mrpc", "--data-dir", str(exported["glue"])]
     assert main(args + ["--model", str(exported["model_dir"]), "--output", str(tmp_path / "pt.json")]) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -94,6 +95,23 @@ def replaces_checkpoint(latest: dict[str, float], kept: dict[str, float] | None,
     return selection_key(latest) > selection_key(kept)
 
 
+class Scored(NamedTuple):
+    """A model's metrics from an evaluator and its logits on each dev split (name -> (N, C); empty
+    where the evaluator does not give them)."""
+
+    metrics: dict[str, float]
+    logits: dict[str, np.ndarray]
+
+
+def scored_with_logits(evaluator, model) -> Scored:
+    """``evaluator(model)``'s metrics and ``model``'s logits on each dev split, read off the same
+    predictions where ``evaluator`` is a :class:`SplitEvaluator` (any other callable: no logits)."""
+    if isinstance(evaluator, SplitEvaluator):
+        logits: dict[str, np.ndarray] = {}
+        return Scored(evaluator.scored(model, logits)[0], logits)
+    return Scored(evaluator(model), {})
+
+
 class SplitEvaluator:
     """Callable ``evaluator(model) -> metrics`` over a task's dev split(s), encoded once by
     ``encode(rows)`` (``splits``: name -> rows); subclasses say how a model predicts them.
@@ -129,14 +147,19 @@ class SplitEvaluator:
     def __call__(self, model) -> dict[str, float]:
         return self.scored(model)[0]
 
-    def scored(self, model) -> tuple[dict[str, float], np.ndarray | None]:
+    def scored(self, model, logits: dict | None = None) -> tuple[dict[str, float], np.ndarray | None]:
         """The metrics ``evaluator(model)`` returns and ``model``'s predictions (class ids; regression:
         scores) on the held-out rows that decide, in their order (None without such rows), for a
-        paired comparison with another model's on the same rows."""
+        paired comparison with another model's on the same rows. ``logits``: where given, filled with
+        ``model``'s logits on each dev split (name -> (N, C)), for a caller that compares them with
+        another model's on the same rows (the export's parity check) without predicting them again."""
         metrics = {}
         splits = tuple(self.splits)
         for name, dataset in self.splits.items():
-            predictions = to_predictions(self.spec, self.predict(model, dataset))
+            split_logits = self.predict(model, dataset)
+            if logits is not None:
+                logits[name] = split_logits
+            predictions = to_predictions(self.spec, split_logits)
             metrics.update(compute_metrics(self.spec.metrics, predictions, self.references[name],
                                            split_prefix(name, splits)))
         if splits:

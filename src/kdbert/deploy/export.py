@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from kdbert.core.atomic_io import replace_dir, write_json
+from kdbert.core.evaluate import Scored, scored_with_logits
 from kdbert.deploy.bench import count_flops, count_parameters
 from kdbert.deploy.graphs import export_graph
 from kdbert.deploy.int8_choice import INT8_CHOICES, choose_int8
@@ -66,35 +67,42 @@ def _parity_rows(family: Family, encoder, spec: InputSpec, evaluator, task_name:
                  batch_size: int):
     """The rows parity is checked on and ``predict(runner) -> logits`` over them: the first dev
     split of the task's ``evaluator`` (which also scores every runner), else the family's
-    synthetic rows."""
+    synthetic rows; with the split's name (None for synthetic rows)."""
     if evaluator is None:
         dataset, predict = family.synthetic_rows(spec, seq_len, encoder, batch_size)
-        return predict, len(dataset), "synthetic (random ids and lengths)"
+        return predict, len(dataset), "synthetic (random ids and lengths)", None
     split = next(iter(evaluator.splits))
     dataset = evaluator.splits[split]
-    return (lambda runner: evaluator.predict(runner, dataset)), len(dataset), f"dev ({task_name}, split {split})"
+    return (lambda runner: evaluator.predict(runner, dataset)), len(dataset), f"dev ({task_name}, split {split})", split
 
 
 def _parity(model: nn.Module, spec: InputSpec, encoder, files: dict[str, Path], evaluator, task_name: str | None,
-            seq_len: int, batch_size: int, scored: dict[str, dict]) -> tuple[dict, dict]:
+            seq_len: int, batch_size: int, scored: dict[str, Scored]) -> tuple[dict, dict]:
     """Logit differences and (with a task) dev metrics of PyTorch and every exported file
-    (``scored``: the metrics of those already scored, by runner name)."""
+    (``scored``: the metrics and dev logits of those already scored, by runner name). With a task,
+    each runner predicts the dev rows once, for its metrics and the parity check alike."""
     family = family_of_model(model)
     runners = {"pytorch": family.runner(model, spec)}
     runners.update({f"onnx_{precision}": OnnxClassifier(file, load_encoder=False) for precision, file in files.items()})
-    predict, examples, source = _parity_rows(family, encoder, spec, evaluator, task_name, seq_len, batch_size)
-    metrics = {name: scored.get(name) or evaluator(runner) for name, runner in runners.items()} if evaluator else {}
-    reference = predict(runners["pytorch"])
+    predict, examples, source, split = _parity_rows(family, encoder, spec, evaluator, task_name, seq_len, batch_size)
+    if evaluator:
+        scored = {name: scored.get(name) or scored_with_logits(evaluator, runner) for name, runner in runners.items()}
+
+    def logits_of(name: str) -> np.ndarray:
+        known = scored.get(name)
+        return known.logits[split] if known is not None and split in known.logits else predict(runners[name])
+
+    reference = logits_of("pytorch")
     parity: dict[str, Any] = {"examples": examples, "source": source, "max_seq_len": seq_len,
                               "tolerance": PARITY_TOLERANCE}
     for precision in files:
-        logits = predict(runners[f"onnx_{precision}"])
+        logits = logits_of(f"onnx_{precision}")
         parity[f"max_abs_logit_diff_{precision}"] = float(np.abs(logits - reference).max())
         if reference.shape[-1] > 1:
             agree = (logits.argmax(-1) == reference.argmax(-1)).mean()
             parity[f"prediction_agreement_{precision}"] = float(agree)
     parity["fp32_within_tolerance"] = parity["max_abs_logit_diff_fp32"] <= PARITY_TOLERANCE
-    return parity, metrics
+    return parity, {name: known.metrics for name, known in scored.items()} if evaluator else {}
 
 
 # --------------------------------------------------------------------------- export

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from kdbert.core.evaluate import Scored, scored_with_logits
 from kdbert.deploy.int8_kernels import INT8_TARGETS, cpu_int8_facts, largest_weight
 from kdbert.deploy.quantize import INT8_METHODS, calibration_batches, quantize_int8
 from kdbert.deploy.task_rows import task_feeds, time_feeds
@@ -88,8 +89,9 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
     "chosen_on", "target", "weight_bits", "largest_weight", "quantised_and_checked_on" (this machine's
     :func:`~kdbert.deploy.int8_kernels.cpu_int8_facts`), "variants": {method: {"held_out_score",
     "dev_score", "latency_real_p50_ms", "size_mb"} | {"error"} | {"skipped"}}, ...}``, with the
-    ``evaluator``'s metrics of the graphs it scored (``{"onnx_fp32", "onnx_int8"}``; ``auto``
-    only), so that the export need not score them again. ``data`` (a TaskData) and ``evaluator``
+    ``evaluator``'s metrics and dev logits of the graphs it scored (``{"onnx_fp32", "onnx_int8"}``:
+    :class:`~kdbert.core.evaluate.Scored`; ``auto`` only), so that the export need not score them
+    or predict their parity rows again. ``data`` (a TaskData) and ``evaluator``
     (its family's evaluator) are needed by the static methods and by ``auto``; ``time_left()``, the
     seconds to ``auto``'s deadline (module doc)."""
     from kdbert.deploy.onnx_runtime import OnnxClassifier
@@ -113,12 +115,12 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
     held_out = bool(data.held_out)
     score = "held_out_score" if held_out else "dev_score"
 
-    metrics: dict[str, dict] = {}  # the evaluator's metrics of each graph scored
+    graphs: dict[str, Scored] = {}  # the evaluator's metrics and dev logits of each graph scored
 
     def scores(name: str, file: Path) -> dict:
-        metrics[name] = evaluator(OnnxClassifier(file, threads=threads, load_encoder=False))
-        return {"dev_score": metrics[name]["score"],
-                **({"held_out_score": metrics[name]["selection_score"]} if held_out else {})}
+        graphs[name] = scored_with_logits(evaluator, OnnxClassifier(file, threads=threads, load_encoder=False))
+        metrics = graphs[name].metrics
+        return {"dev_score": metrics["score"], **({"held_out_score": metrics["selection_score"]} if held_out else {})}
 
     began = time.perf_counter()
     fp32 = scores("fp32", fp32_file)
@@ -169,4 +171,4 @@ def choose_int8(fp32_file: Path, int8_file: Path, method: str, family, encoder, 
             **_weights(int8_file, target), "rule": rule,
             "chosen_on": "held-out" if held_out else "dev", "fp32_dev_score": fp32["dev_score"],
             **({"fp32_held_out_score": fp32["held_out_score"]} if held_out else {}),
-            "timed_rows": len(feeds), "variants": variants}, {"onnx_fp32": metrics["fp32"], "onnx_int8": metrics[chosen]}
+            "timed_rows": len(feeds), "variants": variants}, {"onnx_fp32": graphs["fp32"], "onnx_int8": graphs[chosen]}
