@@ -226,9 +226,9 @@ def export_passes(runtime: str) -> int:
     """How many times exporting a model as compress ships it scores the task's rows at least: int8,
     the int8 choice scores fp32, ``dynamic`` and a static method (more only when the first loses the
     score and time allows, :mod:`kdbert.deploy.int8_choice`), the parity check scores the PyTorch
-    model and predicts dev with it and each file (dev is at most the rows); fp32, the parity check
-    scores PyTorch and the file and predicts dev with each."""
-    return 3 + 1 + 3 if runtime == "onnx-int8" else 2 + 2
+    model; fp32, the parity check scores PyTorch and the file. The parity check compares the dev
+    logits those scorings computed (:func:`kdbert.deploy.export.export_classifier`)."""
+    return 3 + 1 if runtime == "onnx-int8" else 2
 
 
 TIMING_PASSES = 4  # the teacher's timing and its steps of the breakdown, in scoring passes (fixed_seconds)
