@@ -229,9 +229,49 @@ def test_the_fine_tuning_time_probe_times_the_trainers_own_steps(tiny_classifier
     cost = estimate_finetune(TaskOptions(task="sst2", data_dir=str(glue_dir)),
                              {"model": str(tiny_classifier_dir), "batch_size": 4, "max_train_examples": 16,
                               "epochs": 1})
-    assert asked == [(4, PROBE_STEPS + 1, 4)] and cost["step_seconds"] == 0.5 and cost["steps"] == 4
+    assert asked == [(4, PROBE_STEPS + 1, 4)] * 2 and cost["step_seconds"] == 0.5 and cost["steps"] == 4
     assert cost["seconds"] == pytest.approx(cost["load_seconds"] + 4 * 0.5
                                             + cost["eval_rows"] * cost["evaluations"] * cost["row_seconds"])
+
+
+def test_a_steps_time_is_read_at_the_mean_length_between_a_short_and_a_long_batch():
+    from kdbert.methods.finetune import mean_step_seconds
+
+    # 0.5 s at 10 tokens, 1.3 s at 50: 0.02 s a token, so 0.7 s at a mean of 20
+    assert mean_step_seconds((10, 0.5), (50, 1.3), 20.0) == pytest.approx(0.7)
+    assert mean_step_seconds((10, 0.5), (50, 1.3), 2.0) == 0.5  # never below the faster batch
+    assert mean_step_seconds((12, 0.4), (12, 0.6), 12.0) == pytest.approx(0.5)  # one length: the mean
+
+
+def test_the_fine_tuning_probe_reads_a_skewed_length_distribution_at_its_mean(tiny_classifier_dir, tmp_path,
+                                                                               monkeypatch):
+    """Steps timed at 0.01 s a padded token: the estimate is the sample's mean length in hundredths of
+    a second, above what its median-length batch takes (most rows short, a few long, as SST-2's)."""
+    import statistics
+
+    from conftest import write_glue_task
+    from kdbert.core.trainer import Trainer
+    from kdbert.data.load import TaskOptions
+    from kdbert.methods.finetune import estimate_finetune
+
+    folder = write_glue_task(tmp_path, "SST-2", n_train=60)
+    rows = (folder / "train.tsv").read_text().splitlines()
+    words = [line.split("\t")[0].split()[0] for line in rows[1:]]
+    long_rows = [" ".join(words * 2) + "\t1"] * 6  # a tenth of the rows, several times the others' length
+    (folder / "train.tsv").write_text("\n".join([rows[0]] + [f"{w}\t0" for w in words[:54]] + long_rows) + "\n")
+    seen = {}
+
+    def timed(trainer, chosen, steps):
+        lengths = trainer.stages[0].dataset.lengths
+        seen["lengths"] = lengths
+        return [0.01 * max(lengths[i] for i in chosen)] * steps
+
+    monkeypatch.setattr(Trainer, "step_seconds", timed)
+    cost = estimate_finetune(TaskOptions(task="sst2", data_dir=str(tmp_path)),
+                             {"model": str(tiny_classifier_dir), "batch_size": 4, "epochs": 1})
+    lengths = seen["lengths"]
+    assert statistics.median(lengths) < statistics.fmean(lengths)
+    assert cost["step_seconds"] == pytest.approx(0.01 * statistics.fmean(lengths))
 
 
 def test_the_trainers_step_seconds_run_real_optimiser_steps(tiny_classifier_dir, tiny_tokenizer):

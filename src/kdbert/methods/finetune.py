@@ -145,13 +145,15 @@ def _pool(model, path: str, requested: str) -> None:
 
 PROBE_STEPS = 3  # training steps timed, after an untimed one
 EVAL_BATCH = 64  # the evaluators' batch size
-PROBE_SAMPLE = 256  # rows loaded and tokenised to time, the timed batches taken around their median length
+PROBE_SAMPLE = 256  # rows loaded and tokenised to time, the timed batches taken from them
+PROBE_QUANTILES = (0.25, 0.9)  # the length quantiles of the probe's two timed batches
 
 
 def estimate_finetune(task: TaskOptions, options: FinetuneConfig | dict) -> dict:
     """How long :func:`finetune` with ``options`` should take on this machine, measured on its model
-    before it starts: ``PROBE_STEPS`` training steps on its first rows at its batch size, precision
-    and thread share (after an untimed step), an evaluation batch of them, and the loading and
+    before it starts: training steps on two batches of its first rows, short and long, read at
+    their mean length (:func:`_probe`), at its batch size, precision and thread share, an evaluation
+    batch of them, and the loading and
     tokenising of a sample, scaled to all its rows. Returns ``{"steps", "step_seconds",
     "eval_rows", "evaluations", "row_seconds", "load_seconds", "seconds"}``: the whole run is
     ``load_seconds + steps * step_seconds + evaluations * eval_rows * row_seconds`` (an evaluation
@@ -181,31 +183,53 @@ def estimate_finetune(task: TaskOptions, options: FinetuneConfig | dict) -> dict
             "row_seconds": row, "load_seconds": load, "seconds": load + steps * step + eval_rows * evaluations * row}
 
 
-def _around_median(dataset, size: int) -> list[int]:
-    """``size`` row indices of ``dataset`` around its median length (read round again when it has
-    fewer): a batch as long as a length-grouped run's typical one."""
+def _around_quantile(dataset, size: int, quantile: float) -> list[int]:
+    """``size`` row indices of ``dataset`` around the ``quantile`` of its lengths (read round again
+    when it has fewer)."""
     lengths = dataset.lengths
     order = sorted(range(len(dataset)), key=lambda i: lengths[i])
-    start = max(0, len(order) // 2 - size // 2)
+    start = min(max(0, round(quantile * len(order)) - size // 2), max(0, len(order) - size))
     return [order[(start + i) % len(order)] for i in range(size)]
 
 
+def mean_step_seconds(short: tuple[int, float], long: tuple[int, float], mean_length: float) -> float:
+    """A length-grouped run's mean step time from two timed batches, ``(padded length, seconds)``
+    each. A step's time grows about linearly with its batch's padded length L::
+
+        t(L) = t_short + (t_long - t_short) * (L - L_short) / (L_long - L_short)
+
+    read at the rows' mean length, since a run's time is its steps' sum (SST-2's first 16,000 rows: 13.4
+    tokens on average, 10 at the median; the quickstart teacher's step read 5% above the median
+    batch's on an AMD EPYC); no less than the faster batch's time (batches of one length: their mean)."""
+    (short_length, short_seconds), (long_length, long_seconds) = short, long
+    if long_length <= short_length:
+        return (short_seconds + long_seconds) / 2
+    slope = (long_seconds - short_seconds) / (long_length - short_length)
+    return max(min(short_seconds, long_seconds), short_seconds + slope * (mean_length - short_length))
+
+
 def _probe(model, dataset, collator, config: FinetuneConfig) -> tuple[float, float]:
-    """Seconds a training step takes (the median of ``PROBE_STEPS`` of the trainer's own steps on one
-    batch of median-length rows, after an untimed one: the first call at a shape pays one-off kernel
-    set-up, which a run pays once per shape) and an evaluated row (a batch of ``EVAL_BATCH``, timed on
+    """Seconds a training step takes on average (:func:`mean_step_seconds` of two batches, around the
+    ``PROBE_QUANTILES`` of the rows' lengths, each the median of ``PROBE_STEPS`` of the trainer's own
+    steps after an untimed one: the first call at a shape pays one-off kernel set-up, which a run pays
+    once per shape) and an evaluated row (a batch of ``EVAL_BATCH`` around the median length, timed on
     its second pass) of ``model`` on ``dataset``."""
     import torch
 
     stage = Stage(StageConfig.from_options("probe", config), _task_loss(), dataset)
+    timed = []
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Trainer({"student": model}, [stage], RunConfig.from_options(scratch, config, progress=False),
                           collator)
-        times = trainer.step_seconds(_around_median(dataset, config.batch_size), PROBE_STEPS + 1)
+        for quantile in PROBE_QUANTILES:
+            rows = _around_quantile(dataset, config.batch_size, quantile)
+            times = trainer.step_seconds(rows, PROBE_STEPS + 1)
+            timed.append((max(dataset.lengths[i] for i in rows), statistics.median(times[1:])))
+    step = mean_step_seconds(*timed, statistics.fmean(dataset.lengths))
     model.eval()
-    batch = to_device(collator([dataset[i] for i in _around_median(dataset, EVAL_BATCH)]), trainer.device)
+    batch = to_device(collator([dataset[i] for i in _around_quantile(dataset, EVAL_BATCH, 0.5)]), trainer.device)
     with torch.no_grad():
         for _ in range(2):
             began = time.time()
             model(**model_inputs(model, batch))
-    return statistics.median(times[1:]), (time.time() - began) / EVAL_BATCH
+    return step, (time.time() - began) / EVAL_BATCH
