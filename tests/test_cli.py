@@ -18,6 +18,18 @@ def run_cli(capsys, *argv):
     return code, captured.out, captured.err
 
 
+def test_the_command_line_loads_no_scoring_or_onnx_library_before_a_command_needs_one():
+    # scipy.stats, scikit-learn and onnx took 3-4 of the 16 s that `import kdbert.cli` took on an AVX2-only
+    # EPYC, paid by every command, `kdbert predict` and `serve` included; they load where they are used
+    import subprocess
+    import sys
+
+    heavy = ("scipy.stats", "sklearn", "onnx", "pandas")
+    code = f"import sys, kdbert.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
 def test_finetune_evaluate_and_bench_end_to_end(tmp_path, capsys, tiny_classifier_dir, glue_dir):
     out = tmp_path / "ft"
     code, stdout, _ = run_cli(capsys, "finetune", "--model", tiny_classifier_dir, "--task", "mrpc", "--data-dir",

@@ -25,9 +25,9 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
-import onnx
 import onnxruntime
 import torch
 import transformers
@@ -53,7 +53,7 @@ def export_key(model, tokenizer, max_seq_len: int, rows: list, settings: dict) -
     (:class:`~kdbert.data.glue.Example`: texts and labels), the runtime ``settings``, this CPU's
     flags and the versions of the libraries that export, quantise and run it."""
     digest = hashlib.blake2b(digest_size=16)
-    versions = {"kdbert": kdbert.__version__, "torch": torch.__version__, "onnx": onnx.__version__,
+    versions = {"kdbert": kdbert.__version__, "torch": torch.__version__, "onnx": version("onnx"),
                 "onnxruntime": onnxruntime.__version__, "transformers": transformers.__version__}
     digest.update(json.dumps({"teacher": teacher_fingerprint(model, max_seq_len), "settings": settings,
                               "versions": versions, "cpu": sorted(cpu_flags())}, sort_keys=True).encode())

@@ -7,7 +7,6 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from scipy.special import logsumexp
 
 from kdbert.data.batching import EncodedDataset, ModelInputs, TokenizerInputs, pool_windows, predict_rows
 from kdbert.data.glue import TaskData
@@ -57,6 +56,8 @@ def held_out_loss(spec: TaskSpec, logits: np.ndarray, labels: np.ndarray) -> flo
     cross-entropy ``logsumexp(logits[i]) - logits[i, labels[i]]`` (natural log); regression, the
     squared error ``(logits[i, 0] - labels[i]) ** 2``. Unlike a metric of the predictions, it still
     orders models that predict the same (all the majority class, say)."""
+    from scipy.special import logsumexp  # here: scipy takes seconds to import, which predict and serve never need
+
     logits = np.asarray(logits, dtype=np.float64)
     if spec.is_regression:
         return float(np.mean((logits[:, 0] - labels) ** 2))

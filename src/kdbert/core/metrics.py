@@ -27,12 +27,13 @@ a constant side is 0.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 
 def compute_metric(name: str, predictions, references) -> float:
     """One metric in percent. Classification: ``predictions`` are class ids; regression: floats."""
+    from scipy.stats import pearsonr, spearmanr  # here, not at the top: they take 3 s to import, and a
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef  # command that scores none skips it
+
     predictions = np.asarray(predictions)
     references = np.asarray(references)
     if name == "accuracy":

@@ -63,7 +63,6 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import chi2_contingency, ks_2samp
 
 from kdbert.data.glue import Example, TaskData
 from kdbert.data.nearness import MAX_ROWS as MAX_NEARNESS_ROWS
@@ -96,6 +95,8 @@ def row_hash(row: Example) -> str:
 
 def lengths_differ(train: list[Example], dev: list[Example]) -> bool:
     """Whether the training rows' lengths differ from dev's (module doc: KS statistic and p-value)."""
+    from scipy.stats import ks_2samp  # here: scipy.stats takes 2 s to import, which most commands never need
+
     if not train or not dev:
         return False
     test = ks_2samp([row_length(r) for r in train], [row_length(r) for r in dev])
@@ -114,6 +115,8 @@ def sources_differ(train: list[Example], dev: list[Example]) -> bool:
     counts = np.array([[mix[name] for name in names] for mix in mixes])
     shares = counts / counts.sum(axis=1, keepdims=True)
     distance = 0.5 * np.abs(shares[0] - shares[1]).sum()
+    from scipy.stats import chi2_contingency
+
     return distance > MIN_SOURCE_SHIFT and chi2_contingency(counts).pvalue < MAX_SHIFT_P
 
 
@@ -170,6 +173,8 @@ def nearness_shift(train: list[Example], dev: list[Example]) -> tuple[np.ndarray
         return None
     texts = TrainingTexts(train)
     own, devs = texts.nearness(train, leave_out_self=True), texts.nearness(dev)
+    from scipy.stats import ks_2samp
+
     test = ks_2samp(own, devs)
     return (own, devs) if test.statistic > MIN_NEARNESS_SHIFT and test.pvalue < MAX_SHIFT_P else None
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import scipy.sparse as sparse
 
 from kdbert.data.glue import Example
 
@@ -30,6 +29,8 @@ def word_sets(texts: list[str], vocabulary: dict[str, int], grow: bool) -> tuple
     """One row per text, a 1 in the column of each distinct lower-cased word of ``vocabulary`` (which
     grows with the texts' new words where ``grow``), and each text's count of distinct words, those
     outside ``vocabulary`` included."""
+    from scipy import sparse  # here: scipy takes seconds to import, which most commands never need
+
     rows, cols, sizes = [], [], np.zeros(len(texts))
     for i, text in enumerate(texts):
         found = set(WORD.findall(text.lower()))

@@ -45,7 +45,6 @@ from typing import Callable
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
-from scipy.stats import pearsonr
 from torch import nn
 from torch.nn import functional as F
 
@@ -248,6 +247,8 @@ def pair_layer_elimination(model: nn.Module, layout, rows: list, tokenizer, max_
     (a regression's score or a binary label). The teacher's joint reading is no guide there: fine-tuned
     on pairs read as one sequence, it ranks layers for that reading (STS-B's teacher: its fourth for a
     1-layer cut, which kept 3.5 points less of it than its last, BENCHMARKS.md's recipe table)."""
+    from scipy.stats import pearsonr  # here: scipy.stats takes seconds to import, which most commands never need
+
     model.eval()
     batches = _pair_batches(model, tokenizer, rows, max_seq_len)
     labels = [float(row.label) for row in rows]
