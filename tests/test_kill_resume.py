@@ -154,7 +154,7 @@ def models(tmp_path_factory, tiny_tokenizer):
                                for i, w in enumerate(WORDS)) + "\n")
     tiny_bert_config(tiny_tokenizer, hidden_size=8, num_attention_heads=4, intermediate_size=16).save_pretrained(
         root / "student-config")
-    write_glue_task(root / "glue", "RTE", n_train=1600)  # augmentation writes 256 rows per chunk: 7 chunks, 5 kills
+    write_glue_task(root / "glue", "RTE", n_train=400)  # augmentation writes 64 rows per chunk here: 7 chunks, 5 kills
     return {"teacher": save_tiny_classifier(root / "teacher", tiny_tokenizer, hidden_size=32, num_hidden_layers=4),
             "mlm": root / "mlm", "corpus": corpus, "glove": glove, "student": root / "student-config",
             "glue": root / "glue"}
@@ -205,7 +205,11 @@ def test_general_distillation_killed_five_times(tmp_path, models):
     assert_same_run(straight, resumed)
 
 
-def test_augmentation_killed_five_times(tmp_path, models):
+def test_augmentation_killed_five_times(tmp_path, models, monkeypatch):
+    from kdbert.augment import tinybert
+
+    monkeypatch.setattr(tinybert, "CHUNK_ROWS", 64)  # the forked children read it too
+
     def command(out):
         return cli("augment", "--task", "rte", "--data-dir", models["glue"], "--mlm", models["mlm"], "--word-vectors",
                    models["glove"], "--output", out, "--n-aug", "3", "--batch-size", "2")

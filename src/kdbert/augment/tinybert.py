@@ -74,6 +74,7 @@ shouldn't wasn wasn't weren weren't won won't wouldn wouldn't 's 're
 
 _ALPHA = re.compile(r"[a-z]+")
 BATCH_TOKENS = 2048  # default padded tokens per MLM batch; see benchmarks/augment_throughput.py
+CHUNK_ROWS = 256  # input rows augmented between two checkpoints of the output (write_augmented_rows)
 
 
 def load_word_vectors(path: str | os.PathLike, max_words: int = 100000) -> tuple[list[str], np.ndarray]:
@@ -332,7 +333,7 @@ def _format_rows(rows: list[dict], header: list[str], jsonl: bool) -> str:
 
 
 def augment_file_rows(rows: list[dict], columns_to_augment: list[str], out_path: str | os.PathLike,
-                      augmenter: TinyBertAugmenter, chunk_size: int = 256, write_header: bool = True) -> int:
+                      augmenter: TinyBertAugmenter, chunk_size: int | None = None, write_header: bool = True) -> int:
     """Augment ``rows`` and write them to ``out_path`` (``.jsonl``, else TSV with a header); resumable.
 
     Each input row is written once unchanged, then once per augmented version of each column in
@@ -353,12 +354,12 @@ def augment_file_rows(rows: list[dict], columns_to_augment: list[str], out_path:
 
 
 def write_augmented_rows(rows: list[dict], columns: list[str], out_path: str | os.PathLike,
-                         expand: Callable[[list[dict]], list[dict]], fingerprint: str, chunk_size: int = 256,
+                         expand: Callable[[list[dict]], list[dict]], fingerprint: str, chunk_size: int | None = None,
                          write_header: bool = True) -> int:
     """Write ``expand(chunk)`` for consecutive chunks of ``rows`` to ``out_path``; resumable.
 
     ``columns`` must exist in every row (TSV output also refuses values with tabs or newlines).
-    Rows are processed ``chunk_size`` at a time; each chunk's output rows are appended to
+    Rows are processed ``chunk_size`` (default :data:`CHUNK_ROWS`) at a time; each chunk's output rows are appended to
     ``out_path + '.partial'`` and fsync'ed, then ``out_path + '.progress.json'`` records the rows
     and bytes done (written atomically). A rerun with the same ``fingerprint`` (which must
     identify the rows and every setting that changes the output) truncates the partial file to
@@ -390,6 +391,7 @@ def write_augmented_rows(rows: list[dict], columns: list[str], out_path: str | o
         state["bytes"] = partial.stat().st_size
     with open(partial, "r+b") as handle:
         handle.truncate(state["bytes"])
+    chunk_size = chunk_size or CHUNK_ROWS
     for begin in range(state["rows_done"], len(rows), chunk_size):
         chunk = rows[begin:begin + chunk_size]
         out_rows = expand(chunk)
