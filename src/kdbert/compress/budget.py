@@ -92,7 +92,10 @@ TEACHER_EXPORT_SHARE = 0.2  # of the budget, the most the teacher's export spend
 # main job's 6 minutes, 22 candidates timed (10 of them again in turns) left the search none; at half,
 # 18 timed in 2.6 minutes left it 2.0 (2026-12-01). At 0.3, once the candidates near the line were timed
 # together, the main job timed 8 (2.0-2.5 minutes), the 3 more never shipped; at 0.2 it times 6 in 1.6 and
-# its search trains the winner 1,992-2,116 steps where it trained 1,454-1,926 (2026-12-02)
+# its search trains the winner 1,992-2,116 steps where it trained 1,454-1,926 (2026-12-02). On an AVX2-only
+# EPYC it times one (bert-1x384-ffn192, 8.6x, 91.8% kept on dev); timing three whatever the share timed
+# bert-2x384-ffn192 near the line (4.79x), whose second ship check the finishing then reserved (156 s, 58 used):
+# the search trained it 311 steps, compress ended 1.6 minutes early, 92.6% kept at 4.9x (2026-12-04)
 TIMING_SHARE = 0.2
 
 
