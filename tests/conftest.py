@@ -178,6 +178,19 @@ def record_held_out(teacher: Path, task, fraction: float) -> Path:
     return Path(teacher)
 
 
+def compress_env(root: Path, tokenizer) -> dict:
+    """What the compress tests search: a 12-row SST-2 in ``root/glue`` and a 2x128 teacher of it that
+    held out 2 rows (one picks, one decides); ``{"root", "teacher", "task"}``."""
+    from kdbert.data.load import TaskOptions
+
+    write_glue_task(root / "glue", "SST-2", n_train=12, n_dev=8)
+    teacher = save_tiny_classifier(root / "teacher", tokenizer, hidden_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, intermediate_size=256)
+    task = TaskOptions("sst2", data_dir=str(root / "glue"))
+    record_held_out(teacher, task, 0.2)
+    return {"root": root, "teacher": teacher, "task": task}
+
+
 @pytest.fixture
 def glue_dir(tmp_path) -> Path:
     """A generated GLUE root with all nine tasks (small, random sentences from WORDS)."""
