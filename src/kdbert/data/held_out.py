@@ -106,6 +106,8 @@ def lengths_differ(train: list[Example], dev: list[Example]) -> bool:
 def sources_differ(train: list[Example], dev: list[Example]) -> bool:
     """Whether the training rows' mix of sources differs from dev's (module doc: total variation
     distance and a chi-square test); False where any row does not say its source."""
+    from scipy.stats import chi2_contingency
+
     if not train or not dev or any(row.source is None for row in (*train, *dev)):
         return False
     mixes = [Counter(row.source for row in rows) for rows in (train, dev)]
@@ -115,8 +117,6 @@ def sources_differ(train: list[Example], dev: list[Example]) -> bool:
     counts = np.array([[mix[name] for name in names] for mix in mixes])
     shares = counts / counts.sum(axis=1, keepdims=True)
     distance = 0.5 * np.abs(shares[0] - shares[1]).sum()
-    from scipy.stats import chi2_contingency
-
     return distance > MIN_SOURCE_SHIFT and chi2_contingency(counts).pvalue < MAX_SHIFT_P
 
 
@@ -169,12 +169,12 @@ def nearness_shift(train: list[Example], dev: list[Example]) -> tuple[np.ndarray
     rows (:mod:`kdbert.data.nearness`) where the two differ (a KS test as for lengths: statistic
     above ``MIN_NEARNESS_SHIFT``, p-value below ``MAX_SHIFT_P``); None where they do not, or where
     training has more than :data:`kdbert.data.nearness.MAX_ROWS` rows (not measured)."""
+    from scipy.stats import ks_2samp
+
     if not train or not dev or len(train) > MAX_NEARNESS_ROWS:
         return None
     texts = TrainingTexts(train)
     own, devs = texts.nearness(train, leave_out_self=True), texts.nearness(dev)
-    from scipy.stats import ks_2samp
-
     test = ks_2samp(own, devs)
     return (own, devs) if test.statistic > MIN_NEARNESS_SHIFT and test.pvalue < MAX_SHIFT_P else None
 

@@ -217,6 +217,7 @@ def _probe(model, dataset, collator, config: FinetuneConfig) -> tuple[float, flo
     import torch
 
     stage = Stage(StageConfig.from_options("probe", config), _task_loss(), dataset)
+    lengths = dataset.lengths
     timed = []
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Trainer({"student": model}, [stage], RunConfig.from_options(scratch, config, progress=False),
@@ -224,8 +225,8 @@ def _probe(model, dataset, collator, config: FinetuneConfig) -> tuple[float, flo
         for quantile in PROBE_QUANTILES:
             rows = _around_quantile(dataset, config.batch_size, quantile)
             times = trainer.step_seconds(rows, PROBE_STEPS + 1)
-            timed.append((max(dataset.lengths[i] for i in rows), statistics.median(times[1:])))
-    step = mean_step_seconds(*timed, statistics.fmean(dataset.lengths))
+            timed.append((max(lengths[i] for i in rows), statistics.median(times[1:])))
+    step = mean_step_seconds(*timed, statistics.fmean(lengths))
     model.eval()
     batch = to_device(collator([dataset[i] for i in _around_quantile(dataset, EVAL_BATCH, 0.5)]), trainer.device)
     with torch.no_grad():
