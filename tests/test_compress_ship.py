@@ -215,3 +215,32 @@ def test_a_narrow_miss_as_shipped_is_timed_again_and_the_mean_of_the_two_decides
     assert check("runs/c", 3.9, 4.3, may=False) == {"speedup": 3.9, "timings": 1, "fast_enough": False}  # no time
     assert check("runs/d", 3.6, 4.3) == {"speedup": 3.6, "timings": 1, "fast_enough": False}  # beyond the narrow band
     assert check("runs/e", 4.2) == {"speedup": 4.2, "timings": 1, "fast_enough": True}  # fast enough the first time
+
+
+def test_the_teachers_dev_outputs_are_the_logits_its_scoring_computed_and_their_time_its_share(tmp_path, tiny_tokenizer):
+    """The agreement compares the winner with the teacher's dev logits: read off the teacher's one
+    scoring pass (not predicted again), equal to predicting dev alone, timed as the dev rows' share
+    of that pass by characters."""
+    from dataclasses import replace
+
+    from conftest import compress_env
+
+    from kdbert.compress.options import CompressConfig
+    from kdbert.compress.teacher import checked_teacher, loaded_teacher, text_characters
+    from kdbert.data.load import load_task
+    from kdbert.families.registry import family_of_folder
+
+    env = compress_env(tmp_path, tiny_tokenizer)
+    data = load_task(replace(env["task"], held_out_fraction=0.2, decide_share=0.5))
+    assert data.held_out and data.decide
+    loaded = loaded_teacher(CompressConfig(teacher=str(env["teacher"])), data.spec)
+    teacher = checked_teacher(loaded, data)
+
+    evaluator = family_of_folder(loaded[0]).evaluator(data, loaded[2], None, 64)
+    alone = np.concatenate([evaluator.predict(loaded[1], split) for split in evaluator.splits.values()])
+    assert teacher.outputs.shape == (8, 2)
+    np.testing.assert_allclose(teacher.outputs, alone, rtol=0, atol=1e-5)  # same rows, batches of one length order
+    dev = [row for rows in data.dev.values() for row in rows]
+    share = text_characters(dev) / text_characters(dev + data.held_out + data.decide)
+    assert 0 < share < 1
+    assert teacher.dev_seconds == pytest.approx(teacher.pass_seconds * share)

@@ -73,7 +73,7 @@ from kdbert.compress.speed import (RUNTIMES, SpeedSettings, admitted_latency, al
                                    measure_speed, meeting_target, shape_context)
 from kdbert.compress.storage import journal_path, open_study
 from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, loaded_teacher, majority_score,
-                                    time_and_export_teacher)
+                                     text_characters, time_and_export_teacher)
 from kdbert.compress.teacher_exports import teacher_exports
 from kdbert.core.loading import default_model_path, own_tokenizer, resolve_model_path
 from kdbert.data.held_out import DECIDE_SHARE, unseen_sources
@@ -187,10 +187,6 @@ def _latency_ratio(config: CompressConfig, table: dict | None = None, kept: list
     return 1.0 if table is None else min(1.0, config.target_latency_ms / table["teacher"]["latency_real_p50_ms"])
 
 
-def _characters(rows) -> int:
-    return sum(len(text) for row in rows for text in row.texts)
-
-
 def _check_fits(config: CompressConfig, teacher: Teacher, data, offered: list, settings: SearchSettings,
                 train_rows: int, spent: float) -> None:
     """Refuse, before anything is written, a budget shorter than what compress needs on this machine
@@ -200,8 +196,8 @@ def _check_fits(config: CompressConfig, teacher: Teacher, data, offered: list, s
     exports' sample of the rows that pick, :func:`export_task`, costs its share of them)."""
     dev = [row for rows in data.dev.values() for row in rows]
     sample = min(len(dev), len(data.held_out))
-    scored_characters = _characters(dev) + _characters(data.held_out) * sample / max(1, len(data.held_out))
-    teacher_characters = _characters(dev) + _characters(data.held_out) + _characters(data.decide)
+    scored_characters = text_characters(dev) + text_characters(data.held_out) * sample / max(1, len(data.held_out))
+    teacher_characters = text_characters(dev) + text_characters(data.held_out) + text_characters(data.decide)
     pass_seconds = teacher.pass_seconds * scored_characters / max(1, teacher_characters)
     row_seconds = teacher.pass_seconds / (len(dev) + len(data.held_out) + len(data.decide))
     rows, first_round = first_round_seconds(offered, settings, train_rows, row_seconds)

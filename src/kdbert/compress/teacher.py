@@ -54,15 +54,30 @@ def loaded_teacher(config: CompressConfig, spec) -> tuple[str, object, object]:
 
 
 def checked_teacher(loaded: tuple[str, object, object], data) -> Teacher:
-    """The teacher (:func:`loaded_teacher`) scored on ``data``'s rows, with its dev outputs (timed) and
-    its predictions on the rows that decide."""
+    """The teacher (:func:`loaded_teacher`) scored on ``data``'s rows, with its dev outputs and its
+    predictions on the rows that decide. A classifier's dev outputs are the logits its scoring
+    computed, and their seconds its pass's share by characters of text (the dev rows' of all it
+    scored); question answering's answers are predicted again, and timed."""
     folder, model, tokenizer = loaded
     evaluator = family_of_folder(folder).evaluator(data, tokenizer, None, 64)
     started = time.time()
-    metrics, decide = (evaluator(model), None) if data.spec.question_answering else evaluator.scored(model)
-    scored = time.time()
-    outputs = dev_outputs(data, evaluator, model)
-    return Teacher(folder, model, tokenizer, metrics, scored - started, outputs, time.time() - scored, decide)
+    if data.spec.question_answering:
+        metrics, decide = evaluator(model), None
+        scored = time.time()
+        outputs = dev_outputs(data, evaluator, model)
+        return Teacher(folder, model, tokenizer, metrics, scored - started, outputs, time.time() - scored, decide)
+    logits: dict = {}
+    metrics, decide = evaluator.scored(model, logits)
+    seconds = time.time() - started
+    dev = [row for rows in data.dev.values() for row in rows]
+    dev_share = text_characters(dev) / max(1, text_characters(dev + data.held_out + data.decide))
+    return Teacher(folder, model, tokenizer, metrics, seconds, np.concatenate(list(logits.values())),
+                   seconds * dev_share, decide)
+
+
+def text_characters(rows) -> int:
+    """The characters of ``rows``' texts, what a pass over them costs in proportion to."""
+    return sum(len(text) for row in rows for text in row.texts)
 
 
 def dev_outputs(data, evaluator, model):
