@@ -283,8 +283,9 @@ def hold_out_recorded(data: TaskData, recorded: dict, source: str) -> TaskData:
     too, so none of them trains), refused in one line when this task's training rows lack more than
     ``1 - MIN_RECORDED_FOUND`` of them (``source``: where the record came from, for the message)."""
     wanted = set(recorded["hashes"])
-    indices = [i for i, row in enumerate(data.train) if row_hash(row) in wanted]
-    found = len({row_hash(data.train[i]) for i in indices})
+    hashes = [row_hash(row) for row in data.train]
+    indices = [i for i, digest in enumerate(hashes) if digest in wanted]
+    found = len({hashes[i] for i in indices})
     if found < MIN_RECORDED_FOUND * len(wanted) or not indices:
         raise KdbertError(f"{source}: {len(wanted) - found} of the {len(wanted)} held-out rows it lists are not "
                           f"among this task's {len(data.train)} training rows; pass the task and --train-file "
@@ -293,7 +294,7 @@ def hold_out_recorded(data: TaskData, recorded: dict, source: str) -> TaskData:
         raise KdbertError(f"{source}: it lists every training row of this task as held out; fine-tune the teacher "
                           "with a --held-out-fraction below 0.5")
     parts = set(recorded.get("parts", ()))
-    return move_held_out(data, indices, [i for i, row in enumerate(data.train) if row_hash(row) in parts])
+    return move_held_out(data, indices, [i for i, digest in enumerate(hashes) if digest in parts])
 
 
 def split_recorded(data: TaskData, decide: list[str]) -> TaskData:
