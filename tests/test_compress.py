@@ -291,7 +291,8 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
         raise AssertionError("a finished run was distilled again")
 
     monkeypatch.setattr(search, "distil_segment", no_run)
-    monkeypatch.setattr(breakdown, "bench_model", no_run)
+    monkeypatch.setattr(breakdown, "measure_latency", no_run)
+    monkeypatch.setattr(breakdown, "time_task_rows", no_run)
     monkeypatch.setattr(ship, "time_against_teacher", no_run)
     capsys.readouterr()
     # resumed: timings, runs and the breakdown reused; --no-progress hides the bar

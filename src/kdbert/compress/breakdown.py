@@ -1,6 +1,7 @@
 """The speedup breakdown in ``kdbert compress``'s report (the FastFormers paper's form): from the
 teacher as trained to the winner as shipped, one change at a time, each timed on this machine at
-batch 1 over the task's dev rows (the same rows and threads as the search's speed table):
+batch 1 over the task's dev rows (the same rows and threads as the search's speed table; the
+teacher's steps 1-3 run each row ``BREAKDOWN_REPEATS`` times, the speed table 3):
 
 1. teacher, PyTorch fp32, every row padded to ``seq_len``;
 2. the same, each row at its own length (sequence length);
@@ -28,9 +29,16 @@ from pathlib import Path
 from kdbert.compress.speed import RUNTIMES, SpeedSettings, time_export, timed_threads
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions
-from kdbert.deploy.bench import bench_model
+from kdbert.deploy.bench import measure_latency, time_torch_task_rows
+from kdbert.deploy.onnx_runtime import OnnxClassifier
+from kdbert.deploy.task_rows import time_task_rows
+from kdbert.families.registry import family_of_folder
 
 FILE = "breakdown.json"
+# Times each dev row is run for the teacher's steps 1-3, against the speed table's 3: a row of the
+# report, not a decision, and the PyTorch teacher's 600 runs of 200 rows took 34 s of an 8-minute
+# budget on an AVX2-only AMD EPYC (2026-12-04).
+BREAKDOWN_REPEATS = 1
 
 
 def _reused(out: Path, part: str, key: dict, measure) -> list[dict]:
@@ -50,14 +58,12 @@ def teacher_steps(teacher_dir: str, out: Path, task: TaskOptions, settings: Spee
     ``teacher_onnx_fp32`` and ``teacher_onnx_int8``."""
 
     def measure() -> list[dict]:
-        torch_row = bench_model(teacher_dir, seq_len=settings.seq_len, threads=timed_threads(settings.threads),
-                                runs=settings.runs, task=task, length_rows=settings.length_rows)
-        fp32 = teacher_row if settings.runtime == "onnx-fp32" else time_export(
+        padded_ms, own_length_ms = _torch_teacher_ms(teacher_dir, task, settings)
+        fp32_ms = teacher_row["latency_real_p50_ms"] if settings.runtime == "onnx-fp32" else _onnx_ms(
             out / "teacher-onnx" / RUNTIMES["onnx-fp32"], task, settings)
-        steps = [("teacher", f"PyTorch fp32, padded to {settings.seq_len} tokens", torch_row["latency_median_ms"],
-                  scores["teacher"]),
-                 ("teacher", "each row at its own length", torch_row["latency_real_p50_ms"], scores["teacher"]),
-                 ("teacher", "ONNX Runtime fp32", fp32["latency_real_p50_ms"], scores["teacher_onnx_fp32"])]
+        steps = [("teacher", f"PyTorch fp32, padded to {settings.seq_len} tokens", padded_ms, scores["teacher"]),
+                 ("teacher", "each row at its own length", own_length_ms, scores["teacher"]),
+                 ("teacher", "ONNX Runtime fp32", fp32_ms, scores["teacher_onnx_fp32"])]
         if settings.runtime == "onnx-int8":
             quantization = json.loads((out / "teacher-onnx" / "export_report.json").read_text())["quantization"]
             steps.append(("teacher", f"ONNX Runtime int8 ({quantization['method']})",
@@ -65,6 +71,25 @@ def teacher_steps(teacher_dir: str, out: Path, task: TaskOptions, settings: Spee
         return [_step(*step) for step in steps]
 
     return _reused(out, "teacher", {"settings": settings.key()}, measure)
+
+
+def _torch_teacher_ms(teacher_dir: str, task: TaskOptions, settings: SpeedSettings) -> tuple[float, float]:
+    """The PyTorch teacher's batch-1 latency in ms: the median of ``settings.runs`` runs padded to
+    ``settings.seq_len``, and the p50 over the task's rows at their own lengths, each run
+    ``BREAKDOWN_REPEATS`` times."""
+    threads = timed_threads(settings.threads)
+    model = family_of_folder(teacher_dir).load_for_bench(teacher_dir)
+    padded = measure_latency(model, settings.seq_len, runs=settings.runs, threads=threads)["median_ms"]
+    rows = time_torch_task_rows(model, teacher_dir, task, settings.length_rows, threads, BREAKDOWN_REPEATS)
+    return padded, rows["latency_real_p50_ms"]
+
+
+def _onnx_ms(file: Path, task: TaskOptions, settings: SpeedSettings) -> float:
+    """The p50 batch-1 latency in ms of the export ``file`` over the task's rows at their own
+    lengths, each run ``BREAKDOWN_REPEATS`` times."""
+    model = OnnxClassifier(file, threads=settings.threads, load_encoder=False)
+    return time_task_rows(model, model.family, model.family.load_encoder(model.folder), model.input_spec(), task,
+                          settings.length_rows, BREAKDOWN_REPEATS)["latency_real_p50_ms"]
 
 
 def speedup_breakdown(teacher: list[dict], out: Path, task: TaskOptions, settings: SpeedSettings, winner_score: float,

@@ -261,7 +261,7 @@ def bench_model(
     )
     flops = count_flops(model, seq_len)
     rate = torch_matmul_rate(threads)
-    real = {} if task is None else _time_task_rows(model, path, task, length_rows, threads)
+    real = {} if task is None else time_torch_task_rows(model, path, task, length_rows, threads)
     return {
         "name": name or default_name,
         "runtime": "pytorch fp32",
@@ -284,8 +284,9 @@ def bench_model(
     }
 
 
-def _time_task_rows(model: nn.Module, path: str, task, rows: int, threads: int) -> dict:
-    """Batch-1 latency of ``model`` over the task's rows, each at its own length."""
+def time_torch_task_rows(model: nn.Module, path: str, task, rows: int, threads: int, repeats: int = 3) -> dict:
+    """Batch-1 latency of ``model`` (loaded from ``path``) over the task's rows, each at its own
+    length and run ``repeats`` times (:func:`~kdbert.deploy.task_rows.time_task_rows`)."""
     family = family_of_folder(path)
     device = _model_device(model)
 
@@ -297,7 +298,7 @@ def _time_task_rows(model: nn.Module, path: str, task, rows: int, threads: int) 
         torch.set_num_threads(threads)
         with _EvalMode(model), torch.inference_mode():
             return time_task_rows(forward, family, family.load_encoder(Path(path).expanduser()),
-                                  family.input_spec(model), task, rows)
+                                  family.input_spec(model), task, rows, repeats)
     finally:
         torch.set_num_threads(previous_threads)
 

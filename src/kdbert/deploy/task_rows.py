@@ -135,13 +135,15 @@ def time_in_turns(timed: dict[str, tuple[Callable[[dict[str, np.ndarray]], objec
 
 
 def time_task_rows(call: Callable[[dict[str, np.ndarray]], object], family, encoder, spec, task,
-                   rows: int = 200) -> dict:
+                   rows: int = 200, repeats: int = 3) -> dict:
     """:func:`time_feeds` on :func:`task_feeds` of ``task`` (a :class:`~kdbert.data.load.TaskOptions`),
-    cut to the task's length within the model's limit; adds the task's name."""
+    cut to the task's length within the model's limit, each row run ``repeats`` times; adds the
+    task's name."""
     from kdbert.data.load import load_task
 
     data = load_task(task)
-    return {**time_feeds(call, model_feeds(family, encoder, spec, data, rows)), "real_task": data.spec.name}
+    return {**time_feeds(call, model_feeds(family, encoder, spec, data, rows), repeats),
+            "real_task": data.spec.name}
 
 
 def model_feeds(family, encoder, spec, data, rows: int = 200) -> list[dict[str, np.ndarray]]:
