@@ -112,6 +112,32 @@ def test_each_graph_predicts_the_dev_rows_once_for_its_metrics_and_parity(export
         key: report["parity"][key] for key in ("max_abs_logit_diff_int8", "prediction_agreement_int8")}}
 
 
+def test_a_known_pytorch_scoring_is_read_not_predicted_again(exported, tmp_path, monkeypatch):
+    """``known`` (compress passes the teacher it scored): the PyTorch model predicts nothing, and the
+    parity check and its metrics are the known ones; logits shifted by 0.5 read 0.5 from the graph."""
+    from kdbert.core.evaluate import Scored
+
+    data = load_task(TaskOptions("mrpc", data_dir=str(exported["glue"])))
+    model = AutoModelForSequenceClassification.from_pretrained(exported["model_dir"]).eval()
+    evaluator = TaskEvaluator(data, OnnxClassifier(exported["onnx"]).encoder)
+    logits = {"dev": evaluator.predict(model, evaluator.splits["dev"]) + 0.5}
+    known = {"pytorch": Scored({"score": 12.5}, logits)}
+    calls = []
+    real = TaskEvaluator.predict
+
+    def counted(self, runner, dataset):
+        calls.append(type(runner).__name__)
+        return real(self, runner, dataset)
+
+    monkeypatch.setattr(TaskEvaluator, "predict", counted)
+    task = TaskOptions("mrpc", data_dir=str(exported["glue"]))
+    report = export_model(exported["model_dir"], tmp_path / "known", quantize="int8", task=task,
+                          int8_method="dynamic", known=known)
+    assert calls and all(name == "OnnxClassifier" for name in calls)
+    assert report["dev_metrics"]["pytorch"] == {"score": 12.5}
+    assert report["parity"]["max_abs_logit_diff_fp32"] == pytest.approx(0.5, abs=1e-4)  # fp32 graph = PyTorch
+
+
 def test_evaluate_cli_gives_pytorch_metric_for_onnx(exported, capsys, tmp_path):
     args = ["evaluate", "--task", "mrpc", "--data-dir", str(exported["glue"])]
     assert main(args + ["--model", str(exported["model_dir"]), "--output", str(tmp_path / "pt.json")]) == 0

@@ -188,13 +188,15 @@ def _timed_export(export, file: Path, task: TaskOptions, settings: SpeedSettings
 
 
 def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: str | os.PathLike,
-                 settings: SpeedSettings, int8_time_left=None, exports=None) -> dict:
+                 settings: SpeedSettings, int8_time_left=None, exports=None, known=None) -> dict:
     """The speed table of ``output_dir/speed.json`` for ``settings`` (a new one for other settings)
     with the exported teacher's row, timed now if it is missing (``int8_time_left``: as
     :func:`~kdbert.deploy.export.export_model`'s). ``exports``
     (:class:`~kdbert.compress.teacher_exports.TeacherExports`): where an earlier search's export of
     this teacher is read from, and this one's kept; the row says which (``export``: exported, kept,
-    or read; ``export_seconds``: what making it took, here or where it was kept)."""
+    or read; ``export_seconds``: what making it took, here or where it was kept). ``known``: the
+    teacher's PyTorch scoring on the task's rows (:meth:`~kdbert.compress.teacher.Teacher.scored`),
+    which its export's parity check reads instead of scoring it again."""
     out = Path(output_dir)
     table = {"settings": settings.table_key(), "teacher": None, "candidates": {}}
     if (out / TABLE).is_file():
@@ -213,7 +215,7 @@ def time_teacher(teacher_dir: str | os.PathLike, task: TaskOptions, output_dir: 
             started = time.time()
             try:
                 export_model(teacher_dir, graphs, quantize=quantize, task=task,  # with its dev score
-                             int8_time_left=int8_time_left)
+                             int8_time_left=int8_time_left, known=known)
             except KdbertError as err:
                 raise KdbertError(f"--teacher {teacher_dir} cannot be deployed in {settings.runtime}, so there is no "
                                   f"teacher to time students against: {err}") from None

@@ -15,6 +15,7 @@ from kdbert.compress.breakdown import teacher_steps
 from kdbert.compress.budget import TEACHER_EXPORT_SHARE, Deadline
 from kdbert.compress.options import CompressConfig
 from kdbert.compress.speed import SpeedSettings, time_teacher
+from kdbert.core.evaluate import Scored
 from kdbert.core.metrics import compute_metrics, task_score
 from kdbert.data.held_out import RECORD_FILE, held_out_indices, read_record
 from kdbert.data.load import TaskOptions, load_task
@@ -40,6 +41,17 @@ class Teacher:
     decide_predictions: np.ndarray | None = None
     deployed: dict | None = None
     steps: list[dict] | None = None
+    dev_logits: dict | None = None  # each dev split's logits (name -> (N, C)); None for question answering
+
+    def scored(self) -> dict:
+        """Its PyTorch scoring as an export reads it (:func:`~kdbert.deploy.export.export_classifier`'s
+        ``known``): its dev metrics and logits (the export's held-out rows may be a prefix of those it
+        was scored on, so their metrics are left out); empty without logits."""
+        if self.dev_logits is None:
+            return {}
+        metrics = {name: value for name, value in self.metrics.items()
+                   if not name.startswith(("held-out/", "selection_", "decide"))}
+        return {"pytorch": Scored(metrics, self.dev_logits)}
 
 
 def loaded_teacher(config: CompressConfig, spec) -> tuple[str, object, object]:
@@ -72,7 +84,7 @@ def checked_teacher(loaded: tuple[str, object, object], data) -> Teacher:
     dev = [row for rows in data.dev.values() for row in rows]
     dev_share = text_characters(dev) / max(1, text_characters(dev + data.held_out + data.decide))
     return Teacher(folder, model, tokenizer, metrics, seconds, np.concatenate(list(logits.values())),
-                   seconds * dev_share, decide)
+                   seconds * dev_share, decide, dev_logits=logits)
 
 
 def text_characters(rows) -> int:
@@ -163,7 +175,7 @@ def time_and_export_teacher(teacher: Teacher, task: TaskOptions, out: Path, sett
     steps of the speedup breakdown timed; returns the speed table."""
     export_end = deadline.clock() + TEACHER_EXPORT_SHARE * 60 * deadline.minutes
     table = time_teacher(teacher.folder, task, out, settings, int8_time_left=lambda: export_end - deadline.clock(),
-                         exports=exports)
+                         exports=exports, known=teacher.scored())
     teacher.deployed = export_dev_scores(out / "teacher-onnx")
     teacher.steps = teacher_steps(teacher.folder, out, task, settings, table["teacher"], {
         "teacher": teacher.metrics["score"], "teacher_onnx_fp32": teacher.deployed.get("onnx_fp32"),

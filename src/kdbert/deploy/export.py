@@ -113,7 +113,7 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
                       source: str | None = None, overwrite: bool = True, graph: str | None = None,
                       int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None,
                       int8_target: str = "any", int8_time_left: Callable[[], float] | None = None,
-                      command: str | list[str] | None = None) -> dict:
+                      command: str | list[str] | None = None, known: dict[str, Scored] | None = None) -> dict:
     """Export ``model`` with ``encoder`` (what its family encodes text with: an HF tokenizer, a
     word-level student's vocabulary) and its config into ``output_dir``.
 
@@ -129,7 +129,9 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
     with its embedding cut to the tokens of the task (and ``prune_vocab_corpus``), read through an
     id remap (:mod:`kdbert.deploy.vocabulary`), checked against the unpruned model. The folder is
     written atomically, with its model card (``README.md``, :mod:`kdbert.deploy.model_card`;
-    ``command``: the command line that made it, for the card).
+    ``command``: the command line that made it, for the card). ``known``: runners already scored on
+    the task's rows elsewhere (name -> :class:`~kdbert.core.evaluate.Scored`; ``pytorch``: ``model``
+    itself, as ``kdbert compress`` scored its teacher), read instead of scored again.
     Returns the report.
     """
     if quantize not in (None, "int8"):
@@ -167,11 +169,12 @@ def export_classifier(model: nn.Module, encoder, output_dir: str | os.PathLike, 
         graph_report = export_graph(exported, tmp / FP32_FILE, spec, graph)
         files = {"fp32": tmp / FP32_FILE}
         evaluator = None if data is None else family.evaluator(data, encoder, max_seq_len, batch_size)
-        int8_report, scored = None, {}
+        int8_report, scored = None, dict(known or {})
         if quantize == "int8":
-            int8_report, scored = choose_int8(tmp / FP32_FILE, tmp / INT8_FILE, int8_method, family, encoder, spec, data,
-                                      evaluator, max_seq_len, threads=torch.get_num_threads(), target=int8_target,
-                                      time_left=int8_time_left)
+            int8_report, chosen = choose_int8(tmp / FP32_FILE, tmp / INT8_FILE, int8_method, family, encoder, spec, data,
+                                              evaluator, max_seq_len, threads=torch.get_num_threads(),
+                                              target=int8_target, time_left=int8_time_left)
+            scored.update(chosen)
             files["int8"] = tmp / INT8_FILE
         encoder.save_pretrained(tmp)
         if getattr(model, "config", None) is not None and hasattr(model.config, "save_pretrained"):
@@ -206,7 +209,7 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
                  batch_size: int = 64, overwrite: bool = True, graph: str | None = None,
                  int8_method: str = "auto", prune_vocab: bool = False, prune_vocab_corpus: str | None = None,
                  int8_target: str = "any", int8_time_left: Callable[[], float] | None = None,
-                 command: str | list[str] | None = None) -> dict:
+                 command: str | list[str] | None = None, known: dict[str, Scored] | None = None) -> dict:
     """Export the trained classifier saved in ``model_dir``, loaded by its family (default output:
     ``model_dir/onnx``; options as :func:`export_classifier`'s)."""
     folder = Path(model_dir).expanduser()
@@ -223,4 +226,4 @@ def export_model(model_dir: str | os.PathLike, output_dir: str | os.PathLike | N
                              max_seq_len=max_seq_len, batch_size=batch_size, source=str(folder), overwrite=overwrite,
                              graph=graph, int8_method=int8_method, prune_vocab=prune_vocab,
                              prune_vocab_corpus=prune_vocab_corpus, int8_target=int8_target,
-                             int8_time_left=int8_time_left, command=command)
+                             int8_time_left=int8_time_left, command=command, known=known)
