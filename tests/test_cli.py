@@ -213,6 +213,29 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
     assert json.loads((out / "summary.json").read_text())["winner"] == summary["winner"]
 
 
+def test_the_main_job_fits_its_ceiling_by_shrinking_the_teachers_steps_and_compress_alike():
+    """fit_to_ceiling: 600 steps of 0.5 s and 10 s of loading and evaluation, compress 8 min, the
+    bench 5 s, against 12 min: scale = (720 - 5 - 10) / (300 + 480) = 0.904 -> compress 7.2 min,
+    the teacher (720 - 5 - 10 - 432) / 0.5 = 546 steps, and the whole 283 + 432 + 5 = 720 s."""
+    from kdbert.cli.quickstart import fit_to_ceiling
+
+    cost = {"steps": 600, "step_seconds": 0.5, "seconds": 310.0, "row_seconds": 0.01}
+    fitted, minutes = fit_to_ceiling(cost, 8.0, 1.0, 5.0, 12.0)
+    assert minutes == pytest.approx(7.2) and fitted["steps"] == fitted["fitted_steps"] == 546
+    assert fitted["seconds"] == pytest.approx(283.0) and fitted["seconds"] + 60 * minutes + 5.0 <= 720.0
+    # what compress needs whatever it searches binds first: 7.5 min, (720 - 5 - 10 - 450) / 0.5 = 510 steps
+    fitted, minutes = fit_to_ceiling(cost, 8.0, 7.5, 5.0, 12.0)
+    assert (minutes, fitted["steps"]) == (7.5, 510)
+    # a job that fits, no ceiling, or one that would cut the teacher below half its epoch: unchanged
+    assert fit_to_ceiling(cost, 6.0, 1.0, 5.0, 12.0) == (cost, 6.0)
+    assert fit_to_ceiling(cost, 8.0, 1.0, 5.0, 0.0) == (cost, 8.0)
+    slow = {**cost, "step_seconds": 2.0, "seconds": 1210.0}
+    assert fit_to_ceiling(slow, 8.0, 4.0, 5.0, 12.0) == (slow, 8.0)
+    # never more steps than the epoch: a tenth of a minute freed is no extra epoch
+    fast = {**cost, "step_seconds": 0.001, "seconds": 10.6}
+    assert fit_to_ceiling(fast, 11.99, 1.0, 5.0, 12.0)[0]["steps"] == 600
+
+
 @pytest.mark.parametrize("argv", [["predict", "--model", "m", "--input", "x.csv", "--text-column", "t"],
                                   ["distill", "task", "--method", "kd", "--learning-rat", "1e-4"]])
 def test_a_shortened_option_is_refused_not_guessed(argv, capsys):

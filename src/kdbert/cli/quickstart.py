@@ -14,11 +14,11 @@
    latency, speedup) and print and save the table (``summary.md``, ``summary.json``), with the
    winner's speedup over the teacher deployed the same way (both int8) on the task's dev rows.
 
-Budget ``short`` (default): 16,000 training rows, one epoch for the teacher, a 6-minute
-``kdbert compress`` (its whole wall time: timing, search, shipping). ``full`` fine-tunes on the
-whole training set with the per-task defaults (compress keeps its own budget). Each step is
-skipped when its output exists, and an interrupted step resumes, so rerunning the command
-continues where it stopped.
+Budget ``short`` (default): 16,000 training rows, one epoch for the teacher, an 8-minute
+``kdbert compress`` (its whole wall time: timing, search, shipping), the whole job within
+``--max-minutes`` (12). ``full`` fine-tunes on the whole training set with the per-task defaults
+(compress keeps its own budget, and there is no ceiling). Each step is skipped when its output
+exists, and an interrupted step resumes, so rerunning the command continues where it stopped.
 
 How long it takes is said before it starts, for this machine: the fine-tuning measured on the
 teacher (:func:`kdbert.methods.finetune.estimate_finetune`: a few of its training steps, an
@@ -26,9 +26,11 @@ evaluation batch, the loading of its rows), compress's budget, and the bench (``
 of the teacher's measured evaluation speed, an upper bound for the four models). Compress gets
 ``--budget-minutes``, or, where this machine is slower, twice what it needs here whatever it
 searches (:func:`kdbert.compress.budget.fixed_seconds` and one first round, at the teacher's
-measured time per row), so that its search gets at least as long as that fixed work. It is met:
-the fine-tuning is given its time as its deadline (a slower spell of the machine ends its epoch
-early, evaluated and saved, and says so), and compress ends within its budget.
+measured time per row), so that its search gets at least as long as that fixed work. Where the
+whole would pass ``--max-minutes``, the teacher's steps and compress's minutes shrink alike to fit
+(:func:`fit_to_ceiling`; the teacher's learning rate then anneals over its fewer steps). It is
+met: the fine-tuning is given its time as its deadline (a slower spell of the machine ends its
+run early, evaluated and saved, and says so), and compress ends within its budget.
 """
 
 from __future__ import annotations
@@ -45,10 +47,13 @@ from kdbert.cli.common import OptionFlags, add_command, add_task_arguments, give
 from kdbert.compress.options import CompressConfig
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions
-from kdbert.options import POSITIVE_INT, CheckedOptions, build_config, option, override
+from kdbert.options import NON_NEGATIVE, POSITIVE_INT, CheckedOptions, build_config, option, override
 
 SHORT_BUDGET = {"max_train_examples": 16000, "epochs": 1}
 BENCH_ROWS = 4 * (5 + 20 + (2 + 6) * 32)  # 4 models: bench_model's warm-up and 20 runs, its throughput batches
+# The short budget's teacher keeps at least this share of its epoch's steps when the job is fitted to
+# --max-minutes: below it, the job says it takes longer instead.
+MIN_TEACHER_SHARE = 0.5
 
 
 @dataclass
@@ -63,6 +68,9 @@ class QuickstartConfig(CheckedOptions):
     model: str = option("default", "teacher to fine-tune (default: the packaged all-MiniLM-L6-v2)", group="quickstart")
     max_train_examples: int | None = option(None, "training rows (overrides the budget's subset)", POSITIVE_INT,
                                             int, "quickstart")
+    max_minutes: float = option(12.0, "the short budget's whole time at most: where this machine needs more, the "
+                                "teacher's steps and compress's minutes shrink alike to fit (0: no ceiling)",
+                                NON_NEGATIVE, float, "quickstart")
     target_speedup: float = override(CompressConfig, "target_speedup", 4.0)
     budget_minutes: float = override(CompressConfig, "budget_minutes", 8.0)
     first_steps: int = override(CompressConfig, "first_steps", 100)
@@ -81,21 +89,54 @@ def _cpu_name() -> str:
     return f"{names[0] if names else platform.machine()}, {os.cpu_count()} cores"
 
 
-def _plan(task: TaskOptions, options: dict, config, log) -> tuple[dict, float]:
+def fit_to_ceiling(cost: dict, minutes: float, least_minutes: float, bench: float, ceiling: float) -> tuple[dict, float]:
+    """The fine-tuning ``cost`` (:func:`~kdbert.methods.finetune.estimate_finetune`'s) and compress's
+    ``minutes`` shrunk alike to fit ``ceiling`` minutes with the ``bench``'s seconds, where they do not:
+    with ``T`` the fine-tuning's steps' seconds and ``F`` its fixed ones (loading, evaluations),
+    ``scale = (60 * ceiling - bench - F) / (T + 60 * minutes)``; compress gets ``minutes * scale``
+    (at least ``least_minutes``, what it needs on this machine whatever it searches, to a tenth) and
+    the fine-tuning the steps the rest affords, at least ``MIN_TEACHER_SHARE`` of them (so that the
+    schedule anneals within them instead of being cut short). Where even that does not fit, both stay
+    as they were and the caller says the job takes longer."""
+    steps_seconds = cost["steps"] * cost["step_seconds"]
+    fixed = cost["seconds"] - steps_seconds
+    if not ceiling or cost["seconds"] + 60 * minutes + bench <= 60 * ceiling:
+        return cost, minutes
+    scale = (60 * ceiling - bench - fixed) / (steps_seconds + 60 * minutes)
+    fitted = max(least_minutes, math.floor(10 * minutes * scale) / 10)
+    steps = min(cost["steps"], math.floor((60 * ceiling - bench - fixed - 60 * fitted) / cost["step_seconds"]))
+    if steps < MIN_TEACHER_SHARE * cost["steps"]:
+        return cost, minutes
+    return {**cost, "steps": steps, "fitted_steps": steps, "seconds": fixed + steps * cost["step_seconds"]}, fitted
+
+
+def _plan(task: TaskOptions, options: dict, config, max_minutes: float, log) -> tuple[dict, float]:
     """What fine-tuning costs here (:func:`~kdbert.methods.finetune.estimate_finetune`) and the minutes
     compress gets (module doc; ``config``: its :class:`~kdbert.compress.pipeline.CompressConfig`),
-    said with the whole time before anything runs."""
+    both fitted to ``max_minutes`` (:func:`fit_to_ceiling`), said with the whole time before
+    anything runs."""
     from kdbert.compress.budget import fixed_seconds
     from kdbert.methods.finetune import estimate_finetune
 
     cost = estimate_finetune(task, options)
     row = cost["row_seconds"]
     fixed = fixed_seconds(row * cost["eval_rows"], config.runtime, 1.0 / config.target_speedup)
-    minutes = max(config.budget_minutes, math.ceil(2 * (fixed + config.first_steps * config.batch_size * row) / 60))
-    fine_tune = 0.0 if _finished(Path(options["output_dir"])) else cost["seconds"]
-    bench = BENCH_ROWS * row
+    least = math.ceil(2 * (fixed + config.first_steps * config.batch_size * row) / 60)
+    minutes = max(config.budget_minutes, least)
     raised = f", not {config.budget_minutes:g}: this machine needs that long" if minutes > config.budget_minutes else ""
-    log(f"about {(fine_tune + 60 * minutes + bench) / 60:.0f} min on this machine ({_cpu_name()}): "
+    bench = BENCH_ROWS * row
+    finished = _finished(Path(options["output_dir"])) is not None
+    if not finished:
+        epoch_steps = cost["steps"]
+        cost, minutes = fit_to_ceiling(cost, minutes, least, bench, max_minutes)
+        if cost["steps"] < epoch_steps:
+            raised = (f" and the teacher {cost['steps']} of its {epoch_steps} steps, to end within --max-minutes "
+                      f"{max_minutes:g} on this machine")
+    fine_tune = 0.0 if finished else cost["seconds"]
+    total = (fine_tune + 60 * minutes + bench) / 60
+    over = (f" (more than --max-minutes {max_minutes:g}: this machine is too slow to fit it)"
+            if max_minutes and total > max_minutes else "")
+    log(f"about {math.ceil(total)} min on this machine{over} ({_cpu_name()}): "
         + (f"fine-tuning the teacher {fine_tune / 60:.1f} min ({cost['steps']} steps of {cost['step_seconds']:.2f} s, "
            "measured), " if fine_tune else "")
         + f"compress {minutes:g} min{raised}, bench {bench / 60:.1f} min")
@@ -113,7 +154,10 @@ def _teacher(task: TaskOptions, options: dict, cost: dict, log) -> dict:
         return metrics
     log(f"[1/3] fine-tuning the teacher on {task.task} -> {teacher_dir}")
     deadline = time.time() + cost["seconds"] - cost["eval_rows"] * cost["row_seconds"]
-    report = finetune(task, options, resume=(teacher_dir / "run_config.json").exists(), deadline=deadline)
+    marker = teacher_dir / "run_config.json"
+    # the steps fitted to --max-minutes (an interrupted run keeps those it started with)
+    steps = json.loads(marker.read_text()).get("max_steps") if marker.exists() else cost.get("fitted_steps")
+    report = finetune(task, {**options, "max_steps": steps}, resume=marker.exists(), deadline=deadline)
     if report["stopped_early"]:
         log(f"the teacher's fine-tuning stopped at step {report['stopped_early']['step']} of "
             f"{report['stopped_early']['of']}, when the time said for it ran out: this machine ran slower than "
@@ -150,7 +194,8 @@ def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None
               "seed", "no_progress")
     config = CompressConfig(teacher=str(teacher_dir), max_train_examples=limits.get("max_train_examples"),
                             **{name: getattr(quickstart, name) for name in shared})
-    cost, minutes = _plan(task, options, config, log)
+    cost, minutes = _plan(task, options, config, quickstart.max_minutes if quickstart.budget == "short" else 0.0,
+                          log)
     teacher_metrics = _teacher(task, options, cost, log)
 
     log(f"[2/3] compress: students >= {target_speedup:g}x faster than the int8 teacher, timed, distilled and "
