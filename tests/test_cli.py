@@ -236,6 +236,21 @@ def test_the_main_job_fits_its_ceiling_by_shrinking_the_teachers_steps_and_compr
     assert fit_to_ceiling(fast, 11.99, 1.0, 5.0, 12.0)[0]["steps"] == 600
 
 
+def test_the_main_jobs_ceiling_counts_the_seconds_since_the_process_started():
+    """The start-up and the probe count against --max-minutes: the process's age, read off /proc,
+    is its age as psutil tells it."""
+    import sys
+    import time
+
+    from kdbert.cli.quickstart import seconds_since_start
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("read off Linux's /proc")
+    psutil = pytest.importorskip("psutil")
+    age = seconds_since_start()
+    assert age > 0 and age == pytest.approx(time.time() - psutil.Process().create_time(), abs=0.5)
+
+
 @pytest.mark.parametrize("argv", [["predict", "--model", "m", "--input", "x.csv", "--text-column", "t"],
                                   ["distill", "task", "--method", "kd", "--learning-rat", "1e-4"]])
 def test_a_shortened_option_is_refused_not_guessed(argv, capsys):

@@ -110,15 +110,28 @@ def fit_to_ceiling(cost: dict, minutes: float, least_minutes: float, bench: floa
     return {**cost, "steps": steps, "fitted_steps": steps, "seconds": fixed + steps * cost["step_seconds"]}, fitted
 
 
+def seconds_since_start() -> float:
+    """Seconds since this process started (Linux: ``/proc``, its start in clock ticks after boot
+    against the uptime; elsewhere 0): the command's own start-up and the fine-tuning's probe count
+    against ``--max-minutes`` too."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
 def _plan(task: TaskOptions, options: dict, config, max_minutes: float, log) -> tuple[dict, float]:
     """What fine-tuning costs here (:func:`~kdbert.methods.finetune.estimate_finetune`) and the minutes
     compress gets (module doc; ``config``: its :class:`~kdbert.compress.pipeline.CompressConfig`),
-    both fitted to ``max_minutes`` (:func:`fit_to_ceiling`), said with the whole time before
-    anything runs."""
+    both fitted to what is left of ``max_minutes`` since the command started (:func:`fit_to_ceiling`,
+    :func:`seconds_since_start`), said with the whole time before anything runs."""
     from kdbert.compress.budget import fixed_seconds
     from kdbert.methods.finetune import estimate_finetune
 
     cost = estimate_finetune(task, options)
+    spent = seconds_since_start()
     row = cost["row_seconds"]
     fixed = fixed_seconds(row * cost["eval_rows"], config.runtime, 1.0 / config.target_speedup)
     least = math.ceil(2 * (fixed + config.first_steps * config.batch_size * row) / 60)
@@ -128,15 +141,15 @@ def _plan(task: TaskOptions, options: dict, config, max_minutes: float, log) -> 
     finished = _finished(Path(options["output_dir"])) is not None
     if not finished:
         epoch_steps = cost["steps"]
-        cost, minutes = fit_to_ceiling(cost, minutes, least, bench, max_minutes)
+        cost, minutes = fit_to_ceiling(cost, minutes, least, bench, max_minutes and max_minutes - spent / 60)
         if cost["steps"] < epoch_steps:
             raised = (f" and the teacher {cost['steps']} of its {epoch_steps} steps, to end within --max-minutes "
                       f"{max_minutes:g} on this machine")
     fine_tune = 0.0 if finished else cost["seconds"]
-    total = (fine_tune + 60 * minutes + bench) / 60
+    total = (spent + fine_tune + 60 * minutes + bench) / 60
     over = (f" (more than --max-minutes {max_minutes:g}: this machine is too slow to fit it)"
             if max_minutes and total > max_minutes else "")
-    log(f"about {math.ceil(total)} min on this machine{over} ({_cpu_name()}): "
+    log(f"about {math.ceil(total)} min on this machine{over} ({_cpu_name()}): {spent:.0f} s starting and measuring, "
         + (f"fine-tuning the teacher {fine_tune / 60:.1f} min ({cost['steps']} steps of {cost['step_seconds']:.2f} s, "
            "measured), " if fine_tune else "")
         + f"compress {minutes:g} min{raised}, bench {bench / 60:.1f} min")
