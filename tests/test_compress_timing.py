@@ -113,12 +113,6 @@ def test_the_finishing_reserve_is_the_teachers_measured_costs_scaled_to_the_slow
     assert finishing_seconds(measured, 0.25, 3.0, 8.0, every_core=False, checks=2) == pytest.approx(
         RESERVE_FACTOR * (50.0 + 3.0 + 11.0 + 2.0 + 53.0 + 11.0 + 11.0))
     assert with_turns_measured({"teacher": teacher, "candidates": {"c": {}}}) == teacher
-    # not measured yet, but the teacher's rows are known: 3 rounds x 3 repeats x 200 rows at 10 ms for the
-    # teacher and 2.5 for the winner, 22.5 s, instead of 3 rounds of the teacher's whole timing (22.5 s at 6 s a
-    # timing; 45 s at 12)
-    rows = {**teacher, "timing_seconds": 12.0, "real_rows": 200, "latency_real_p50_ms": 10.0}
-    assert finishing_seconds(rows, 0.25, 3.0, 8.0, every_core=False) == pytest.approx(
-        RESERVE_FACTOR * (50.0 + 3.0 + 22.5 + 2.0))
 
 
 def test_a_candidate_that_may_time_under_the_target_as_shipped_reserves_time_to_check_the_next():

@@ -32,8 +32,8 @@ on the teacher in step 1, scaled by the latency of the slowest candidate that ca
 the teacher's: the export costs the teacher's export times that ratio (it scores as many rows,
 through a model that much faster; what making it took, where a kept one was read) plus the candidate's own export
 with random weights (:func:`export_estimate`); timing
-in turns what the longest one of the timing phase took (else the teacher's and the candidate's
-latency over the rows timed, :func:`turns_seconds`); the threads row one
+in turns what the longest one of the timing phase took (else ``TURNS`` rounds of the teacher's
+timing and the candidate's, :func:`turns_seconds`); the threads row one
 candidate timing; the agreement the teacher's dev pass times the ratio; all of it
 ``RESERVE_FACTOR`` times, for the machine's slower spells; twice the export and timing where a
 candidate that can win may time below the speedup asked as shipped (:func:`checks_to_reserve`), and a timing
@@ -56,7 +56,6 @@ from tqdm.auto import tqdm
 
 from kdbert.compress.search import runtime_line, segment_line
 from kdbert.compress.speed import TURNS, timed_threads
-from kdbert.deploy.task_rows import TURN_REPEATS
 
 RESERVE_FACTOR = 1.25
 # A candidate admitted below this factor of --target-speedup may time under it as shipped. Over 11 ship checks of
@@ -157,18 +156,10 @@ def check_seconds(teacher: dict, ratio: float, candidate_export_seconds: float) 
 def turns_seconds(teacher: dict, ratio: float) -> float:
     """Seconds to time a candidate ``ratio`` times the teacher's latency in turns with it: what the
     longest such timing took on this machine (``teacher["turns_seconds"]``, :func:`with_turns_measured`),
-    else what its rows take: each of the ``real_rows`` rows the teacher was timed on run
-    ``TURN_REPEATS`` times by both in each of ``TURNS`` rounds, at the teacher's p50 latency ``L``::
-
-        TURNS * TURN_REPEATS * real_rows * L * (1 + ratio) / 1000
-
-    (the main job on the AVX2-only EPYC: 20.5 s, where its timings in turns took 18.9-20.8 s); a
-    table from before it kept ``real_rows``: ``TURNS`` rounds of the teacher's whole timing and the
-    candidate's, an upper bound (49 s there)."""
+    else ``TURNS`` rounds of the teacher's whole timing and the candidate's, an upper bound (a round
+    times the rows' latency only: on the main job's AVX2 machine 10-12 s where this said 21)."""
     if teacher.get("turns_seconds"):
         return teacher["turns_seconds"]
-    if teacher.get("real_rows"):
-        return TURNS * TURN_REPEATS * teacher["real_rows"] * teacher["latency_real_p50_ms"] * (1.0 + ratio) / 1000.0
     return TURNS * teacher.get("timing_seconds", 0.0) * (1.0 + ratio)
 
 

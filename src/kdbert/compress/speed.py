@@ -135,7 +135,7 @@ def time_export(file: Path, task: TaskOptions, settings: SpeedSettings) -> dict:
     row = bench_onnx(file, seq_len=settings.seq_len, threads=settings.threads, runs=settings.runs,
                      task=task, length_rows=settings.length_rows)
     keep = ("latency_real_p50_ms", "latency_real_p90_ms", "latency_median_ms", "throughput", "throughput_batch_size",
-            "params_total", "flops_per_example", "size_mb", "real_length_p50", "real_rows")
+            "params_total", "flops_per_example", "size_mb", "real_length_p50")
     return {key: row[key] for key in keep}
 
 
