@@ -292,7 +292,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
 
     monkeypatch.setattr(search, "distil_segment", no_run)
     monkeypatch.setattr(breakdown, "measure_latency", no_run)
-    monkeypatch.setattr(breakdown, "time_task_rows", no_run)
+    monkeypatch.setattr(breakdown, "time_feeds", no_run)
     monkeypatch.setattr(ship, "time_against_teacher", no_run)
     capsys.readouterr()
     # resumed: timings, runs and the breakdown reused; --no-progress hides the bar

@@ -26,12 +26,11 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from kdbert.compress.speed import RUNTIMES, SpeedSettings, time_export, timed_threads
+from kdbert.compress.speed import RUNTIMES, SpeedSettings, time_export, timed_model, timed_threads
 from kdbert.core.atomic_io import write_json
-from kdbert.data.load import TaskOptions
+from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.bench import measure_latency, time_torch_task_rows
-from kdbert.deploy.onnx_runtime import OnnxClassifier
-from kdbert.deploy.task_rows import time_task_rows
+from kdbert.deploy.task_rows import time_feeds
 from kdbert.families.registry import family_of_folder
 
 FILE = "breakdown.json"
@@ -86,10 +85,8 @@ def _torch_teacher_ms(teacher_dir: str, task: TaskOptions, settings: SpeedSettin
 
 def _onnx_ms(file: Path, task: TaskOptions, settings: SpeedSettings) -> float:
     """The p50 batch-1 latency in ms of the export ``file`` over the task's rows at their own
-    lengths, each run ``BREAKDOWN_REPEATS`` times."""
-    model = OnnxClassifier(file, threads=settings.threads, load_encoder=False)
-    return time_task_rows(model, model.family, model.family.load_encoder(model.folder), model.input_spec(), task,
-                          settings.length_rows, BREAKDOWN_REPEATS)["latency_real_p50_ms"]
+    lengths (:func:`~kdbert.compress.speed.timed_model`), each run ``BREAKDOWN_REPEATS`` times."""
+    return time_feeds(*timed_model(file, load_task(task), settings), BREAKDOWN_REPEATS)["latency_real_p50_ms"]
 
 
 def speedup_breakdown(teacher: list[dict], out: Path, task: TaskOptions, settings: SpeedSettings, winner_score: float,
