@@ -107,6 +107,7 @@ def parse_command_line(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    own_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     from transformers.utils import logging as hf_logging
 
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_command_line(argv)
         args.command_line = ["kdbert", *argv]  # as typed, for the model cards exports write
+        args.own_process = own_process  # the process's own command line, not main([...]) in a running one
         return args.func(args)
     except KdbertError as exc:
         print(f"kdbert: error: {exc}", file=sys.stderr)

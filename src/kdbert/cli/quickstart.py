@@ -112,8 +112,8 @@ def fit_to_ceiling(cost: dict, minutes: float, least_minutes: float, bench: floa
 
 def seconds_since_start() -> float:
     """Seconds since this process started (Linux: ``/proc``, its start in clock ticks after boot
-    against the uptime; elsewhere 0): the command's own start-up and the fine-tuning's probe count
-    against ``--max-minutes`` too."""
+    against the uptime; elsewhere 0): where the process is the ``kdbert`` command, its own start-up
+    counts against ``--max-minutes`` too (:func:`cmd_quickstart`)."""
     try:
         ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22, starttime
         uptime = float(Path("/proc/uptime").read_text().split()[0])
@@ -122,16 +122,16 @@ def seconds_since_start() -> float:
         return 0.0
 
 
-def _plan(task: TaskOptions, options: dict, config, max_minutes: float, log) -> tuple[dict, float]:
+def _plan(task: TaskOptions, options: dict, config, max_minutes: float, started: float, log) -> tuple[dict, float]:
     """What fine-tuning costs here (:func:`~kdbert.methods.finetune.estimate_finetune`) and the minutes
     compress gets (module doc; ``config``: its :class:`~kdbert.compress.pipeline.CompressConfig`),
-    both fitted to what is left of ``max_minutes`` since the command started (:func:`fit_to_ceiling`,
-    :func:`seconds_since_start`), said with the whole time before anything runs."""
+    both fitted to what is left of ``max_minutes`` since the job ``started`` (``time.time()``;
+    :func:`fit_to_ceiling`), said with the whole time before anything runs."""
     from kdbert.compress.budget import fixed_seconds
     from kdbert.methods.finetune import estimate_finetune
 
     cost = estimate_finetune(task, options)
-    spent = seconds_since_start()
+    spent = time.time() - started
     row = cost["row_seconds"]
     fixed = fixed_seconds(row * cost["eval_rows"], config.runtime, 1.0 / config.target_speedup)
     least = math.ceil(2 * (fixed + config.first_steps * config.batch_size * row) / 60)
@@ -183,10 +183,13 @@ def _finished(folder: Path) -> dict | None:
     return json.loads(report.read_text()) if report.exists() and (folder / "train_report.json").exists() else None
 
 
-def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None, log=print) -> dict:
+def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None, log=print,
+                   started: float | None = None) -> dict:
     """Run the main job with ``quickstart``'s options (default: :class:`QuickstartConfig`'s); returns
     the summary (also written to its ``output_dir``). ``max_train_examples`` overrides the budget's
-    training subset (the search distils on it too)."""
+    training subset (the search distils on it too). ``started``: when the job began
+    (``time.time()``; default: now), what ``--max-minutes`` counts from."""
+    started = time.time() if started is None else started
     from kdbert.compress.options import HELD_OUT_FRACTION
     from kdbert.compress.pipeline import compress
     from kdbert.deploy.bench import bench_model, compare, format_table
@@ -208,7 +211,7 @@ def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None
     config = CompressConfig(teacher=str(teacher_dir), max_train_examples=limits.get("max_train_examples"),
                             **{name: getattr(quickstart, name) for name in shared})
     cost, minutes = _plan(task, options, config, quickstart.max_minutes if quickstart.budget == "short" else 0.0,
-                          log)
+                          started, log)
     teacher_metrics = _teacher(task, options, cost, log)
 
     log(f"[2/3] compress: students >= {target_speedup:g}x faster than the int8 teacher, timed, distilled and "
@@ -274,7 +277,11 @@ def _describe(metrics: dict) -> str:
 
 
 def cmd_quickstart(args) -> int:
-    run_quickstart(task_options(args), build_config(QuickstartConfig, given_options(args, QuickstartConfig)))
+    """The ``kdbert quickstart`` command: run as this process's own command line, the job began when
+    the process did (its imports count); called in a running process (``main([...])``), when called."""
+    started = time.time() - (seconds_since_start() if args.own_process else 0.0)
+    run_quickstart(task_options(args), build_config(QuickstartConfig, given_options(args, QuickstartConfig)),
+                   started=started)
     return 0
 
 
