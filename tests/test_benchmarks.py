@@ -23,6 +23,7 @@ import decide_draw  # noqa: E402
 import distill_glue  # noqa: E402
 import glue_inputs  # noqa: E402
 import gpu_bundle  # noqa: E402
+import gradual_pruning  # noqa: E402
 import mobilebert_ablation  # noqa: E402
 import mobilebert_gpu  # noqa: E402
 import recipe_ablation  # noqa: E402
@@ -135,6 +136,37 @@ def test_half_heads_prunes_each_layers_less_important_heads_and_they_get_no_grad
         assert layer.attention.output.dense.weight.grad[:, rows].abs().max() == 0
         kept = [r for r in range(16) if r not in rows]
         assert layer.attention.output.dense.weight.grad[:, kept].abs().max() > 0
+
+
+def test_gradual_pruning_halves_the_ffn_to_a_sub_network_of_the_student_as_trained(tmp_path, tiny_tokenizer):
+    import torch
+    from transformers import BertForSequenceClassification
+
+    from conftest import save_tiny_classifier
+    from kdbert.data.load import TaskOptions
+    from kdbert.errors import KdbertError
+
+    assert gradual_pruning.widths(1536, 192) == [1536, 768, 384, 192]
+    assert gradual_pruning.widths(32, 32) == [32]
+    for target in (24, 64):  # not the full width over a power of two
+        with pytest.raises(KdbertError, match="halves the FFN"):
+            gradual_pruning.widths(32, target)
+    write_glue_task(tmp_path / "glue", "SST-2")
+    start = save_tiny_classifier(tmp_path / "full", tiny_tokenizer, seed=3)  # 2 layers, FFN 32 wide
+    cut = gradual_pruning.narrower_ffn(start, 16, TaskOptions(task="sst2", data_dir=str(tmp_path / "glue")),
+                                       tmp_path / "cut")
+    full, half = (BertForSequenceClassification.from_pretrained(f).eval() for f in (start, cut))
+    assert half.config.intermediate_size == 16 and half.config.num_hidden_layers == 2
+    with torch.no_grad():  # the units the cut kept, found by their rows; the full model with the others off
+        for big, small in zip(full.bert.encoder.layer, half.bert.encoder.layer):
+            rows = big.intermediate.dense.weight
+            kept = [int((rows == row).all(1).nonzero()[0]) for row in small.intermediate.dense.weight]
+            assert kept == sorted(set(kept)) and len(kept) == 16  # distinct units, in the student's order
+            dropped = [u for u in range(32) if u not in kept]
+            big.output.dense.weight[:, dropped] = 0.0
+        inputs = {"input_ids": torch.tensor([[2, 5, 6, 7, 3], [2, 8, 9, 3, 0]]),
+                  "attention_mask": torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])}
+        assert torch.allclose(half(**inputs).logits, full(**inputs).logits, atol=1e-5)  # head and pooler kept too
 
 
 def test_the_recipe_parts_table_gives_each_part_off_as_the_per_seed_change_in_the_kept_share(results_dir):
