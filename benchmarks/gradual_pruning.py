@@ -26,18 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 from common import machine_info, save_result
 from paths import GLUE_DIR, run_folder
-from recipe_ablation import build_recipe_starts, scores, search_options
+from recipe_ablation import ablation_setting, build_recipe_starts, scores, search_options
 
 from kdbert.compress.recipes import SearchSettings
-from kdbert.compress.speed import all_candidates, shape_context
-from kdbert.compress.teacher import held_out_task
 from kdbert.core.atomic_io import save_hf_folder
-from kdbert.data.held_out import DECIDE_SHARE
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.errors import KdbertError
 from kdbert.families.importance import task_importance
@@ -76,8 +72,9 @@ def narrower_ffn(folder: Path, width: int, task: TaskOptions, out: Path) -> Path
 def gradual_run(candidate, full_start: Path, steps: int, prune_steps: int, seed: int, teacher: str,
                 task: TaskOptions, out: Path, cache: Path) -> dict:
     """The candidate distilled from ``full_start`` while its FFN is halved every ``prune_steps`` steps
-    (module doc); returns the last run's report with ``eval_history`` of every run (steps counted
-    from the first) and ``train_seconds`` of them all."""
+    (module doc); returns the last run's report (``eval_history``: its evaluations, the candidate's
+    shape, steps counted from the first run), ``pruning_history`` the wider runs' evaluations,
+    ``train_seconds`` of them all."""
     plan = widths(json.loads((full_start / "config.json").read_text())["intermediate_size"],
                   dict(candidate.shape)["intermediate_size"])
     start, history, done, seconds = full_start, [], 0, 0.0
@@ -96,7 +93,9 @@ def gradual_run(candidate, full_start: Path, steps: int, prune_steps: int, seed:
         done, seconds = done + run_steps, seconds + report["train_seconds"]
         if not last:
             start = narrower_ffn(folder, plan[index + 1], task, out / f"start-ffn{plan[index + 1]}")
-    return {**report, "eval_history": history, "train_seconds": seconds, "widths": plan}
+    last_run = len(report["eval_history"])
+    return {**report, "eval_history": history[-last_run:], "pruning_history": history[:-last_run],
+            "train_seconds": seconds, "widths": plan}
 
 
 def main() -> None:
@@ -111,11 +110,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default=GLUE_DIR)
     parser.add_argument("--key-suffix", default="", help="after the task in the results' keys (e.g. a new teacher's)")
     args = parser.parse_args()
-    teacher = args.teacher or run_folder(f"teacher-{args.task}")
-    task, _ = held_out_task(teacher, TaskOptions(task=args.task, data_dir=args.data_dir), trained_on_all=False)
-    task = replace(task, decide_share=DECIDE_SHARE)
-    context = shape_context(teacher, task)
-    offered = {c.name: c for c in all_candidates(context)}
+    teacher, task, context, offered = ablation_setting(args.task, args.teacher, args.data_dir)
     if args.candidate not in offered:
         raise KdbertError(f"--candidate {args.candidate}: not a candidate of this teacher")
     candidate = offered[args.candidate]
@@ -135,8 +130,9 @@ def main() -> None:
         out = root / candidate.name / VARIANT / f"seed{seed}-steps{args.steps}"
         report = gradual_run(candidate, full_start, args.steps, prune_steps, seed, teacher, task, out,
                              root / "teacher-cache-gradual")
+        pruning = scores({**report, "eval_history": report["pruning_history"]})["curve"]
         row = {**scores(report), "teacher_dev": metrics["score"], "teacher_decide": metrics.get("decide_score"),
-               "widths": report["widths"], "prune_steps": prune_steps}
+               "widths": report["widths"], "prune_steps": prune_steps, "pruning_curve": pruning}
         save_result("recipe_ablation", f"{args.task}{args.key_suffix}/{candidate.name}/{args.steps}/{VARIANT}/seed{seed}",
                     {**machine_info(), "teacher": teacher, "steps": args.steps, "variant": VARIANT, "seed": seed,
                      **row, "command": command})

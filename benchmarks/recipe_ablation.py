@@ -329,6 +329,17 @@ def scores(report: dict) -> dict:
             "method": report["options"]["method"], "ema_decay": report["options"].get("ema_decay"), "curve": curve}
 
 
+def ablation_setting(task_name: str, teacher: str | None, data_dir: str) -> tuple:
+    """``(teacher, task, context, offered)`` of a study's runs: the teacher's folder (default
+    ``runs/teacher-<task>``), the task holding out the rows its ``kdbert finetune`` recorded (half of
+    them deciding), its shape context and the candidates compress offers it (name -> candidate)."""
+    teacher = teacher or run_folder(f"teacher-{task_name}")
+    task, _ = held_out_task(teacher, TaskOptions(task=task_name, data_dir=data_dir), trained_on_all=False)
+    task = replace(task, decide_share=DECIDE_SHARE)
+    context = shape_context(teacher, task)
+    return teacher, task, context, {c.name: c for c in all_candidates(context)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True)
@@ -354,11 +365,7 @@ def main() -> None:
     parser.add_argument("--augment-copies", type=int, default=20, help="*-augmented: versions a row at most")
     parser.add_argument("--augment-max-rows", type=int, default=50000, help="*-augmented: versions in all")
     args = parser.parse_args()
-    teacher = args.teacher or run_folder(f"teacher-{args.task}")
-    task, _ = held_out_task(teacher, TaskOptions(task=args.task, data_dir=args.data_dir), trained_on_all=False)
-    task = replace(task, decide_share=DECIDE_SHARE)
-    context = shape_context(teacher, task)
-    offered = {c.name: c for c in all_candidates(context)}
+    teacher, task, context, offered = ablation_setting(args.task, args.teacher, args.data_dir)
     if args.candidate.startswith("pretrained-"):  # the packaged pre-trained students compress offers a bigger teacher
         model, tokenizer = family_of_folder(teacher).load(Path(teacher))
         spec = load_task(task).spec

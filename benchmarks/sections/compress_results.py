@@ -228,9 +228,10 @@ def kept_share(record: dict, rows: str) -> float:
 RECIPE_PARTS = [("recipe-constant-rate", "1: rate annealed by EMA off"), ("recipe-cls-pooling", "2: mean or pair pooling off"),
                 ("recipe-gold-regression", "3: the teacher's score in regression off"),
                 ("recipe-even-start", "4: start ranked by importance off"), ("recipe-tinybert-loss", "5: one loss per signal off"),
-                ("recipe-half-heads", "half the heads pruned"), ("recipe-augmented", "augmented rows added")]
+                ("recipe-half-heads", "half the heads pruned"), ("recipe-augmented", "augmented rows added"),
+                ("recipe-gradual-ffn", "FFN pruned gradually")]
 """The ``recipe_ablation.py`` variants that change one thing in the search's recipe, and the column each
-fills: the five parts turned off, then two changes tried on top of it."""
+fills: the five parts turned off, then three changes tried on top of it (the last by ``gradual_pruning.py``)."""
 
 
 def recipe_parts_section() -> list[str]:
