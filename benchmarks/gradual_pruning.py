@@ -16,7 +16,7 @@ search's options (rate, warm-up, weights' average), its rows shuffled with a see
 no width reads the batches the one before it read. Both variants score the candidate's shape: the
 last run is the candidate itself.
 
-Runs go to ``<runs-dir>/<task>/<candidate>/recipe-gradual-ffn/seed<seed>-steps<steps>/<width>``; scores to
+Runs go to ``<runs-dir>/<task>/<candidate>/recipe-gradual-ffn/seed<seed>-steps<steps>/ffn<width>``; scores to
 ``benchmarks/results/recipe_ablation.json`` under ``<task><suffix>/<candidate>/<steps>/recipe-gradual-ffn/seed<seed>``,
 beside the "recipe" rows ``recipe_ablation.py`` writes.
 """
