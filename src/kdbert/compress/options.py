@@ -167,6 +167,11 @@ class CompressConfig(CheckedOptions):
                                   "winner, the exports and runs of the candidates checked for shipping, without "
                                   "checkpoints) or runs (every candidate's run and checkpoints)", group="compress",
                        choices=KEEPS)
+    no_spare_training: bool = option(False, "ship the search's winner as the search left it, even where the "
+                                            "budget stopped its training and the finishing has time left over "
+                                            "once its graph passed its checks (by default it trains on there and "
+                                            "ships if it learnt a later student that passes them too)",
+                                     type=bool, group="compress")
     no_progress: bool = option(False, "hide the progress bar of the budget", type=bool, group="run")
 
     def check(self) -> None:
@@ -193,6 +198,7 @@ OUTSIDE_IDENTITY = {
     "students_store": "where general students are looked for; the build found is in the identity",
     "no_general_students": "the identity names the general students' build, or none",
     "no_progress": "what is shown, not what is run",
+    "no_spare_training": "what the finishing does once the search has ended, not the search",
     "keep": "what is left on disk after the search, not what it runs",
     "logits_cache": "where labels are kept; each is keyed by the teacher export and the text it labels",
     "teacher_exports": "where the teacher's exports are kept; each is keyed by all that decides it",

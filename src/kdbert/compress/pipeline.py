@@ -62,13 +62,14 @@ from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Prog
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings, reads_stored_logits
-from kdbert.compress.report import seconds_per_candidate, unseen_sources_line, write_report
+from kdbert.compress.report import seconds_per_candidate, spare_line, unseen_sources_line, write_report
 from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
 from kdbert.compress.schedule import pretrained as is_pretrained
 from kdbert.compress.labelling import afford_labelling, plan_labelling
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
 from kdbert.compress.ship import (agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed,
                                   timed_as_shipped)
+from kdbert.compress.spare import Spare, train_on
 from kdbert.compress.speed import (RUNTIMES, SpeedSettings, admitted_latency, all_candidates, candidate_notes,
                                    measure_speed, meeting_target, shape_context)
 from kdbert.compress.storage import journal_path, open_study
@@ -458,7 +459,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                                      progress.segment_finished, context, loaded)
         starts = {c.name: search.start_of(plan, c.name) for c in kept}
     with progress.phase("finishing"):
-        report = _finish(scored, config, out, data, teacher, table, searched, goal, speed_settings, deadline)
+        report = _finish(scored, config, out, data, teacher, table, searched, goal, speed_settings, deadline,
+                         plan, loaded, progress)
     report.update(augmentation=augmentation, augmentation_skipped=skipped,
                   labelling={**labelling.summary(), "left_out": left_out},
                   teacher_saw_held_out_rows=held_out["teacher_saw_held_out_rows"], held_out=held_out,
@@ -468,7 +470,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                                                 "minutes": general.facts["trained_seconds"] / 60}, budget={
         "minutes": config.budget_minutes, "finishing_reserve_seconds": round(reserve, 1), "untimed": untimed,
         "phase_seconds": progress.phase_seconds(), "seconds": round(deadline.spent(), 1)})
-    report["disk"] = keep_shipped(out, config.keep, [check["candidate"] for check in report["shipped"]["checks"]])
+    report["disk"] = keep_shipped(out, config.keep, [Path(check["run"]).name for check in report["shipped"]["checks"]])
     write_report(report, out, config.runtime)
     write_compress_card(out / "winner", report, data, task.held_out_fraction, len(train_rows), command)
     progress.line(f"compress: {deadline.spent() / 60:.1f} min of --budget-minutes {config.budget_minutes:g} ("
@@ -478,7 +480,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
 
 
 def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, table: dict, searched: dict,
-            goal: Goal, speed_settings: SpeedSettings, deadline: Deadline) -> dict:
+            goal: Goal, speed_settings: SpeedSettings, deadline: Deadline, plan: Plan, loaded: search.Loaded,
+            progress: Progress) -> dict:
     """Step 4: the winner picked on the rows that decide, exported (scored on ``task``,
     :func:`export_task`, its static int8 methods only while they leave the rest its time) and checked
     there as it ships and timed in turns with the teacher (the next exported when it falls short of
@@ -505,9 +508,20 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
     winner, shipped, checks = ship_checked(
         ranking, out, task, config.runtime, goal, data, int8_time_left=lambda: deadline.left() - after,
         check_seconds=next_check, speed_check=speed_check)
+    spare = Spare({"trained": False, "shipped": False, "why": "--no-spare-training"})
+    if not config.no_spare_training:
+        first = next(check for check in checks if check["run"] == str(winner["run"]))
+        spare = train_on(plan, winner, first, searched["segments"], deadline.left() - after
+                         - next_check(winner["candidate"]), out, task, config.runtime, goal, data,
+                         (shipped.get("quantization") or {}).get("method"), speed_check, loaded, deadline.clock)
+        progress.line(spare_line(spare.summary))
+    if spare.check is not None:
+        checks.append(spare.check)
+    if spare.row is not None:
+        winner, shipped = spare.row, spare.export
     winner = {key: value for key, value in winner.items() if key != "state"}
     winner["latency_real_p50_ms"] = table["candidates"][winner["candidate"]]["latency_real_p50_ms"]
-    shipped_decide = next(check for check in checks if check["candidate"] == winner["candidate"])
+    shipped_decide = next(check for check in checks if check["run"] == str(winner["run"]))
     in_turns = shipped_speed(winner["run"], out / "winner" / file_name, out, task, speed_settings)
     runtime_key = "onnx_int8" if config.runtime == "onnx-int8" else "onnx_fp32"
     majority = majority_score(data)
@@ -521,6 +535,7 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
         "held_out_rows": len(data.held_out), "decide_rows": len(data.decide), "speed": table, "search": searched,
         "winner": winner,
         "seconds_per_candidate": seconds_per_candidate(searched), "speedup_breakdown": breakdown,
+        "spare_training": spare.summary,
         "teacher_scores": {"held_out": teacher.metrics["selection_score"], "decide": goal.teacher_decide,
                            "decide_se": goal.teacher_decide_se, "dev": teacher_dev,
                            "dev_deployed": teacher.deployed.get(runtime_key)},

@@ -134,12 +134,33 @@ def held_out_lines(report: dict) -> list[str]:
               + "; standard errors are bootstrap estimates over those rows"
               + (", the paired margin the standard error of the student's score less the line, both scored on"
                  " the same resamples." if shipped.get("margin_kind") == "paired" else ".")]
+    spare = report.get("spare_training") or {}
     if len(checks) > 1:
         lines[-1] += (" Each shipped graph checked there, best-ranked first: "
-                      + "; ".join(f"{c['candidate']} {c['decide_score']:.2f} ({100 * c['kept']:.1f}% kept, "
+                      + "; ".join(f"{_checked_name(c, spare)} {c['decide_score']:.2f} ({100 * c['kept']:.1f}% kept, "
                                   + ("keeps" if c["keeps"] else "short") + _check_speed(c) + ")" for c in checks)
-                      + f"; shipped: {report['winner']['candidate']}.")
+                      + f"; shipped: {_checked_name(report['winner'], spare)}.")
+    if spare.get("trained"):
+        lines[-1] += " " + spare_line(spare)[0].upper() + spare_line(spare)[1:] + "."
     return lines + [""]
+
+
+def _checked_name(row: dict, spare: dict) -> str:
+    """A check's or the winner's candidate, "(trained on)" where it is the run of the finishing's spare
+    time (``spare``: the report's ``spare_training``)."""
+    return row["candidate"] + (" (trained on)" if spare.get("run") and row.get("run") == spare["run"] else "")
+
+
+def spare_line(summary: dict) -> str:
+    """The one line the progress prints of the spare time."""
+    name = summary["candidate"]
+    if not summary["trained"]:
+        return f"spare time: {name} not trained on: {summary['why']}"
+    line = (f"spare time: {name} trained on from step {summary['from_steps']:,} to {summary['steps']:,} in "
+            f"{summary['seconds']:.0f} s (held-out score {summary['score_before']:.2f} -> {summary['score']:.2f})")
+    if "kept" in summary:
+        line += f"; kept on the rows that decide {summary['kept_before']:.1%} -> {summary['kept']:.1%}"
+    return f"{line}: {'shipped' if summary['shipped'] else 'not shipped'} ({summary['why']})"
 
 
 def _check_speed(check: dict) -> str:

@@ -307,7 +307,7 @@ def rung_steps(candidate: str, rung: int, segments: list[dict], settings: Search
     return min(base, horizon(settings, eta))
 
 
-def _predicted_seconds(candidate: str, steps: int, segments: list[dict]) -> float:
+def predicted_seconds(candidate: str, steps: int, segments: list[dict]) -> float:
     """Seconds training ``candidate`` for ``steps`` more steps should take: its own (else its family's,
     else every run's) seconds per step, plus the runs' mean time outside the training loop."""
     done = [s for s in segments if s["state"] == "done"]
@@ -395,7 +395,7 @@ def next_job(order: list[str], segments: list[dict], settings: SearchSettings, g
         if not any(s["state"] == "done" for s in segments) and not running:
             return True  # the search's first run
         done_steps = trained[job.candidate]["steps"] if job.candidate in trained else 0
-        return now + _predicted_seconds(job.candidate, job.steps - done_steps, segments) <= end
+        return now + predicted_seconds(job.candidate, job.steps - done_steps, segments) <= end
 
     def goes_on(job: Job) -> bool:  # at least first_steps more fit: the window's end may stop it
         return fits(Job(job.candidate, job.rung, trained[job.candidate]["steps"] + settings.first_steps), window_end)

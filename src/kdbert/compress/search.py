@@ -280,10 +280,12 @@ class Loaded:
         return self.teacher
 
 
-def distil_segment(plan: Plan, job: Job, done_steps: int, loaded: Loaded | None = None) -> dict:
+def distil_segment(plan: Plan, job: Job, done_steps: int, loaded: Loaded | None = None,
+                   folder: Path | None = None) -> dict:
     """Train ``job.candidate``'s run from ``done_steps`` to ``job.steps`` (or the window's end),
     evaluated on the held-out rows; the segment's facts (module doc). ``loaded``: the teacher and
-    rows this process has loaded (filled as it goes)."""
+    rows this process has loaded (filled as it goes); ``folder``: the run's folder (default:
+    :func:`run_folder`)."""
     candidate = plan.by_name[job.candidate]
     task = plan.task
     out = Path(plan.output_dir)
@@ -297,7 +299,7 @@ def distil_segment(plan: Plan, job: Job, done_steps: int, loaded: Loaded | None 
     data = loaded.task_data(task, plan.settings.seed)
     if plan.goal.teacher_decide_predictions is not None and data.decide:  # scored against the teacher's
         data = replace(data, decide_baseline=np.asarray(plan.goal.teacher_decide_predictions))
-    folder = run_folder(out, candidate.name)
+    folder = folder or run_folder(out, candidate.name)
     folder.parent.mkdir(parents=True, exist_ok=True)
     options = _options(plan, candidate)
     started = time.time()
@@ -312,6 +314,7 @@ def distil_segment(plan: Plan, job: Job, done_steps: int, loaded: Loaded | None 
     return {"candidate": candidate.name, "rung": job.rung, "method": options["method"], "recipe": recipe_line(report),
             "steps": steps,
             "trained": max(0, steps - done_steps), "stopped": bool(report["stopped_early"]),
+            "best_step": report["best_step"],
             "score": metrics.get("selection_score", metrics["score"]),
             **{key: metrics[name] for key, name in (("se", "selection_se"), ("loss", "selection_loss"),
                                                      ("decide_score", "decide_score"), ("decide_se", "decide_se"),

@@ -152,24 +152,37 @@ def ship_checked(ranking: list[dict], out: Path, task: TaskOptions, runtime: str
         if not folder.exists() and _export_of(out / "winner") == str(row["run"]):  # a rerun: shipped before
             shutil.copytree(out / "winner", folder)
         exports[row["candidate"]] = ship(row, folder, task, runtime, int8_time_left)
-        scored, _ = decide_score(folder, file_name, data, goal)
-        score, error = scored["decide_score"], scored["decide_se"]
-        margin, kind = goal.decide_margin(error, scored.get("decide_paired_se"))
-        speed = speed_check(row, folder / file_name) if speed_check else {"speedup": None, "fast_enough": True}
-        checks.append({"candidate": row["candidate"], "decide_score": score, "decide_se": error,
-                       "kept": goal.kept(score), "margin": margin, "margin_kind": kind,
-                       "keeps": goal.keeps_within(score, margin), **speed})
+        checks.append(check_shipped(row, folder / file_name, goal, data, speed_check))
         if checks[-1]["keeps"] and checks[-1]["fast_enough"]:
             break
     fast = [check for check in checks if check["fast_enough"]] or checks
     chosen = next((c for c in fast if c["keeps"]), max(fast, key=lambda c: c["decide_score"]))
     winner = next(row for row in ranking if row["candidate"] == chosen["candidate"])
-    staged = out / "winner.tmp"
-    shutil.rmtree(staged, ignore_errors=True)
-    shutil.copytree(out / "exports" / chosen["candidate"], staged)
-    replace_dir(staged, out / "winner")
+    ship_folder(out / "exports" / chosen["candidate"], out)
     shutil.rmtree(out / "exports")  # the shipped export is in winner/; the others are what the report says
     return winner, exports[chosen["candidate"]], checks
+
+
+def check_shipped(row: dict, export_file: Path, goal: Goal, data, speed_check=None) -> dict:
+    """``row``'s shipped graph ``export_file`` checked: scored on the rows that decide against ``goal``
+    within :meth:`~kdbert.compress.schedule.Goal.decide_margin` and timed by ``speed_check(row,
+    export_file)`` (None: not timed); ``candidate``, ``run``, ``decide_score``, ``decide_se``, ``kept``,
+    ``margin``, ``margin_kind``, ``keeps``, ``speedup``, ``fast_enough``."""
+    scored, _ = decide_score(export_file.parent, export_file.name, data, goal)
+    score, error = scored["decide_score"], scored["decide_se"]
+    margin, kind = goal.decide_margin(error, scored.get("decide_paired_se"))
+    speed = speed_check(row, export_file) if speed_check else {"speedup": None, "fast_enough": True}
+    return {"candidate": row["candidate"], "run": str(row["run"]), "decide_score": score, "decide_se": error,
+            "kept": goal.kept(score), "margin": margin, "margin_kind": kind,
+            "keeps": goal.keeps_within(score, margin), **speed}
+
+
+def ship_folder(export_folder: Path, out: Path) -> None:
+    """Put the export in ``export_folder`` at ``out/winner``, whole or not at all."""
+    staged = out / "winner.tmp"
+    shutil.rmtree(staged, ignore_errors=True)
+    shutil.copytree(export_folder, staged)
+    replace_dir(staged, out / "winner")
 
 
 def dev_agreement(data, teacher_outputs, shipped_folder: Path, file_name: str) -> float:

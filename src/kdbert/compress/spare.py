@@ -1,0 +1,123 @@
+"""The finishing's spare time (step 4 of ``kdbert compress``): when the budget, not the schedule, ended
+the winner's training (the window's end stopped its last segment), the winner trains on in the
+seconds left once its shipped graph has passed its checks: the finishing's reserve for a next
+candidate's check, which a first graph that keeps the share and the speed does not need, and what
+the search left unused. Near-line winners left 1.2-1.6 of their search's minutes so.
+
+- It trains in a copy of its run folder (``runs/<candidate>.spare``), so that the search's run, and
+  the graph exported from it, stay as the search left them. The run resumes there as it paused
+  (the same options, schedule, data order and moving average of the weights) until a deadline, and
+  is evaluated on the held-out rows as a segment is (:func:`~kdbert.compress.search.distil_segment`).
+- Nothing is tried when the seconds left would not hold the search's first rung (``first_steps``
+  steps at the winner's measured seconds per step, plus a segment's time outside training,
+  :func:`~kdbert.compress.schedule.predicted_seconds`).
+- The trained-on run replaces the shipped one only when its trainer kept a later student than the
+  search's run did (the trainer's rule on the rows that pick: the latest evaluation within the
+  noise of the best), and that student's graph, exported with the shipped graph's int8 method,
+  keeps the share on the rows that decide and the speed asked, checked as the first graph was.
+  The rows that decide never choose between the two; they only check.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from kdbert.compress.schedule import Goal, Job, decided, horizon, keeps_decided, predicted_seconds
+from kdbert.compress.search import Loaded, Plan, Window, distil_segment
+from kdbert.compress.ship import SCORED_BATCH, check_shipped, ship_folder
+from kdbert.compress.speed import RUNTIMES
+from kdbert.data.load import TaskOptions
+from kdbert.deploy.export import export_model
+
+SPARE_SUFFIX = ".spare"  # the trained-on copy of a run folder: runs/<candidate>.spare
+
+
+@dataclass
+class Spare:
+    """What the spare time did: ``summary`` for the report (``None`` in ``row`` and ``export``: the
+    first shipped graph stays), else the trained-on run's segment ``row``, its ``export`` report and
+    its ``check`` (:func:`~kdbert.compress.ship.check_shipped`), now shipped in ``out/winner``."""
+
+    summary: dict
+    row: dict | None = None
+    export: dict | None = None
+    check: dict | None = None
+
+
+def spare_folder(run: str | Path) -> Path:
+    """Where ``run`` (a candidate's run folder) trains on: ``<run>.spare`` beside it."""
+    run = Path(run)
+    return run.with_name(run.name + SPARE_SUFFIX)
+
+
+def best_step(run: str | Path) -> int | None:
+    """The optimiser step of the student a run folder holds at its root (its distil report's)."""
+    report = Path(run) / "distill_report.json"
+    return json.loads(report.read_text()).get("best_step") if report.is_file() else None
+
+
+def _copy_run(source: Path, folder: Path) -> None:
+    """``source`` copied to ``folder`` whole or not at all (a copy left half-written by a kill is
+    made again)."""
+    if folder.is_dir():
+        return
+    staged = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(staged, ignore_errors=True)
+    shutil.copytree(source, staged)
+    staged.rename(folder)
+
+
+def train_on(plan: Plan, winner: dict, first_check: dict, segments: list[dict], seconds: float, out: Path,
+             scored: TaskOptions, runtime: str, goal: Goal, data, int8_method: str | None, speed_check,
+             loaded: Loaded | None = None, clock: Callable[[], float] = time.time) -> Spare:
+    """Train ``winner`` (its ranking row, shipped with ``first_check``) on for at most ``seconds`` from
+    now, and ship it when it learnt a later student that keeps (module doc). ``segments``: the
+    search's, all done (:func:`~kdbert.compress.search.summary`); ``scored``: the task exports are scored on (:func:`~kdbert.compress.ship.export_task`);
+    ``int8_method``: the shipped graph's (None: shipped in fp32); ``speed_check(row, export_file)``:
+    as the first check's."""
+    name = winner["candidate"]
+    segments = [{**segment, "state": "done"} for segment in segments]
+    needed = predicted_seconds(name, plan.settings.first_steps, segments)
+    summary = {"candidate": name, "seconds_left": round(seconds, 1),
+               "seconds_needed": round(needed, 1), "trained": False, "shipped": False}
+    if not winner.get("stopped"):
+        return Spare({**summary, "why": "the search's schedule, not the budget, ended the winner's training"})
+    if not (first_check["keeps"] and first_check["fast_enough"]):
+        return Spare({**summary, "why": "the shipped graph did not pass both checks"})
+    if seconds < needed:
+        return Spare({**summary, "why": f"{seconds:.0f} s left, {needed:.0f} s needed for "
+                                        f"{plan.settings.first_steps} more steps"})
+    folder = spare_folder(winner["run"])
+    _copy_run(Path(winner["run"]), folder)
+    overhead = predicted_seconds(name, 0, segments)
+    end = clock() + seconds - overhead  # the run's last evaluation and its loading fall after its end
+    row = distil_segment(replace(plan, window=Window(end, end)), Job(name, winner["rung"], horizon(plan.settings)),
+                         winner["steps"], loaded, folder)
+    before = best_step(winner["run"])
+    summary.update(trained=True, from_steps=winner["steps"], steps=row["steps"], seconds=row["seconds"],
+                   score_before=winner["score"], score=row["score"], best_step_before=before,
+                   best_step=row["best_step"], run=row["run"])
+    if before is not None and row["best_step"] <= before:
+        return Spare({**summary, "why": "no later student was kept on the rows that pick"})
+    export_folder = out / "exports" / (name + SPARE_SUFFIX)
+    export_folder.parent.mkdir(parents=True, exist_ok=True)
+    exported = export_model(row["run"], export_folder, quantize="int8" if int8_method else None, task=scored,
+                            batch_size=SCORED_BATCH, int8_method=int8_method or "auto")
+    row = {**row, "kept": goal.kept(decided(row)[0]), "keeps": keeps_decided(row, goal), "rule": winner["rule"]}
+    check = check_shipped(row, export_folder / RUNTIMES[runtime], goal, data, speed_check)
+    summary.update(decide_score_before=first_check["decide_score"], decide_score=check["decide_score"],
+                   kept_before=first_check["kept"], kept=check["kept"])
+    if not (check["keeps"] and check["fast_enough"]):
+        shutil.rmtree(out / "exports")
+        why = "keeps the share" if not check["keeps"] else "meets the speed"
+        return Spare({**summary, "why": f"its shipped graph no longer {why}; the first stays shipped"}, check=check)
+    ship_folder(export_folder, out)
+    shutil.rmtree(out / "exports")
+    return Spare({**summary, "shipped": True, "why": "a later student was kept and its graph passed both checks"},
+                 row, exported, check)
+
