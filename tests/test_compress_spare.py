@@ -1,5 +1,5 @@
-"""kdbert compress, the finishing's spare time: a winner the budget stopped trains on in a copy of its
-run for the seconds left once its graph passed its checks, and ships only a later student whose own
+"""kdbert compress, the finishing's spare time: a winner short of the search's last rung trains on in a
+copy of its run for the seconds left once its graph passed its checks, and ships only a later student whose own
 graph passes them too."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 
 def _setting(tmp_path, monkeypatch, best_step: int = 420, spare_score: float = 88.0, speedup: float = 5.0):
-    """A search that trained ``w`` 400 steps at 0.1 s a step with 10 s outside training (so the
-    first rung's 200 steps need 0.1 * 200 + 10 = 30 s), stopped by the window's end, and shipped it
-    keeping the share; distillation, export and scoring faked. Returns what train_on needs and the
+    """A search of three rungs (200, 400 and 800 steps) that trained ``w`` 400 steps at 0.1 s a step
+    with 10 s outside training (so the first rung's 200 steps need 0.1 * 200 + 10 = 30 s), and
+    shipped it keeping the share; distillation, export and scoring faked. Returns what train_on needs and the
     calls made."""
     from kdbert.compress import ship, spare
     from kdbert.compress.recipes import SearchSettings
@@ -67,7 +67,8 @@ def shipped_source(tmp_path) -> str:
     return json.loads((tmp_path / "winner" / "export_report.json").read_text())["source"]
 
 
-def test_a_winner_the_budget_stopped_trains_on_in_a_copy_and_ships_a_later_student_that_passes(tmp_path, monkeypatch):
+def test_a_winner_short_of_the_last_rung_trains_on_in_a_copy_and_ships_a_later_student_that_passes(
+        tmp_path, monkeypatch):
     from kdbert.compress.schedule import Job
 
     train_on, calls = _setting(tmp_path, monkeypatch)
@@ -75,17 +76,19 @@ def test_a_winner_the_budget_stopped_trains_on_in_a_copy_and_ships_a_later_stude
     # 90 s left, the last 10 for loading and the last evaluation: the run's deadline is 1000 + 80
     [(window, job, done, folder)] = calls["distil"]
     assert window.end == 1080.0 and done == 400 and folder == tmp_path / "runs" / "w.spare"
-    assert job == Job("w", 1, 200 * 2 ** 2 * 16)  # no pause: the deadline ends it
+    assert job == Job("w", 2, 800)  # the last rung's steps, or the deadline
     assert calls["export"] == [(str(folder), "int8", "dynamic")]  # the shipped graph's int8 method
     assert result.summary["shipped"] and result.summary["seconds_needed"] == pytest.approx(30.0)
     assert result.row["run"] == str(folder) and result.row["steps"] == 900 and result.row["keeps"]
     assert result.check["run"] == str(folder) and result.check["keeps"]
     assert shipped_source(tmp_path) == str(folder) and not (tmp_path / "exports").exists()
     assert (tmp_path / "runs" / "w" / "model.safetensors").is_file()  # the search's run is as it was
+    again = train_on(90.0)  # a rerun of the finished compress: the kept row, no training on
+    assert len(calls["distil"]) == 1 and again.row == result.row and shipped_source(tmp_path) == str(folder)
 
 
 @pytest.mark.parametrize("seconds, changes, why", [
-    (90.0, {"stopped": False}, "schedule"),  # the search's schedule ended it: nothing to train on
+    (90.0, {"steps": 800}, "last rung"),  # the search's schedule ended it: nothing to train on
     (29.0, {}, "needed"),  # 29 s left, 30 needed for the first rung's 200 steps
     (90.0, {"first_check": {"keeps": False, "fast_enough": True}}, "did not pass"),  # the next candidate's time
 ])
@@ -96,6 +99,8 @@ def test_nothing_trains_where_the_schedule_ended_the_winner_or_too_little_time_i
     assert not result.summary["trained"] and why in result.summary["why"] and result.row is None
     assert calls["distil"] == [] and not (tmp_path / "runs" / "w.spare").exists()
     assert shipped_source(tmp_path) == str(tmp_path / "runs" / "w")
+    again = train_on(900.0)  # a rerun, with the seconds the search no longer takes: what the first decided
+    assert calls["distil"] == [] and again.summary == result.summary
 
 
 @pytest.mark.parametrize("setting, why", [
@@ -113,20 +118,19 @@ def test_the_first_graph_stays_shipped_unless_a_later_student_passes_both_checks
 
 
 def test_compress_ships_the_trained_on_winner_and_reports_it(tmp_path, tiny_tokenizer, capsys, monkeypatch):
-    """The whole path on a tiny task: the winner (its last segment marked as stopped by the window,
-    its search's student counted as an earlier one) trains on to the end of its schedule, is exported,
-    checked and shipped, and the report, the shipped checks and the kept runs say so."""
+    """The whole path on a tiny task: the winner, which trained the 4 steps of its last rung, trains on
+    to 8 (the last rung's steps faked, as if the search had a rung more that the budget left no time
+    for; its search's student counted as an earlier one), is exported, checked and shipped, and the
+    report, the shipped checks and the kept runs say so."""
     from conftest import compress_env
 
     from kdbert.cli import main
-    from kdbert.compress import pipeline, ship, spare
+    from kdbert.compress import ship, spare
     from kdbert.data.load import TaskOptions, load_task
 
     env = compress_env(tmp_path / "env", tiny_tokenizer)
     out = tmp_path / "compress"
-    real_train_on = spare.train_on
-    monkeypatch.setattr(pipeline, "train_on", lambda plan, winner, *args: real_train_on(
-        plan, {**winner, "stopped": True}, *args))
+    monkeypatch.setattr(spare, "rung_steps", lambda *args: 8)
     monkeypatch.setattr(spare, "best_step", lambda run: 0)
     assert main(["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir",
                  str(env["root"] / "glue"), "--candidates", "bert-1x128", "--rounds", "2", "--first-steps", "2",
@@ -135,9 +139,10 @@ def test_compress_ships_the_trained_on_winner_and_reports_it(tmp_path, tiny_toke
     report = json.loads((out / "compress_report.json").read_text())
     folder = out / "runs" / "bert-1x128.spare"
     summary = report["spare_training"]
-    assert summary["shipped"] and (summary["from_steps"], summary["steps"]) == (4, 2 * 2 * 16)
-    assert f"spare time: bert-1x128 trained on from step 4 to 64 in" in capsys.readouterr().out
-    assert report["winner"]["run"] == str(folder) and report["winner"]["steps"] == 64
+    assert summary["shipped"] and (summary["from_steps"], summary["steps"]) == (4, 8)
+    assert "spare time: bert-1x128 trained on from step 4 to 8 in" in capsys.readouterr().out
+    assert report["winner"]["run"] == str(folder) and report["winner"]["steps"] == 8
+    assert json.loads((folder / "distill_report.json").read_text())["paused_at_step"] == 8
     assert json.loads((out / "winner" / "export_report.json").read_text())["source"] == str(folder)
     first, trained_on = report["shipped"]["checks"]
     assert first["run"] == str(out / "runs" / "bert-1x128") and trained_on["run"] == str(folder)
@@ -149,4 +154,4 @@ def test_compress_ships_the_trained_on_winner_and_reports_it(tmp_path, tiny_toke
     assert (folder / "config.json").is_file() and not (folder / "checkpoints").exists()
     assert (out / "runs" / "bert-1x128" / "config.json").is_file()
     markdown = (out / "compress_report.md").read_text()
-    assert "bert-1x128 (trained on)" in markdown and "Spare time: bert-1x128 trained on from step 4 to 64" in markdown
+    assert "bert-1x128 (trained on)" in markdown and "Spare time: bert-1x128 trained on from step 4 to 8" in markdown
