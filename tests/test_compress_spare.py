@@ -90,7 +90,7 @@ def test_a_winner_short_of_the_last_rung_trains_on_in_a_copy_and_ships_a_later_s
 @pytest.mark.parametrize("seconds, changes, why", [
     (90.0, {"steps": 800}, "last rung"),  # the search's schedule ended it: nothing to train on
     (29.0, {}, "needed"),  # 29 s left, 30 needed for the first rung's 200 steps
-    (90.0, {"first_check": {"keeps": False, "fast_enough": True}}, "did not pass"),  # the next candidate's time
+    (90.0, {"first_check": {"keeps": True, "fast_enough": False}}, "too slow"),  # steps do not make it faster
 ])
 def test_nothing_trains_where_the_schedule_ended_the_winner_or_too_little_time_is_left(
         tmp_path, monkeypatch, seconds, changes, why):
@@ -105,7 +105,7 @@ def test_nothing_trains_where_the_schedule_ended_the_winner_or_too_little_time_i
 
 @pytest.mark.parametrize("setting, why", [
     ({"best_step": 400}, "no later student"),  # the trainer kept the search's student: nothing new to ship
-    ({"spare_score": 86.0}, "keeps the share"),  # its graph scores 86.0 where the line is 87.3 - 0.5
+    ({"spare_score": 86.0}, "keep the share"),  # its graph scores 86.0 where the line is 87.3 - 0.5
     ({"speedup": 3.9}, "speed"),
 ])
 def test_the_first_graph_stays_shipped_unless_a_later_student_passes_both_checks(tmp_path, monkeypatch, setting, why):
@@ -115,6 +115,15 @@ def test_the_first_graph_stays_shipped_unless_a_later_student_passes_both_checks
     assert result.row is None and shipped_source(tmp_path) == str(tmp_path / "runs" / "w")
     assert not (tmp_path / "exports").exists()
     assert len(calls["export"]) == (0 if "best_step" in setting else 1)
+
+
+def test_a_first_graph_short_of_the_share_is_replaced_by_a_trained_on_one_that_keeps_it(tmp_path, monkeypatch):
+    train_on, calls = _setting(tmp_path, monkeypatch)  # the trained-on graph scores 88.0, above the line
+    short = {"candidate": "w", "run": str(tmp_path / "runs" / "w"), "decide_score": 86.0, "kept": 86.0 / 90.0,
+             "keeps": False, "fast_enough": True}
+    result = train_on(90.0, first_check=short)
+    assert result.summary["shipped"] and result.summary["kept_before"] == pytest.approx(86.0 / 90.0)
+    assert result.check["keeps"] and shipped_source(tmp_path) == str(tmp_path / "runs" / "w.spare")
 
 
 def test_compress_ships_the_trained_on_winner_and_reports_it(tmp_path, tiny_tokenizer, capsys, monkeypatch):

@@ -121,7 +121,8 @@ def test_a_candidate_that_may_time_under_the_target_as_shipped_reserves_time_to_
     assert SHIP_LINE_BAND > 1.0
     assert checks_to_reserve([4.01, 8.9], 4.0) == 2  # admitted at 4.01x: it may time under 4x as shipped
     # Phi((0.912 s - 4) / (0.083 s)): 4.73x -> Phi(0.80) = 79%, under 95%: two; 5.2x -> Phi(1.72) = 96%: one
-    assert checks_to_reserve([4.73, 8.9], 4.0) == 2 and checks_to_reserve([4.0 * SHIP_LINE_BAND], 4.0) == 2
+    assert checks_to_reserve([4.73, 8.9], 4.0) == 2 and checks_to_reserve([4.0 * SHIP_LINE_BAND, 9.0], 4.0) == 2
+    assert checks_to_reserve([4.01], 4.0) == 1  # a search of one candidate: no next to check
     assert checks_to_reserve([5.2, 8.9], 4.0) == 1
     assert checks_to_reserve([4.01], None) == 1  # a latency target: nothing to fall short of by a ratio
     # within 15% of the target: 4.51x admitted may time under 4x as shipped (it timed 4.09x); 4.7x, outside,
@@ -151,6 +152,11 @@ def test_timing_keeps_the_most_the_finishing_can_need_and_a_share_of_the_time_fo
         for kept in itertools.combinations(["far", "near"], n):
             candidates = [SimpleNamespace(name=name) for name in kept]
             assert pipeline._finishing(config, table, teacher, candidates) <= bound
+    near, far = SimpleNamespace(name="near"), SimpleNamespace(name="far")
+    # near the line alone: no next candidate's check; with another, one (and the time to time it again),
+    # the winner at 1/4.1 of the teacher's latency: 1.25 x (40/4.1 + 6 + 2 x 3 x 4 x (1 + 1/4.1)) = 57.01
+    assert pipeline._finishing(config, table, teacher, [near, far]) - pipeline._finishing(
+        config, table, teacher, [near]) == pytest.approx(1.25 * (40 / 4.1 + 6 + 2 * 3 * 4 * (1 + 1 / 4.1)))
     clock = FakeClock(0.0)
     deadline = Deadline(6.0, clock)  # ends at 360 s; timing started at 100 s, a first round takes 10 s
     search_end = 360.0 - bound

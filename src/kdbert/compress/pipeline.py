@@ -224,9 +224,10 @@ def _finishing(config: CompressConfig, table: dict, teacher: Teacher, kept: list
 def _finishing_bound(config: CompressConfig, table: dict, teacher: Teacher) -> float:
     """The most :func:`_finishing` can reserve whichever of the candidates timed so far are admitted: a
     winner as slow as the target allows, the largest export timed, and a second check where a speedup
-    is asked (one may be admitted near it, :func:`~kdbert.compress.budget.checks_to_reserve`)."""
+    is asked and more than one candidate is timed (one may be admitted near it,
+    :func:`~kdbert.compress.budget.checks_to_reserve`)."""
     exports = [row.get("export_seconds", 0.0) for row in table["candidates"].values()]
-    checks = checks_to_reserve([config.target_speedup], config.target_speedup) if config.target_speedup else 1
+    checks = checks_to_reserve([config.target_speedup] * len(table["candidates"]), config.target_speedup)
     return finishing_seconds(with_turns_measured(table), _latency_ratio(config, table),
                              max(exports, default=0.0), teacher.dev_seconds, every_core(config.threads), checks)
 
