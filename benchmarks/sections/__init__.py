@@ -31,6 +31,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("compress", compress_results.compress_section),
     ("kept-history", trust_results.kept_history_section),
     ("compress-budget", compress_results.compress_budget_section),
+    ("spare-time", compress_results.spare_time_section),
     ("compress-engines", compress_results.compress_engines_section),
     ("recipe-ablation", compress_results.recipe_ablation_section),
     ("near-duplicates", trust_results.near_duplicates_section),

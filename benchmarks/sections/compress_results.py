@@ -162,6 +162,36 @@ def compress_budget_section() -> list[str]:
     return lines
 
 
+def spare_time_section() -> list[str]:
+    """A search's winner against the same winner trained on in the finishing's spare time, seed by
+    seed (spare_time.py): steps, kept shares on dev and on the rows that decide, what shipped and why."""
+    results = load_results("spare_time")
+    if not results:
+        return []
+    lines = ["## The finishing's spare time (`benchmarks/spare_time.py`)", "", note("spare-time-intro"), "",
+             "| setting | seed | compress s (of) | search's winner: steps, kept dev / decide | spare s left "
+             "(needed) | trained on: steps, kept dev / decide | shipped | why |",
+             "|---|---:|---:|---|---:|---|---|---|"]
+
+    def kept(row: dict) -> str:
+        dev = f"{100 * row['kept_dev']:.1f}%" if "kept_dev" in row else "-"
+        return f"{dev} / {100 * row['kept_decide']:.1f}%"
+
+    for key, r in sorted(results.items()):
+        setting, seed = key.rsplit("/seed", 1)
+        spare, first, later = r["spare"], r["search_winner"], r.get("trained_on")
+        trained = f"{later['steps']:,}, {kept(later)}" if later else (
+            f"{spare['steps']:,}, not exported" if spare.get("trained") else "-")
+        minutes = float(setting.rsplit("/", 1)[1].removesuffix("min"))
+        lines.append(f"| {setting} | {seed} | {r['budget_seconds']:.0f} ({60 * minutes:.0f}) "
+                     f"| {first['steps']:,}, {kept(first)} | {spare['seconds_left']:.0f} ({spare['seconds_needed']:.0f}) "
+                     f"| {trained} | {'yes' if spare['shipped'] else 'no'} | {spare['why']} |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in results.values()})
+    commands = sorted({r["command"] for r in results.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
+                    "", note("spare-time-reading"), ""]
+
+
 def compress_engines_section() -> list[str]:
     """The search engine before and after Optuna at one budget (compress_engines.py)."""
     results = load_results("compress_engines")

@@ -36,7 +36,7 @@ HEADLINE = ["intro", "scoreboard", "kept", "agreement", "paired-margin", "winner
             "base-teachers-gpu"]
 """The sections of BENCHMARKS.md (and of docs/benchmarks/index.md), before a short section per page."""
 PAGES: dict[str, tuple[str, list[str]]] = {
-    "compress": ("`kdbert compress`", ["quickstart", "quickstart-seeds", "checkpoint-rule", "compress", "kept-history", "compress-budget", "compress-engines",
+    "compress": ("`kdbert compress`", ["quickstart", "quickstart-seeds", "checkpoint-rule", "compress", "kept-history", "compress-budget", "spare-time", "compress-engines",
                                        "recipe-ablation", "near-duplicates", "kept-by-source", "decide-draw", "timing-turns",
                                        "timing-together"]),
     "students": ("General students", ["general-students", "pretrained-cuts"]),
