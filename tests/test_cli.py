@@ -216,6 +216,17 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
     assert json.loads((out / "summary.json").read_text())["winner"] == summary["winner"]
 
 
+def test_the_bench_is_counted_at_the_length_it_pads_to():
+    """The teacher's evaluated row, timed at 13 tokens, scaled to the bench's 64: BENCH_ROWS = 4 x (5 + 20
+    + 8 x 32) = 1,124 rows x 0.005 s x 64 / 13 = 27.66 s; rows timed longer than 64 are not scaled down."""
+    from kdbert.cli.quickstart import BENCH_ROWS, bench_seconds, bench_seq_len
+    from kdbert.data.load import TaskOptions
+
+    assert BENCH_ROWS == 1124 and bench_seq_len(TaskOptions("sst2")) == 64 and bench_seq_len(TaskOptions("mrpc")) == 128
+    assert bench_seconds({"row_seconds": 0.005, "row_length": 13}, 64) == pytest.approx(1124 * 0.005 * 64 / 13)
+    assert bench_seconds({"row_seconds": 0.005, "row_length": 100}, 64) == pytest.approx(1124 * 0.005)
+
+
 def test_the_main_job_fits_its_ceiling_by_shrinking_the_teachers_steps_and_compress_alike():
     """fit_to_ceiling: 600 steps of 0.5 s and 10 s of loading and evaluation, compress 8 min, the
     bench 5 s, against 12 min: scale = (720 - 5 - 10) / (300 + 480) = 0.904 -> compress 7.2 min,
@@ -285,6 +296,7 @@ def test_the_fine_tuning_time_probe_times_the_trainers_own_steps(tiny_classifier
     assert asked == [(4, PROBE_STEPS + 1, 4)] * 2 and cost["step_seconds"] == 0.5 and cost["steps"] == 4
     assert cost["seconds"] == pytest.approx(cost["load_seconds"] + 4 * 0.5
                                             + cost["eval_rows"] * cost["evaluations"] * cost["row_seconds"])
+    assert 1 <= cost["row_length"] <= 128  # the evaluated batch's padded length
 
 
 def test_a_steps_time_is_read_at_the_mean_length_between_a_short_and_a_long_batch():

@@ -23,7 +23,8 @@ exists, and an interrupted step resumes, so rerunning the command continues wher
 How long it takes is said before it starts, for this machine: the fine-tuning measured on the
 teacher (:func:`kdbert.methods.finetune.estimate_finetune`: a few of its training steps, an
 evaluation batch, the loading of its rows), compress's budget, and the bench (``BENCH_ROWS`` rows
-of the teacher's measured evaluation speed, an upper bound for the four models). Compress gets
+of the teacher's measured evaluation speed at the length the bench pads to, :func:`bench_seconds`,
+an upper bound for the four models). Compress gets
 ``--budget-minutes``, or, where this machine is slower, twice what it needs here whatever it
 searches (:func:`kdbert.compress.budget.fixed_seconds` and one first round, at the teacher's
 measured time per row), so that its search gets at least as long as that fixed work. Where the
@@ -122,6 +123,20 @@ def seconds_since_start() -> float:
         return 0.0
 
 
+def bench_seq_len(task: TaskOptions) -> int:
+    """The length the bench pads every row to: 64 tokens for SST-2's and CoLA's single sentences, else 128."""
+    return 64 if task.task.lower() in ("sst2", "sst-2", "cola") else 128
+
+
+def bench_seconds(cost: dict, seq_len: int) -> float:
+    """Seconds the bench should take at most: ``BENCH_ROWS`` rows at the teacher's measured evaluation
+    time a row (``cost``, :func:`~kdbert.methods.finetune.estimate_finetune`), scaled from the length it
+    was timed at (``row_length``) to the ``seq_len`` the bench pads to:
+    ``BENCH_ROWS * row_seconds * max(1, seq_len / row_length)``. Unscaled, SST-2's 13-token rows said
+    0.1 min where the bench took 0.3 (2026-12-05, AVX2)."""
+    return BENCH_ROWS * cost["row_seconds"] * max(1.0, seq_len / cost["row_length"])
+
+
 def _plan(task: TaskOptions, options: dict, config, max_minutes: float, started: float, log) -> tuple[dict, float]:
     """What fine-tuning costs here (:func:`~kdbert.methods.finetune.estimate_finetune`) and the minutes
     compress gets (module doc; ``config``: its :class:`~kdbert.compress.pipeline.CompressConfig`),
@@ -137,7 +152,7 @@ def _plan(task: TaskOptions, options: dict, config, max_minutes: float, started:
     least = math.ceil(2 * (fixed + config.first_steps * config.batch_size * row) / 60)
     minutes = max(config.budget_minutes, least)
     raised = f", not {config.budget_minutes:g}: this machine needs that long" if minutes > config.budget_minutes else ""
-    bench = BENCH_ROWS * row
+    bench = bench_seconds(cost, bench_seq_len(task))
     finished = _finished(Path(options["output_dir"])) is not None
     if not finished:
         epoch_steps = cost["steps"]
@@ -220,7 +235,7 @@ def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None
     winner = report["winner"]
 
     log("[3/3] measuring size and CPU speed (PyTorch and ONNX Runtime int8)")
-    seq_len = 64 if task.task.lower() in ("sst2", "sst-2", "cola") else 128
+    seq_len = bench_seq_len(task)
     name = f"student ({winner['candidate']})"
     rows = compare([bench_model(str(teacher_dir), seq_len=seq_len, name="teacher", runs=20),
                     bench_model(winner["run"], seq_len=seq_len, name=name, runs=20),

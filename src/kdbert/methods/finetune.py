@@ -155,7 +155,8 @@ def estimate_finetune(task: TaskOptions, options: FinetuneConfig | dict) -> dict
     their mean length (:func:`_probe`), at its batch size, precision and thread share, an evaluation
     batch of them, and the loading and
     tokenising of a sample, scaled to all its rows. Returns ``{"steps", "step_seconds",
-    "eval_rows", "evaluations", "row_seconds", "load_seconds", "seconds"}``: the whole run is
+    "eval_rows", "evaluations", "row_seconds", "row_length", "load_seconds", "seconds"}`` (``row_length``:
+    the tokens an evaluated row was timed at, padded): the whole run is
     ``load_seconds + steps * step_seconds + evaluations * eval_rows * row_seconds`` (an evaluation
     scores the dev and held-out rows, once an epoch)."""
     config = options if isinstance(options, FinetuneConfig) else build_config(FinetuneConfig, options)
@@ -173,14 +174,15 @@ def estimate_finetune(task: TaskOptions, options: FinetuneConfig | dict) -> dict
     share = ThreadShare(config.threads)
     share.start()
     try:
-        step, row = _probe(model, dataset, PaddingCollator(tokenizer.pad_token_id, data.spec.is_regression), config)
+        step, row, row_length = _probe(model, dataset, PaddingCollator(tokenizer.pad_token_id, data.spec.is_regression),
+                                       config)
     finally:
         share.stop()
     steps = math.ceil(config.epochs * math.ceil(len(rows) / config.batch_size)) if not config.max_steps \
         else config.max_steps
     evaluations = max(1, math.ceil(config.epochs))
     return {"steps": steps, "step_seconds": step, "eval_rows": eval_rows, "evaluations": evaluations,
-            "row_seconds": row, "load_seconds": load, "seconds": load + steps * step + eval_rows * evaluations * row}
+            "row_seconds": row, "row_length": row_length, "load_seconds": load, "seconds": load + steps * step + eval_rows * evaluations * row}
 
 
 def _around_quantile(dataset, size: int, quantile: float) -> list[int]:
@@ -208,12 +210,12 @@ def mean_step_seconds(short: tuple[int, float], long: tuple[int, float], mean_le
     return max(min(short_seconds, long_seconds), short_seconds + slope * (mean_length - short_length))
 
 
-def _probe(model, dataset, collator, config: FinetuneConfig) -> tuple[float, float]:
+def _probe(model, dataset, collator, config: FinetuneConfig) -> tuple[float, float, int]:
     """Seconds a training step takes on average (:func:`mean_step_seconds` of two batches, around the
     ``PROBE_QUANTILES`` of the rows' lengths, each the median of ``PROBE_STEPS`` of the trainer's own
     steps after an untimed one: the first call at a shape pays one-off kernel set-up, which a run pays
     once per shape) and an evaluated row (a batch of ``EVAL_BATCH`` around the median length, timed on
-    its second pass) of ``model`` on ``dataset``."""
+    its second pass, and the length it was padded to) of ``model`` on ``dataset``."""
     import torch
 
     stage = Stage(StageConfig.from_options("probe", config), _task_loss(), dataset)
@@ -228,9 +230,10 @@ def _probe(model, dataset, collator, config: FinetuneConfig) -> tuple[float, flo
             timed.append((max(lengths[i] for i in rows), statistics.median(times[1:])))
     step = mean_step_seconds(*timed, statistics.fmean(lengths))
     model.eval()
-    batch = to_device(collator([dataset[i] for i in _around_quantile(dataset, EVAL_BATCH, 0.5)]), trainer.device)
+    evaluated = _around_quantile(dataset, EVAL_BATCH, 0.5)
+    batch = to_device(collator([dataset[i] for i in evaluated]), trainer.device)
     with torch.no_grad():
         for _ in range(2):
             began = time.time()
             model(**model_inputs(model, batch))
-    return step, (time.time() - began) / EVAL_BATCH
+    return step, (time.time() - began) / EVAL_BATCH, max(lengths[i] for i in evaluated)
