@@ -4,9 +4,8 @@ the winner's training (it had not trained the steps of the search's last rung,
 its next rung), the winner trains on toward them in the seconds left once its shipped graph has
 been checked, where that graph runs at the speed asked (training on does not change its speed; it
 may bring a graph short of the share to it): the finishing's reserve for a next candidate's check,
-where a first graph that keeps the share did not need it, and what the search left unused. Near-line winners
-left 1.2-1.6 of their search's minutes so; on SST-2 a 2-layer cut searched alone for 6 minutes
-trained one 200-step rung and left 1.4 minutes.
+where a first graph that keeps the share did not need it, and what the search left unused.
+Near-line winners left 1.2-1.6 of their search's minutes so.
 
 - It trains in a copy of its run folder (``runs/<candidate>.spare``), so that the search's run, and
   the graph exported from it, stay as the search left them. The run resumes there as it paused
@@ -147,6 +146,6 @@ def train_on(plan: Plan, winner: dict, first_check: dict, segments: list[dict], 
         return Spare({**summary, "why": f"its shipped graph does not {why}; the first stays shipped"}, check=check)
     ship_folder(export_folder, out)
     shutil.rmtree(out / "exports")
-    return Spare({**summary, "shipped": True, "why": "a later student was kept and its graph keeps the share and the speed"},
-                 row, exported, check)
+    why = "a later student was kept and its graph keeps the share and the speed"
+    return Spare({**summary, "shipped": True, "why": why}, row, exported, check)
 

@@ -182,7 +182,8 @@ def estimate_finetune(task: TaskOptions, options: FinetuneConfig | dict) -> dict
         else config.max_steps
     evaluations = max(1, math.ceil(config.epochs))
     return {"steps": steps, "step_seconds": step, "eval_rows": eval_rows, "evaluations": evaluations,
-            "row_seconds": row, "row_length": row_length, "load_seconds": load, "seconds": load + steps * step + eval_rows * evaluations * row}
+            "row_seconds": row, "row_length": row_length, "load_seconds": load,
+            "seconds": load + steps * step + eval_rows * evaluations * row}
 
 
 def _around_quantile(dataset, size: int, quantile: float) -> list[int]:
