@@ -554,31 +554,28 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
     assert [c.name for c in spread_order(candidates, latency, frozenset({"bert-2x256", "bert-2x128"}))] == [
         "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-2x256", "bilstm-h300", "bert-1x128", "bert-2x192",
         "bert-1x192", "bert-1x256"]
-    # the slowest whole-width candidate (of one depth: these name none) comes next in its family, then
-    # the rest by bisection, then the other whole-width ones, slowest first
+    # whole-width candidates come next in their family, the slowest first (of one depth), then the rest
     assert [c.name for c in spread_order(candidates, latency, frozenset({"bert-2x128"}),
                                          frozenset({"bert-1x256", "bert-2x256", "bert-1x192"}))] == [
-        "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-2x256", "bilstm-h300", "bert-1x128", "bert-2x192",
-        "bert-1x256", "bert-1x192"]
-    # a whole-width candidate admitted near the speed line comes after the others of its depth
+        "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-2x256", "bilstm-h300", "bert-1x256", "bert-1x192",
+        "bert-1x128", "bert-2x192"]
+    # a whole-width candidate admitted near the speed line starts after the others of its width
     assert [c.name for c in spread_order(candidates, latency, frozenset({"bert-2x128"}),
                                          frozenset({"bert-1x256", "bert-2x256", "bert-1x192"}),
                                          frozenset({"bert-2x256"}))] == [
-        "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-1x256", "bilstm-h300", "bert-1x128", "bert-2x192",
-        "bert-1x192", "bert-2x256"]
-    # among whole-width candidates the deeper lead, whatever their latency: a 2-layer one timed faster
-    # than a 1-layer one (noise, or a narrower FFN) still starts before it; of one depth, one leads: the
-    # slowest clear of the line, and those near it start after the others, the fastest (likeliest to
-    # pass as shipped) first; the narrower-FFN cuts of a depth start after the family's other shapes
+        "bert-2x128", "bilstm-h150", "mobilebert-2x384", "bert-1x256", "bilstm-h300", "bert-1x192", "bert-2x256",
+        "bert-1x128", "bert-2x192"]
+    # among whole-width candidates the deeper start first, whatever their latency: a 2-layer one timed
+    # faster than a 1-layer one (noise, or a narrower FFN) still starts before it; of one depth, those
+    # near the line start after the others, the fastest (likeliest to pass as shipped) first
     deep = {"bert-1x384": 0.5, "bert-1x384-ffn768": 0.4, "bert-2x384-ffn192": 0.45, "bert-1x384-ffn192": 0.2,
             "bert-2x384-ffn384": 0.55, "bert-2x384-ffn768": 0.6}
     wide = [Candidate(name, "hf", (("num_hidden_layers", int(name[5])), ("hidden_size", 384)), build=None)
-            for name in [*deep, "bert-2x256-ffn512", "bert-1x128"]]
-    assert [c.name for c in spread_order(wide, {**deep, "bert-2x256-ffn512": 0.42, "bert-1x128": 0.1},
-                                         whole=frozenset(deep),
+            for name in deep]
+    assert [c.name for c in spread_order(wide, deep, whole=frozenset(deep),
                                          near_line=frozenset({"bert-2x384-ffn768", "bert-2x384-ffn384"}))] == [
-        "bert-2x384-ffn192", "bert-1x384", "bert-1x128", "bert-2x256-ffn512", "bert-2x384-ffn384",
-        "bert-2x384-ffn768", "bert-1x384-ffn768", "bert-1x384-ffn192"]
+        "bert-2x384-ffn192", "bert-2x384-ffn384", "bert-2x384-ffn768", "bert-1x384", "bert-1x384-ffn768",
+        "bert-1x384-ffn192"]
     latency.update({"pretrained-minilm-l3": 0.25, "pretrained-minilm-l4": 0.35, "pretrained-minilm-l6": 0.55})
     candidates += [Candidate(name, "x", (), build=None, start="pretrained")
                    for name in ("pretrained-minilm-l3", "pretrained-minilm-l4", "pretrained-minilm-l6")]

@@ -117,14 +117,7 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
     (bert-2x384-ffn384, admitted at 4.02x, took a search to 95.5% on dev and timed 3.97x), so of
     one depth it starts after those clear of the line, the likeliest to pass first; but before the
     shallower ones (started after the 1-layer ones, near-line 2-layer cuts never trained in a main
-    job that shipped a 1-layer student at 91.2%). Only the first whole-width candidate of each depth
-    leads; the others of that depth, which differ from it by their FFN alone, follow the family's
-    other shapes: on the AMX Xeon, where 4x admits one layer at the teacher's width, the main job's
-    round 0 gave four of its six starts to the 1-layer cuts (bert-1x384 and its three narrower FFNs),
-    bert-1x384 took every promotion and stayed within its noise from 862 steps to 6,801 (84.0-84.9
-    on the rows that pick; 92.9% kept on dev), while the 2-layer narrow cuts never started
-    (bert-2x256-ffn512, 4.7x there: 94.7% kept on dev at 3,000 steps over three seeds, bert-1x384
-    93.0%; 2026-12-05).
+    job that shipped a 1-layer student at 91.2%).
 
     Pre-trained students (``Candidate.start`` "pretrained" or "user": their own weights, trained on
     text) come first, slowest (deepest) first, one a turn: they led the first round of every search
@@ -141,14 +134,10 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
             return members[::-1]
         rest = [c for c in members if c.name not in first]
         whole_width = sorted((c for c in rest if c.name in whole), key=lambda c: (
-            -depth(c), c.name in near_line, latency[c.name] if c.name in near_line else -latency[c.name]))
-        leaders = [c for i, c in enumerate(whole_width) if i == 0 or depth(c) != depth(whole_width[i - 1])]
-        return ([c for c in members if c.name in first] + leaders
-                + _bisection([c for c in rest if c.name not in whole])
-                + [c for c in whole_width if c not in leaders])
-
-    def depth(candidate: Candidate) -> int:
-        return dict(candidate.shape).get("num_hidden_layers", 0)
+            -dict(c.shape).get("num_hidden_layers", 0), c.name in near_line,
+            latency[c.name] if c.name in near_line else -latency[c.name]))
+        return ([c for c in members if c.name in first] + whole_width
+                + _bisection([c for c in rest if c.name not in whole]))
 
     queues = [family_order(members) for members in families.values()]
     return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
