@@ -172,23 +172,3 @@ def test_a_candidates_layer_map_names_the_teacher_layers_it_copies(layer_map, co
     other = BertForSequenceClassification(student.config).eval()  # the other map's first layer differs
     students.select_teacher_weights(other, teacher, layers=[1, 3] if layer_map == "ends" else [0, 3])
     assert not torch.equal(student.bert.encoder.layer[0].output.dense.weight, other.bert.encoder.layer[0].output.dense.weight)
-
-
-def test_narrower_widths_get_a_half_ffn_and_the_teachers_width_every_divisor():
-    from transformers import BertConfig
-
-    from kdbert.families.selection import speed_shapes
-
-    # all-MiniLM-L6-v2's shape: 6 x 384, 12 heads of 32, FFN 1536 (4x the width)
-    shapes = speed_shapes(BertConfig(hidden_size=384, num_attention_heads=12, intermediate_size=1536,
-                                     num_hidden_layers=6))
-    assert shapes["bert-2x256-ffn512"] == {"num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 8,
-                                           "intermediate_size": 512}
-    assert shapes["bert-2x256"]["intermediate_size"] == 1024 and shapes["bert-4x128-ffn256"]["intermediate_size"] == 256
-    assert {name for name in shapes if "x384-ffn" in name} == {
-        f"bert-{layers}x384-ffn{units}" for layers in (1, 2, 3, 4) for units in (768, 384, 192)}
-    narrow = {name for name in shapes if "-ffn" in name and "x384" not in name}
-    assert narrow == {f"bert-{layers}x{width}-ffn{width * 2}" for layers in (1, 2, 3, 4) for width in (128, 192, 256)}
-    assert len(shapes) == 16 + 12 + 12
-    assert not any("-ffn" in name for name in speed_shapes(BertConfig(hidden_size=384, num_attention_heads=12,
-                                                                      intermediate_size=1536), narrow_ffn=False))

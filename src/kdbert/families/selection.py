@@ -301,12 +301,6 @@ multiply-adds at width 384 on short rows, shrinks, as structured pruning finds i
 CoFi, Xia et al. 2022). The eighth puts a second whole-width layer past 4x where the quarter sits at
 the line (the main job on 2 threads of an AVX2 CPU: bert-2x384-ffn192 5.2x, -ffn384 4.4-4.8x and 3.97x
 as shipped; at 1,200 steps they kept 93.2% and 94.7% of its teacher on dev, 1-layer ones 91.0%)."""
-NARROW_WIDTH_FFN_DIVISORS = (2,)
-"""Below the teacher's width, students whose FFN keeps half of that width's units as well: where a
-CPU's int8 kernels leave the teacher fast, a second layer passes 4x only narrow and with a smaller FFN
-(the main job's teacher on the AMX Xeon, 2 threads, in turns: bert-2x256 3.67x, bert-2x256-ffn512
-4.70x, bert-1x384 4.79x), and at equal steps the 2-layer cut keeps more than the 1-layer one
-(3,000 steps: 82.80 on dev against 81.54, both of two seeds; the teacher 87.50)."""
 
 
 def _shape_of(layers: int, hidden: int, teacher_config, ffn_divisor: int = 1) -> dict:
@@ -330,8 +324,8 @@ def _cuttable_width(hidden: int, teacher_config, layout: Layout) -> bool:
 
 def speed_shapes(teacher_config, narrow_ffn: bool = True) -> dict[str, dict]:
     """Name -> shape of :data:`SPEED_DEPTHS` x :data:`SPEED_WIDTHS` no larger than the teacher, and
-    (``narrow_ffn``) at the teacher's width those of :data:`FFN_DIVISORS`, below it those of
-    :data:`NARROW_WIDTH_FFN_DIVISORS` (none for an architecture kdbert cannot cut)."""
+    (``narrow_ffn``) at the teacher's width those of :data:`FFN_DIVISORS` (none for an architecture
+    kdbert cannot cut)."""
     layout = layout_of(teacher_config)
     if layout is None:
         return {}
@@ -339,16 +333,12 @@ def speed_shapes(teacher_config, narrow_ffn: bool = True) -> dict[str, dict]:
     depths = [layers for layers in SPEED_DEPTHS if layers <= sizes["num_hidden_layers"]]
     shapes = {f"{layout.prefix}-{layers}x{hidden}": _shape_of(layers, hidden, teacher_config)
               for layers in depths for hidden in SPEED_WIDTHS if _cuttable_width(hidden, teacher_config, layout)}
-    if not narrow_ffn:
-        return shapes
     width = sizes["hidden_size"]
-    divisors = {hidden: FFN_DIVISORS if hidden == width else NARROW_WIDTH_FFN_DIVISORS
-                for hidden in SPEED_WIDTHS if hidden <= width and _cuttable_width(hidden, teacher_config, layout)}
-    for hidden in sorted(divisors, key=lambda hidden: hidden != width):  # the teacher's width first
+    if narrow_ffn and width in SPEED_WIDTHS and _cuttable_width(width, teacher_config, layout):
         for layers in depths:
-            for divisor in divisors[hidden]:
-                shape = _shape_of(layers, hidden, teacher_config, divisor)
-                shapes[f"{layout.prefix}-{layers}x{hidden}-ffn{shape['intermediate_size']}"] = shape
+            for divisor in FFN_DIVISORS:
+                shape = _shape_of(layers, width, teacher_config, divisor)
+                shapes[f"{layout.prefix}-{layers}x{width}-ffn{shape['intermediate_size']}"] = shape
     return shapes
 
 
