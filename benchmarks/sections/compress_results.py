@@ -186,10 +186,7 @@ def spare_time_section() -> list[str]:
         lines.append(f"| {setting} | {seed} | {r['budget_seconds']:.0f} ({60 * minutes:.0f}) "
                      f"| {first['steps']:,}, {kept(first)} | {spare['seconds_left']:.0f} ({spare['seconds_needed']:.0f}) "
                      f"| {trained} | {'yes' if spare['shipped'] else 'no'} | {spare['why']} |")
-    machines = sorted({f"{r['date']}, {r['machine']}" for r in results.values()})
-    commands = sorted({r["command"] for r in results.values()})
-    return lines + ["", f"Measured {'; '.join(machines)}. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".",
-                    "", note("spare-time-reading"), ""]
+    return lines + ["", measured_line(results.values()), "", note("spare-time-reading"), ""]
 
 
 def compress_engines_section() -> list[str]:
