@@ -1,14 +1,15 @@
-"""`recipe_ablation.py` on shapes compress does not offer: below the teacher's width, half the FFN.
+"""`recipe_ablation.py` on shapes compress does not offer: at every width below the teacher's, half the FFN.
 
     OMP_NUM_THREADS=1 KDBERT_MIXED_PRECISION=bf16 python benchmarks/narrow_ffn_ablation.py --task sst2 \
-        --teacher runs/qs-amx-1205/teacher --key-suffix=-qs-amx-1205 --candidate bert-2x256-ffn512 \
+        --teacher runs/qs-amx-1205/teacher --key-suffix=-qs-amx-1205 --candidate bert-2x192-ffn384 \
         --variants recipe --steps 3000 --eval-every 1000
 
-Every width of ``selection.SPEED_WIDTHS`` below the teacher's gets ``<prefix>-<layers>x<width>-ffn<width*2>``
+Every shape of ``selection.SPEED_WIDTHS`` below the teacher's width gets ``<prefix>-<layers>x<width>-ffn<width*2>``
 (half of the teacher's FFN-to-width ratio of 4) beside the shapes compress times; the arguments and the
 results are ``recipe_ablation.py``'s. Compress offered these shapes on 2026-12-05 for one commit: the
 twelve more candidates cost the main job's timing its reach (notes ``recipe-reading.md``,
-``quickstart-seeds-reading.md``).
+``quickstart-seeds-reading.md``); it now offers the widest width's from two layers
+(``selection.NARROWER_HALF_FFN_DEPTHS``: bert-2x256-ffn512, measured here first).
 """
 
 from __future__ import annotations

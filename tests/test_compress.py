@@ -572,10 +572,26 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
             "bert-2x384-ffn384": 0.55, "bert-2x384-ffn768": 0.6}
     wide = [Candidate(name, "hf", (("num_hidden_layers", int(name[5])), ("hidden_size", 384)), build=None)
             for name in deep]
-    assert [c.name for c in spread_order(wide, deep, whole=frozenset(deep),
+    assert [c.name for c in spread_order(wide, deep, lead=frozenset(deep),
                                          near_line=frozenset({"bert-2x384-ffn768", "bert-2x384-ffn384"}))] == [
         "bert-2x384-ffn192", "bert-2x384-ffn384", "bert-2x384-ffn768", "bert-1x384", "bert-1x384-ffn768",
         "bert-1x384-ffn192"]
+    # the widest width below the teacher's leads from two layers: of one depth the widest first (then
+    # the slowest), and any depth of two before one layer of the teacher's width (an AMX Xeon's main job
+    # admits no 2-layer cut at 384: bert-2x256-ffn512 kept 94.7% at 3,000 steps, bert-1x384 93.0%)
+    def cut(name):
+        layers, hidden = name[5:].split("-")[0].split("x")
+        return Candidate(name, "hf", (("num_hidden_layers", int(layers)), ("hidden_size", int(hidden))), build=None)
+
+    narrow = {"bert-1x384": 0.5, "bert-1x384-ffn192": 0.2, "bert-2x256-ffn512": 0.45, "bert-2x256": 0.55,
+              "bert-2x384-ffn192": 0.4, "bert-2x192": 0.3}
+    assert [c.name for c in spread_order([cut(name) for name in narrow], narrow,
+                                         lead=frozenset(narrow) - {"bert-2x192"})] == [
+        "bert-2x384-ffn192", "bert-2x256", "bert-2x256-ffn512", "bert-1x384", "bert-1x384-ffn192", "bert-2x192"]
+    assert [c.name for c in spread_order([cut(name) for name in narrow], narrow,
+                                         lead=frozenset(narrow) - {"bert-2x192"},
+                                         near_line=frozenset({"bert-2x256"}))] == [
+        "bert-2x384-ffn192", "bert-2x256-ffn512", "bert-2x256", "bert-1x384", "bert-1x384-ffn192", "bert-2x192"]
     latency.update({"pretrained-minilm-l3": 0.25, "pretrained-minilm-l4": 0.35, "pretrained-minilm-l6": 0.55})
     candidates += [Candidate(name, "x", (), build=None, start="pretrained")
                    for name in ("pretrained-minilm-l3", "pretrained-minilm-l4", "pretrained-minilm-l6")]
@@ -589,25 +605,34 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
                                                                    "bilstm-h300-aug"]
 
 
-def test_candidates_are_ordered_by_the_speed_that_admitted_them_and_whole_width_ones_are_named():
+def test_candidates_are_ordered_by_the_speed_that_admitted_them_and_lead_cuts_are_named():
     from types import SimpleNamespace
 
     from kdbert.compress.speed import admitted_latency
     from kdbert.families.registry import Candidate
-    from kdbert.families.selection import whole_width
+    from kdbert.families.selection import lead_cuts
 
     # bert-1x384 timed 0.57 ms alone, then 6x in turns: its latency is the teacher's 2.0 ms over 6
     table = {"teacher": {"latency_real_p50_ms": 2.0},
              "candidates": {"bert-1x384": {"latency_real_p50_ms": 0.57, "speedup": 6.0},
                             "bert-2x256": {"latency_real_p50_ms": 0.40, "speedup": 5.0}}}
     assert admitted_latency(table) == pytest.approx({"bert-1x384": 2.0 / 6.0, "bert-2x256": 0.4})
-    shapes = {"bert-1x384": {"hidden_size": 384}, "bert-2x384-ffn768": {"hidden_size": 384, "intermediate_size": 768},
-              "bert-2x256": {"hidden_size": 256}, "mobilebert-2x384": {"num_hidden_layers": 2},
+    # the teacher's whole width, and from two layers the widest width below it (256 under 384)
+    shapes = {"bert-1x384": {"hidden_size": 384, "num_hidden_layers": 1},
+              "bert-2x384-ffn768": {"hidden_size": 384, "num_hidden_layers": 2, "intermediate_size": 768},
+              "bert-2x256": {"hidden_size": 256, "num_hidden_layers": 2},
+              "bert-2x256-ffn512": {"hidden_size": 256, "num_hidden_layers": 2, "intermediate_size": 512},
+              "bert-1x256": {"hidden_size": 256, "num_hidden_layers": 1},
+              "bert-4x192": {"hidden_size": 192, "num_hidden_layers": 4}, "mobilebert-2x384": {"num_hidden_layers": 2},
               "bilstm-h384": {"hidden_size": 384}}
     candidates = [Candidate(name, "bilstm" if name.startswith("bilstm") else "hf", tuple(shape.items()), build=None)
                   for name, shape in shapes.items()]
     candidates.append(Candidate("pretrained-minilm-l6", "hf", (("hidden_size", 384),), build=None, start="pretrained"))
-    assert whole_width(candidates, SimpleNamespace(hidden_size=384)) == {"bert-1x384", "bert-2x384-ffn768"}
+    assert lead_cuts(candidates, SimpleNamespace(hidden_size=384)) == {
+        "bert-1x384", "bert-2x384-ffn768", "bert-2x256", "bert-2x256-ffn512"}
+    # a teacher 256 wide: 192 is the widest below it, whatever is offered
+    assert lead_cuts(candidates, SimpleNamespace(hidden_size=256)) == {"bert-2x256", "bert-2x256-ffn512",
+                                                                       "bert-1x256", "bert-4x192"}
 
 
 def test_distillation_time_adds_up_every_segment_of_a_candidate():

@@ -176,7 +176,7 @@ def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
     rung0 = [{**done("bert-2x384-ffn384", 0, 100, 80.81), "se": 2.14},
              {**done("mobilebert-2x384", 0, 200, 80.52), "se": 2.16}]
     assert promotion_order(list(latency), 0, rung0, Goal(88.37, 0.97, latency))[0] == "mobilebert-2x384"
-    whole = Goal(88.37, 0.97, latency, whole_width=("bert-2x384-ffn384",))
+    whole = Goal(88.37, 0.97, latency, lead_cuts=("bert-2x384-ffn384",))
     assert promotion_order(list(latency), 0, rung0, whole) == ["bert-2x384-ffn384", "mobilebert-2x384"]
     # within the whole width, capacity is the slowest likely to ship at the speedup asked: the main job's
     # rung 0, bert-2x384-ffn384 admitted at 4.04x (4.04 * 0.912 = 3.68 < 4) near-tied bert-2x384-ffn192
@@ -185,9 +185,9 @@ def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
     rung0 = [{**done("bert-2x384-ffn192", 0, 100, 80.81), "se": 2.15},
              {**done("bert-2x384-ffn384", 0, 100, 79.36), "se": 2.15}]
     both = ("bert-2x384-ffn192", "bert-2x384-ffn384")
-    assert promotion_order(list(latency), 0, rung0, Goal(88.37, 0.97, latency, whole_width=both))[0] == \
+    assert promotion_order(list(latency), 0, rung0, Goal(88.37, 0.97, latency, lead_cuts=both))[0] == \
         "bert-2x384-ffn384"
-    risky = Goal(88.37, 0.97, latency, whole_width=both, ship_risk=("bert-2x384-ffn384",))
+    risky = Goal(88.37, 0.97, latency, lead_cuts=both, ship_risk=("bert-2x384-ffn384",))
     assert promotion_order(list(latency), 0, rung0, risky) == ["bert-2x384-ffn192", "bert-2x384-ffn384"]
 
 

@@ -154,9 +154,10 @@ def test_candidates_are_named_after_the_teachers_architecture(tiny_tokenizer):
     roberta = _context(_config("roberta", len(tiny_tokenizer), **wide), tiny_tokenizer)
     names = [c.name for c in speed.all_candidates(roberta)]
     # no MobileBERT: its start is fitted to a BERT teacher's embeddings
-    # at the teacher's width (256) also a half, a quarter and an eighth of its FFN (512)
+    # at the teacher's width (256) also a half, a quarter and an eighth of its FFN (512); at the widest
+    # width below it (192), from two layers, half its FFN (192 x 512 / 256 / 2)
     assert names == ["bilstm-h150", "bilstm-h300", *(f"roberta-{d}x{w}" for d in (1, 2) for w in (128, 192, 256)),
-                     *(f"roberta-{d}x256-ffn{f}" for d in (1, 2) for f in (256, 128, 64))]
+                     *(f"roberta-{d}x256-ffn{f}" for d in (1, 2) for f in (256, 128, 64)), "roberta-2x192-ffn192"]
     candidate = speed.all_candidates(roberta)[2]
     model, tokenizer = candidate.build(roberta)
     assert (type(model).__name__, model.config.hidden_size, model.config.num_attention_heads,
@@ -173,7 +174,7 @@ def test_candidates_are_named_after_the_teachers_architecture(tiny_tokenizer):
     electra = _context(ElectraConfig(vocab_size=len(tiny_tokenizer), embedding_size=128, **wide), tiny_tokenizer)
     names = [c.name for c in speed.all_candidates(electra)]
     assert names[2:] == [*(f"electra-{d}x{w}" for d in (1, 2) for w in (192, 256)),
-                         *(f"electra-{d}x256-ffn{f}" for d in (1, 2) for f in (256, 128, 64))]
+                         *(f"electra-{d}x256-ffn{f}" for d in (1, 2) for f in (256, 128, 64)), "electra-2x192-ffn192"]
     distilbert = _context(DistilBertConfig(vocab_size=len(tiny_tokenizer), dim=128, n_layers=1, n_heads=2,
                                            hidden_dim=256), tiny_tokenizer)
     candidate = speed.all_candidates(distilbert)[2]

@@ -83,7 +83,7 @@ from kdbert.data.load import TaskOptions, is_data_file, load_task
 from kdbert.deploy.model_card import write_compress_card
 from kdbert.errors import KdbertError
 from kdbert.families.hf import user_candidate
-from kdbert.families.selection import whole_width
+from kdbert.families.selection import lead_cuts
 from kdbert.methods.kd import check_own_tokenizer, own_tokenizer_problem
 from kdbert.students.store import Build, default_store, find_build
 
@@ -242,20 +242,20 @@ def _timing_stop(config: CompressConfig, table: dict, teacher: Teacher, first_ro
     return min(search_end - first_round, started + TIMING_SHARE * (search_end - started))
 
 
-def _timing_order(offered: list, whole: frozenset[str] = frozenset()) -> list:
-    """The order candidates are timed in: pre-trained students first, then the teacher's whole-width
-    cuts (``whole``), smallest first, then the others, families in turn, each spread over its sizes
-    (the product of a shape's whole numbers, which grows with each of them), all as
-    :func:`~kdbert.compress.schedule.spread_order` orders them but the whole-width ones. Pre-trained
-    and whole-width students led every search that trained them, and a short budget times only the
-    first candidates; smallest first, the first whole-width one timed below the target rules out the
-    rest no smaller than it (``measure_speed``'s ``line``)."""
+def _timing_order(offered: list, lead: frozenset[str] = frozenset()) -> list:
+    """The order candidates are timed in: pre-trained students first, then the teacher's lead cuts
+    (``lead``, :func:`~kdbert.families.selection.lead_cuts`: its whole width, and from two layers
+    the widest width below it), smallest first, then the others, families in turn, each spread over
+    its sizes (the product of a shape's whole numbers, which grows with each of them), all as
+    :func:`~kdbert.compress.schedule.spread_order` orders them but the lead ones. Pre-trained and
+    whole-width students led every search that trained them, and a short budget times only the
+    first candidates; smallest first, the first lead cut timed below the target rules out the rest
+    no smaller than it (``measure_speed``'s ``line``)."""
     size = {c.name: math.prod(v for v in dict(c.shape).values() if isinstance(v, int) and not isinstance(v, bool))
             for c in offered}
-    others = spread_order([c for c in offered if c.name not in whole], size)
-    whole_width_first = sorted((c for c in offered if c.name in whole), key=lambda c: size[c.name])
-    return ([c for c in others if is_pretrained(c)] + whole_width_first
-            + [c for c in others if not is_pretrained(c)])
+    others = spread_order([c for c in offered if c.name not in lead], size)
+    lead_first = sorted((c for c in offered if c.name in lead), key=lambda c: size[c.name])
+    return [c for c in others if is_pretrained(c)] + lead_first + [c for c in others if not is_pretrained(c)]
 
 
 def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.PathLike,
@@ -384,7 +384,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         table = time_and_export_teacher(teacher, scored, out, speed_settings, deadline, exports)
         first_round = first_round_seconds(offered, search_settings, len(train_rows), teacher_row_seconds(table))[1]
         started = deadline.clock()
-        order = _timing_order(offered, whole_width(offered, context.teacher_config))
+        order = _timing_order(offered, lead_cuts(offered, context.teacher_config))
         table = measure_speed(teacher.folder, scored, out, speed_settings, order, context,
                               stop_at=lambda timed: _timing_stop(config, timed, teacher, first_round, deadline, started),
                               clock=deadline.clock, line=config.target_speedup)
@@ -422,8 +422,8 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     general_starts = frozenset(c.name for c in kept if general and base_name(c.name) in general.shapes)
     near_line = frozenset(name for name, row in table["candidates"].items()
                           if near_ship_line(row["speedup"], config.target_speedup))
-    whole = whole_width(kept, context.teacher_config)
-    kept = spread_order(kept, latency, general_starts, whole, near_line)
+    lead = lead_cuts(kept, context.teacher_config)
+    kept = spread_order(kept, latency, general_starts, lead, near_line)
     reserve = _finishing(config, table, teacher, kept)
     labelling = plan_labelling(config.logits_cache, out / "teacher-onnx" / RUNTIMES[config.runtime], teacher.model,
                                teacher.tokenizer, data.spec, train_rows, kept, search_settings)
@@ -448,7 +448,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
                     len(data.decide) / max(1, len(data.held_out) + len(data.decide)),
-                    tuple(sorted(whole)), tuple(sorted(c.name for c in kept if ship_at_risk(
+                    tuple(sorted(lead)), tuple(sorted(c.name for c in kept if ship_at_risk(
                         table["candidates"][c.name]["speedup"], config.target_speedup))))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),

@@ -96,23 +96,25 @@ def family(name: str) -> tuple[str, bool]:
 
 
 def spread_order(candidates: list[Candidate], latency: dict[str, float],
-                 first: frozenset[str] = frozenset(), whole: frozenset[str] = frozenset(),
+                 first: frozenset[str] = frozenset(), lead: frozenset[str] = frozenset(),
                  near_line: frozenset[str] = frozenset()) -> list[Candidate]:
     """The order candidates start in, so that the first k span the families and the speed range
     whatever k the budget allows: families in turn, each family's candidates by bisection of their
     order by ``latency`` (the fastest, the slowest, the middle one, then the middles of the two
     halves, ...); a kind's augmented variants are a family of their own. Candidates named in
     ``first`` (those that start from a general student) lead their family, fastest first; then those
-    named in ``whole`` (the teacher's whole width: its embeddings and hidden units kept), the deepest
-    first; of one depth, those clear of the speed line slowest first, then those named in
-    ``near_line`` (admitted within ``budget.SHIP_LINE_BAND`` of the target speedup) fastest first;
-    then the rest. Whole-width students learnt more at equal steps (SST-2, 1,200 steps, three
-    seeds: bert-2x384-ffn768 84.2 dev, bert-3x256 80.9) and won the searches that trained them,
-    but as the middles of a bisection over every width a short search reached them last (the main
-    job: 2 of 5 candidates trained, 2026-12-01); the deeper keep more (the main job's teacher at
-    1,200 steps: bert-2x384-ffn384 94.7% of it on dev, bert-1x384-ffn384 91.0%), so depth, not
-    latency, leads: timing noise put bert-2x384-ffn192 at 6.02x and bert-1x384 at 5.5x, and the
-    1-layer one, started first, took the main job's whole search (91.0% on dev, where 2-layer
+    named in ``lead`` (:func:`~kdbert.families.selection.lead_cuts`: the teacher's whole width, and
+    from two layers the widest width below it), the deepest first; of one depth, those clear of the
+    speed line first, the widest first, then the slowest; then those named in ``near_line``
+    (admitted within ``budget.SHIP_LINE_BAND`` of the target speedup), the fastest first; then the
+    rest. Whole-width students learnt more at equal steps (SST-2, 1,200 steps, three seeds:
+    bert-2x384-ffn768 84.2 dev, bert-3x256 80.9) and won the searches that trained them, but as the
+    middles of a bisection over every width a short search reached them last (the main job: 2 of 5
+    candidates trained, 2026-12-01); the deeper keep more (the main job's teacher at 1,200 steps:
+    bert-2x384-ffn384 94.7% of it on dev, bert-1x384-ffn384 91.0%; at 3,000 steps on an AMX Xeon,
+    where 4x admits no 2-layer cut of the teacher's width, bert-2x256-ffn512 94.7%, bert-1x384 93.0%),
+    so depth, not latency, leads: timing noise put bert-2x384-ffn192 at 6.02x and bert-1x384 at 5.5x,
+    and the 1-layer one, started first, took the main job's whole search (91.0% on dev, where 2-layer
     winners shipped 94.8-95.3%). A near-line candidate may time under the target as shipped
     (bert-2x384-ffn384, admitted at 4.02x, took a search to 95.5% on dev and timed 3.97x), so of
     one depth it starts after those clear of the line, the likeliest to pass first; but before the
@@ -133,11 +135,11 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
         if all(pretrained(c) for c in members):  # the deeper, the likelier to keep the share
             return members[::-1]
         rest = [c for c in members if c.name not in first]
-        whole_width = sorted((c for c in rest if c.name in whole), key=lambda c: (
+        leading = sorted((c for c in rest if c.name in lead), key=lambda c: (
             -dict(c.shape).get("num_hidden_layers", 0), c.name in near_line,
-            latency[c.name] if c.name in near_line else -latency[c.name]))
-        return ([c for c in members if c.name in first] + whole_width
-                + _bisection([c for c in rest if c.name not in whole]))
+            (0, latency[c.name]) if c.name in near_line else (-dict(c.shape).get("hidden_size", 0), -latency[c.name])))
+        return ([c for c in members if c.name in first] + leading
+                + _bisection([c for c in rest if c.name not in lead]))
 
     queues = [family_order(members) for members in families.values()]
     return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
@@ -180,8 +182,9 @@ class Goal:
     always answering the majority class scores ``majority_decide`` (None: not known);
     ``teacher_decide_predictions``: the teacher's predictions there, in their order (None: not known),
     against which every run is scored on the same rows (``decide_paired_se``, :meth:`decide_margin`);
-    ``decide_weight``: the share of the held-out rows that decide (:meth:`pooled`); ``whole_width``:
-    the candidates cut from the teacher at its whole width, ``ship_risk`` those admitted so near the
+    ``decide_weight``: the share of the held-out rows that decide (:meth:`pooled`); ``lead_cuts``:
+    the candidates cut from the teacher that lead (:func:`~kdbert.families.selection.lead_cuts`: its
+    whole width, and from two layers the widest width below it), ``ship_risk`` those admitted so near the
     speedup asked that they ship at it less than three times in four
     (:func:`~kdbert.compress.budget.ship_at_risk`; both :func:`near_ties_first`)."""
 
@@ -193,7 +196,7 @@ class Goal:
     majority_decide: float | None = None
     teacher_decide_predictions: tuple | None = None
     decide_weight: float = 0.5
-    whole_width: tuple[str, ...] = ()  # a tuple: the plan goes to workers as JSON
+    lead_cuts: tuple[str, ...] = ()  # a tuple: the plan goes to workers as JSON
     ship_risk: tuple[str, ...] = ()
 
     def informative(self, score: float) -> bool:
@@ -359,12 +362,12 @@ def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal
 def near_ties_first(rows: list[dict], scored, goal: Goal, fastest: bool) -> list[dict]:
     """``rows`` (one per candidate) best first by ``scored(row)``'s score (then lower held-out loss,
     then name), where a near-tie goes to speed (``fastest``) or to capacity: of the rows left, the
-    fastest (the slowest, one of the teacher's whole width, ``goal.whole_width``, before any other)
+    fastest (the slowest, one of the teacher's lead cuts, ``goal.lead_cuts``, before any other)
     whose score is within :meth:`Goal.margin` of the best's (``scored(row)``: score and bootstrap
-    standard error) comes next. Capacity is the whole width before the latency across families: the
+    standard error) comes next. Capacity is the lead cuts before the latency across families: the
     main job's mobilebert-2x384 (4.86x), near-tied with bert-2x384-ffn384 (6.02x) after 100-200
     steps, took every promotion and kept 91.7% of the teacher at 2,619 steps, where that bert shape
-    kept 95.0-95.9% at 1,551 in the searches it won. Within the whole width, capacity is the slowest
+    kept 95.0-95.9% at 1,551 in the searches it won. Within the lead cuts, capacity is the slowest
     that ships at the speedup asked at least three times in four (``goal.ship_risk``): the main job's
     bert-2x384-ffn384, admitted at 4.04x, near-tied with bert-2x384-ffn192 (4.45x) at rung 0, took
     every promotion, timed 3.90x as shipped, and the 100-step ffn192 shipped in its place at 86.8%."""
@@ -372,7 +375,7 @@ def near_ties_first(rows: list[dict], scored, goal: Goal, fastest: bool) -> list
 
     def capacity_first(row: dict) -> tuple:
         name = row["candidate"]
-        return name not in goal.whole_width, name in goal.ship_risk, -goal.latency[name]
+        return name not in goal.lead_cuts, name in goal.ship_risk, -goal.latency[name]
 
     order = []
     while left:

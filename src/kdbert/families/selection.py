@@ -302,6 +302,15 @@ CoFi, Xia et al. 2022). The eighth puts a second whole-width layer past 4x where
 the line (the main job on 2 threads of an AVX2 CPU: bert-2x384-ffn192 5.2x, -ffn384 4.4-4.8x and 3.97x
 as shipped; at 1,200 steps they kept 93.2% and 94.7% of its teacher on dev, 1-layer ones 91.0%)."""
 
+NARROWER_HALF_FFN_DEPTHS = (2, 3, 4)
+"""Below the teacher's width, at these depths the widest cut width also with half its FFN
+(``<prefix>-2x256-ffn512`` under a 384-wide teacher): two narrow layers where one whole-width layer
+is all 4x admits. On an AMX Xeon (2 threads) the main job's teacher admits no 2-layer cut at its
+width (bert-2x384-ffn192 3.6-3.9x) and bert-2x256 times 3.7-4.0x; bert-2x256-ffn512 timed 4.7x and
+at 3,000 steps kept 94.7% of the teacher on dev and 94.0% on the rows that decide, bert-1x384 93.0% and
+91.5% (three seeds, ``narrow_ffn_ablation.py``). Every narrower width with half its FFN (twelve shapes)
+cost the main job's timing its reach; one width, from two layers, costs three."""
+
 
 def _shape_of(layers: int, hidden: int, teacher_config, ffn_divisor: int = 1) -> dict:
     """The shape ``<prefix>-<layers>x<hidden>`` of a student of ``teacher_config``: the teacher's head
@@ -324,8 +333,8 @@ def _cuttable_width(hidden: int, teacher_config, layout: Layout) -> bool:
 
 def speed_shapes(teacher_config, narrow_ffn: bool = True) -> dict[str, dict]:
     """Name -> shape of :data:`SPEED_DEPTHS` x :data:`SPEED_WIDTHS` no larger than the teacher, and
-    (``narrow_ffn``) at the teacher's width those of :data:`FFN_DIVISORS` (none for an architecture
-    kdbert cannot cut)."""
+    (``narrow_ffn``) at the teacher's width those of :data:`FFN_DIVISORS`, below it those of
+    :data:`NARROWER_HALF_FFN_DEPTHS` (none for an architecture kdbert cannot cut)."""
     layout = layout_of(teacher_config)
     if layout is None:
         return {}
@@ -333,12 +342,17 @@ def speed_shapes(teacher_config, narrow_ffn: bool = True) -> dict[str, dict]:
     depths = [layers for layers in SPEED_DEPTHS if layers <= sizes["num_hidden_layers"]]
     shapes = {f"{layout.prefix}-{layers}x{hidden}": _shape_of(layers, hidden, teacher_config)
               for layers in depths for hidden in SPEED_WIDTHS if _cuttable_width(hidden, teacher_config, layout)}
+    if not narrow_ffn:
+        return shapes
     width = sizes["hidden_size"]
-    if narrow_ffn and width in SPEED_WIDTHS and _cuttable_width(width, teacher_config, layout):
-        for layers in depths:
-            for divisor in FFN_DIVISORS:
-                shape = _shape_of(layers, width, teacher_config, divisor)
-                shapes[f"{layout.prefix}-{layers}x{width}-ffn{shape['intermediate_size']}"] = shape
+    fewer_ffn = [(layers, width, divisor) for layers in depths for divisor in FFN_DIVISORS
+                 if width in SPEED_WIDTHS and _cuttable_width(width, teacher_config, layout)]
+    narrower = max((hidden for hidden in SPEED_WIDTHS if hidden < width), default=None)
+    if narrower is not None and _cuttable_width(narrower, teacher_config, layout):
+        fewer_ffn += [(layers, narrower, 2) for layers in depths if layers in NARROWER_HALF_FFN_DEPTHS]
+    for layers, hidden, divisor in fewer_ffn:
+        shape = _shape_of(layers, hidden, teacher_config, divisor)
+        shapes[f"{layout.prefix}-{layers}x{hidden}-ffn{shape['intermediate_size']}"] = shape
     return shapes
 
 
@@ -387,12 +401,22 @@ def speed_candidates(context: ShapeContext, random_student: Callable = task_stud
             for name, shape in speed_shapes(context.teacher_config).items()]
 
 
-def whole_width(candidates: list[Candidate], teacher_config) -> frozenset[str]:
-    """The names of ``candidates`` cut from the teacher that keep its whole width (its embeddings
-    and every hidden unit; fewer layers or FFN units only)."""
+def lead_cuts(candidates: list[Candidate], teacher_config) -> frozenset[str]:
+    """The names of ``candidates`` cut from the teacher that a search times and starts first: those
+    that keep its whole width (its embeddings and every hidden unit; fewer layers or FFN units only)
+    and, from two layers, those of the widest width below it, where one whole-width layer is all the
+    speed asked admits (:data:`NARROWER_HALF_FFN_DEPTHS`). Deep and narrow cuts keep less: at 3,000
+    steps on SST-2 (the main job's teacher, three seeds) bert-3x128 kept 93.2% on dev and 88.3% on the
+    rows that decide, bert-4x128 94.2% and 90.0%, bert-2x256-ffn512 94.7% and 94.0%."""
+    width = getattr(teacher_config, "hidden_size", None)
+    narrower = max((hidden for hidden in SPEED_WIDTHS if width is not None and hidden < width), default=None)
+
+    def leads(shape: dict) -> bool:
+        return shape.get("hidden_size") == width or (
+            shape.get("hidden_size") == narrower and shape.get("num_hidden_layers", 0) >= min(NARROWER_HALF_FFN_DEPTHS))
+
     return frozenset(c.name for c in candidates
-                     if c.family == "hf" and c.start == "teacher-weights"
-                     and dict(c.shape).get("hidden_size") == getattr(teacher_config, "hidden_size", None))
+                     if c.family == "hf" and c.start == "teacher-weights" and leads(dict(c.shape)))
 
 
 def uncut_note(teacher_config) -> str | None:
