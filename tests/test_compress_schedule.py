@@ -176,7 +176,7 @@ def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
     rung0 = [{**done("bert-2x384-ffn384", 0, 100, 80.81), "se": 2.14},
              {**done("mobilebert-2x384", 0, 200, 80.52), "se": 2.16}]
     assert promotion_order(list(latency), 0, rung0, Goal(88.37, 0.97, latency))[0] == "mobilebert-2x384"
-    whole = Goal(88.37, 0.97, latency, lead_cuts=("bert-2x384-ffn384",))
+    whole = Goal(88.37, 0.97, latency, lead_cuts={"bert-2x384-ffn384": 2})
     assert promotion_order(list(latency), 0, rung0, whole) == ["bert-2x384-ffn384", "mobilebert-2x384"]
     # within the whole width, capacity is the slowest likely to ship at the speedup asked: the main job's
     # rung 0, bert-2x384-ffn384 admitted at 4.04x (4.04 * 0.912 = 3.68 < 4) near-tied bert-2x384-ffn192
@@ -184,11 +184,19 @@ def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
     latency = {"bert-2x384-ffn192": 4.0 / 4.45, "bert-2x384-ffn384": 4.0 / 4.04}
     rung0 = [{**done("bert-2x384-ffn192", 0, 100, 80.81), "se": 2.15},
              {**done("bert-2x384-ffn384", 0, 100, 79.36), "se": 2.15}]
-    both = ("bert-2x384-ffn192", "bert-2x384-ffn384")
+    both = {"bert-2x384-ffn192": 2, "bert-2x384-ffn384": 2}
     assert promotion_order(list(latency), 0, rung0, Goal(88.37, 0.97, latency, lead_cuts=both))[0] == \
         "bert-2x384-ffn384"
     risky = Goal(88.37, 0.97, latency, lead_cuts=both, ship_risk=("bert-2x384-ffn384",))
     assert promotion_order(list(latency), 0, rung0, risky) == ["bert-2x384-ffn192", "bert-2x384-ffn384"]
+    # then the deeper: an AMX Xeon's rung 2, bert-1x384 (4.94x) near-tied bert-2x256-ffn512 (4.96x) 81.40 to
+    # 83.43, margin sqrt(2.12^2 + 1.97^2) = 2.89; by latency alone the 1-layer cut went on
+    latency = {"bert-1x384": 4.0 / 4.94, "bert-2x256-ffn512": 4.0 / 4.96}
+    rung2 = [{**done("bert-1x384", 2, 418, 81.40), "se": 2.12}, {**done("bert-2x256-ffn512", 2, 418, 83.43), "se": 1.97}]
+    lead = Goal(88.66, 0.97, latency, lead_cuts={"bert-1x384": 1, "bert-2x256-ffn512": 2})
+    assert promotion_order(list(latency), 2, rung2, lead) == ["bert-2x256-ffn512", "bert-1x384"]
+    rung2 = [{**done("bert-1x384", 2, 418, 83.43), "se": 1.97}, {**done("bert-2x256-ffn512", 2, 418, 81.40), "se": 2.12}]
+    assert promotion_order(list(latency), 2, rung2, lead) == ["bert-2x256-ffn512", "bert-1x384"]
 
 
 def test_a_candidate_that_ships_at_the_target_less_than_three_times_in_four_is_a_risk():

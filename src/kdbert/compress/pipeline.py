@@ -448,7 +448,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
                     len(data.decide) / max(1, len(data.held_out) + len(data.decide)),
-                    tuple(sorted(lead)), tuple(sorted(c.name for c in kept if ship_at_risk(
+                    {c.name: dict(c.shape).get("num_hidden_layers", 0) for c in kept if c.name in lead}, tuple(sorted(c.name for c in kept if ship_at_risk(
                         table["candidates"][c.name]["speedup"], config.target_speedup))))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),

@@ -69,7 +69,7 @@ The rows that decide never order a promotion.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kdbert.compress.augment import is_augmented
 from kdbert.compress.recipes import SearchSettings, kind_of
@@ -184,7 +184,7 @@ class Goal:
     against which every run is scored on the same rows (``decide_paired_se``, :meth:`decide_margin`);
     ``decide_weight``: the share of the held-out rows that decide (:meth:`pooled`); ``lead_cuts``:
     the candidates cut from the teacher that lead (:func:`~kdbert.families.selection.lead_cuts`: its
-    whole width, and from two layers the widest width below it), ``ship_risk`` those admitted so near the
+    whole width, and from two layers the widest width below it) and their layers, ``ship_risk`` those admitted so near the
     speedup asked that they ship at it less than three times in four
     (:func:`~kdbert.compress.budget.ship_at_risk`; both :func:`near_ties_first`)."""
 
@@ -196,7 +196,7 @@ class Goal:
     majority_decide: float | None = None
     teacher_decide_predictions: tuple | None = None
     decide_weight: float = 0.5
-    lead_cuts: tuple[str, ...] = ()  # a tuple: the plan goes to workers as JSON
+    lead_cuts: dict[str, int] = field(default_factory=dict)  # name -> layers
     ship_risk: tuple[str, ...] = ()
 
     def informative(self, score: float) -> bool:
@@ -367,15 +367,20 @@ def near_ties_first(rows: list[dict], scored, goal: Goal, fastest: bool) -> list
     standard error) comes next. Capacity is the lead cuts before the latency across families: the
     main job's mobilebert-2x384 (4.86x), near-tied with bert-2x384-ffn384 (6.02x) after 100-200
     steps, took every promotion and kept 91.7% of the teacher at 2,619 steps, where that bert shape
-    kept 95.0-95.9% at 1,551 in the searches it won. Within the lead cuts, capacity is the slowest
-    that ships at the speedup asked at least three times in four (``goal.ship_risk``): the main job's
+    kept 95.0-95.9% at 1,551 in the searches it won. Within the lead cuts, capacity is one that ships
+    at the speedup asked at least three times in four (``goal.ship_risk``): the main job's
     bert-2x384-ffn384, admitted at 4.04x, near-tied with bert-2x384-ffn192 (4.45x) at rung 0, took
-    every promotion, timed 3.90x as shipped, and the 100-step ffn192 shipped in its place at 86.8%."""
+    every promotion, timed 3.90x as shipped, and the 100-step ffn192 shipped in its place at 86.8%;
+    then the deepest (the layers ``goal.lead_cuts`` gives each), as they start
+    (:func:`spread_order`), then the slowest: on an AMX Xeon bert-1x384 (4.94x) and bert-2x256-ffn512
+    (4.96x) near-tied at rung 2, 81.4 to 83.4, and by latency alone the 1-layer cut took every
+    promotion after it, where the 2-layer one kept 94.7% on dev at 3,000 steps to its 93.0%."""
     left = _best_first(rows, lambda row: scored(row)[0])
 
     def capacity_first(row: dict) -> tuple:
         name = row["candidate"]
-        return name not in goal.lead_cuts, name in goal.ship_risk, -goal.latency[name]
+        return (name not in goal.lead_cuts, name in goal.ship_risk, -goal.lead_cuts.get(name, 0),
+                -goal.latency[name])
 
     order = []
     while left:
