@@ -115,27 +115,31 @@ def test_once_a_candidate_keeps_the_share_only_candidates_as_fast_go_on():
 def test_a_near_tie_within_the_margin_of_the_standard_errors_is_promoted_by_speed_once_one_keeps():
     # SST-2's first rung: MobileBERT 84.80 (se 0.62), the BiLSTM 84.32 (se 0.62); the margin of their
     # difference is sqrt(0.62^2 + 0.62^2) = 0.8768, and 84.80 - 84.32 = 0.48 is within it. Against a
-    # teacher at 87.0 MobileBERT keeps 0.97 (the line 84.39), so the faster BiLSTM, tied, goes first
+    # teacher at 86.5 MobileBERT keeps 0.97 beyond its error (the line 83.905 <= 84.80 - 0.62; the BiLSTM
+    # does not, 84.32 - 0.62 = 83.70), so the faster BiLSTM, tied, goes first; against one at 87.0 (the
+    # line 84.39) it keeps by less than its error, and the best goes first
     latency = {"bilstm-h150": 0.433, "mobilebert-2x384": 1.922, "bert-1x128": 0.291}
     rung0 = [done("bert-1x128", 0, 300, 80.50), done("bilstm-h150", 0, 824, 84.32),
              done("mobilebert-2x384", 0, 300, 84.80)]
     with_errors = [{**row, "se": 0.62} for row in rung0]
-    sst2 = Goal(87.0, 0.97, latency)
+    sst2 = Goal(86.5, 0.97, latency)
     assert Goal.margin(0.62, 0.62) == pytest.approx(0.8768, abs=5e-5)
     assert promotion_order(list(latency), 0, with_errors, sst2) == ["bilstm-h150", "mobilebert-2x384", "bert-1x128"]
+    assert promotion_order(list(latency), 0, with_errors, Goal(87.0, 0.97, latency))[0] == "mobilebert-2x384"
     # against the teacher of that search (89.77) none keeps: the best score goes on first, tie or not
     assert promotion_order(list(latency), 0, with_errors, Goal(89.77, 0.97, latency)) == [
         "mobilebert-2x384", "bilstm-h150", "bert-1x128"]
     # standard errors of 0.2 (margin 0.283): the half-point lead stands
-    assert promotion_order(list(latency), 0, [{**row, "se": 0.2} for row in rung0], sst2) == [
+    assert promotion_order(list(latency), 0, [{**row, "se": 0.2} for row in rung0], Goal(87.0, 0.97, latency)) == [
         "mobilebert-2x384", "bilstm-h150", "bert-1x128"]
     # errors unknown: score alone, as before
-    assert promotion_order(list(latency), 0, rung0, sst2) == ["mobilebert-2x384", "bilstm-h150", "bert-1x128"]
+    assert promotion_order(list(latency), 0, rung0, Goal(87.0, 0.97, latency)) == [
+        "mobilebert-2x384", "bilstm-h150", "bert-1x128"]
     # the tie is measured from the best left, not chained: margin sqrt(2) * 2.1 = 2.97, so 88 ties with 90
     # and 86 does not, even though it is within 2.97 of 88
     chain = [{**done(name, 0, 300, score), "se": 2.1} for name, score in
              (("mobilebert-2x384", 90.0), ("bilstm-h150", 88.0), ("bert-1x128", 86.0))]
-    assert promotion_order(list(latency), 0, chain, Goal(92.0, 0.97, latency)) == [  # 90 keeps 0.97 of 92
+    assert promotion_order(list(latency), 0, chain, Goal(90.0, 0.97, latency)) == [  # 90 - 2.1 keeps 0.97 of 90
         "bilstm-h150", "mobilebert-2x384", "bert-1x128"]
 
 
@@ -167,8 +171,18 @@ def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
     # 2.98 apart, just past the margin: the lead stands
     apart = [rung[0], {**rung[1], "score": 81.69 - 2.98}, rung[2]]
     assert promotion_order(list(latency), 1, apart, sst2)[:2] == ["bert-1x384-ffn384", "bert-2x384-ffn384"]
-    # once one keeps the share (a teacher at 84.0: the line 81.48), the tie goes to speed
-    assert promotion_order(list(latency), 1, rung, Goal(84.0, 0.97, latency))[0] == "bert-1x384-ffn384"
+    # once one keeps the share by more than its standard error (a teacher at 82.0: the line 79.54 <=
+    # 81.69 - 2.08), the tie goes to speed; by less (a teacher at 84.0: the line 81.48), it does not
+    assert promotion_order(list(latency), 1, rung, Goal(82.0, 0.97, latency))[0] == "bert-1x384-ffn384"
+    assert promotion_order(list(latency), 1, rung, Goal(84.0, 0.97, latency))[0] == "bert-2x384-ffn384"
+    # an AMX Xeon's main job at rung 4: bert-2x256-ffn512 86.63 +- 1.80 against the line 0.97 * 88.66 = 86.00,
+    # bert-1x384-ffn384 (6.45x) 85.47 +- 1.90, tied (margin 2.62): the deeper goes on, not the faster
+    latency = {"bert-2x256-ffn512": 4.0 / 4.82, "bert-1x384-ffn384": 4.0 / 6.45}
+    rung4 = [{**done("bert-2x256-ffn512", 4, 1673, 86.63), "se": 1.80},
+             {**done("bert-1x384-ffn384", 4, 1670, 85.47), "se": 1.90}]
+    amx = Goal(88.66, 0.97, latency, lead_cuts={"bert-2x256-ffn512": 2, "bert-1x384-ffn384": 1})
+    assert amx.keeps(86.63) and not amx.keeps_clearly(rung4[0])
+    assert promotion_order(list(latency), 4, rung4, amx) == ["bert-2x256-ffn512", "bert-1x384-ffn384"]
     # capacity is the teacher's whole width before latency: the main job's rung 0, where mobilebert-2x384
     # (4.86x, 200 steps) near-tied bert-2x384-ffn384 (6.02x, 100 steps) 80.52 to 80.81, margin
     # sqrt(2.14^2 + 2.16^2) = 3.04; by latency alone the slower mobilebert would go on

@@ -216,6 +216,14 @@ class Goal:
             return score >= self.teacher_score
         return score / self.teacher_score >= self.min_kept
 
+    def keeps_clearly(self, row: dict) -> bool:
+        """Whether a segment's score on the rows that pick keeps the share by more than its standard
+        error, ``keeps(score - se)``: what turns the search from capacity to speed. A score just past
+        the line is as likely a lucky draw: the main job's bert-2x256-ffn512 read 86.63 +- 1.80 against
+        a line of 86.00, so near-ties went to speed, a 1-layer cut took the last promotions, and the
+        2-layer one, shipped after 1,673 steps, kept 91.0% on the rows that decide."""
+        return self.keeps(row["score"] - row.get("se", 0.0))
+
     def teacher_deciding(self) -> float:
         """The teacher's score on the rows that decide (on the rows that pick where none decide)."""
         return self.teacher_score if self.teacher_decide is None else self.teacher_decide
@@ -340,8 +348,8 @@ def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal
     (then lower held-out loss, then name), near-ties (scores within :meth:`Goal.margin` of the best's,
     their bootstrap standard errors ``se``) broken by :func:`near_ties_first`.
 
-    While no candidate keeps the share, every one may win and the winner will be the best score at
-    the search's end, so a near-tie goes to capacity: the slowest of the tied goes on. A rung's
+    While no candidate keeps the share clearly (:meth:`Goal.keeps_clearly`), every one may win and the
+    winner will be the best score at the search's end, so a near-tie goes to capacity: the slowest of the tied goes on. A rung's
     score is read early in a run, where a small student leads by learning fast and a larger one
     catches up and passes it (the main job's teacher, SST-2, three seeds: bert-1x384-ffn384 and
     bert-2x384-ffn384 tied at 100 steps, 78.5 each, the 1-layer led at 200, 81.7 to 79.9, and the
@@ -349,7 +357,7 @@ def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal
     three rungs in a row to a 90x student over a 12x pre-trained cut that led the first round by 3.3
     points, within the margin of 3.85). Once one keeps it, only candidates at least as fast may win,
     and a near-tie goes to speed: the fastest of the tied goes on."""
-    keepers = [name for name, s in latest(segments).items() if goal.keeps(s["score"])]
+    keepers = [name for name, s in latest(segments).items() if goal.keeps_clearly(s)]
     limit = min((goal.latency[name] for name in keepers), default=math.inf)
     at_rung = {s["candidate"]: s for s in sorted(segments, key=lambda s: s.get("steps", 0))
                if s["state"] == "done" and s["rung"] == rung}  # a topped-up rung 0: its longest run
@@ -469,7 +477,7 @@ def within_reach(name: str, leader: str, trained: dict[str, dict], goal: Goal) -
         target - score <= sqrt(se^2 [+ se_leader^2])
     """
     row, best = trained[name], trained[leader]
-    if any(goal.keeps(s["score"]) for s in trained.values()):
+    if any(goal.keeps_clearly(s) for s in trained.values()):
         line = goal.teacher_score * (goal.min_kept if goal.teacher_score > 0 else 1.0)  # as Goal.keeps
         return line - row["score"] <= goal.margin(row.get("se", 0.0))
     return best["score"] - row["score"] <= goal.margin(row.get("se", 0.0), best.get("se", 0.0))
