@@ -203,13 +203,15 @@ def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
         "bert-2x384-ffn384"
     risky = Goal(88.37, 0.97, latency, lead_cuts=both, ship_risk=("bert-2x384-ffn384",))
     assert promotion_order(list(latency), 0, rung0, risky) == ["bert-2x384-ffn192", "bert-2x384-ffn384"]
-    # then the deeper: an AMX Xeon's rung 2, bert-1x384 (4.94x) near-tied bert-2x256-ffn512 (4.96x) 81.40 to
-    # 83.43, margin sqrt(2.12^2 + 1.97^2) = 2.89; by latency alone the 1-layer cut went on
+    # then the deeper: an AMX Xeon's rung 2, bert-1x384 (4.94x) near-tied bert-2x256-ffn512 (4.96x)
+    # 81.40 to 83.43, margin sqrt(2.12^2 + 1.97^2) = 2.89; by latency alone the 1-layer cut went on
     latency = {"bert-1x384": 4.0 / 4.94, "bert-2x256-ffn512": 4.0 / 4.96}
-    rung2 = [{**done("bert-1x384", 2, 418, 81.40), "se": 2.12}, {**done("bert-2x256-ffn512", 2, 418, 83.43), "se": 1.97}]
+    rung2 = [{**done("bert-1x384", 2, 418, 81.40), "se": 2.12},
+             {**done("bert-2x256-ffn512", 2, 418, 83.43), "se": 1.97}]
     lead = Goal(88.66, 0.97, latency, lead_cuts={"bert-1x384": 1, "bert-2x256-ffn512": 2})
     assert promotion_order(list(latency), 2, rung2, lead) == ["bert-2x256-ffn512", "bert-1x384"]
-    rung2 = [{**done("bert-1x384", 2, 418, 83.43), "se": 1.97}, {**done("bert-2x256-ffn512", 2, 418, 81.40), "se": 2.12}]
+    rung2 = [{**done("bert-1x384", 2, 418, 83.43), "se": 1.97},  # the scores swapped: still a tie
+             {**done("bert-2x256-ffn512", 2, 418, 81.40), "se": 2.12}]
     assert promotion_order(list(latency), 2, rung2, lead) == ["bert-2x256-ffn512", "bert-1x384"]
 
 

@@ -423,6 +423,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     near_line = frozenset(name for name, row in table["candidates"].items()
                           if near_ship_line(row["speedup"], config.target_speedup))
     lead = lead_cuts(kept, context.teacher_config)
+    lead_layers = {c.name: dict(c.shape).get("num_hidden_layers", 0) for c in kept if c.name in lead}
     kept = spread_order(kept, latency, general_starts, lead, near_line)
     reserve = _finishing(config, table, teacher, kept)
     labelling = plan_labelling(config.logits_cache, out / "teacher-onnx" / RUNTIMES[config.runtime], teacher.model,
@@ -448,7 +449,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
                     len(data.decide) / max(1, len(data.held_out) + len(data.decide)),
-                    {c.name: dict(c.shape).get("num_hidden_layers", 0) for c in kept if c.name in lead}, tuple(sorted(c.name for c in kept if ship_at_risk(
+                    lead_layers, tuple(sorted(c.name for c in kept if ship_at_risk(
                         table["candidates"][c.name]["speedup"], config.target_speedup))))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),

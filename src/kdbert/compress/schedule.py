@@ -137,7 +137,8 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
         rest = [c for c in members if c.name not in first]
         leading = sorted((c for c in rest if c.name in lead), key=lambda c: (
             -dict(c.shape).get("num_hidden_layers", 0), c.name in near_line,
-            (0, latency[c.name]) if c.name in near_line else (-dict(c.shape).get("hidden_size", 0), -latency[c.name])))
+            (0, latency[c.name]) if c.name in near_line
+            else (-dict(c.shape).get("hidden_size", 0), -latency[c.name])))
         return ([c for c in members if c.name in first] + leading
                 + _bisection([c for c in rest if c.name not in lead]))
 
@@ -184,8 +185,8 @@ class Goal:
     against which every run is scored on the same rows (``decide_paired_se``, :meth:`decide_margin`);
     ``decide_weight``: the share of the held-out rows that decide (:meth:`pooled`); ``lead_cuts``:
     the candidates cut from the teacher that lead (:func:`~kdbert.families.selection.lead_cuts`: its
-    whole width, and from two layers the widest width below it) and their layers, ``ship_risk`` those admitted so near the
-    speedup asked that they ship at it less than three times in four
+    whole width, and from two layers the widest width below it) and their layers, ``ship_risk``
+    those admitted so near the speedup asked that they ship at it less than three times in four
     (:func:`~kdbert.compress.budget.ship_at_risk`; both :func:`near_ties_first`)."""
 
     teacher_score: float
@@ -349,14 +350,14 @@ def promotion_order(candidates: list[str], rung: int, segments: list[dict], goal
     their bootstrap standard errors ``se``) broken by :func:`near_ties_first`.
 
     While no candidate keeps the share clearly (:meth:`Goal.keeps_clearly`), every one may win and the
-    winner will be the best score at the search's end, so a near-tie goes to capacity: the slowest of the tied goes on. A rung's
-    score is read early in a run, where a small student leads by learning fast and a larger one
-    catches up and passes it (the main job's teacher, SST-2, three seeds: bert-1x384-ffn384 and
-    bert-2x384-ffn384 tied at 100 steps, 78.5 each, the 1-layer led at 200, 81.7 to 79.9, and the
-    2-layer kept 3.7 points more of the teacher at 1,200 steps; on MRPC at 8x a near-tie to speed gave
-    three rungs in a row to a 90x student over a 12x pre-trained cut that led the first round by 3.3
-    points, within the margin of 3.85). Once one keeps it, only candidates at least as fast may win,
-    and a near-tie goes to speed: the fastest of the tied goes on."""
+    winner will be the best score at the search's end, so a near-tie goes to capacity
+    (:func:`near_ties_first`). A rung's score is read early in a run, where a small student leads by
+    learning fast and a larger one catches up and passes it (the main job's teacher, SST-2, three seeds:
+    bert-1x384-ffn384 and bert-2x384-ffn384 tied at 100 steps, 78.5 each, the 1-layer led at 200, 81.7
+    to 79.9, and the 2-layer kept 3.7 points more of the teacher at 1,200 steps; on MRPC at 8x a
+    near-tie to speed gave three rungs in a row to a 90x student over a 12x pre-trained cut that led the
+    first round by 3.3 points, within the margin of 3.85). Once one keeps it clearly, only candidates at
+    least as fast may win, and a near-tie goes to speed: the fastest of the tied goes on."""
     keepers = [name for name, s in latest(segments).items() if goal.keeps_clearly(s)]
     limit = min((goal.latency[name] for name in keepers), default=math.inf)
     at_rung = {s["candidate"]: s for s in sorted(segments, key=lambda s: s.get("steps", 0))
