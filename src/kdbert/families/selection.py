@@ -312,6 +312,11 @@ at 3,000 steps kept 94.7% of the teacher on dev and 94.0% on the rows that decid
 cost the main job's timing its reach; one width, from two layers, costs three."""
 
 
+def widest_narrower(width: int | None) -> int | None:
+    """The widest of :data:`SPEED_WIDTHS` below a teacher ``width`` wide (None: none, or no width)."""
+    return max((hidden for hidden in SPEED_WIDTHS if width is not None and hidden < width), default=None)
+
+
 def _shape_of(layers: int, hidden: int, teacher_config, ffn_divisor: int = 1) -> dict:
     """The shape ``<prefix>-<layers>x<hidden>`` of a student of ``teacher_config``: the teacher's head
     size and FFN-to-width ratio, the FFN ``ffn_divisor`` times narrower."""
@@ -345,9 +350,10 @@ def speed_shapes(teacher_config, narrow_ffn: bool = True) -> dict[str, dict]:
     if not narrow_ffn:
         return shapes
     width = sizes["hidden_size"]
-    fewer_ffn = [(layers, width, divisor) for layers in depths for divisor in FFN_DIVISORS
-                 if width in SPEED_WIDTHS and _cuttable_width(width, teacher_config, layout)]
-    narrower = max((hidden for hidden in SPEED_WIDTHS if hidden < width), default=None)
+    fewer_ffn = []
+    if width in SPEED_WIDTHS and _cuttable_width(width, teacher_config, layout):
+        fewer_ffn += [(layers, width, divisor) for layers in depths for divisor in FFN_DIVISORS]
+    narrower = widest_narrower(width)
     if narrower is not None and _cuttable_width(narrower, teacher_config, layout):
         fewer_ffn += [(layers, narrower, 2) for layers in depths if layers in NARROWER_HALF_FFN_DEPTHS]
     for layers, hidden, divisor in fewer_ffn:
@@ -409,11 +415,11 @@ def lead_cuts(candidates: list[Candidate], teacher_config) -> frozenset[str]:
     steps on SST-2 (the main job's teacher, three seeds) bert-3x128 kept 93.2% on dev and 88.3% on the
     rows that decide, bert-4x128 94.2% and 90.0%, bert-2x256-ffn512 94.7% and 94.0%."""
     width = getattr(teacher_config, "hidden_size", None)
-    narrower = max((hidden for hidden in SPEED_WIDTHS if width is not None and hidden < width), default=None)
+    narrower = widest_narrower(width)
 
     def leads(shape: dict) -> bool:
         return shape.get("hidden_size") == width or (
-            shape.get("hidden_size") == narrower and shape.get("num_hidden_layers", 0) >= min(NARROWER_HALF_FFN_DEPTHS))
+            shape.get("hidden_size") == narrower and shape.get("num_hidden_layers", 0) in NARROWER_HALF_FFN_DEPTHS)
 
     return frozenset(c.name for c in candidates
                      if c.family == "hf" and c.start == "teacher-weights" and leads(dict(c.shape)))
