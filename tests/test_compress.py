@@ -184,7 +184,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     from collections import Counter
 
     from kdbert.cli import main
-    from kdbert.compress import breakdown, search, ship
+    from kdbert.compress import breakdown, search, ship, timing_process
     from kdbert.data.load import load_task
 
     out = tmp_path / "compress"
@@ -199,10 +199,16 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     for module, name in ((front, "load_task"), (front, "load_task_model"), (front, "load_tokenizer"),
                          (search, "load_task"), (search, "load_task_model")):
         monkeypatch.setattr(module, name, loaded_again)  # the search's segments use compress's own
+
+    def timed_here(*args, **kwargs):
+        raise AssertionError("the ship check timed in the process that searched")
+
+    monkeypatch.setattr(ship, "time_against_teacher", timed_here)
     capsys.readouterr()
     assert main([*args, "--target-speedup", "0.01"]) == 0
     monkeypatch.undo()
     report = json.loads((out / "compress_report.json").read_text())
+    assert report["shipped"]["speedup"] > 0 and len(report["shipped"]["timed_in_turns"]) == 3
     printed = capsys.readouterr()
     # one line per finished segment; the runs' precision and threads said once for the search, their own
     # lines in their logs; the budget's bar on stderr
@@ -293,7 +299,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     monkeypatch.setattr(search, "distil_segment", no_run)
     monkeypatch.setattr(breakdown, "measure_latency", no_run)
     monkeypatch.setattr(breakdown, "time_feeds", no_run)
-    monkeypatch.setattr(ship, "time_against_teacher", no_run)
+    monkeypatch.setattr(timing_process.TimingProcess, "time_against_teacher", no_run)
     capsys.readouterr()
     # resumed: timings, runs and the breakdown reused; --no-progress hides the bar
     assert main([*args, "--target-speedup", "0.01", "--no-progress"]) == 0

@@ -495,3 +495,17 @@ def test_a_budget_that_times_too_few_candidates_to_meet_the_target_says_so(env, 
     captured = capsys.readouterr()
     assert "not timed: bert-2x128, each no smaller than a candidate of its family timed below 1000x (bert-1x128)" in captured.out + captured.err
     assert captured.err.strip().splitlines()[-1].startswith("kdbert: error: no candidate meets --target-speedup 1000")
+
+
+def _teacher_rows_loaded_here() -> bool:
+    return bool(speed._TEACHER_IN_TURNS)
+
+
+def test_the_ship_check_times_in_a_process_that_shares_nothing_with_the_search(monkeypatch):
+    from kdbert.compress.timing_process import TimingProcess
+
+    monkeypatch.setattr(speed, "_TEACHER_IN_TURNS", {"key": "the search's", "loaded": None})
+    with TimingProcess() as process:
+        process.wait_ready()
+        assert process.call(os.getpid) != os.getpid()
+        assert process.call(_teacher_rows_loaded_here) is False  # spawned, not forked: none of this state

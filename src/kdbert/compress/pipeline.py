@@ -26,8 +26,9 @@ the majority class kept, ``(student - majority) / (teacher - majority)``, which 
 where the teacher is near chance; agreement: the share of dev rows on which the shipped student
 predicts the teacher's class (Pearson x 100 for regression). The shipped export is timed again
 with its trained weights, in turns with the exported teacher within the same minutes
-(:func:`kdbert.compress.speed.time_against_teacher`: a slow spell of the machine slows both), the
-speedup reported, and the speedup is broken down step by step (:mod:`kdbert.compress.breakdown`).
+(:func:`kdbert.compress.speed.time_against_teacher`: a slow spell of the machine slows both), in a
+process of its own that never trained (:mod:`kdbert.compress.timing_process`), the speedup
+reported, and the speedup is broken down step by step (:mod:`kdbert.compress.breakdown`).
 The exports (the teacher's and the winner's) are scored on the dev rows and a sample of the
 held-out rows that pick as large as dev (:func:`kdbert.compress.ship.export_task`), so that their int8 choice and parity check
 cost what dev's size does, not the whole held-out set's (6,735 rows on SST-2); the teacher is
@@ -76,6 +77,7 @@ from kdbert.compress.storage import journal_path, open_study
 from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, loaded_teacher, majority_score,
                                      text_characters, time_and_export_teacher)
 from kdbert.compress.teacher_exports import teacher_exports
+from kdbert.compress.timing_process import TimingProcess
 from kdbert.core.loading import default_model_path, own_tokenizer, resolve_model_path
 from kdbert.data.held_out import DECIDE_SHARE, unseen_sources
 from kdbert.data.subsets import training_rows
@@ -265,6 +267,13 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
     winner's model card); returns the report."""
     config.check()
     deadline = Deadline(config.budget_minutes, clock)
+    with TimingProcess() as timing_process:  # its imports overlap the teacher's loading
+        return _compress_timed(task, config, output_dir, deadline, command, timing_process)
+
+
+def _compress_timed(task: TaskOptions, config: CompressConfig, output_dir: str | os.PathLike, deadline: Deadline,
+                    command, timing_process: TimingProcess) -> dict:
+    """:func:`compress` with ``timing_process``, where the ship check times."""
     if not task.held_out_fraction:
         task = replace(task, held_out_fraction=HELD_OUT_FRACTION)
     if not task.decide_share:
@@ -311,7 +320,8 @@ def compress(task: TaskOptions, config: CompressConfig, output_dir: str | os.Pat
             _check_fits(config, teacher, data, offered, search_settings, len(train_rows), deadline.spent())
         with search.leading(study, out):
             return _compress(task, config, out, data, train_rows, teacher, context, offered, augment,
-                             search_settings, deadline, progress, held_out, study, identity, general, command)
+                             search_settings, deadline, progress, held_out, study, identity, general, timing_process,
+                             command)
     except OSError as err:
         full = disk_full(err, out)
         if full is None:
@@ -371,13 +381,14 @@ def general_students(config: CompressConfig, teacher: Teacher) -> Build | None:
 
 def _compress(task, config, out, data, train_rows, teacher: Teacher, context, offered, augment, search_settings,
               deadline: Deadline, progress: Progress, held_out: dict, study, identity: dict, general: Build | None,
-              command=None) -> dict:
+              timing_process: TimingProcess, command=None) -> dict:
     notes = candidate_notes(context)
     for note in notes:
         progress.line(note)
     speed_settings = SpeedSettings(config.runtime, config.length_rows, config.threads, pooling=config.pooling)
     scored = export_task(task, data)
     with progress.phase("timing"):
+        timing_process.wait_ready()  # nothing timed while its imports run
         exports = teacher_exports(config.teacher_exports, teacher.model, teacher.tokenizer, data.spec.max_seq_len,
                                   [row for rows in data.dev.values() for row in rows] + list(data.held_out),
                                   speed_settings.key())
@@ -462,7 +473,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         starts = {c.name: search.start_of(plan, c.name) for c in kept}
     with progress.phase("finishing"):
         report = _finish(scored, config, out, data, teacher, table, searched, goal, speed_settings, deadline,
-                         plan, loaded, progress)
+                         plan, loaded, progress, timing_process)
     report.update(augmentation=augmentation, augmentation_skipped=skipped,
                   labelling={**labelling.summary(), "left_out": left_out},
                   teacher_saw_held_out_rows=held_out["teacher_saw_held_out_rows"], held_out=held_out,
@@ -483,11 +494,12 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
 
 def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, table: dict, searched: dict,
             goal: Goal, speed_settings: SpeedSettings, deadline: Deadline, plan: Plan, loaded: search.Loaded,
-            progress: Progress) -> dict:
+            progress: Progress, timing_process: TimingProcess) -> dict:
     """Step 4: the winner picked on the rows that decide, exported (scored on ``task``,
     :func:`export_task`, its static int8 methods only while they leave the rest its time) and checked
-    there as it ships and timed in turns with the teacher (the next exported when it falls short of
-    either, :func:`ship_checked`), broken down and compared; the report (without the budget's figures)."""
+    there as it ships and timed in turns with the teacher in ``timing_process`` (the next exported
+    when it falls short of either, :func:`ship_checked`), broken down and compared; the report
+    (without the budget's figures)."""
     ranking = ranked_candidates([{**row, "state": "done"} for row in searched["segments"]], goal)
     ratio = 1.0 / table["candidates"][ranking[0]["candidate"]]["speedup"]  # as admitted, as the reserve counted it
     timing = with_turns_measured(table)
@@ -505,7 +517,8 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
         again = RESERVE_FACTOR * turns_seconds(timing, 1.0 / table["candidates"][row["candidate"]]["speedup"])
         return timed_as_shipped(row["run"], export_file, out, task, speed_settings, config.target_speedup,
                                 config.target_latency_ms,  # a next check as big as this one's after timing again
-                                lambda: deadline.left() - after - again >= next_check(row["candidate"]))
+                                lambda: deadline.left() - after - again >= next_check(row["candidate"]),
+                                timing_process.time_against_teacher)
 
     winner, shipped, checks = ship_checked(
         ranking, out, task, config.runtime, goal, data, int8_time_left=lambda: deadline.left() - after,
@@ -524,7 +537,8 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
     winner = {key: value for key, value in winner.items() if key != "state"}
     winner["latency_real_p50_ms"] = table["candidates"][winner["candidate"]]["latency_real_p50_ms"]
     shipped_decide = next(check for check in checks if check["run"] == str(winner["run"]))
-    in_turns = shipped_speed(winner["run"], out / "winner" / file_name, out, task, speed_settings)
+    in_turns = shipped_speed(winner["run"], out / "winner" / file_name, out, task, speed_settings,
+                             timer=timing_process.time_against_teacher)
     runtime_key = "onnx_int8" if config.runtime == "onnx-int8" else "onnx_fp32"
     majority = majority_score(data)
     student_dev, teacher_dev = shipped["dev_metrics"][runtime_key]["score"], teacher.metrics["score"]

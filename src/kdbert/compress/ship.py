@@ -1,5 +1,6 @@
 """Step 4 of ``kdbert compress``: the winner's run exported as it ships and checked there on the
-held-out rows that decide and timed again in turns with the exported teacher (once more after a
+held-out rows that decide and timed again in turns with the exported teacher (in a fresh process,
+:mod:`~kdbert.compress.timing_process`; once more after a
 narrow miss, :func:`~kdbert.compress.budget.narrowly_missed`, the mean of the two deciding; the next
 candidate exported when it falls short of either), and its dev agreement with the teacher; each
 reused when a rerun finds it."""
@@ -43,9 +44,10 @@ def export_task(task: TaskOptions, data) -> TaskOptions:
 
 
 def shipped_speed(run: str, export_file: Path, out: Path, task: TaskOptions, settings: SpeedSettings,
-                  times: int = 1) -> dict:
+                  times: int = 1, timer: Callable[..., dict] | None = None) -> dict:
     """``export_file`` (the export of ``run`` as it ships) timed in turns with the exported teacher
-    (:func:`~kdbert.compress.speed.time_against_teacher`) until it has been timed ``times`` times, each
+    (``timer``: as :func:`~kdbert.compress.speed.time_against_teacher`, None for that one here; compress
+    times in a fresh process, :class:`~kdbert.compress.timing_process.TimingProcess`) until it has been timed ``times`` times, each
     kept per run in ``out/shipped_speed.json`` for those settings, so that the report and a rerun read
     the figures the check saw; returns their mean (:func:`mean_timing`)."""
     path = out / SHIPPED_SPEED
@@ -58,7 +60,7 @@ def shipped_speed(run: str, export_file: Path, out: Path, task: TaskOptions, set
     if len(timings) < times:
         teacher_file = out / "teacher-onnx" / RUNTIMES[settings.runtime]
         while len(timings) < times:
-            timings.append(time_against_teacher(teacher_file, export_file, task, settings))
+            timings.append((timer or time_against_teacher)(teacher_file, export_file, task, settings))
         write_json(path, stored)
     return mean_timing(timings)
 
@@ -77,15 +79,15 @@ def mean_timing(timings: list[dict]) -> dict:
 
 def timed_as_shipped(run: str, export_file: Path, out: Path, task: TaskOptions, settings: SpeedSettings,
                      target_speedup: float | None, target_latency_ms: float | None,
-                     may_time_again: Callable[[], bool]) -> dict:
+                     may_time_again: Callable[[], bool], timer: Callable[..., dict] | None = None) -> dict:
     """The speed check of a shipped graph: ``{"speedup", "timings", "fast_enough"}`` from its timing in
-    turns (:func:`shipped_speed`); a narrow miss (:func:`~kdbert.compress.budget.narrowly_missed`) is
+    turns (:func:`shipped_speed` by ``timer``); a narrow miss (:func:`~kdbert.compress.budget.narrowly_missed`) is
     timed once more where ``may_time_again()`` (the time left holds it and a next check), and the mean
     of the two decides."""
-    timed = shipped_speed(run, export_file, out, task, settings)
+    timed = shipped_speed(run, export_file, out, task, settings, timer=timer)
     if (narrowly_missed(timed["speedup"]["student"], timed["latency_real_p50_ms"]["student"], target_speedup,
                         target_latency_ms) and may_time_again()):
-        timed = shipped_speed(run, export_file, out, task, settings, times=2)
+        timed = shipped_speed(run, export_file, out, task, settings, times=2, timer=timer)
     speedup, latency = timed["speedup"]["student"], timed["latency_real_p50_ms"]["student"]
     return {"speedup": speedup, "timings": timed["timings"],
             "fast_enough": meets_target(speedup, latency, target_speedup, target_latency_ms)}
