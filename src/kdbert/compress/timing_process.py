@@ -2,13 +2,12 @@
 process of their own, started with the command and idle until the finishing asks.
 
 Timed in the process that had searched, the same int8 graphs ran slower than in a fresh one, the
-teacher's as much as its student's: alternating the two at the main job's ship check (2026-12-05,
-Intel Xeon with AMX, 2 cores), the teacher 1.95-2.10 ms in the search's process against 1.73-1.80
-in a fresh one, bert-1x384 0.43 against 0.35 (4.58-4.69x against 5.09-5.17x), with no other thread
-of the search's process busy meanwhile. The candidates are admitted on timings taken before the
-search trains, and a shipped graph runs in a server process of its own; so the ship check times it
-where nothing has trained. The process is spawned, not forked (a fork inherits the state), when the
-command starts, so that its imports (3-4 s) overlap the teacher's loading; :meth:`wait_ready`
+small student more than the teacher: alternating the two at the main job's ship check (Intel Xeon
+with AMX, 2 cores), the teacher 2.14 ms against 1.81 and bert-1x384 0.46 against 0.355 (4.64x
+against 5.12x; ``benchmarks/timing_process.py``). The candidates are admitted on timings taken
+before the search trains, and a shipped graph runs in a server process of its own; so the ship
+check times it where nothing has trained. The process is spawned, not forked (a fork inherits the
+state), when the command starts, so that its imports overlap the teacher's loading; :meth:`wait_ready`
 before anything is timed keeps them off every timing."""
 
 from __future__ import annotations
