@@ -76,10 +76,14 @@ def main() -> None:
     if kdbert_main(["quickstart", "--task", args.task, "--data-dir", args.data_dir, "--output-dir", str(folder),
                     "--seed", str(args.seed), "--no-progress"]) != 0:
         sys.exit("quickstart failed")
+    summary = json.loads((folder / "summary.json").read_text())
+    shipped = {"winner": summary["winner"], "kept_dev": summary["int8_retained_percent"],
+               "kept_decide": summary["int8_kept_decide_percent"]}
     command = (f"python benchmarks/timing_process.py --key {args.key} --seed {args.seed} --pairs {args.pairs} "
                f"--teacher {args.teacher}")
     save_result("timing_process", args.key, {**machine_info(), "task": args.task, "teacher": args.teacher,
-                                             "seed": args.seed, "graphs": graphs, "command": command})
+                                             "seed": args.seed, "graphs": graphs, "shipped": shipped,
+                                             "command": command})
     print(json.dumps(graphs, indent=1))
     shutil.rmtree(folder)
 
