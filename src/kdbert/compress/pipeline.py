@@ -313,6 +313,7 @@ def _compress_timed(task: TaskOptions, config: CompressConfig, output_dir: str |
     identity = search_identity(config, task, teacher.folder, general and general.facts)
     study = open_study(out, identity, config.storage, config.study)
     if search.other_leader(study) or search.ended_elsewhere(study, out):
+        timing_process.close()  # a joining worker ships nothing
         return _join(study, config, task, out, context, offered, augment, search_settings)
     progress = Progress(deadline, enabled=not config.no_progress)
     try:

@@ -50,6 +50,7 @@ class TimingProcess:
         return self.call(time_against_teacher, teacher_file, student_file, task, settings)
 
     def close(self) -> None:
+        """End the process (again: nothing more)."""
         self._pool.terminate()
         self._pool.join()
 
