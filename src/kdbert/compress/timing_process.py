@@ -23,7 +23,8 @@ T = TypeVar("T")
 
 
 def _imported() -> bool:
-    """Run first in the fresh process: what unpickling :func:`time_against_teacher` imports is loaded."""
+    """Run first in the fresh process: unpickling it imports this module, and with it
+    :mod:`kdbert.compress.speed`, everything a timing needs."""
     return True
 
 
