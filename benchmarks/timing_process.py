@@ -10,8 +10,11 @@ as shipped, times it ``--pairs`` times in turns with the int8 teacher in this pr
 searched, each followed by a timing in compress's own fresh process
 (:class:`kdbert.compress.timing_process.TimingProcess`); the check then decides on the last fresh
 timing, as it would on its own. Records each graph's timings (speedup, teacher and student
-milliseconds) on both sides and the means. The search's own results (kept shares) are not
-recorded: the extra timings take the finishing's time. Results:
+milliseconds) on both sides and the means. With ``--at-admission`` the candidates timed near the line
+before the search (the timing in turns that admits them) are timed the same way, ``--pairs`` times on
+each side, before the admitting timing itself runs in this process: whether the admission reads the
+speedups the fresh process reads at the ship check. The search's own results (kept shares) are not
+recorded: the extra timings take the timing's and the finishing's time. Results:
 ``benchmarks/results/timing_process.json`` under ``--key``.
 """
 
@@ -54,6 +57,8 @@ def main() -> None:
     parser.add_argument("--task", default="sst2")
     parser.add_argument("--teacher", default=run_folder("quickstart/teacher"), help="a finished quickstart teacher")
     parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--at-admission", action="store_true",
+                        help="also time the candidates near the line on both sides where they are admitted")
     args = parser.parse_args()
     folder = Path(run_folder("timing-process")) / args.key
     if folder.exists():
@@ -73,6 +78,31 @@ def main() -> None:
         return timed
 
     TimingProcess.time_against_teacher = both
+    admitted = []
+    if args.at_admission:
+        processes = []
+        started = TimingProcess.__init__
+        admit = speed.retimed_in_turns
+        in_turns = speed.time_in_turns_with_teacher
+
+        def keep_process(self):
+            started(self)
+            processes.append(self)
+
+        def both_at_admission(teacher_file, files, task, settings, rows, clock):
+            here, fresh = [], []
+            for _ in range(args.pairs):
+                here.append(in_turns(teacher_file, files, task, settings))
+                fresh.append(processes[-1].call(in_turns, teacher_file, files, task, settings))
+            for name in files:
+                sides = {side: [{"speedup": t["speedup"][name], "teacher_ms": t["latency_real_p50_ms"]["teacher"],
+                                 "student_ms": t["latency_real_p50_ms"][name]} for t in timings]
+                         for side, timings in (("searching_process", here), ("fresh_process", fresh))}
+                admitted.append({"graph": name, **sides, "mean": {side: means(v) for side, v in sides.items()}})
+            return admit(teacher_file, files, task, settings, rows, clock)
+
+        TimingProcess.__init__ = keep_process
+        speed.retimed_in_turns = both_at_admission
     if kdbert_main(["quickstart", "--task", args.task, "--data-dir", args.data_dir, "--output-dir", str(folder),
                     "--seed", str(args.seed), "--no-progress"]) != 0:
         sys.exit("quickstart failed")
@@ -80,11 +110,12 @@ def main() -> None:
     shipped = {"winner": summary["winner"], "kept_dev": summary["int8_retained_percent"],
                "kept_decide": summary["int8_kept_decide_percent"]}
     command = (f"python benchmarks/timing_process.py --key {args.key} --seed {args.seed} --pairs {args.pairs} "
-               f"--teacher {args.teacher}")
+               f"--teacher {args.teacher}" + (" --at-admission" if args.at_admission else ""))
     save_result("timing_process", args.key, {**machine_info(), "task": args.task, "teacher": args.teacher,
                                              "seed": args.seed, "graphs": graphs, "shipped": shipped,
+                                             **({"admission": admitted} if args.at_admission else {}),
                                              "command": command})
-    print(json.dumps(graphs, indent=1))
+    print(json.dumps({"admission": admitted, "ship_check": graphs}, indent=1))
     shutil.rmtree(folder)
 
 

@@ -516,23 +516,27 @@ def timing_together_section() -> list[str]:
 
 
 def timing_process_section() -> list[str]:
-    """The ship check's timings in turns in the process that searched against a fresh one
-    (``timing_process.py``): each graph's mean speedup and milliseconds on both sides."""
+    """Timings in turns in compress's own process against a fresh one (``timing_process.py``): each
+    graph's mean speedup and milliseconds on both sides, at the ship check and, where recorded, at
+    the admission before the search."""
     records = load_results("timing_process")
     if not records:
         return []
     lines = ["## Timing in the process that searched or in a fresh one (`benchmarks/timing_process.py`)", "",
-             "| key | graph | process | speedup | teacher ms | student ms |", "|---|---|---|---:|---:|---:|"]
+             "| key | when | graph | process | speedup | teacher ms | student ms |", "|---|---|---|---|---:|---:|---:|"]
     for key, r in sorted(records.items()):
-        for graph in r["graphs"]:
-            lines += [f"| {key} | {Path(graph['graph']).parent.name} | {side.replace('_', ' ')} | {m['speedup']:.2f}x "
-                      f"| {m['teacher_ms']:.2f} | {m['student_ms']:.3f} |" for side, m in graph["mean"].items()]
+        for when, graphs in (("admission", r.get("admission", [])), ("ship check", r["graphs"])):
+            for graph in graphs:
+                lines += [f"| {key} | {when} | {Path(graph['graph']).parent.name or graph['graph']} "
+                          f"| {side.replace('_', ' ')} | {m['speedup']:.2f}x | {m['teacher_ms']:.2f} "
+                          f"| {m['student_ms']:.3f} |" for side, m in graph["mean"].items()]
     machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
     commands = sorted({r["command"] for r in records.values()})
     pairs = {len(graph["fresh_process"]) for r in records.values() for graph in r["graphs"]}
     return lines + ["", f"Measured {'; '.join(machines)}, means of {'/'.join(map(str, sorted(pairs)))} timings on "
-                    "each side, alternating, at the main job's ship check: SST-2 dev rows at batch 1, ONNX Runtime "
-                    "int8. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".", ""]
+                    "each side, alternating, at the main job's ship check and (`--at-admission`) where the "
+                    "candidates near the line are timed in turns before the search: SST-2 dev rows at batch 1, "
+                    "ONNX Runtime int8. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".", ""]
 
 
 def timing_turns_section() -> list[str]:
