@@ -14,7 +14,8 @@ milliseconds) on both sides and the means. With ``--at-admission`` the candidate
 before the search (the timing in turns that admits them) are timed the same way, ``--pairs`` times on
 each side, before the admitting timing itself runs in this process: whether the admission reads the
 speedups the fresh process reads at the ship check. The search's own results (kept shares) are not
-recorded: the extra timings take the timing's and the finishing's time. Results:
+recorded (the winner's are, with every candidate's admitted speedup and the ship risks): the extra
+timings take the timing's and the finishing's time. Results:
 ``benchmarks/results/timing_process.json`` under ``--key``.
 """
 
@@ -107,8 +108,11 @@ def main() -> None:
                     "--seed", str(args.seed), "--no-progress"]) != 0:
         sys.exit("quickstart failed")
     summary = json.loads((folder / "summary.json").read_text())
+    report = json.loads((folder / "compress" / "compress_report.json").read_text())
     shipped = {"winner": summary["winner"], "kept_dev": summary["int8_retained_percent"],
-               "kept_decide": summary["int8_kept_decide_percent"]}
+               "kept_decide": summary["int8_kept_decide_percent"],
+               "admitted": {name: row["speedup"] for name, row in report["speed"]["candidates"].items()},
+               "ship_risk": report.get("ship_risk", {})}
     command = (f"python benchmarks/timing_process.py --key {args.key} --seed {args.seed} --pairs {args.pairs} "
                f"--teacher {args.teacher}" + (" --at-admission" if args.at_admission else ""))
     save_result("timing_process", args.key, {**machine_info(), "task": args.task, "teacher": args.teacher,

@@ -184,7 +184,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     from collections import Counter
 
     from kdbert.cli import main
-    from kdbert.compress import breakdown, search, ship, timing_process
+    from kdbert.compress import breakdown, budget, search, ship, timing_process
     from kdbert.data.load import load_task
 
     out = tmp_path / "compress"
@@ -204,12 +204,17 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
         raise AssertionError("the ship check timed in the process that searched")
 
     monkeypatch.setattr(ship, "time_against_teacher", timed_here)
+    monkeypatch.setattr(budget, "SHIPPED_OVER_ADMITTED", 0.0)  # nothing ships at 0.01x more often than not: all risks
     capsys.readouterr()
     assert main([*args, "--target-speedup", "0.01"]) == 0
     monkeypatch.undo()
     report = json.loads((out / "compress_report.json").read_text())
+    assert set(report["ship_risk"]) == {"bert-1x128", "bilstm-h150"}  # named in the report, the line and the table
+    assert all(chance < 0.5 for chance in report["ship_risk"].values())
     assert report["shipped"]["speedup"] > 0 and len(report["shipped"]["timed_in_turns"]) == 3
     printed = capsys.readouterr()
+    risk_line = next(line for line in printed.out.splitlines() if line.startswith("ship risk: "))
+    assert "bert-1x128 (admitted at " in risk_line and "may time under 0.01x as shipped" in risk_line
     # one line per finished segment; the runs' precision and threads said once for the search, their own
     # lines in their logs; the budget's bar on stderr
     segments = report["search"]["segments"]
@@ -233,6 +238,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert recipes["bert-1x128"].endswith(", weights averaged (EMA 0.998), word embeddings kept as they start")
     assert recipes["bilstm-h150"].startswith("bilstm: 1 * squared_l2(logits, logits); adadelta at 1, batch 50, ")
     markdown = (out / "compress_report.md").read_text()
+    assert "x (ship risk: 4" in markdown  # each candidate's row says its chance, under one half here
     assert f"- bert-1x128: {recipes['bert-1x128']}" in markdown and f"- bilstm-h150: {recipes['bilstm-h150']}" in markdown
     assert "held-out rows: 2 training rows the teacher never trained on" in printed.out
     checked = report["shipped"]["checks"][0]  # the shipped graph scored on the row that decides

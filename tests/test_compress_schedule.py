@@ -231,6 +231,21 @@ def test_a_candidate_that_ships_at_the_target_less_than_three_times_in_four_is_a
     assert not ship_at_risk(1.0, None)  # a latency target: no line
 
 
+def test_compress_names_each_ship_risk_with_its_admitted_speedup_and_chance():
+    from kdbert.compress.budget import ship_risk_line, ship_risks
+
+    admitted = {"bert-2x256-ffn512": 4.44, "bert-1x384": 4.8, "bert-2x384-ffn192": 4.19}
+    risks = ship_risks(admitted, 4.0)
+    assert list(risks) == ["bert-2x256-ffn512", "bert-2x384-ffn192"]  # 4.8x: Phi(1.85) = 97%, no risk
+    assert risks["bert-2x256-ffn512"] == pytest.approx(0.6671, abs=1e-3)  # Phi(0.4319), as above
+    assert risks["bert-2x384-ffn192"] == pytest.approx(0.3765, abs=1e-3)
+    assert ship_risks(admitted, None) == {}  # a latency target: no line
+    assert ship_risk_line(risks, admitted, 4.0) == (
+        "ship risk: bert-2x256-ffn512 (admitted at 4.44x: 67%), bert-2x384-ffn192 (admitted at 4.19x: 38%) may time "
+        "under 4x as shipped (by the speedups as shipped so far, 0.932 of the admitted ones, sd 0.072; a chance under "
+        "75%), so a near-tie goes to the others first")
+
+
 def test_the_rows_that_decide_never_order_a_promotion():
     rung0 = [{**done("bert-1x128", 0, 100, 80.0), "decide_score": 89.0},
              {**done("bilstm-h150", 0, 100, 85.0), "decide_score": 70.0}]

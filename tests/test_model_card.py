@@ -260,6 +260,10 @@ def test_compress_card_and_report_state_the_kept_share_on_the_rows_that_decide_a
     assert "| model | ms / dev row (p50) | speedup | held-out score (picks) | decides | dev score (PyTorch) |" in markdown
     assert "| teacher | 9.80 | 1.00x | 88.00 | 88.50 | 86.20 | - | - | - |" in markdown
     assert "| bilstm-1x300 | 0.21 | 46.70x | 86.40 | 85.90 | 84.60 | kd | 1600 | - |" in markdown
+    report["ship_risk"] = {"bilstm-1x300": 0.6671}  # admitted so near the speedup asked it may ship below it
+    assert ("| bilstm-1x300 | 0.21 | 46.70x (ship risk: 67% to ship at the target) | 86.40 | 85.90 | 84.60 | kd | 1600 "
+            "| - |") in format_report(report)
+    del report["ship_risk"]
     assert "The teacher's own checkpoint was picked" not in markdown
     report["held_out"]["teacher_picked_on_deciding_rows"] = True  # a teacher recorded before the rows that decide
     assert ("3367 decide the winner and its kept share. The teacher's own checkpoint was picked on all of them (its "

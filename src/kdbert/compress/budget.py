@@ -198,6 +198,21 @@ def ship_at_risk(speedup: float, target_speedup: float | None) -> bool:
     return target_speedup is not None and ship_chance(speedup, target_speedup) < SHIP_CHANCE
 
 
+def ship_risks(speedups: dict[str, float], target_speedup: float | None) -> dict[str, float]:
+    """Of ``speedups`` (candidate -> speedup as admitted), those at risk (:func:`ship_at_risk`), each
+    with its :func:`ship_chance`."""
+    return {name: ship_chance(speedup, target_speedup) for name, speedup in speedups.items()
+            if ship_at_risk(speedup, target_speedup)}
+
+
+def ship_risk_line(risks: dict[str, float], speedups: dict[str, float], target_speedup: float) -> str:
+    """The line compress prints for :func:`ship_risks`: each one's admitted speedup and chance."""
+    named = ", ".join(f"{name} (admitted at {speedups[name]:.2f}x: {chance:.0%})" for name, chance in risks.items())
+    return (f"ship risk: {named} may time under {target_speedup:g}x as shipped (by the speedups as shipped so far, "
+            f"{SHIPPED_OVER_ADMITTED:g} of the admitted ones, sd {SHIPPED_SPREAD:g}; a chance under "
+            f"{SHIP_CHANCE:.0%}), so a near-tie goes to the others first")
+
+
 def narrowly_missed(speedup: float, latency_ms: float, target_speedup: float | None,
                     target_latency_ms: float | None) -> bool:
     """Whether a shipped graph misses the target by at most :data:`NARROW_MISS` of it: ``speedup`` in

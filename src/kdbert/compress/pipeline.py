@@ -58,8 +58,8 @@ from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_n
 from kdbert.compress.breakdown import speedup_breakdown
 from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Progress, after_export_seconds,
                                     check_seconds, checks_to_reserve, every_core, export_passes, finishing_seconds,
-                                    fixed_seconds, near_ship_line, ship_at_risk, turns_seconds,
-                                    with_turns_measured)
+                                    fixed_seconds, near_ship_line, ship_risk_line, ship_risks,
+                                    turns_seconds, with_turns_measured)
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings, reads_stored_logits
@@ -457,12 +457,15 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         labelled = any(reads_stored_logits(c, search_settings, labelling.kd) or is_augmented(c.name) for c in kept)
         window = Window.from_now(deadline.left() - reserve, config.first_round_share,
                                  labelling_seconds=labelling.seconds if labelled else 0.0)
+        admitted = {c.name: table["candidates"][c.name]["speedup"] for c in kept}
+        risks = ship_risks(admitted, config.target_speedup)
+        if risks:
+            progress.line(ship_risk_line(risks, admitted, config.target_speedup))
         goal = Goal(teacher.metrics["selection_score"], config.min_kept, latency, teacher.metrics["decide_score"],
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
                     len(data.decide) / max(1, len(data.held_out) + len(data.decide)),
-                    lead_layers, tuple(sorted(c.name for c in kept if ship_at_risk(
-                        table["candidates"][c.name]["speedup"], config.target_speedup))))
+                    lead_layers, tuple(sorted(risks)))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),
                     labelling=labelling.plan_options(), selection=config.selection,
@@ -479,6 +482,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                   labelling={**labelling.summary(), "left_out": left_out},
                   teacher_saw_held_out_rows=held_out["teacher_saw_held_out_rows"], held_out=held_out,
                   starts=starts, candidate_notes=notes,
+                  ship_risk={name: round(chance, 3) for name, chance in risks.items()},
                   general_students=general and {"folder": str(general.folder), "base": general.facts["base"],
                                                 "key": general.facts["key"], "steps": general.facts["steps"],
                                                 "minutes": general.facts["trained_seconds"] / 60}, budget={

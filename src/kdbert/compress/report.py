@@ -217,6 +217,7 @@ def format_report(report: dict, plot: str | None = None) -> str:
              f"| teacher | {speed['teacher']['latency_real_p50_ms']:.2f} | 1.00x | "
              f"{report['teacher_scores']['held_out']:.2f} | {report['teacher_scores']['dev']:.2f} | - | - | - |"]
     starts = report.get("starts", {})
+    risks = report.get("ship_risk") or {}
     deciding = "decide_rows" in report
     if deciding:  # the rows that decide: a column of their own
         lines[-3:] = [lines[-3].replace("| held-out score |", "| held-out score (picks) | decides |"),
@@ -229,7 +230,9 @@ def format_report(report: dict, plot: str | None = None) -> str:
         start = starts.get(name, "teacher-weights")
         method = run.get("method", "kd") + ("" if start in ("teacher-weights", "own") else f", {start} start") \
             if run else ""
-        retimed = f" (in turns; {row['speedup_alone']:.2f}x alone)" if "speedup_alone" in row else ""
+        notes = ([f"in turns; {row['speedup_alone']:.2f}x alone"] if "speedup_alone" in row else []) + (
+            [f"ship risk: {risks[name]:.0%} to ship at the target"] if name in risks else [])
+        retimed = f" ({'; '.join(notes)})" if notes else ""
         lines.append(f"| {name} | {row['latency_real_p50_ms']:.2f} | {row['speedup']:.2f}x{retimed} | "
                      + (f"{run['score']:.2f} | " + (f"{run['decide_score']:.2f} | " if deciding else "")
                         + f"{run['dev_score']:.2f} | {method} | "
