@@ -50,7 +50,9 @@ def main() -> None:
     parser.add_argument("--task", default="sst2")
     parser.add_argument("--teacher", default=run_folder("quickstart/teacher"), help="a finished quickstart teacher")
     parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--timing-threads", type=int, help="kdbert quickstart --timing-threads (default: its own)")
     args = parser.parse_args()
+    timing = ["--timing-threads", str(args.timing_threads)] if args.timing_threads else []
     root = Path(run_folder("quickstart-seeds")) / args.key
     seeds = {}
     for seed in args.seeds:
@@ -62,7 +64,7 @@ def main() -> None:
                 (folder / "teacher.tmp").rename(folder / "teacher")
             started = time.time()
             if kdbert_main(["quickstart", "--task", args.task, "--data-dir", args.data_dir, "--output-dir",
-                            str(folder), "--seed", str(seed), "--no-progress"]) != 0:
+                            str(folder), "--seed", str(seed), "--no-progress", *timing]) != 0:
                 sys.exit(f"quickstart seed {seed} failed")
             print(f"seed {seed}: {(time.time() - started) / 60:.1f} min")
         seeds[seed] = seed_record(folder)
@@ -70,7 +72,8 @@ def main() -> None:
             for field in ("kept_dev", "kept_decide", "speedup")}
     sd = {field: statistics.stdev(r[field] for r in seeds.values()) if len(seeds) > 1 else None
           for field in ("kept_dev", "kept_decide")}
-    command = f"python benchmarks/quickstart_seeds.py --key {args.key} --seeds {' '.join(map(str, args.seeds))}"
+    command = (f"python benchmarks/quickstart_seeds.py --key {args.key} --seeds {' '.join(map(str, args.seeds))}"
+               + "".join(f" {flag}" for flag in timing))
     save_result("quickstart_seeds", args.key, {**machine_info(), "task": args.task, "teacher": args.teacher,
                                                "seeds": seeds, "mean": mean, "sd": sd, "command": command})
     print(json.dumps({"seeds": seeds, "mean": mean, "sd": sd}, indent=1))

@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import statistics
+from dataclasses import replace
 
 import pytest
 from conftest import compress_env
@@ -511,3 +512,31 @@ def test_the_ship_check_times_in_a_process_that_shares_nothing_with_the_search(m
         process.wait_ready()
         assert process.call(os.getpid) != os.getpid()
         assert process.call(_teacher_rows_loaded_here) is False  # spawned, not forked: none of this state
+
+
+def test_timing_threads_time_every_graph_while_the_runs_train_on_their_own(env, tmp_path, monkeypatch):
+    """``--timing-threads`` sets the threads of the speed table (and so of every timing that reads its
+    settings) and of the finishing's estimate; the runs keep ``--threads``."""
+    from kdbert.compress import pipeline
+    from kdbert.compress.options import CompressConfig
+
+    config = CompressConfig(teacher=str(env["teacher"]), target_speedup=2.0, threads=2, timing_threads=1)
+    assert (config.speed_threads, CompressConfig(threads=2).speed_threads, CompressConfig().speed_threads) == (1, 2, None)
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def settings_seen(runtime, length_rows, threads, **kwargs):
+        seen["threads"] = threads
+        raise Stop
+
+    monkeypatch.setattr(pipeline, "SpeedSettings", settings_seen)
+    monkeypatch.setattr(pipeline, "every_core", lambda threads: seen.setdefault("every_core", threads))
+    with pytest.raises(Stop):
+        pipeline.compress(env["task"], replace(config, candidates="bert-1x128", no_progress=True), tmp_path / "out")
+    assert seen == {"threads": 1}
+    table = {"candidates": {}, "teacher": {}}
+    monkeypatch.setattr(pipeline, "finishing_seconds", lambda *args: args[4])
+    teacher = type("Teacher", (), {"dev_seconds": 1.0})()
+    assert pipeline._finishing(config, table, teacher) == pipeline._finishing_bound(config, table, teacher) == 1

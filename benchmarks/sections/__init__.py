@@ -40,6 +40,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("timing-turns", speed_results.timing_turns_section),
     ("timing-together", speed_results.timing_together_section),
     ("timing-process", speed_results.timing_process_section),
+    ("timing-threads", speed_results.timing_threads_section),
     ("general-students", students_results.general_students_section),
     ("pretrained-cuts", students_results.pretrained_cuts_section),
     ("deploy", speed_results.deploy_section),

@@ -38,7 +38,7 @@ HEADLINE = ["intro", "scoreboard", "kept", "agreement", "paired-margin", "winner
 PAGES: dict[str, tuple[str, list[str]]] = {
     "compress": ("`kdbert compress`", ["quickstart", "quickstart-seeds", "checkpoint-rule", "compress", "kept-history", "compress-budget", "spare-time", "compress-engines",
                                        "recipe-ablation", "near-duplicates", "kept-by-source", "decide-draw", "timing-turns",
-                                       "timing-together", "timing-process"]),
+                                       "timing-together", "timing-process", "timing-threads"]),
     "students": ("General students", ["general-students", "pretrained-cuts"]),
     "speed": ("Speed and deployment", ["deploy", "export-graphs", "breakdown", "int8-targets", "serve-load",
                                        "efficiency", "bench", "throughput", "teacher-cache",

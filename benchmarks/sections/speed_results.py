@@ -539,6 +539,39 @@ def timing_process_section() -> list[str]:
                     "ONNX Runtime int8. Commands: " + "; ".join(f"`{c}`" for c in commands) + ".", ""]
 
 
+def timing_threads_section() -> list[str]:
+    """The teacher and candidate shapes timed at each thread count (``timing_threads.py``): each
+    model's latency and each candidate's speedup per count, and each at its own fastest count."""
+    records = load_results("timing_threads")
+    if not records:
+        return []
+    lines = ["## Timing at one thread or every core (`benchmarks/timing_threads.py`)", "",
+             "| key | model | " + " | ".join(f"{t} thread(s): ms (speedup)" for t in _thread_counts(records))
+             + " | each at its fastest |", "|---|---|" + "---:|" * (len(_thread_counts(records)) + 1)]
+    for key, r in sorted(records.items()):
+        for model in r["fastest_threads"]:
+            cells = []
+            for t in _thread_counts(records):
+                ms = r["latency_real_p50_ms"].get(str(t), {}).get(model)
+                speedup = r["speedup"].get(str(t), {}).get(model)
+                cells.append("-" if ms is None else f"{ms:.3f}" + (f" ({speedup:.2f}x)" if speedup else ""))
+            own = r["speedup_each_at_its_fastest"].get(model)
+            lines.append(f"| {key} | {model} | " + " | ".join(cells) + " | "
+                         + (f"{own:.2f}x ({r['fastest_threads'][model]} thread(s))" if own else
+                            f"({r['fastest_threads'][model]} thread(s))") + " |")
+    machines = sorted({f"{r['date']}, {r['machine']}" for r in records.values()})
+    commands = sorted({r["command"] for r in records.values()})
+    passes = sorted({len(r["passes"]) for r in records.values()})
+    return lines + ["", f"Measured {'; '.join(machines)}, medians of {'/'.join(map(str, passes))} passes, each timing "
+                    "every model in turns with the teacher at one thread count (the counts' order alternating), "
+                    "200 SST-2 dev rows at batch 1, ONNX Runtime int8, random weights. Commands: "
+                    + "; ".join(f"`{c}`" for c in commands) + ".", "", note("timing-threads-reading"), ""]
+
+
+def _thread_counts(records: dict) -> list[int]:
+    return sorted({int(t) for r in records.values() for t in r["latency_real_p50_ms"]})
+
+
 def timing_turns_section() -> list[str]:
     """A student's speedup over its teacher by the rows each model is timed on in one turn
     (``timing_turns.py``): its median and spread over passes."""

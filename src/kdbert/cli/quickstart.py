@@ -79,6 +79,7 @@ class QuickstartConfig(CheckedOptions):
     candidates: str | None = override(CompressConfig, "candidates", None)
     word_vectors: str | None = override(CompressConfig, "word_vectors", "encoder:default")
     seed: int = override(CompressConfig, "seed", CompressConfig.seed)
+    timing_threads: int | None = override(CompressConfig, "timing_threads", None)
     no_progress: bool = override(CompressConfig, "no_progress", False)
 
 
@@ -222,7 +223,7 @@ def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None
     options = {"output_dir": str(teacher_dir), "model": quickstart.model, "seed": quickstart.seed,
                "no_progress": quickstart.no_progress, **limits}
     shared = ("target_speedup", "budget_minutes", "first_steps", "intermediate_share", "candidates", "word_vectors",
-              "seed", "no_progress")
+              "seed", "timing_threads", "no_progress")
     config = CompressConfig(teacher=str(teacher_dir), max_train_examples=limits.get("max_train_examples"),
                             **{name: getattr(quickstart, name) for name in shared})
     cost, minutes = _plan(task, options, config, quickstart.max_minutes if quickstart.budget == "short" else 0.0,
@@ -259,7 +260,8 @@ def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None
              f"deployed as ONNX int8 (teacher {int8_methods['teacher']}, student {int8_methods['student']}: "
              f"the fastest method within 0.5 dev points of fp32), on the task's dev rows at their own lengths: "
              f"the student is "
-             f"{shipped['speedup']:.2f}x faster than the int8 teacher at batch 1 and keeps {deployed_retained:.1f}% "
+             f"{shipped['speedup']:.2f}x faster than the int8 teacher at batch 1 on "
+             f"{report['speed']['settings']['threads']} thread(s) and keeps {deployed_retained:.1f}% "
              f"of its score; every candidate in {search_dir / 'compress_report.md'} and "
              f"{search_dir / 'pareto.png'}",
              *([f"on the {report['decide_rows']} held-out training rows that decide (never trained on, never "

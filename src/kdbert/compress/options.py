@@ -55,8 +55,12 @@ class CompressConfig(CheckedOptions):
                                         "shapes; repeatable", type=list, group="compress")
     length_rows: int = option(200, "dev rows timed per model, each at its own length, batch 1", type=int,
                               group="compress", check=in_range(1, 10**6, int, what="a positive number of rows"))
-    threads: int | None = option(None, "CPU threads of the timed runtime (default: all cores)", type=int,
-                                 group="compress", check=in_range(1, 1024, int, what="a positive number of threads"))
+    threads: int | None = option(None, "CPU threads the runs train on and the runtime is timed at (default: all "
+                                       "cores)", type=int, group="compress",
+                                 check=in_range(1, 1024, int, what="a positive number of threads"))
+    timing_threads: int | None = option(None, "CPU threads the teacher and the students are timed and checked at, as "
+                                              "you will serve them (default: --threads)", type=int, group="compress",
+                                        check=in_range(1, 1024, int, what="a positive number of threads"))
     batch_size: int = option(32, "distillation batch size", type=int, group="compress",
                              check=in_range(1, 10**6, int, what="a positive batch size"))
     learning_rate: float = option(1e-4, "distillation learning rate", type=float, group="compress",
@@ -173,6 +177,11 @@ class CompressConfig(CheckedOptions):
                                             "ships if it learnt a later student that passes them too)",
                                      type=bool, group="compress")
     no_progress: bool = option(False, "hide the progress bar of the budget", type=bool, group="run")
+
+    @property
+    def speed_threads(self) -> int | None:
+        """The threads every timing runs at: ``--timing-threads``, else ``--threads`` (None: all cores)."""
+        return self.timing_threads or self.threads
 
     def check(self) -> None:
         super().check()

@@ -220,7 +220,7 @@ def _finishing(config: CompressConfig, table: dict, teacher: Teacher, kept: list
     exports = [table["candidates"][c.name].get("export_seconds", 0.0) for c in kept or ()]
     checks = checks_to_reserve([table["candidates"][c.name]["speedup"] for c in kept or ()], config.target_speedup)
     return finishing_seconds(with_turns_measured(table), _latency_ratio(config, table, kept),
-                             max(exports, default=0.0), teacher.dev_seconds, every_core(config.threads), checks)
+                             max(exports, default=0.0), teacher.dev_seconds, every_core(config.speed_threads), checks)
 
 
 def _finishing_bound(config: CompressConfig, table: dict, teacher: Teacher) -> float:
@@ -231,7 +231,7 @@ def _finishing_bound(config: CompressConfig, table: dict, teacher: Teacher) -> f
     exports = [row.get("export_seconds", 0.0) for row in table["candidates"].values()]
     checks = checks_to_reserve([config.target_speedup] * len(table["candidates"]), config.target_speedup)
     return finishing_seconds(with_turns_measured(table), _latency_ratio(config, table),
-                             max(exports, default=0.0), teacher.dev_seconds, every_core(config.threads), checks)
+                             max(exports, default=0.0), teacher.dev_seconds, every_core(config.speed_threads), checks)
 
 
 def _timing_stop(config: CompressConfig, table: dict, teacher: Teacher, first_round: float, deadline: Deadline,
@@ -386,7 +386,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     notes = candidate_notes(context)
     for note in notes:
         progress.line(note)
-    speed_settings = SpeedSettings(config.runtime, config.length_rows, config.threads, pooling=config.pooling)
+    speed_settings = SpeedSettings(config.runtime, config.length_rows, config.speed_threads, pooling=config.pooling)
     scored = export_task(task, data)
     with progress.phase("timing"):
         timing_process.wait_ready()  # nothing timed while its imports run
@@ -508,7 +508,7 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
     ranking = ranked_candidates([{**row, "state": "done"} for row in searched["segments"]], goal)
     ratio = 1.0 / table["candidates"][ranking[0]["candidate"]]["speedup"]  # as admitted, as the reserve counted it
     timing = with_turns_measured(table)
-    after = after_export_seconds(timing, ratio, teacher.dev_seconds, every_core(config.threads))
+    after = after_export_seconds(timing, ratio, teacher.dev_seconds, every_core(config.speed_threads))
     file_name = RUNTIMES[config.runtime]
 
     def next_check(name: str) -> float:
