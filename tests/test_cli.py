@@ -171,7 +171,7 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
                                    hidden_size=128, intermediate_size=256)
     args = ["quickstart", "--task", "sst2", "--data-dir", glue_dir, "--model", teacher, "--output-dir",
             tmp_path / "qs", "--target-speedup", "0.01", "--candidates", "bert-1x128,bert-2x128", "--first-steps", 2,
-            "--max-train-examples", 16, "--no-progress"]
+            "--max-train-examples", 16, "--timing-threads", 1, "--no-progress"]
     code, stdout, err = run_cli(capsys, *args)
     assert code == 0, err
     out = tmp_path / "qs"
@@ -197,7 +197,8 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
     assert run["options"]["max_train_examples"] == 16
     assert run["options"]["method"] in ("kd", "bilstm")  # the quickstart's short rounds: logits only, no TinyBERT stage
     assert summary["int8_speedup_vs_int8_teacher"] == report["shipped"]["speedup"]
-    assert "faster than the int8 teacher" in stdout and "winner of the search" in stdout and "Dev score" in stdout
+    assert "faster than the int8 teacher at batch 1 on 1 thread(s)" in stdout and "winner of the search" in stdout
+    assert "Dev score" in stdout and report["speed"]["settings"]["threads"] == 1  # --timing-threads reached compress
     assert f"held-out training rows that decide (never trained on, never picking a checkpoint), the shipped student " \
            f"keeps {100 * report['shipped']['kept_decide']:.1f}% of the teacher's score" in stdout
     # how long it takes here, said before it starts, from the teacher's measured steps

@@ -277,6 +277,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
     assert report["shipped"]["majority_dev"] == pytest.approx(100.0 * sum(r.label == majority for r in dev) / len(dev))
     markdown = (out / "compress_report.md").read_text()
     assert "Winner: **" in markdown and "![dev score against latency](pareto.png)" in markdown
+    assert "x the teacher's speed on dev rows at 1 thread(s) (trained export, " in markdown  # --threads 1
     assert (out / "pareto.png").stat().st_size > 0
     # the shipped export timed again with its trained weights, in turns with the exported teacher
     turns = report["shipped"]["timed_in_turns"]

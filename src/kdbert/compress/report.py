@@ -196,6 +196,7 @@ def format_report(report: dict, plot: str | None = None) -> str:
     finals = last_runs(report)
     seconds = report.get("seconds_per_candidate", {})
     teacher_ms = shipped.get("teacher_latency_real_p50_ms", speed["teacher"]["latency_real_p50_ms"])
+    threads = f" at {speed['settings']['threads']} thread(s)" if "threads" in speed.get("settings", {}) else ""
     turns = f", timed in turns with the teacher {len(shipped['timed_in_turns'])} times" if "timed_in_turns" in shipped else ""
     timed = (f" (trained export, {shipped['latency_real_p50_ms']:.2f} against {teacher_ms:.2f} ms{turns})"
              if "latency_real_p50_ms" in shipped else "")
@@ -208,7 +209,7 @@ def format_report(report: dict, plot: str | None = None) -> str:
     lines = [f"# kdbert compress: {report['task']}, {report['runtime']}", "",
              *held_out_lines(report),
              f"Winner: **{report['winner']['candidate']}** ({report['winner']['rule']}): "
-             f"{shipped['speedup']:.2f}x the teacher's speed on dev rows{timed}, dev score {shipped['dev_score']:.2f} "
+             f"{shipped['speedup']:.2f}x the teacher's speed on dev rows{threads}{timed}, dev score {shipped['dev_score']:.2f} "
              f"against {report['teacher_scores']['dev']:.2f}{deployed} ({100 * shipped['kept_dev']:.1f}% kept{gain})"
              f"{agreement_text}.{short_of_target(report)}", "",
              "| model | ms / dev row (p50) | speedup | held-out score | dev score (PyTorch) | method | steps "
