@@ -139,3 +139,25 @@ def rebuild_missing(name: str, key: str, rebuild) -> dict | None:
     print(f"{key}: its folder was missing, built again: {metrics} "
           f"({'the same as' if same else 'differs from'} the record {record['metrics']}; the record is kept)")
     return rebuilt
+
+
+def random_weight_exports(teacher_folder: str | os.PathLike, task, names: list[str],
+                          folder: str | os.PathLike) -> dict[str, Path]:
+    """The candidate shapes ``names`` of the teacher in ``teacher_folder`` for ``task`` (a TaskOptions),
+    built with random weights (their speed does not depend on them) and exported as compress times
+    them (ONNX int8) under ``folder``: name -> its ``model.int8.onnx``."""
+    from kdbert.compress.speed import all_candidates, shape_context
+    from kdbert.deploy.export import export_classifier
+    from kdbert.deploy.onnx_runtime import INT8_FILE
+
+    context = shape_context(teacher_folder, task)
+    chosen = {c.name: c for c in all_candidates(context) if c.name in names}
+    missing = sorted(set(names) - set(chosen))
+    if missing:
+        raise SystemExit(f"not candidates of the teacher {teacher_folder}: {', '.join(missing)}")
+    files = {}
+    for name in names:
+        model, encoder = chosen[name].build(context)
+        export_classifier(model, encoder, Path(folder) / name, quantize="int8", source=f"{name} (random weights)")
+        files[name] = Path(folder) / name / INT8_FILE
+    return files

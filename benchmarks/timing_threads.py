@@ -20,12 +20,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from common import machine_info, save_result
+from common import machine_info, random_weight_exports, save_result
 from paths import GLUE_DIR
 
-from kdbert.compress.speed import SpeedSettings, all_candidates, shape_context, time_in_turns_with_teacher
+from kdbert.compress.speed import SpeedSettings, time_in_turns_with_teacher
 from kdbert.data.load import TaskOptions
-from kdbert.deploy.export import export_classifier
 from kdbert.deploy.onnx_runtime import INT8_FILE
 
 SHAPES = ["bert-1x384", "bert-2x256-ffn512", "bert-2x256", "bert-2x384-ffn192", "bert-3x256-ffn512",
@@ -45,18 +44,9 @@ def main() -> None:
     args = parser.parse_args()
     task = TaskOptions("sst2", data_dir=args.data_dir)
     teacher_file = Path(args.teacher) / INT8_FILE
-    context = shape_context(args.teacher_folder, task)
-    chosen = {c.name: c for c in all_candidates(context) if c.name in args.candidates}
-    missing = sorted(set(args.candidates) - set(chosen))
-    if missing:
-        raise SystemExit(f"not candidates of this teacher: {', '.join(missing)}")
     passes = []
     with tempfile.TemporaryDirectory() as tmp:
-        files = {}
-        for name in args.candidates:
-            model, encoder = chosen[name].build(context)
-            export_classifier(model, encoder, Path(tmp) / name, quantize="int8", source=f"{name} (random weights)")
-            files[name] = Path(tmp) / name / INT8_FILE
+        files = random_weight_exports(args.teacher_folder, task, args.candidates, tmp)
         for index in range(args.passes):
             order = args.threads if index % 2 == 0 else args.threads[::-1]
             timed = {threads: time_in_turns_with_teacher(teacher_file, files, task,

@@ -19,13 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine_info, save_result
+from common import machine_info, random_weight_exports, save_result
 from paths import GLUE_DIR
 
-from kdbert.compress.speed import (SpeedSettings, all_candidates, shape_context, time_against_teacher,
-                                   time_in_turns_with_teacher)
+from kdbert.compress.speed import SpeedSettings, time_against_teacher, time_in_turns_with_teacher
 from kdbert.data.load import TaskOptions
-from kdbert.deploy.export import export_classifier
 from kdbert.deploy.onnx_runtime import INT8_FILE
 
 MAIN_JOB = ["bert-1x384-ffn384", "bert-1x384-ffn768", "bert-2x384-ffn192", "bert-3x384-ffn192"]
@@ -45,14 +43,8 @@ def main() -> None:
     settings = SpeedSettings("onnx-int8", args.rows, args.threads)
     task = TaskOptions("sst2", data_dir=args.data_dir)
     teacher_file = Path(args.teacher) / INT8_FILE
-    context = shape_context(args.teacher_folder, task)
-    chosen = {c.name: c for c in all_candidates(context) if c.name in args.candidates}
     with tempfile.TemporaryDirectory() as tmp:
-        files = {}
-        for name in args.candidates:
-            model, encoder = chosen[name].build(context)
-            export_classifier(model, encoder, Path(tmp) / name, quantize="int8", source=f"{name} (random weights)")
-            files[name] = Path(tmp) / name / INT8_FILE
+        files = random_weight_exports(args.teacher_folder, task, args.candidates, tmp)
         passes = []
         for _ in range(args.passes):
             started = time.time()
