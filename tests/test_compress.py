@@ -293,7 +293,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
         ("teacher", "ONNX Runtime fp32"),
         ("teacher", f"ONNX Runtime int8 ({teacher_export['quantization']['method']})"),
         ("winner", "distilled"),
-        *([("winner", f"{os.cpu_count()} threads instead of 1")] if os.cpu_count() > 1 else [])]
+        *([("winner", f"{os.cpu_count()} thread(s) instead of 1")] if os.cpu_count() > 1 else [])]
     assert [row["dev_score"] for row in rows[2:5]] == [teacher_export["dev_metrics"]["onnx_fp32"]["score"],
                                                       report["teacher_scores"]["dev_deployed"],
                                                       report["shipped"]["dev_score"]]

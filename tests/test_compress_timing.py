@@ -99,19 +99,19 @@ def test_the_finishing_reserve_is_the_teachers_measured_costs_scaled_to_the_slow
     # a winner a quarter of the teacher's latency: its export 200 / 4 + its own 3 s; timed in turns
     # 3 x (6 + 1.5) s; its dev pass for the agreement 8 / 4 s
     expected = 50.0 + 3.0 + TURNS * 7.5 + 2.0
-    assert finishing_seconds(teacher, 0.25, 3.0, 8.0, every_core=False) == pytest.approx(RESERVE_FACTOR * expected)
+    assert finishing_seconds(teacher, 0.25, 3.0, 8.0, threads_row=False) == pytest.approx(RESERVE_FACTOR * expected)
     # timed on every core too: one more timing of the winner
-    assert finishing_seconds(teacher, 0.25, 3.0, 8.0, every_core=True) == pytest.approx(
+    assert finishing_seconds(teacher, 0.25, 3.0, 8.0, threads_row=True) == pytest.approx(
         RESERVE_FACTOR * (expected + 1.5))
     # two checks (a candidate at the line): the first timed once more (a narrow miss), a second export and
     # its timing in turns, 22.5 + 53 + 22.5 s
-    assert finishing_seconds(teacher, 0.25, 3.0, 8.0, every_core=False, checks=2) == pytest.approx(
+    assert finishing_seconds(teacher, 0.25, 3.0, 8.0, threads_row=False, checks=2) == pytest.approx(
         RESERVE_FACTOR * (expected + 53.0 + 2 * TURNS * 7.5))
     # timing in turns measured in the timing phase (the longest, 11 s): counted as it took, twice
     table = {"teacher": teacher, "candidates": {"a": {"turns_seconds": 9.0}, "b": {"turns_seconds": 11.0}, "c": {}}}
     measured = with_turns_measured(table)
     assert measured == {**teacher, "turns_seconds": 11.0} and "turns_seconds" not in teacher
-    assert finishing_seconds(measured, 0.25, 3.0, 8.0, every_core=False, checks=2) == pytest.approx(
+    assert finishing_seconds(measured, 0.25, 3.0, 8.0, threads_row=False, checks=2) == pytest.approx(
         RESERVE_FACTOR * (50.0 + 3.0 + 11.0 + 2.0 + 53.0 + 11.0 + 11.0))
     assert with_turns_measured({"teacher": teacher, "candidates": {"c": {}}}) == teacher
 
@@ -148,8 +148,9 @@ def test_timing_keeps_the_most_the_finishing_can_need_and_a_share_of_the_time_fo
                             "slow": {"speedup": 2.0, "latency_real_p50_ms": 2.0, "export_seconds": 9.0}}}
     # a winner at 1/4 of the teacher's latency, the largest export timed (9 s), two checks:
     # export 40/4 + 9 = 19; another 19 + 3 x 4 x 1.25 = 34, after timing the first once more (15);
-    # after the export 1.25 x (15 + 2/4) = 19.375
-    bound = 1.25 * (19.0 + 34.0 + 15.0) + 19.375
+    # after the export 1.25 x (15 + 4/4 + 2/4) = 20.625, the 4/4 the winner timed on one thread as well
+    # (timed on every core here; on a one-core machine there is no other count to time it at)
+    bound = 1.25 * (19.0 + 34.0 + 15.0) + (20.625 if os.cpu_count() > 1 else 19.375)
     assert pipeline._finishing_bound(config, table, teacher) == pytest.approx(bound)
     for n in (1, 2):  # whichever of those meeting the target are admitted, their finishing fits in it
         for kept in itertools.combinations(["far", "near"], n):
@@ -532,7 +533,7 @@ def test_timing_threads_time_every_graph_while_the_runs_train_on_their_own(env, 
         raise Stop
 
     monkeypatch.setattr(pipeline, "SpeedSettings", settings_seen)
-    monkeypatch.setattr(pipeline, "every_core", lambda threads: seen.setdefault("every_core", threads))
+    monkeypatch.setattr(pipeline, "threads_row", lambda threads: seen.setdefault("threads_row", threads))
     with pytest.raises(Stop):
         pipeline.compress(env["task"], replace(config, candidates="bert-1x128", no_progress=True), tmp_path / "out")
     assert seen == {"threads": 1}
@@ -540,3 +541,14 @@ def test_timing_threads_time_every_graph_while_the_runs_train_on_their_own(env, 
     monkeypatch.setattr(pipeline, "finishing_seconds", lambda *args: args[4])
     teacher = type("Teacher", (), {"dev_seconds": 1.0})()
     assert pipeline._finishing(config, table, teacher) == pipeline._finishing_bound(config, table, teacher) == 1
+
+
+def test_the_breakdown_times_the_winner_on_every_core_or_on_one_thread_whichever_the_search_did_not(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    assert [speed.other_threads(threads) for threads in (1, 2, 4, None, 8)] == [4, 4, 1, 1, 1]
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert (speed.other_threads(None), speed.other_threads(1)) == (None, None)  # one core: no other row

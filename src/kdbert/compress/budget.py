@@ -46,7 +46,6 @@ command measured or trained is reused, not paid again.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -55,7 +54,7 @@ from typing import Callable
 from tqdm.auto import tqdm
 
 from kdbert.compress.search import runtime_line, segment_line
-from kdbert.compress.speed import TURNS, timed_threads
+from kdbert.compress.speed import TURNS, other_threads
 
 RESERVE_FACTOR = 1.25
 # A candidate admitted below this factor of --target-speedup may time under it as shipped. The ship chance below reads
@@ -124,20 +123,20 @@ class Deadline:
 
 
 def finishing_seconds(teacher: dict, ratio: float, candidate_export_seconds: float, teacher_dev_seconds: float,
-                      every_core: bool, checks: int = 1) -> float:
+                      threads_row: bool, checks: int = 1) -> float:
     """Seconds the finishing phase should take for a winner ``ratio`` times the teacher's latency
     (module doc): ``teacher`` is its speed-table row (``export_seconds``, ``timing_seconds``, and
     ``turns_seconds`` where measured, :func:`with_turns_measured`),
     ``candidate_export_seconds`` the winner's export with random weights, ``teacher_dev_seconds`` the
-    teacher's pass over the dev rows, ``every_core`` whether the breakdown times the winner on every
-    core too, ``checks`` the candidates it may export and time in turns (:func:`checks_to_reserve`);
+    teacher's pass over the dev rows, ``threads_row`` whether the breakdown times the winner at other
+    threads too, ``checks`` the candidates it may export and time in turns (:func:`checks_to_reserve`);
     where that is more than one, each may first time the one before it once more (a narrow miss,
     :func:`narrowly_missed`)."""
     export = export_estimate(teacher, ratio, candidate_export_seconds)
     another = check_seconds(teacher, ratio, candidate_export_seconds)  # each check after the first
     again = turns_seconds(teacher, ratio)  # ... after the one before it was timed once more
     return (RESERVE_FACTOR * (export + (checks - 1) * (another + again))
-            + after_export_seconds(teacher, ratio, teacher_dev_seconds, every_core))
+            + after_export_seconds(teacher, ratio, teacher_dev_seconds, threads_row))
 
 
 def export_estimate(teacher: dict, ratio: float, candidate_export_seconds: float) -> float:
@@ -235,12 +234,12 @@ def checks_to_reserve(speedups: list[float], target_speedup: float | None) -> in
         ship_chance(s, target_speedup) < CHECK_CHANCE for s in speedups) else 1
 
 
-def after_export_seconds(teacher: dict, ratio: float, teacher_dev_seconds: float, every_core: bool) -> float:
+def after_export_seconds(teacher: dict, ratio: float, teacher_dev_seconds: float, threads_row: bool) -> float:
     """What the finishing needs once the winner is exported (:func:`finishing_seconds` without the
     export): timing in turns, the threads row, the agreement, ``RESERVE_FACTOR`` times."""
     timing = teacher.get("timing_seconds", 0.0)
     in_turns = turns_seconds(teacher, ratio)
-    return RESERVE_FACTOR * (in_turns + (timing * ratio if every_core else 0.0) + teacher_dev_seconds * ratio)
+    return RESERVE_FACTOR * (in_turns + (timing * ratio if threads_row else 0.0) + teacher_dev_seconds * ratio)
 
 
 def export_passes(runtime: str) -> int:
@@ -263,9 +262,10 @@ def fixed_seconds(pass_seconds: float, runtime: str, ratio: float) -> float:
     return (export_passes(runtime) * (1.0 + ratio) + TIMING_PASSES) * pass_seconds
 
 
-def every_core(threads: int | None) -> bool:
-    """Whether the breakdown times the winner again on every core (the search timed fewer threads)."""
-    return timed_threads(threads) < (os.cpu_count() or 1)
+def threads_row(threads: int | None) -> bool:
+    """Whether the breakdown times the winner again at other threads than ``threads``
+    (:func:`~kdbert.compress.speed.other_threads`: not on a one-core machine)."""
+    return other_threads(threads) is not None
 
 
 class Progress:

@@ -57,7 +57,7 @@ from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_n
                                      with_variants)
 from kdbert.compress.breakdown import speedup_breakdown
 from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Progress, after_export_seconds,
-                                    check_seconds, checks_to_reserve, every_core, export_passes, finishing_seconds,
+                                    check_seconds, checks_to_reserve, threads_row, export_passes, finishing_seconds,
                                     fixed_seconds, near_ship_line, ship_risk_line, ship_risks,
                                     turns_seconds, with_turns_measured)
 from kdbert.compress.disk import disk_full, keep_shipped
@@ -220,7 +220,7 @@ def _finishing(config: CompressConfig, table: dict, teacher: Teacher, kept: list
     exports = [table["candidates"][c.name].get("export_seconds", 0.0) for c in kept or ()]
     checks = checks_to_reserve([table["candidates"][c.name]["speedup"] for c in kept or ()], config.target_speedup)
     return finishing_seconds(with_turns_measured(table), _latency_ratio(config, table, kept),
-                             max(exports, default=0.0), teacher.dev_seconds, every_core(config.speed_threads), checks)
+                             max(exports, default=0.0), teacher.dev_seconds, threads_row(config.speed_threads), checks)
 
 
 def _finishing_bound(config: CompressConfig, table: dict, teacher: Teacher) -> float:
@@ -231,7 +231,7 @@ def _finishing_bound(config: CompressConfig, table: dict, teacher: Teacher) -> f
     exports = [row.get("export_seconds", 0.0) for row in table["candidates"].values()]
     checks = checks_to_reserve([config.target_speedup] * len(table["candidates"]), config.target_speedup)
     return finishing_seconds(with_turns_measured(table), _latency_ratio(config, table),
-                             max(exports, default=0.0), teacher.dev_seconds, every_core(config.speed_threads), checks)
+                             max(exports, default=0.0), teacher.dev_seconds, threads_row(config.speed_threads), checks)
 
 
 def _timing_stop(config: CompressConfig, table: dict, teacher: Teacher, first_round: float, deadline: Deadline,
@@ -508,7 +508,7 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
     ranking = ranked_candidates([{**row, "state": "done"} for row in searched["segments"]], goal)
     ratio = 1.0 / table["candidates"][ranking[0]["candidate"]]["speedup"]  # as admitted, as the reserve counted it
     timing = with_turns_measured(table)
-    after = after_export_seconds(timing, ratio, teacher.dev_seconds, every_core(config.speed_threads))
+    after = after_export_seconds(timing, ratio, teacher.dev_seconds, threads_row(config.speed_threads))
     file_name = RUNTIMES[config.runtime]
 
     def next_check(name: str) -> float:

@@ -106,6 +106,14 @@ def timed_threads(threads: int | None) -> int:
     return threads or torch.get_num_threads()
 
 
+def other_threads(threads: int | None) -> int | None:
+    """The threads a winner timed at ``threads`` (:func:`timed_threads`) is timed at as well: every
+    core where that is fewer, else one (a server running one thread per worker); None on one core."""
+    timed, cores = timed_threads(threads), os.cpu_count() or 1
+    other = cores if timed < cores else 1
+    return None if other == timed else other
+
+
 def shape_context(teacher_dir: str | os.PathLike, task: TaskOptions, word_vectors: str | os.PathLike | None = None,
                   data: TaskData | None = None, teacher: tuple | None = None) -> ShapeContext:
     """What candidates are built for: the teacher's config and tokenizer, the task's outputs and
