@@ -204,6 +204,7 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
         raise AssertionError("the ship check timed in the process that searched")
 
     monkeypatch.setattr(ship, "time_against_teacher", timed_here)
+    monkeypatch.setattr(breakdown, "time_against_teacher", timed_here)  # its other-threads row too
     monkeypatch.setattr(budget, "SHIPPED_OVER_ADMITTED", 0.0)  # nothing ships at 0.01x more often than not: all risks
     capsys.readouterr()
     assert main([*args, "--target-speedup", "0.01"]) == 0

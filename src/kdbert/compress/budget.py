@@ -33,8 +33,7 @@ the teacher's: the export costs the teacher's export times that ratio (it scores
 through a model that much faster; what making it took, where a kept one was read) plus the candidate's own export
 with random weights (:func:`export_estimate`); timing
 in turns what the longest one of the timing phase took (else ``TURNS`` rounds of the teacher's
-timing and the candidate's, :func:`turns_seconds`); the threads row one
-candidate timing; the agreement the teacher's dev pass times the ratio; all of it
+timing and the candidate's, :func:`turns_seconds`); the threads row as much again; the agreement the teacher's dev pass times the ratio; all of it
 ``RESERVE_FACTOR`` times, for the machine's slower spells; twice the export and timing where a
 candidate that can win may time below the speedup asked as shipped (:func:`checks_to_reserve`), and a timing
 more, so that a narrow miss can be timed again and the next still be checked when it times below
@@ -236,10 +235,9 @@ def checks_to_reserve(speedups: list[float], target_speedup: float | None) -> in
 
 def after_export_seconds(teacher: dict, ratio: float, teacher_dev_seconds: float, threads_row: bool) -> float:
     """What the finishing needs once the winner is exported (:func:`finishing_seconds` without the
-    export): timing in turns, the threads row, the agreement, ``RESERVE_FACTOR`` times."""
-    timing = teacher.get("timing_seconds", 0.0)
+    export): timing in turns, the threads row (timed in turns too), the agreement, ``RESERVE_FACTOR`` times."""
     in_turns = turns_seconds(teacher, ratio)
-    return RESERVE_FACTOR * (in_turns + (timing * ratio if threads_row else 0.0) + teacher_dev_seconds * ratio)
+    return RESERVE_FACTOR * ((2 if threads_row else 1) * in_turns + teacher_dev_seconds * ratio)
 
 
 def export_passes(runtime: str) -> int:

@@ -548,7 +548,7 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
     majority = majority_score(data)
     student_dev, teacher_dev = shipped["dev_metrics"][runtime_key]["score"], teacher.metrics["score"]
     breakdown = speedup_breakdown(teacher.steps, out, task, speed_settings, student_dev, winner["run"],
-                                  in_turns["latency_real_p50_ms"]["student"])
+                                  in_turns["latency_real_p50_ms"]["student"], timing_process.time_against_teacher)
     return {
         "task": data.spec.name, "teacher": teacher.folder, "runtime": config.runtime,
         "target": {"speedup": config.target_speedup, "latency_ms": config.target_latency_ms,
