@@ -606,8 +606,10 @@ def quickstart_seeds_section() -> list[str]:
         lines += [f"| {key} | {seed} | {row['winner']} | {row['steps']:,} | {row['speedup']:.2f}x | {row['kept_dev']:.1f}% "
                   f"| {row['kept_decide']:.1f}% | {row['seconds']:.0f} / {row['search_seconds']:.0f} |"
                   for seed, row in r["seeds"].items()]
-        lines.append(f"| {key} | mean | | | {r['mean']['speedup']:.2f}x | **{r['mean']['kept_dev']:.1f}%** "
-                     f"(sd {r['sd']['kept_dev']:.1f}) | **{r['mean']['kept_decide']:.1f}%** (sd {r['sd']['kept_decide']:.1f}) | |")
+        if len(r["seeds"]) > 1:  # one seed: its row says it all
+            lines.append(f"| {key} | mean | | | {r['mean']['speedup']:.2f}x | **{r['mean']['kept_dev']:.1f}%** "
+                         f"(sd {r['sd']['kept_dev']:.1f}) | **{r['mean']['kept_decide']:.1f}%** "
+                         f"(sd {r['sd']['kept_decide']:.1f}) | |")
     machines = sorted({f"{key}: {r['date']}, {r['machine']}" for key, r in records.items()})
     commands = sorted({r["command"] for r in records.values()})
     return lines + ["", f"Measured {'; '.join(machines)}; compress only, alone on 2 threads, every seed on its "
