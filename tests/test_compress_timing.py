@@ -522,7 +522,8 @@ def test_timing_threads_time_every_graph_while_the_runs_train_on_their_own(env, 
     from kdbert.compress.options import CompressConfig
 
     config = CompressConfig(teacher=str(env["teacher"]), target_speedup=2.0, threads=2, timing_threads=1)
-    assert (config.speed_threads, CompressConfig(threads=2).speed_threads, CompressConfig().speed_threads) == (1, 2, None)
+    defaults = (CompressConfig(threads=2).speed_threads, CompressConfig().speed_threads)
+    assert (config.speed_threads, *defaults) == (1, 2, None)
     seen = {}
 
     class Stop(Exception):

@@ -26,8 +26,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from kdbert.compress.speed import (RUNTIMES, SpeedSettings, other_threads, time_against_teacher, time_export, timed_model,
-                                   timed_threads)
+from kdbert.compress.speed import (RUNTIMES, SpeedSettings, other_threads, time_against_teacher, time_export,
+                                   timed_model, timed_threads)
 from kdbert.core.atomic_io import write_json
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.deploy.bench import measure_latency, time_torch_task_rows

@@ -33,7 +33,8 @@ the teacher's: the export costs the teacher's export times that ratio (it scores
 through a model that much faster; what making it took, where a kept one was read) plus the candidate's own export
 with random weights (:func:`export_estimate`); timing
 in turns what the longest one of the timing phase took (else ``TURNS`` rounds of the teacher's
-timing and the candidate's, :func:`turns_seconds`); the threads row as much again; the agreement the teacher's dev pass times the ratio; all of it
+timing and the candidate's, :func:`turns_seconds`); the threads row as much again; the agreement the
+teacher's dev pass times the ratio; all of it
 ``RESERVE_FACTOR`` times, for the machine's slower spells; twice the export and timing where a
 candidate that can win may time below the speedup asked as shipped (:func:`checks_to_reserve`), and a timing
 more, so that a narrow miss can be timed again and the next still be checked when it times below

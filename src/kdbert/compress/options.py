@@ -59,7 +59,8 @@ class CompressConfig(CheckedOptions):
                                        "cores)", type=int, group="compress",
                                  check=in_range(1, 1024, int, what="a positive number of threads"))
     timing_threads: int | None = option(None, "CPU threads the teacher and the students are timed and checked at, as "
-                                              "you will serve them (default: --threads, else every core)", type=int, group="compress",
+                                              "you will serve them (default: --threads, else every core)", type=int,
+                                        group="compress",
                                         check=in_range(1, 1024, int, what="a positive number of threads"))
     batch_size: int = option(32, "distillation batch size", type=int, group="compress",
                              check=in_range(1, 10**6, int, what="a positive batch size"))

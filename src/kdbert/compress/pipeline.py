@@ -57,8 +57,8 @@ from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_n
                                      with_variants)
 from kdbert.compress.breakdown import speedup_breakdown
 from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Progress, after_export_seconds,
-                                    check_seconds, checks_to_reserve, threads_row, export_passes, finishing_seconds,
-                                    fixed_seconds, near_ship_line, ship_risk_line, ship_risks,
+                                    check_seconds, checks_to_reserve, export_passes, finishing_seconds,
+                                    fixed_seconds, near_ship_line, ship_risk_line, ship_risks, threads_row,
                                     turns_seconds, with_turns_measured)
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity

@@ -209,7 +209,8 @@ def format_report(report: dict, plot: str | None = None) -> str:
     lines = [f"# kdbert compress: {report['task']}, {report['runtime']}", "",
              *held_out_lines(report),
              f"Winner: **{report['winner']['candidate']}** ({report['winner']['rule']}): "
-             f"{shipped['speedup']:.2f}x the teacher's speed on dev rows{threads}{timed}, dev score {shipped['dev_score']:.2f} "
+             f"{shipped['speedup']:.2f}x the teacher's speed on dev rows{threads}{timed}, "
+             f"dev score {shipped['dev_score']:.2f} "
              f"against {report['teacher_scores']['dev']:.2f}{deployed} ({100 * shipped['kept_dev']:.1f}% kept{gain})"
              f"{agreement_text}.{short_of_target(report)}", "",
              "| model | ms / dev row (p50) | speedup | held-out score | dev score (PyTorch) | method | steps "
