@@ -144,14 +144,24 @@ def rebuild_missing(name: str, key: str, rebuild) -> dict | None:
 def random_weight_exports(teacher_folder: str | os.PathLike, task, names: list[str],
                           folder: str | os.PathLike) -> dict[str, Path]:
     """The candidate shapes ``names`` of the teacher in ``teacher_folder`` for ``task`` (a TaskOptions),
-    built with random weights (their speed does not depend on them) and exported as compress times
-    them (ONNX int8) under ``folder``: name -> its ``model.int8.onnx``."""
+    the packaged pre-trained students (``pretrained-minilm-l6`` ...) among them, built with random
+    weights (their speed does not depend on them) and exported as compress times them (ONNX int8)
+    under ``folder``: name -> its ``model.int8.onnx``."""
+    from kdbert.compress.pipeline import PRETRAINED_STUDENTS
     from kdbert.compress.speed import all_candidates, shape_context
+    from kdbert.core.loading import own_tokenizer
     from kdbert.deploy.export import export_classifier
     from kdbert.deploy.onnx_runtime import INT8_FILE
+    from kdbert.families.registry import family_of_folder
+    from kdbert.families.hf import user_candidate
 
-    context = shape_context(teacher_folder, task)
+    teacher = family_of_folder(teacher_folder).load(Path(teacher_folder))
+    context = shape_context(teacher_folder, task, teacher=teacher)
     chosen = {c.name: c for c in all_candidates(context) if c.name in names}
+    for name in set(names) & set(PRETRAINED_STUDENTS):
+        path, depth = PRETRAINED_STUDENTS[name][0](), PRETRAINED_STUDENTS[name][1]
+        own = own_tokenizer(path, *teacher, option=name) is not None
+        chosen[name] = user_candidate(path, name, own, start="pretrained", depth=depth)
     missing = sorted(set(names) - set(chosen))
     if missing:
         raise SystemExit(f"not candidates of the teacher {teacher_folder}: {', '.join(missing)}")

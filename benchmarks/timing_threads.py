@@ -4,12 +4,14 @@
 
 ``kdbert compress`` times every graph at ``--timing-threads`` (default ``--threads``, else every
 core). At batch 1 on a few dozen tokens a second thread may not pay for itself: this builds
-``--candidates`` (random weights, exported as ``compress`` times them: ONNX int8) against the
-teacher's export and, ``--passes`` times, times all of them in turns with the teacher
+``--candidates`` (random weights, exported as ``compress`` times them: ONNX int8; the packaged
+pre-trained students among them by name, ``pretrained-minilm-l4``) against the teacher's export
+and, ``--passes`` times, times all of them in turns with the teacher
 (:func:`kdbert.compress.speed.time_in_turns_with_teacher`) at each of ``--threads`` (the order
-alternating between passes), on SST-2's dev rows (``--rows``). Records each model's latency and each
-candidate's speedup per thread count (medians over the passes), and the speedup of each at its own
-fastest count over the teacher at its own: ``benchmarks/results/timing_threads.json`` under ``--key``.
+alternating between passes), on ``--rows`` dev rows of ``--task`` (SST-2). Records each model's
+latency and each candidate's speedup per thread count (medians over the passes), and the speedup of
+each at its own fastest count over the teacher at its own: ``benchmarks/results/timing_threads.json``
+under ``--key``.
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--rows", type=int, default=200)
     parser.add_argument("--data-dir", default=GLUE_DIR)
+    parser.add_argument("--task", default="sst2", help="the GLUE task whose dev rows are timed")
     parser.add_argument("--key", default="sst2-main-job")
     args = parser.parse_args()
-    task = TaskOptions("sst2", data_dir=args.data_dir)
+    task = TaskOptions(args.task, data_dir=args.data_dir)
     teacher_file = Path(args.teacher) / INT8_FILE
     passes = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,9 +66,11 @@ def main() -> None:
     fastest = {m: min(args.threads, key=lambda t: latency[str(t)][m]) for m in models}
     own_fastest = {m: latency[str(fastest["teacher"])]["teacher"] / latency[str(fastest[m])][m] for m in files}
     command = (f"python benchmarks/timing_threads.py --teacher {args.teacher} --teacher-folder {args.teacher_folder} "
-               f"--passes {args.passes} --key {args.key}")
+               + ("" if args.candidates == SHAPES else f"--candidates {' '.join(args.candidates)} ")
+               + ("" if args.task == "sst2" else f"--task {args.task} ")
+               + f"--passes {args.passes} --key {args.key}")
     save_result("timing_threads", args.key, {
-        **machine_info(), "teacher": args.teacher, "rows": args.rows, "threads": args.threads, "passes": passes,
+        **machine_info(), "teacher": args.teacher, "task": args.task, "rows": args.rows, "threads": args.threads, "passes": passes,
         "latency_real_p50_ms": latency, "speedup": speedup, "fastest_threads": fastest,
         "speedup_each_at_its_fastest": own_fastest, "command": command})
     for m in models:

@@ -299,6 +299,13 @@ def test_compress_cli_finds_distils_ships_and_resumes(env, tmp_path, capsys, mon
                                                       report["teacher_scores"]["dev_deployed"],
                                                       report["shipped"]["dev_score"]]
     assert math.prod(row["factor"] for row in rows) == pytest.approx(rows[-1]["total"])
+    fastest = report["shipped"]["each_at_its_fastest"]  # the teacher and winner each at its lower latency
+    if os.cpu_count() > 1:
+        teacher_ms = min(report["shipped"]["teacher_latency_real_p50_ms"], rows[-1]["teacher_latency_ms"])
+        winner_ms = min(report["shipped"]["latency_real_p50_ms"], rows[-1]["latency_ms"])
+        assert (fastest["timed_threads"], fastest["speedup"]) == (1, pytest.approx(teacher_ms / winner_ms))
+    else:
+        assert fastest is None
     assert rows[-1]["total"] == pytest.approx(rows[0]["latency_ms"] / rows[-1]["latency_ms"])
     assert "Where the speedup comes from" in markdown
 

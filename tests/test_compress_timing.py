@@ -553,3 +553,18 @@ def test_the_breakdown_times_the_winner_on_every_core_or_on_one_thread_whichever
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     assert (speed.other_threads(None), speed.other_threads(1)) == (None, None)  # one core: no other row
+
+
+def test_the_speedup_with_each_model_at_its_fastest_thread_count_takes_each_ones_lower_latency():
+    from kdbert.compress.breakdown import each_at_its_fastest
+
+    # the search timed at one thread: the teacher 16.7 ms, the winner 1.49; at two 11.2 and 1.58
+    other = {"model": "winner", "change": "2 thread(s) instead of 1", "latency_ms": 1.58, "threads": 2,
+             "teacher_latency_ms": 11.2}
+    assert each_at_its_fastest([{"latency_ms": 0.5}, other], 1, 16.7, 1.49) == {
+        "timed_threads": 1, "teacher_threads": 2, "teacher_ms": 11.2, "winner_threads": 1, "winner_ms": 1.49,
+        "speedup": pytest.approx(11.2 / 1.49)}  # 7.52x, where both at one thread read 11.2x
+    # timed on both cores, where both are fastest: the same models, the same speedup
+    assert each_at_its_fastest([{**other, "threads": 1, "latency_ms": 0.9, "teacher_latency_ms": 5.0}],
+                               2, 4.0, 0.8)["speedup"] == pytest.approx(4.0 / 0.8)
+    assert each_at_its_fastest([{"latency_ms": 0.5}], 1, 16.7, 1.49) is None  # one core: no other count

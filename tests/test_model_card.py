@@ -328,3 +328,22 @@ def test_compress_report_and_card_say_when_the_shipped_graph_runs_below_the_spee
     assert ", and none of the 2 graphs checked ran at it as shipped;" in format_report(report)
     del report["shipped"]["speedup_random_weights"]  # a report written before the timing of the trained export
     assert "short of the" not in format_report(report)
+
+
+def test_compress_report_states_the_speedup_with_each_model_at_its_fastest_thread_count(tmp_path):
+    from kdbert.compress.report import format_report
+
+    report, _ = compress_reports(str(tmp_path))
+    report["search"] = {"segments": [{**report["winner"], "rung": 0, "trained": 1600, "seconds": 60.0}]}
+    assert "fastest thread count" not in format_report(report)  # a report from before the other count's teacher
+    fastest = {"timed_threads": 1, "teacher_threads": 2, "teacher_ms": 2.0, "winner_threads": 1, "winner_ms": 0.25,
+               "speedup": 8.0}
+    report["shipped"]["each_at_its_fastest"] = fastest
+    report["target"]["speedup"] = 6.0
+    assert (" Each at its fastest thread count here (the teacher at 2, the winner at 1: 2.00 against 0.25 ms), it "
+            "runs at 8.00x.") in format_report(report)
+    report["target"]["speedup"] = 9.0
+    assert ("it runs at 8.00x, short of the 9x asked; `--timing-threads 2` holds the search to the teacher at its "
+            "fastest.") in format_report(report)
+    report["shipped"]["each_at_its_fastest"] = {**fastest, "teacher_threads": 1}  # both fastest where timed
+    assert "fastest thread count" not in format_report(report)

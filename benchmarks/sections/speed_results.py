@@ -564,7 +564,8 @@ def timing_threads_section() -> list[str]:
     passes = sorted({len(r["passes"]) for r in records.values()})
     return lines + ["", f"Measured {'; '.join(machines)}, medians of {'/'.join(map(str, passes))} passes, each timing "
                     "every model in turns with the teacher at one thread count (the counts' order alternating), "
-                    "200 SST-2 dev rows at batch 1, ONNX Runtime int8, random weights. Commands: "
+                    "200 dev rows of the task (SST-2 unless the key names another) at batch 1, ONNX Runtime "
+                    "int8, the candidates with random weights. Commands: "
                     + "; ".join(f"`{c}`" for c in commands) + ".", "", note("timing-threads-reading"), ""]
 
 

@@ -55,7 +55,7 @@ import torch
 from kdbert.compress import search
 from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_name, is_augmented, with_variant_rows,
                                      with_variants)
-from kdbert.compress.breakdown import speedup_breakdown
+from kdbert.compress.breakdown import each_at_its_fastest, speedup_breakdown
 from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Progress, after_export_seconds,
                                     check_seconds, checks_to_reserve, export_passes, finishing_seconds,
                                     fixed_seconds, near_ship_line, ship_risk_line, ship_risks, threads_row,
@@ -72,7 +72,7 @@ from kdbert.compress.ship import (agreement_measure, dev_agreement, export_task,
                                   timed_as_shipped)
 from kdbert.compress.spare import Spare, train_on
 from kdbert.compress.speed import (RUNTIMES, SpeedSettings, admitted_latency, all_candidates, candidate_notes,
-                                   measure_speed, meeting_target, shape_context)
+                                   measure_speed, meeting_target, shape_context, timed_threads)
 from kdbert.compress.storage import journal_path, open_study
 from kdbert.compress.teacher import (Teacher, checked_teacher, held_out_task, loaded_teacher, majority_score,
                                      text_characters, time_and_export_teacher)
@@ -571,6 +571,9 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
                     "latency_real_p50_ms": in_turns["latency_real_p50_ms"]["student"],
                     "teacher_latency_real_p50_ms": in_turns["latency_real_p50_ms"]["teacher"],
                     "timed_in_turns": in_turns["rounds"],
+                    "each_at_its_fastest": each_at_its_fastest(
+                        breakdown, timed_threads(speed_settings.threads),
+                        in_turns["latency_real_p50_ms"]["teacher"], in_turns["latency_real_p50_ms"]["student"]),
                     "kept_dev": student_dev / teacher_dev,
                     "gain_kept_dev": (student_dev - majority) / (teacher_dev - majority)
                     if majority is not None and teacher_dev != majority else None,

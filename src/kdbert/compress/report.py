@@ -188,6 +188,23 @@ def short_of_target(report: dict) -> str:
             "little higher leaves it room.")
 
 
+def at_fastest_threads(report: dict) -> str:
+    """A sentence with the winner's speedup when each model runs at its own fastest thread count
+    (:func:`kdbert.compress.breakdown.each_at_its_fastest`), where that is not the count the search
+    timed; with a ``--target-speedup`` it misses there, how to hold the search to that teacher."""
+    fastest = report["shipped"].get("each_at_its_fastest")
+    if not fastest or fastest["teacher_threads"] == fastest["winner_threads"] == fastest["timed_threads"]:
+        return ""
+    target = (report.get("target") or {}).get("speedup")
+    short = bool(target) and fastest["speedup"] < target
+    return (f" Each at its fastest thread count here (the teacher at {fastest['teacher_threads']}, the winner at "
+            f"{fastest['winner_threads']}: {fastest['teacher_ms']:.2f} against {fastest['winner_ms']:.2f} ms), "
+            f"it runs at {fastest['speedup']:.2f}x"
+            + (f", short of the {target:g}x asked" if short else "")
+            + (f"; `--timing-threads {fastest['teacher_threads']}` holds the search to the teacher at its fastest"
+               if short and fastest["teacher_threads"] != fastest["timed_threads"] else "") + ".")
+
+
 def format_report(report: dict, plot: str | None = None) -> str:
     """The report as Markdown: the winner, then every candidate timed (and distilled). Reports
     written before a figure existed (the trained export's timing, agreement, time per candidate,
@@ -212,7 +229,7 @@ def format_report(report: dict, plot: str | None = None) -> str:
              f"{shipped['speedup']:.2f}x the teacher's speed on dev rows{threads}{timed}, "
              f"dev score {shipped['dev_score']:.2f} "
              f"against {report['teacher_scores']['dev']:.2f}{deployed} ({100 * shipped['kept_dev']:.1f}% kept{gain})"
-             f"{agreement_text}.{short_of_target(report)}", "",
+             f"{agreement_text}.{short_of_target(report)}{at_fastest_threads(report)}", "",
              "| model | ms / dev row (p50) | speedup | held-out score | dev score (PyTorch) | method | steps "
              "| distillation time |",
              "|---|---:|---:|---:|---:|---|---:|---:|",
