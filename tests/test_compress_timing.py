@@ -542,6 +542,21 @@ def test_timing_threads_time_every_graph_while_the_runs_train_on_their_own(env, 
     monkeypatch.setattr(pipeline, "finishing_seconds", lambda *args: args[4])
     teacher = type("Teacher", (), {"dev_seconds": 1.0})()
     assert pipeline._finishing(config, table, teacher) == pipeline._finishing_bound(config, table, teacher) == 1
+    # the finishing reserves the winner's timing at the other count for the timing threads, not --threads
+    monkeypatch.setattr(pipeline, "ranked_candidates", lambda rows, goal: [{"candidate": "bert-1x128"}])
+    monkeypatch.setattr(pipeline, "with_turns_measured", lambda table: table)
+    monkeypatch.setattr(pipeline, "threads_row", lambda threads: threads)  # the threads it is asked about
+
+    def after_seen(timing, ratio, dev_seconds, threads_row):
+        seen["after"] = threads_row
+        raise Stop
+
+    monkeypatch.setattr(pipeline, "after_export_seconds", after_seen)
+    table["candidates"]["bert-1x128"] = {"speedup": 2.0}
+    with pytest.raises(Stop):
+        pipeline._finish(env["task"], config, tmp_path / "out", None, teacher, table, {"segments": []},
+                         *[None] * 7)  # goal ... timing_process: unread before the reserve
+    assert seen["after"] == 1
 
 
 def test_the_breakdown_times_the_winner_on_every_core_or_on_one_thread_whichever_the_search_did_not(monkeypatch):
