@@ -208,6 +208,7 @@ def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None
     started = time.time() if started is None else started
     from kdbert.compress.options import HELD_OUT_FRACTION
     from kdbert.compress.pipeline import compress
+    from kdbert.compress.report import at_fastest_threads
     from kdbert.deploy.bench import bench_model, compare, format_table
 
     quickstart = quickstart or QuickstartConfig()
@@ -268,11 +269,13 @@ def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None
                 f"picking a checkpoint), the shipped student keeps {100 * shipped['kept_decide']:.1f}% of the "
                 f"teacher's score (noise margin ± {shipped['margin']:.2f} points): what to expect on new text "
                 "like them"] if "kept_decide" in shipped else []),
+             *([fastest] if (fastest := at_fastest_threads(report).strip()) else []),
              "", format_table(rows), ""]
     (out / "summary.md").write_text("\n".join(lines))
     summary = {"rows": rows, "winner": winner["candidate"], "retained_percent": retained,
                "int8_speedup_vs_int8_teacher": shipped["speedup"], "int8_retained_percent": deployed_retained,
                "int8_methods": int8_methods,
+               "int8_speedup_each_at_its_fastest": (shipped.get("each_at_its_fastest") or {}).get("speedup"),
                **({"int8_kept_decide_percent": 100 * shipped["kept_decide"]} if "kept_decide" in shipped else {}),
                "training_precision": {"teacher": _training_precision(teacher_dir)},
                "compress_report": str(search_dir / "compress_report.json")}
