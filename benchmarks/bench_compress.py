@@ -51,7 +51,8 @@ def main() -> None:
     parser.add_argument("--teacher", default=run_folder("teacher-{task}"))
     parser.add_argument("--target-speedup", type=float, default=4.0)
     parser.add_argument("--candidates", help="comma-separated candidate names (default: every family's)")
-    parser.add_argument("--threads", type=int, default=1, help="threads of the timed runtime")
+    parser.add_argument("--threads", type=int, default=1, help="threads the runs train on, and the timings run at")
+    parser.add_argument("--timing-threads", type=int, help="threads the timings run at instead (compress --timing-threads)")
     parser.add_argument("--budget-minutes", type=float, default=25.0)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--first-steps", type=int, default=300)
@@ -76,7 +77,7 @@ def main() -> None:
     teacher = args.teacher.format(task=args.task)
     out = args.output_dir.format(task=args.task, target=args.target_speedup)
     config = CompressConfig(teacher=teacher, target_speedup=args.target_speedup, candidates=args.candidates,
-                            threads=args.threads, budget_minutes=args.budget_minutes, rounds=args.rounds,
+                            threads=args.threads, timing_threads=args.timing_threads, budget_minutes=args.budget_minutes, rounds=args.rounds,
                             first_steps=args.first_steps, word_vectors=args.word_vectors or None,
                             intermediate_share=args.intermediate_share, learning_rate=args.learning_rate,
                             batch_size=args.batch_size, workers=args.workers,
@@ -90,7 +91,9 @@ def main() -> None:
     precision = resolve_precision("auto")[0]  # what the candidates trained in
     command = ("" if FLOAT32_PINNED else f"KDBERT_MIXED_PRECISION={precision} ") + (
                f"OMP_NUM_THREADS=1 python benchmarks/bench_compress.py --task {args.task} --target-speedup "
-               f"{args.target_speedup:g} --threads {args.threads} --budget-minutes {args.budget_minutes:g} "
+               f"{args.target_speedup:g} --threads {args.threads}"
+               + (f" --timing-threads {args.timing_threads}" if args.timing_threads else "")
+               + f" --budget-minutes {args.budget_minutes:g} "
                f"--rounds {args.rounds} --first-steps {args.first_steps} --intermediate-share "
                f"{args.intermediate_share:g}"
                + (f" --word-vectors {args.word_vectors or repr('')}" if args.word_vectors != WORD_VECTORS else "")
