@@ -198,11 +198,12 @@ def ranked_by_importance(record: dict) -> bool:
 
 BASE_TEACHER_SEARCHES = {"cola": {"4x": ("cola/x4-mpnet-trust",), "8x": ("cola/x8-mpnet-trust-first", "cola/x8-mpnet-trust-turns",
                                                                              "cola/x8-mpnet-trust")},
-                         "sst2": {"4x": ("sst2/x4-mpnet-trust",), "8x": ("sst2/x8-mpnet-trust-first", "sst2/x8-mpnet-trust-kl32", "sst2/x8-mpnet-trust-all", "sst2/x8-mpnet-trust")},
+                         "sst2": {"4x": ("sst2/x4-mpnet-trust",), "8x": ("sst2/x8-mpnet-fastest", "sst2/x8-mpnet-trust-first", "sst2/x8-mpnet-trust-kl32", "sst2/x8-mpnet-trust-all", "sst2/x8-mpnet-trust")},
                          "mrpc": {"4x": ("mrpc/x4-mpnet-trust-fitted", "mrpc/x4-mpnet-trust"),
                                   "8x": ("mrpc/x8-mpnet-trust-rows", "mrpc/x8-mpnet-trust-fitted", "mrpc/x8-mpnet-trust-first2", "mrpc/x8-mpnet-trust-first", "mrpc/x8-mpnet-trust-best", "mrpc/x8-mpnet-trust-pair", "mrpc/x8-mpnet-trust-cuts", "mrpc/x8-mpnet-trust")},
                          "stsb": {"4x": ("stsb/x4-mpnet-trust",), "8x": ("stsb/x8-mpnet-trust-first", "stsb/x8-mpnet-trust")}}
-"""Per task and target, the searches against the MPNet-base teacher, the latest first (``-best``: promotions by
+"""Per task and target, the searches against the MPNet-base teacher, the latest first (``-fastest``: timed on both
+cores, where the teacher runs fastest, the runs training on one; ``-best``: promotions by
 score while none keeps the share; ``-pair``:
 the MPNet cuts pair-pooled by their separators; ``-cuts``: the pre-trained MiniLM's cuts offered; ``-all``: on
 every training row, not the first 16,000, candidates near the line timed in turns; ``-turns``, ``-kl32``: near-line
@@ -226,13 +227,13 @@ def base_teacher_row() -> Row | None:
         return None
     shares = "; ".join(f"{TASK_NAMES[task]} {target}: {r['winner']['candidate']} {100 * r['shipped']['kept_decide']:.1f}% "
                        f"kept on the rows that decide (dev {100 * r['shipped']['kept_dev']:.1f}%), "
-                       f"{r['shipped']['speedup']:.1f}x" for (task, target), r in records.items())
+                       f"{r['shipped']['speedup']:.1f}x at {r['speed']['settings']['threads']} thread(s)"
+                       for (task, target), r in records.items())
     tasks = sorted({task for task, _ in records}, key=list(BASE_TEACHER_SEARCHES).index)
-    threads = "/".join(str(t) for t in sorted({r["speed"]["settings"]["threads"] for r in records.values()}))
     return Row(f"`kdbert compress` against an MPNet-base teacher (12x768) on {', '.join(TASK_NAMES[t] for t in tasks)}, "
-               f"the shipped int8 graph's score over the PyTorch teacher's, its speed over the int8 teacher's, both "
-               f"timed at {threads} thread(s) (goal: >= 97% at >= 8x; CoLA >= 85%; the teacher at its fastest, on "
-               "two threads: the compress page's timing-threads section)", shares,
+               "the shipped int8 graph's score over the PyTorch teacher's, its speed over the int8 teacher's, both "
+               "timed at the threads named (goal: >= 97% at >= 8x; CoLA >= 85%; MPNet-base runs 1.5x faster on two "
+               "threads than on one: the compress page's timing-threads section)", shares,
                f"TinyBERT4 {paper_kept('tinybert', tasks):.1f}% of BERT-base on these, {PAPERS['tinybert']['speedup']}x "
                "on GPU (Jiao et al. 2020, Table 1; test)", where(list(records.values())), "`kdbert compress`",
                "compress", current_command(next(iter(records.values()))["command"]))
