@@ -198,7 +198,7 @@ def ranked_by_importance(record: dict) -> bool:
 
 BASE_TEACHER_SEARCHES = {"cola": {"4x": ("cola/x4-mpnet-trust",), "8x": ("cola/x8-mpnet-trust-first", "cola/x8-mpnet-trust-turns",
                                                                              "cola/x8-mpnet-trust")},
-                         "sst2": {"4x": ("sst2/x4-mpnet-trust",), "8x": ("sst2/x8-mpnet-fastest", "sst2/x8-mpnet-trust-first", "sst2/x8-mpnet-trust-kl32", "sst2/x8-mpnet-trust-all", "sst2/x8-mpnet-trust")},
+                         "sst2": {"4x": ("sst2/x4-mpnet-trust",), "8x": ("sst2/x8-mpnet-trust-fastest", "sst2/x8-mpnet-trust-first", "sst2/x8-mpnet-trust-kl32", "sst2/x8-mpnet-trust-all", "sst2/x8-mpnet-trust")},
                          "mrpc": {"4x": ("mrpc/x4-mpnet-trust-fitted", "mrpc/x4-mpnet-trust"),
                                   "8x": ("mrpc/x8-mpnet-trust-rows", "mrpc/x8-mpnet-trust-fitted", "mrpc/x8-mpnet-trust-first2", "mrpc/x8-mpnet-trust-first", "mrpc/x8-mpnet-trust-best", "mrpc/x8-mpnet-trust-pair", "mrpc/x8-mpnet-trust-cuts", "mrpc/x8-mpnet-trust")},
                          "stsb": {"4x": ("stsb/x4-mpnet-trust",), "8x": ("stsb/x8-mpnet-trust-first", "stsb/x8-mpnet-trust")}}
