@@ -77,7 +77,8 @@ def main() -> None:
     teacher = args.teacher.format(task=args.task)
     out = args.output_dir.format(task=args.task, target=args.target_speedup)
     config = CompressConfig(teacher=teacher, target_speedup=args.target_speedup, candidates=args.candidates,
-                            threads=args.threads, timing_threads=args.timing_threads, budget_minutes=args.budget_minutes, rounds=args.rounds,
+                            threads=args.threads, timing_threads=args.timing_threads,
+                            budget_minutes=args.budget_minutes, rounds=args.rounds,
                             first_steps=args.first_steps, word_vectors=args.word_vectors or None,
                             intermediate_share=args.intermediate_share, learning_rate=args.learning_rate,
                             batch_size=args.batch_size, workers=args.workers,

@@ -70,8 +70,8 @@ def main() -> None:
                + ("" if args.task == "sst2" else f"--task {args.task} ")
                + f"--passes {args.passes} --key {args.key}")
     save_result("timing_threads", args.key, {
-        **machine_info(), "teacher": args.teacher, "task": args.task, "rows": args.rows, "threads": args.threads, "passes": passes,
-        "latency_real_p50_ms": latency, "speedup": speedup, "fastest_threads": fastest,
+        **machine_info(), "teacher": args.teacher, "task": args.task, "rows": args.rows, "threads": args.threads,
+        "passes": passes, "latency_real_p50_ms": latency, "speedup": speedup, "fastest_threads": fastest,
         "speedup_each_at_its_fastest": own_fastest, "command": command})
     for m in models:
         cells = ", ".join(f"{t} thread(s) {latency[str(t)][m]:.3f} ms"
