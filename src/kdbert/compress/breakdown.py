@@ -129,8 +129,8 @@ def each_at_its_fastest(rows: list[dict], threads: int, teacher_ms: float, winne
     turns) and at the other count (the breakdown's last row of ``rows``, which timed both in turns),
     ``speedup`` = the teacher's lower latency / the winner's lower one. A base-size teacher runs
     faster on every core while a small student does not (on SST-2's rows MPNet-base 16.7 ms at one
-    thread, 11.3 at two; the MiniLM-L6 cut to 4 layers 1.55 and 1.58): timed at one thread it reads 1.5x high.
-    None without the other count (one core, or a breakdown from before it kept the teacher's)."""
+    thread, 11.3 at two; the MiniLM-L6 cut to 4 layers 1.55 and 1.58): timed at one thread it reads
+    1.5x high. None without the other count (one core, or a breakdown from before it kept the teacher's)."""
     other = next((row for row in rows if "teacher_latency_ms" in row), None)
     if other is None:
         return None
