@@ -152,17 +152,15 @@ def random_weight_exports(teacher_folder: str | os.PathLike, task, names: list[s
     from kdbert.core.loading import own_tokenizer
     from kdbert.deploy.export import export_classifier
     from kdbert.deploy.onnx_runtime import INT8_FILE
-    from kdbert.families.hf import user_candidate
     from kdbert.families.registry import family_of_folder
 
     teacher = family_of_folder(teacher_folder).load(Path(teacher_folder))
     context = shape_context(teacher_folder, task, teacher=teacher)
     chosen = {c.name: c for c in all_candidates(context) if c.name in names}
     for name in set(names) & set(PRETRAINED_STUDENTS):
-        folder_of, depth = PRETRAINED_STUDENTS[name]
-        path = folder_of()
-        own = own_tokenizer(path, *teacher, option=name) is not None
-        chosen[name] = user_candidate(path, name, own, start="pretrained", depth=depth)
+        student = PRETRAINED_STUDENTS[name]
+        own = own_tokenizer(student.folder(), *teacher, option=name) is not None
+        chosen[name] = student.candidate(name, own)
     missing = sorted(set(names) - set(chosen))
     if missing:
         raise SystemExit(f"not candidates of the teacher {teacher_folder}: {', '.join(missing)}")

@@ -1100,7 +1100,8 @@ def test_students_of_their_own_tokenizer_learn_the_stored_teacher_logits_and_shi
     from kdbert.data.load import load_task
 
     pretrained = save_char_student(tmp_path / "char-pretrained", seed=2)
-    monkeypatch.setattr(pipeline, "PRETRAINED_STUDENTS", {"pretrained-char": (lambda: str(pretrained), None)})
+    monkeypatch.setattr(pipeline, "PRETRAINED_STUDENTS",
+                        {"pretrained-char": pipeline.PretrainedStudent(lambda: str(pretrained))})
     mine = save_char_student(tmp_path / "char bert", seed=3, hidden_size=16)
     seen = count_teacher_runs(monkeypatch)
     out = tmp_path / "compress"
@@ -1173,11 +1174,13 @@ def test_the_packaged_minilm_is_offered_as_a_student_only_under_a_bigger_teacher
     assert pipeline.pretrained_students(teacher(minilm, tokenizer), context, spec) == []
     deeper = AutoConfig.from_pretrained(default_model_path(), num_hidden_layers=7)
     offered = pipeline.pretrained_students(teacher(deeper, tokenizer), context, spec)
-    assert names(offered) == [(f"pretrained-minilm-l{depth}", "pretrained", None) for depth in (6, 4, 3)]
-    assert [dict(c.shape)["num_hidden_layers"] for c in offered] == [6, 4, 3]
+    assert names(offered) == [(f"pretrained-minilm-{cut}", "pretrained", None) for cut in ("l6", "l4", "l4-ffn768", "l3")]
+    assert [dict(c.shape)["num_hidden_layers"] for c in offered] == [6, 4, 4, 3]
+    assert [dict(c.shape).get("intermediate_size") for c in offered] == [None, None, 768, None]
     # a tiny pre-trained student of its own tokenizer under the tiny teacher, not under a smaller one
     student = save_char_student(tmp_path / "char", max_position_embeddings=64)
-    monkeypatch.setattr(pipeline, "PRETRAINED_STUDENTS", {"pretrained-char": (lambda: str(student), None)})
+    monkeypatch.setattr(pipeline, "PRETRAINED_STUDENTS",
+                        {"pretrained-char": pipeline.PretrainedStudent(lambda: str(student))})
     big = SimpleNamespace(model=load_task_model(str(env["teacher"]), spec), tokenizer=context.tokenizer)
     assert names(pipeline.pretrained_students(big, context, spec)) == [("pretrained-char", "pretrained", str(student))]
     small = save_tiny_classifier(tmp_path / "small", context.tokenizer, hidden_size=4, num_hidden_layers=1,
@@ -1218,6 +1221,40 @@ def test_a_pretrained_student_cut_to_fewer_layers_keeps_its_first_and_last_and_i
         assert torch.allclose(model(**batch).logits, expected, atol=1e-5)
     with pytest.raises(KdbertError, match="cannot cut .* to 6 layers: it has 5"):
         user_candidate(str(folder), "too-deep", depth=6)
+
+
+def test_a_pretrained_student_cut_to_fewer_ffn_units_keeps_those_that_write_most(env, tmp_path):
+    """Cut to 8 of 16 FFN units per layer, each layer keeps its 8 highest-scoring units (not evenly
+    spaced ones), and the cut computes what the whole model computes with the other units silenced."""
+    from conftest import save_char_student
+    from transformers import AutoModelForSequenceClassification
+
+    from kdbert.compress import speed
+    from kdbert.families.hf import user_candidate
+    from kdbert.families.importance import ffn_activation_importance
+    from kdbert.families.selection import LAYOUTS, evenly_spaced, top
+
+    folder = save_char_student(tmp_path / "char", seed=5, num_hidden_layers=3)
+    context = speed.shape_context(env["teacher"], env["task"])
+    candidate = user_candidate(str(folder), "char-ffn8", own_tokenizer=True, start="pretrained", ffn=8)
+    assert dict(candidate.shape)["intermediate_size"] == 8
+    model = candidate.from_teacher(None, context).eval()
+    tokenizer = candidate.build(context)[1]
+    whole = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=context.num_labels).eval()
+    scores = ffn_activation_importance(whole, LAYOUTS["bert"], tokenizer, list(context.texts))
+    with torch.no_grad():
+        for index, (cut, full) in enumerate(zip(model.bert.encoder.layer, whole.bert.encoder.layer)):
+            kept = top(scores[index], 8)
+            assert torch.equal(cut.intermediate.dense.weight, full.intermediate.dense.weight[kept])
+            assert not torch.equal(kept, evenly_spaced(8, 16))
+            silenced = torch.ones(16, dtype=torch.bool)
+            silenced[kept] = False
+            full.output.dense.weight[:, silenced] = 0
+        whole.classifier.load_state_dict(model.classifier.state_dict())
+        batch = tokenizer(["the cat sat", "a dog ran fast"], padding=True, return_tensors="pt")
+        assert torch.allclose(model(**batch).logits, whole(**batch).logits, atol=1e-5)
+    with pytest.raises(KdbertError, match="cannot cut .*'s FFN to 32 units: it has 16"):
+        user_candidate(str(folder), "too-wide", ffn=32)
 
 
 def test_every_compress_option_is_part_of_a_searchs_identity_unless_said_otherwise():

@@ -1,6 +1,7 @@
 """Starts chosen by importance: the Taylor importance of heads, FFN units and hidden units against a
 hand computation, their order on a hand-made model, the layer a greedy elimination drops first, and
-the weights a student of fewer units then takes."""
+the weights a student of fewer units then takes; the activation ranking of a pre-trained model's FFN
+units."""
 
 import random
 
@@ -10,7 +11,8 @@ from conftest import WORDS, tiny_bert_config
 from transformers import BertForSequenceClassification
 
 from kdbert.data.glue import Example
-from kdbert.families.importance import Importance, layer_elimination, task_importance, unit_importance
+from kdbert.families.importance import (Importance, ffn_activation_importance, layer_elimination, task_importance,
+                                        unit_importance)
 from kdbert.families.selection import LAYOUTS, select_teacher_weights
 
 LAYOUT = LAYOUTS["bert"]
@@ -174,3 +176,28 @@ def test_a_pairs_cosine_is_the_cosine_of_its_two_sentences_masked_means(tiny_tok
                     for text in row.texts]
             means.append(F.cosine_similarity(*pair, dim=0))
     assert torch.allclose(got, torch.stack(means), atol=1e-5)
+
+
+def test_ffn_activation_importance_is_the_mean_absolute_activation_times_the_output_column_norm(teacher,
+                                                                                               tiny_tokenizer):
+    """A_lj = mean over real tokens of |a_lj| * ||W_out[:, j]||, the texts encoded one by one here (no
+    padding) against padded batches there; layer 0's switched-off units 5 and 9 write nothing."""
+    texts = [row.texts[0] for row in rows(40)]
+    captured = []
+    hooks = [layer.intermediate.register_forward_hook(lambda _m, _i, out: captured.append(out[0]))
+             for layer in teacher.bert.encoder.layer]
+    with torch.no_grad():
+        sums, tokens = torch.zeros(2, 32), 0
+        for text in texts:
+            captured.clear()
+            teacher.bert(**tiny_tokenizer(text, return_tensors="pt"))
+            sums += torch.stack([out.abs().sum(0) for out in captured])
+            tokens += captured[0].shape[0]
+    for hook in hooks:
+        hook.remove()
+    norms = torch.stack([layer.output.dense.weight.norm(dim=0) for layer in teacher.bert.encoder.layer])
+    expected = sums / tokens * norms
+    found = ffn_activation_importance(teacher, LAYOUT, tiny_tokenizer, texts)
+    assert torch.allclose(found, expected, rtol=1e-5, atol=1e-7)
+    assert set(found[0].argsort()[:2].tolist()) == {5, 9} and found[0, [5, 9]].abs().max() == 0
+

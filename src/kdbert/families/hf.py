@@ -193,12 +193,16 @@ register_family(HFFamily(), built_in=True)
 
 
 # ----------------------------------------------------------------------------- students users bring
-def _task_config(path: str, context: ShapeContext, depth: int | None = None):
+def _task_config(path: str, context: ShapeContext, depth: int | None = None, ffn: int | None = None):
     """The folder's config with the task's outputs (one for regression, start and end for QA) and,
-    given ``depth``, that many layers."""
+    given ``depth``, that many layers; given ``ffn``, that many FFN units per layer."""
     from transformers import AutoConfig
 
+    from kdbert.families.selection import layout_of
+
     config = AutoConfig.from_pretrained(path, **({"num_hidden_layers": depth} if depth else {}))
+    if ffn:
+        setattr(config, layout_of(config).ffn_size, ffn)
     config.num_labels = 2 if context.question_answering else context.num_labels
     if context.num_labels == 1 and not context.question_answering:
         config.problem_type = "regression"
@@ -212,7 +216,7 @@ def _task_class(context: ShapeContext):
 
 
 def user_candidate(path: str, name: str, own_tokenizer: bool = False, start: str = "user",
-                   depth: int | None = None) -> Candidate:
+                   depth: int | None = None, ffn: int | None = None) -> Candidate:
     """A student the user brings (a BERT-family folder or hub id) as a candidate called ``name``,
     reading the teacher's tokenizer or, with ``own_tokenizer``, the folder's (checked by the caller):
     timed with random weights of its config, distilled from its own weights (``start``) with a fresh
@@ -220,35 +224,48 @@ def user_candidate(path: str, name: str, own_tokenizer: bool = False, start: str
 
     ``depth``: the folder's model cut to that many layers, its first and last and the rest evenly
     between (:func:`~kdbert.families.selection.ends_and_between`; copied by :func:`~kdbert.families.
-    selection.select_teacher_weights` with the folder's model as the teacher), every other weight its own."""
+    selection.select_teacher_weights` with the folder's model as the teacher), every other weight its own;
+    ``ffn``: each layer keeps that many of its FFN units, those writing most into the residual stream
+    on the task's training texts (:func:`~kdbert.families.importance.ffn_activation_importance`)."""
     from transformers import AutoConfig
 
     from kdbert.core.loading import load_tokenizer
     from kdbert.core.pooling import pool_like_folder
-    from kdbert.families.selection import ends_and_between, select_teacher_weights
+    from kdbert.families.importance import ffn_activation_importance
+    from kdbert.families.selection import ends_and_between, layout_of, select_teacher_weights
 
     config = AutoConfig.from_pretrained(path)
     total = getattr(config, "num_hidden_layers", 0)
     if depth is not None and not 0 < depth <= total:
         raise KdbertError(f"cannot cut {path} to {depth} layers: it has {total}")
+    layout = layout_of(config)
+    if ffn is not None and (layout is None or not 0 < ffn <= getattr(config, layout.ffn_size)):
+        raise KdbertError(f"cannot cut {path}'s FFN to {ffn} units: "
+                          + (f"it has {getattr(config, layout.ffn_size)}" if layout else
+                             f"kdbert cannot cut a {config.model_type!r} model"))
     shape = {"path": str(path), "model_type": config.model_type,
              **({"num_hidden_layers": depth or total} if hasattr(config, "num_hidden_layers") else {}),
              **({"hidden_size": config.hidden_size} if hasattr(config, "hidden_size") else {}),
+             **({"intermediate_size": ffn} if ffn else {}),
              **({"tokenizer": "own"} if own_tokenizer else {})}
 
     def random_model(context: ShapeContext):
-        return pool_like_folder(_task_class(context).from_config(_task_config(path, context, depth)), path)
+        return pool_like_folder(_task_class(context).from_config(_task_config(path, context, depth, ffn)), path)
+
+    def tokenizer_of(context: ShapeContext):
+        return load_tokenizer(path) if own_tokenizer else context.tokenizer
 
     def build(context: ShapeContext):
-        return random_model(context), load_tokenizer(path) if own_tokenizer else context.tokenizer
+        return random_model(context), tokenizer_of(context)
 
     def own_weights(teacher, context: ShapeContext):
         full = _task_class(context).from_pretrained(path, config=_task_config(path, context),
                                                     ignore_mismatched_sizes=True)
-        if depth is None or depth == total:
+        if (depth is None or depth == total) and ffn is None:
             return pool_like_folder(full, path)
+        scores = ffn_activation_importance(full, layout, tokenizer_of(context), list(context.texts)) if ffn else None
         cut = random_model(context)
-        select_teacher_weights(cut, full, layers=ends_and_between(depth, total))
+        select_teacher_weights(cut, full, layers=ends_and_between(depth or total, total), ffn_scores=scores)
         return cut
 
     return Candidate(name, "hf", tuple(shape.items()), build, own_weights, start=start,

@@ -49,7 +49,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from kdbert.errors import KdbertError
-from kdbert.families.selection import find_module
+from kdbert.families.selection import evenly_spaced, find_module
 
 FILE = "importance.safetensors"
 ROWS = 256  # training rows the Taylor importance sums over, at most
@@ -327,3 +327,51 @@ def task_importance(model: nn.Module, layout, rows: list, tokenizer, max_seq_len
         return Importance(heads, ffn, hidden, layer_elimination(model, layout, layer_rows, tokenizer, max_seq_len,
                                                                 greedy=False), "drop one")
     return Importance(heads, ffn, hidden, [], "uniform")
+
+
+@torch.no_grad()
+def ffn_activation_importance(model: nn.Module, layout, tokenizer, texts: list[str], max_seq_len: int = 128,
+                              rows: int = ROWS) -> torch.Tensor:
+    """(N, i): how much each FFN unit ``j`` of layer ``l`` writes into the residual stream, for a
+    pre-trained model whose task head is not trained yet (so no task loss to take gradients of)::
+
+        A_lj = mean_t |a_lj(t)| * ||W_out^l[:, j]||_2
+
+    ``a_lj(t)``: the unit's activation (after the FFN's nonlinearity) at token ``t``, averaged over
+    the real tokens of ``rows`` of ``texts`` spread evenly over them (each encoded alone);
+    ``W_out^l``: the layer's FFN output weight (hidden, i). A cut keeping the largest keeps the
+    units whose output moves the layer most on the task's text (the activation-based criterion of
+    structured FFN pruning, as in FastFormers)."""
+    if not texts:
+        raise KdbertError("ranking FFN units by activation needs training texts; there are none")
+    import inspect
+
+    layers = model.base_model.get_submodule(layout.layers)
+    outputs = [layer.get_submodule(layout.ffn_out) for layer in layers]
+    sums = torch.zeros(len(layers), outputs[0].in_features)
+    mask = {}
+
+    def summing(index):
+        def hook(_module, inputs):
+            sums[index] += (inputs[0].float().abs() * mask["real"]).sum((0, 1))
+        return hook
+
+    handles = [output.register_forward_pre_hook(summing(index)) for index, output in enumerate(outputs)]
+    accepted = inspect.signature(model.base_model.forward).parameters
+    sample = [texts[i] for i in evenly_spaced(min(rows, len(texts)), len(texts)).tolist()]
+    tokens, training = 0, model.training
+    model.eval()
+    try:
+        for begin in range(0, len(sample), BATCH):
+            batch = tokenizer(sample[begin:begin + BATCH], padding=True, truncation=True, max_length=max_seq_len,
+                              return_tensors="pt")
+            mask["real"] = batch["attention_mask"].unsqueeze(-1).float()
+            tokens += int(batch["attention_mask"].sum())
+            model.base_model(**{k: v for k, v in batch.items() if k in accepted})
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(training)
+    norms = torch.stack([output.weight.float().norm(dim=0) for output in outputs])
+    return sums / tokens * norms
+

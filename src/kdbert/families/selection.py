@@ -195,7 +195,8 @@ def _checked_layout(student: PreTrainedModel, teacher: PreTrainedModel) -> Layou
 
 @torch.no_grad()
 def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, importance=None,
-                           layers: list[int] | None = None, head: bool = False) -> dict:
+                           layers: list[int] | None = None, head: bool = False,
+                           ffn_scores: torch.Tensor | None = None) -> dict:
     """Initialise a narrower/shallower ``student`` of the teacher's architecture in place from the
     teacher's weights: every student tensor is a sub-tensor of the matching teacher tensor, picked
     consistently so the student computes a slice of the teacher's residual stream.
@@ -215,7 +216,9 @@ def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, i
     and FFN units (heads ranked over all layers where a bias table shares them: MPNet), each kept in
     the teacher's order. What each architecture adds: the module doc.
 
-    ``layers`` (0-based, without ``importance``): the teacher layers copied instead of the uniform map.
+    ``layers`` (0-based, without ``importance``): the teacher layers copied instead of the uniform map;
+    ``ffn_scores`` (N, i) (without ``importance``): each copied layer keeps its highest-scoring FFN
+    units instead of evenly spaced ones (:func:`~kdbert.families.importance.ffn_activation_importance`).
     The task head's output layer keeps its fresh initialisation unless ``head``: then, where both
     models have one with as many outputs (the teacher fine-tuned on the student's task), the
     teacher's, its columns the hidden units H. Each student size must be at most the teacher's.
@@ -238,7 +241,8 @@ def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, i
         hidden = evenly_spaced(sc["hidden_size"], tc["hidden_size"])
         layers = layers or _selection_layers(sc["num_hidden_layers"], tc["num_hidden_layers"])
         heads = {t: evenly_spaced(h_s, tc["num_attention_heads"]) for t in layers}
-        ffn = {t: evenly_spaced(i_s, tc["intermediate_size"]) for t in layers}
+        ffn = {t: evenly_spaced(i_s, tc["intermediate_size"]) if ffn_scores is None else top(ffn_scores[t], i_s)
+               for t in layers}
     else:
         hidden = top(importance.hidden, sc["hidden_size"])
         layers = importance.layers(sc["num_hidden_layers"])
@@ -278,7 +282,8 @@ def select_teacher_weights(student: PreTrainedModel, teacher: PreTrainedModel, i
         if dst is not None and src is not None and dst.weight.shape[0] == src.weight.shape[0]:
             _take(dst, src, None, hidden)
             head_copied = True
-    return {"student_init": "teacher-weights", "selection": "evenly spaced" if importance is None else "importance",
+    selection = "importance" if importance is not None else "evenly spaced" if ffn_scores is None else "FFN by activation"
+    return {"student_init": "teacher-weights", "selection": selection,
             "teacher_layers": [i + 1 for i in layers],
             "hidden_units": f"{sc['hidden_size']} of {tc['hidden_size']}",
             "heads": f"{sc['num_attention_heads']} of {tc['num_attention_heads']} ({s_head_dim} of {t_head_dim} "
