@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import platform
+import re
 from pathlib import Path
 
 import torch
@@ -144,12 +145,13 @@ def rebuild_missing(name: str, key: str, rebuild) -> dict | None:
 def random_weight_exports(teacher_folder: str | os.PathLike, task, names: list[str],
                           folder: str | os.PathLike) -> dict[str, Path]:
     """The candidate shapes ``names`` of the teacher in ``teacher_folder`` for ``task`` (a TaskOptions),
-    the packaged pre-trained students (``pretrained-minilm-l6`` ...) among them, built with random
-    weights (their speed does not depend on them) and exported as compress times them (ONNX int8)
-    under ``folder``: name -> its ``model.int8.onnx``."""
-    from kdbert.compress.pipeline import PRETRAINED_STUDENTS
+    the packaged pre-trained students (``pretrained-minilm-l6`` ...) among them, and any other cut of
+    all-MiniLM-L6-v2 by name (``pretrained-minilm-l<layers>-ffn<units>``), built with random weights
+    (their speed does not depend on them) and exported as compress times them (ONNX int8) under
+    ``folder``: name -> its ``model.int8.onnx``."""
+    from kdbert.compress.pipeline import PRETRAINED_STUDENTS, PretrainedStudent
     from kdbert.compress.speed import all_candidates, shape_context
-    from kdbert.core.loading import own_tokenizer
+    from kdbert.core.loading import default_model_path, own_tokenizer
     from kdbert.deploy.export import export_classifier
     from kdbert.deploy.onnx_runtime import INT8_FILE
     from kdbert.families.registry import family_of_folder
@@ -157,8 +159,11 @@ def random_weight_exports(teacher_folder: str | os.PathLike, task, names: list[s
     teacher = family_of_folder(teacher_folder).load(Path(teacher_folder))
     context = shape_context(teacher_folder, task, teacher=teacher)
     chosen = {c.name: c for c in all_candidates(context) if c.name in names}
-    for name in set(names) & set(PRETRAINED_STUDENTS):
-        student = PRETRAINED_STUDENTS[name]
+    cuts = {name: PretrainedStudent(default_model_path, int(found[1]), int(found[2]) if found[2] else None)
+            for name in names if (found := re.fullmatch(r"pretrained-minilm-l(\d+)(?:-ffn(\d+))?", name))}
+    for name, student in {**cuts, **PRETRAINED_STUDENTS}.items():
+        if name not in names:
+            continue
         own = own_tokenizer(student.folder(), *teacher, option=name) is not None
         chosen[name] = student.candidate(name, own)
     missing = sorted(set(names) - set(chosen))

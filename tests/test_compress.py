@@ -1174,9 +1174,9 @@ def test_the_packaged_minilm_is_offered_as_a_student_only_under_a_bigger_teacher
     assert pipeline.pretrained_students(teacher(minilm, tokenizer), context, spec) == []
     deeper = AutoConfig.from_pretrained(default_model_path(), num_hidden_layers=7)
     offered = pipeline.pretrained_students(teacher(deeper, tokenizer), context, spec)
-    assert names(offered) == [(f"pretrained-minilm-{cut}", "pretrained", None) for cut in ("l6", "l4", "l4-ffn768", "l3")]
+    assert names(offered) == [(f"pretrained-minilm-{cut}", "pretrained", None) for cut in ("l6", "l4", "l4-ffn512", "l3")]
     assert [dict(c.shape)["num_hidden_layers"] for c in offered] == [6, 4, 4, 3]
-    assert [dict(c.shape).get("intermediate_size") for c in offered] == [None, None, 768, None]
+    assert [dict(c.shape).get("intermediate_size") for c in offered] == [None, None, 512, None]
     # a tiny pre-trained student of its own tokenizer under the tiny teacher, not under a smaller one
     student = save_char_student(tmp_path / "char", max_position_embeddings=64)
     monkeypatch.setattr(pipeline, "PRETRAINED_STUDENTS",

@@ -159,11 +159,13 @@ class PretrainedStudent(NamedTuple):
 
 PRETRAINED_STUDENTS = {"pretrained-minilm-l6": PretrainedStudent(default_model_path),
                        "pretrained-minilm-l4": PretrainedStudent(default_model_path, 4),
-                       "pretrained-minilm-l4-ffn768": PretrainedStudent(default_model_path, 4, 768),
+                       "pretrained-minilm-l4-ffn512": PretrainedStudent(default_model_path, 4, 512),
                        "pretrained-minilm-l3": PretrainedStudent(default_model_path, 3)}
-"""Packaged pre-trained students offered as candidates. The 4-layer MiniLM with half its FFN sits
-between the 4- and 3-layer cuts in speed: against an int8 MPNet-base on two cores (AMX Xeon), a
-4x384 graph with a 768-unit FFN times 8.7x, the whole 4-layer cut 7.3x, the 3-layer 9.8x."""
+"""Packaged pre-trained students offered as candidates. The 4-layer cut with a third of its FFN units
+fills the gap at 8x over a base-size teacher served on every core: against an int8 MPNet-base on an
+SST-2 row, both on two threads of an AMX Xeon, it times 8.4-9.0x where the whole 4-layer cut times
+6.7-7.2x, the 3-layer one 8.8-9.2x and the 4-layer one with half its FFN 7.9-8.3x
+(``benchmarks/timing_threads.py``, key ``sst2-mpnet-amx-ffn``)."""
 
 
 def parameter_count(candidate, context) -> int:
