@@ -161,9 +161,9 @@ def random_weight_exports(teacher_folder: str | os.PathLike, task, names: list[s
     chosen = {c.name: c for c in all_candidates(context) if c.name in names}
     cuts = {name: PretrainedStudent(default_model_path, int(found[1]), int(found[2]) if found[2] else None)
             for name in names if (found := re.fullmatch(r"pretrained-minilm-l(\d+)(?:-ffn(\d+))?", name))}
-    for name, student in {**cuts, **PRETRAINED_STUDENTS}.items():
-        if name not in names:
-            continue
+    students = {**cuts, **PRETRAINED_STUDENTS}
+    for name in set(names) & set(students):
+        student = students[name]
         own = own_tokenizer(student.folder(), *teacher, option=name) is not None
         chosen[name] = student.candidate(name, own)
     missing = sorted(set(names) - set(chosen))

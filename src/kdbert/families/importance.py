@@ -32,6 +32,7 @@ map ceil(mN/M)): on a 2-core CPU a 12-layer teacher's greedy elimination costs m
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import random
@@ -101,8 +102,6 @@ class Importance:
 
 def _batches(model: nn.Module, tokenizer, rows: list, max_seq_len: int):
     """Padded batches of ``rows`` (:class:`~kdbert.data.glue.Example`) with their labels."""
-    import inspect
-
     accepted = inspect.signature(model.forward).parameters
     regression = model.config.num_labels == 1
     for begin in range(0, len(rows), BATCH):
@@ -213,8 +212,6 @@ def _predictions_moved(model: nn.Module, layout, batches: list, full: list, keep
 
 def _pair_batches(model: nn.Module, tokenizer, rows: list, max_seq_len: int) -> list[tuple[dict, dict]]:
     """``rows`` in batches, each the inputs of its pairs' first sentences and of their second ones, encoded apart."""
-    import inspect
-
     accepted = inspect.signature(model.base_model.forward).parameters
     batches = []
     for begin in range(0, len(rows), BATCH):
@@ -344,8 +341,6 @@ def ffn_activation_importance(model: nn.Module, layout, tokenizer, texts: list[s
     structured FFN pruning, as in FastFormers)."""
     if not texts:
         raise KdbertError("ranking FFN units by activation needs training texts; there are none")
-    import inspect
-
     layers = model.base_model.get_submodule(layout.layers)
     outputs = [layer.get_submodule(layout.ffn_out) for layer in layers]
     sums = torch.zeros(len(layers), outputs[0].in_features)
@@ -374,4 +369,3 @@ def ffn_activation_importance(model: nn.Module, layout, tokenizer, texts: list[s
         model.train(training)
     norms = torch.stack([output.weight.float().norm(dim=0) for output in outputs])
     return sums / tokens * norms
-
