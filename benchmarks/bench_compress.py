@@ -69,6 +69,10 @@ def main() -> None:
     parser.add_argument("--nltk-data", default=NLTK_DATA, help="NLTK's POS tagger, for --augment")
     parser.add_argument("--workers", type=int, default=1, help="candidates distilled at once (one process each)")
     parser.add_argument("--transfer-text", nargs="+", help="unlabelled text the -aug variants also distil on")
+    parser.add_argument("--unlabelled", help="more training rows without labels, labelled by the teacher (compress "
+                        "--unlabelled: a .jsonl file with the task's text column(s), or imdb-unsup)")
+    parser.add_argument("--kd-labels", default=CompressConfig.kd_labels, choices=("beside", "export"),
+                        help="where the KD candidates get the teacher's logits (compress --kd-labels)")
     parser.add_argument("--students-store", help="where general students are looked for (default: compress's)")
     parser.add_argument("--no-general-students", action="store_true", help="start from the teacher's weights only")
     parser.add_argument("--key-suffix", default="", help="appended to the results key <task>/x<target>")
@@ -85,10 +89,10 @@ def main() -> None:
                             augment=args.augment, nltk_data=args.nltk_data if args.augment else None,
                             transfer_text=args.transfer_text, students_store=args.students_store,
                             no_general_students=args.no_general_students, pooling=args.pooling,
-                            selection=args.selection,
+                            selection=args.selection, kd_labels=args.kd_labels,
                             max_train_examples=args.max_train_examples)
     started = time.time()
-    report = compress(TaskOptions(args.task, data_dir=args.data_dir), config, out)
+    report = compress(TaskOptions(args.task, data_dir=args.data_dir, unlabelled=args.unlabelled), config, out)
     precision = resolve_precision("auto")[0]  # what the candidates trained in
     command = ("" if FLOAT32_PINNED else f"KDBERT_MIXED_PRECISION={precision} ") + (
                f"OMP_NUM_THREADS=1 python benchmarks/bench_compress.py --task {args.task} --target-speedup "
@@ -105,6 +109,8 @@ def main() -> None:
                + (f" --workers {args.workers}" if args.workers != 1 else "")
                + (f" --augment {args.augment}" if args.augment else "")
                + (f" --transfer-text {' '.join(args.transfer_text)}" if args.transfer_text else "")
+               + (f" --unlabelled {args.unlabelled}" if args.unlabelled else "")
+               + (f" --kd-labels {args.kd_labels}" if args.kd_labels != CompressConfig.kd_labels else "")
                + (f" --students-store {args.students_store}" if args.students_store else "")
                + (" --no-general-students" if args.no_general_students else "")
                + (f" --pooling {args.pooling}" if args.pooling != CompressConfig.pooling else "")

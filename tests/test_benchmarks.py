@@ -26,6 +26,7 @@ import gpu_bundle  # noqa: E402
 import gradual_pruning  # noqa: E402
 import mobilebert_ablation  # noqa: E402
 import mobilebert_gpu  # noqa: E402
+import plateau  # noqa: E402
 import recipe_ablation  # noqa: E402
 import step_runner  # noqa: E402
 import teacher_best  # noqa: E402
@@ -211,6 +212,54 @@ def test_a_long_recipe_run_is_shown_as_its_curve_and_left_out_of_the_parts_table
     assert rows == ["| sst2: bert-2x384, 42, 43 | 80.00 / 50.00 | 1,000: 77.5% / 80.0%; 2,000: 80.0% / 85.0%; "
                     "3,000: 82.5% / 94.0% |"]
     assert recipe_parts_section() == []  # the parts table has no "recipe" group of equal-step runs to show
+
+
+def test_a_continued_run_keeps_the_runs_options_but_the_one_its_variant_changes(tmp_path):
+    run = tmp_path / "out" / "runs" / "mpnet-3x384"
+    run.mkdir(parents=True)
+    (run / "run_config.json").write_text(json.dumps({
+        "command": "distill task", "task": "sst2", "held_out_rows": "teacher", "method": "kd", "temperature": 20.0,
+        "alpha": 0.7, "max_steps": 614400, "ema_decay": 0.998, "warmup_ratio": 5e-05, "freeze_word_embeddings": True,
+        "teacher_onnx": None, "seed": 1}))
+
+    def options(variant):
+        return plateau.continued_options(run, variant, 43, 2000, "teacher.int8.onnx")
+
+    stable = options("stable")
+    assert stable == {"method": "kd", "temperature": 20.0, "alpha": 0.7, "max_steps": 614400, "ema_decay": 0.998,
+                      "warmup_ratio": 0.0, "freeze_word_embeddings": True, "teacher_onnx": None, "seed": 43,
+                      "student": str(run), "eval_every": 500, "keep_checkpoints": 1, "no_progress": True,
+                      "teacher_cache": str(tmp_path / "out" / "teacher-cache")}
+    assert options("decay") == stable | {"max_steps": 2000, "ema_decay": None}  # annealed to zero over the 2,000
+    assert options("t2") == stable | {"temperature": 2.0, "alpha": 1.0}
+    assert options("trained-words") == stable | {"freeze_word_embeddings": False}
+    stored = options("imdb-sentences")
+    assert stored["teacher_onnx"] == "teacher.int8.onnx" and "teacher_cache" not in stored
+    assert {k: v for k, v in stored.items() if k not in ("teacher_onnx", "logits_cache")} == {
+        k: v for k, v in stable.items() if k not in ("teacher_onnx", "teacher_cache")}
+    with pytest.raises(Exception, match="--teacher-onnx"):
+        plateau.continued_options(run, "int8-targets", 43, 2000, None)
+
+
+def test_the_plateau_table_gives_each_variants_kept_share_beside_the_runs_start(results_dir):
+    from sections.compress_results import plateau_section
+
+    def record(variant, seed, dev, decide):
+        return {"variant": variant, "seed": seed, "dev": dev, "decide": decide, "teacher_dev": 80.0,
+                "teacher_decide": 50.0, "start_step": 14017, "start_dev": 72.0, "start_decide": 45.0,
+                "date": "2026-12-06", "machine": "2 cores", "command": f"run {variant}"}
+
+    results_dir.mkdir()
+    (results_dir / "plateau.json").write_text(json.dumps({
+        "sst2/cut-from14017/2000/decay/seed42": record("decay", 42, 76.0, 45.0),
+        "sst2/cut-from14017/2000/stable/seed42": record("stable", 42, 72.0, 46.0),
+        "sst2/cut-from14017/2000/stable/seed43": record("stable", 43, 76.0, 48.0)}))
+    rows = [line for line in plateau_section() if line.startswith("| sst2")]
+    # start: 72 of 80 = 90%, 45 of 50 = 90%; stable: dev 90% and 95% (mean 92.5, sd 3.5), decide 92% and 96% (94.0,
+    # sd 2.8); decay, one seed: 95% and 90%; the stable rows first
+    assert rows == ["| sst2: cut, 14,017 | 80.00 / 50.00 | 90.0% / 90.0% | 2,000 | stable | 2 | 92.5% ± 3.5 "
+                    "| 94.0% ± 2.8 | 42: 72.00, 43: 76.00 |",
+                    "| sst2: cut, 14,017 | 80.00 / 50.00 | 90.0% / 90.0% | 2,000 | decay | 1 | 95.0% | 90.0% | 42: 76.00 |"]
 
 
 def test_teachers_compete_on_held_out_rows_drawn_by_one_rule():

@@ -239,6 +239,38 @@ def recipe_ablation_section() -> list[str]:
     return lines + ["", measured_line(records.values()), "", note("recipe-reading"), ""]
 
 
+def plateau_section() -> list[str]:
+    """A search's run continued from its best step, one part of its recipe changed at a time
+    (``plateau.py``): each variant's kept share on dev and on the rows that decide, mean and sd over
+    its seeds, beside the run's own at its start."""
+    records = load_results("plateau")
+    if not records:
+        return []
+    groups: dict[tuple, list[dict]] = {}
+    for key, record in records.items():
+        task, run, steps, variant, _ = key.split("/")
+        groups.setdefault((task, run, int(steps), variant), []).append(record)
+
+    def spread(values: list[float]) -> str:
+        mean = sum(values) / len(values)
+        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+        return f"{mean:.1f}% ± {sd:.1f}" if len(values) > 1 else f"{mean:.1f}%"
+
+    lines = ["## A plateau, continued one part at a time (`benchmarks/plateau.py`)", "", note("plateau-intro"), "",
+             "| task: run, from step | teacher dev / decide | kept at the start: dev / decide | steps more | variant "
+             "| seeds | kept on dev | kept on the rows that decide | dev per seed |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---|"]
+    for (task, run, steps, variant), rows in sorted(groups.items(), key=lambda g: (g[0][:3], g[0][3] != "stable")):
+        rows = sorted(rows, key=lambda r: r["seed"])
+        first = rows[0]
+        lines.append(f"| {task}: {run.rsplit('-from', 1)[0]}, {first['start_step']:,} | {first['teacher_dev']:.2f} / "
+                     f"{first['teacher_decide']:.2f} | {kept_share(first, 'start_dev'):.1f}% / "
+                     f"{kept_share(first, 'start_decide'):.1f}% | {steps:,} | {variant} | {len(rows)} "
+                     f"| {spread([kept_share(r, 'dev') for r in rows])} | {spread([kept_share(r, 'decide') for r in rows])} | "
+                     + ", ".join(f"{r['seed']}: {r['dev']:.2f}" for r in rows) + " |")
+    return lines + ["", measured_line(records.values()), "", note("plateau-reading"), ""]
+
+
 def measured_line(records) -> str:
     """``Measured <date, machine; ...>. Commands: `...`; `...`.`` of ``records`` (any iterable), each once, sorted."""
     records = list(records)
@@ -248,8 +280,9 @@ def measured_line(records) -> str:
 
 
 def kept_share(record: dict, rows: str) -> float:
-    """A recipe run's score on ``rows`` ("dev" or "decide") over its teacher's there, in percent."""
-    return 100 * record[rows] / record[f"teacher_{rows}"]
+    """A recipe run's score on ``rows`` ("dev" or "decide", or "start_dev" / "start_decide": a continued
+    run's start) over its teacher's there, in percent."""
+    return 100 * record[rows] / record[f"teacher_{rows.removeprefix('start_')}"]
 
 
 RECIPE_PARTS = [("recipe-constant-rate", "1: rate annealed by EMA off"), ("recipe-cls-pooling", "2: mean or pair pooling off"),
