@@ -15,7 +15,7 @@ from conftest import save_tiny_classifier, write_glue_task
 from transformers import BertForSequenceClassification
 
 from kdbert.cli import main
-from kdbert.compress.report import unseen_sources_line
+from kdbert.compress.report import phrases_line, unseen_sources_line
 from kdbert.core.metrics import bootstrap_standard_error
 from kdbert.core.evaluate import (TaskEvaluator, held_out_loss, predict, replaces_checkpoint, selection_key,
                                    to_predictions)
@@ -381,3 +381,13 @@ def test_rows_as_far_from_training_as_dev_are_held_out_where_training_rows_have_
     alike = hold_out(TaskData(spec, list(train), {"dev": sibling_dev}), 0.1)
     chosen = set(uniform_indices(len(train), 135))
     assert alike.held_out_rule == "uniform" and alike.held_out == [r for i, r in enumerate(train) if i in chosen]
+
+
+def test_a_search_of_phrases_without_unlabelled_sentences_is_told_what_it_lacks():
+    # SST-2's rule: its rows are mostly phrases of its sentences, whole sentences held out
+    assert phrases_line({"rule": "whole rows", "unlabelled_rows": 0}).startswith(
+        "most training rows are phrases of its other rows, where the rows that decide (and dev's) are whole sentences")
+    assert "--unlabelled" in phrases_line({"rule": "whole rows"})  # a report written before the count was kept
+    assert phrases_line({"rule": "whole rows", "unlabelled_rows": 60000}) is None  # it has them
+    for rule in ("uniform", "length-matched", "nearness-matched", "source-matched", None):
+        assert phrases_line({"rule": rule, "unlabelled_rows": 0}) is None, rule

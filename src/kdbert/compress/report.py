@@ -102,6 +102,17 @@ def unseen_sources_line(unseen: dict[str, int], dev_rows: int) -> str:
             "differ from it by what the student keeps on those")
 
 
+def phrases_line(facts: dict) -> str | None:
+    """What a search whose training rows are mostly phrases of its sentences (held out as whole rows,
+    :func:`kdbert.data.held_out.whole_rows`) lacks when it was given no ``--unlabelled`` rows: text
+    like the rows it is scored on; None otherwise."""
+    if facts.get("rule") != "whole rows" or facts.get("unlabelled_rows"):
+        return None
+    return ("most training rows are phrases of its other rows, where the rows that decide (and dev's) are whole "
+            "sentences: unlabelled sentences of the task's kind, given as --unlabelled, are what lifted SST-2's "
+            "students there most (docs/compress.md, \"Text like the rows that decide\")")
+
+
 def held_out_lines(report: dict) -> list[str]:
     """Where the held-out rows came from and how they split, and the kept share the shipped graph
     shows on the rows that decide (with the checks that led to it); reports written before the
@@ -122,7 +133,8 @@ def held_out_lines(report: dict) -> list[str]:
                 "the rows that decide), so its score on the deciding rows reads high and the kept share there low."
                 if facts.get("teacher_picked_on_deciding_rows") else "")
              + (f" {unseen_sources_line(facts['dev_sources_unseen'], facts['dev_rows'])}."
-                if facts.get("dev_sources_unseen") else ""), ""]
+                if facts.get("dev_sources_unseen") else "")
+             + (f" {phrases_line(facts)[0].upper()}{phrases_line(facts)[1:]}." if phrases_line(facts) else ""), ""]
     checks = shipped["checks"]
     lines += [f"As shipped ({report['runtime']}), on the rows that decide: {shipped['decide_score']:.2f} ± "
               f"{shipped['decide_se']:.2f} against the teacher's {teacher['decide']:.2f} ± {teacher['decide_se']:.2f}"
