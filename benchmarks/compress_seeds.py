@@ -30,6 +30,7 @@ from pathlib import Path
 from common import FLOAT32_PINNED, load_results, machine_info, save_result
 from paths import GLUE_DIR
 
+from kdbert.compress.spare import SPARE_SUFFIX
 from kdbert.core.hardware import resolve_precision
 from kdbert.data.load import TaskOptions
 from kdbert.methods.front import distill_task
@@ -59,10 +60,17 @@ def search_caches(search: Path, options: dict) -> dict:
 
 
 def pauses(report: dict) -> list[int]:
-    """The steps at which the search paused and evaluated the winner's run, in order (none: one run)."""
+    """The steps at which the search paused and evaluated the winner's run, in order (none: one run); a
+    winner trained on in the finishing's spare time (``<run>.spare``) pauses where the search's run did,
+    then at its own last step."""
     search = report.get("search")
     segments = search.get("segments", []) if isinstance(search, dict) else []
-    return sorted({segment["steps"] for segment in segments if segment["run"] == report["winner"]["run"]})
+    winner = report["winner"]
+    run = winner["run"].removesuffix(SPARE_SUFFIX)
+    steps = {segment["steps"] for segment in segments if segment["run"] == run}
+    if run != winner["run"]:
+        steps.add(winner["steps"])
+    return sorted(steps)
 
 
 def rerun(run: Path, seed: int, out: Path, data_dir: str, search: Path, pause_steps: list[int]) -> dict:

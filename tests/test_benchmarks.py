@@ -521,6 +521,8 @@ def test_compress_seeds_pause_where_the_search_paused_the_winner():
         segment("runs/a", 865), segment("runs/b", 300), segment("runs/a", 300), segment("runs/a", 1312)]}}
     assert compress_seeds.pauses(report) == [300, 865, 1312]
     assert compress_seeds.pauses({"winner": {"run": "runs/a"}, "search": [[segment("runs/a", 300)]]}) == []  # one run
+    spare = {"winner": {"run": "runs/a.spare", "steps": 1400}, "search": report["search"]}  # trained on, shipped
+    assert compress_seeds.pauses(spare) == [300, 865, 1312, 1400]
 
 
 def test_distill_glue_mobilebert_variants_distil_the_general_student(results_dir, monkeypatch, tmp_path):
