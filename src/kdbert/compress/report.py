@@ -105,8 +105,8 @@ def unseen_sources_line(unseen: dict[str, int], dev_rows: int) -> str:
 def phrases_line(facts: dict) -> str | None:
     """What a search whose training rows are mostly phrases of its sentences (held out as whole rows,
     :func:`kdbert.data.held_out.whole_rows`) lacks when it was given no ``--unlabelled`` rows: text
-    like the rows it is scored on; None otherwise."""
-    if facts.get("rule") != "whole rows" or facts.get("unlabelled_rows"):
+    like the rows it is scored on; None otherwise, and for a report written before the count was kept."""
+    if facts.get("rule") != "whole rows" or facts.get("unlabelled_rows") != 0:
         return None
     return ("most training rows are phrases of its other rows, where the rows that decide (and dev's) are whole "
             "sentences: unlabelled sentences of the task's kind, given as --unlabelled, are what lifted SST-2's "
