@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from common import load_results
 from sections.scoreboard import CITED_SEARCHES
 from sections.shared import GPU_H200_RESULTS, GPU_RESULTS, current_command, note
@@ -251,11 +253,6 @@ def plateau_section() -> list[str]:
         task, run, steps, variant, _ = key.split("/")
         groups.setdefault((task, run, int(steps), variant), []).append(record)
 
-    def spread(values: list[float]) -> str:
-        mean = sum(values) / len(values)
-        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
-        return f"{mean:.1f}% ± {sd:.1f}" if len(values) > 1 else f"{mean:.1f}%"
-
     lines = ["## A plateau, continued one part at a time (`benchmarks/plateau.py`)", "", note("plateau-intro"), "",
              "| task: run, from step | teacher dev / decide | kept at the start: dev / decide | steps more | variant "
              "| seeds | kept on dev | kept on the rows that decide | dev per seed |",
@@ -266,9 +263,16 @@ def plateau_section() -> list[str]:
         lines.append(f"| {task}: {run.rsplit('-from', 1)[0]}, {first['start_step']:,} | {first['teacher_dev']:.2f} / "
                      f"{first['teacher_decide']:.2f} | {kept_share(first, 'start_dev'):.1f}% / "
                      f"{kept_share(first, 'start_decide'):.1f}% | {steps:,} | {variant} | {len(rows)} "
-                     f"| {spread([kept_share(r, 'dev') for r in rows])} | {spread([kept_share(r, 'decide') for r in rows])} | "
+                     f"| {mean_and_sd([kept_share(r, 'dev') for r in rows], '%')} | {mean_and_sd([kept_share(r, 'decide') for r in rows], '%')} | "
                      + ", ".join(f"{r['seed']}: {r['dev']:.2f}" for r in rows) + " |")
     return lines + ["", measured_line(records.values()), "", note("plateau-reading"), ""]
+
+
+def mean_and_sd(values: list[float], unit: str = "", sign: bool = False) -> str:
+    """``mean<unit> ± sd`` of ``values`` (the sample sd; the mean alone for one value), signed with
+    ``sign``: ``95.7% ± 0.3``, ``+0.4 ± 1.1``."""
+    mean = f"{statistics.mean(values):{'+' if sign else ''}.1f}{unit}"
+    return f"{mean} ± {statistics.stdev(values):.1f}" if len(values) > 1 else mean
 
 
 def measured_line(records) -> str:
@@ -307,11 +311,6 @@ def recipe_parts_section() -> list[str]:
     if not runs:
         return []
 
-    def spread(values: list[float]) -> str:
-        mean = sum(values) / len(values)
-        sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
-        return f"{mean:+.1f} ± {sd:.1f}"
-
     lines = ["## The recipe, each part off in turn (`benchmarks/recipe_ablation.py`)", "", note("recipe-parts-intro"), "",
              "| task: shape, steps | teacher dev / decide | today's recipe: kept on dev / decide | "
              + " | ".join(header for _, header in RECIPE_PARTS) + " |",
@@ -323,7 +322,7 @@ def recipe_parts_section() -> list[str]:
         cells = []
         for variant, _ in RECIPE_PARTS:
             seeds = sorted(set(variants.get(variant, {})) & set(today))
-            cells.append(" / ".join(spread([kept_share(variants[variant][s], rows) - kept_share(today[s], rows) for s in seeds])
+            cells.append(" / ".join(mean_and_sd([kept_share(variants[variant][s], rows) - kept_share(today[s], rows) for s in seeds], sign=True)
                                     for rows in ("dev", "decide")) if seeds else "-")
         lines.append(f"| {task}: {candidate}, {steps.split('-')[0]} | {any_record['teacher_dev']:.2f} / "
                      f"{any_record['teacher_decide']:.2f} | {means[0]:.1f}% / {means[1]:.1f}% ({len(today)} seed{'s' if len(today) > 1 else ''}) | "
