@@ -5,7 +5,8 @@
 
 Each seed runs ``kdbert quickstart --seed S`` into ``<runs>/quickstart-seeds/<key>/seed<S>`` with a copy
 of the recorded teacher in its ``teacher/`` (so the fine-tuning is skipped and every seed distils the
-same teacher), one seed after another, alone on the machine. A seed whose folder holds a finished
+same teacher), one seed after another, alone on the machine; ``--timing-threads`` and ``--unlabelled``
+go to each quickstart as they are. A seed whose folder holds a finished
 run (its ``summary.json``) is recorded, not run again. Records each seed's winner, its steps, its speed
 over the int8 teacher and what it keeps of it in int8 on dev and on the rows that decide, their
 mean and standard deviation, in ``benchmarks/results/quickstart_seeds.json`` under ``--key``.
@@ -53,8 +54,11 @@ def main() -> None:
     parser.add_argument("--teacher", default=run_folder("quickstart/teacher"), help="a finished quickstart teacher")
     parser.add_argument("--data-dir", default=GLUE_DIR)
     parser.add_argument("--timing-threads", type=int, help="kdbert quickstart --timing-threads (default: its own)")
+    parser.add_argument("--unlabelled", help="kdbert quickstart --unlabelled: more rows without labels, labelled by "
+                        "the teacher (a .jsonl of the task's text column(s))")
     args = parser.parse_args()
-    timing = ["--timing-threads", str(args.timing_threads)] if args.timing_threads else []
+    passed = ["--timing-threads", str(args.timing_threads)] if args.timing_threads else []
+    passed += ["--unlabelled", args.unlabelled] if args.unlabelled else []
     root = Path(run_folder("quickstart-seeds")) / args.key
     seeds = {}
     for seed in args.seeds:
@@ -66,7 +70,7 @@ def main() -> None:
                 (folder / "teacher.tmp").rename(folder / "teacher")
             started = time.time()
             if kdbert_main(["quickstart", "--task", args.task, "--data-dir", args.data_dir, "--output-dir",
-                            str(folder), "--seed", str(seed), "--no-progress", *timing]) != 0:
+                            str(folder), "--seed", str(seed), "--no-progress", *passed]) != 0:
                 sys.exit(f"quickstart seed {seed} failed")
             print(f"seed {seed}: {(time.time() - started) / 60:.1f} min")
         seeds[seed] = seed_record(folder)
@@ -75,7 +79,7 @@ def main() -> None:
     sd = {field: statistics.stdev(r[field] for r in seeds.values()) if len(seeds) > 1 else None
           for field in ("kept_dev", "kept_decide")}
     command = (f"python benchmarks/quickstart_seeds.py --key {args.key} --seeds {' '.join(map(str, args.seeds))}"
-               + "".join(f" {flag}" for flag in timing))
+               + "".join(f" {flag}" for flag in passed))
     save_result("quickstart_seeds", args.key, {**machine_info(), "task": args.task, "teacher": args.teacher,
                                                "seeds": seeds, "mean": mean, "sd": sd, "command": command})
     print(json.dumps({"seeds": seeds, "mean": mean, "sd": sd}, indent=1))

@@ -198,14 +198,16 @@ def ranked_by_importance(record: dict) -> bool:
 
 BASE_TEACHER_SEARCHES = {"cola": {"4x": ("cola/x4-mpnet-trust",), "8x": ("cola/x8-mpnet-trust-first", "cola/x8-mpnet-trust-turns",
                                                                              "cola/x8-mpnet-trust")},
-                         "sst2": {"4x": ("sst2/x4-mpnet-trust",), "8x": ("sst2/x8-mpnet-trust-imdb-fastest", "sst2/x8-mpnet-trust-ffn-fastest", "sst2/x8-mpnet-trust-fastest", "sst2/x8-mpnet-trust-first", "sst2/x8-mpnet-trust-kl32", "sst2/x8-mpnet-trust-all", "sst2/x8-mpnet-trust")},
+                         "sst2": {"4x": ("sst2/x4-mpnet-trust-imdb-fastest", "sst2/x4-mpnet-trust"),
+                                  "8x": ("sst2/x8-mpnet-trust-imdb-fastest", "sst2/x8-mpnet-trust-export-fastest", "sst2/x8-mpnet-trust-ffn-fastest", "sst2/x8-mpnet-trust-fastest", "sst2/x8-mpnet-trust-first", "sst2/x8-mpnet-trust-kl32", "sst2/x8-mpnet-trust-all", "sst2/x8-mpnet-trust")},
                          "mrpc": {"4x": ("mrpc/x4-mpnet-trust-fitted", "mrpc/x4-mpnet-trust"),
                                   "8x": ("mrpc/x8-mpnet-trust-rows", "mrpc/x8-mpnet-trust-fitted", "mrpc/x8-mpnet-trust-first2", "mrpc/x8-mpnet-trust-first", "mrpc/x8-mpnet-trust-best", "mrpc/x8-mpnet-trust-pair", "mrpc/x8-mpnet-trust-cuts", "mrpc/x8-mpnet-trust")},
                          "stsb": {"4x": ("stsb/x4-mpnet-trust",), "8x": ("stsb/x8-mpnet-trust-first", "stsb/x8-mpnet-trust")}}
 """Per task and target, the searches against the MPNet-base teacher, the latest first (``-fastest``: timed on both
 cores, where the teacher runs fastest, the runs training on one; ``-trust-ffn-fastest``: so timed, with the 4-layer
 MiniLM cut of a third of its FFN on offer; ``-trust-imdb-fastest``: so timed and offered, with 60,000 sentences of
-IMDb's unlabelled reviews as ``--unlabelled`` rows, every candidate reading the int8 export's stored logits; ``-best``: promotions by
+IMDb's unlabelled reviews as ``--unlabelled`` rows, every candidate reading the int8 export's stored logits;
+``-trust-export-fastest``: the same without the sentences, on the timings of ``-trust-imdb-fastest``; ``-best``: promotions by
 score while none keeps the share; ``-pair``:
 the MPNet cuts pair-pooled by their separators; ``-cuts``: the pre-trained MiniLM's cuts offered; ``-all``: on
 every training row, not the first 16,000, candidates near the line timed in turns; ``-turns``, ``-kl32``: near-line
