@@ -164,3 +164,19 @@ def test_compress_ships_the_trained_on_winner_and_reports_it(tmp_path, tiny_toke
     assert (out / "runs" / "bert-1x128" / "config.json").is_file()
     markdown = (out / "compress_report.md").read_text()
     assert "bert-1x128 (trained on)" in markdown and "Spare time: bert-1x128 trained on from step 4 to 8" in markdown
+
+
+@pytest.mark.parametrize("winner_decide, shipped", [
+    (85.0, True),  # pooled 86.0 (87.0 and 85.0) against the trained-on 86.75 (87.5 and 86.0)
+    (86.6, False),  # pooled 86.8 against 86.75: no higher
+])
+def test_where_neither_graph_keeps_the_share_the_trained_on_one_ships_when_it_scores_higher_on_all_held_out_rows(
+        tmp_path, monkeypatch, winner_decide, shipped):
+    train_on, calls = _setting(tmp_path, monkeypatch, spare_score=86.0)  # below the line 87.3 - 0.5
+    short = {"candidate": "w", "run": str(tmp_path / "runs" / "w"), "decide_score": 85.0, "kept": 85.0 / 90.0,
+             "keeps": False, "fast_enough": True}
+    result = train_on(90.0, first_check=short, decide_score=winner_decide)
+    assert not result.check["keeps"] and result.summary["shipped"] == shipped
+    assert ("scores higher on all held-out rows" if shipped else "86.75 against 86.80") in result.summary["why"]
+    expected = tmp_path / "runs" / ("w.spare" if shipped else "w")
+    assert shipped_source(tmp_path) == str(expected) and not (tmp_path / "exports").exists()

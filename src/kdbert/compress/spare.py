@@ -19,10 +19,11 @@ Near-line winners left 1.2-1.6 of their search's minutes so.
   :func:`~kdbert.compress.schedule.predicted_seconds`).
 - The trained-on run replaces the shipped one only when its trainer kept a later student than the
   search's run did (the trainer's rule on the rows that pick: the latest evaluation within the
-  noise of the best), and that student's graph, exported with the shipped graph's int8 method,
-  keeps the share on the rows that decide and the speed asked, checked as the first graph was.
-  The rows that decide check, as they check the search's graphs: a trained-on graph that keeps
-  the share replaces the first whether or not it kept it, never by scoring higher there.
+  noise of the best), and that student's graph, exported with the shipped graph's int8 method and
+  checked as the first graph was, runs at the speed asked and either keeps the share on the rows
+  that decide (whether or not the first kept it; never by scoring higher there) or, where neither
+  graph keeps it, scores higher on all held-out rows (those that pick and those that decide,
+  pooled), as the winner rule ranks when none keeps.
 """
 
 from __future__ import annotations
@@ -140,12 +141,31 @@ def train_on(plan: Plan, winner: dict, first_check: dict, segments: list[dict], 
     check = check_shipped(row, export_folder / RUNTIMES[runtime], goal, data, speed_check)
     summary.update(decide_score_before=first_check["decide_score"], decide_score=check["decide_score"],
                    kept_before=first_check["kept"], kept=check["kept"])
-    if not (check["keeps"] and check["fast_enough"]):
+    why = _why_not_shipped(check, first_check, row, winner, goal)
+    if why:
         shutil.rmtree(out / "exports")
-        why = "keep the share" if not check["keeps"] else "meet the speed"
-        return Spare({**summary, "why": f"its shipped graph does not {why}; the first stays shipped"}, check=check)
+        return Spare({**summary, "why": f"{why}; the first stays shipped"}, check=check)
     ship_folder(export_folder, out)
     shutil.rmtree(out / "exports")
-    why = "a later student was kept and its graph keeps the share and the speed"
+    why = ("a later student was kept and its graph keeps the share and the speed" if check["keeps"] else
+           "a later student was kept that scores higher on all held-out rows, where neither graph keeps the "
+           "share, and its graph meets the speed")
     return Spare({**summary, "shipped": True, "why": why}, row, exported, check)
+
+
+def _why_not_shipped(check: dict, first_check: dict, row: dict, winner: dict, goal: Goal) -> str | None:
+    """Why the trained-on graph (its ``check``, its segment ``row``) does not replace the first
+    (``first_check``, the search's ``winner`` row), or None where it does: it meets the speed, and it
+    keeps the share, or neither keeps it and the trained-on student scores higher on all held-out rows
+    (:meth:`~kdbert.compress.schedule.Goal.pooled`, as the winner rule ranks when none keeps)."""
+    if not check["fast_enough"]:
+        return "its shipped graph does not meet the speed"
+    if check["keeps"]:
+        return None
+    if first_check["keeps"]:
+        return "its shipped graph does not keep the share"
+    if goal.pooled(row) <= goal.pooled(winner):
+        return (f"neither graph keeps the share and it scores no higher on all held-out rows "
+                f"({goal.pooled(row):.2f} against {goal.pooled(winner):.2f})")
+    return None
 
