@@ -164,8 +164,8 @@ def _why_not_shipped(check: dict, first_check: dict, row: dict, winner: dict, go
         return None
     if first_check["keeps"]:
         return "its shipped graph does not keep the share"
-    if goal.pooled(row) <= goal.pooled(winner):
+    trained_on, first = goal.pooled(row), goal.pooled(winner)
+    if trained_on <= first:
         return (f"neither graph keeps the share and it scores no higher on all held-out rows "
-                f"({goal.pooled(row):.2f} against {goal.pooled(winner):.2f})")
+                f"({trained_on:.2f} against {first:.2f})")
     return None
-
