@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -187,9 +188,10 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
         assert row["dev_score"] == export["dev_metrics"]["onnx_int8"]["score"]
         assert summary["int8_methods"]["teacher" if folder == "teacher-onnx" else "student"] == \
             export["quantization"]["method"]
-    # the teacher never trained on the rows the search picks on: both held out the same tenth
+    # the teacher never trained on the rows the search picks on: both held out the same fifth (the 16 rows it
+    # trains on leave 24 of the 40 unread)
     teacher_config = json.loads((out / "teacher" / "run_config.json").read_text())
-    assert teacher_config["held_out_fraction"] == 0.1 == json.loads(
+    assert teacher_config["held_out_fraction"] == 0.2 == json.loads(
         (Path(report["winner"]["run"]) / "run_config.json").read_text())["held_out_fraction"]
     assert report["teacher_saw_held_out_rows"] is False and "note: the teacher was fine-tuned on" not in stdout
     # the search distilled on the 16 rows the teacher was fine-tuned on (less the held-out tenth)
@@ -219,6 +221,21 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
     code, stdout, _ = run_cli(capsys, *args)  # finished steps are skipped, not redone
     assert code == 0 and "fine-tuning the teacher" not in stdout
     assert json.loads((out / "summary.json").read_text())["winner"] == summary["winner"]
+
+
+def test_the_main_job_holds_out_a_fifth_where_its_training_subset_leaves_rows_unread(tmp_path, glue_dir):
+    from kdbert.cli.quickstart import held_out_fraction
+    from kdbert.data.load import TaskOptions
+
+    task = TaskOptions(task="sst2", data_dir=str(glue_dir))  # 40 training rows
+    assert held_out_fraction(task, 16) == 0.2 and held_out_fraction(task, 32) == 0.2  # 32 left of 40
+    assert held_out_fraction(task, 33) == 0.1  # a fifth would cut the rows it trains on
+    assert held_out_fraction(task, None) == 0.1  # the whole training set: compress's tenth
+    assert held_out_fraction(replace(task, held_out_fraction=0.3), 16) == 0.3  # asked for
+    begun = tmp_path / "teacher"  # a teacher begun earlier keeps the rows it held out
+    begun.mkdir()
+    (begun / "run_config.json").write_text(json.dumps({"held_out_fraction": 0.1}))
+    assert held_out_fraction(task, 16, begun) == 0.1 and held_out_fraction(task, 16, tmp_path / "new") == 0.2
 
 
 def test_the_bench_is_counted_at_the_length_it_pads_to():
