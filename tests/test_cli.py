@@ -194,7 +194,7 @@ def test_quickstart_fine_tunes_compresses_benches_and_resumes(tmp_path, capsys, 
     assert teacher_config["held_out_fraction"] == 0.2 == json.loads(
         (Path(report["winner"]["run"]) / "run_config.json").read_text())["held_out_fraction"]
     assert report["teacher_saw_held_out_rows"] is False and "note: the teacher was fine-tuned on" not in stdout
-    # the search distilled on the 16 rows the teacher was fine-tuned on (less the held-out tenth)
+    # the search distilled on the 16 rows the teacher was fine-tuned on (less the held-out fifth)
     run = json.loads((Path(report["winner"]["run"]) / "distill_report.json").read_text())
     assert run["options"]["max_train_examples"] == 16
     assert run["options"]["method"] in ("kd", "bilstm")  # the quickstart's short rounds: logits only, no TinyBERT stage
