@@ -131,9 +131,8 @@ def held_out_fraction(task: TaskOptions, max_train_examples: int | None, teacher
 
     if task.held_out_fraction:
         return task.held_out_fraction
-    begun = teacher_dir / "run_config.json" if teacher_dir is not None else None
-    if begun is not None and begun.is_file():
-        return json.loads(begun.read_text()).get("held_out_fraction") or HELD_OUT_FRACTION
+    if teacher_dir is not None and (teacher_dir / "run_config.json").is_file():
+        return json.loads((teacher_dir / "run_config.json").read_text()).get("held_out_fraction") or HELD_OUT_FRACTION
     if not max_train_examples:
         return HELD_OUT_FRACTION
     rows = len(load_task(replace(task, held_out_fraction=0.0)).train)
