@@ -918,3 +918,15 @@ def test_decide_draw_reads_the_kept_share_of_each_subset_and_draws_each_without_
     assert all(sorted(row) == list(range(10)) for row in drawn.tolist())  # no row twice in a draw
     assert decide_draw.mean_error(np.array([1.0, 3.0]), np.array([2.0, 2.0]), regression=True) == 1.0
     assert decide_draw.mean_error(np.array([1, 0, 1]), np.array([1, 1, 1]), regression=False) == 1 / 3
+
+
+def test_decide_draw_places_the_dev_against_decide_gap_among_re_drawn_splits_of_both():
+    # the teacher right on all 4 rows, the student on rows 0 and 1 only; parts of 2 rows and the rest
+    predictions = {"teacher": np.array([1, 0, 1, 0]), "student": np.array([1, 0, 0, 1])}
+    references = np.array([1, 0, 1, 0])
+    orders = np.array([[0, 1, 2, 3], [0, 2, 1, 3], [2, 3, 0, 1]])
+    gaps = decide_draw.permuted_gaps(["accuracy"], predictions, references, 2, orders)
+    assert gaps.tolist() == [1.0, 0.0, -1.0]  # kept 100% - 0%, 50% - 50%, 0% - 100%
+    assert decide_draw.two_sided_p(1.0, gaps) == 2 / 3  # two of three at least 1 from zero
+    assert decide_draw.two_sided_p(0.0, gaps) == 1.0
+    assert sorted(decide_draw.random_orders(rows=6, draws=3)[1].tolist()) == list(range(6))

@@ -124,8 +124,8 @@ def held_out_fraction(task: TaskOptions, max_train_examples: int | None, teacher
     the rows that decide the shipped student's kept share are the held-out rows' half: SST-2's short
     budget reads 16,000 of its 67,349 rows, so a fifth of its sentences doubles them from 344 to
     688, the standard error of a kept share there falling by a factor of about 1.4 (on an AVX2 EPYC,
-    2026-12-06: the 344 of a tenth read all nine seeds' kept share 0.8-4.0 points under dev, a draw at the
-    1.4% quantile of random halves, ``benchmarks/decide_draw.py``; on 688 the two agreed on every seed)."""
+    2026-12-06: the 344 of a tenth read all nine seeds' kept share 0.8-4.0 points under dev, one draw of
+    rows that every seed shared; on 688 the two agreed on every seed, ``benchmarks/decide_draw.py``)."""
     from kdbert.compress.options import HELD_OUT_FRACTION
     from kdbert.data.load import load_task
 
