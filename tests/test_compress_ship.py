@@ -244,3 +244,33 @@ def test_the_teachers_dev_outputs_are_the_logits_its_scoring_computed_and_their_
     share = text_characters(dev) / text_characters(dev + data.held_out + data.decide)
     assert 0 < share < 1
     assert teacher.dev_seconds == pytest.approx(teacher.pass_seconds * share)
+
+
+def test_dev_and_the_deciding_rows_are_compared_against_the_noise_of_their_gap():
+    from types import SimpleNamespace
+
+    from kdbert.compress import ship
+    from kdbert.compress.report import gap_line
+    from kdbert.core.metrics import kept_standard_error
+    from kdbert.data.tasks import GLUE_TASKS
+
+    spec = GLUE_TASKS["sst2"]
+    row = SimpleNamespace(label=1)
+    # dev: 100 rows, the teacher right on 90, the student on 84 of them (logits: class 1 where right);
+    # the rows that decide: 50 rows, the teacher right on all, the student on 45
+    dev_teacher = np.r_[np.ones(90), np.zeros(10)]
+    dev_student = np.r_[np.ones(84), np.zeros(16)]
+    data = SimpleNamespace(spec=spec, dev={"dev": [row] * 100}, decide=[row] * 50)
+    logits = lambda right: np.stack([1 - right, right], axis=1)  # noqa: E731
+    decide_teacher, decide_student = np.ones(50, dtype=int), np.r_[np.ones(45, dtype=int), np.zeros(5, dtype=int)]
+    noise = ship.kept_noise(data, logits(dev_teacher), logits(dev_student), tuple(decide_teacher), decide_student)
+    dev_se = kept_standard_error(("accuracy",), dev_student.astype(int), dev_teacher.astype(int), np.ones(100))
+    decide_se = kept_standard_error(("accuracy",), decide_student, decide_teacher, np.ones(50))
+    assert noise == {"kept_dev_se": dev_se, "kept_decide_se": decide_se, "gap_se": math.hypot(dev_se, decide_se)}
+    assert 0.02 < dev_se < 0.035 and 0.03 < decide_se < 0.055  # about 0.026 and sqrt(0.9 * 0.1 / 50) = 0.042
+    assert ship.kept_noise(data, logits(dev_teacher), logits(dev_student), None, decide_student) == {}
+    # kept 84/90 = 93.3% on dev against 87.0% on the rows that decide: +6.3 points, beyond one standard
+    # error of the gap (5.1) and within two
+    shipped = {"kept_dev": 84 / 90, "kept_decide": 0.87, **noise}
+    assert "a gap of +6.3 points within twice its standard error (5.1" in gap_line(shipped)
+    assert "beyond twice" in gap_line({**shipped, "kept_decide": 0.82})  # +11.3 points

@@ -189,6 +189,27 @@ def test_paired_bootstrap_standard_error_of_a_shortfall_by_hand():
     assert paired < 0.6 * apart
 
 
+def test_kept_standard_error_of_a_ratio_by_hand():
+    from kdbert.core.metrics import bootstrap_standard_error, kept_standard_error
+
+    references = np.ones(100, dtype=int)
+    student = np.r_[np.ones(84, dtype=int), np.zeros(16, dtype=int)]
+    always = np.ones(100, dtype=int)
+    # a teacher right on every row scores 100 on every resample: kept is the student's score / 100
+    assert kept_standard_error(("accuracy",), student, always, references, resamples=500, seed=4) == pytest.approx(
+        bootstrap_standard_error(("accuracy",), student, references, resamples=500, seed=4) / 100, rel=1e-9)
+    # the teacher right on 90 rows, the student on 84 of them: kept k = 84/90; per row d = s - k t is
+    # 1 - k (84 rows), -k (6 rows) or 0 (10), mean 0, E[d^2] = (84 (1/15)^2 + 6 (14/15)^2) / 100 = 0.056;
+    # by the delta method the ratio's SE is sqrt(0.056 / 100) / 0.9 = 0.02629
+    teacher = np.r_[np.ones(90, dtype=int), np.zeros(10, dtype=int)]
+    assert kept_standard_error(("accuracy",), student, teacher, references, resamples=4000) == pytest.approx(
+        math.sqrt(0.056 / 100) / 0.9, rel=0.08)
+    assert kept_standard_error(("accuracy",), teacher, teacher, references) == 0.0  # the same model keeps 100%
+    assert kept_standard_error(("accuracy",), student, 0 * teacher, references) is None  # a share of 0: none
+    with pytest.raises(ValueError, match="baseline"):
+        kept_standard_error(("accuracy",), student, teacher[:-1], references)
+
+
 def test_paired_bootstrap_standard_error_resamples_both_on_the_same_rows():
     from kdbert.core.metrics import bootstrap_standard_error, paired_bootstrap_standard_error
 

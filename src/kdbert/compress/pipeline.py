@@ -69,8 +69,8 @@ from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
 from kdbert.compress.schedule import pretrained as is_pretrained
 from kdbert.compress.labelling import afford_labelling, plan_labelling
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
-from kdbert.compress.ship import (agreement_measure, dev_agreement, export_task, ship_checked, shipped_speed,
-                                  timed_as_shipped)
+from kdbert.compress.ship import (agreement_measure, decide_score, dev_agreement, export_task, kept_noise,
+                                  ship_checked, shipped_dev_outputs, shipped_speed, timed_as_shipped)
 from kdbert.compress.spare import Spare, train_on
 from kdbert.compress.speed import (RUNTIMES, SpeedSettings, admitted_latency, all_candidates, candidate_notes,
                                    measure_speed, meeting_target, shape_context, timed_threads)
@@ -568,6 +568,9 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
     runtime_key = "onnx_int8" if config.runtime == "onnx-int8" else "onnx_fp32"
     majority = majority_score(data)
     student_dev, teacher_dev = shipped["dev_metrics"][runtime_key]["score"], teacher.metrics["score"]
+    student_outputs = shipped_dev_outputs(data, out / "winner", file_name)
+    noise = kept_noise(data, teacher.outputs, student_outputs, goal.teacher_decide_predictions,
+                       decide_score(out / "winner", file_name, data)[1])
     breakdown = speedup_breakdown(teacher.steps, out, task, speed_settings, student_dev, winner["run"],
                                   in_turns["latency_real_p50_ms"]["student"], timing_process.time_against_teacher)
     return {
@@ -599,6 +602,6 @@ def _finish(task, config: CompressConfig, out: Path, data, teacher: Teacher, tab
                     "gain_kept_dev": (student_dev - majority) / (teacher_dev - majority)
                     if majority is not None and teacher_dev != majority else None,
                     "majority_dev": majority,
-                    "agreement_dev": dev_agreement(data, teacher.outputs, out / "winner", file_name),
-                    "agreement_measure": agreement_measure(data.spec)},
+                    "agreement_dev": dev_agreement(data, teacher.outputs, student_outputs),
+                    "agreement_measure": agreement_measure(data.spec), **noise},
     }

@@ -155,7 +155,25 @@ def held_out_lines(report: dict) -> list[str]:
                       + f"; shipped: {_checked_name(report['winner'], spare)}.")
     if spare.get("trained"):
         lines[-1] += " " + spare_line(spare)[0].upper() + spare_line(spare)[1:] + "."
+    if "gap_se" in shipped:
+        lines += ["", gap_line(shipped)]
     return lines + [""]
+
+
+def gap_line(shipped: dict) -> str:
+    """Whether the shipped graph's kept share on dev and on the rows that decide differ by more than
+    their draws: the gap against twice its standard error (``gap_se``, the two sets drawn apart), a
+    two-sided test at about 5%."""
+    gap = 100 * (shipped["kept_dev"] - shipped["kept_decide"])
+    noise = 100 * shipped["gap_se"]
+    line = (f"Dev against the rows that decide: {100 * shipped['kept_dev']:.1f}% ± {100 * shipped['kept_dev_se']:.1f} "
+            f"against {100 * shipped['kept_decide']:.1f}% ± {100 * shipped['kept_decide_se']:.1f} kept (bootstrap "
+            f"standard errors of each share), a gap of {gap:+.1f} points ")
+    if abs(gap) <= 2 * noise:
+        return line + (f"within twice its standard error ({noise:.1f}, the two sets drawn apart): they agree, and "
+                       "dev's figure is one to expect on new rows like the ones that decide.")
+    return line + (f"beyond twice its standard error ({noise:.1f}, the two sets drawn apart): they differ by more "
+                   "than their draws, and the lower one is the figure to expect on new text.")
 
 
 def _checked_name(row: dict, spare: dict) -> str:

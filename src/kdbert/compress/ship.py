@@ -20,7 +20,8 @@ from kdbert.compress.schedule import Goal
 from kdbert.compress.speed import RUNTIMES, SpeedSettings, meets_target, time_against_teacher
 from kdbert.compress.teacher import dev_outputs
 from kdbert.core.atomic_io import replace_dir, write_json
-from kdbert.core.evaluate import agreement
+from kdbert.core.evaluate import agreement, to_predictions
+from kdbert.core.metrics import kept_standard_error
 from kdbert.core.qa_evaluate import answer_agreement
 from kdbert.data.glue import TaskData
 from kdbert.data.load import TaskOptions
@@ -187,15 +188,41 @@ def ship_folder(export_folder: Path, out: Path) -> None:
     replace_dir(staged, out / "winner")
 
 
-def dev_agreement(data, teacher_outputs, shipped_folder: Path, file_name: str) -> float:
-    """Dev agreement (:func:`kdbert.core.evaluate.agreement`; QA: the share of questions with the
-    teacher's answer, :func:`kdbert.core.qa_evaluate.answer_agreement`) of the shipped export with
-    the teacher's ``teacher_outputs`` (:func:`dev_outputs`)."""
+def shipped_dev_outputs(data, shipped_folder: Path, file_name: str):
+    """The shipped export's dev outputs (:func:`dev_outputs`), scored as compress scores it."""
     student = OnnxClassifier(shipped_folder / file_name)
-    student_outputs = dev_outputs(data, student.family.evaluator(data, student.encoder, None, SCORED_BATCH), student)
+    return dev_outputs(data, student.family.evaluator(data, student.encoder, None, SCORED_BATCH), student)
+
+
+def dev_agreement(data, teacher_outputs, student_outputs) -> float:
+    """Dev agreement (:func:`kdbert.core.evaluate.agreement`; QA: the share of questions with the
+    teacher's answer, :func:`kdbert.core.qa_evaluate.answer_agreement`) of the shipped export's
+    ``student_outputs`` with the teacher's ``teacher_outputs`` (both :func:`dev_outputs`)."""
     if data.spec.question_answering:
         return answer_agreement(student_outputs, teacher_outputs)
     return agreement(data.spec, student_outputs, teacher_outputs)
+
+
+def kept_noise(data, teacher_outputs, student_outputs, teacher_decide, student_decide) -> dict:
+    """How far the kept share on dev and on the rows that decide may differ by their draws alone:
+    ``kept_dev_se`` and ``kept_decide_se``, the bootstrap standard errors of each set's kept share
+    (:func:`~kdbert.core.metrics.kept_standard_error`; dev's splits pooled), and ``gap_se`` =
+    sqrt(kept_dev_se^2 + kept_decide_se^2), the standard error of kept(dev) - kept(decide) for two
+    sets drawn apart. ``teacher_outputs``, ``student_outputs``: dev logits (:func:`dev_outputs`);
+    ``teacher_decide``, ``student_decide``: predictions on the rows that decide. Empty for question
+    answering, where the teacher's predictions on the rows that decide are not known, and where a
+    share has no standard error (the teacher scores 0 or less on some resample of its rows)."""
+    if data.spec.question_answering or teacher_decide is None or not data.decide:
+        return {}
+    metrics = data.spec.metrics
+    dev_references = np.concatenate([[row.label for row in rows] for rows in data.dev.values()])
+    dev_se = kept_standard_error(metrics, to_predictions(data.spec, student_outputs),
+                                 to_predictions(data.spec, teacher_outputs), dev_references)
+    decide_se = kept_standard_error(metrics, np.asarray(student_decide), np.asarray(teacher_decide),
+                                    np.array([row.label for row in data.decide]))
+    if dev_se is None or decide_se is None:
+        return {}
+    return {"kept_dev_se": dev_se, "kept_decide_se": decide_se, "gap_se": float(np.hypot(dev_se, decide_se))}
 
 
 def agreement_measure(spec) -> str:

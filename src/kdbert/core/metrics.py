@@ -108,6 +108,28 @@ def paired_bootstrap_standard_error(metric_names, predictions, baseline, referen
     return float(np.std(resampled(predictions) - weight * resampled(baseline), ddof=1))
 
 
+def kept_standard_error(metric_names, predictions, baseline, references, resamples: int = 1000,
+                        seed: int = 0) -> float | None:
+    """Bootstrap standard error of the kept share ``score(predictions) / score(baseline)`` over these
+    rows (a fraction, not percent): each resample scores both models on the same rows (paired, as
+    :func:`paired_bootstrap_standard_error` draws them), and the sample standard deviation (ddof=1)
+    of the resamples' ratios is returned; None where the baseline scores 0 or less on some resample
+    (a share of nothing has no standard error)."""
+    if resamples < 2:
+        raise ValueError(f"need at least 2 resamples for a standard deviation, got {resamples}")
+    if len(baseline) != len(predictions):
+        raise ValueError(f"{len(predictions)} predictions for {len(baseline)} baseline predictions")
+    indices = bootstrap_indices(len(predictions), resamples, seed)
+
+    def resampled(values) -> np.ndarray:
+        return np.mean([resampled_metric(name, values, references, indices) for name in metric_names], axis=0)
+
+    baseline_scores = resampled(baseline)
+    if np.any(baseline_scores <= 0):
+        return None
+    return float(np.std(resampled(predictions) / baseline_scores, ddof=1))
+
+
 def bootstrap_indices(n: int, resamples: int, seed: int = 0) -> np.ndarray:
     """Row indices of ``resamples`` bootstrap resamples of ``n`` rows, shape (resamples, n)."""
     if n < 1:
