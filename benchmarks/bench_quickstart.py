@@ -48,7 +48,7 @@ def main() -> None:
     report = json.loads((out / "compress" / "compress_report.json").read_text())
     shipped = report["shipped"]
     kept = {key: shipped.get(key) for key in ("kept_dev", "kept_decide", "decide_score", "decide_se", "margin", "keeps",
-                                              "checks")}
+                                              "checks", "kept_dev_se", "kept_decide_se", "gap_se") if key in shipped}
     save_result("quickstart", args.key or args.task, {**summary, "wall_seconds": round(seconds), "command": "kdbert " + " ".join(command),
                                           "compress": {**kept, "winner": report["winner"]["candidate"],
                                                        "held_out_rows": report["held_out_rows"],

@@ -224,10 +224,10 @@ def kept_superseded_section() -> list[str]:
 def kept_table(searches: dict, quickstart: dict) -> list[str]:
     """The kept table of ``searches`` (``compress.json`` records) and ``quickstart`` runs, with the machines
     and commands."""
-    lines = ["| run | winner | speedup | kept on dev (int8; of the gain over the majority class) | kept on the rows that decide (int8) | dev - decide: within the margin? | "
+    lines = ["| run | winner | speedup | kept on dev (int8; of the gain over the majority class) | kept on the rows that decide (int8) | dev - decide: within the margin? | within twice the gap's standard error? | "
              "rows that pick / decide | teacher's checkpoint picked on them too | checks | the winner's run with "
              "other seeds: kept on dev / on the rows that decide (PyTorch, mean ± sd) |",
-             "|---|---|---:|---:|---:|---|---:|---|---|---|"]
+             "|---|---|---:|---:|---:|---|---|---:|---|---|---|"]
     seeds = load_results("compress_seeds")
     rows = [(f"compress {key}", r, r["shipped"], r["winner"]["candidate"], r["shipped"]["speedup"], r.get("held_out_rows"),
              r.get("decide_rows")) for key, r in sorted(searches.items())]
@@ -238,11 +238,14 @@ def kept_table(searches: dict, quickstart: dict) -> list[str]:
         dev_kept, decide_kept = 100 * shipped["kept_dev"], 100 * shipped["kept_decide"]
         margin = 100 * shipped["margin"] / teacher["decide"] if teacher["decide"] else 0.0
         agree = f"{dev_kept - decide_kept:+.1f}: " + ("yes" if abs(dev_kept - decide_kept) <= margin else "no")
+        gap_se = shipped.get("gap_se")  # recorded since 2026-12-06
+        noise = "-" if gap_se is None else (f"{'yes' if abs(dev_kept - decide_kept) <= 200 * gap_se else 'no'} "
+                                            f"(± {100 * gap_se:.1f})")
         checks = ", ".join(f"{c['candidate']} {100 * c['kept']:.1f}%" for c in shipped["checks"])
         # searches recorded before finetune kept the rows that decide apart had teachers picked on all of them
         picked = (record.get("held_out") or shipped.get("held_out") or {}).get("teacher_picked_on_deciding_rows", True)
         lines.append(f"| {name} | {winner} | " + (f"{speedup:.2f}x" if speedup else "-")
-                     + f" | {dev_kept:.1f}%{gain_text(shipped)} | {decide_kept:.1f}% ± {margin:.1f} | {agree} | {pick} / {decide} | "
+                     + f" | {dev_kept:.1f}%{gain_text(shipped)} | {decide_kept:.1f}% ± {margin:.1f} | {agree} | {noise} | {pick} / {decide} | "
                      + ("yes" if picked else "no") + f" | {checks} | {seeds_cell(seeds.get(name.split(' ', 1)[1]), record, teacher)} |")
     machines = sorted({f"{r['date']}, {r['machine']}" for r in [*searches.values(), *quickstart.values()]})
     commands = sorted({r["command"] for r in [*searches.values(), *quickstart.values()]})
