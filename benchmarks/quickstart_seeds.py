@@ -36,10 +36,15 @@ from kdbert.cli import main as kdbert_main  # noqa: E402 (after the precision is
 def seed_record(folder: Path) -> dict:
     """What a finished seed's folder says: winner, steps, speedup (and with each model at its fastest
     thread count, where the report has it) and kept shares (int8, percent), the seconds compress spent
-    and its search's."""
+    and its search's; where the report measured it (since 2026-12-06), the gap between the shipped
+    graph's kept share on dev and on the rows that decide (both over the PyTorch teacher) and its
+    standard error, in points."""
     summary = json.loads((folder / "summary.json").read_text())
     report = json.loads((folder / "compress" / "compress_report.json").read_text())
-    return {"winner": summary["winner"], "steps": report["winner"]["steps"],
+    shipped = report["shipped"]
+    gap = ({"gap": 100 * (shipped["kept_dev"] - shipped["kept_decide"]), "gap_se": 100 * shipped["gap_se"]}
+           if "gap_se" in shipped else {})
+    return {**gap, "winner": summary["winner"], "steps": report["winner"]["steps"],
             "speedup": summary["int8_speedup_vs_int8_teacher"], "kept_dev": summary["int8_retained_percent"],
             "kept_decide": summary["int8_kept_decide_percent"],
             "speedup_each_at_its_fastest": (report["shipped"].get("each_at_its_fastest") or {}).get("speedup"),

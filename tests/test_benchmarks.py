@@ -930,3 +930,15 @@ def test_decide_draw_places_the_dev_against_decide_gap_among_re_drawn_splits_of_
     assert decide_draw.two_sided_p(1.0, gaps) == 2 / 3  # two of three at least 1 from zero
     assert decide_draw.two_sided_p(0.0, gaps) == 1.0
     assert sorted(decide_draw.random_orders(rows=6, draws=3)[1].tolist()) == list(range(6))
+
+
+def test_the_kept_table_reads_the_gap_against_its_measured_or_estimated_noise():
+    from sections.trust_results import gap_noise_cell
+
+    measured = {"gap_se": 0.0204}  # 2.04 points of kept: a gap of 3 is within twice it, 4.5 is not
+    assert gap_noise_cell("quickstart sst2-avx2", measured, 1.2, 688, -3.0) == "yes (± 2.0)"
+    assert gap_noise_cell("quickstart sst2-avx2", measured, 1.2, 688, 4.5) == "no (± 2.0)"
+    # estimated: MRPC's margin 3.0 over 184 deciding and 408 dev rows: 3.0 * sqrt(1 + 184 / 408) = 3.61
+    assert gap_noise_cell("compress mrpc/x4-trust-pair", {}, 3.0, 184, 7.0) == "yes (≈ ± 3.6)"
+    assert gap_noise_cell("compress mrpc/x4-trust-pair", {}, 3.0, 184, 7.3) == "no (≈ ± 3.6)"
+    assert gap_noise_cell("compress imdb/x4", {}, 3.0, 184, 1.0) == "-"  # no dev size known

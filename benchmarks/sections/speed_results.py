@@ -593,6 +593,14 @@ def timing_turns_section() -> list[str]:
                     + "; ".join(f"`{c}`" for c in commands) + ".", "", note("timing-turns-reading"), ""]
 
 
+def gap_cell(row: dict) -> str:
+    """A seed's dev - decide gap and its standard error, and whether the gap lies within twice it ("-"
+    for seeds recorded before compress measured it)."""
+    if "gap_se" not in row:
+        return "-"
+    return f"{row['gap']:+.1f} ± {row['gap_se']:.1f}: " + ("within 2 se" if abs(row["gap"]) <= 2 * row["gap_se"] else "beyond 2 se")
+
+
 def quickstart_seeds_section() -> list[str]:
     """The main job's compress step over three seeds on one recorded teacher (``quickstart_seeds.py``):
     each seed's winner, steps, speedup and int8 kept shares, their mean."""
@@ -601,16 +609,16 @@ def quickstart_seeds_section() -> list[str]:
         return []
     lines = ["## The main job over seeds (`benchmarks/quickstart_seeds.py`)", "",
              "| key | seed | winner | steps | speedup (int8 vs int8) | kept on dev | kept on the rows that decide "
-             "| seconds: compress / search |",
-             "|---|---:|---|---:|---:|---:|---:|---|"]
+             "| dev - decide (over the PyTorch teacher): gap ± its standard error | seconds: compress / search |",
+             "|---|---:|---|---:|---:|---:|---:|---|---|"]
     for key, r in sorted(records.items()):
         lines += [f"| {key} | {seed} | {row['winner']} | {row['steps']:,} | {row['speedup']:.2f}x | {row['kept_dev']:.1f}% "
-                  f"| {row['kept_decide']:.1f}% | {row['seconds']:.0f} / {row['search_seconds']:.0f} |"
+                  f"| {row['kept_decide']:.1f}% | {gap_cell(row)} | {row['seconds']:.0f} / {row['search_seconds']:.0f} |"
                   for seed, row in r["seeds"].items()]
         if len(r["seeds"]) > 1:  # one seed: its row says it all
             lines.append(f"| {key} | mean | | | {r['mean']['speedup']:.2f}x | **{r['mean']['kept_dev']:.1f}%** "
                          f"(sd {r['sd']['kept_dev']:.1f}) | **{r['mean']['kept_decide']:.1f}%** "
-                         f"(sd {r['sd']['kept_decide']:.1f}) | |")
+                         f"(sd {r['sd']['kept_decide']:.1f}) | | |")
     machines = sorted({f"{key}: {r['date']}, {r['machine']}" for key, r in records.items()})
     commands = sorted({r["command"] for r in records.values()})
     return lines + ["", f"Measured {'; '.join(machines)}; compress only, alone on 2 threads, every seed on its "
