@@ -201,8 +201,16 @@ def test_while_none_keeps_the_share_a_near_tie_goes_to_the_slower_candidate():
     both = {"bert-2x384-ffn192": 2, "bert-2x384-ffn384": 2}
     assert promotion_order(list(latency), 0, rung0, Goal(88.37, 0.97, latency, lead_cuts=both))[0] == \
         "bert-2x384-ffn384"
-    risky = Goal(88.37, 0.97, latency, lead_cuts=both, ship_risk=("bert-2x384-ffn384",))
+    risky = Goal(88.37, 0.97, latency, lead_cuts=both, ship_risk={"bert-2x384-ffn384": 0.24})
     assert promotion_order(list(latency), 0, rung0, risky) == ["bert-2x384-ffn192", "bert-2x384-ffn384"]
+    # of two at risk, the likelier to ship: an AVX2 EPYC's rung 1, ffn192 admitted at 4.41x (64%) and
+    # ffn384 at 4.07x (24%), 75.76 to 76.49, margin about 2.3; by latency the riskier went on
+    both_risky = Goal(88.37, 0.97, latency, lead_cuts=both,
+                      ship_risk={"bert-2x384-ffn192": 0.64, "bert-2x384-ffn384": 0.24})
+    assert promotion_order(list(latency), 0, rung0, both_risky) == ["bert-2x384-ffn192", "bert-2x384-ffn384"]
+    swapped = Goal(88.37, 0.97, latency, lead_cuts=both,
+                   ship_risk={"bert-2x384-ffn192": 0.24, "bert-2x384-ffn384": 0.64})
+    assert promotion_order(list(latency), 0, rung0, swapped) == ["bert-2x384-ffn384", "bert-2x384-ffn192"]
     # then the deeper: an AMX Xeon's rung 2, bert-1x384 (4.94x) near-tied bert-2x256-ffn512 (4.96x)
     # 81.40 to 83.43, margin sqrt(2.12^2 + 1.97^2) = 2.89; by latency alone the 1-layer cut went on
     latency = {"bert-1x384": 4.0 / 4.94, "bert-2x256-ffn512": 4.0 / 4.96}

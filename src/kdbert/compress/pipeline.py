@@ -486,7 +486,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
                     len(data.decide) / max(1, len(data.held_out) + len(data.decide)),
-                    lead_layers, tuple(sorted(risks)))
+                    lead_layers, dict(sorted(risks.items())))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),
                     labelling=labelling.plan_options(), selection=config.selection,

@@ -187,7 +187,8 @@ class Goal:
     the candidates cut from the teacher that lead (:func:`~kdbert.families.selection.lead_cuts`: its
     whole width, and from two layers the widest width below it) and their layers, ``ship_risk``
     those admitted so near the speedup asked that they ship at it less than three times in four
-    (:func:`~kdbert.compress.budget.ship_at_risk`; both :func:`near_ties_first`)."""
+    (:func:`~kdbert.compress.budget.ship_at_risk`) and each one's chance to
+    (:func:`~kdbert.compress.budget.ship_chance`; both :func:`near_ties_first`)."""
 
     teacher_score: float
     min_kept: float
@@ -198,7 +199,7 @@ class Goal:
     teacher_decide_predictions: tuple | None = None
     decide_weight: float = 0.5
     lead_cuts: dict[str, int] = field(default_factory=dict)  # name -> layers
-    ship_risk: tuple[str, ...] = ()
+    ship_risk: dict[str, float] = field(default_factory=dict)  # name -> chance to ship at the speedup asked
 
     def informative(self, score: float) -> bool:
         """Whether ``score`` on the rows that decide beats always answering the majority class there
@@ -380,6 +381,9 @@ def near_ties_first(rows: list[dict], scored, goal: Goal, fastest: bool) -> list
     at the speedup asked at least three times in four (``goal.ship_risk``): the main job's
     bert-2x384-ffn384, admitted at 4.04x, near-tied with bert-2x384-ffn192 (4.45x) at rung 0, took
     every promotion, timed 3.90x as shipped, and the 100-step ffn192 shipped in its place at 86.8%;
+    and of two at risk, the likelier to ship (on an AVX2 EPYC both were, bert-2x384-ffn192 admitted at
+    4.41x, 64%, and bert-2x384-ffn384 at 4.07x, 24%; near-tied at rung 1, the slower took every
+    promotion, timed 3.87x as shipped, and the 200-step ffn192 shipped at 90.4% of the rows that decide);
     then the deepest (the layers ``goal.lead_cuts`` gives each), as they start
     (:func:`spread_order`), then the slowest: on an AMX Xeon bert-1x384 (4.94x) and bert-2x256-ffn512
     (4.96x) near-tied at rung 2, 81.4 to 83.4, and by latency alone the 1-layer cut took every
@@ -388,7 +392,7 @@ def near_ties_first(rows: list[dict], scored, goal: Goal, fastest: bool) -> list
 
     def capacity_first(row: dict) -> tuple:
         name = row["candidate"]
-        return (name not in goal.lead_cuts, name in goal.ship_risk, -goal.lead_cuts.get(name, 0),
+        return (name not in goal.lead_cuts, -goal.ship_risk.get(name, 1.0), -goal.lead_cuts.get(name, 0),
                 -goal.latency[name])
 
     order = []
