@@ -187,7 +187,7 @@ class Goal:
     the candidates cut from the teacher that lead (:func:`~kdbert.families.selection.lead_cuts`: its
     whole width, and from two layers the widest width below it) and their layers, ``ship_risk``
     those admitted so near the speedup asked that they ship at it less than three times in four
-    (:func:`~kdbert.compress.budget.ship_at_risk`) and each one's chance to
+    (:func:`~kdbert.compress.budget.ship_at_risk`), each with its chance to ship at it
     (:func:`~kdbert.compress.budget.ship_chance`; both :func:`near_ties_first`)."""
 
     teacher_score: float
