@@ -96,16 +96,8 @@ def paired_bootstrap_standard_error(metric_names, predictions, baseline, referen
     ``sqrt(se_a^2 + weight^2 se_b^2)``, which treats them as drawn apart (and equals ``|1 - weight|``
     times :func:`bootstrap_standard_error` when the two predict alike). Resamples as
     :func:`bootstrap_standard_error` draws them (same ``seed``: the same rows)."""
-    if resamples < 2:
-        raise ValueError(f"need at least 2 resamples for a standard deviation, got {resamples}")
-    if len(baseline) != len(predictions):
-        raise ValueError(f"{len(predictions)} predictions for {len(baseline)} baseline predictions")
-    indices = bootstrap_indices(len(predictions), resamples, seed)
-
-    def resampled(values) -> np.ndarray:
-        return np.mean([resampled_metric(name, values, references, indices) for name in metric_names], axis=0)
-
-    return float(np.std(resampled(predictions) - weight * resampled(baseline), ddof=1))
+    scores, baseline_scores = paired_resampled_scores(metric_names, predictions, baseline, references, resamples, seed)
+    return float(np.std(scores - weight * baseline_scores, ddof=1))
 
 
 def kept_standard_error(metric_names, predictions, baseline, references, resamples: int = 1000,
@@ -115,6 +107,17 @@ def kept_standard_error(metric_names, predictions, baseline, references, resampl
     :func:`paired_bootstrap_standard_error` draws them), and the sample standard deviation (ddof=1)
     of the resamples' ratios is returned; None where the baseline scores 0 or less on some resample
     (a share of nothing has no standard error)."""
+    scores, baseline_scores = paired_resampled_scores(metric_names, predictions, baseline, references, resamples, seed)
+    if np.any(baseline_scores <= 0):
+        return None
+    return float(np.std(scores / baseline_scores, ddof=1))
+
+
+def paired_resampled_scores(metric_names, predictions, baseline, references, resamples: int,
+                            seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The task score (mean of ``metric_names``, percent) of ``predictions`` and of ``baseline`` on each
+    of ``resamples`` bootstrap resamples of the same rows (:func:`bootstrap_indices` from ``seed``):
+    two arrays of shape (resamples,)."""
     if resamples < 2:
         raise ValueError(f"need at least 2 resamples for a standard deviation, got {resamples}")
     if len(baseline) != len(predictions):
@@ -124,10 +127,7 @@ def kept_standard_error(metric_names, predictions, baseline, references, resampl
     def resampled(values) -> np.ndarray:
         return np.mean([resampled_metric(name, values, references, indices) for name in metric_names], axis=0)
 
-    baseline_scores = resampled(baseline)
-    if np.any(baseline_scores <= 0):
-        return None
-    return float(np.std(resampled(predictions) / baseline_scores, ddof=1))
+    return resampled(predictions), resampled(baseline)
 
 
 def bootstrap_indices(n: int, resamples: int, seed: int = 0) -> np.ndarray:
