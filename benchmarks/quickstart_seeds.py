@@ -5,8 +5,10 @@
 
 Each seed runs ``kdbert quickstart --seed S`` into ``<runs>/quickstart-seeds/<key>/seed<S>`` with a copy
 of the recorded teacher in its ``teacher/`` (so the fine-tuning is skipped and every seed distils the
-same teacher), one seed after another, alone on the machine; ``--timing-threads`` and ``--unlabelled``
-go to each quickstart as they are. A seed whose folder holds a finished
+same teacher), one seed after another, alone on the machine; ``--timing-threads``, ``--unlabelled`` and ``--kd-labels``
+go to each quickstart as they are, and each seed keeps the teacher's stored labels in its own folder
+(``--logits-cache``), so that every seed labels its rows as a user's first search of a new teacher
+does (until 2026-12-06 the seeds shared the user's store). A seed whose folder holds a finished
 run (its ``summary.json``) is recorded, not run again. Records each seed's winner, its steps, its speed
 over the int8 teacher and what it keeps of it in int8 on dev and on the rows that decide, their
 mean and standard deviation, in ``benchmarks/results/quickstart_seeds.json`` under ``--key``.
@@ -61,8 +63,10 @@ def main() -> None:
     parser.add_argument("--timing-threads", type=int, help="kdbert quickstart --timing-threads (default: its own)")
     parser.add_argument("--unlabelled", help="kdbert quickstart --unlabelled: more rows without labels, labelled by "
                         "the teacher (a .jsonl of the task's text column(s))")
+    parser.add_argument("--kd-labels", help="kdbert quickstart --kd-labels (default: its own)")
     args = parser.parse_args()
     passed = ["--timing-threads", str(args.timing_threads)] if args.timing_threads else []
+    passed += ["--kd-labels", args.kd_labels] if args.kd_labels else []
     passed += ["--unlabelled", args.unlabelled] if args.unlabelled else []
     root = Path(run_folder("quickstart-seeds")) / args.key
     seeds = {}
@@ -75,7 +79,8 @@ def main() -> None:
                 (folder / "teacher.tmp").rename(folder / "teacher")
             started = time.time()
             if kdbert_main(["quickstart", "--task", args.task, "--data-dir", args.data_dir, "--output-dir",
-                            str(folder), "--seed", str(seed), "--no-progress", *passed]) != 0:
+                            str(folder), "--seed", str(seed), "--no-progress", "--logits-cache",
+                            str(folder / "teacher-logits"), *passed]) != 0:
                 sys.exit(f"quickstart seed {seed} failed")
             print(f"seed {seed}: {(time.time() - started) / 60:.1f} min")
         seeds[seed] = seed_record(folder)

@@ -68,3 +68,12 @@ def test_the_quickstart_shares_compress_options_help_and_checks():
     for name in shared:
         assert QuickstartConfig.__dataclass_fields__[name].metadata == CompressConfig.__dataclass_fields__[name].metadata
     assert QuickstartConfig().word_vectors == "encoder:default"  # the BiLSTM candidates read the teacher's vectors
+
+
+def test_the_quickstart_hands_compress_every_compress_option_it_takes():
+    from kdbert.cli.quickstart import compress_options
+
+    chosen = QuickstartConfig(kd_labels="export", logits_cache="labels", timing_threads=1)
+    config = CompressConfig(teacher="t", **{name: getattr(chosen, name) for name in compress_options()})
+    assert (config.kd_labels, config.logits_cache, config.timing_threads) == ("export", "labels", 1)
+    assert "output_dir" not in compress_options() and "kd_labels" in compress_options()

@@ -42,7 +42,7 @@ import math
 import os
 import platform
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from kdbert.cli.common import OptionFlags, add_command, add_task_arguments, given_options, task_options
@@ -80,9 +80,17 @@ class QuickstartConfig(CheckedOptions):
     intermediate_share: float = override(CompressConfig, "intermediate_share", CompressConfig.intermediate_share)
     candidates: str | None = override(CompressConfig, "candidates", None)
     word_vectors: str | None = override(CompressConfig, "word_vectors", "encoder:default")
+    kd_labels: str = override(CompressConfig, "kd_labels", CompressConfig.kd_labels)
+    logits_cache: str | None = override(CompressConfig, "logits_cache", None)
     seed: int = override(CompressConfig, "seed", CompressConfig.seed)
     timing_threads: int | None = override(CompressConfig, "timing_threads", None)
     no_progress: bool = override(CompressConfig, "no_progress", False)
+
+
+def compress_options() -> list[str]:
+    """The names of the quickstart's options that are ``kdbert compress``'s (its other group), which
+    it hands to compress as they are."""
+    return [f.name for f in fields(QuickstartConfig) if f.metadata["group"] != "quickstart"]
 
 
 def _cpu_name() -> str:
@@ -249,10 +257,8 @@ def run_quickstart(task: TaskOptions, quickstart: QuickstartConfig | None = None
 
     options = {"output_dir": str(teacher_dir), "model": quickstart.model, "seed": quickstart.seed,
                "no_progress": quickstart.no_progress, **limits}
-    shared = ("target_speedup", "budget_minutes", "first_steps", "intermediate_share", "candidates", "word_vectors",
-              "seed", "timing_threads", "no_progress")
     config = CompressConfig(teacher=str(teacher_dir), max_train_examples=limits.get("max_train_examples"),
-                            **{name: getattr(quickstart, name) for name in shared})
+                            **{name: getattr(quickstart, name) for name in compress_options()})
     cost, minutes = _plan(task, options, config, quickstart.max_minutes if quickstart.budget == "short" else 0.0,
                           started, log)
     teacher_metrics = _teacher(task, options, cost, log)
