@@ -5,8 +5,8 @@
 
 Each seed runs ``kdbert quickstart --seed S`` into ``<runs>/quickstart-seeds/<key>/seed<S>`` with a copy
 of the recorded teacher in its ``teacher/`` (so the fine-tuning is skipped and every seed distils the
-same teacher), one seed after another, alone on the machine; ``--timing-threads``, ``--unlabelled`` and ``--kd-labels``
-go to each quickstart as they are, and each seed keeps the teacher's stored labels in its own folder
+same teacher), one seed after another, alone on the machine; ``--timing-threads``, ``--unlabelled`` and
+``--kd-labels`` go to each quickstart as they are, and each seed keeps the teacher's stored labels in its own folder
 (``--logits-cache``), so that every seed labels its rows as a user's first search of a new teacher
 does (until 2026-12-06 the seeds shared the user's store). A seed whose folder holds a finished
 run (its ``summary.json``) is recorded, not run again. Records each seed's winner, its steps, its speed
