@@ -71,6 +71,9 @@ def main() -> None:
     parser.add_argument("--transfer-text", nargs="+", help="unlabelled text the -aug variants also distil on")
     parser.add_argument("--unlabelled", help="more training rows without labels, labelled by the teacher (compress "
                         "--unlabelled: a .jsonl file with the task's text column(s), or imdb-unsup)")
+    parser.add_argument("--unlabelled-from-epoch", type=int, default=0,
+                        help="the epoch from which the --unlabelled rows join the labelled ones (compress "
+                        "--unlabelled-from-epoch)")
     parser.add_argument("--kd-labels", default=CompressConfig.kd_labels, choices=("beside", "export"),
                         help="where the KD candidates get the teacher's logits (compress --kd-labels)")
     parser.add_argument("--students-store", help="where general students are looked for (default: compress's)")
@@ -92,7 +95,8 @@ def main() -> None:
                             selection=args.selection, kd_labels=args.kd_labels,
                             max_train_examples=args.max_train_examples)
     started = time.time()
-    report = compress(TaskOptions(args.task, data_dir=args.data_dir, unlabelled=args.unlabelled), config, out)
+    report = compress(TaskOptions(args.task, data_dir=args.data_dir, unlabelled=args.unlabelled,
+                                    unlabelled_from_epoch=args.unlabelled_from_epoch), config, out)
     precision = resolve_precision("auto")[0]  # what the candidates trained in
     command = ("" if FLOAT32_PINNED else f"KDBERT_MIXED_PRECISION={precision} ") + (
                f"OMP_NUM_THREADS=1 python benchmarks/bench_compress.py --task {args.task} --target-speedup "
@@ -110,6 +114,7 @@ def main() -> None:
                + (f" --augment {args.augment}" if args.augment else "")
                + (f" --transfer-text {' '.join(args.transfer_text)}" if args.transfer_text else "")
                + (f" --unlabelled {args.unlabelled}" if args.unlabelled else "")
+               + (f" --unlabelled-from-epoch {args.unlabelled_from_epoch}" if args.unlabelled_from_epoch else "")
                + (f" --kd-labels {args.kd_labels}" if args.kd_labels != CompressConfig.kd_labels else "")
                + (f" --students-store {args.students_store}" if args.students_store else "")
                + (" --no-general-students" if args.no_general_students else "")

@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import GLUE_FOLDERS, SHARED_GLUE, write_glue_task
 
-from kdbert.data.batching import PaddingCollator, encode_examples, epoch_order
+from kdbert.data.batching import PaddingCollator, encode_examples, epoch_order, labelled_first_order
 from kdbert.data.glue import hf_label_to_id
 from kdbert.data.load import TaskOptions, load_task
 from kdbert.data.tasks import GLUE_TASKS, canonical_task_name
@@ -142,3 +142,13 @@ def test_dynamic_padding_and_length_grouping(tiny_tokenizer, glue_dir):
     assert sorted(order) == list(range(len(dataset)))
     assert order == epoch_order(dataset.lengths, 4, seed=1, epoch=0)
     assert order != epoch_order(dataset.lengths, 4, seed=1, epoch=1)
+
+
+def test_unlabelled_rows_join_the_batches_from_the_epoch_asked():
+    lengths = [3, 9, 4, 7, 5, 8, 2, 6, 10, 1]  # the first 6 rows labelled, the last 4 --unlabelled rows
+    order = labelled_first_order(lengths, 4, seed=1, labelled=6, from_epoch=2)
+    for epoch in (0, 1):  # the labelled rows alone, each once, in batches of at most 4
+        batches = order(epoch)
+        assert sorted(i for b in batches for i in b) == list(range(6)) and [len(b) for b in batches] == [4, 2]
+    assert sorted(i for b in order(2) for i in b) == list(range(10))  # every row from the epoch asked
+    assert order(2) == order(2) and order(0) != order(1)  # a pure function of (seed, epoch)

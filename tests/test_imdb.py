@@ -17,6 +17,7 @@ from test_cli import run_cli
 from transformers import AutoModelForSequenceClassification
 
 from kdbert.core.evaluate import TaskEvaluator, predict
+from kdbert.core.trainer import Trainer
 from kdbert.core.teacher_logits import label_with_teacher, labelling_namespace
 from kdbert.data.batching import EncodedDataset, PaddingCollator, encode_examples, kept_positions, pool_windows
 from kdbert.data.glue import Example
@@ -261,3 +262,32 @@ def test_unlabelled_reviews_are_labelled_by_the_teacher_and_trained_on(tmp_path,
     assert report["unlabelled"]["label_shares"] == {"neg": pytest.approx(1 - positive), "pos": pytest.approx(positive)}
     assert report["options"]["unlabelled"] == "imdb-unsup" and report["options"]["max_unlabelled"] == 10
     assert report["train_rows"] == 12 + 10
+
+
+def test_unlabelled_rows_wait_for_the_epoch_asked(tmp_path, capsys, tiny_tokenizer, monkeypatch):
+    """--unlabelled-from-epoch 1: the run's first epoch reads the 12 labelled reviews alone, its second
+    the 10 unlabelled ones too (the row order each stage trains with, read as training starts)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = write_folder(tmp_path / "imdb", imdb_files())
+    teacher = save_tiny_classifier(tmp_path / "teacher", tiny_tokenizer, seed=3)
+    seen = []
+    original = Trainer.train
+
+    def train(self, resume=False):
+        seen.extend([sorted(i for batch in stage.order(epoch) for i in batch) for epoch in (0, 1)]
+                    for stage in self.stages)
+        return original(self, resume=resume)
+
+    monkeypatch.setattr(Trainer, "train", train)
+    code, _, _ = run_cli(capsys, "distill", "task", "--method", "kd", "--teacher", teacher, "--student-layers", 1,
+                         "--output-dir", tmp_path / "kd", "--max-steps", 1, "--unlabelled", "imdb-unsup",
+                         "--max-unlabelled", 10, "--unlabelled-from-epoch", 1, "--task", "imdb", "--data-dir", root,
+                         "--max-seq-len", 24, "--no-progress")
+    assert code == 0 and seen == [[list(range(12)), list(range(22))]]
+    report = json.loads((tmp_path / "kd" / "distill_report.json").read_text())
+    assert report["options"]["unlabelled_from_epoch"] == 1  # a resumed run must share it
+    code, _, stderr = run_cli(capsys, "distill", "task", "--method", "kd", "--teacher", teacher, "--student-layers", 1,
+                              "--output-dir", tmp_path / "windows", "--max-steps", 1, "--unlabelled", "imdb-unsup",
+                              "--unlabelled-from-epoch", 1, "--truncation", "windows", "--doc-stride", 8, "--task", "imdb",
+                              "--data-dir", root, "--max-seq-len", 24, "--no-progress")
+    assert code == 2 and "--unlabelled-from-epoch needs a method that trains on the rows one to one" in stderr

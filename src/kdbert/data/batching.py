@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import Dataset
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 from kdbert.data.glue import Example
 from kdbert.data.qa_windows import check_stride, encode_qa
@@ -278,6 +278,18 @@ def epoch_order(lengths: list[int], batch_size: int, seed: int, epoch: int, grou
     if not group_by_length:
         return torch.randperm(len(lengths), generator=generator).tolist()
     return list(LengthGroupedSampler(batch_size, lengths=lengths, generator=generator))
+
+
+def labelled_first_order(lengths: list[int], batch_size: int, seed: int, labelled: int,
+                         from_epoch: int) -> Callable[[int], list[list[int]]]:
+    """A stage's batch order (:attr:`kdbert.core.stages.Stage.order`) over rows whose first ``labelled``
+    are the task's own and the rest teacher-labelled ``--unlabelled`` rows: epochs before ``from_epoch``
+    read the first ``labelled`` rows alone, later ones every row; each epoch length-grouped
+    (:func:`epoch_order`), a pure function of ``(seed, epoch)``."""
+    def order(epoch: int) -> list[list[int]]:
+        rows = epoch_order(lengths[:labelled] if epoch < from_epoch else lengths, batch_size, seed, epoch)
+        return [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+    return order
 
 
 def sequential_batches(dataset: EncodedDataset, batch_size: int):

@@ -67,6 +67,12 @@ class TaskOptions(CheckedOptions):
                                           "reviews, from --data-dir)", group="data")
     max_unlabelled: int | None = option(None, "use only the first N rows of --unlabelled", type=int, group="data",
                                         check=in_range(1, 10**9, int, what="a positive integer"))
+    unlabelled_from_epoch: int = option(0, "distillation: the epoch from which the --unlabelled rows join the "
+                                           "training rows (0: from the first); an epoch before it reads the "
+                                           "labelled rows alone, so a search's first rungs rank candidates on "
+                                           "them where the --unlabelled rows are longer and cost more a step",
+                                        type=int, group="data",
+                                        check=in_range(0, 10**6, int, what="a non-negative integer"))
     train_articles: int | None = option(None, "squad without a training file: train on the first N articles of "
                                               "the dev file and score the rest (not comparable with published "
                                               "figures)", type=int, group="data",
@@ -93,7 +99,7 @@ def is_data_file(task: str) -> bool:
 
 
 # options that change the rows a run trains or is scored on, once set (a resumed run must share them)
-ROW_OPTIONS = ("truncation", "unlabelled", "max_unlabelled", "max_dev_examples", "train_articles", "doc_stride",
+ROW_OPTIONS = ("truncation", "unlabelled", "max_unlabelled", "unlabelled_from_epoch", "max_dev_examples", "train_articles", "doc_stride",
                "held_out_rows", "decide_share", "max_held_out_examples")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from transformers import set_seed
 
+from kdbert.data.batching import labelled_first_order
 from kdbert.data.corpus import corpus_files, pack_sequences
 from kdbert.data.load import TaskData, TaskOptions, load_task, task_identity
 from kdbert.data.subsets import training_rows
@@ -102,6 +103,19 @@ def _train(plan: Plan, run: RunConfig, collator, tokenizer, resume: bool, evalua
     return train_report, report
 
 
+def join_unlabelled_late(plan: Plan, train_set, rows: int, unlabelled: int, from_epoch: int, seed: int) -> None:
+    """Give each stage that trains on ``train_set`` (one entry per training row, ``rows`` of them, the
+    last ``unlabelled`` the ``--unlabelled`` rows) an order whose epochs before ``from_epoch`` read
+    the labelled rows alone (:func:`kdbert.data.batching.labelled_first_order`)."""
+    stages = [stage for stage in plan.stages if stage.dataset is train_set and stage.order is None]
+    if not stages or len(train_set) != rows:
+        raise KdbertError("--unlabelled-from-epoch needs a method that trains on the rows one to one (no windows, "
+                          "no batch order of its own); leave it at 0")
+    for stage in stages:
+        stage.order = labelled_first_order(train_set.lengths, stage.config.batch_size, seed, rows - unlabelled,
+                                           from_epoch)
+
+
 def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = False, overwrite: bool = False,
                  deadline: float | None = None, pause_at_step: int | None = None, data: TaskData | None = None,
                  teacher: tuple | None = None) -> dict:
@@ -145,6 +159,8 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
     context = DistillContext(teacher if inputs.teacher is None else inputs.teacher, inputs.student, tokenizer, spec,
                              inputs.train_set, config, config.seed)
     plan = method.build_task_plan(context)
+    if task.unlabelled_from_epoch and labelled:
+        join_unlabelled_late(plan, inputs.train_set, len(rows), len(labelled), task.unlabelled_from_epoch, config.seed)
     identity = _identity("distill task", given, task=task.task, train_file=task.train_file,
                          **({"held_out_fraction": task.held_out_fraction} if task.held_out_fraction else {}),
                          **task_identity(task))
