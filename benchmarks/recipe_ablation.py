@@ -105,6 +105,7 @@ VARIANTS = {
     "int8-targets": {"teacher_onnx": "export"},
     "train-16k-int8-targets": {**FIRST_16K, "teacher_onnx": "export"},  # ... on the main job's rows
     "imdb-sentences": "imdb-sentences",  # ... and sentences of IMDb's unlabelled reviews, labelled by the teacher
+    "imdb-sentences-late": "imdb-sentences",  # ... joining the batches from the second epoch (--unlabelled-from-epoch 1)
     "sentence": {"sentence_weight": 1.0, "teacher_dtype": "bfloat16"},  # ... and the teacher's sentence vectors
     "sentence-0.1": {"sentence_weight": 0.1, "teacher_dtype": "bfloat16"},  # ... a tenth of it
     "sentence-relation": {"sentence_weight": 1.0, "sentence_loss": "relation", "teacher_dtype": "bfloat16"},
@@ -145,7 +146,8 @@ pools ("teacher-pooling") and starts with the teacher's head, which pair pooling
 "importance-teacher-pooling-teacher-head" the same reading a pair as one sequence. "train-16k-like-dev-teacher-head" the same start on 16,000 rows drawn like dev's lengths (``--train-subset like-dev``, the default since 2026-12-02), where the other "train-16k-*" read the file's first 16,000. "imdb-sentences" adds ``--unlabelled-rows``
 sentences of IMDb's 50,000 unlabelled reviews (SST-2's domain, whole sentences as its dev set holds, where
 its training rows are mostly phrases), cut as ``--transfer-text`` cuts lines, labelled by the teacher (its
-export, with ``--teacher-onnx``) into the store its training rows are in. "sentence" adds kd's sentence
+export, with ``--teacher-onnx``) into the store its training rows are in; "imdb-sentences-late" the same,
+joining the batches from the second epoch (``--unlabelled-from-epoch 1``). "sentence" adds kd's sentence
 term (``--sentence-weight 1``: the student's mean-pooled vector, projected, against the teacher's by cosine
 distance), the teacher's vectors labelled once per row by the PyTorch teacher in bfloat16; "sentence-0.1"
 at a tenth of that weight; "sentence-relation" the batch's pairwise cosine similarities against the
@@ -445,7 +447,7 @@ def main() -> None:
                + (f" --key-suffix={args.key_suffix}" if args.key_suffix else "")
                + (f" --teacher {args.teacher}" if args.teacher else "")
                + (f" --teacher-onnx {args.teacher_onnx}" if args.teacher_onnx else "")
-               + (f" --unlabelled-rows {args.unlabelled_rows}" if "imdb-sentences" in args.variants else "")
+               + (f" --unlabelled-rows {args.unlabelled_rows}" if any(v.startswith("imdb-sentences") for v in args.variants) else "")
                + (f" --augment-copies {args.augment_copies} --augment-max-rows {args.augment_max_rows}"
                   if AUGMENTED & set(args.variants) else "")
                + (f" --word-vectors {args.word_vectors}" if not starts_from_teacher(candidate) else ""))
@@ -462,10 +464,11 @@ def main() -> None:
                 options = search_options(candidate, settings, args.steps, teacher, start, root.parent / "teacher-cache",
                                          variant, args.teacher_onnx, args.eval_every)
                 run_task = task
-                if variant == "imdb-sentences":  # labelled into the store of the training rows: once, by the export
+                if VARIANTS[variant] == "imdb-sentences":  # labelled into the store of the training rows: once
                     unlabelled = imdb_sentences(root.parent / f"imdb-sentences-{args.unlabelled_rows}.jsonl",
                                                 args.unlabelled_rows, args.imdb_dir)
-                    run_task = replace(task, unlabelled=str(unlabelled))
+                    run_task = replace(task, unlabelled=str(unlabelled),
+                                       unlabelled_from_epoch=1 if variant.endswith("-late") else 0)
                     options["logits_cache"] = str(shared_store_folder())
                 if variant in AUGMENTED:  # the same rows for every seed, labelled once into the store
                     rows = augmented_rows(root.parent / f"augmented-{args.augment_copies}-{args.augment_max_rows}",
