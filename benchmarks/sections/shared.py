@@ -28,9 +28,9 @@ modules of kdbert); the page shows those commands under today's names, so that t
 # the starts ranked by importance, a pair-pooled classifier's head fitted on the cosine, its graph running the two
 # sentences as two rows, STS-B's second draw of held-out rows (a teacher holding out 20%), and a pair-pooled cut's
 # layers ranked by their cosine, and SST-2's with IMDb sentences as --unlabelled rows (the teacher beside, or its
-# export labelling every row)
+# export labelling every row; "late": joining the batches from the second epoch, --unlabelled-from-epoch 1)
 CURRENT_TRUST_SUFFIXES = ("tuned", "shipped", "source", "ffn", "collection", "order", "head", "near", "importance",
-                          "fitted", "rows", "draw2", "layers", "imdb", "export")
+                          "fitted", "rows", "draw2", "layers", "imdb", "export", "late")
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
 
 HEADLINE = ["intro", "scoreboard", "kept", "agreement", "paired-margin", "winner-rule", "recipe-parts", "teachers", "base-teachers",
