@@ -15,7 +15,7 @@ from conftest import save_tiny_classifier, write_glue_task
 from transformers import BertForSequenceClassification
 
 from kdbert.cli import main
-from kdbert.compress.report import phrases_line, unseen_sources_line
+from kdbert.compress.report import phrases_line, unlabelled_line, unseen_sources_line
 from kdbert.core.metrics import bootstrap_standard_error
 from kdbert.core.evaluate import (TaskEvaluator, held_out_loss, predict, replaces_checkpoint, selection_key,
                                    to_predictions)
@@ -392,3 +392,11 @@ def test_a_search_of_phrases_without_unlabelled_sentences_is_told_what_it_lacks(
     assert phrases_line({"rule": "whole rows", "unlabelled_rows": 60000}) is None  # it has them
     for rule in ("uniform", "length-matched", "nearness-matched", "source-matched", None):
         assert phrases_line({"rule": rule, "unlabelled_rows": 0}) is None, rule
+
+
+def test_the_report_says_which_unlabelled_rows_every_candidate_read_and_from_when():
+    assert unlabelled_line({"unlabelled_rows": 0}) is None and unlabelled_line({}) is None
+    assert unlabelled_line({"unlabelled_rows": 60000}) == (
+        "every candidate also trained on 60,000 rows without labels (--unlabelled), labelled by the teacher")
+    assert unlabelled_line({"unlabelled_rows": 60000, "unlabelled_from_epoch": 1}).endswith(
+        "labelled by the teacher, from its epoch 2 on (the earlier epochs read the labelled rows alone)")

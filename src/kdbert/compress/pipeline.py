@@ -310,7 +310,7 @@ def _compress_timed(task: TaskOptions, config: CompressConfig, output_dir: str |
     held_out.update(rule=data.held_out_rule, pick_rows=len(data.held_out), decide_rows=len(data.decide),
                     dev_rows=len(dev_rows), dev_sources_unseen=unseen_sources(data.train + data.held_out + data.decide,
                                                                               dev_rows),
-                    unlabelled_rows=len(data.unlabelled))
+                    unlabelled_rows=len(data.unlabelled), unlabelled_from_epoch=task.unlabelled_from_epoch)
     print(f"held-out rows: {len(data.held_out) + len(data.decide)} training rows the teacher "
           f"{'trained on (--teacher-trained-on-all-rows: kept shares read high)' if saw_held_out else 'never trained on'}"
           f", drawn {data.held_out_rule or 'as recorded'} (from {held_out['source']}): {len(data.held_out)} pick "

@@ -114,6 +114,17 @@ def phrases_line(facts: dict) -> str | None:
             "than they gave (docs/compress.md, \"Text like the rows that decide\")")
 
 
+def unlabelled_line(facts: dict) -> str | None:
+    """What every candidate read besides the training rows: the ``--unlabelled`` rows the teacher
+    labelled, and from which epoch (``--unlabelled-from-epoch``); None without them."""
+    if not facts.get("unlabelled_rows"):
+        return None
+    epoch = facts.get("unlabelled_from_epoch", 0)
+    return (f"every candidate also trained on {facts['unlabelled_rows']:,} rows without labels (--unlabelled), "
+            "labelled by the teacher" + (f", from its epoch {epoch + 1} on (the earlier epochs read the labelled "
+                                         "rows alone)" if epoch else ""))
+
+
 def held_out_lines(report: dict) -> list[str]:
     """Where the held-out rows came from and how they split, and the kept share the shipped graph
     shows on the rows that decide (with the checks that led to it); reports written before the
@@ -135,7 +146,9 @@ def held_out_lines(report: dict) -> list[str]:
                 if facts.get("teacher_picked_on_deciding_rows") else "")
              + (f" {unseen_sources_line(facts['dev_sources_unseen'], facts['dev_rows'])}."
                 if facts.get("dev_sources_unseen") else "")
-             + (f" {phrases_line(facts)[0].upper()}{phrases_line(facts)[1:]}." if phrases_line(facts) else ""), ""]
+             + (f" {phrases_line(facts)[0].upper()}{phrases_line(facts)[1:]}." if phrases_line(facts) else "")
+             + (f" {unlabelled_line(facts)[0].upper()}{unlabelled_line(facts)[1:]}." if unlabelled_line(facts) else ""),
+             ""]
     checks = shipped["checks"]
     lines += [f"As shipped ({report['runtime']}), on the rows that decide: {shipped['decide_score']:.2f} ± "
               f"{shipped['decide_se']:.2f} against the teacher's {teacher['decide']:.2f} ± {teacher['decide_se']:.2f}"
