@@ -99,8 +99,8 @@ def is_data_file(task: str) -> bool:
 
 
 # options that change the rows a run trains or is scored on, once set (a resumed run must share them)
-ROW_OPTIONS = ("truncation", "unlabelled", "max_unlabelled", "unlabelled_from_epoch", "max_dev_examples", "train_articles", "doc_stride",
-               "held_out_rows", "decide_share", "max_held_out_examples")
+ROW_OPTIONS = ("truncation", "unlabelled", "max_unlabelled", "unlabelled_from_epoch", "max_dev_examples",
+               "train_articles", "doc_stride", "held_out_rows", "decide_share", "max_held_out_examples")
 
 
 def task_identity(options: TaskOptions) -> dict:
