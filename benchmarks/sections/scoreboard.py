@@ -142,7 +142,8 @@ def quickstart_row() -> Row | None:
 def compress_trust_row() -> Row | None:
     """The 4x searches under the rules of the issue on trustworthy figures: the shipped graph's kept share
     on the rows that decide beside dev's, for the tasks searched so far; each task's search under the
-    current code against its teacher as ``teacher_best.py`` chose and rebuilt it (``--key-suffix=-trust-pair-layers``:
+    current code against its teacher as ``teacher_best.py`` chose and rebuilt it (``--key-suffix=-trust-imdb-epyc-export``:
+    SST-2 with 60,000 IMDb sentences as ``--unlabelled`` rows on an AVX-512 EPYC, 2026-12-07; ``-trust-pair-layers``:
     STS-B's second draw with a pair-pooled cut's layers ranked by their cosine, 2026-12-04; ``-trust-pair-rows``:
     a pair-pooled graph running the two sentences as two rows, 2026-12-04; ``-trust-draw2``: STS-B against a teacher
     holding out 20% of its rows, a second draw of the rows that decide, 2026-12-04; ``-trust-pair-fitted``:
@@ -163,7 +164,7 @@ def compress_trust_row() -> Row | None:
                if ((r.get("shipped") or {}).get("speedup") or math.inf) >= ((r.get("target") or {}).get("speedup") or 0)}
     records, current = {}, []
     for task in FIVE_TASKS:
-        key = next((k for k in (f"{task}/x4-trust-pair-layers", f"{task}/x4-trust-pair-rows", f"{task}/x4-trust-draw2",
+        key = next((k for k in (f"{task}/x4-trust-imdb-epyc-export", f"{task}/x4-trust-pair-layers", f"{task}/x4-trust-pair-rows", f"{task}/x4-trust-draw2",
                                 f"{task}/x4-trust-pair-fitted", f"{task}/x4-trust-importance",
                                 f"{task}/x4-trust-near-importance",
                                 f"{task}/x4-trust-near", f"{task}/x4-trust-head",
@@ -178,8 +179,9 @@ def compress_trust_row() -> Row | None:
             current += [task] if key.rsplit("-", 1)[-1] in CURRENT_TRUST_SUFFIXES else []
     if not records:
         return None
-    shares = ", ".join(f"{TASK_NAMES[t]} {100 * r['shipped']['kept_decide']:.1f} (dev {100 * r['shipped']['kept_dev']:.1f})"
-                       + ("" if t in current else " (earlier recipe)") for t, r in records.items())
+    shares = ", ".join(f"{TASK_NAMES[t]} {100 * r['shipped']['kept_decide']:.1f} (dev {100 * r['shipped']['kept_dev']:.1f}"
+                       + ("; with IMDb sentences as --unlabelled rows" if "--unlabelled" in r.get("command", "") else "")
+                       + ")" + ("" if t in current else " (earlier recipe)") for t, r in records.items())
     ranked = [task for task in current if ranked_by_importance(records[task])]
     return Row(f"`kdbert compress` at 4x, tuned teachers, kept on the held-out rows that decide as shipped "
                f"({len(records)} of 5 tasks so far, {len(current)} under the current rules, {len(ranked)} from "

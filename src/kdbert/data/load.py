@@ -69,8 +69,8 @@ class TaskOptions(CheckedOptions):
                                         check=in_range(1, 10**9, int, what="a positive integer"))
     unlabelled_from_epoch: int = option(0, "distillation: the epoch from which the --unlabelled rows join the "
                                            "training rows (0: from the first); an epoch before it reads the "
-                                           "labelled rows alone, so a search's first rungs rank candidates on "
-                                           "them where the --unlabelled rows are longer and cost more a step",
+                                           "labelled rows alone (in a search, its first rungs where an epoch of "
+                                           "them is longer than those rungs)",
                                         type=int, group="data",
                                         check=in_range(0, 10**6, int, what="a non-negative integer"))
     train_articles: int | None = option(None, "squad without a training file: train on the first N articles of "
