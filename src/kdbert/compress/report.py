@@ -110,8 +110,8 @@ def phrases_line(facts: dict) -> str | None:
         return None
     return ("most training rows are phrases of its other rows, where the rows that decide (and dev's) are whole "
             "sentences: unlabelled sentences of the task's kind, given as --unlabelled, are what lifted SST-2's "
-            "students there most in 45-minute searches, while in 8-minute ones their labelling cost more steps "
-            "than they gave (docs/compress.md, \"Text like the rows that decide\")")
+            "students there most in 30- and 45-minute searches, while in 8-minute ones their labelling cost more "
+            "steps than they gave (docs/compress.md, \"Text like the rows that decide\")")
 
 
 def unlabelled_line(facts: dict) -> str | None:
