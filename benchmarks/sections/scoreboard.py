@@ -147,7 +147,9 @@ def compress_trust_row() -> Row | None:
     STS-B's second draw with a pair-pooled cut's layers ranked by their cosine, 2026-12-04; ``-trust-pair-rows``:
     a pair-pooled graph running the two sentences as two rows, 2026-12-04; ``-trust-draw2``: STS-B against a teacher
     holding out 20% of its rows, a second draw of the rows that decide, 2026-12-04; ``-trust-pair-fitted``:
-    a pair task's candidates pair-pooled, a classifier's head fitted on the cosine, 2026-12-04; ``-trust-importance``:
+    a pair task's candidates pair-pooled, a classifier's head fitted on the cosine, 2026-12-04; ``-trust-epyc-fitted``:
+    the same on an AMD EPYC, 2026-12-07; ``-trust-epyc-importance``: CoLA's search on an AMD EPYC under the rules of
+    2026-12-07; ``-trust-importance``:
     the candidates' starts ranked by importance, 2026-12-03 to 2026-12-04, ``-trust-near-importance`` on CoLA's
     nearness-matched rows on an AMD EPYC; ``-trust-near``:
     CoLA's held-out rows drawn nearness-matched to dev's, its teacher rebuilt on the rest, 2026-12-02; ``-trust-head``:
@@ -164,7 +166,8 @@ def compress_trust_row() -> Row | None:
                if ((r.get("shipped") or {}).get("speedup") or math.inf) >= ((r.get("target") or {}).get("speedup") or 0)}
     records, current = {}, []
     for task in FIVE_TASKS:
-        key = next((k for k in (f"{task}/x4-trust-imdb-epyc-export", f"{task}/x4-trust-pair-layers", f"{task}/x4-trust-pair-rows", f"{task}/x4-trust-draw2",
+        key = next((k for k in (f"{task}/x4-trust-imdb-epyc-export", f"{task}/x4-trust-epyc-fitted",
+                                f"{task}/x4-trust-epyc-importance", f"{task}/x4-trust-pair-layers", f"{task}/x4-trust-pair-rows", f"{task}/x4-trust-draw2",
                                 f"{task}/x4-trust-pair-fitted", f"{task}/x4-trust-importance",
                                 f"{task}/x4-trust-near-importance",
                                 f"{task}/x4-trust-near", f"{task}/x4-trust-head",
