@@ -9,8 +9,8 @@ restate a training row (the same news event, the same video described again): a 
 those training rows would gain more on their near-duplicates than a small student. Each sentence's
 nearness is its largest word-set Jaccard similarity to any training sentence (lower-cased words),
 a row's the mean over its texts (:mod:`kdbert.data.nearness`); reported per split and source as the
-mean and the shares of rows at 0.5 and 0.7 or more. The held-out rows are drawn as ``kdbert finetune
---held-out-fraction`` draws them (its rule for the task, :func:`kdbert.data.held_out.held_out_indices`),
+mean and the shares of rows at 0.5 and 0.7 or more, beside the gold labels' mean and standard
+deviation. The held-out rows are drawn as ``kdbert finetune --held-out-fraction`` draws them (its rule for the task, :func:`kdbert.data.held_out.held_out_indices`),
 or with ``--uniform`` by a uniform draw (the rule before 2026-12-02 for CoLA, MRPC and RTE), split in
 the rows that pick and those that decide. Records in ``benchmarks/results/near_duplicates.json``
 under the task (``<task>-uniform`` with ``--uniform``).
@@ -34,9 +34,12 @@ from kdbert.data.nearness import TrainingTexts
 CLOSE = (0.5, 0.7)  # the nearness thresholds reported
 
 
-def summary(values: np.ndarray) -> dict:
+def summary(values: np.ndarray, labels: np.ndarray) -> dict:
+    """Rows, mean nearness, the shares at each of :data:`CLOSE`, and the gold labels' mean and standard
+    deviation (a held-out set labelled unlike dev would move a kept share as much as nearer rows would)."""
     return {"rows": len(values), "mean": round(float(values.mean()), 4),
-            **{f"share_at_{t:g}": round(float((values >= t).mean()), 4) for t in CLOSE}}
+            **{f"share_at_{t:g}": round(float((values >= t).mean()), 4) for t in CLOSE},
+            "label_mean": round(float(labels.mean()), 4), "label_sd": round(float(labels.std()), 4)}
 
 
 def main() -> None:
@@ -58,15 +61,16 @@ def main() -> None:
     splits = {"pick": data.held_out, "decide": data.decide, "dev": [row for rows in data.dev.values() for row in rows]}
     result = {}
     for name, rows in splits.items():
-        values = train.nearness(rows)
+        values, labels = train.nearness(rows), np.array([float(row.label) for row in rows])
         by_source = defaultdict(list)
         for row, value in zip(rows, values):
-            by_source[row.source or "-"].append(value)
-        result[name] = {"all": summary(values),
-                        "by_source": {source: summary(np.array(v)) for source, v in sorted(by_source.items())}}
+            by_source[row.source or "-"].append((value, float(row.label)))
+        result[name] = {"all": summary(values, labels),
+                        "by_source": {source: summary(*np.array(v).T) for source, v in sorted(by_source.items())}}
         print(f"{name}: {len(rows)} rows, mean {values.mean():.3f}; "
-              + ", ".join(f"{s} {np.mean(v):.3f} ({100 * np.mean(np.array(v) >= CLOSE[0]):.0f}% >= {CLOSE[0]})"
-                          for s, v in sorted(by_source.items())))
+              + ", ".join(f"{s} {r['mean']:.3f} ({100 * r[f'share_at_{CLOSE[0]:g}']:.0f}% >= {CLOSE[0]}; "
+                          f"labels {r['label_mean']:.2f} ± {r['label_sd']:.2f})"
+                          for s, r in result[name]["by_source"].items()))
     flag = " --uniform" if args.uniform else ""
     save_result("near_duplicates", args.task + ("-uniform" if args.uniform else ""),
                 {**machine_info(), "held_out_rule": data.held_out_rule, **result,
