@@ -11,9 +11,10 @@ nearness is its largest word-set Jaccard similarity to any training sentence (lo
 a row's the mean over its texts (:mod:`kdbert.data.nearness`); reported per split and source as the
 mean and the shares of rows at 0.5 and 0.7 or more, beside the gold labels' mean and standard
 deviation. The held-out rows are drawn as ``kdbert finetune --held-out-fraction`` draws them (its
-rule for the task, :func:`kdbert.data.held_out.held_out_indices`), or with ``--uniform`` by a uniform draw (the rule before 2026-12-02 for CoLA, MRPC and RTE), split in
-the rows that pick and those that decide. Records in ``benchmarks/results/near_duplicates.json``
-under the task (``<task>-uniform`` with ``--uniform``).
+rule for the task, :func:`kdbert.data.held_out.held_out_indices`), or with ``--uniform`` by a uniform
+draw (the rule before 2026-12-02 for CoLA, MRPC and RTE), split in the rows that pick and those that
+decide. Records in ``benchmarks/results/near_duplicates.json`` under the task (``<task>-uniform`` with
+``--uniform``).
 
     python benchmarks/near_duplicates.py --task cola --uniform
 """
