@@ -28,6 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from common import machine_info, save_result
+from wiki_transfer import mined_pairs, sentences_like
 from paths import GLUE_DIR, IMDB_DIR, NLTK_DATA, run_folder
 
 from safetensors.torch import load_file, save_file
@@ -119,6 +120,8 @@ VARIANTS = {
     # to the teacher's score), the bert-style loss before the study of one loss per signal
     "recipe-half-heads": {},  # the recipe's start with each layer's less important half of its heads pruned
     "recipe-augmented": {},  # the recipe on the training rows and compress's --augment versions of them
+    "recipe-mined-pairs": {},  # ... and Wikipedia sentence pairs mined by word overlap (wiki_transfer.py)
+    "recipe-wiki-sentences": {},  # ... and Wikipedia sentences of the training rows' lengths (wiki_transfer.py)
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
 "importance", "cls-pooling", "pair-pooling", "teacher-pooling", "ends-layers", "bottom-layers": the start). The temperature variants test one loss per signal (``kd-*``
@@ -156,7 +159,10 @@ teacher's tokens the logits ``--teacher-onnx`` (the teacher's int8 export) store
 shared store, instead of the PyTorch teacher's computed beside it; "train-16k-*" on the main job's rows.
 "recipe" is the search's recipe as it stands (its start built with compress's defaults by
 :func:`build_recipe_starts`), and each "recipe-*" turns one of its parts off (the headline's table of
-the recipe, each part off in turn)."""
+the recipe, each part off in turn); "recipe-augmented" and "recipe-mined-pairs" add rows to it: compress's
+``--augment`` versions of the training rows, up to ``--unlabelled-rows`` Wikipedia sentence pairs of
+TF-IDF cosine at least ``--mined-low``, or about ``--unlabelled-rows`` Wikipedia sentences drawn by the
+training rows' word counts (:mod:`wiki_transfer`), labelled by the teacher into the shared store."""
 
 
 AUGMENTED = {"teacher-head-augmented", "recipe-augmented"}  # variants distilling on augmented rows too
@@ -362,8 +368,11 @@ def main() -> None:
     parser.add_argument("--teacher-onnx", help="label stored logits with this export of the teacher, as the search "
                         "does (e.g. runs/base/teacher-sst2/onnx/model.int8.onnx)")
     parser.add_argument("--key-suffix", default="", help="after the task in the results' keys (e.g. a new teacher's)")
-    parser.add_argument("--unlabelled-rows", type=int, default=30000, help="imdb-sentences: how many sentences")
+    parser.add_argument("--unlabelled-rows", type=int, default=30000, help="imdb-sentences: how many "
+                        "sentences; recipe-mined-pairs: at most how many pairs; recipe-wiki-sentences: about how many sentences")
     parser.add_argument("--imdb-dir", default=IMDB_DIR, help="imdb-sentences: the IMDb archives' folder")
+    parser.add_argument("--mined-low", type=float, default=0.5, help="recipe-mined-pairs: the least cosine a "
+                        "mined pair has (every pair at or above it, at most --unlabelled-rows)")
     parser.add_argument("--augment-copies", type=int, default=20, help="*-augmented: versions a row at most")
     parser.add_argument("--augment-max-rows", type=int, default=50000, help="*-augmented: versions in all")
     args = parser.parse_args()
@@ -447,7 +456,8 @@ def main() -> None:
                + (f" --key-suffix={args.key_suffix}" if args.key_suffix else "")
                + (f" --teacher {args.teacher}" if args.teacher else "")
                + (f" --teacher-onnx {args.teacher_onnx}" if args.teacher_onnx else "")
-               + (f" --unlabelled-rows {args.unlabelled_rows}" if any(v.startswith("imdb-sentences") for v in args.variants) else "")
+               + (f" --unlabelled-rows {args.unlabelled_rows}" if any(v.startswith(("imdb-sentences", "recipe-mined", "recipe-wiki")) for v in args.variants) else "")
+               + (f" --mined-low {args.mined_low}" if "recipe-mined-pairs" in args.variants else "")
                + (f" --augment-copies {args.augment_copies} --augment-max-rows {args.augment_max_rows}"
                   if AUGMENTED & set(args.variants) else "")
                + (f" --word-vectors {args.word_vectors}" if not starts_from_teacher(candidate) else ""))
@@ -469,6 +479,16 @@ def main() -> None:
                                                 args.unlabelled_rows, args.imdb_dir)
                     run_task = replace(task, unlabelled=str(unlabelled),
                                        unlabelled_from_epoch=1 if variant.endswith("-late") else 0)
+                    options["logits_cache"] = str(shared_store_folder())
+                if variant == "recipe-mined-pairs":  # the same pairs for every seed, labelled once into the store
+                    pairs = mined_pairs(root.parent / f"mined-pairs-{args.mined_low}-{args.unlabelled_rows}.jsonl",
+                                        task, args.unlabelled_rows, low=args.mined_low)
+                    run_task = replace(task, unlabelled=str(pairs))
+                    options["logits_cache"] = str(shared_store_folder())
+                if variant == "recipe-wiki-sentences":  # the same sentences for every seed
+                    found = sentences_like(root.parent / f"wiki-sentences-{args.unlabelled_rows}.jsonl", task,
+                                           args.unlabelled_rows)
+                    run_task = replace(task, unlabelled=str(found))
                     options["logits_cache"] = str(shared_store_folder())
                 if variant in AUGMENTED:  # the same rows for every seed, labelled once into the store
                     rows = augmented_rows(root.parent / f"augmented-{args.augment_copies}-{args.augment_max_rows}",

@@ -31,6 +31,7 @@ import recipe_ablation  # noqa: E402
 import step_runner  # noqa: E402
 import teacher_best  # noqa: E402
 import teacher_glue  # noqa: E402
+import wiki_transfer  # noqa: E402
 
 from conftest import tiny_bert_config, write_glue_task  # noqa: E402
 
@@ -942,3 +943,43 @@ def test_the_kept_table_reads_the_gap_against_its_measured_or_estimated_noise():
     assert gap_noise_cell("compress mrpc/x4-trust-pair", {}, 3.0, 184, 7.0) == "yes (≈ ± 3.6)"
     assert gap_noise_cell("compress mrpc/x4-trust-pair", {}, 3.0, 184, 7.3) == "no (≈ ± 3.6)"
     assert gap_noise_cell("compress imdb/x4", {}, 3.0, 184, 1.0) == "-"  # no dev size known
+
+
+def test_mined_pairs_join_each_sentence_to_its_nearest_other_and_leave_copies_out():
+    texts = ["the river flows past the old mill town", "the river flows past the old mill village",
+             "the river flows past the old mill town",  # a copy of the first: never its pair
+             "chess players study openings every evening",  # the same words as the next once words seen
+             "chess players study openings each morning",  # once are dropped: copies too
+             "volcanic ash covered the northern valleys"]
+    vectoriser, pairs = wiki_transfer.mine(texts, low=0.3)
+    assert {(i, j) for i, j, _ in pairs} == {(0, 1), (1, 2)}  # 0 and 2 pair with 1, not each other
+    cosines = wiki_transfer.pair_cosines(vectoriser, [(texts[i], texts[j]) for i, j, _ in pairs])
+    assert [c for _, _, c in pairs] == pytest.approx(list(cosines), abs=1e-6)
+    # by hand (smoothed idf = 1 + ln(7 / (1 + df)) over 6 rows; "the" and "mill" are stop words, "village"
+    # is seen once): the village row holds river, flows, past, old (df 3) and its pair those and town (df 2)
+    shared, town = 1 + np.log(7 / 4), 1 + np.log(7 / 3)
+    assert pairs[0][2] == pytest.approx(np.sqrt(4 * shared**2 / (4 * shared**2 + town**2)), rel=1e-5)
+    assert wiki_transfer.mine(texts, low=0.99)[1] == []
+
+
+def test_sentences_like_a_task_follow_its_training_rows_word_counts(tmp_path):
+    from kdbert.data.load import TaskOptions
+
+    glue = tmp_path / "glue"
+    (glue / "CoLA").mkdir(parents=True)
+    train = [f"src\t1\t\t{' '.join(['word'] * n)}" for n in [4] * 30 + [6] * 10]  # three rows of 4 words to one of 6
+    dev = ["src\t1\t\tthe cat sat here"] * 4
+    (glue / "CoLA" / "train.tsv").write_text("\n".join(train) + "\n")
+    (glue / "CoLA" / "dev.tsv").write_text("\n".join(dev) + "\n")
+    corpus = tmp_path / "corpus.txt.gz"
+    four = [f"Alpha beta gamma delta{i}." for i in range(50)]
+    six = [f"One two three four five six{i}." for i in range(50)]
+    five = [f"One two three four five{i}." for i in range(50)]
+    with gzip.open(corpus, "wt") as handle:
+        handle.write("<doc id=1>\n" + " ".join(four + six + five) + "\n</doc>\n")
+    out = wiki_transfer.sentences_like(tmp_path / "like.jsonl", TaskOptions(task="cola", data_dir=str(glue)), 20,
+                                       str(corpus))
+    rows = [json.loads(line)["sentence"] for line in out.read_text().splitlines()]
+    counts = sorted(len(row.split()) for row in rows)
+    assert counts == [4] * 15 + [6] * 5  # 20 rows in the training rows' 3:1, no 5-word sentence
+    assert len(set(rows)) == 20
