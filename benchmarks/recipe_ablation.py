@@ -10,8 +10,8 @@ warm-up, its batch size and rate), on the held-out rows the teacher's ``kdbert f
 (half pick the checkpoint, half decide, as in the search), for ``--steps`` steps, evaluated at half
 and at the end (or every ``--eval-every`` steps), the best on the picking rows kept. A variant changes one part of the recipe
 (:data:`VARIANTS`). The teacher is ``runs/teacher-<task>`` (``teacher_best.py``). Runs go to
-``<runs-dir>/<task>/<candidate>/<variant>/seed<seed>-steps<steps>`` (a finished run is reused, its checkpoints
-removed); scores to
+``<runs-dir>/<task>/<candidate>/<variant>[-<rows added>]/seed<seed>-steps<steps>`` (a finished run is
+reused, its checkpoints removed); scores to
 ``benchmarks/results/recipe_ablation.json`` under ``<task>/<candidate>/<steps>/<variant>/seed<seed>``.
 """
 
@@ -206,6 +206,16 @@ def search_options(candidate, settings: SearchSettings, steps: int, teacher: str
     if options.get("method") == "tinybert":
         options = {k: v for k, v in options.items() if k not in KD_ONLY}
     return options
+
+
+def rows_tag(variant: str, args) -> str:
+    """What names the rows a variant adds in its runs' folder (``-<low>-<rows>``, ``-<rows>``), so that
+    a run on other rows is never taken for a finished one."""
+    if variant == "recipe-mined-pairs":
+        return f"-{args.mined_low}-{args.unlabelled_rows}"
+    if variant == "recipe-wiki-sentences" or VARIANTS[variant] == "imdb-sentences":
+        return f"-{args.unlabelled_rows}"
+    return ""
 
 
 def imdb_sentences(out: Path, rows: int, data_dir: str | None) -> Path:
@@ -465,7 +475,7 @@ def main() -> None:
         for variant in args.variants:
             # another --steps (or --first-steps) is another run, recorded under its own key
             rung = "" if args.first_steps == SearchSettings.first_steps else f"-first{args.first_steps}"
-            out = root / variant / f"seed{seed}-steps{args.steps}{rung}"
+            out = root / f"{variant}{rows_tag(variant, args)}" / f"seed{seed}-steps{args.steps}{rung}"
             if (out / "distill_report.json").is_file():
                 report = json.loads((out / "distill_report.json").read_text())
             else:

@@ -983,3 +983,14 @@ def test_sentences_like_a_task_follow_its_training_rows_word_counts(tmp_path):
     counts = sorted(len(row.split()) for row in rows)
     assert counts == [4] * 15 + [6] * 5  # 20 rows in the training rows' 3:1, no 5-word sentence
     assert len(set(rows)) == 20
+
+
+def test_runs_on_other_added_rows_never_share_a_folder():
+    args = Namespace(mined_low=0.5, unlabelled_rows=30000)
+    tags = {recipe_ablation.rows_tag(variant, Namespace(mined_low=low, unlabelled_rows=rows))
+            for variant in ("recipe-mined-pairs",) for low in (0.4, 0.5) for rows in (30000, 60000)}
+    assert len(tags) == 4
+    assert recipe_ablation.rows_tag("imdb-sentences", args) != recipe_ablation.rows_tag(
+        "imdb-sentences", Namespace(mined_low=0.5, unlabelled_rows=60000))
+    assert recipe_ablation.rows_tag("recipe-wiki-sentences", args) == "-30000"
+    assert recipe_ablation.rows_tag("recipe", args) == ""
