@@ -143,7 +143,9 @@ def compress_trust_row() -> Row | None:
     """The 4x searches under the rules of the issue on trustworthy figures: the shipped graph's kept share
     on the rows that decide beside dev's, for the tasks searched so far; each task's search under the
     current code against its teacher as ``teacher_best.py`` chose and rebuilt it (``--key-suffix=-trust-imdb-epyc-export``:
-    SST-2 with 60,000 IMDb sentences as ``--unlabelled`` rows on an AVX-512 EPYC, 2026-12-07; ``-trust-pair-layers``:
+    SST-2 with 60,000 IMDb sentences as ``--unlabelled`` rows on an AVX-512 EPYC, 2026-12-07; ``-trust-epyc-mined``:
+    MRPC with 24,584 Wikipedia sentence pairs mined by word overlap as ``--unlabelled`` rows (``wiki_transfer.py``)
+    there, 2026-12-07; ``-trust-pair-layers``:
     STS-B's second draw with a pair-pooled cut's layers ranked by their cosine, 2026-12-04; ``-trust-pair-rows``:
     a pair-pooled graph running the two sentences as two rows, 2026-12-04; ``-trust-draw2``: STS-B against a teacher
     holding out 20% of its rows, a second draw of the rows that decide, 2026-12-04; ``-trust-pair-fitted``:
@@ -166,7 +168,8 @@ def compress_trust_row() -> Row | None:
                if ((r.get("shipped") or {}).get("speedup") or math.inf) >= ((r.get("target") or {}).get("speedup") or 0)}
     records, current = {}, []
     for task in FIVE_TASKS:
-        key = next((k for k in (f"{task}/x4-trust-imdb-epyc-export", f"{task}/x4-trust-epyc-fitted",
+        key = next((k for k in (f"{task}/x4-trust-imdb-epyc-export", f"{task}/x4-trust-epyc-mined",
+                                f"{task}/x4-trust-epyc-fitted",
                                 f"{task}/x4-trust-epyc-importance", f"{task}/x4-trust-pair-layers", f"{task}/x4-trust-pair-rows", f"{task}/x4-trust-draw2",
                                 f"{task}/x4-trust-pair-fitted", f"{task}/x4-trust-importance",
                                 f"{task}/x4-trust-near-importance",
@@ -183,7 +186,7 @@ def compress_trust_row() -> Row | None:
     if not records:
         return None
     shares = ", ".join(f"{TASK_NAMES[t]} {100 * r['shipped']['kept_decide']:.1f} (dev {100 * r['shipped']['kept_dev']:.1f}"
-                       + ("; with IMDb sentences as --unlabelled rows" if "--unlabelled" in r.get("command", "") else "")
+                       + unlabelled_words(r.get("command", ""))
                        + ")" + ("" if t in current else " (earlier recipe)") for t, r in records.items())
     ranked = [task for task in current if ranked_by_importance(records[task])]
     return Row(f"`kdbert compress` at 4x, tuned teachers, kept on the held-out rows that decide as shipped "
@@ -192,6 +195,15 @@ def compress_trust_row() -> Row | None:
                f"TinyBERT4 {paper_kept('tinybert'):.1f}% on these 5, {PAPERS['tinybert']['speedup']}x vs BERT-base on GPU "
                "(Jiao et al. 2020, Table 1)", where(list(records.values())), "`kdbert compress`", "compress",
                task_command({t: records[t] for t in current} or records))
+
+
+def unlabelled_words(command: str) -> str:
+    """``; with <what> as --unlabelled rows`` where a search's ``command`` gave them, else nothing."""
+    if "--unlabelled " not in command:
+        return ""
+    given = command.split("--unlabelled ", 1)[1].split()[0]
+    what = "IMDb sentences" if "imdb" in given else "mined Wikipedia pairs" if "mined" in given else given
+    return f"; with {what} as --unlabelled rows"
 
 
 def ranked_by_importance(record: dict) -> bool:
