@@ -30,7 +30,7 @@ modules of kdbert); the page shows those commands under today's names, so that t
 # layers ranked by their cosine, and SST-2's with IMDb sentences as --unlabelled rows (the teacher beside, or its
 # export labelling every row; "late": joining the batches from the second epoch, --unlabelled-from-epoch 1)
 CURRENT_TRUST_SUFFIXES = ("tuned", "shipped", "source", "ffn", "collection", "order", "head", "near", "importance",
-                          "fitted", "rows", "draw2", "layers", "imdb", "export", "late", "mined")
+                          "fitted", "rows", "draw2", "layers", "imdb", "export", "late", "mined", "mined60k")
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
 
 HEADLINE = ["intro", "scoreboard", "kept", "agreement", "paired-margin", "winner-rule", "recipe-parts", "teachers", "base-teachers",
