@@ -218,6 +218,22 @@ def rows_tag(variant: str, args) -> str:
     return ""
 
 
+def added_rows(variant: str, args, task: TaskOptions, folder: Path) -> Path | None:
+    """The file of rows ``variant`` adds to the training rows (made once in ``folder``), or None."""
+    if VARIANTS[variant] == "imdb-sentences":
+        return imdb_sentences(folder / f"imdb-sentences-{args.unlabelled_rows}.jsonl", args.unlabelled_rows,
+                              args.imdb_dir)
+    if variant == "recipe-mined-pairs":
+        return mined_pairs(folder / f"mined-pairs-{args.mined_low}-{args.unlabelled_rows}.jsonl", task,
+                           args.unlabelled_rows, low=args.mined_low)
+    if variant == "recipe-wiki-sentences":
+        return sentences_like(folder / f"wiki-sentences-{args.unlabelled_rows}.jsonl", task, args.unlabelled_rows)
+    if variant in AUGMENTED:
+        return augmented_rows(folder / f"augmented-{args.augment_copies}-{args.augment_max_rows}", task,
+                              args.augment_copies, args.augment_max_rows)
+    return None
+
+
 def imdb_sentences(out: Path, rows: int, data_dir: str | None) -> Path:
     """``out`` (JSONL, one ``{"sentence": ...}`` a row; written once, atomically): ``rows`` sentences of
     IMDb's unlabelled reviews (:func:`kdbert.compress.transfer.sentences`), shuffled with seed 0."""
@@ -484,26 +500,10 @@ def main() -> None:
                 options = search_options(candidate, settings, args.steps, teacher, start, root.parent / "teacher-cache",
                                          variant, args.teacher_onnx, args.eval_every)
                 run_task = task
-                if VARIANTS[variant] == "imdb-sentences":  # labelled into the store of the training rows: once
-                    unlabelled = imdb_sentences(root.parent / f"imdb-sentences-{args.unlabelled_rows}.jsonl",
-                                                args.unlabelled_rows, args.imdb_dir)
-                    run_task = replace(task, unlabelled=str(unlabelled),
+                added = added_rows(variant, args, task, root.parent)
+                if added:  # the same rows for every seed, labelled once into the store of the training rows
+                    run_task = replace(task, unlabelled=str(added),
                                        unlabelled_from_epoch=1 if variant.endswith("-late") else 0)
-                    options["logits_cache"] = str(shared_store_folder())
-                if variant == "recipe-mined-pairs":  # the same pairs for every seed, labelled once into the store
-                    pairs = mined_pairs(root.parent / f"mined-pairs-{args.mined_low}-{args.unlabelled_rows}.jsonl",
-                                        task, args.unlabelled_rows, low=args.mined_low)
-                    run_task = replace(task, unlabelled=str(pairs))
-                    options["logits_cache"] = str(shared_store_folder())
-                if variant == "recipe-wiki-sentences":  # the same sentences for every seed
-                    found = sentences_like(root.parent / f"wiki-sentences-{args.unlabelled_rows}.jsonl", task,
-                                           args.unlabelled_rows)
-                    run_task = replace(task, unlabelled=str(found))
-                    options["logits_cache"] = str(shared_store_folder())
-                if variant in AUGMENTED:  # the same rows for every seed, labelled once into the store
-                    rows = augmented_rows(root.parent / f"augmented-{args.augment_copies}-{args.augment_max_rows}",
-                                          task, args.augment_copies, args.augment_max_rows)
-                    run_task = replace(task, unlabelled=str(rows))
                     options["logits_cache"] = str(shared_store_folder())
                 report = distill_task(run_task, options, str(out), overwrite=True, pause_at_step=args.steps)
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 0.1 GB a run; nothing continues it

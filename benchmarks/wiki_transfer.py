@@ -23,7 +23,6 @@ Both files are written once, atomically; a rerun reuses them.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import random
 from collections import Counter
@@ -34,46 +33,41 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 
 from paths import CORPUS, GLUE_DIR
 
-from kdbert.compress.transfer import sentences
+from kdbert.compress.transfer import sentences, text_lines
 from kdbert.data.load import TaskOptions, load_task
 
 MIN_WORDS, MAX_WORDS = 10, 40  # a mined pair's sentences
+COPY = 0.95  # a pair at this cosine or above is a copy, never kept
 CHUNK = 2000  # rows of the similarity matrix at once (sparse)
 
 
 def corpus_sentences(path: str) -> list[str]:
-    """The distinct sentences of ``MIN_WORDS``..``MAX_WORDS`` words of a WikiExtractor file, in order."""
-    found = []
-    with gzip.open(path, "rt", encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            line = line.strip()
-            if line and not line.startswith(("<doc", "</doc>")):
-                found += [s for s in sentences(line) if MIN_WORDS <= len(s.split()) <= MAX_WORDS]
-    return list(dict.fromkeys(found))
+    """The distinct sentences of a text file (:func:`kdbert.compress.transfer.sentences`: 4-64 words), in order."""
+    return list(dict.fromkeys(s for line in text_lines(Path(path)) for s in sentences(line)))
 
 
 def nearest(matrix) -> tuple[np.ndarray, np.ndarray]:
     """Each row's nearest other row of the L2-normalised sparse ``matrix`` (index, cosine), copies
-    (cosine >= 0.95, the row itself among them) left out."""
+    (cosine >= :data:`COPY`, the row itself among them) left out."""
     transposed = matrix.T.tocsr()
     index, cosine = np.zeros(matrix.shape[0], np.int64), np.zeros(matrix.shape[0], np.float32)
     for start in range(0, matrix.shape[0], CHUNK):
         similar = matrix[start:start + CHUNK] @ transposed
-        similar.data[similar.data >= 0.95] = 0.0
+        similar.data[similar.data >= COPY] = 0.0
         similar.eliminate_zeros()
         index[start:start + CHUNK] = np.asarray(similar.argmax(axis=1)).ravel()
         cosine[start:start + CHUNK] = similar.max(axis=1).toarray().ravel()
     return index, cosine
 
 
-def mine(texts: list[str], low: float, high: float = 0.95):
+def mine(texts: list[str], low: float):
     """The vectoriser fitted on ``texts`` and the unordered pairs ``(i, j, cosine)`` of each text and
-    its nearest other with ``low <= cosine < high``, each pair once."""
+    its nearest other (:func:`nearest`) at ``low`` or above, each pair once."""
     vectoriser = TfidfVectorizer(sublinear_tf=True, stop_words="english", min_df=2, dtype=np.float32)
     index, cosine = nearest(vectoriser.fit_transform(texts))
     pairs = {}
     for i, (j, c) in enumerate(zip(index, cosine)):
-        if low <= c < high:
+        if c >= low:
             pairs.setdefault((min(i, j), max(i, j)), float(c))
     return vectoriser, [(i, j, c) for (i, j), c in pairs.items()]
 
@@ -91,7 +85,7 @@ def mined_pairs(out: Path, task: TaskOptions, rows: int, corpus: str = CORPUS, l
         return out
     data = load_task(task)
     fields = list(data.spec.text_fields)
-    texts = corpus_sentences(corpus)
+    texts = [s for s in corpus_sentences(corpus) if MIN_WORDS <= len(s.split()) <= MAX_WORDS]
     vectoriser, pairs = mine(texts, low)
     shuffle = random.Random(0)
     shuffle.shuffle(pairs)
@@ -121,15 +115,12 @@ def sentences_like(out: Path, task: TaskOptions, rows: int, corpus: str = CORPUS
     (field,) = data.spec.text_fields
     lengths = Counter(len(example.texts[0].split()) for example in data.train)
     by_length: dict[int, list[str]] = {}
-    with gzip.open(corpus, "rt", encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if line.strip() and not line.startswith(("<doc", "</doc>")):
-                for sentence in sentences(line.strip()):
-                    by_length.setdefault(len(sentence.split()), []).append(sentence)
+    for sentence in corpus_sentences(corpus):
+        by_length.setdefault(len(sentence.split()), []).append(sentence)
     draw = random.Random(0)
     chosen = []
     for length, count in sorted(lengths.items()):
-        found = list(dict.fromkeys(by_length.get(length, [])))
+        found = by_length.get(length, [])
         chosen += draw.sample(found, min(len(found), round(rows * count / len(data.train))))
     draw.shuffle(chosen)
     words = lambda texts: sum(len(t.split()) for t in texts) / len(texts)

@@ -42,7 +42,8 @@ def rows_of_line(line: str, texts: int) -> list[tuple[str, ...]]:
     return [tuple(found[i:i + texts]) for i in range(0, len(found) - texts + 1, texts)]
 
 
-def _lines(path: Path):
+def text_lines(path: Path):
+    """The non-blank lines of a text file (``.gz`` too), stripped, WikiExtractor's ``<doc>`` lines skipped."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as handle:
         for line in handle:
@@ -53,7 +54,7 @@ def _lines(path: Path):
 
 def read_transfer_text(paths: list, texts: int, limit: int, seed: int) -> list[tuple[str, ...]]:
     """At most ``limit`` rows of ``texts`` texts from ``paths`` (module doc), shuffled with ``seed``."""
-    rows = [row for path in corpus_files(paths) for line in _lines(path) for row in rows_of_line(line, texts)]
+    rows = [row for path in corpus_files(paths) for line in text_lines(path) for row in rows_of_line(line, texts)]
     if not rows:
         need = "sentences of 4-64 words" if texts == 1 else "lines of two tab-separated texts, or of two sentences"
         raise KdbertError(f"--transfer-text {' '.join(map(str, paths))}: no rows found; give text files with {need}")
