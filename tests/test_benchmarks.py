@@ -945,23 +945,6 @@ def test_the_kept_table_reads_the_gap_against_its_measured_or_estimated_noise():
     assert gap_noise_cell("compress imdb/x4", {}, 3.0, 184, 1.0) == "-"  # no dev size known
 
 
-def test_mined_pairs_join_each_sentence_to_its_nearest_other_and_leave_copies_out():
-    texts = ["the river flows past the old mill town", "the river flows past the old mill village",
-             "the river flows past the old mill town",  # a copy of the first: never its pair
-             "chess players study openings every evening",  # the same words as the next once words seen
-             "chess players study openings each morning",  # once are dropped: copies too
-             "volcanic ash covered the northern valleys"]
-    vectoriser, pairs = wiki_transfer.mine(texts, low=0.3)
-    assert {(i, j) for i, j, _ in pairs} == {(0, 1), (1, 2)}  # 0 and 2 pair with 1, not each other
-    cosines = wiki_transfer.pair_cosines(vectoriser, [(texts[i], texts[j]) for i, j, _ in pairs])
-    assert [c for _, _, c in pairs] == pytest.approx(list(cosines), abs=1e-6)
-    # by hand (smoothed idf = 1 + ln(7 / (1 + df)) over 6 rows; "the" and "mill" are stop words, "village"
-    # is seen once): the village row holds river, flows, past, old (df 3) and its pair those and town (df 2)
-    shared, town = 1 + np.log(7 / 4), 1 + np.log(7 / 3)
-    assert pairs[0][2] == pytest.approx(np.sqrt(4 * shared**2 / (4 * shared**2 + town**2)), rel=1e-5)
-    assert wiki_transfer.mine(texts, low=0.99)[1] == []
-
-
 def test_sentences_like_a_task_follow_its_training_rows_word_counts(tmp_path):
     from kdbert.data.load import TaskOptions
 
