@@ -15,7 +15,7 @@ from conftest import save_tiny_classifier, write_glue_task
 from transformers import BertForSequenceClassification
 
 from kdbert.cli import main
-from kdbert.compress.report import phrases_line, unlabelled_line, unseen_sources_line
+from kdbert.compress.report import few_pairs_line, phrases_line, unlabelled_line, unseen_sources_line
 from kdbert.core.metrics import bootstrap_standard_error
 from kdbert.core.evaluate import (TaskEvaluator, held_out_loss, predict, replaces_checkpoint, selection_key,
                                    to_predictions)
@@ -392,6 +392,16 @@ def test_a_search_of_phrases_without_unlabelled_sentences_is_told_what_it_lacks(
     assert phrases_line({"rule": "whole rows", "unlabelled_rows": 60000}) is None  # it has them
     for rule in ("uniform", "length-matched", "nearness-matched", "source-matched", None):
         assert phrases_line({"rule": rule, "unlabelled_rows": 0}) is None, rule
+
+
+def test_a_small_pair_task_without_unlabelled_rows_is_told_of_mined_pairs():
+    mrpc = {"texts": 2, "unlabelled_rows": 0, "train_rows": 3301}
+    assert few_pairs_line(mrpc).startswith("only 3,301 training pairs and no --unlabelled rows")
+    assert "kdbert mine-pairs" in few_pairs_line(mrpc)
+    assert few_pairs_line({**mrpc, "unlabelled_rows": 60000}) is None  # it has them
+    assert few_pairs_line({**mrpc, "texts": 1}) is None  # single texts: nothing to pair
+    assert few_pairs_line({**mrpc, "train_rows": 10_000}) is None  # enough pairs of its own
+    assert few_pairs_line({"texts": 2, "unlabelled_rows": 0}) is None  # a report written before the counts
 
 
 def test_the_report_says_which_unlabelled_rows_every_candidate_read_and_from_when():

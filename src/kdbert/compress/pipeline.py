@@ -64,7 +64,7 @@ from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Prog
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings, reads_stored_logits
-from kdbert.compress.report import phrases_line, seconds_per_candidate, spare_line, unseen_sources_line, write_report
+from kdbert.compress.report import few_pairs_line, phrases_line, seconds_per_candidate, spare_line, unseen_sources_line, write_report
 from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
 from kdbert.compress.schedule import pretrained as is_pretrained
 from kdbert.compress.labelling import afford_labelling, plan_labelling
@@ -310,15 +310,17 @@ def _compress_timed(task: TaskOptions, config: CompressConfig, output_dir: str |
     held_out.update(rule=data.held_out_rule, pick_rows=len(data.held_out), decide_rows=len(data.decide),
                     dev_rows=len(dev_rows), dev_sources_unseen=unseen_sources(data.train + data.held_out + data.decide,
                                                                               dev_rows),
-                    unlabelled_rows=len(data.unlabelled), unlabelled_from_epoch=task.unlabelled_from_epoch)
+                    unlabelled_rows=len(data.unlabelled), unlabelled_from_epoch=task.unlabelled_from_epoch,
+                    texts=len(data.spec.text_fields), train_rows=len(data.train))
     print(f"held-out rows: {len(data.held_out) + len(data.decide)} training rows the teacher "
           f"{'trained on (--teacher-trained-on-all-rows: kept shares read high)' if saw_held_out else 'never trained on'}"
           f", drawn {data.held_out_rule or 'as recorded'} (from {held_out['source']}): {len(data.held_out)} pick "
           f"checkpoints and promote, {len(data.decide)} decide the winner and its kept share")
     if held_out["dev_sources_unseen"]:
         print(unseen_sources_line(held_out["dev_sources_unseen"], len(dev_rows)))
-    if phrases_line(held_out):
-        print(phrases_line(held_out))
+    for advice in (phrases_line(held_out), few_pairs_line(held_out)):
+        if advice:
+            print(advice)
     if held_out.get("teacher_picked_on_deciding_rows"):
         print("the teacher's checkpoint was picked on every held-out row, those that decide included (its "
               "held_out.json predates the record of them): its score there reads high and the kept shares there low; "
