@@ -1442,6 +1442,34 @@ def test_kd_labels_export_gives_a_cut_candidate_the_exports_labels_stored_once(e
     assert run["teacher_logits"]["onnx"] == report["labelling"]["onnx"] and "teacher_cache" not in run
 
 
+def test_the_unlabelled_rows_are_labelled_once_by_the_export_and_counted_in_the_budget(env, tmp_path, monkeypatch,
+                                                                                      capsys):
+    """``--unlabelled`` rows are labelled in a run's first segment: the plan counts them with the training
+    rows (a pair task's 60,000 mined pairs took minutes the round-0 window did not know of)."""
+    from conftest import count_teacher_runs
+
+    from kdbert.cli import main
+    from kdbert.compress import labelling
+
+    unlabelled = tmp_path / "more.jsonl"
+    unlabelled.write_text("".join(json.dumps({"sentence": f"an unlabelled review number {i}"}) + "\n" for i in range(6)))
+    args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+            "--candidates", "bilstm-h150", "--rounds", "1", "--first-steps", "2", "--length-rows", "4",
+            "--threads", "1", "--target-speedup", "0.01", "--unlabelled", str(unlabelled)]
+    seen = count_teacher_runs(monkeypatch)
+    assert main([*args, "--logits-cache", str(tmp_path / "store"), "--output-dir", str(tmp_path / "out")]) == 0
+    facts = json.loads((tmp_path / "out" / "compress_report.json").read_text())["labelling"]
+    assert (facts["rows"], facts["unlabelled"], facts["stored"]) == (16, 6, 0)
+    assert len(seen) == 16  # the 10 training rows not held out and the 6 unlabelled, once each
+    # the same rows at 600 s each cannot be labelled in 30 minutes, and the refusal counts both kinds
+    monkeypatch.setattr(labelling, "measured_row_seconds", lambda *args, **kwargs: 600.0)
+    capsys.readouterr()
+    assert main([*args, "--logits-cache", str(tmp_path / "empty"), "--output-dir", str(tmp_path / "slow")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "labels of the 16 training and --unlabelled rows" in error
+    assert "labels the 16 not stored yet in about 160.0 min here" in error
+
+
 def test_the_recipe_line_names_each_stage_and_a_temperature_only_where_a_term_softens_by_it():
     from kdbert.compress.report import recipe_line
 

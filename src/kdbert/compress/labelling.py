@@ -43,8 +43,9 @@ WARM_UP_ROWS = 8  # labelled untimed first (the runtime's or a GPU's start-up)
 
 @dataclass(frozen=True)
 class Labelling:
-    """What labelling the training rows costs this search: the store (``cache``), the export that
-    labels (``onnx``), the rows, how many of them are stored already, the seconds per row measured."""
+    """What labelling the training rows (and the ``--unlabelled`` rows) costs this search: the store
+    (``cache``), the export that labels (``onnx``), the distinct rows, how many of them are stored
+    already, the seconds per row measured, and how many of the rows came from ``--unlabelled``."""
 
     cache: str
     onnx: str | None
@@ -52,6 +53,12 @@ class Labelling:
     stored: int
     row_seconds: float
     kd: bool = False  # candidates distilled by logit KD alone read the export's labels too (afford_labelling)
+    unlabelled: int = 0
+
+    def what(self) -> str:
+        """The rows labelled, in words."""
+        return (f"{self.rows:,} training and --unlabelled rows" if self.unlabelled else
+                f"{self.rows:,} training rows")
 
     @property
     def seconds(self) -> float:
@@ -66,8 +73,9 @@ class Labelling:
 
 
 def plan_labelling(cache: str | None, export: Path, teacher, tokenizer, spec, rows: list,
-                   candidates: list, settings=None) -> Labelling:
-    """The labelling of ``rows`` (:class:`~kdbert.data.glue.Example`) into ``cache`` (None: the shared
+                   candidates: list, settings=None, unlabelled: list = ()) -> Labelling:
+    """The labelling of ``rows`` and ``unlabelled`` (:class:`~kdbert.data.glue.Example`: the training
+    rows, and the ``--unlabelled`` rows every run labels in its first segment) into ``cache`` (None: the shared
     store) for ``candidates``: by the teacher ``export`` (an ``.onnx`` file), or on a GPU or when the
     export is missing by the PyTorch ``teacher``. Its time per row is measured here
     (:func:`measured_row_seconds`) where it is needed: rows not stored yet that a candidate reads
@@ -79,7 +87,7 @@ def plan_labelling(cache: str | None, export: Path, teacher, tokenizer, spec, ro
         teacher.to("cuda" if torch.cuda.is_available() else "cpu")
     labeller = Labeller(teacher, tokenizer, spec.max_seq_len, onnx=onnx, truncation=spec.truncation,
                         doc_stride=spec.doc_stride)
-    texts = list(dict.fromkeys(row.texts for row in rows))
+    texts = list(dict.fromkeys(row.texts for row in [*rows, *unlabelled]))
     unstored = unstored_rows(folder, labeller.namespace, texts)
     row_seconds = 0.0
     readers = any(reads_stored_logits(c, settings, onnx is not None) for c in candidates)
@@ -87,7 +95,7 @@ def plan_labelling(cache: str | None, export: Path, teacher, tokenizer, spec, ro
         # the export's sample stays in the store the runs read (counted in ``seconds``: this search labels
         # it); the PyTorch teacher's (float32) would not be read
         row_seconds = measured_row_seconds(labeller, texts, unstored, folder if onnx else None)
-    return Labelling(folder, onnx, len(texts), len(texts) - len(unstored), row_seconds)
+    return Labelling(folder, onnx, len(texts), len(texts) - len(unstored), row_seconds, unlabelled=len(unlabelled))
 
 
 def measured_row_seconds(labeller: Labeller, texts: list, to_label: list, folder: str | None,
@@ -131,8 +139,8 @@ def afford_labelling(candidates: list, labelling: Labelling, window_seconds: flo
         return candidates, None, labelling
     needed = math.ceil(minutes_before + labelling.seconds / first_round_share / 60)
     who = "the teacher's export " + Path(labelling.onnx).name if labelling.onnx else "the teacher"
-    line = (f"{', '.join(c.name for c in readers)} learn from the teacher's labels of the {labelling.rows:,} training "
-            f"rows: {who} labels the {labelling.rows - labelling.stored:,} not stored yet in about "
+    line = (f"{', '.join(c.name for c in readers)} learn from the teacher's labels of the {labelling.what()}: "
+            f"{who} labels the {labelling.rows - labelling.stored:,} not stored yet in about "
             f"{labelling.seconds / 60:.1f} min here ({1 / labelling.row_seconds:.0f} rows/s), more than the "
             f"{first_round_share * window_seconds / 60:.1f} min in which candidates start; --budget-minutes {needed} "
             f"or more admits them (labels are kept in {labelling.cache} for the next search of this teacher)")

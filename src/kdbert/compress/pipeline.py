@@ -462,7 +462,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     kept = spread_order(kept, latency, general_starts, lead, near_line)
     reserve = _finishing(config, table, teacher, kept)
     labelling = plan_labelling(config.logits_cache, out / "teacher-onnx" / RUNTIMES[config.runtime], teacher.model,
-                               teacher.tokenizer, data.spec, train_rows, kept, search_settings)
+                               teacher.tokenizer, data.spec, train_rows, kept, search_settings, data.unlabelled)
     kept, left_out, labelling = afford_labelling(kept, labelling, deadline.left() - reserve, config.first_round_share,
                                                  (deadline.spent() + reserve) / 60, config.budget_minutes,
                                                  search_settings)
