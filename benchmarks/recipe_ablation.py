@@ -21,13 +21,14 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
 
-from common import machine_info, save_result
+from common import load_results, machine_info, save_result
 from wiki_transfer import mined_pairs, sentences_like
 from paths import GLUE_DIR, IMDB_DIR, NLTK_DATA, run_folder
 
@@ -216,6 +217,27 @@ def rows_tag(variant: str, args) -> str:
     if variant == "recipe-wiki-sentences" or VARIANTS[variant] == "imdb-sentences":
         return f"-{args.unlabelled_rows}"
     return ""
+
+
+def recorded_tag(record: dict, variant: str) -> str:
+    """The :func:`rows_tag` of a recorded run (its ``added_rows``, or read off its command where it
+    predates the field, the options it left out at their defaults)."""
+    if "added_rows" in record:
+        return record["added_rows"]
+    given = dict(re.findall(r"--(mined-low|unlabelled-rows) (\S+)", record.get("command", "")))
+    defaults = {"mined-low": "0.5", "unlabelled-rows": "30000"}
+    return rows_tag(variant, SimpleNamespace(mined_low=float(given.get("mined-low", defaults["mined-low"])),
+                                             unlabelled_rows=int(given.get("unlabelled-rows",
+                                                                           defaults["unlabelled-rows"]))))
+
+
+def check_keys(keys: dict, records: dict, args) -> None:
+    """Refuse a run whose results key (``keys``: key -> variant) holds a run on other added rows: it
+    would overwrite that record (another ``--key-suffix`` keeps both)."""
+    for key, variant in keys.items():
+        if key in records and recorded_tag(records[key], variant) != rows_tag(variant, args):
+            raise KdbertError(f"{key} is recorded with other added rows ({recorded_tag(records[key], variant)} "
+                              f"against {rows_tag(variant, args)}); pass another --key-suffix")
 
 
 def added_rows(variant: str, args, task: TaskOptions, folder: Path) -> Path | None:
@@ -487,10 +509,12 @@ def main() -> None:
                + (f" --augment-copies {args.augment_copies} --augment-max-rows {args.augment_max_rows}"
                   if AUGMENTED & set(args.variants) else "")
                + (f" --word-vectors {args.word_vectors}" if not starts_from_teacher(candidate) else ""))
+    # another --steps (or --first-steps) is another run, recorded under its own key
+    rung = "" if args.first_steps == SearchSettings.first_steps else f"-first{args.first_steps}"
+    key = lambda variant, seed: f"{args.task}{args.key_suffix}/{candidate.name}/{args.steps}{rung}/{variant}/seed{seed}"
+    check_keys({key(v, seed): v for v in args.variants for seed in args.seeds}, load_results("recipe_ablation"), args)
     for seed in args.seeds:  # every variant of a seed before the next seed: pairs compare as they come
         for variant in args.variants:
-            # another --steps (or --first-steps) is another run, recorded under its own key
-            rung = "" if args.first_steps == SearchSettings.first_steps else f"-first{args.first_steps}"
             out = root / f"{variant}{rows_tag(variant, args)}" / f"seed{seed}-steps{args.steps}{rung}"
             if (out / "distill_report.json").is_file():
                 report = json.loads((out / "distill_report.json").read_text())
@@ -508,9 +532,10 @@ def main() -> None:
                 report = distill_task(run_task, options, str(out), overwrite=True, pause_at_step=args.steps)
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 0.1 GB a run; nothing continues it
             row = scores(report) | teacher_scores
-            save_result("recipe_ablation", f"{args.task}{args.key_suffix}/{candidate.name}/{args.steps}{rung}/{variant}/seed{seed}",
+            save_result("recipe_ablation", key(variant, seed),
                         {**machine_info(), "teacher": teacher, "steps": args.steps, "variant": variant, "seed": seed,
-                         **row, "command": command})
+                         **row, "command": command, **({"added_rows": rows_tag(variant, args)}
+                                                      if rows_tag(variant, args) else {})})
             print(f"{candidate.name} {variant} seed {seed}: {row}", flush=True)
 
 

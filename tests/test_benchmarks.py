@@ -968,6 +968,26 @@ def test_sentences_like_a_task_follow_its_training_rows_word_counts(tmp_path):
     assert len(set(rows)) == 20
 
 
+def test_a_run_on_other_added_rows_never_overwrites_a_recorded_one():
+    from kdbert.errors import KdbertError
+
+    key = "mrpc/bert-1x384/6000-first300/recipe-mined-pairs/seed43"
+    # recorded before the field: its rows read off its command, the options it left out at their defaults
+    old = {key: {"command": "python benchmarks/recipe_ablation.py --task mrpc --steps 6000"}}
+    at = lambda low, rows: Namespace(mined_low=low, unlabelled_rows=rows)
+    recipe_ablation.check_keys({key: "recipe-mined-pairs"}, old, at(0.5, 30000))  # the same rows: it continues
+    with pytest.raises(KdbertError, match=r"recorded with other added rows \(-0.5-30000 against -0.3-60000\); "
+                                          "pass another --key-suffix"):
+        recipe_ablation.check_keys({key: "recipe-mined-pairs"}, old, at(0.3, 60000))
+    given = {key: {"command": "... --unlabelled-rows 60000 --mined-low 0.3"}}
+    recipe_ablation.check_keys({key: "recipe-mined-pairs"}, given, at(0.3, 60000))
+    recorded = {key: {"added_rows": "-0.4-60000", "command": ""}}
+    with pytest.raises(KdbertError):
+        recipe_ablation.check_keys({key: "recipe-mined-pairs"}, recorded, at(0.3, 60000))
+    recipe_ablation.check_keys({"other": "recipe-mined-pairs"}, recorded, at(0.3, 60000))  # not recorded: runs
+    recipe_ablation.check_keys({key: "recipe"}, {key: {"command": ""}}, at(0.3, 60000))  # adds no rows
+
+
 def test_runs_on_other_added_rows_never_share_a_folder():
     args = Namespace(mined_low=0.5, unlabelled_rows=30000)
     tags = {recipe_ablation.rows_tag(variant, Namespace(mined_low=low, unlabelled_rows=rows))
