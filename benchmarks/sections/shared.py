@@ -31,7 +31,7 @@ modules of kdbert); the page shows those commands under today's names, so that t
 # export labelling every row; "late": joining the batches from the second epoch, --unlabelled-from-epoch 1), and
 # MRPC's with Wikipedia pairs mined by word overlap as --unlabelled rows ("mined": 24,584, "mined60k": 60,000)
 CURRENT_TRUST_SUFFIXES = ("tuned", "shipped", "source", "ffn", "collection", "order", "head", "near", "importance",
-                          "fitted", "rows", "draw2", "layers", "imdb", "export", "late", "mined", "mined60k", "stored", "planned")
+                          "fitted", "rows", "draw2", "layers", "imdb", "export", "late", "mined", "mined60k")
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
 
 HEADLINE = ["intro", "scoreboard", "kept", "agreement", "paired-margin", "winner-rule", "recipe-parts", "teachers", "base-teachers",
