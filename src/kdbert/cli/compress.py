@@ -68,7 +68,7 @@ def add_commands(sub, table: dict) -> None:
                    "WikiExtractor output too), cut into sentences")
     p.add_argument("--output", required=True, help="the JSONL file to write")
     p.add_argument("--low", type=float, default=LOW, help=f"the least cosine a kept pair has (default {LOW}, "
-                   "measured on MRPC; the task's own pairs' median is printed beside the mined ones)")
+                   "measured on MRPC; lower gives more pairs; the task's own pairs' median is printed beside the mined ones)")
     p.add_argument("--rows", type=int, default=ROWS, help=f"at most this many pairs (default {ROWS:,}); the "
                    "teacher labels each once, which compress's budget counts")
     p.add_argument("--seed", type=int, default=0, help="which pairs are kept when more are found, and their order")
