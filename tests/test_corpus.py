@@ -39,12 +39,16 @@ def test_iter_documents_formats(tmp_path):
     with gzip.open(tmp_path / "d" / "b.gz", "wt") as f:
         f.write(WIKI)
     (tmp_path / "d" / ".hidden").write_text("ignored\n")
+    (tmp_path / "d" / "README.md").write_text("# About this corpus.\n")  # a data folder's notes: not corpus
+    (tmp_path / "d" / "sizes.json").write_text('{"lines": 9}\n')
+    (tmp_path / "d" / "wiki_00").write_text("Gamma delta.\n")  # WikiExtractor's files have no suffix
     docs = list(iter_documents([tmp_path / "d"]))
     assert docs == [
         ["one two.", "three."], ["four."],
         ["Alpha", "One two three. Four five six. Seven eight nine ten.", "One two. Three four."],
-        ["Beta", "Five six seven."],
+        ["Beta", "Five six seven."], ["Gamma delta."],
     ]
+    assert list(iter_documents([tmp_path / "d" / "README.md"])) == [["# About this corpus."]]  # named: read
     with pytest.raises(KdbertError, match="nope.txt does not exist"):
         list(iter_documents([tmp_path / "nope.txt"]))
 

@@ -2,7 +2,8 @@
 
 Reading (:func:`iter_documents`)
     Inputs are ``.txt`` files, ``.gz`` files (gzip text) or directories, walked recursively in
-    sorted order (hidden files skipped). Each non-blank line is a paragraph. Documents end at a
+    sorted order for their ``.txt``, ``.gz`` and suffix-less files (hidden files, a README and other
+    files skipped). Each non-blank line is a paragraph. Documents end at a
     blank line, except in WikiExtractor output: there ``<doc ...>`` and ``</doc>`` lines delimit
     documents and are dropped, and blank lines inside a ``<doc>`` block (the one after the title)
     do not split it.
@@ -40,18 +41,24 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
 _TOKENIZE_BATCH = 2048
 
 
+TEXT_SUFFIXES = (".txt", ".gz", "")  # what a folder's files are read as text (WikiExtractor's wiki_00 has none)
+
+
 def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Expand files and directories into the sorted list of files to read."""
+    """Expand files and directories into the sorted list of files to read: a file named is read
+    whatever its name; in a directory, its text files (:data:`TEXT_SUFFIXES`, not hidden), so that
+    a data folder's README or metadata is not read as corpus."""
     files: list[Path] = []
     for raw in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
         path = Path(raw)
         if path.is_dir():
             found = sorted(
                 p for p in path.rglob("*")
-                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+                if p.is_file() and p.suffix in TEXT_SUFFIXES
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
             )
             if not found:
-                raise KdbertError(f"corpus directory {path} contains no files; point to a folder of .txt/.gz files")
+                raise KdbertError(f"corpus directory {path} contains no text files; point to a folder of .txt/.gz files")
             files.extend(found)
         elif path.is_file():
             files.append(path)
