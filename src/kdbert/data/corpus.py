@@ -2,7 +2,7 @@
 
 Reading (:func:`iter_documents`)
     Inputs are ``.txt`` files, ``.gz`` files (gzip text) or directories, walked recursively in
-    sorted order for their ``.txt``, ``.gz`` and suffix-less files (hidden files, a README and other
+    sorted order for their ``.txt``, ``.tsv``, ``.gz`` and suffix-less files (hidden files, a README and other
     files skipped). Each non-blank line is a paragraph. Documents end at a
     blank line, except in WikiExtractor output: there ``<doc ...>`` and ``</doc>`` lines delimit
     documents and are dropped, and blank lines inside a ``<doc>`` block (the one after the title)
@@ -41,7 +41,8 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
 _TOKENIZE_BATCH = 2048
 
 
-TEXT_SUFFIXES = (".txt", ".gz", "")  # what a folder's files are read as text (WikiExtractor's wiki_00 has none)
+TEXT_SUFFIXES = (".txt", ".tsv", ".gz", "")  # a folder's files read as text (WikiExtractor's wiki_00 has no suffix;
+# --transfer-text reads tab-separated rows)
 
 
 def corpus_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
