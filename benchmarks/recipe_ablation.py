@@ -209,6 +209,9 @@ def search_options(candidate, settings: SearchSettings, steps: int, teacher: str
     return options
 
 
+MINED_LOW, ADDED_ROWS = 0.5, 30000  # --mined-low's and --unlabelled-rows' defaults
+
+
 def rows_tag(variant: str, args) -> str:
     """What names the rows a variant adds in its runs' folder (``-<low>-<rows>``, ``-<rows>``), so that
     a run on other rows is never taken for a finished one."""
@@ -225,10 +228,8 @@ def recorded_tag(record: dict, variant: str) -> str:
     if "added_rows" in record:
         return record["added_rows"]
     given = dict(re.findall(r"--(mined-low|unlabelled-rows) (\S+)", record.get("command", "")))
-    defaults = {"mined-low": "0.5", "unlabelled-rows": "30000"}
-    return rows_tag(variant, SimpleNamespace(mined_low=float(given.get("mined-low", defaults["mined-low"])),
-                                             unlabelled_rows=int(given.get("unlabelled-rows",
-                                                                           defaults["unlabelled-rows"]))))
+    return rows_tag(variant, SimpleNamespace(mined_low=float(given.get("mined-low", MINED_LOW)),
+                                             unlabelled_rows=int(given.get("unlabelled-rows", ADDED_ROWS))))
 
 
 def check_keys(keys: dict, records: dict, args) -> None:
@@ -416,10 +417,10 @@ def main() -> None:
     parser.add_argument("--teacher-onnx", help="label stored logits with this export of the teacher, as the search "
                         "does (e.g. runs/base/teacher-sst2/onnx/model.int8.onnx)")
     parser.add_argument("--key-suffix", default="", help="after the task in the results' keys (e.g. a new teacher's)")
-    parser.add_argument("--unlabelled-rows", type=int, default=30000, help="imdb-sentences: how many "
+    parser.add_argument("--unlabelled-rows", type=int, default=ADDED_ROWS, help="imdb-sentences: how many "
                         "sentences; recipe-mined-pairs: at most how many pairs; recipe-wiki-sentences: about how many sentences")
     parser.add_argument("--imdb-dir", default=IMDB_DIR, help="imdb-sentences: the IMDb archives' folder")
-    parser.add_argument("--mined-low", type=float, default=0.5, help="recipe-mined-pairs: the least cosine a "
+    parser.add_argument("--mined-low", type=float, default=MINED_LOW, help="recipe-mined-pairs: the least cosine a "
                         "mined pair has (every pair at or above it, at most --unlabelled-rows)")
     parser.add_argument("--augment-copies", type=int, default=20, help="*-augmented: versions a row at most")
     parser.add_argument("--augment-max-rows", type=int, default=50000, help="*-augmented: versions in all")
@@ -532,10 +533,10 @@ def main() -> None:
                 report = distill_task(run_task, options, str(out), overwrite=True, pause_at_step=args.steps)
                 shutil.rmtree(out / "checkpoints", ignore_errors=True)  # 0.1 GB a run; nothing continues it
             row = scores(report) | teacher_scores
+            tag = rows_tag(variant, args)
             save_result("recipe_ablation", key(variant, seed),
                         {**machine_info(), "teacher": teacher, "steps": args.steps, "variant": variant, "seed": seed,
-                         **row, "command": command, **({"added_rows": rows_tag(variant, args)}
-                                                      if rows_tag(variant, args) else {})})
+                         **row, "command": command, **({"added_rows": tag} if tag else {})})
             print(f"{candidate.name} {variant} seed {seed}: {row}", flush=True)
 
 

@@ -10,7 +10,7 @@ from statistics import median
 from kdbert.cli.common import OptionFlags, add_command, add_task_arguments, given_options, require, task_options
 from kdbert.compress.mined_pairs import LOW, ROWS, mine_pairs, write_rows
 from kdbert.compress.pipeline import CompressConfig, compress
-from kdbert.data.load import is_data_file, load_task
+from kdbert.data.load import load_task, text_columns
 from kdbert.errors import KdbertError
 from kdbert.options import build_config
 
@@ -28,7 +28,7 @@ def cmd_compress(args) -> int:
 def cmd_mine_pairs(args) -> int:
     task = task_options(args)
     data = load_task(task)
-    fields = list(task.text_columns) if is_data_file(task.task) else list(data.spec.text_fields)
+    fields = text_columns(task, data.spec)
     if len(fields) != 2:
         raise KdbertError(f"--task {task.task}: {len(fields)} text field(s); mined pairs are rows of a pair task "
                           "(for single texts, pass sentences to `kdbert compress --unlabelled` or --transfer-text)")

@@ -64,7 +64,7 @@ from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Prog
 from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings, reads_stored_logits
-from kdbert.compress.report import few_pairs_line, phrases_line, seconds_per_candidate, spare_line, unseen_sources_line, write_report
+from kdbert.compress.report import advice_lines, seconds_per_candidate, spare_line, unseen_sources_line, write_report
 from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
 from kdbert.compress.schedule import pretrained as is_pretrained
 from kdbert.compress.labelling import afford_labelling, plan_labelling
@@ -82,7 +82,7 @@ from kdbert.compress.timing_process import TimingProcess
 from kdbert.core.loading import default_model_path, own_tokenizer, resolve_model_path
 from kdbert.data.held_out import DECIDE_SHARE, unseen_sources
 from kdbert.data.subsets import training_rows
-from kdbert.data.load import TaskOptions, is_data_file, load_task
+from kdbert.data.load import TaskOptions, load_task, text_columns
 from kdbert.deploy.model_card import write_compress_card
 from kdbert.errors import KdbertError
 from kdbert.families.hf import user_candidate
@@ -318,9 +318,8 @@ def _compress_timed(task: TaskOptions, config: CompressConfig, output_dir: str |
           f"checkpoints and promote, {len(data.decide)} decide the winner and its kept share")
     if held_out["dev_sources_unseen"]:
         print(unseen_sources_line(held_out["dev_sources_unseen"], len(dev_rows)))
-    for advice in (phrases_line(held_out), few_pairs_line(held_out)):
-        if advice:
-            print(advice)
+    for advice in advice_lines(held_out):
+        print(advice)
     if held_out.get("teacher_picked_on_deciding_rows"):
         print("the teacher's checkpoint was picked on every held-out row, those that decide included (its "
               "held_out.json predates the record of them): its score there reads high and the kept shares there low; "
@@ -474,7 +473,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     augmentation = None
     with progress.phase("search"):
         if any(is_augmented(c.name) for c in kept):
-            text_fields = list(task.text_columns) if is_data_file(task.task) else list(data.spec.text_fields)
+            text_fields = text_columns(task, data.spec)
             augmentation = augment_for_search(train_rows, text_fields, out, augment, config.budget_minutes * 60,
                                               config.seed, labelling.row_seconds)
         labelled = any(reads_stored_logits(c, search_settings, labelling.kd) or is_augmented(c.name) for c in kept)

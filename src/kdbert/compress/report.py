@@ -127,6 +127,11 @@ def few_pairs_line(facts: dict) -> str | None:
             "(docs/compress.md, \"Text like the rows that decide\")")
 
 
+def advice_lines(facts: dict) -> list[str]:
+    """What text the search could add, where its rows say so (:func:`phrases_line`, :func:`few_pairs_line`)."""
+    return [line for line in (phrases_line(facts), few_pairs_line(facts)) if line]
+
+
 def unlabelled_line(facts: dict) -> str | None:
     """What every candidate read besides the training rows: the ``--unlabelled`` rows the teacher
     labelled, and from which epoch (``--unlabelled-from-epoch``); None without them."""
@@ -159,8 +164,7 @@ def held_out_lines(report: dict) -> list[str]:
                 if facts.get("teacher_picked_on_deciding_rows") else "")
              + (f" {unseen_sources_line(facts['dev_sources_unseen'], facts['dev_rows'])}."
                 if facts.get("dev_sources_unseen") else "")
-             + "".join(f" {line[0].upper()}{line[1:]}." for line in (phrases_line(facts), few_pairs_line(facts))
-                       if line)
+             + "".join(f" {line[0].upper()}{line[1:]}." for line in advice_lines(facts))
              + (f" {unlabelled_line(facts)[0].upper()}{unlabelled_line(facts)[1:]}." if unlabelled_line(facts) else ""),
              ""]
     checks = shipped["checks"]

@@ -204,6 +204,11 @@ def _load_task(options: TaskOptions, seed: int) -> TaskData:
 IMDB_UNLABELLED = "imdb-unsup"
 
 
+def text_columns(options: TaskOptions, spec) -> list[str]:
+    """The task's text columns: ``--text-columns`` for the user's own file, else the task's fields."""
+    return list(options.text_columns) if is_data_file(options.task) else list(spec.text_fields)
+
+
 def load_unlabelled(options: TaskOptions, spec) -> list[Example]:
     """The rows of ``--unlabelled``: IMDb's unlabelled reviews, or the text column(s) of a file."""
     if options.unlabelled == IMDB_UNLABELLED:
@@ -214,7 +219,7 @@ def load_unlabelled(options: TaskOptions, spec) -> list[Example]:
     if not is_data_file(options.unlabelled):
         raise KdbertError(f"--unlabelled {options.unlabelled}: expected a .csv/.tsv/.jsonl file of texts or "
                           f"{IMDB_UNLABELLED}")
-    columns = list(options.text_columns) if is_data_file(options.task) else list(spec.text_fields)
+    columns = text_columns(options, spec)
     if len(columns) != len(spec.text_fields):
         raise KdbertError(f"--unlabelled rows need {len(spec.text_fields)} text column(s) for {spec.name}; "
                           "set --text-columns")
