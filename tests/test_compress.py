@@ -1470,6 +1470,41 @@ def test_the_unlabelled_rows_are_labelled_once_by_the_export_and_counted_in_the_
     assert "labels the 16 not stored yet in about 160.0 min here" in error
 
 
+def test_a_candidate_with_the_teacher_beside_it_reads_the_exports_labels_of_the_unlabelled_rows(env, tmp_path,
+                                                                                               monkeypatch, capsys):
+    """A candidate cut from the teacher learns beside it, but its ``--unlabelled`` rows' labels come from
+    the export the plan timed, stored once where the plan looked (the PyTorch teacher labelled them in the
+    run's first segment, at a rate the budget never counted)."""
+    from conftest import count_teacher_runs
+
+    from kdbert.cli import main
+    from kdbert.compress import labelling
+
+    unlabelled = tmp_path / "more.jsonl"
+    unlabelled.write_text("".join(json.dumps({"sentence": f"an unlabelled review number {i}"}) + "\n" for i in range(6)))
+    args = ["compress", "--teacher", str(env["teacher"]), "--task", "sst2", "--data-dir", str(env["root"] / "glue"),
+            "--candidates", "bert-1x128", "--rounds", "1", "--first-steps", "2", "--batch-size", "4",
+            "--length-rows", "4", "--threads", "1", "--target-speedup", "0.01", "--unlabelled", str(unlabelled)]
+    seen = count_teacher_runs(monkeypatch)
+    assert main([*args, "--logits-cache", str(tmp_path / "store"), "--output-dir", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "compress_report.json").read_text())
+    assert report["labelling"]["row_seconds"] > 0 and report["labelling"]["kd"] is False
+    run = json.loads((Path(report["winner"]["run"]) / "distill_report.json").read_text())
+    assert run["unlabelled"]["onnx"] == report["labelling"]["onnx"]
+    assert run["unlabelled"]["store"] == str(tmp_path / "store") and "teacher_cache" in run
+    # the export labelled the 6 unlabelled rows (timing it on them too); the teacher beside it gave the
+    # training rows' logits
+    assert set(seen) == {(json.loads(line)["sentence"],) for line in unlabelled.read_text().splitlines()}
+    assert (report["labelling"]["rows"], report["labelling"]["unlabelled"]) == (6, 6)
+    # the same rows at 600 s each cannot be labelled in 30 minutes: refused, where they went uncounted
+    monkeypatch.setattr(labelling, "measured_row_seconds", lambda *args, **kwargs: 600.0)
+    capsys.readouterr()
+    assert main([*args, "--logits-cache", str(tmp_path / "empty"), "--output-dir", str(tmp_path / "slow")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("kdbert: error: --budget-minutes 30 is too short to label the rows: bert-1x128 learn "
+                            "from the teacher's labels of the 6 --unlabelled rows")
+
+
 def test_the_recipe_line_names_each_stage_and_a_temperature_only_where_a_term_softens_by_it():
     from kdbert.compress.report import recipe_line
 

@@ -194,6 +194,12 @@ class MethodConfig(TrainOptions):
     method: ClassVar[str] = ""
     teacher: str | None = option(None, "teacher fine-tuned on the task (HF folder)", group="models")
     student: str | None = option(None, "student: a preset, an HF folder, or none", group="models")
+    unlabelled_onnx: str | None = option(None, "label the --unlabelled rows with this ONNX export of the teacher "
+                                               "(default: --teacher-onnx where the method has it, else the PyTorch "
+                                               "teacher)", group="models")
+    unlabelled_cache: str | None = option(None, "folder for the teacher's labels of the --unlabelled rows (default: "
+                                                "--logits-cache where the method has it, else beside the file)",
+                                          group="models")
 
 
 @dataclass

@@ -14,7 +14,8 @@ and whether the budget affords it.
 - **Whether**: labelling the rows not stored yet costs ``rows * row_seconds``, the labeller's time
   measured on a random sample of the rows and scaled by the tokens it will run on
   (:func:`measured_row_seconds`), so that long rows (sentence pairs) count as long. Every candidate of stored logits waits for
-  it in its first segment, so when it takes more than the share of the search in which candidates
+  it in its first segment (with ``--unlabelled`` rows, every candidate: the export labels those
+  once for all of them, the teacher beside a student or not), so when it takes more than the share of the search in which candidates
   start (``--first-round-share``) they are left out, in one line with the budget that would admit
   them; when they are all the search has, the budget is refused in that line. The candidates
   distilled by logit KD alone read the labels only where they fit (:attr:`Labelling.kd`); else the
@@ -57,8 +58,9 @@ class Labelling:
 
     def what(self) -> str:
         """The rows labelled, in words."""
-        return (f"{self.rows:,} training and --unlabelled rows" if self.unlabelled else
-                f"{self.rows:,} training rows")
+        if not self.unlabelled:
+            return f"{self.rows:,} training rows"
+        return f"{self.rows:,} {'training and ' if self.rows > self.unlabelled else ''}--unlabelled rows"
 
     @property
     def seconds(self) -> float:
@@ -79,19 +81,21 @@ def plan_labelling(cache: str | None, export: Path, teacher, tokenizer, spec, ro
     store) for ``candidates``: by the teacher ``export`` (an ``.onnx`` file), or on a GPU or when the
     export is missing by the PyTorch ``teacher``. Its time per row is measured here
     (:func:`measured_row_seconds`) where it is needed: rows not stored yet that a candidate reads
-    (with the export, those ``settings`` distil by logit KD alone too), or augmented candidates,
-    whose rows are capped at that rate (else 0)."""
+    (with the export, those ``settings`` distil by logit KD alone too; ``--unlabelled`` rows, which
+    every candidate reads, the teacher beside it or not), or augmented candidates, whose rows are
+    capped at that rate (else 0)."""
     folder = str(Path(cache).expanduser() if cache else shared_store_folder())
     onnx = str(export) if export.is_file() and not torch.cuda.is_available() else None
     if onnx is None:
         teacher.to("cuda" if torch.cuda.is_available() else "cpu")
     labeller = Labeller(teacher, tokenizer, spec.max_seq_len, onnx=onnx, truncation=spec.truncation,
                         doc_stride=spec.doc_stride)
-    texts = list(dict.fromkeys(row.texts for row in [*rows, *unlabelled]))
+    readers = any(reads_stored_logits(c, settings, onnx is not None) for c in candidates)
+    # the training rows' labels are read by candidates of stored logits alone; the --unlabelled rows' by all
+    texts = list(dict.fromkeys(row.texts for row in ([*rows, *unlabelled] if readers or not unlabelled else unlabelled)))
     unstored = unstored_rows(folder, labeller.namespace, texts)
     row_seconds = 0.0
-    readers = any(reads_stored_logits(c, settings, onnx is not None) for c in candidates)
-    if (unstored and readers) or any(is_augmented(c.name) for c in candidates):
+    if (unstored and (readers or unlabelled)) or any(is_augmented(c.name) for c in candidates):
         # the export's sample stays in the store the runs read (counted in ``seconds``: this search labels
         # it); the PyTorch teacher's (float32) would not be read
         row_seconds = measured_row_seconds(labeller, texts, unstored, folder if onnx else None)
@@ -134,7 +138,8 @@ def afford_labelling(candidates: list, labelling: Labelling, window_seconds: flo
     fits = labelling.seconds <= first_round_share * window_seconds
     asked = settings is not None and settings.kd_labels == "export"
     labelling = replace(labelling, kd=fits and asked and labelling.onnx is not None)
-    readers = [c for c in candidates if reads_stored_logits(c)]
+    # with --unlabelled rows every candidate waits for their labels in its first segment
+    readers = [c for c in candidates if labelling.unlabelled or reads_stored_logits(c)]
     if not readers or fits:
         return candidates, None, labelling
     needed = math.ceil(minutes_before + labelling.seconds / first_round_share / 60)
@@ -144,7 +149,7 @@ def afford_labelling(candidates: list, labelling: Labelling, window_seconds: flo
             f"{labelling.seconds / 60:.1f} min here ({1 / labelling.row_seconds:.0f} rows/s), more than the "
             f"{first_round_share * window_seconds / 60:.1f} min in which candidates start; --budget-minutes {needed} "
             f"or more admits them (labels are kept in {labelling.cache} for the next search of this teacher)")
-    kept = [c for c in candidates if not reads_stored_logits(c)]
+    kept = [c for c in candidates if c not in readers]
     if not kept:
         raise KdbertError(f"--budget-minutes {budget_minutes:g} is too short to label the rows: {line}")
     return kept, f"left out: {line}", labelling

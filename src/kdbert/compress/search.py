@@ -248,6 +248,11 @@ def _options(plan: Plan, candidate: Candidate) -> dict:
         options["logits_cache"] = labelling.get("cache") or str(out / "teacher-logits")
         if labelling.get("onnx"):
             options["teacher_onnx"] = labelling["onnx"]
+    if plan.task.unlabelled or is_augmented(candidate.name):  # rows without labels: labelled once for every
+        # run, by the labeller the plan timed (plan_labelling), into the store it counted them in
+        options["unlabelled_cache"] = labelling.get("cache") or str(out / "teacher-logits")
+        if labelling.get("onnx"):
+            options["unlabelled_onnx"] = labelling["onnx"]
     return options
 
 
@@ -549,23 +554,27 @@ def teacher_row_seconds(table: dict) -> float:
 
 
 def first_round_seconds(candidates: list[Candidate], settings: SearchSettings, unlabelled_rows: int,
-                        row_seconds: float, export_labels: bool = False) -> tuple[int, float]:
+                        row_seconds: float, export_labels: bool = False,
+                        every_run_labels: bool = False) -> tuple[int, float]:
     """The fewest rows one of ``candidates``' first segments runs the teacher on, ``first_steps *
     batch_size`` (stored logits: the ``unlabelled_rows`` of training not stored yet, labelled once;
-    ``export_labels``: :func:`~kdbert.compress.recipes.reads_stored_logits`), and their seconds at
-    ``row_seconds`` a row. A lower estimate: the student's own steps come on top."""
-    rows = min(unlabelled_rows if reads_stored_logits(c, settings, export_labels)
-               else settings.first_steps * settings.batch_size for c in candidates)
+    ``export_labels``: :func:`~kdbert.compress.recipes.reads_stored_logits`; ``every_run_labels``,
+    with ``--unlabelled`` rows: a candidate with the teacher beside it waits for those labels too,
+    counted as all ``unlabelled_rows``), and their seconds at ``row_seconds`` a row. A lower
+    estimate: the student's own steps come on top."""
+    beside = settings.first_steps * settings.batch_size + (unlabelled_rows if every_run_labels else 0)
+    rows = min(unlabelled_rows if reads_stored_logits(c, settings, export_labels) else beside for c in candidates)
     return rows, rows * row_seconds
 
 
 def check_budget(table: dict, candidates: list[Candidate], settings: SearchSettings, unlabelled_rows: int,
-                 budget_minutes: float, seconds: float, export_labels: bool = False) -> None:
+                 budget_minutes: float, seconds: float, export_labels: bool = False,
+                 every_run_labels: bool = False) -> None:
     """Refuse a search of ``seconds`` (what ``budget_minutes`` leaves after the timing and before the
     finishing) too short for one candidate's first segment (:func:`first_round_seconds`, at the
     deployed teacher's time per row, :func:`teacher_row_seconds`)."""
     rows, needed = first_round_seconds(candidates, settings, unlabelled_rows, teacher_row_seconds(table),
-                                       export_labels)
+                                       export_labels, every_run_labels)
     if needed > seconds:
         raise KdbertError(f"--budget-minutes {budget_minutes:g} leaves {max(0.0, seconds) / 60:.1f} min to distil on "
                           f"this machine after timing and before shipping the winner, too little for one candidate: "

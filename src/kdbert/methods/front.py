@@ -149,8 +149,8 @@ def distill_task(task: TaskOptions, options, output_dir: str, resume: bool = Fal
         # a method that stores the teacher's logits itself (the BiLSTM) reads these back from their store
         labelled, unlabelled = teacher_labelled(teacher, tokenizer, data.unlabelled, task, spec, max_seq_len,
                                                 getattr(config, "teacher_dtype", "float32"),
-                                                getattr(config, "logits_cache", None),
-                                                getattr(config, "teacher_onnx", None))
+                                                config.unlabelled_cache or getattr(config, "logits_cache", None),
+                                                config.unlabelled_onnx or getattr(config, "teacher_onnx", None))
         rows = rows + labelled
         if is_main_process():
             print(f"unlabelled: {len(labelled)} rows labelled by the teacher ({unlabelled['seconds']} s)")
