@@ -29,7 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from common import load_results, machine_info, save_result
-from wiki_transfer import mined_pairs, sentences_like
+from wiki_transfer import mined_pairs, perturbed_sentences_like, sentences_like
 from paths import GLUE_DIR, IMDB_DIR, NLTK_DATA, run_folder
 
 from safetensors.torch import load_file, save_file
@@ -123,6 +123,7 @@ VARIANTS = {
     "recipe-augmented": {},  # the recipe on the training rows and compress's --augment versions of them
     "recipe-mined-pairs": {},  # ... and Wikipedia sentence pairs mined by word overlap (wiki_transfer.py)
     "recipe-wiki-sentences": {},  # ... and Wikipedia sentences of the training rows' lengths (wiki_transfer.py)
+    "recipe-wiki-perturbed": {},  # ... the same sentences, half of them broken by one edit (wiki_transfer.py)
 }
 """Variant -> the options it changes in the search's run ("annealed": the schedule's length; "even",
 "importance", "cls-pooling", "pair-pooling", "teacher-pooling", "ends-layers", "bottom-layers": the start). The temperature variants test one loss per signal (``kd-*``
@@ -217,7 +218,7 @@ def rows_tag(variant: str, args) -> str:
     a run on other rows is never taken for a finished one."""
     if variant == "recipe-mined-pairs":
         return f"-{args.mined_low}-{args.unlabelled_rows}"
-    if variant == "recipe-wiki-sentences" or VARIANTS[variant] == "imdb-sentences":
+    if variant.startswith("recipe-wiki") or VARIANTS[variant] == "imdb-sentences":
         return f"-{args.unlabelled_rows}"
     return ""
 
@@ -251,6 +252,10 @@ def added_rows(variant: str, args, task: TaskOptions, folder: Path) -> Path | No
                            args.unlabelled_rows, low=args.mined_low)
     if variant == "recipe-wiki-sentences":
         return sentences_like(folder / f"wiki-sentences-{args.unlabelled_rows}.jsonl", task, args.unlabelled_rows)
+    if variant == "recipe-wiki-perturbed":
+        return perturbed_sentences_like(folder / f"wiki-perturbed-{args.unlabelled_rows}.jsonl", task,
+                                        args.unlabelled_rows, share=0.5,
+                                        whole=folder / f"wiki-sentences-{args.unlabelled_rows}.jsonl")
     if variant in AUGMENTED:
         return augmented_rows(folder / f"augmented-{args.augment_copies}-{args.augment_max_rows}", task,
                               args.augment_copies, args.augment_max_rows)

@@ -3,10 +3,17 @@ teacher labels, drawn to resemble a task's own.
 
     python benchmarks/wiki_transfer.py --task mrpc --rows 30000 --out runs/mined/mrpc-pairs.jsonl
     python benchmarks/wiki_transfer.py --task cola --rows 30000 --out runs/mined/cola-sentences.jsonl
+    python benchmarks/wiki_transfer.py --task cola --rows 30000 --perturb 0.5 --out runs/mined/cola-perturbed.jsonl
 
 *Sentences like a single-text task's* (:func:`sentences_like`): the corpus's sentences of 4-64 words
 (:func:`kdbert.compress.transfer.sentences`) drawn so that their word counts follow the training rows'
 (each count's share of the training rows times ``rows``, as far as the corpus holds them).
+
+*Sentences like a single-text task's, some broken* (:func:`perturbed_sentences_like`): the same
+sentences, ``share`` of them each broken by one edit drawn uniformly from :data:`EDITS` (two
+neighbouring words swapped, a word dropped, a word said twice, a word moved elsewhere), as the
+unacceptable rows of an acceptability task are: Wikipedia's sentences are nearly all well formed,
+where 30% of CoLA's training rows are labelled unacceptable.
 
 *Pairs mined by word overlap* (:func:`mined_pairs`): ``kdbert mine-pairs``'s pairs
 (:mod:`kdbert.compress.mined_pairs`, seed 0), written as JSONL rows with the task's text fields. The
@@ -18,6 +25,7 @@ Both files are written once, atomically; a rerun reuses them.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 from collections import Counter
 from pathlib import Path
@@ -69,18 +77,69 @@ def sentences_like(out: Path, task: TaskOptions, rows: int, corpus: str = CORPUS
     return write_rows(out, [field], [(sentence,) for sentence in chosen])
 
 
+def swap_neighbours(words: list[str], draw: random.Random) -> list[str]:
+    i = draw.randrange(len(words) - 1)
+    return words[:i] + [words[i + 1], words[i]] + words[i + 2:]
+
+
+def drop_word(words: list[str], draw: random.Random) -> list[str]:
+    i = draw.randrange(len(words))
+    return words[:i] + words[i + 1:]
+
+
+def repeat_word(words: list[str], draw: random.Random) -> list[str]:
+    i = draw.randrange(len(words))
+    return words[:i + 1] + words[i:]
+
+
+def move_word(words: list[str], draw: random.Random) -> list[str]:
+    i = draw.randrange(len(words))
+    rest = words[:i] + words[i + 1:]
+    j = draw.choice([k for k in range(len(rest) + 1) if k not in (i, i + 1)] or [i])
+    return rest[:j] + [words[i]] + rest[j:]
+
+
+EDITS = (swap_neighbours, drop_word, repeat_word, move_word)  # one of them breaks a sentence
+
+
+def perturbed(texts: list[str], share: float, seed: int = 0) -> list[str]:
+    """``texts`` with ``round(share * len(texts))`` of them (a seeded draw) each broken by one of
+    :data:`EDITS` (words split on spaces); texts of fewer than three words are left whole."""
+    draw = random.Random(seed)
+    broken = set(draw.sample(range(len(texts)), round(share * len(texts))))
+    return [" ".join(draw.choice(EDITS)(text.split(), draw)) if i in broken and len(text.split()) >= 3 else text
+            for i, text in enumerate(texts)]
+
+
+def perturbed_sentences_like(out: Path, task: TaskOptions, rows: int, share: float, whole: Path | None = None,
+                             corpus: str = CORPUS) -> Path:
+    """``out`` (JSONL; written once, atomically): :func:`sentences_like`'s sentences (made at ``whole``,
+    default ``<out>.whole.jsonl``, or read there), ``share`` of them broken by :func:`perturbed`
+    (module doc)."""
+    if out.is_file():
+        return out
+    whole = sentences_like(whole or out.with_suffix(".whole.jsonl"), task, rows, corpus)
+    (field,) = load_task(task).spec.text_fields
+    texts = [json.loads(line)[field] for line in whole.read_text().splitlines()]
+    print(f"perturbed: {round(share * len(texts)):,} of {len(texts):,} sentences broken by one edit", flush=True)
+    return write_rows(out, [field], [(text,) for text in perturbed(texts, share)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="mrpc", help="a GLUE task: a pair task's pairs are mined, a single "
                         "text task's sentences drawn like its rows")
     parser.add_argument("--rows", type=int, default=30000)
     parser.add_argument("--low", type=float, default=0.5, help="pairs: the least cosine a kept pair has")
+    parser.add_argument("--perturb", type=float, default=0.0, help="sentences: the share broken by one edit")
     parser.add_argument("--out", required=True)
     parser.add_argument("--data-dir", default=GLUE_DIR)
     args = parser.parse_args()
     task = TaskOptions(task=args.task, data_dir=args.data_dir)
     if len(load_task(task).spec.text_fields) == 2:
         mined_pairs(Path(args.out), task, args.rows, low=args.low)
+    elif args.perturb:
+        perturbed_sentences_like(Path(args.out), task, args.rows, args.perturb)
     else:
         sentences_like(Path(args.out), task, args.rows)
 

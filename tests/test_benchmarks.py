@@ -968,6 +968,24 @@ def test_sentences_like_a_task_follow_its_training_rows_word_counts(tmp_path):
     assert len(set(rows)) == 20
 
 
+def test_each_edit_breaks_a_sentence_by_one_word_and_perturbed_breaks_the_share_asked():
+    import random
+
+    words = "the cat sat on the mat".split()
+    for edit, size in ((wiki_transfer.swap_neighbours, 6), (wiki_transfer.drop_word, 5),
+                       (wiki_transfer.repeat_word, 7), (wiki_transfer.move_word, 6)):
+        for seed in range(20):
+            broken = edit(words, random.Random(seed))
+            assert len(broken) == size and set(broken) <= set(words)  # one word fewer or more, none made up
+            if size == 6:  # a swap or a move changes the order
+                assert broken != words
+    texts = [f"sentence number {i} of ten" for i in range(10)] + ["too short"]
+    out = wiki_transfer.perturbed(texts, 0.5, seed=0)
+    changed = [i for i, (a, b) in enumerate(zip(texts, out)) if a != b]
+    assert out[-1] == "too short" and 4 <= len(changed) <= 6  # round(0.5 * 11) = 6 drawn; the short one whole
+    assert out == wiki_transfer.perturbed(texts, 0.5, seed=0)  # seeded
+
+
 def test_a_run_on_other_added_rows_never_overwrites_a_recorded_one():
     from kdbert.errors import KdbertError
 
