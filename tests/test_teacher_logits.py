@@ -226,3 +226,11 @@ def test_padded_tokens_counts_each_batch_of_the_shortest_first_order_at_its_long
     assert padded_tokens(Labeller(None, tiny_tokenizer, 16), rows, batch_size=2) == 2 * 4 + 2 * 7
     assert padded_tokens(Labeller(None, tiny_tokenizer, 16), rows, batch_size=64) == 4 * 7
     assert padded_tokens(Labeller(None, tiny_tokenizer, 6), rows, batch_size=2) == 2 * 4 + 2 * 6  # cut to 6
+
+
+def test_a_missing_export_is_refused_in_one_line_naming_it(tmp_path, tiny_tokenizer):
+    from kdbert.core.teacher_logits import onnx_labelling_namespace
+
+    missing = tmp_path / "model.int8.onnx"
+    with pytest.raises(KdbertError, match=f"ONNX model {missing} does not exist; export one with `kdbert export"):
+        onnx_labelling_namespace(missing, tiny_tokenizer, 32)

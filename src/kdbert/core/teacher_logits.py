@@ -119,8 +119,10 @@ def onnx_labelling_namespace(graph: str | os.PathLike, tokenizer, max_seq_len: i
                              doc_stride: int = DOC_STRIDE) -> str:
     """:func:`labelling_namespace` of an exported teacher: the bytes of its ``.onnx`` file (an int8
     graph's logits are its own, not the PyTorch teacher's) in place of the fingerprint and precision."""
+    from kdbert.deploy.onnx_runtime import onnx_file  # here: the runtime loads only where an export labels
+
     graph_digest = hashlib.blake2b(digest_size=16)
-    with open(graph, "rb") as handle:
+    with open(onnx_file(graph), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):
             graph_digest.update(block)
     vocab, kept = _vocabulary_and_kept(tokenizer, truncation, doc_stride)
