@@ -469,14 +469,14 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
         progress.line(left_out)
     if not search.under_way(study):  # a search under way was judged when it started
         check_budget(table, kept, search_settings, labelling.rows - labelling.stored, config.budget_minutes,
-                     deadline.left() - reserve, labelling.kd, every_run_labels=bool(data.unlabelled))
+                     deadline.left() - reserve, labelling.kd, every_run_labels=bool(labelling.unlabelled))
     augmentation = None
     with progress.phase("search"):
         if any(is_augmented(c.name) for c in kept):
             text_fields = text_columns(task, data.spec)
             augmentation = augment_for_search(train_rows, text_fields, out, augment, config.budget_minutes * 60,
                                               config.seed, labelling.row_seconds)
-        labelled = bool(data.unlabelled) or any(reads_stored_logits(c, search_settings, labelling.kd)
+        labelled = bool(labelling.unlabelled) or any(reads_stored_logits(c, search_settings, labelling.kd)
                                                 or is_augmented(c.name) for c in kept)
         window = Window.from_now(deadline.left() - reserve, config.first_round_share,
                                  labelling_seconds=labelling.seconds if labelled else 0.0)
