@@ -65,6 +65,8 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--batch-size", type=int, default=32, help="the token-level candidates' batch size")
     parser.add_argument("--max-train-examples", type=int, help="distil on the first N training rows only")
+    parser.add_argument("--max-epochs", type=float, help="the most passes over their rows a candidate cut from the "
+                        "teacher trains (compress --max-epochs)")
     parser.add_argument("--augment", help="candidate kinds that also compete augmented (e.g. bilstm, or all)")
     parser.add_argument("--nltk-data", default=NLTK_DATA, help="NLTK's POS tagger, for --augment")
     parser.add_argument("--workers", type=int, default=1, help="candidates distilled at once (one process each)")
@@ -93,7 +95,7 @@ def main() -> None:
                             transfer_text=args.transfer_text, students_store=args.students_store,
                             no_general_students=args.no_general_students, pooling=args.pooling,
                             selection=args.selection, kd_labels=args.kd_labels,
-                            max_train_examples=args.max_train_examples)
+                            max_train_examples=args.max_train_examples, max_epochs=args.max_epochs)
     started = time.time()
     report = compress(TaskOptions(args.task, data_dir=args.data_dir, unlabelled=args.unlabelled,
                                     unlabelled_from_epoch=args.unlabelled_from_epoch), config, out)
@@ -110,6 +112,7 @@ def main() -> None:
                + (f" --learning-rate {args.learning_rate:g}" if args.learning_rate != 1e-4 else "")
                + (f" --batch-size {args.batch_size}" if args.batch_size != 32 else "")
                + (f" --max-train-examples {args.max_train_examples}" if args.max_train_examples else "")
+               + (f" --max-epochs {args.max_epochs:g}" if args.max_epochs else "")
                + (f" --workers {args.workers}" if args.workers != 1 else "")
                + (f" --augment {args.augment}" if args.augment else "")
                + (f" --transfer-text {' '.join(args.transfer_text)}" if args.transfer_text else "")

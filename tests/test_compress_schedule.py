@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from kdbert.compress.recipes import SearchSettings
-from kdbert.compress.schedule import (Goal, Job, next_job, pick_winner, promotion_order, ranked_candidates, rung_steps,
-                                     stalled)
+from kdbert.compress.schedule import (Goal, Job, epoch_steps, last_step, next_job, pick_winner, promotion_order,
+                                     ranked_candidates, rung_steps, stalled)
 from kdbert.errors import KdbertError
 
 ORDER = ["bert-1x128", "bilstm-h150", "bert-2x128", "mobilebert-2x384"]
@@ -464,6 +464,33 @@ def test_a_candidate_whose_promotions_found_no_better_checkpoint_gives_its_time_
     better = once + [done("bert-1x128", 2, 400, 74.5, trained=200)]
     assert not stalled("bert-1x128", better)
     assert job(better, now=80.0, first_round_end=50.0) == Job("bert-1x128", 3, 800)
+
+
+def test_a_candidate_that_has_trained_its_max_epochs_is_done_and_its_place_goes_to_the_next():
+    from kdbert.families.registry import Candidate
+
+    capped = SearchSettings(first_steps=100, round_share="steps", max_epochs=2.5)
+    # 640 training rows and 160 unlabelled at batch 32: 25 steps a pass; the -aug twin reads its 960
+    # augmented rows instead of the unlabelled ones (50 steps); the BiLSTM (no start from weights) is not limited
+    names = ["bert-1x128", "bert-1x128-aug", "bilstm-h150"]
+    built = [Candidate(name, name.split("-")[0], (), build=print,
+                       from_teacher=None if name.startswith("bilstm") else print) for name in names]
+    assert epoch_steps(built, 640, 160, 960, 32) == {"bert-1x128": 25.0, "bert-1x128-aug": 50.0}
+    limited = Goal(90.0, 0.97, LATENCY, epoch_steps={name: 100.0 for name in ORDER if name != "bilstm-h150"})
+    assert last_step("bert-1x128", capped, limited) == 250  # ceil(2.5 x 100)
+    assert last_step("bilstm-h150", capped, limited) == last_step("bert-1x128", STEPS, limited) == 100 * 2 ** 7 * 16
+    assert last_step("bert-1x128", SearchSettings(first_steps=100, max_epochs=0.1), limited) == 100  # a rung at least
+    rung0 = [done("bert-1x128", 0, 100, 74.0), done("bilstm-h150", 0, 100, 62.0),
+             done("mobilebert-2x384", 0, 100, 69.0), done("bert-2x128", 0, 100, 40.0)]
+    twice = rung0 + [done("bert-1x128", 1, 200, 75.0, trained=100), done("mobilebert-2x384", 1, 200, 70.0, trained=100)]
+    # the leader's rung 2 ends at its 2.5 epochs, not at 400 steps
+    assert job(twice, now=60.0, settings=capped, target=limited) == Job("bert-1x128", 2, 250)
+    assert rung_steps("bert-1x128", 2, twice, capped, limited) == 250 and rung_steps("bert-1x128", 2, twice, capped) == 400
+    # once it has trained them it goes no further: rung 1's next, mobilebert, goes on in its place
+    finished = twice + [done("bert-1x128", 2, 250, 75.5, trained=50)]
+    assert job(finished, now=80.0, first_round_end=50.0, settings=capped, target=limited) == Job("mobilebert-2x384", 2, 250)
+    # without a limit the leader goes on to its rung 3
+    assert job(finished, now=80.0, first_round_end=50.0, settings=STEPS, target=limited) == Job("bert-1x128", 3, 800)
 
 
 def test_near_the_windows_end_the_leader_goes_on_before_new_candidates_start():

@@ -173,6 +173,12 @@ def write_transfer_rows(versions: Path, combined: Path, plan: dict, text_fields:
         return sum(1 for _ in both) - sum(1 for _ in first)
 
 
+def variant_rows(facts: dict | None) -> int:
+    """How many rows the ``-aug`` variants distil on besides the training rows
+    (:func:`variant_rows_file`), by :func:`augment_for_search`'s ``facts`` (None: no variants, 0)."""
+    return 0 if facts is None else facts["rows"] + facts.get("transfer_rows", 0)
+
+
 def variant_rows_file(out: Path) -> Path:
     """The rows the ``-aug`` variants distil on besides the training rows: the augmented versions,
     with the transfer text after them when the plan has some."""

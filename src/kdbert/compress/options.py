@@ -71,6 +71,10 @@ class CompressConfig(CheckedOptions):
                                      "is scored and shipped (a rate that never decays, settled as a decayed one "
                                      "would be; BENCHMARKS.md); 0: the trained weights", type=float, group="compress",
                               check=in_range(0, 0.99999, what="a decay in [0, 1)"))
+    max_epochs: float | None = option(None, "the most passes over its training rows (and --unlabelled or augmented "
+                                            "rows) a candidate cut from the teacher or brought trains in the search, "
+                                            "however long the budget (default: no limit but the last rung)",
+                                      type=float, group="compress", check=POSITIVE)
     word_vectors: str | None = option(None, "GloVe or word2vec text file the BiLSTM candidates' embeddings start "
                                             "from, or encoder:MODEL (each word through that encoder, e.g. "
                                             "encoder:default) (default: random, 300-d)", group="compress")

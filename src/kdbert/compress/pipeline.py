@@ -54,8 +54,8 @@ from typing import Callable, NamedTuple
 import torch
 
 from kdbert.compress import search
-from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_name, is_augmented, with_variant_rows,
-                                     with_variants)
+from kdbert.compress.augment import (AugmentSettings, augment_for_search, base_name, is_augmented, variant_rows,
+                                     with_variant_rows, with_variants)
 from kdbert.compress.breakdown import each_at_its_fastest, speedup_breakdown
 from kdbert.compress.budget import (RESERVE_FACTOR, TIMING_SHARE, Deadline, Progress, after_export_seconds,
                                     check_seconds, checks_to_reserve, export_passes, finishing_seconds,
@@ -65,7 +65,7 @@ from kdbert.compress.disk import disk_full, keep_shipped
 from kdbert.compress.options import HELD_OUT_FRACTION, CompressConfig, search_identity
 from kdbert.compress.recipes import SearchSettings, reads_stored_logits
 from kdbert.compress.report import advice_lines, seconds_per_candidate, spare_line, unseen_sources_line, write_report
-from kdbert.compress.schedule import Goal, ranked_candidates, spread_order
+from kdbert.compress.schedule import Goal, epoch_steps, ranked_candidates, spread_order
 from kdbert.compress.schedule import pretrained as is_pretrained
 from kdbert.compress.labelling import afford_labelling, plan_labelling
 from kdbert.compress.search import Plan, Window, check_budget, first_round_seconds, teacher_row_seconds
@@ -488,7 +488,9 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
                     teacher.metrics["decide_se"], majority_score(data, data.decide) if data.decide else None,
                     None if teacher.decide_predictions is None else tuple(teacher.decide_predictions.tolist()),
                     len(data.decide) / max(1, len(data.held_out) + len(data.decide)),
-                    lead_layers, dict(sorted(risks.items())))
+                    lead_layers, dict(sorted(risks.items())),
+                    epoch_steps(kept, len(train_rows), len(data.unlabelled), variant_rows(augmentation),
+                                search_settings.batch_size))
         plan = Plan(kept, teacher.folder, task, str(out), search_settings, goal, window, config.threads,
                     general=general and str(general.folder), general_shapes=tuple(general.shapes if general else ()),
                     labelling=labelling.plan_options(), selection=config.selection,

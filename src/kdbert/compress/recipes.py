@@ -71,7 +71,8 @@ from kdbert.families.selection import KINDS as SELECTED_KINDS
 class SearchSettings:
     """How the search distils: rungs of successive halving (``rounds``), steps of the first rung
     (doubled each rung), the token-level runs' batch size, learning rate and the decay of their
-    weights' moving average (``ema_decay``, 0: none), the seed, the BiLSTM's
+    weights' moving average (``ema_decay``, 0: none), the most passes over its rows a candidate of
+    the teacher's or the user's weights trains (``max_epochs``, None: no limit), the seed, the BiLSTM's
     word vectors, what the BERT-style students' heads read (``pooling``), where the candidates of logit
     KD alone get the teacher's logits (``kd_labels``), whether candidates cut
     from the teacher keep its word embeddings as they start (``word_embeddings``), the share of a TinyBERT run's first rung spent on intermediate matches, and whether
@@ -86,6 +87,7 @@ class SearchSettings:
     learning_rate: float = CompressConfig.learning_rate
     seed: int = CompressConfig.seed
     ema_decay: float = CompressConfig.ema_decay
+    max_epochs: float | None = CompressConfig.max_epochs
     word_vectors: str | None = CompressConfig.word_vectors
     pooling: str = CompressConfig.pooling
     word_embeddings: str = CompressConfig.word_embeddings

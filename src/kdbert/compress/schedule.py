@@ -52,6 +52,10 @@ steps. One promotion without a gain is not enough: on SST-2 the best candidate (
 on 344 rows, a standard error of 1.8) found no better checkpoint in one doubling, which the noise
 of a best-of-pauses score does often.
 
+With ``max_epochs`` a candidate cut from the teacher or brought by the user trains at most that many
+passes over its rows (:func:`last_step`): its rungs end there, and once it has trained them it is
+done: never promoted again, its place among a rung's top going to the next.
+
 A job starts only when it should end inside the window (its candidate's measured seconds per step
 and the runs' mean overhead outside training and the teacher's labelling; the first run of a
 search always starts). The order serves the
@@ -72,7 +76,7 @@ import math
 from dataclasses import dataclass, field
 
 from kdbert.compress.augment import is_augmented
-from kdbert.compress.recipes import SearchSettings, kind_of
+from kdbert.compress.recipes import SearchSettings, kind_of, starts_from_teacher
 from kdbert.errors import KdbertError
 from kdbert.families.registry import Candidate
 
@@ -88,6 +92,32 @@ def horizon(settings: SearchSettings, eta: int = ETA) -> int:
     same in every segment so that a segment continues the last exactly): the last rung's steps,
     ``first_steps * eta^(rounds - 1)``, times ``CHEAP_STEPS_FACTOR``. No rung goes past it."""
     return settings.first_steps * eta ** (settings.rounds - 1) * CHEAP_STEPS_FACTOR
+
+
+def epoch_steps(candidates: list[Candidate], train_rows: int, unlabelled_rows: int, variant_rows: int,
+                batch_size: int) -> dict[str, float]:
+    """Steps of one pass over its rows for each of ``candidates`` that trains at the search's
+    ``batch_size`` (cut from the teacher or brought by the user; the BiLSTM's Adadelta runs have
+    their own batch and are not limited): the training rows and the ``--unlabelled`` ones over the
+    batch; an augmented variant's augmented and transfer rows (``variant_rows``) in place of the
+    unlabelled ones, as it trains on them instead."""
+    return {c.name: (train_rows + (variant_rows if is_augmented(c.name) else unlabelled_rows)) / batch_size
+            for c in candidates if starts_from_teacher(c)}
+
+
+def last_step(candidate: str, settings: SearchSettings, goal: Goal | None = None, eta: int = ETA) -> int:
+    """The most cumulative steps ``candidate``'s run trains in the search: :func:`horizon`, or with
+    ``settings.max_epochs`` and the candidate's epoch known (``goal.epoch_steps``) at most
+    ``ceil(max_epochs * epoch_steps)``, never below ``first_steps``. Students cut from the teacher
+    peak and then lose what they kept as a continuing search trains them on the same rows: CoLA's
+    bert-2x384-ffn768 kept 80.2% of the teacher's dev MCC after ~11 epochs and 71.3% after ~40,
+    MRPC's bert-3x256-ffn512 98.1% of its dev F1 after ~23 and 89.8% after ~93 (three seeds each,
+    BENCHMARKS.md), where the rows that pick were too few to see the fall on CoLA."""
+    end = horizon(settings, eta)
+    epoch = (goal.epoch_steps if goal is not None else {}).get(candidate)
+    if settings.max_epochs is None or epoch is None:
+        return end
+    return min(end, max(settings.first_steps, math.ceil(settings.max_epochs * epoch)))
 
 
 def family(name: str) -> tuple[str, bool]:
@@ -188,7 +218,9 @@ class Goal:
     whole width, and from two layers the widest width below it) and their layers, ``ship_risk``
     those admitted so near the speedup asked that they ship at it less than three times in four
     (:func:`~kdbert.compress.budget.ship_at_risk`), each with its chance to ship at it
-    (:func:`~kdbert.compress.budget.ship_chance`; both :func:`near_ties_first`)."""
+    (:func:`~kdbert.compress.budget.ship_chance`; both :func:`near_ties_first`); ``epoch_steps``: the
+    optimiser steps of one pass over the rows of each candidate :func:`last_step` may limit
+    (:func:`epoch_steps`)."""
 
     teacher_score: float
     min_kept: float
@@ -200,6 +232,7 @@ class Goal:
     decide_weight: float = 0.5
     lead_cuts: dict[str, int] = field(default_factory=dict)  # name -> layers
     ship_risk: dict[str, float] = field(default_factory=dict)  # name -> chance to ship at the speedup asked
+    epoch_steps: dict[str, float] = field(default_factory=dict)  # name -> steps of one pass over its rows
 
     def informative(self, score: float) -> bool:
         """Whether ``score`` on the rows that decide beats always answering the majority class there
@@ -309,15 +342,16 @@ def _step_cost(segments: list[dict]) -> float | None:
     return sum(max(s["train_seconds"], TIMER_RESOLUTION) / s["trained"] for s in done) / len(done)
 
 
-def rung_steps(candidate: str, rung: int, segments: list[dict], settings: SearchSettings, eta: int = ETA) -> int:
+def rung_steps(candidate: str, rung: int, segments: list[dict], settings: SearchSettings, goal: Goal | None = None,
+               eta: int = ETA) -> int:
     """Cumulative steps at the end of ``candidate``'s rung ``rung`` (module doc), at most
-    :func:`horizon`."""
+    :func:`last_step` (``goal``: its ``epoch_steps``; None: at most :func:`horizon`)."""
     base = settings.first_steps * eta ** rung
     mean = _step_cost(segments)
     own = _step_cost([s for s in segments if family(s["candidate"]) == family(candidate)])
     if settings.round_share == "time" and mean is not None and own is not None:
         base = max(base, round(base * mean / own))
-    return min(base, horizon(settings, eta))
+    return min(base, last_step(candidate, settings, goal, eta))
 
 
 def predicted_seconds(candidate: str, steps: int, segments: list[dict]) -> float:
@@ -422,7 +456,7 @@ def next_job(order: list[str], segments: list[dict], settings: SearchSettings, g
         return fits(Job(job.candidate, job.rung, trained[job.candidate]["steps"] + settings.first_steps), window_end)
 
     def rung0(name: str) -> Job:
-        return Job(name, 0, rung_steps(name, 0, segments, settings, eta))
+        return Job(name, 0, rung_steps(name, 0, segments, settings, goal, eta))
 
     reached = {kind_of(name) for name in started}
     for name in order:  # the first candidate of each kind not reached yet
@@ -471,7 +505,8 @@ def closing_leader(order: list[str], segments: list[dict], running: set[str], tr
     if not ranked or top >= settings.rounds - 1 or ranked[0] in running or stalled(ranked[0], segments):
         return None
     name = ranked[0]
-    return Job(name, top + 1, _next_rung_steps(name, top, trained[name]["steps"], segments, settings, eta))
+    steps = _next_rung_steps(name, top, trained[name]["steps"], segments, settings, goal, eta)
+    return Job(name, top + 1, steps) if steps > trained[name]["steps"] else None
 
 
 def within_reach(name: str, leader: str, trained: dict[str, dict], goal: Goal) -> bool:
@@ -493,26 +528,32 @@ def _promotions(order, segments, running, trained, goal: Goal, settings: SearchS
     """Promotions the rungs allow, the highest rung first: of the ``n`` candidates done at rung ``r``,
     the top ``share(n / eta)`` of :func:`promotion_order` that have not gone on yet nor :func:`stalled`
     (unless ``stalled_too``); a stalled one's place is not given to the next (the rung's share stays
-    the top's), its time going to candidates not started yet (:func:`next_job`)."""
+    the top's), its time going to candidates not started yet (:func:`next_job`). One that has trained
+    its :func:`last_step` is done: it takes no place."""
     jobs = []
     top = max((s["rung"] for s in segments if s["state"] == "done"), default=-1)
     for rung in range(min(top, settings.rounds - 2), -1, -1):
         finished = [name for name in order if any(s["candidate"] == name and s["rung"] == rung
                                                   and s["state"] == "done" for s in segments)]
-        for name in promotion_order(finished, rung, segments, goal)[: share(len(finished) / eta)]:
+        going_on = {name: _next_rung_steps(name, rung, trained[name]["steps"], segments, settings, goal, eta)
+                    for name in finished}
+        ranked = [name for name in promotion_order(finished, rung, segments, goal)
+                  if going_on[name] > trained[name]["steps"]]
+        for name in ranked[: share(len(finished) / eta)]:
             if name not in running and trained[name]["rung"] == rung and (stalled_too or not stalled(name, segments)):
-                jobs.append(Job(name, rung + 1, _next_rung_steps(name, rung, trained[name]["steps"], segments,
-                                                                settings, eta)))
+                jobs.append(Job(name, rung + 1, going_on[name]))
     return jobs
 
 
-def _next_rung_steps(name: str, rung: int, done: int, segments: list[dict], settings: SearchSettings,
+def _next_rung_steps(name: str, rung: int, done: int, segments: list[dict], settings: SearchSettings, goal: Goal,
                      eta: int) -> int:
     """Where ``name``'s rung ``rung + 1`` ends (:func:`rung_steps`), or, when the families' costs have
     moved since it trained so that this is not past the ``done`` steps it has, ``done`` plus its
-    rung's increment ``first_steps * eta^rung`` (at most :func:`horizon`): a run only goes on."""
-    steps = rung_steps(name, rung + 1, segments, settings, eta)
-    return steps if steps > done else min(done + settings.first_steps * eta ** rung, horizon(settings, eta))
+    rung's increment ``first_steps * eta^rung``; at most :func:`last_step` (not past ``done`` when it
+    has trained them: it does not go on)."""
+    steps = rung_steps(name, rung + 1, segments, settings, goal, eta)
+    last = last_step(name, settings, goal, eta)
+    return steps if steps > done else min(done + settings.first_steps * eta ** rung, last)
 
 
 def ranked_candidates(segments: list[dict], goal: Goal) -> list[dict]:

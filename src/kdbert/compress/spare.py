@@ -1,6 +1,6 @@
 """The finishing's spare time (step 4 of ``kdbert compress``): when the budget, not the schedule, ended
 the winner's training (it had not trained the steps of the search's last rung,
-:func:`~kdbert.compress.schedule.rung_steps`, when the window's end stopped it or left no room for
+:func:`~kdbert.compress.schedule.rung_steps`, nor its ``--max-epochs``, when the window's end stopped it or left no room for
 its next rung), the winner trains on toward them in the seconds left once its shipped graph has
 been checked, where that graph runs at the speed asked (training on does not change its speed; it
 may bring a graph short of the share to it): the finishing's reserve for a next candidate's check,
@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from kdbert.compress.schedule import Goal, Job, decided, keeps_decided, predicted_seconds, rung_steps
+from kdbert.compress.schedule import Goal, Job, decided, horizon, keeps_decided, predicted_seconds, rung_steps
 from kdbert.compress.search import Loaded, Plan, Window, distil_segment
 from kdbert.compress.ship import SCORED_BATCH, check_shipped, ship_folder
 from kdbert.compress.speed import RUNTIMES
@@ -96,10 +96,11 @@ def _decided(plan: Plan, winner: dict, first_check: dict, segments: list[dict], 
     needed = predicted_seconds(name, plan.settings.first_steps, segments)
     summary = {"candidate": name, "seconds_left": round(seconds, 1),
                "seconds_needed": round(needed, 1), "trained": False, "shipped": False}
-    last = rung_steps(name, plan.settings.rounds - 1, segments, plan.settings)
+    last = rung_steps(name, plan.settings.rounds - 1, segments, plan.settings, plan.goal)
     record = {"run": str(winner["run"]), "summary": summary}
     if winner["steps"] >= last:
-        summary["why"] = f"it trained the {last:,} steps of the search's last rung"
+        summary["why"] = f"it trained the {last:,} steps of the search's last rung" + (
+            " (its --max-epochs)" if last < horizon(plan.settings) else "")
     elif not first_check["fast_enough"]:
         summary["why"] = "the shipped graph is too slow as shipped, which training on does not change"
     elif seconds < needed:
