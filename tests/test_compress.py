@@ -1528,6 +1528,16 @@ def test_the_recipe_line_names_each_stage_and_a_temperature_only_where_a_term_so
     assert recipe_line(kept) == recipe_line(kd) + ", word embeddings kept as they start"
 
 
+def test_the_reports_recipes_name_the_searchs_limit_on_passes_where_it_had_one():
+    from kdbert.compress.report import recipe_lines
+
+    segment = {"candidate": "bert-2x256", "rung": 0, "steps": 300, "recipe": "kd: ..."}
+    report = {"search": {"segments": [segment]}}
+    assert recipe_lines(report) == ["", "Recipes (from each run's distill_report.json):", "", "- bert-2x256: kd: ..."]
+    assert recipe_lines({**report, "max_epochs": 24.0})[-1] == (
+        "- at most 24 passes over its rows for each candidate cut from the teacher or brought (--max-epochs)")
+
+
 @pytest.mark.parametrize("pooling, rule", [("pair", "pair cosine elimination"), ("teacher", "greedy elimination")])
 def test_a_search_whose_cuts_read_a_pair_apart_ranks_the_teachers_layers_by_their_cosine(tmp_path, tiny_tokenizer,
                                                                                          pooling, rule):

@@ -506,7 +506,7 @@ def _compress(task, config, out, data, train_rows, teacher: Teacher, context, of
     report.update(augmentation=augmentation, augmentation_skipped=skipped,
                   labelling={**labelling.summary(), "left_out": left_out},
                   teacher_saw_held_out_rows=held_out["teacher_saw_held_out_rows"], held_out=held_out,
-                  starts=starts, candidate_notes=notes,
+                  starts=starts, candidate_notes=notes, max_epochs=config.max_epochs,
                   ship_risk={name: round(chance, 3) for name, chance in risks.items()},
                   general_students=general and {"folder": str(general.folder), "base": general.facts["base"],
                                                 "key": general.facts["key"], "steps": general.facts["steps"],

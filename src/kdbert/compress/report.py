@@ -65,7 +65,8 @@ def recipe_line(run_report: dict) -> str:
 
 
 def recipe_lines(report: dict) -> list[str]:
-    """One line per recipe the search's candidates trained with (:func:`recipe_line`), naming them;
+    """One line per recipe the search's candidates trained with (:func:`recipe_line`), naming them, and
+    the most passes over their rows they could train (``--max-epochs``) where the search had one;
     reports written before segments recorded it: none."""
     by_recipe: dict[str, list[str]] = {}
     for name, run in sorted(last_runs(report).items()):
@@ -73,8 +74,11 @@ def recipe_lines(report: dict) -> list[str]:
             by_recipe.setdefault(run["recipe"], []).append(name)
     if not by_recipe:
         return []
+    epochs = report.get("max_epochs")
+    limit = [f"- at most {epochs:g} passes over its rows for each candidate cut from the teacher or brought "
+             "(--max-epochs)"] if epochs else []
     return ["", "Recipes (from each run's distill_report.json):", "",
-            *(f"- {', '.join(names)}: {recipe}" for recipe, names in by_recipe.items())]
+            *(f"- {', '.join(names)}: {recipe}" for recipe, names in by_recipe.items()), *limit]
 
 
 def plot_records(report: dict) -> list[dict]:
