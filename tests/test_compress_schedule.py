@@ -469,7 +469,7 @@ def test_a_candidate_whose_promotions_found_no_better_checkpoint_gives_its_time_
 def test_a_candidate_that_has_trained_its_max_epochs_is_done_and_its_place_goes_to_the_next():
     from kdbert.families.registry import Candidate
 
-    capped = SearchSettings(first_steps=100, round_share="steps", max_epochs=2.5)
+    capped = SearchSettings(first_steps=100, round_share="steps", max_epochs=3.5)
     # 640 training rows and 160 unlabelled at batch 32: 25 steps a pass; the -aug twin reads its 960
     # augmented rows instead of the unlabelled ones (50 steps); the BiLSTM (no start from weights) is not limited
     names = ["bert-1x128", "bert-1x128-aug", "bilstm-h150"]
@@ -477,18 +477,21 @@ def test_a_candidate_that_has_trained_its_max_epochs_is_done_and_its_place_goes_
                        from_teacher=None if name.startswith("bilstm") else print) for name in names]
     assert epoch_steps(built, 640, 160, 960, 32) == {"bert-1x128": 25.0, "bert-1x128-aug": 50.0}
     limited = Goal(90.0, 0.97, LATENCY, epoch_steps={name: 100.0 for name in ORDER if name != "bilstm-h150"})
-    assert last_step("bert-1x128", capped, limited) == 250  # ceil(2.5 x 100)
+    assert last_step("bert-1x128", capped, limited) == 350  # ceil(3.5 x 100)
     assert last_step("bilstm-h150", capped, limited) == last_step("bert-1x128", STEPS, limited) == 100 * 2 ** 7 * 16
     assert last_step("bert-1x128", SearchSettings(first_steps=100, max_epochs=0.1), limited) == 100  # a rung at least
     rung0 = [done("bert-1x128", 0, 100, 74.0), done("bilstm-h150", 0, 100, 62.0),
              done("mobilebert-2x384", 0, 100, 69.0), done("bert-2x128", 0, 100, 40.0)]
     twice = rung0 + [done("bert-1x128", 1, 200, 75.0, trained=100), done("mobilebert-2x384", 1, 200, 70.0, trained=100)]
-    # the leader's rung 2 ends at its 2.5 epochs, not at 400 steps
-    assert job(twice, now=60.0, settings=capped, target=limited) == Job("bert-1x128", 2, 250)
-    assert rung_steps("bert-1x128", 2, twice, capped, limited) == 250 and rung_steps("bert-1x128", 2, twice, capped) == 400
+    # the leader's rung 2 ends at its 3.5 epochs, not at 400 steps
+    assert job(twice, now=60.0, settings=capped, target=limited) == Job("bert-1x128", 2, 350)
+    assert rung_steps("bert-1x128", 2, twice, capped, limited) == 350 and rung_steps("bert-1x128", 2, twice, capped) == 400
+    # a rung that would leave less than first_steps to the limit goes to it: at 2.5 epochs rung 1 ends at 250, not 200
+    assert rung_steps("bert-1x128", 1, twice, SearchSettings(first_steps=100, round_share="steps", max_epochs=2.5),
+                      limited) == 250
     # once it has trained them it goes no further: rung 1's next, mobilebert, goes on in its place
-    finished = twice + [done("bert-1x128", 2, 250, 75.5, trained=50)]
-    assert job(finished, now=80.0, first_round_end=50.0, settings=capped, target=limited) == Job("mobilebert-2x384", 2, 250)
+    finished = twice + [done("bert-1x128", 2, 350, 75.5, trained=150)]
+    assert job(finished, now=80.0, first_round_end=50.0, settings=capped, target=limited) == Job("mobilebert-2x384", 2, 350)
     # without a limit the leader goes on to its rung 3
     assert job(finished, now=80.0, first_round_end=50.0, settings=STEPS, target=limited) == Job("bert-1x128", 3, 800)
 
