@@ -29,9 +29,12 @@ modules of kdbert); the page shows those commands under today's names, so that t
 # sentences as two rows, STS-B's second draw of held-out rows (a teacher holding out 20%), and a pair-pooled cut's
 # layers ranked by their cosine, and SST-2's with IMDb sentences as --unlabelled rows (the teacher beside, or its
 # export labelling every row; "late": joining the batches from the second epoch, --unlabelled-from-epoch 1), and
-# MRPC's with Wikipedia pairs mined by word overlap as --unlabelled rows ("mined": 24,584, "mined60k": 60,000)
+# MRPC's with Wikipedia pairs mined by word overlap as --unlabelled rows ("mined": 24,584, "mined60k": 60,000),
+# and with --max-epochs 24 ("epochs24"), the teacher's units ranked in a tenth of the window, where its pair
+# cosine elimination of layers fits ("ranked"), both ("ranked24")
 CURRENT_TRUST_SUFFIXES = ("tuned", "shipped", "source", "ffn", "collection", "order", "head", "near", "importance",
-                          "fitted", "rows", "draw2", "layers", "imdb", "export", "late", "mined", "mined60k")
+                          "fitted", "rows", "draw2", "layers", "imdb", "export", "late", "mined", "mined60k",
+                          "epochs24", "ranked", "ranked24")
 TASK_ORDER = ["cola", "sst2", "mrpc", "stsb", "rte", "qnli", "mnli", "qqp", "wnli"]
 
 HEADLINE = ["intro", "scoreboard", "kept", "agreement", "paired-margin", "winner-rule", "recipe-parts", "teachers", "base-teachers",
