@@ -98,6 +98,20 @@ def _plan(env, names, out, settings, seconds=1800.0, min_kept=0.97, teacher_scor
                        search.Window.from_now(seconds, settings.first_round_share), threads, clock or time.time)
 
 
+def test_a_search_whose_window_cannot_rank_the_layers_says_so_and_keeps_the_uniform_map(env, tmp_path, capsys):
+    from kdbert.compress import search
+    from kdbert.compress.recipes import SearchSettings
+    from kdbert.families.registry import family_of_folder
+
+    teacher = family_of_folder(env["teacher"]).load(env["teacher"])
+    hurried = _plan(env, ["bert-1x128"], tmp_path / "hurried", SearchSettings(first_steps=2), seconds=0.01)
+    assert search.search_importance(hurried, teacher).layer_rule == "uniform"
+    assert "ranking the layers would have taken longer" in capsys.readouterr().out
+    ample = _plan(env, ["bert-1x128"], tmp_path / "ample", SearchSettings(first_steps=2))
+    assert search.search_importance(ample, teacher).layer_rule != "uniform"
+    assert "would have taken longer" not in capsys.readouterr().out
+
+
 def test_a_promoted_candidate_continues_its_run_and_a_finished_search_is_returned_as_it_is(env, tmp_path,
                                                                                           monkeypatch):
     from kdbert.compress import search

@@ -218,7 +218,9 @@ def search_importance(plan: Plan, teacher: tuple, data: TaskData | None = None,
     order = ", ".join(str(i + 1) for i in ranked.dropped)
     print(f"importance: the teacher's heads, FFN units and hidden units ranked on up to {min(len(rows), ROWS)} "
           f"training rows, its layers by {ranked.layer_rule}" + (f" (dropped in the order {order})" if order else "")
-          + f", in {time.time() - started:.0f} s of the {allowed:.0f} s allowed", flush=True)
+          + f", in {time.time() - started:.0f} s of the {allowed:.0f} s allowed"
+          + (" (ranking the layers would have taken longer: a longer --budget-minutes affords it)"
+             if ranked.layer_rule == "uniform" else ""), flush=True)
     return ranked
 
 
