@@ -509,8 +509,9 @@ def closing_leader(order: list[str], segments: list[dict], running: set[str], tr
     if not ranked or top >= settings.rounds - 1 or ranked[0] in running or stalled(ranked[0], segments):
         return None
     name = ranked[0]
-    steps = _next_rung_steps(name, top, trained[name]["steps"], segments, settings, goal, eta)
-    return Job(name, top + 1, steps) if steps > trained[name]["steps"] else None
+    if trained[name]["steps"] >= last_step(name, settings, goal, eta):
+        return None
+    return Job(name, top + 1, _next_rung_steps(name, top, trained[name]["steps"], segments, settings, goal, eta))
 
 
 def within_reach(name: str, leader: str, trained: dict[str, dict], goal: Goal) -> bool:
@@ -539,13 +540,12 @@ def _promotions(order, segments, running, trained, goal: Goal, settings: SearchS
     for rung in range(min(top, settings.rounds - 2), -1, -1):
         finished = [name for name in order if any(s["candidate"] == name and s["rung"] == rung
                                                   and s["state"] == "done" for s in segments)]
-        going_on = {name: _next_rung_steps(name, rung, trained[name]["steps"], segments, settings, goal, eta)
-                    for name in finished}
         ranked = [name for name in promotion_order(finished, rung, segments, goal)
-                  if going_on[name] > trained[name]["steps"]]
+                  if trained[name]["steps"] < last_step(name, settings, goal, eta)]
         for name in ranked[: share(len(finished) / eta)]:
             if name not in running and trained[name]["rung"] == rung and (stalled_too or not stalled(name, segments)):
-                jobs.append(Job(name, rung + 1, going_on[name]))
+                jobs.append(Job(name, rung + 1, _next_rung_steps(name, rung, trained[name]["steps"], segments,
+                                                                settings, goal, eta)))
     return jobs
 
 
@@ -553,8 +553,8 @@ def _next_rung_steps(name: str, rung: int, done: int, segments: list[dict], sett
                      eta: int) -> int:
     """Where ``name``'s rung ``rung + 1`` ends (:func:`rung_steps`), or, when the families' costs have
     moved since it trained so that this is not past the ``done`` steps it has, ``done`` plus its
-    rung's increment ``first_steps * eta^rung``; at most :func:`last_step` (not past ``done`` when it
-    has trained them: it does not go on)."""
+    rung's increment ``first_steps * eta^rung``; at most :func:`last_step` (a candidate that has
+    trained them does not go on)."""
     steps = rung_steps(name, rung + 1, segments, settings, goal, eta)
     last = last_step(name, settings, goal, eta)
     return steps if steps > done else min(done + settings.first_steps * eta ** rung, last)
