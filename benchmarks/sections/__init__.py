@@ -35,6 +35,7 @@ SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
     ("compress-engines", compress_results.compress_engines_section),
     ("recipe-ablation", compress_results.recipe_ablation_section),
     ("plateau", compress_results.plateau_section),
+    ("epoch-cap", compress_results.epoch_cap_section),
     ("near-duplicates", trust_results.near_duplicates_section),
     ("kept-by-source", trust_results.kept_by_source_section),
     ("decide-draw", trust_results.decide_draw_section),

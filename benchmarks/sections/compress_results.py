@@ -361,3 +361,22 @@ def recipe_curve_lines() -> list[str]:
         lines.append(f"| {task}: {candidate}, {seeds} | {records[0]['teacher_dev']:.2f} / "
                      f"{records[0]['teacher_decide']:.2f} | {points} |")
     return lines + ["", measured_line(r for group in groups.values() for r in group), ""]
+
+
+def epoch_cap_section() -> list[str]:
+    """What ``--max-epochs E`` would have changed in the runs of recorded searches (``epoch_cap.py``):
+    per task, the mean change of the dev share from training on past ``E`` passes, and for the shipped runs."""
+    records = load_results("epoch_cap")
+    if not records:
+        return []
+    lines = ["## Training past a limit of passes, read again on recorded searches (`benchmarks/epoch_cap.py`)", "",
+             "| limit | " + " | ".join(["cola", "mrpc", "rte", "stsb", "shipped runs", "all"]) + " |",
+             "|---|" + "---:|" * 6]
+    for key, record in sorted(records.items(), key=lambda item: item[1]["epochs"]):
+        parts = [record["by_task"].get(task, {"runs": 0}) for task in ("cola", "mrpc", "rte", "stsb")]
+        cells = [f"{part['mean_change']:+.1f}" + (f" ± {part['se']:.1f}" if part.get("se") is not None else "")
+                 + f" ({part['runs']})" if part["runs"] else "-" for part in [*parts, record["shipped"], record["all"]]]
+        lines.append(f"| {record['epochs']:g} epochs | " + " | ".join(cells) + " |")
+    return lines + ["", "Cells: the change of the teacher's dev share kept (points) from the run's latest segment "
+                    "within the limit to its latest overall, mean ± standard error (runs).", "",
+                    measured_line(records.values()), "", note("epoch-cap-reading"), ""]

@@ -42,7 +42,7 @@ HEADLINE = ["intro", "scoreboard", "kept", "agreement", "paired-margin", "winner
 """The sections of BENCHMARKS.md (and of docs/benchmarks/index.md), before a short section per page."""
 PAGES: dict[str, tuple[str, list[str]]] = {
     "compress": ("`kdbert compress`", ["quickstart", "quickstart-seeds", "checkpoint-rule", "compress", "kept-history", "compress-budget", "spare-time", "compress-engines",
-                                       "recipe-ablation", "plateau", "near-duplicates", "kept-by-source", "decide-draw", "timing-turns",
+                                       "recipe-ablation", "plateau", "epoch-cap", "near-duplicates", "kept-by-source", "decide-draw", "timing-turns",
                                        "timing-together", "timing-process", "timing-threads"]),
     "students": ("General students", ["general-students", "pretrained-cuts"]),
     "speed": ("Speed and deployment", ["deploy", "export-graphs", "breakdown", "int8-targets", "serve-load",
