@@ -21,6 +21,7 @@ import common  # noqa: E402
 import compress_seeds  # noqa: E402
 import decide_draw  # noqa: E402
 import distill_glue  # noqa: E402
+import epoch_cap  # noqa: E402
 import glue_inputs  # noqa: E402
 import gpu_bundle  # noqa: E402
 import gradual_pruning  # noqa: E402
@@ -497,6 +498,25 @@ def test_checkpoint_rule_replays_both_rules_on_a_logged_run(tmp_path):
     assert [metrics["step"] for metrics in history] == [100, 200, 400, 800] and history[1]["score"] == 72.0
     assert checkpoint_rule.highest(history)["step"] == 200
     assert checkpoint_rule.latest_within_noise(history)["step"] == 400
+
+
+def test_epoch_cap_reads_a_run_at_its_last_segment_within_the_limit_and_at_its_end():
+    # 320 training rows at batch 32: 10 steps a pass, so 2 passes end at step 20 (21 within the rounding allowed);
+    # the cut ran to 40 steps, the BiLSTM is not limited and the short run never passed the limit
+    recipe = "kd: ...; adamw at 0.0001, batch 32, linear schedule"
+    segment = lambda name, steps, dev: {"candidate": name, "steps": steps, "dev_score": dev, "recipe": recipe}
+    record = {"command": "python benchmarks/bench_compress.py --task mrpc", "labelling": {"rows": 320},
+              "teacher_scores": {"dev": 80.0}, "winner": {"candidate": "bert-2x256"},
+              "search": {"segments": [segment("bert-2x256", 10, 60.0), segment("bert-2x256", 20, 72.0),
+                                      segment("bert-2x256", 40, 68.0), segment("bert-1x128", 15, 50.0),
+                                      segment("bilstm-h150", 400, 70.0)]}}
+    assert epoch_cap.readable("mrpc/x4-trust", record) and not epoch_cap.readable("mrpc/x8-trust", record)
+    [row] = epoch_cap.reread("mrpc/x4-trust", record, epochs=2)
+    assert (row["candidate"], row["shipped"], row["steps_at_limit"], row["steps"]) == ("bert-2x256", True, 20, 40)
+    assert row["dev_kept_at_limit"] == pytest.approx(0.9) and row["dev_kept"] == pytest.approx(0.85)
+    assert epoch_cap.summary([row]) == {"runs": 1, "mean_change": pytest.approx(-5.0), "se": None, "better_at_limit": 1}
+    unlabelled = {**record, "command": record["command"] + " --unlabelled pairs.jsonl"}
+    assert epoch_cap.reread("mrpc/x4-trust", unlabelled, epochs=2) == []  # its rows a pass are not known
 
 
 def test_compress_seeds_takes_the_ablation_seeds_only_when_one_reproduces_the_winner(tmp_path, monkeypatch):
