@@ -1380,6 +1380,10 @@ def test_labelling_that_outlasts_the_first_round_leaves_its_candidates_out_or_re
     with pytest.raises(KdbertError, match=r"^--budget-minutes 20 is too short to label the rows: bilstm-h150 learn"):
         afford_labelling([bilstm], labelling, 600, 1 / 3, 2.0, 20)
     assert afford_labelling([bert], labelling, 60, 1 / 3, 2.0, 20) == ([bert], None, labelling)  # no reader
+    # more readers than the line names: their count and the first three
+    many = [Candidate(f"bilstm-h{h}", "bilstm", (), build=None) for h in (100, 150, 200, 300)]
+    with pytest.raises(KdbertError, match=r"rows: 4 candidates \(bilstm-h100, bilstm-h150, bilstm-h200, \.\.\.\) learn"):
+        afford_labelling(many, labelling, 600, 1 / 3, 2.0, 20)
     # a candidate distilled by logit KD alone reads the export's labels where they fit, else runs the teacher beside
     settings, tinybert = SearchSettings(kd_labels="export"), SearchSettings(kd_labels="export", intermediate_share=0.5)
     assert not afford_labelling([bert], labelling, 900, 1 / 3, 2.0, 20, SearchSettings())[2].kd  # beside: the default

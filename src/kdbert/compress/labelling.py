@@ -125,6 +125,20 @@ def measured_row_seconds(labeller: Labeller, texts: list, to_label: list, folder
     per_token = seconds / max(1, padded_tokens(labeller, timed))
     return max(per_token * padded_tokens(labeller, to_label or texts) / max(1, len(to_label or texts)), 1e-9)
 
+
+NAMED = 3
+"""The most candidates a labelling line names: more read as their count and the first few (a search with
+``--unlabelled`` rows has every candidate read them, two dozen names in one error line)."""
+
+
+def named(candidates: list) -> str:
+    """``a, b, c`` for at most :data:`NAMED` candidates, else ``24 candidates (a, b, c, ...)``."""
+    names = [c.name for c in candidates]
+    if len(names) <= NAMED:
+        return ", ".join(names)
+    return f"{len(names)} candidates ({', '.join(names[:NAMED])}, ...)"
+
+
 def afford_labelling(candidates: list, labelling: Labelling, window_seconds: float, first_round_share: float,
                      minutes_before: float, budget_minutes: float,
                      settings=None) -> tuple[list, str | None, Labelling]:
@@ -144,7 +158,7 @@ def afford_labelling(candidates: list, labelling: Labelling, window_seconds: flo
         return candidates, None, labelling
     needed = math.ceil(minutes_before + labelling.seconds / first_round_share / 60)
     who = "the teacher's export " + Path(labelling.onnx).name if labelling.onnx else "the teacher"
-    line = (f"{', '.join(c.name for c in readers)} learn from the teacher's labels of the {labelling.what()}: "
+    line = (f"{named(readers)} learn from the teacher's labels of the {labelling.what()}: "
             f"{who} labels the {labelling.rows - labelling.stored:,} not stored yet in about "
             f"{labelling.seconds / 60:.1f} min here ({1 / labelling.row_seconds:.0f} rows/s), more than the "
             f"{first_round_share * window_seconds / 60:.1f} min in which candidates start; --budget-minutes {needed} "
