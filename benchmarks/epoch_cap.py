@@ -26,7 +26,7 @@ import statistics
 
 from common import load_results, machine_info, save_result
 
-GLUE_SMALL = ("cola", "mrpc", "rte", "stsb", "sst2")
+GLUE_TASKS = ("cola", "mrpc", "rte", "stsb", "sst2")  # SST-2 is read too: its runs never pass 12 passes
 TOLERANCE = 1.05  # a segment ending within 5% past the limit counts as within it (rungs end on whole steps)
 
 
@@ -42,7 +42,7 @@ def epoch_steps(record: dict, segment: dict) -> float | None:
 def readable(key: str, record: dict) -> bool:
     """Whether ``record`` is a 4x GLUE search run without a limit or augmented twins, every run scored on dev."""
     segments = (record.get("search") or {}).get("segments") or []
-    return (key.split("/")[0] in GLUE_SMALL and "/x4" in key and "--max-epochs" not in record["command"]
+    return (key.split("/")[0] in GLUE_TASKS and "/x4" in key and "--max-epochs" not in record["command"]
             and "--augment" not in record["command"] and bool(segments)
             and all("dev_score" in s for s in segments) and bool((record.get("teacher_scores") or {}).get("dev")))
 

@@ -369,11 +369,11 @@ def epoch_cap_section() -> list[str]:
     records = load_results("epoch_cap")
     if not records:
         return []
+    tasks = sorted({task for record in records.values() for task in record["by_task"]})
     lines = ["## Training past a limit of passes, read again on recorded searches (`benchmarks/epoch_cap.py`)", "",
-             "| limit | " + " | ".join(["cola", "mrpc", "rte", "stsb", "shipped runs", "all"]) + " |",
-             "|---|" + "---:|" * 6]
-    for key, record in sorted(records.items(), key=lambda item: item[1]["epochs"]):
-        parts = [record["by_task"].get(task, {"runs": 0}) for task in ("cola", "mrpc", "rte", "stsb")]
+             "| limit | " + " | ".join([*tasks, "shipped runs", "all"]) + " |", "|---|" + "---:|" * (len(tasks) + 2)]
+    for record in sorted(records.values(), key=lambda record: record["epochs"]):
+        parts = [record["by_task"].get(task, {"runs": 0}) for task in tasks]
         cells = [f"{part['mean_change']:+.1f}" + (f" ± {part['se']:.1f}" if part.get("se") is not None else "")
                  + f" ({part['runs']})" if part["runs"] else "-" for part in [*parts, record["shipped"], record["all"]]]
         lines.append(f"| {record['epochs']:g} epochs | " + " | ".join(cells) + " |")
