@@ -628,6 +628,13 @@ def test_the_first_round_runs_families_in_turn_spread_over_their_speeds():
                                          lead=frozenset(narrow) - {"bert-2x192"},
                                          near_line=frozenset({"bert-2x256"}))] == [
         "bert-2x384-ffn192", "bert-2x256-ffn512", "bert-2x256", "bert-1x384", "bert-1x384-ffn192", "bert-2x192"]
+    # from two layers the teacher's width starts before a deeper narrower cut (MRPC at 4x: bert-2x384-ffn384
+    # before bert-3x256-ffn512), and a cut near the speed line after every one clear of it from two layers
+    mrpc = {"bert-3x256-ffn512": 0.46, "bert-2x384-ffn384": 0.5, "bert-2x384-ffn192": 0.43, "bert-2x384-ffn768": 0.58,
+            "bert-1x384": 0.4}
+    assert [c.name for c in spread_order([cut(name) for name in mrpc], mrpc, lead=frozenset(mrpc),
+                                         near_line=frozenset({"bert-2x384-ffn768"}))] == [
+        "bert-2x384-ffn384", "bert-2x384-ffn192", "bert-3x256-ffn512", "bert-2x384-ffn768", "bert-1x384"]
     latency.update({"pretrained-minilm-l3": 0.25, "pretrained-minilm-l4": 0.35, "pretrained-minilm-l6": 0.55})
     candidates += [Candidate(name, "x", (), build=None, start="pretrained")
                    for name in ("pretrained-minilm-l3", "pretrained-minilm-l4", "pretrained-minilm-l6")]
