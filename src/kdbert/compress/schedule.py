@@ -153,7 +153,8 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
     job that shipped a 1-layer student at 91.2%). Of two widths from two layers the teacher's leads,
     whatever the other's depth: it learns faster (MRPC with 60,000 mined pairs, 4,800 steps, seed 42:
     bert-2x384-ffn384 82.49 dev at 2,400 steps and 81.95 at the end, 78.49 and 80.38 on the rows that
-    pick, where bert-3x256-ffn512 read 79.26 and 80.88, 71.98 and 79.21), and a search of such pairs
+    pick, where bert-3x256-ffn512 read 79.26 and 80.88, 71.98 and 79.21; the first's seed 43 81.71 at 1,200
+    steps and 79.93 at the end), and a search of such pairs
     trains one or two BERT-style cuts in its half hour (each of MRPC's six mined-pair searches up to
     2026-12-07 started bert-3x256-ffn512, the deepest, first).
 
