@@ -138,8 +138,8 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
     from two layers the widest width below it) in :func:`lead_rank`'s order: from two layers, those
     clear of the speed line, the widest first, then the deepest, then the slowest; then those named
     in ``near_line`` (admitted within ``budget.SHIP_LINE_BAND`` of the target speedup), the fastest
-    first; one layer last; then the rest. Whole-width students learnt more at equal steps (SST-2, 1,200 steps, three seeds:
-    bert-2x384-ffn768 84.2 dev, bert-3x256 80.9) and won the searches that trained them, but as the
+    first; one layer last; then the rest. Whole-width students learnt more at equal steps (SST-2,
+    1,200 steps, three seeds: bert-2x384-ffn768 84.2 dev, bert-3x256 80.9) and won the searches that trained them, but as the
     middles of a bisection over every width a short search reached them last (the main job: 2 of 5
     candidates trained, 2026-12-01); the deeper keep more (the main job's teacher at 1,200 steps:
     bert-2x384-ffn384 94.7% of it on dev, bert-1x384-ffn384 91.0%; at 3,000 steps on an AMX Xeon,
@@ -153,10 +153,10 @@ def spread_order(candidates: list[Candidate], latency: dict[str, float],
     job that shipped a 1-layer student at 91.2%). Of two widths from two layers the teacher's leads,
     whatever the other's depth: it learns faster (MRPC with 60,000 mined pairs, 4,800 steps, seed 42:
     bert-2x384-ffn384 82.49 dev at 2,400 steps and 81.95 at the end, 78.49 and 80.38 on the rows that
-    pick, where bert-3x256-ffn512 read 79.26 and 80.88, 71.98 and 79.21; the first's seed 43 81.71 at 1,200
-    steps and 79.93 at the end), and a search of such pairs
-    trains one or two BERT-style cuts in its half hour (each of MRPC's six mined-pair searches up to
-    2026-12-07 started bert-3x256-ffn512, the deepest, first).
+    pick, where bert-3x256-ffn512 read 79.26 and 80.88, 71.98 and 79.21; the first's seed 43 81.71
+    at 1,200 steps and 79.93 at the end), and a search of such pairs trains one or two BERT-style
+    cuts in its half hour (each of MRPC's six mined-pair searches up to 2026-12-07 started
+    bert-3x256-ffn512, the deepest, first).
 
     Pre-trained students (``Candidate.start`` "pretrained" or "user": their own weights, trained on
     text) come first, slowest (deepest) first, one a turn: they led the first round of every search
